@@ -1,0 +1,50 @@
+//! PacketFS blob: the large memory region both peers hold identically.
+//!
+//! A blob is mapped once, prefaulted and filled (from a shared seed, a file,
+//! or left as is) outside the timed path; descriptors `(offset, len)` then
+//! index into it. This crate owns:
+//! - backing selection and reporting ([`BackingReport`]): hugetlbfs, transparent
+//!   huge pages or base pages, reporting what was *obtained*;
+//! - the deterministic generator both peers fill from ([`fill_seeded`]);
+//! - blob identity ([`Fingerprint`]): per-region BLAKE3 and a root;
+//! - named blobs shared between processes and their metadata
+//!   ([`info`], [`verify`], [`list`], [`remove`]).
+//!
+//! ```no_run
+//! use pfs_blob::{Blob, BlobOptions};
+//! let opts = BlobOptions { size: 64 << 20, ..BlobOptions::default() };
+//! let (blob, setup) = Blob::open_or_create(&opts)?;
+//! println!("{} {} fill {:.3}s", blob.backing().kind, blob.fingerprint().short(), setup.fill_s);
+//! # Ok::<(), pfs_blob::BlobError>(())
+//! ```
+
+mod backing;
+mod blob;
+mod error;
+mod fill;
+mod fingerprint;
+mod map;
+mod store;
+
+pub use backing::{hugetlbfs_page_size, BackingKind, BackingReport, HUGETLBFS_MAGIC};
+pub use blob::{Blob, BlobOptions, Fill, SetupReport};
+pub use error::{BlobError, FingerprintMismatch};
+pub use fill::{fill_seeded, fill_seeded_word};
+pub use fingerprint::Fingerprint;
+pub use store::{
+    info, info_in, list, list_in, remove, remove_in, validate_name, verify, verify_in, BlobMeta,
+    VerifyReport, ENV_BLOB_DIR, ENV_META_DIR,
+};
+
+/// Default fingerprint region size: 1 MiB.
+pub const DEFAULT_REGION_SIZE: u32 = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    /// Peers share one blob across worker threads.
+    #[test]
+    fn blob_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<crate::Blob>();
+    }
+}

@@ -1,0 +1,544 @@
+//! The receiving side of a session: negotiate, then execute every gram over
+//! the receiver's own blob and compare digests; answer the sender's summary
+//! with the authoritative report.
+//!
+//! Everything the peer sends is checked before use: frame headers and gram
+//! headers by the wire crate, counts and sizes against [`Limits`], every
+//! descriptor against this blob's length. A violation sends an ERROR frame
+//! and ends the session; it never panics and never touches memory outside
+//! the blob.
+
+use std::time::{Duration, Instant};
+
+use pfs_exec::execute::resolve;
+use pfs_exec::{e2e_chain, execute_gram, Digest};
+use pfs_transport::Transport;
+use pfs_wire::control::{NO_MISMATCH, SENDER_SUMMARY_LEN};
+use pfs_wire::frame::FLAG_COMPLETE_REPORT;
+use pfs_wire::{
+    put_frame, DescIter, ErrorCode, ErrorFrame, FrameHeader, FrameType, GramHeader, Hello, HelloAck,
+    IntegrityAlg, Mode, Report, SenderSummary, GRAM_HEADER_LEN,
+};
+
+use crate::reader::FrameReader;
+use crate::sys::{max_rss_bytes, thread_usage};
+use crate::{short_hex, BlobView, Limits, SessionError};
+
+/// Receiver settings.
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    /// Limits enforced and advertised.
+    pub limits: Limits,
+    /// Longest wait for HELLO after accept.
+    pub handshake_timeout: Duration,
+    /// Longest silence tolerated mid-session.
+    pub idle_timeout: Duration,
+    /// Progress callback interval (`None` = never).
+    pub log_interval: Option<Duration>,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            log_interval: None,
+        }
+    }
+}
+
+/// Progress while receiving.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Grams executed so far.
+    pub grams: u64,
+    /// Effective bytes so far.
+    pub effective_bytes: u64,
+    /// Wire bytes so far.
+    pub wire_bytes: u64,
+    /// Time since HELLO_ACK.
+    pub elapsed: Duration,
+    /// Effective bytes the sender announced (0 = unknown).
+    pub planned_bytes: u64,
+}
+
+/// A finished session, from the receiver's side.
+#[derive(Debug, Clone)]
+pub struct ReceiverOutcome {
+    /// The report sent to the sender.
+    pub report: Report,
+    /// Mode negotiated.
+    pub mode: Mode,
+    /// Integrity negotiated.
+    pub integrity: IntegrityAlg,
+    /// What the sender said it sent.
+    pub summary: SenderSummary,
+}
+
+/// Per-session state of the receiving loop.
+struct Rx<'b> {
+    blob: &'b [u8],
+    mode: Mode,
+    integrity: IntegrityAlg,
+    limits: Limits,
+    digest: Digest,
+    table: Vec<u8>,
+    report: Report,
+    next_seq: u64,
+}
+
+fn reject(code: ErrorCode, message: String) -> SessionError {
+    SessionError::Rejected { code, message }
+}
+
+/// Sends an ERROR frame, best effort (the peer may already be gone).
+fn send_error<T: Transport + ?Sized>(t: &mut T, err: &SessionError) {
+    let msg = match err {
+        SessionError::Rejected { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    let mut body = Vec::with_capacity(msg.len() + 8);
+    ErrorFrame {
+        code: err.code() as u16,
+        message: &msg,
+    }
+    .emit(&mut body);
+    let mut frame = Vec::with_capacity(body.len() + 16);
+    put_frame(&mut frame, FrameType::Error, 0, &body);
+    let _ = t.write_all(&frame);
+}
+
+/// Runs one session on an accepted connection. On a protocol violation the
+/// peer gets an ERROR frame and the error is returned.
+pub fn receive_session<T: Transport + ?Sized>(
+    t: &mut T,
+    blob: &BlobView<'_>,
+    cfg: &ReceiverConfig,
+    on_progress: &mut dyn FnMut(&Progress),
+) -> Result<ReceiverOutcome, SessionError> {
+    let mut reader = FrameReader::new(cfg.limits.max_table_len as usize + 64 * 1024);
+    match run(t, &mut reader, blob, cfg, on_progress) {
+        Ok(o) => Ok(o),
+        Err(e) => {
+            if !matches!(e, SessionError::PeerClosed { .. } | SessionError::Io { .. }) {
+                send_error(t, &e);
+            }
+            Err(e)
+        }
+    }
+}
+
+fn check_hello(hello: &Hello<'_>, blob: &BlobView<'_>, limits: &Limits) -> Result<(), SessionError> {
+    if hello.encoding != hello.mode.encoding() {
+        return Err(reject(
+            ErrorCode::Unsupported,
+            format!(
+                "mode {} uses the {} encoding, HELLO asked for {}",
+                hello.mode.name(),
+                hello.mode.encoding().name(),
+                hello.encoding.name()
+            ),
+        ));
+    }
+    if hello.auth_method != 0 {
+        return Err(reject(
+            ErrorCode::Auth,
+            format!(
+                "authentication method {} is not supported by this receiver (it accepts: none)",
+                hello.auth_method
+            ),
+        ));
+    }
+    if hello.blob_len != blob.data.len() as u64 {
+        return Err(reject(
+            ErrorCode::BlobMismatch,
+            format!(
+                "blob size differs: sender {} bytes, receiver {} bytes (use the same --size and --seed on both sides)",
+                hello.blob_len,
+                blob.data.len()
+            ),
+        ));
+    }
+    if hello.region_size != blob.region_size || hello.fingerprint != blob.fingerprint {
+        return Err(reject(
+            ErrorCode::BlobMismatch,
+            format!(
+                "blob fingerprint differs: sender {} (region {} B), receiver {} (region {} B); \
+                 the peers do not hold the same bytes (check --seed / --blob-name, or `pfs blob verify`)",
+                short_hex(&hello.fingerprint),
+                hello.region_size,
+                short_hex(&blob.fingerprint),
+                blob.region_size
+            ),
+        ));
+    }
+    if hello.max_desc_per_gram > limits.max_desc_count {
+        return Err(reject(
+            ErrorCode::Limit,
+            format!(
+                "{} descriptors per gram exceeds this receiver's limit of {}",
+                hello.max_desc_per_gram, limits.max_desc_count
+            ),
+        ));
+    }
+    if hello.max_desc_len > limits.max_desc_len {
+        return Err(reject(
+            ErrorCode::Limit,
+            format!(
+                "descriptor length {} exceeds this receiver's limit of {}",
+                hello.max_desc_len, limits.max_desc_len
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn run<T: Transport + ?Sized>(
+    t: &mut T,
+    reader: &mut FrameReader,
+    blob: &BlobView<'_>,
+    cfg: &ReceiverConfig,
+    on_progress: &mut dyn FnMut(&Progress),
+) -> Result<ReceiverOutcome, SessionError> {
+    t.set_read_timeout(Some(cfg.handshake_timeout))
+        .map_err(|e| SessionError::io("setup", e))?;
+    let hdr = reader
+        .next_header(t)?
+        .ok_or(SessionError::PeerClosed { during: "HELLO" })?;
+    if hdr.frame_type != FrameType::Hello {
+        return Err(reject(
+            ErrorCode::Protocol,
+            format!("expected HELLO, got {}", hdr.frame_type.name()),
+        ));
+    }
+    let body = reader.take(t, hdr.length as usize, "HELLO")?;
+    let hello = Hello::parse(body).map_err(|e| SessionError::Wire {
+        context: "HELLO",
+        error: e,
+    })?;
+    check_hello(&hello, blob, &cfg.limits)?;
+    let (mode, integrity, nonce, planned_bytes) = (
+        hello.mode,
+        hello.integrity,
+        hello.session_nonce,
+        hello.planned_bytes,
+    );
+
+    let limits = cfg.limits;
+    let mut out = Vec::with_capacity(128);
+    let mut ack_body = Vec::with_capacity(64);
+    HelloAck {
+        max_gram_body: limits.max_gram_body(),
+        max_desc_count: limits.max_desc_count,
+        max_table_len: limits.max_table_len,
+        max_payload_len: limits.max_payload_len,
+        blob_len: blob.data.len() as u64,
+        page_size: blob.page_size,
+        backing: blob.backing,
+        auth_method: 0,
+        session_nonce: nonce,
+        auth: &[],
+    }
+    .emit(&mut ack_body);
+    put_frame(&mut out, FrameType::HelloAck, 0, &ack_body);
+    t.write_all(&out).map_err(|e| SessionError::io("HELLO_ACK", e))?;
+    t.set_read_timeout(Some(cfg.idle_timeout))
+        .map_err(|e| SessionError::io("setup", e))?;
+
+    // Steady state starts here: setup (map, prefault, fill, fingerprint) and
+    // the handshake are outside the window.
+    let started = Instant::now();
+    let usage0 = thread_usage();
+    // Wire bytes count both directions of the whole session: everything
+    // read (HELLO included) plus what this side writes (HELLO_ACK, report).
+    let written = out.len() as u64 + REPORT_FRAME_LEN;
+    let mut rx = Rx {
+        blob: blob.data,
+        mode,
+        integrity,
+        limits,
+        digest: Digest::new(integrity),
+        table: Vec::with_capacity(limits.max_table_len.min(1 << 20) as usize),
+        report: Report {
+            first_mismatch_seq: NO_MISMATCH,
+            mode: mode as u8,
+            encoding: mode.encoding() as u8,
+            integrity: integrity as u8,
+            backing: blob.backing,
+            page_size: blob.page_size,
+            setup_map_ns: secs_ns(blob.setup.map_s),
+            setup_prefault_ns: secs_ns(blob.setup.prefault_s),
+            setup_fill_ns: secs_ns(blob.setup.fill_s),
+            setup_fingerprint_ns: secs_ns(blob.setup.fingerprint_s),
+            ..Report::default()
+        },
+        next_seq: 0,
+    };
+    let mut next_log = cfg.log_interval.map(|i| started + i);
+
+    let summary = loop {
+        let hdr = reader.next_header(t)?.ok_or(SessionError::PeerClosed {
+            during: "session (before COMPLETE)",
+        })?;
+        match hdr.frame_type {
+            FrameType::Gram => rx.gram(t, reader, hdr)?,
+            FrameType::Complete if hdr.flags & FLAG_COMPLETE_REPORT == 0 => {
+                if hdr.length as usize != SENDER_SUMMARY_LEN {
+                    return Err(reject(
+                        ErrorCode::BadFrame,
+                        format!("COMPLETE body of {} bytes", hdr.length),
+                    ));
+                }
+                let body = reader.take(t, hdr.length as usize, "COMPLETE")?;
+                break SenderSummary::parse(body).map_err(|e| SessionError::Wire {
+                    context: "COMPLETE",
+                    error: e,
+                })?;
+            }
+            FrameType::Error => {
+                let body = reader.take(t, hdr.length as usize, "ERROR")?;
+                let (code, message) = match ErrorFrame::parse(body) {
+                    Ok(f) => (f.code, f.message.to_string()),
+                    Err(e) => (0, format!("undecodable ERROR frame: {e}")),
+                };
+                return Err(SessionError::Refused {
+                    code,
+                    code_name: code_name(code),
+                    message,
+                });
+            }
+            other => {
+                return Err(reject(
+                    ErrorCode::Protocol,
+                    format!("unexpected {} frame during a session", other.name()),
+                ))
+            }
+        }
+        if let (Some(at), Some(interval)) = (next_log, cfg.log_interval) {
+            let now = Instant::now();
+            if now >= at {
+                on_progress(&Progress {
+                    grams: rx.report.grams,
+                    effective_bytes: rx.report.effective_bytes,
+                    wire_bytes: reader.wire_bytes() + written,
+                    elapsed: now - started,
+                    planned_bytes,
+                });
+                next_log = Some(now + interval);
+            }
+        }
+    };
+
+    let elapsed = started.elapsed();
+    let usage = thread_usage().since(&usage0);
+    let mut report = rx.report;
+    report.elapsed_ns = elapsed.as_nanos() as u64;
+    report.wire_bytes = reader.wire_bytes() + written;
+    report.user_us = usage.user_us;
+    report.sys_us = usage.sys_us;
+    report.nvcsw = usage.nvcsw;
+    report.nivcsw = usage.nivcsw;
+    report.max_rss_bytes = max_rss_bytes();
+    let counts_match = summary.grams == report.grams
+        && summary.descriptors == report.descriptors
+        && summary.effective_bytes == report.effective_bytes
+        && summary.e2e_digest == report.e2e_digest;
+    report.integrity_ok = u8::from(report.mismatched_grams == 0 && counts_match);
+
+    let mut out = Vec::with_capacity(256);
+    put_frame(
+        &mut out,
+        FrameType::Complete,
+        FLAG_COMPLETE_REPORT,
+        &report.emit(),
+    );
+    t.write_all(&out)
+        .map_err(|e| SessionError::io("COMPLETE report", e))?;
+    let _ = t.shutdown_write();
+    Ok(ReceiverOutcome {
+        report,
+        mode,
+        integrity,
+        summary,
+    })
+}
+
+/// Size of the COMPLETE(REPORT) frame this side sends last.
+const REPORT_FRAME_LEN: u64 = (pfs_wire::FRAME_HEADER_LEN + pfs_wire::control::REPORT_LEN) as u64;
+
+fn secs_ns(s: f64) -> u64 {
+    (s * 1e9) as u64
+}
+
+pub(crate) fn code_name(code: u16) -> String {
+    ErrorCode::from_u16(code)
+        .map(|c| c.name().to_string())
+        .unwrap_or_else(|| format!("code {code}"))
+}
+
+impl Rx<'_> {
+    fn gram<T: Transport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        reader: &mut FrameReader,
+        fh: FrameHeader,
+    ) -> Result<(), SessionError> {
+        if (fh.length as usize) < GRAM_HEADER_LEN {
+            return Err(reject(
+                ErrorCode::BadFrame,
+                format!("GRAM body of {} bytes is shorter than its header", fh.length),
+            ));
+        }
+        let gh = GramHeader::parse(reader.take(t, GRAM_HEADER_LEN, "gram header")?).map_err(|e| {
+            SessionError::Wire {
+                context: "gram header",
+                error: e,
+            }
+        })?;
+        let seq = gh.seq;
+        gh.check_body_len(fh.length).map_err(|e| SessionError::Wire {
+            context: "gram header",
+            error: e,
+        })?;
+        if seq != self.next_seq {
+            return Err(reject(
+                ErrorCode::Protocol,
+                format!("gram #{seq} arrived, expected #{}", self.next_seq),
+            ));
+        }
+        if gh.encoding != self.mode.encoding() || gh.integrity != self.integrity {
+            return Err(reject(
+                ErrorCode::Unsupported,
+                format!(
+                    "gram #{seq} uses {}/{}, the session negotiated {}/{}",
+                    gh.encoding.name(),
+                    gh.integrity.name(),
+                    self.mode.encoding().name(),
+                    self.integrity.name()
+                ),
+            ));
+        }
+        if gh.desc_count > self.limits.max_desc_count || gh.table_len > self.limits.max_table_len {
+            return Err(reject(
+                ErrorCode::Limit,
+                format!(
+                    "gram #{seq}: {} descriptors / {}-byte table exceeds the limits ({} / {})",
+                    gh.desc_count, gh.table_len, self.limits.max_desc_count, self.limits.max_table_len
+                ),
+            ));
+        }
+        if gh.payload_len > self.limits.max_payload_len {
+            return Err(reject(
+                ErrorCode::Limit,
+                format!(
+                    "gram #{seq}: {}-byte payload exceeds the limit of {}",
+                    gh.payload_len, self.limits.max_payload_len
+                ),
+            ));
+        }
+        if self.mode.carries_payload() != (gh.payload_len > 0) && gh.desc_count > 0 {
+            return Err(reject(
+                ErrorCode::Protocol,
+                format!(
+                    "gram #{seq}: payload of {} bytes in {} mode",
+                    gh.payload_len,
+                    self.mode.name()
+                ),
+            ));
+        }
+        let table = reader.take(t, gh.table_len as usize, "descriptor table")?;
+        let descs = DescIter::new(table, gh.encoding, gh.desc_count);
+        let (digest, effective, count, payload_differs) = if gh.payload_len == 0 {
+            let out = execute_gram(self.blob, descs, &mut self.digest).map_err(|e| self.exec_err(seq, e))?;
+            (out.digest, out.effective_bytes, out.descriptors, false)
+        } else {
+            // The table must outlive the payload stream, which reuses the reader's buffer.
+            self.table.clear();
+            self.table.extend_from_slice(table);
+            self.payload(t, reader, &gh)?
+        };
+        let r = &mut self.report;
+        if digest != gh.integrity_value || payload_differs {
+            r.mismatched_grams += 1;
+            if r.first_mismatch_seq == NO_MISMATCH {
+                r.first_mismatch_seq = seq;
+            }
+        }
+        r.e2e_digest = e2e_chain(r.e2e_digest, seq, digest);
+        r.grams += 1;
+        r.descriptors += u64::from(count);
+        r.effective_bytes += effective;
+        r.payload_bytes += u64::from(gh.payload_len);
+        self.next_seq += 1;
+        Ok(())
+    }
+
+    fn exec_err(&self, seq: u64, e: pfs_exec::ExecError) -> SessionError {
+        match e {
+            pfs_exec::ExecError::OutOfBounds { .. } => {
+                reject(ErrorCode::OutOfBounds, format!("gram #{seq}: {e}"))
+            }
+            pfs_exec::ExecError::Wire(w) => {
+                reject(ErrorCode::BadFrame, format!("gram #{seq}: descriptor table: {w}"))
+            }
+        }
+    }
+
+    /// Payload mode: stream the slab, compare each range with this blob and
+    /// digest what arrived. Returns (digest, effective bytes, descriptors,
+    /// whether the payload differs from this blob).
+    fn payload<T: Transport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        reader: &mut FrameReader,
+        gh: &GramHeader,
+    ) -> Result<(u64, u64, u32, bool), SessionError> {
+        let seq = gh.seq;
+        self.digest.reset();
+        let mut remaining = u64::from(gh.payload_len);
+        let mut effective = 0u64;
+        let mut count = 0u32;
+        let mut differs = false;
+        let table = std::mem::take(&mut self.table);
+        let result = (|| {
+            for d in DescIter::new(&table, gh.encoding, gh.desc_count) {
+                let d = d.map_err(|e| self.exec_err(seq, e.into()))?;
+                let expect = resolve(self.blob, d, count).map_err(|e| self.exec_err(seq, e))?;
+                if u64::from(d.len) > remaining {
+                    return Err(reject(
+                        ErrorCode::BadFrame,
+                        format!(
+                            "gram #{seq}: descriptors reference more bytes than the {}-byte payload",
+                            gh.payload_len
+                        ),
+                    ));
+                }
+                let mut at = 0usize;
+                let digest = &mut self.digest;
+                let streamed = reader.stream(t, u64::from(d.len), "payload", |chunk: &[u8]| {
+                    differs |= chunk != &expect[at..at + chunk.len()];
+                    digest.update(chunk);
+                    at += chunk.len();
+                    Ok::<(), ()>(())
+                })?;
+                debug_assert!(streamed.is_ok());
+                remaining -= u64::from(d.len);
+                effective += u64::from(d.len);
+                count += 1;
+            }
+            if remaining != 0 {
+                return Err(reject(
+                    ErrorCode::BadFrame,
+                    format!("gram #{seq}: {remaining} payload bytes not referenced by any descriptor"),
+                ));
+            }
+            Ok(())
+        })();
+        self.table = table;
+        result?;
+        // A payload that differs from this blob is a mismatch even when the
+        // sender's digest agrees with the bytes that arrived.
+        Ok((self.digest.value(), effective, count, differs))
+    }
+}

@@ -1,0 +1,156 @@
+//! A receiver that keeps serving: accepts connections, runs each session on
+//! its own thread (up to a limit), reports what happened, and carries on
+//! after a client that misbehaves or dies.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use pfs_transport::{Listener, Transport};
+use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameType};
+
+use crate::receiver::{receive_session, Progress, ReceiverConfig, ReceiverOutcome};
+use crate::sys::pin_current_thread;
+use crate::{BlobView, SessionError};
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Per-session settings.
+    pub receiver: ReceiverConfig,
+    /// Sessions served at once; more are refused with ERROR(BUSY).
+    pub max_clients: usize,
+    /// Stop after this many sessions (successful or not); `None` = forever.
+    pub max_sessions: Option<u64>,
+    /// Pin session threads to this CPU.
+    pub pin_cpu: Option<usize>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            receiver: ReceiverConfig::default(),
+            max_clients: 4,
+            max_sessions: None,
+            pin_cpu: None,
+        }
+    }
+}
+
+/// What the server reports as it runs.
+#[derive(Debug)]
+pub enum ServerEvent<'a> {
+    /// A connection was accepted.
+    Accepted {
+        /// Peer address.
+        peer: &'a str,
+    },
+    /// Periodic progress of a session.
+    Progress {
+        /// Peer address.
+        peer: &'a str,
+        /// Progress so far.
+        progress: &'a Progress,
+    },
+    /// A session completed with a report.
+    Finished {
+        /// Peer address.
+        peer: &'a str,
+        /// The outcome.
+        outcome: &'a ReceiverOutcome,
+    },
+    /// A session ended in an error; the server goes on.
+    Failed {
+        /// Peer address.
+        peer: &'a str,
+        /// What went wrong.
+        error: &'a SessionError,
+    },
+    /// A connection was refused because `max_clients` sessions are running.
+    Busy {
+        /// Peer address.
+        peer: &'a str,
+    },
+    /// `accept` failed (e.g. out of file descriptors); the server goes on.
+    AcceptFailed {
+        /// The OS error.
+        error: &'a std::io::Error,
+    },
+}
+
+/// Serves sessions on `listener` over `blob` until `max_sessions` have ended.
+/// Returns (sessions that completed, sessions that failed).
+pub fn serve<L: Listener>(
+    listener: &L,
+    blob: &BlobView<'_>,
+    cfg: &ServerConfig,
+    on_event: &(dyn Fn(ServerEvent<'_>) + Sync),
+) -> (u64, u64) {
+    let active = AtomicUsize::new(0);
+    let ok = AtomicU64::new(0);
+    let failed = AtomicU64::new(0);
+    let mut started = 0u64;
+    std::thread::scope(|scope| {
+        while cfg.max_sessions.is_none_or(|m| started < m) {
+            let mut conn = match listener.accept() {
+                Ok(c) => c,
+                Err(error) => {
+                    on_event(ServerEvent::AcceptFailed { error: &error });
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let peer = conn.peer();
+            on_event(ServerEvent::Accepted { peer: &peer });
+            if active.load(Ordering::Acquire) >= cfg.max_clients {
+                refuse_busy(&mut conn, cfg.max_clients);
+                on_event(ServerEvent::Busy { peer: &peer });
+                continue;
+            }
+            started += 1;
+            // Paired with the fetch_sub when the session thread ends.
+            active.fetch_add(1, Ordering::AcqRel);
+            let (active, ok, failed) = (&active, &ok, &failed);
+            scope.spawn(move || {
+                if let Some(cpu) = cfg.pin_cpu {
+                    let _ = pin_current_thread(cpu);
+                }
+                let mut progress = |p: &Progress| {
+                    on_event(ServerEvent::Progress {
+                        peer: &peer,
+                        progress: p,
+                    })
+                };
+                match receive_session(&mut conn, blob, &cfg.receiver, &mut progress) {
+                    Ok(outcome) => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                        on_event(ServerEvent::Finished {
+                            peer: &peer,
+                            outcome: &outcome,
+                        });
+                    }
+                    Err(error) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        on_event(ServerEvent::Failed {
+                            peer: &peer,
+                            error: &error,
+                        });
+                    }
+                }
+                active.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+    });
+    (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed))
+}
+
+fn refuse_busy<T: Transport>(conn: &mut T, max: usize) {
+    let msg = format!("receiver busy: {max} sessions already running; retry later");
+    let mut body = Vec::new();
+    ErrorFrame {
+        code: ErrorCode::Busy as u16,
+        message: &msg,
+    }
+    .emit(&mut body);
+    let mut frame = Vec::new();
+    put_frame(&mut frame, FrameType::Error, 0, &body);
+    let _ = conn.write_all(&frame);
+}

@@ -1,0 +1,129 @@
+//! PacketFS transports: byte streams that carry frames, behind one trait so
+//! that the session layer and one conformance suite (`tests/conformance.rs`)
+//! serve every implementation.
+//!
+//! Owns socket setup (buffer sizes, `TCP_NODELAY`, timeouts), vectored
+//! writes that finish whole grams, and listening/connecting. Knows nothing
+//! of frames.
+
+use std::io::{self, IoSlice};
+use std::time::Duration;
+
+pub mod tcp;
+pub mod unix;
+
+pub use tcp::{TcpConfig, TcpListener, TcpTransport};
+pub use unix::{UnixListener, UnixTransport};
+
+/// Linux `IOV_MAX`: the most iovecs one `writev` accepts.
+pub const IOV_MAX: usize = 1024;
+
+/// A reliable, ordered byte stream between two peers.
+pub trait Transport: Send {
+    /// Short name used in labels: `TCP`, `UNIX`.
+    fn kind(&self) -> &'static str;
+
+    /// Human-readable peer address.
+    fn peer(&self) -> String;
+
+    /// Writes one vectored write, returning bytes accepted (may be partial).
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+
+    /// Reads into `buf`; `Ok(0)` means the peer closed its sending side.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+
+    /// Bounds how long a `read` may block (`None` = forever).
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+
+    /// Closes the sending side; the peer reads end-of-stream.
+    fn shutdown_write(&mut self) -> io::Result<()>;
+
+    /// Writes every byte of `bufs`, in as few `writev` calls as the kernel
+    /// allows (at most [`IOV_MAX`] slices per call). Returns bytes written.
+    fn write_all_vectored(&mut self, mut bufs: &mut [IoSlice<'_>]) -> io::Result<u64> {
+        let mut total = 0u64;
+        IoSlice::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
+            let n = bufs.len().min(IOV_MAX);
+            match self.write_vectored(&bufs[..n]) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "transport accepted no bytes",
+                    ))
+                }
+                Ok(written) => {
+                    total += written as u64;
+                    IoSlice::advance_slices(&mut bufs, written);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(total)
+    }
+
+    /// Writes every byte of `buf`.
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<u64> {
+        self.write_all_vectored(&mut [IoSlice::new(buf)])
+    }
+
+    /// Fills `buf` completely, or fails with `UnexpectedEof` if the peer closes first.
+    fn read_exact(&mut self, mut buf: &mut [u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read(buf) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "peer closed the connection",
+                    ))
+                }
+                Ok(n) => buf = &mut buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Accepts connections of one transport kind.
+pub trait Listener: Send + Sync {
+    /// The connection type.
+    type Conn: Transport + 'static;
+
+    /// Blocks until the next connection.
+    fn accept(&self) -> io::Result<Self::Conn>;
+
+    /// The bound address, printable (`127.0.0.1:7878`, a socket path).
+    fn local_addr(&self) -> String;
+}
+
+/// Why a listener or connection could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The address does not parse or resolve.
+    #[error("bad address {addr:?}: {reason}")]
+    BadAddress {
+        /// What was given.
+        addr: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// bind/listen failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// Address.
+        addr: String,
+        /// OS error.
+        source: io::Error,
+    },
+    /// connect failed.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// Address.
+        addr: String,
+        /// OS error.
+        source: io::Error,
+    },
+}

@@ -1,0 +1,190 @@
+//! TCP transport: large socket buffers, `TCP_NODELAY` (grams are written
+//! whole, so Nagle only delays the small control frames), loopback by
+//! default on the listening side.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+use crate::{Listener, Transport, TransportError};
+
+/// Socket tuning shared by both sides.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpConfig {
+    /// `SO_SNDBUF`/`SO_RCVBUF` request in bytes; 0 leaves the kernel's
+    /// autotuning alone (which on Linux often grows further than an explicit
+    /// value is allowed to).
+    pub socket_buffer: usize,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self {
+            socket_buffer: 0,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+fn tune(sock: SockRef<'_>, cfg: &TcpConfig) -> io::Result<()> {
+    sock.set_nodelay(true)?;
+    if cfg.socket_buffer > 0 {
+        sock.set_send_buffer_size(cfg.socket_buffer)?;
+        sock.set_recv_buffer_size(cfg.socket_buffer)?;
+    }
+    Ok(())
+}
+
+/// One TCP connection.
+#[derive(Debug)]
+pub struct TcpTransport {
+    stream: TcpStream,
+    peer: String,
+}
+
+impl TcpTransport {
+    /// Connects to `addr` (`host:port`).
+    pub fn connect(addr: &str, cfg: &TcpConfig) -> Result<Self, TransportError> {
+        let resolved: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| TransportError::BadAddress {
+                addr: addr.into(),
+                reason: e.to_string(),
+            })?
+            .collect();
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+        for sa in resolved {
+            match Self::connect_one(sa, cfg) {
+                Ok(t) => return Ok(t),
+                Err(e) => last = e,
+            }
+        }
+        Err(TransportError::Connect {
+            addr: addr.into(),
+            source: last,
+        })
+    }
+
+    fn connect_one(sa: SocketAddr, cfg: &TcpConfig) -> io::Result<Self> {
+        let sock = Socket::new(Domain::for_address(sa), Type::STREAM, Some(Protocol::TCP))?;
+        // Buffer sizes must be set before connect to influence the window scale.
+        tune(SockRef::from(&sock), cfg)?;
+        sock.connect_timeout(&sa.into(), cfg.connect_timeout)?;
+        let stream: TcpStream = sock.into();
+        Ok(Self {
+            stream,
+            peer: sa.to_string(),
+        })
+    }
+
+    /// Wraps an accepted stream.
+    pub fn from_stream(stream: TcpStream, cfg: &TcpConfig) -> io::Result<Self> {
+        tune(SockRef::from(&stream), cfg)?;
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        Ok(Self { stream, peer })
+    }
+
+    /// The effective kernel buffer sizes (send, receive), for reports.
+    pub fn buffer_sizes(&self) -> (usize, usize) {
+        let s = SockRef::from(&self.stream);
+        (
+            s.send_buffer_size().unwrap_or(0),
+            s.recv_buffer_size().unwrap_or(0),
+        )
+    }
+}
+
+impl Transport for TcpTransport {
+    fn kind(&self) -> &'static str {
+        "TCP"
+    }
+
+    fn peer(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.stream.write_vectored(bufs)
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.read(buf)
+    }
+
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(timeout)
+    }
+
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.stream.shutdown(Shutdown::Write)
+    }
+}
+
+/// A listening TCP socket.
+#[derive(Debug)]
+pub struct TcpListener {
+    inner: std::net::TcpListener,
+    cfg: TcpConfig,
+}
+
+impl TcpListener {
+    /// Binds `addr`. Callers decide whether a non-loopback address is allowed.
+    pub fn bind(addr: &str, cfg: TcpConfig) -> Result<Self, TransportError> {
+        let sa: SocketAddr = addr
+            .to_socket_addrs()
+            .map_err(|e| TransportError::BadAddress {
+                addr: addr.into(),
+                reason: e.to_string(),
+            })?
+            .next()
+            .ok_or_else(|| TransportError::BadAddress {
+                addr: addr.into(),
+                reason: "resolved to nothing".into(),
+            })?;
+        let listen = |sa: SocketAddr| -> io::Result<std::net::TcpListener> {
+            let sock = Socket::new(Domain::for_address(sa), Type::STREAM, Some(Protocol::TCP))?;
+            sock.set_reuse_address(true)?;
+            if cfg.socket_buffer > 0 {
+                // Inherited by accepted sockets; set before listen so the window scale fits.
+                sock.set_recv_buffer_size(cfg.socket_buffer)?;
+                sock.set_send_buffer_size(cfg.socket_buffer)?;
+            }
+            sock.bind(&sa.into())?;
+            sock.listen(128)?;
+            Ok(sock.into())
+        };
+        let inner = listen(sa).map_err(|source| TransportError::Listen {
+            addr: addr.into(),
+            source,
+        })?;
+        Ok(Self { inner, cfg })
+    }
+
+    /// The bound socket address.
+    pub fn socket_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+impl Listener for TcpListener {
+    type Conn = TcpTransport;
+
+    fn accept(&self) -> io::Result<TcpTransport> {
+        let (stream, _) = self.inner.accept()?;
+        TcpTransport::from_stream(stream, &self.cfg)
+    }
+
+    fn local_addr(&self) -> String {
+        self.inner
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into())
+    }
+}

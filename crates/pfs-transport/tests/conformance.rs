@@ -1,0 +1,135 @@
+//! One conformance suite, run against every transport.
+
+use std::io::{ErrorKind, IoSlice};
+use std::thread;
+use std::time::Duration;
+
+use pfs_transport::{Listener, TcpConfig, TcpListener, TcpTransport, Transport, UnixListener, UnixTransport};
+
+/// Connects a client to a fresh listener of one kind.
+trait Harness: Sync {
+    type L: Listener + Sync;
+    fn listen(&self) -> Self::L;
+    fn connect(&self, l: &Self::L) -> Box<dyn Transport>;
+}
+
+struct Tcp;
+impl Harness for Tcp {
+    type L = TcpListener;
+    fn listen(&self) -> TcpListener {
+        TcpListener::bind("127.0.0.1:0", TcpConfig::default()).unwrap()
+    }
+    fn connect(&self, l: &TcpListener) -> Box<dyn Transport> {
+        Box::new(TcpTransport::connect(&l.local_addr(), &TcpConfig::default()).unwrap())
+    }
+}
+
+struct Unix(tempfile::TempDir);
+impl Harness for Unix {
+    type L = UnixListener;
+    fn listen(&self) -> UnixListener {
+        UnixListener::bind(&self.0.path().join("s")).unwrap()
+    }
+    fn connect(&self, l: &UnixListener) -> Box<dyn Transport> {
+        Box::new(UnixTransport::connect(std::path::Path::new(&l.local_addr())).unwrap())
+    }
+}
+
+fn pattern(n: usize, salt: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
+        .collect()
+}
+
+/// Many-slice vectored writes (more than IOV_MAX) arrive whole and in order.
+fn vectored_roundtrip<H: Harness>(h: &H) {
+    let l = h.listen();
+    let parts: Vec<Vec<u8>> = (0..3000).map(|i| pattern(1 + i % 700, i as u8)).collect();
+    let expected: Vec<u8> = parts.concat();
+    let total = expected.len();
+    let server = thread::scope(|s| {
+        let srv = s.spawn(|| {
+            let mut c = l.accept().unwrap();
+            let mut got = vec![0u8; total];
+            c.read_exact(&mut got).unwrap();
+            let mut one = [0u8; 1];
+            assert_eq!(c.read(&mut one).unwrap(), 0, "end of stream after shutdown");
+            got
+        });
+        let mut c = h.connect(&l);
+        let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        assert_eq!(c.write_all_vectored(&mut slices).unwrap(), total as u64);
+        c.shutdown_write().unwrap();
+        srv.join().unwrap()
+    });
+    assert_eq!(server, expected);
+}
+
+/// A peer that closes early gives UnexpectedEof to read_exact, not a hang.
+fn early_close<H: Harness>(h: &H) {
+    let l = h.listen();
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut c = h.connect(&l);
+            c.write_all(b"abc").unwrap();
+        });
+        let mut c = l.accept().unwrap();
+        let mut buf = [0u8; 10];
+        let err = c.read_exact(&mut buf).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnexpectedEof);
+    });
+}
+
+/// A read timeout fires instead of blocking forever.
+fn read_timeout<H: Harness>(h: &H) {
+    let l = h.listen();
+    let _client = h.connect(&l);
+    let mut c = l.accept().unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut buf = [0u8; 1];
+    let err = c.read(&mut buf).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err:?}"
+    );
+}
+
+/// A large transfer in both directions at once does not deadlock.
+fn bidirectional<H: Harness>(h: &H) {
+    let l = h.listen();
+    let data = pattern(8 << 20, 5);
+    thread::scope(|s| {
+        let d = &data;
+        let l = &l;
+        let srv = s.spawn(move || {
+            let mut c = l.accept().unwrap();
+            let mut got = vec![0u8; d.len()];
+            c.read_exact(&mut got).unwrap();
+            c.write_all(&got).unwrap();
+            got == *d
+        });
+        let mut c = h.connect(l);
+        c.write_all(d).unwrap();
+        let mut back = vec![0u8; d.len()];
+        c.read_exact(&mut back).unwrap();
+        assert!(srv.join().unwrap());
+        assert_eq!(&back, d);
+    });
+}
+
+fn suite<H: Harness>(h: H) {
+    vectored_roundtrip(&h);
+    early_close(&h);
+    read_timeout(&h);
+    bidirectional(&h);
+}
+
+#[test]
+fn tcp_conformance() {
+    suite(Tcp);
+}
+
+#[test]
+fn unix_conformance() {
+    suite(Unix(tempfile::tempdir().unwrap()));
+}

@@ -1,0 +1,242 @@
+//! The outer frame envelope: a fixed 16-byte header with its own CRC32C,
+//! followed by `length` body bytes whose meaning depends on the frame type.
+//!
+//! ```text
+//! 0      4       5      6       8        12       16
+//! | magic | version | type | flags | length | hdr_crc |
+//! ```
+//! `hdr_crc` is CRC32C over bytes 0..12. All integers little-endian.
+
+use crate::{rd_u16, rd_u32, WireError};
+
+/// `PFSG`.
+pub const MAGIC: [u8; 4] = *b"PFSG";
+/// The protocol version this build speaks.
+pub const VERSION: u8 = 1;
+/// Size of the frame header in bytes.
+pub const FRAME_HEADER_LEN: usize = 16;
+/// Upper bound on the body of any non-GRAM frame; receivers reject larger.
+pub const MAX_CONTROL_BODY: u32 = 64 * 1024;
+
+/// Frame type numbers. ACK, NAK and REPAIR are reserved for the reliable
+/// transports and the corrections plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameType {
+    /// Sender → receiver: version, mode, encoding, integrity, blob fingerprint, auth room.
+    Hello = 1,
+    /// Receiver → sender: accepted; the receiver's limits.
+    HelloAck = 2,
+    /// A gram: header, descriptor table, optional payload slab.
+    Gram = 3,
+    /// End of a session: sender summary, or (flag `REPORT`) the receiver's stats.
+    Complete = 4,
+    /// A refusal or failure with a code and a message; the connection closes after it.
+    Error = 5,
+    /// Reserved: cumulative acknowledgement / receiver status.
+    Ack = 6,
+    /// Reserved: negative acknowledgement (corrections plane).
+    Nak = 7,
+    /// Reserved: repair gram answering a NAK (corrections plane).
+    Repair = 8,
+}
+
+impl FrameType {
+    /// Parses a frame type number.
+    pub fn from_u8(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            1 => Self::Hello,
+            2 => Self::HelloAck,
+            3 => Self::Gram,
+            4 => Self::Complete,
+            5 => Self::Error,
+            6 => Self::Ack,
+            7 => Self::Nak,
+            8 => Self::Repair,
+            other => return Err(WireError::UnknownFrameType(other)),
+        })
+    }
+
+    /// Upper-case name as used in docs and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hello => "HELLO",
+            Self::HelloAck => "HELLO_ACK",
+            Self::Gram => "GRAM",
+            Self::Complete => "COMPLETE",
+            Self::Error => "ERROR",
+            Self::Ack => "ACK",
+            Self::Nak => "NAK",
+            Self::Repair => "REPAIR",
+        }
+    }
+}
+
+/// Flag bit on COMPLETE: the body is the receiver's report, not the sender's summary.
+pub const FLAG_COMPLETE_REPORT: u16 = 0x0001;
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Frame type.
+    pub frame_type: FrameType,
+    /// Type-specific flags.
+    pub flags: u16,
+    /// Body length in bytes (not counting this header).
+    pub length: u32,
+}
+
+impl FrameHeader {
+    /// Checks and decodes the first 16 bytes of `buf`. This is the only door
+    /// for untrusted frame bytes: magic, version, CRC and type are checked;
+    /// the body length is checked against the control-frame cap for every
+    /// type but GRAM, whose limits the receiver applies.
+    pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
+        let hdr = buf.get(..FRAME_HEADER_LEN).ok_or(WireError::Truncated)?;
+        if hdr[0..4] != MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        if crc32c::crc32c(&hdr[0..12]) != rd_u32(hdr, 12) {
+            return Err(WireError::BadHeaderCrc);
+        }
+        if hdr[4] != VERSION {
+            return Err(WireError::UnsupportedVersion(hdr[4]));
+        }
+        let frame_type = FrameType::from_u8(hdr[5])?;
+        let flags = rd_u16(hdr, 6);
+        let length = rd_u32(hdr, 8);
+        if frame_type != FrameType::Gram && length > MAX_CONTROL_BODY {
+            return Err(WireError::TooLarge);
+        }
+        let allowed_flags = match frame_type {
+            FrameType::Complete => FLAG_COMPLETE_REPORT,
+            _ => 0,
+        };
+        if flags & !allowed_flags != 0 {
+            return Err(WireError::BadFlags);
+        }
+        Ok(Self {
+            frame_type,
+            flags,
+            length,
+        })
+    }
+
+    /// Encodes into a 16-byte array (CRC included).
+    pub fn emit(&self) -> [u8; FRAME_HEADER_LEN] {
+        let mut out = [0u8; FRAME_HEADER_LEN];
+        out[0..4].copy_from_slice(&MAGIC);
+        out[4] = VERSION;
+        out[5] = self.frame_type as u8;
+        out[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        out[8..12].copy_from_slice(&self.length.to_le_bytes());
+        let crc = crc32c::crc32c(&out[0..12]);
+        out[12..16].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+}
+
+/// A whole frame held in one buffer: the checked header and its body.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    /// The header.
+    pub header: FrameHeader,
+    /// Exactly `header.length` bytes.
+    pub body: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    /// Parses one frame from the front of `buf`; returns it and the bytes consumed.
+    pub fn parse(buf: &'a [u8]) -> Result<(Self, usize), WireError> {
+        let header = FrameHeader::parse(buf)?;
+        let end = FRAME_HEADER_LEN
+            .checked_add(header.length as usize)
+            .ok_or(WireError::TooLarge)?;
+        let body = buf.get(FRAME_HEADER_LEN..end).ok_or(WireError::Truncated)?;
+        Ok((Self { header, body }, end))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(t: FrameType, flags: u16, length: u32) -> [u8; 16] {
+        FrameHeader {
+            frame_type: t,
+            flags,
+            length,
+        }
+        .emit()
+    }
+
+    #[test]
+    fn roundtrip_all_types() {
+        for t in 1..=8u8 {
+            let ft = FrameType::from_u8(t).unwrap();
+            let flags = if ft == FrameType::Complete {
+                FLAG_COMPLETE_REPORT
+            } else {
+                0
+            };
+            let bytes = hdr(ft, flags, 40);
+            let parsed = FrameHeader::parse(&bytes).unwrap();
+            assert_eq!(
+                parsed,
+                FrameHeader {
+                    frame_type: ft,
+                    flags,
+                    length: 40
+                }
+            );
+            assert_eq!(parsed.emit(), bytes);
+        }
+    }
+
+    #[test]
+    fn rejects_wrong_magic_crc_version_type() {
+        let good = hdr(FrameType::Gram, 0, 100);
+        assert_eq!(FrameHeader::parse(&good[..15]), Err(WireError::Truncated));
+
+        let mut bad = good;
+        bad[0] = b'X';
+        assert_eq!(FrameHeader::parse(&bad), Err(WireError::BadMagic));
+
+        let mut bad = good;
+        bad[9] ^= 1;
+        assert_eq!(FrameHeader::parse(&bad), Err(WireError::BadHeaderCrc));
+
+        let mut bad = good;
+        bad[4] = 9;
+        let crc = crc32c::crc32c(&bad[0..12]);
+        bad[12..16].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(FrameHeader::parse(&bad), Err(WireError::UnsupportedVersion(9)));
+
+        let mut bad = good;
+        bad[5] = 0;
+        let crc = crc32c::crc32c(&bad[0..12]);
+        bad[12..16].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(FrameHeader::parse(&bad), Err(WireError::UnknownFrameType(0)));
+    }
+
+    #[test]
+    fn rejects_oversized_control_and_bad_flags() {
+        let big = hdr(FrameType::Hello, 0, MAX_CONTROL_BODY + 1);
+        assert_eq!(FrameHeader::parse(&big), Err(WireError::TooLarge));
+        let big_gram = hdr(FrameType::Gram, 0, u32::MAX);
+        assert!(FrameHeader::parse(&big_gram).is_ok());
+        let flags = hdr(FrameType::Gram, 1, 10);
+        assert_eq!(FrameHeader::parse(&flags), Err(WireError::BadFlags));
+    }
+
+    #[test]
+    fn frame_needs_whole_body() {
+        let mut buf = hdr(FrameType::Error, 0, 4).to_vec();
+        buf.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(Frame::parse(&buf).map(|_| ()), Err(WireError::Truncated));
+        buf.push(4);
+        let (f, used) = Frame::parse(&buf).unwrap();
+        assert_eq!(used, 20);
+        assert_eq!(f.body, &[1, 2, 3, 4]);
+    }
+}

@@ -1,0 +1,180 @@
+//! The GRAM frame body: a fixed 32-byte gram header, the descriptor table,
+//! then the optional payload slab.
+//!
+//! ```text
+//! 0     8          12          16            20      21        22      24               32
+//! | seq | desc_count | table_len | payload_len | enc | integrity | gflags | integrity_value |
+//! ```
+
+use crate::desc::{DescIter, Encoding};
+use crate::{rd_u16, rd_u32, rd_u64, IntegrityAlg, WireError};
+
+/// Size of the gram header.
+pub const GRAM_HEADER_LEN: usize = 32;
+/// Gram flag: a payload slab follows the table.
+pub const GRAM_FLAG_PAYLOAD: u16 = 0x0001;
+
+/// A decoded gram header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GramHeader {
+    /// Sequence number, from 0, one per gram in a session.
+    pub seq: u64,
+    /// Number of descriptors in the table.
+    pub desc_count: u32,
+    /// Bytes of the descriptor table.
+    pub table_len: u32,
+    /// Bytes of the payload slab (0 without payload).
+    pub payload_len: u32,
+    /// Table encoding.
+    pub encoding: Encoding,
+    /// Integrity algorithm of `integrity_value`.
+    pub integrity: IntegrityAlg,
+    /// Gram flags (`GRAM_FLAG_PAYLOAD`).
+    pub flags: u16,
+    /// Digest of the gram's effective bytes: the referenced ranges, concatenated in table order.
+    pub integrity_value: u64,
+}
+
+impl GramHeader {
+    /// Checks and decodes the first 32 bytes of `buf`.
+    pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
+        let b = buf.get(..GRAM_HEADER_LEN).ok_or(WireError::Truncated)?;
+        let flags = rd_u16(b, 22);
+        let payload_len = rd_u32(b, 16);
+        if flags & !GRAM_FLAG_PAYLOAD != 0 {
+            return Err(WireError::BadFlags);
+        }
+        if (flags & GRAM_FLAG_PAYLOAD != 0) != (payload_len != 0) {
+            return Err(WireError::BadFlags);
+        }
+        Ok(Self {
+            seq: rd_u64(b, 0),
+            desc_count: rd_u32(b, 8),
+            table_len: rd_u32(b, 12),
+            payload_len,
+            encoding: Encoding::from_u8(b[20])?,
+            integrity: IntegrityAlg::from_u8(b[21])?,
+            flags,
+            integrity_value: rd_u64(b, 24),
+        })
+    }
+
+    /// Encodes the header.
+    pub fn emit(&self) -> [u8; GRAM_HEADER_LEN] {
+        let mut b = [0u8; GRAM_HEADER_LEN];
+        b[0..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[8..12].copy_from_slice(&self.desc_count.to_le_bytes());
+        b[12..16].copy_from_slice(&self.table_len.to_le_bytes());
+        b[16..20].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[20] = self.encoding as u8;
+        b[21] = self.integrity as u8;
+        b[22..24].copy_from_slice(&self.flags.to_le_bytes());
+        b[24..32].copy_from_slice(&self.integrity_value.to_le_bytes());
+        b
+    }
+
+    /// Frame body length this header implies: header + table + payload.
+    pub fn body_len(&self) -> u64 {
+        GRAM_HEADER_LEN as u64 + u64::from(self.table_len) + u64::from(self.payload_len)
+    }
+
+    /// Checks the header against the enclosing frame's body length.
+    pub fn check_body_len(&self, frame_length: u32) -> Result<(), WireError> {
+        if self.body_len() != u64::from(frame_length) {
+            return Err(WireError::LengthMismatch);
+        }
+        Ok(())
+    }
+}
+
+/// A whole gram body held in one buffer: zero-copy view of header, table, payload.
+#[derive(Debug, Clone, Copy)]
+pub struct Gram<'a> {
+    /// The header.
+    pub header: GramHeader,
+    /// The encoded descriptor table.
+    pub table: &'a [u8],
+    /// The payload slab (empty without payload).
+    pub payload: &'a [u8],
+}
+
+impl<'a> Gram<'a> {
+    /// Parses a complete GRAM frame body.
+    pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
+        let header = GramHeader::parse(body)?;
+        let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge)?;
+        header.check_body_len(len)?;
+        let table_end = GRAM_HEADER_LEN + header.table_len as usize;
+        Ok(Self {
+            header,
+            table: &body[GRAM_HEADER_LEN..table_end],
+            payload: &body[table_end..],
+        })
+    }
+
+    /// Lazy descriptor decoder over the table.
+    pub fn descriptors(&self) -> DescIter<'a> {
+        DescIter::new(self.table, self.header.encoding, self.header.desc_count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desc::{encode_table, Descriptor};
+
+    #[test]
+    fn header_roundtrip_and_flag_checks() {
+        let h = GramHeader {
+            seq: 7,
+            desc_count: 2,
+            table_len: 24,
+            payload_len: 0,
+            encoding: Encoding::Absolute,
+            integrity: IntegrityAlg::Xxh3,
+            flags: 0,
+            integrity_value: 0xdead_beef,
+        };
+        let b = h.emit();
+        assert_eq!(GramHeader::parse(&b), Ok(h));
+        let mut bad = b;
+        bad[22] = GRAM_FLAG_PAYLOAD as u8; // payload flag without payload bytes
+        assert_eq!(GramHeader::parse(&bad), Err(WireError::BadFlags));
+        let mut bad = b;
+        bad[20] = 7;
+        assert_eq!(GramHeader::parse(&bad), Err(WireError::UnknownEncoding(7)));
+        let mut bad = b;
+        bad[21] = 9;
+        assert_eq!(GramHeader::parse(&bad), Err(WireError::UnknownIntegrity(9)));
+        assert_eq!(GramHeader::parse(&b[..31]), Err(WireError::Truncated));
+    }
+
+    #[test]
+    fn gram_view_splits_body() {
+        let descs = [
+            Descriptor { offset: 0, len: 3 },
+            Descriptor { offset: 10, len: 2 },
+        ];
+        let table = encode_table(Encoding::Absolute, &descs).unwrap();
+        let h = GramHeader {
+            seq: 1,
+            desc_count: 2,
+            table_len: table.len() as u32,
+            payload_len: 5,
+            encoding: Encoding::Absolute,
+            integrity: IntegrityAlg::None,
+            flags: GRAM_FLAG_PAYLOAD,
+            integrity_value: 0,
+        };
+        let mut body = h.emit().to_vec();
+        body.extend_from_slice(&table);
+        body.extend_from_slice(b"abcde");
+        let g = Gram::parse(&body).unwrap();
+        assert_eq!(g.payload, b"abcde");
+        assert_eq!(g.descriptors().collect::<Result<Vec<_>, _>>().unwrap(), descs);
+        assert_eq!(
+            Gram::parse(&body[..body.len() - 1]).map(|_| ()),
+            Err(WireError::LengthMismatch)
+        );
+    }
+}

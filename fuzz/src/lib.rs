@@ -1,0 +1,170 @@
+//! The decoder checks behind the fuzz targets, one function per target.
+//!
+//! Each takes untrusted bytes, runs them through a `pfs-wire` decoder and
+//! asserts the codec's invariants: decoding never panics, and whatever
+//! decodes re-encodes to exactly the bytes it came from. The same functions
+//! run over the seed corpus in `crates/pfs-wire/tests/corpus.rs` (which
+//! includes this file by path), so `cargo test` on stable exercises every
+//! corpus file without nightly or libFuzzer.
+
+use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary};
+use pfs_wire::desc::{encode_table, DescIter, Encoding};
+use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
+use pfs_wire::gram::{Gram, GRAM_HEADER_LEN};
+use pfs_wire::hello::{Hello, HelloAck};
+use pfs_wire::varint::{get_varint, put_varint, varint_len, zigzag_decode, zigzag_encode, MAX_VARINT_LEN};
+use pfs_wire::WireError;
+
+/// A decoder check: panics if an invariant does not hold for the input.
+pub type Check = fn(&[u8]);
+
+/// Every fuzz target: its name (also its corpus directory) and its check.
+pub const TARGETS: &[(&str, Check)] = &[
+    ("frame_header", frame_header),
+    ("gram", gram),
+    ("desc_absolute", desc_absolute),
+    ("desc_arithmetic", desc_arithmetic),
+    ("hello", hello),
+    ("hello_ack", hello_ack),
+    ("control", control),
+    ("varint", varint),
+];
+
+/// Bytes at the start of a stream: the frame header alone, then the whole
+/// frame, whose body goes to the check for its type.
+pub fn frame_header(data: &[u8]) {
+    if let Ok(h) = FrameHeader::parse(data) {
+        assert_eq!(h.emit()[..], data[..FRAME_HEADER_LEN], "header re-encode");
+    }
+    let Ok((frame, used)) = Frame::parse(data) else {
+        return;
+    };
+    assert_eq!(frame.body.len(), frame.header.length as usize);
+    assert_eq!(used, FRAME_HEADER_LEN + frame.body.len());
+    assert_eq!(frame.body, &data[FRAME_HEADER_LEN..used]);
+    match frame.header.frame_type {
+        FrameType::Hello => hello(frame.body),
+        FrameType::HelloAck => hello_ack(frame.body),
+        FrameType::Gram => gram(frame.body),
+        FrameType::Complete if frame.header.flags & FLAG_COMPLETE_REPORT != 0 => {
+            if let Ok(r) = Report::parse(frame.body) {
+                assert_eq!(r.emit()[..], *frame.body, "report re-encode");
+            }
+        }
+        FrameType::Complete => {
+            if let Ok(s) = SenderSummary::parse(frame.body) {
+                assert_eq!(s.emit()[..], *frame.body, "summary re-encode");
+            }
+        }
+        FrameType::Error => control(frame.body),
+        FrameType::Ack | FrameType::Nak | FrameType::Repair => {}
+    }
+}
+
+/// A GRAM frame body: header, then every descriptor of the table.
+pub fn gram(data: &[u8]) {
+    let Ok(g) = Gram::parse(data) else { return };
+    assert_eq!(
+        g.header.emit()[..],
+        data[..GRAM_HEADER_LEN],
+        "gram header re-encode"
+    );
+    assert_eq!(g.table.len(), g.header.table_len as usize);
+    assert_eq!(g.payload.len(), g.header.payload_len as usize);
+    assert_eq!(GRAM_HEADER_LEN + g.table.len() + g.payload.len(), data.len());
+    table(g.table, g.header.encoding, g.header.desc_count);
+}
+
+/// First byte: descriptor count; the rest: an absolute table.
+pub fn desc_absolute(data: &[u8]) {
+    if let Some((&count, rest)) = data.split_first() {
+        table(rest, Encoding::Absolute, u32::from(count));
+    }
+}
+
+/// First byte: descriptor count; the rest: an arithmetic table.
+pub fn desc_arithmetic(data: &[u8]) {
+    if let Some((&count, rest)) = data.split_first() {
+        table(rest, Encoding::Arithmetic, u32::from(count));
+    }
+}
+
+/// Decodes a whole table; one that decodes completely must re-encode to the
+/// same bytes (absolute: fixed width; arithmetic: shortest-form varints make
+/// the encoding unique).
+fn table(bytes: &[u8], encoding: Encoding, count: u32) {
+    let mut descs = Vec::new();
+    let mut iter = DescIter::new(bytes, encoding, count);
+    while let Some(item) = iter.next() {
+        match item {
+            Ok(d) => {
+                assert!(d.end().is_some(), "decoder yielded an overflowing descriptor");
+                descs.push(d);
+            }
+            Err(_) => {
+                assert!(iter.next().is_none(), "iterator continued after an error");
+                return;
+            }
+        }
+    }
+    assert_eq!(descs.len(), count as usize, "table ended early without an error");
+    let again = encode_table(encoding, &descs).expect("decoded descriptors must encode");
+    assert_eq!(again, bytes, "{} table re-encode", encoding.name());
+}
+
+/// A HELLO body.
+pub fn hello(data: &[u8]) {
+    if let Ok(h) = Hello::parse(data) {
+        let mut out = Vec::new();
+        h.emit(&mut out);
+        assert_eq!(out, data, "HELLO re-encode");
+    }
+}
+
+/// A HELLO_ACK body.
+pub fn hello_ack(data: &[u8]) {
+    if let Ok(a) = HelloAck::parse(data) {
+        let mut out = Vec::new();
+        a.emit(&mut out);
+        assert_eq!(out, data, "HELLO_ACK re-encode");
+    }
+}
+
+/// A COMPLETE or ERROR body, tried as each of the three.
+pub fn control(data: &[u8]) {
+    if let Ok(s) = SenderSummary::parse(data) {
+        assert_eq!(s.emit()[..], *data, "summary re-encode");
+    }
+    if let Ok(r) = Report::parse(data) {
+        assert_eq!(r.emit()[..], *data, "report re-encode");
+    }
+    if let Ok(e) = ErrorFrame::parse(data) {
+        if let Some(code) = ErrorCode::from_u16(e.code) {
+            assert_eq!(code as u16, e.code);
+        }
+        let mut out = Vec::new();
+        e.emit(&mut out);
+        assert_eq!(out, data, "ERROR re-encode");
+    }
+}
+
+/// Bytes starting with a varint.
+pub fn varint(data: &[u8]) {
+    match get_varint(data) {
+        Ok((v, used)) => {
+            assert!((1..=MAX_VARINT_LEN).contains(&used) && used <= data.len());
+            assert_eq!(varint_len(v), used, "accepted a non-shortest varint");
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            assert_eq!(out, data[..used], "varint re-encode");
+            assert_eq!(zigzag_encode(zigzag_decode(v)), v, "zigzag round trip");
+        }
+        Err(e) => assert!(
+            matches!(
+                e,
+                WireError::Truncated | WireError::VarintOverflow | WireError::VarintNonCanonical
+            ),
+            "unexpected varint error {e:?}"
+        ),
+    }
+}
