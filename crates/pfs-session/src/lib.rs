@@ -19,7 +19,7 @@ pub mod sys;
 
 pub use error::SessionError;
 pub use receiver::{receive_session, ReceiverConfig, ReceiverOutcome};
-pub use sender::{send_session, SendOutcome, SenderConfig};
+pub use sender::{send_session, SendOutcome, SenderConfig, DEFAULT_PAYLOAD_BUDGET};
 pub use server::{serve, ServerConfig, ServerEvent};
 pub use stats::SessionStats;
 

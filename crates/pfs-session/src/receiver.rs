@@ -246,10 +246,12 @@ fn run<T: Transport + ?Sized>(
     t.set_read_timeout(Some(cfg.idle_timeout))
         .map_err(|e| SessionError::io("setup", e))?;
 
-    // Steady state starts here: setup (map, prefault, fill, fingerprint) and
-    // the handshake are outside the window.
-    let started = Instant::now();
-    let usage0 = thread_usage();
+    // Steady state starts when the first frame after the handshake arrives:
+    // setup (map, prefault, fill, fingerprint), the handshake and the
+    // sender's time to build its first gram are outside the window.
+    let mut started = Instant::now();
+    let mut usage0 = thread_usage();
+    let mut clock_running = false;
     // Wire bytes count both directions of the whole session: everything
     // read (HELLO included) plus what this side writes (HELLO_ACK, report).
     let written = out.len() as u64 + REPORT_FRAME_LEN;
@@ -281,6 +283,12 @@ fn run<T: Transport + ?Sized>(
         let hdr = reader.next_header(t)?.ok_or(SessionError::PeerClosed {
             during: "session (before COMPLETE)",
         })?;
+        if !clock_running {
+            started = Instant::now();
+            usage0 = thread_usage();
+            next_log = cfg.log_interval.map(|i| started + i);
+            clock_running = true;
+        }
         match hdr.frame_type {
             FrameType::Gram => rx.gram(t, reader, hdr)?,
             FrameType::Complete if hdr.flags & FLAG_COMPLETE_REPORT == 0 => {

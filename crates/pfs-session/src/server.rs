@@ -100,16 +100,25 @@ pub fn serve<L: Listener>(
             };
             let peer = conn.peer();
             on_event(ServerEvent::Accepted { peer: &peer });
+            // A session that just sent its report may not have released its
+            // slot yet; give slots a moment to free before refusing.
+            let patience = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while active.load(Ordering::Acquire) >= cfg.max_clients && std::time::Instant::now() < patience {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             if active.load(Ordering::Acquire) >= cfg.max_clients {
                 refuse_busy(&mut conn, cfg.max_clients);
                 on_event(ServerEvent::Busy { peer: &peer });
                 continue;
             }
             started += 1;
-            // Paired with the fetch_sub when the session thread ends.
+            // Paired with the fetch_sub in SlotGuard::drop.
             active.fetch_add(1, Ordering::AcqRel);
             let (active, ok, failed) = (&active, &ok, &failed);
             scope.spawn(move || {
+                // Releases the slot however the session ends, a panicking
+                // event handler included.
+                let _slot = SlotGuard(active);
                 if let Some(cpu) = cfg.pin_cpu {
                     let _ = pin_current_thread(cpu);
                 }
@@ -135,11 +144,20 @@ pub fn serve<L: Listener>(
                         });
                     }
                 }
-                active.fetch_sub(1, Ordering::AcqRel);
             });
         }
     });
     (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed))
+}
+
+/// Decrements the active-session count when dropped.
+struct SlotGuard<'a>(&'a AtomicUsize);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        // Paired with the fetch_add before the session thread was spawned.
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 fn refuse_busy<T: Transport>(conn: &mut T, max: usize) {

@@ -63,6 +63,7 @@ fn sender_cfg(mode: Mode, integrity: IntegrityAlg, spec: ScheduleSpec) -> Sender
         reply_timeout: Duration::from_secs(20),
         log_interval: None,
         session_nonce: 1,
+        payload_budget: pfs_session::DEFAULT_PAYLOAD_BUDGET,
     }
 }
 

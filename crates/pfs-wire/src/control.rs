@@ -84,7 +84,7 @@ pub struct Report {
     pub descriptors: u64,
     /// Payload slab bytes received.
     pub payload_bytes: u64,
-    /// Steady-state time: HELLO_ACK sent → sender COMPLETE processed.
+    /// Steady-state time: first frame after the handshake → sender COMPLETE processed.
     pub elapsed_ns: u64,
     /// Receiver thread user CPU time in that window.
     pub user_us: u64,

@@ -1,0 +1,421 @@
+//! Command-line grammar (clap derive). Shared option groups — blob, schedule,
+//! output — are defined once and flattened into the subcommands that use them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const ABOUT: &str = "PacketFS: ship references (offset, length) into a blob both peers hold, not bytes.";
+
+const AFTER_HELP: &str = "\
+Sizes accept K/M/G/T (binary: KiB, MiB, …), KB/MB/GB (decimal) or plain bytes.
+Rates are decimal MB/s (10^6 bytes per second).
+
+Exit codes: 0 ok · 1 failure · 2 usage · 3 integrity MISMATCH · 4 refused by peer · 5 transport failure
+
+Examples:
+  pfs bench                                   # loopback suite: iperf3 + all PFS modes, one table
+  pfs serve --listen 127.0.0.1:7878           # receiver (loopback only unless you say otherwise)
+  pfs send --to 127.0.0.1:7878 --mode offset  # sender, same --size/--seed as the receiver
+  pfs blob create --blob-name b1 --size 1G --seed 42 --blob-keep";
+
+/// The `pfs` command.
+#[derive(Debug, Parser)]
+#[command(name = "pfs", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("PFS_GIT_REV"), ")"), about = ABOUT, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, inspect, verify, list or remove named blobs.
+    #[command(subcommand)]
+    Blob(BlobCommand),
+    /// Send a seeded descriptor schedule to a receiver and print its report.
+    #[command(after_help = "Examples:
+  pfs send --to 127.0.0.1:7878 --mode offset --bytes 16G
+  pfs send --to 127.0.0.1:7878 --mode arith --pattern sequential --integrity fnv1a --json
+  pfs send --to 127.0.0.1:7878 --mode payload --bytes 4G --log-interval 1")]
+    Send(SendArgs),
+    /// Receive sessions: execute every gram over this host's blob and report.
+    #[command(after_help = "Examples:
+  pfs serve                                   # 127.0.0.1:7878, 1 GiB blob from seed 0x5eed
+  pfs serve --listen 0.0.0.0:7878             # explicit: accept remote senders
+  pfs serve --once --json                     # one session, JSON report, exit status = its result
+  pfs serve --blob-name shared --huge-dir /mnt/huge")]
+    Serve(ServeArgs),
+    /// Run the benchmark suite on loopback: conventional baselines and every PFS mode, one table.
+    #[command(after_help = "Examples:
+  pfs bench                       # quick suite (~1 minute), table on stdout
+  pfs bench --out bench-out       # also CSV, JSON and Markdown in bench-out/
+  pfs bench --json                # machine-readable")]
+    Bench(BenchArgs),
+}
+
+/// `pfs blob …`
+#[derive(Debug, Subcommand)]
+pub enum BlobCommand {
+    /// Create (or reuse) a named blob, fill it and record its fingerprint.
+    Create {
+        /// Blob options.
+        #[command(flatten)]
+        blob: BlobArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a named blob's recorded size, fill, fingerprint and backing.
+    Info {
+        /// Blob name.
+        #[arg(long = "blob-name")]
+        name: String,
+        /// hugetlbfs directory the blob may live in.
+        #[arg(long)]
+        huge_dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recompute a named blob's fingerprint and report regions that differ from the record.
+    Verify {
+        /// Blob name.
+        #[arg(long = "blob-name")]
+        name: String,
+        /// hugetlbfs directory the blob may live in.
+        #[arg(long)]
+        huge_dir: Option<PathBuf>,
+        /// Threads (0 = all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a named blob (unlink only: processes that map it keep their view).
+    Rm {
+        /// Blob name.
+        #[arg(long = "blob-name")]
+        name: String,
+        /// hugetlbfs directory the blob may live in.
+        #[arg(long)]
+        huge_dir: Option<PathBuf>,
+    },
+    /// List named blobs.
+    List {
+        /// hugetlbfs directory to look in as well.
+        #[arg(long)]
+        huge_dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where the blob comes from and how it is set up.
+#[derive(Debug, Clone, Args)]
+pub struct BlobArgs {
+    /// hugetlbfs mount to back the blob with (checked with statfs; falls back to THP with a warning).
+    #[arg(long, value_name = "DIR")]
+    pub huge_dir: Option<PathBuf>,
+    /// Name of a persistent blob (reused if it exists with the same size and seed).
+    #[arg(long, value_name = "NAME")]
+    pub blob_name: Option<String>,
+    /// Blob size.
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    pub size: u64,
+    /// Fill seed: peers with the same size and seed hold the same bytes.
+    #[arg(long, default_value = "0x5eed", value_parser = parse_u64)]
+    pub seed: u64,
+    /// Fill from this file instead of the seeded generator.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_fill")]
+    pub fill_file: Option<PathBuf>,
+    /// Do not prefault the mapping (pages fault in during the run instead).
+    #[arg(long)]
+    pub no_prefault: bool,
+    /// Do not fill (use a named blob's existing bytes, or zeros).
+    #[arg(long)]
+    pub no_fill: bool,
+    /// Keep a named blob this command created after it exits.
+    #[arg(long)]
+    pub blob_keep: bool,
+    /// Setup threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub setup_threads: usize,
+}
+
+/// Transfer mode on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// PFS-With-Payload: the slab carries the referenced bytes.
+    Payload,
+    /// Native offset-only: descriptors only, absolute encoding.
+    Offset,
+    /// Native arithmetic: descriptors only, delta/varint encoding.
+    Arith,
+}
+
+impl ModeArg {
+    /// The wire mode.
+    pub fn mode(self) -> pfs_wire::Mode {
+        match self {
+            Self::Payload => pfs_wire::Mode::Payload,
+            Self::Offset => pfs_wire::Mode::Offset,
+            Self::Arith => pfs_wire::Mode::Arith,
+        }
+    }
+}
+
+/// Integrity algorithm on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IntegrityArg {
+    /// XXH3-64 (fast; default).
+    Xxh3,
+    /// FNV-1a 64 (byte-serial; for comparison with the original figures).
+    Fnv1a,
+    /// No check.
+    None,
+}
+
+impl IntegrityArg {
+    /// The wire algorithm.
+    pub fn alg(self) -> pfs_wire::IntegrityAlg {
+        match self {
+            Self::Xxh3 => pfs_wire::IntegrityAlg::Xxh3,
+            Self::Fnv1a => pfs_wire::IntegrityAlg::Fnv1a,
+            Self::None => pfs_wire::IntegrityAlg::None,
+        }
+    }
+}
+
+/// Access pattern on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PatternArg {
+    /// Uniformly random aligned ranges.
+    Random,
+    /// Back-to-back ranges (arithmetic encoding: ~4 bytes per descriptor).
+    Sequential,
+    /// max-len blocks at stride 2 × max-len.
+    Strided,
+}
+
+impl PatternArg {
+    /// The generator pattern.
+    pub fn pattern(self) -> pfs_exec::Pattern {
+        match self {
+            Self::Random => pfs_exec::Pattern::Random,
+            Self::Sequential => pfs_exec::Pattern::Sequential,
+            Self::Strided => pfs_exec::Pattern::Strided,
+        }
+    }
+}
+
+/// The seeded schedule a sender runs.
+#[derive(Debug, Clone, Args)]
+pub struct ScheduleArgs {
+    /// Descriptors per gram.
+    #[arg(long, default_value_t = 1024)]
+    pub desc_per_gram: u32,
+    /// Longest descriptor.
+    #[arg(long, default_value = "256K", value_parser = parse_size_u32)]
+    pub max_len: u32,
+    /// Offset/length alignment (power of two).
+    #[arg(long, default_value_t = 64)]
+    pub align: u32,
+    /// Number of grams to send.
+    #[arg(long, conflicts_with = "bytes")]
+    pub grams: Option<u64>,
+    /// Effective bytes to send [default: 4G].
+    #[arg(long, value_parser = parse_size)]
+    pub bytes: Option<u64>,
+    /// Access pattern.
+    #[arg(long, value_enum, default_value_t = PatternArg::Random)]
+    pub pattern: PatternArg,
+    /// Schedule generator seed.
+    #[arg(long, default_value = "1", value_parser = parse_u64)]
+    pub schedule_seed: u64,
+    /// Payload mode: most payload bytes per gram (cache-sized grams keep the digest pass and the kernel copy in L2).
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub gram_payload_max: u64,
+}
+
+/// `pfs send`
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// Receiver address (host:port).
+    #[arg(long, value_name = "ADDR")]
+    pub to: String,
+    /// Transfer mode.
+    #[arg(long, value_enum, default_value_t = ModeArg::Offset)]
+    pub mode: ModeArg,
+    /// Integrity algorithm, per gram and end to end.
+    #[arg(long, value_enum, default_value_t = IntegrityArg::Xxh3)]
+    pub integrity: IntegrityArg,
+    /// Schedule.
+    #[command(flatten)]
+    pub schedule: ScheduleArgs,
+    /// Blob.
+    #[command(flatten)]
+    pub blob: BlobArgs,
+    /// Print progress every SECS seconds (stderr).
+    #[arg(long, value_name = "SECS")]
+    pub log_interval: Option<f64>,
+    /// Pin the sending thread to this CPU.
+    #[arg(long, value_name = "CPU")]
+    pub pin: Option<usize>,
+    /// Socket buffer size (0 = kernel autotuning).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub sock_buf: u64,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pfs serve`
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Loopback by default; any other address must be given explicitly.
+    #[arg(long, default_value = "127.0.0.1:7878", value_name = "ADDR")]
+    pub listen: String,
+    /// Serve one session, then exit with its status.
+    #[arg(long, conflicts_with = "max_sessions")]
+    pub once: bool,
+    /// Exit after this many sessions.
+    #[arg(long)]
+    pub max_sessions: Option<u64>,
+    /// Sessions served at once (more get ERROR BUSY).
+    #[arg(long, default_value_t = 4)]
+    pub max_clients: usize,
+    /// Most descriptors per gram accepted.
+    #[arg(long, default_value_t = 65_536)]
+    pub max_desc_per_gram: u32,
+    /// Largest payload slab accepted per gram.
+    #[arg(long, default_value = "1G", value_parser = parse_size_u32)]
+    pub max_payload: u32,
+    /// Recompute the blob fingerprint at start and refuse to serve if it differs from the record.
+    #[arg(long)]
+    pub verify_blob: bool,
+    /// Blob.
+    #[command(flatten)]
+    pub blob: BlobArgs,
+    /// Print progress every SECS seconds (stderr).
+    #[arg(long, value_name = "SECS")]
+    pub log_interval: Option<f64>,
+    /// Pin session threads to this CPU.
+    #[arg(long, value_name = "CPU")]
+    pub pin: Option<usize>,
+    /// Socket buffer size (0 = kernel autotuning).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub sock_buf: u64,
+    /// Print events and reports as JSON lines on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pfs bench`
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Larger sizes (longer runs, steadier numbers).
+    #[arg(long)]
+    pub full: bool,
+    /// Blob size for both peers.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// hugetlbfs mount for both peers' blobs.
+    #[arg(long, value_name = "DIR")]
+    pub huge_dir: Option<PathBuf>,
+    /// Access pattern of the main PFS rows (sequential rows for offset/arith are always added).
+    #[arg(long, value_enum, default_value_t = PatternArg::Random)]
+    pub pattern: PatternArg,
+    /// Descriptors per gram.
+    #[arg(long, default_value_t = 1024)]
+    pub desc_per_gram: u32,
+    /// Longest descriptor.
+    #[arg(long, default_value = "256K", value_parser = parse_size_u32)]
+    pub max_len: u32,
+    /// Only rows whose label, integrity or pattern contains this text (case-insensitive); repeatable.
+    #[arg(long, value_name = "TEXT")]
+    pub only: Vec<String>,
+    /// Do not pin sender and receiver to separate CPUs.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Multiply every row's transfer size (and iperf3's duration) by this factor.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Write bench.csv, bench.json and bench.md here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `0x…` hex or decimal.
+pub fn parse_u64(s: &str) -> Result<u64, String> {
+    let s = s.trim().replace('_', "");
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse::<u64>(),
+    };
+    r.map_err(|e| format!("{s:?} is not a number: {e}"))
+}
+
+/// Parses a size: `4096`, `64K`, `1G`, `1GiB` (binary), `1GB`, `500MB` (decimal).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let digits_end = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits_end);
+    let value: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (examples: 4096, 64K, 1G, 500MB)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => return Err(format!("unknown size unit {other:?} in {s:?} (use K, M, G, T, KB, MB, GB, TB)")),
+    };
+    let bytes = value * mult;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// A size that must fit in 32 bits.
+pub fn parse_size_u32(s: &str) -> Result<u32, String> {
+    let v = parse_size(s)?;
+    u32::try_from(v).map_err(|_| format!("{s:?} exceeds 4 GiB - 1"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("1.5M"), Ok(1_572_864));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("abc").is_err());
+        assert_eq!(parse_size_u32("256K"), Ok(262_144));
+        assert!(parse_size_u32("8G").is_err());
+        assert_eq!(parse_u64("0x5eed"), Ok(0x5eed));
+        assert_eq!(parse_u64("42"), Ok(42));
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,115 @@
+//! `pfs serve`: the receiver. Listens (loopback unless told otherwise),
+//! serves sessions over its own blob, prints each receiver report.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Mutex;
+
+use pfs_session::{serve, Limits, ReceiverConfig, ServerConfig, ServerEvent, SessionStats};
+use pfs_transport::{TcpConfig, TcpListener};
+
+use crate::args::ServeArgs;
+use crate::exit;
+
+use super::{interval, open_blob, progress_line};
+
+fn is_loopback(addr: &str) -> bool {
+    addr.to_socket_addrs()
+        .map(|mut it| it.all(|sa: SocketAddr| matches!(sa.ip(), IpAddr::V4(v) if v.is_loopback()) || sa.ip().is_loopback()))
+        .unwrap_or(false)
+}
+
+/// Writes a result line to stdout; a closed stdout (reader gone) must not
+/// take a session thread down with it.
+fn emit(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    let log = interval(args.log_interval)?;
+    let opened = open_blob(&args.blob, false)?;
+    if args.verify_blob {
+        let actual = opened.blob.recompute_fingerprint(args.blob.setup_threads);
+        let recorded = opened.blob.fingerprint();
+        if actual.root != recorded.root {
+            let ranges = actual.diff(recorded).unwrap_or_default();
+            anyhow::bail!(
+                "--verify-blob: the blob's bytes differ from its recorded fingerprint in {} range(s), first {:?}; \
+                 refusing to serve (recreate it, or serve without --verify-blob to let per-gram integrity report it)",
+                ranges.len(),
+                ranges.first()
+            );
+        }
+        eprintln!("blob verified: fingerprint {}", actual.short());
+    }
+    if !is_loopback(&args.listen) {
+        eprintln!("pfs: warning: listening on non-loopback address {} (no authentication in this version)", args.listen);
+    }
+    let tcp = TcpConfig { socket_buffer: args.sock_buf as usize, ..TcpConfig::default() };
+    let listener = TcpListener::bind(&args.listen, tcp)?;
+    let addr = listener.socket_addr()?;
+    if args.json {
+        println!("{}", serde_json::json!({"event": "listening", "addr": addr.to_string()}));
+    } else {
+        println!("pfs serve: listening on {addr}");
+    }
+    let cfg = ServerConfig {
+        receiver: ReceiverConfig {
+            limits: Limits { max_desc_count: args.max_desc_per_gram, max_payload_len: args.max_payload, ..Limits::default() },
+            log_interval: log,
+            ..ReceiverConfig::default()
+        },
+        max_clients: args.max_clients.max(1),
+        max_sessions: if args.once { Some(1) } else { args.max_sessions },
+        pin_cpu: args.pin,
+    };
+    let json = args.json;
+    let last_integrity_ok = Mutex::new(true);
+    let on_event = |ev: ServerEvent<'_>| match ev {
+        ServerEvent::Accepted { peer } => {
+            if !json {
+                eprintln!("session from {peer}");
+            }
+        }
+        ServerEvent::Progress { peer, progress: p } => eprintln!(
+            "{}",
+            progress_line(&format!("recv {peer}"), p.grams, p.effective_bytes, p.wire_bytes, p.elapsed, p.planned_bytes)
+        ),
+        ServerEvent::Finished { peer, outcome } => {
+            let stats = SessionStats::from_report(&outcome.report, "TCP");
+            if let Ok(mut ok) = last_integrity_ok.lock() {
+                *ok = stats.ok();
+            }
+            if json {
+                emit(&serde_json::json!({"event": "report", "peer": peer, "stats": stats}).to_string());
+            } else {
+                emit(&format!("session from {peer} complete:\n{}", stats.human()));
+            }
+            if !stats.ok() {
+                eprintln!(
+                    "pfs: integrity MISMATCH from {peer}: {} gram(s) differ, first gram #{}",
+                    stats.mismatched_grams,
+                    stats.first_mismatch_seq.map(|s| s.to_string()).unwrap_or_else(|| "?".into())
+                );
+            }
+        }
+        ServerEvent::Failed { peer, error } => {
+            if let Ok(mut ok) = last_integrity_ok.lock() {
+                *ok = false;
+            }
+            if json {
+                emit(&serde_json::json!({"event": "session_failed", "peer": peer, "error": error.to_string()}).to_string());
+            }
+            eprintln!("pfs: session from {peer} failed: {error}");
+        }
+        ServerEvent::Busy { peer } => eprintln!("pfs: refused {peer}: busy ({} sessions running)", args.max_clients),
+        ServerEvent::AcceptFailed { error } => eprintln!("pfs: accept failed: {error}"),
+    };
+    let (ok, failed) = serve(&listener, &opened.view(), &cfg, &on_event);
+    if !json {
+        eprintln!("pfs serve: {ok} session(s) completed, {failed} failed");
+    }
+    // With --once the exit status is that session's result.
+    let last_ok = last_integrity_ok.lock().map(|g| *g).unwrap_or(false);
+    Ok(if args.once && !last_ok { if failed > 0 { exit::TRANSPORT } else { exit::INTEGRITY } } else { exit::OK })
+}
