@@ -365,9 +365,13 @@ pub fn parse_u64(s: &str) -> Result<u64, String> {
 /// Parses a size: `4096`, `64K`, `1G`, `1GiB` (binary), `1GB`, `500MB` (decimal).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim().replace('_', "");
-    let digits_end = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let digits_end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(digits_end);
-    let value: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (examples: 4096, 64K, 1G, 500MB)"))?;
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 4096, 64K, 1G, 500MB)"))?;
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kib" => 1024.0,
@@ -378,7 +382,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        other => return Err(format!("unknown size unit {other:?} in {s:?} (use K, M, G, T, KB, MB, GB, TB)")),
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (use K, M, G, T, KB, MB, GB, TB)"
+            ))
+        }
     };
     let bytes = value * mult;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {

@@ -4,7 +4,9 @@ use std::fs;
 
 /// Kernel release.
 pub fn kernel() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into())
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// CPU model name.

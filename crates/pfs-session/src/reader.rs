@@ -87,14 +87,14 @@ impl FrameReader {
         &mut self,
         t: &mut T,
     ) -> Result<Option<FrameHeader>, SessionError> {
-        if self.buffered() == 0 {
-            if self
+        let at_boundary = self.buffered() == 0;
+        if at_boundary
+            && self
                 .read_more(t, FRAME_HEADER_LEN)
                 .map_err(|e| SessionError::io("frame header", e))?
                 == 0
-            {
-                return Ok(None);
-            }
+        {
+            return Ok(None);
         }
         self.ensure(t, FRAME_HEADER_LEN, "frame header")?;
         let hdr = FrameHeader::parse(&self.buf[self.start..self.end]).map_err(|e| SessionError::Wire {

@@ -192,7 +192,11 @@ pub fn send_session<T: Transport + ?Sized>(
     let mut seq = 0u64;
     let mut next_log = cfg.log_interval.map(|i| started + i);
 
-    let budget = if cfg.mode.carries_payload() { cfg.payload_budget.max(1) } else { u64::MAX };
+    let budget = if cfg.mode.carries_payload() {
+        cfg.payload_budget.max(1)
+    } else {
+        u64::MAX
+    };
     while schedule.next_gram(&mut descs) {
         // In payload mode a schedule batch is cut into cache-sized grams:
         // the digest pass leaves each range in L2 just before the kernel
@@ -213,7 +217,9 @@ pub fn send_session<T: Transport + ?Sized>(
             for (i, &d) in part.iter().enumerate() {
                 let bytes = resolve(blob.data, d, i as u32)?;
                 digest.update(bytes);
-                table.push(d).map_err(|e| SessionError::Local(format!("descriptor {d:?}: {e}")))?;
+                table
+                    .push(d)
+                    .map_err(|e| SessionError::Local(format!("descriptor {d:?}: {e}")))?;
                 if cfg.mode.carries_payload() {
                     let (s, e) = (d.offset as usize, d.offset as usize + d.len as usize);
                     match ranges.last_mut() {
@@ -222,7 +228,11 @@ pub fn send_session<T: Transport + ?Sized>(
                     }
                 }
             }
-            let payload_len = if cfg.mode.carries_payload() { table.total_len() } else { 0 };
+            let payload_len = if cfg.mode.carries_payload() {
+                table.total_len()
+            } else {
+                0
+            };
             let payload_len = u32::try_from(payload_len)
                 .map_err(|_| SessionError::Local("gram payload exceeds 4 GiB".into()))?;
             let value = digest.value();
@@ -238,7 +248,12 @@ pub fn send_session<T: Transport + ?Sized>(
             };
             let length =
                 u32::try_from(gh.body_len()).map_err(|_| SessionError::Local("gram exceeds 4 GiB".into()))?;
-            let fh = FrameHeader { frame_type: FrameType::Gram, flags: 0, length }.emit();
+            let fh = FrameHeader {
+                frame_type: FrameType::Gram,
+                flags: 0,
+                length,
+            }
+            .emit();
             let gh_bytes = gh.emit();
             let written = write_gram(t, &fh, &gh_bytes, table.as_bytes(), blob.data, &ranges)
                 .map_err(|e| explain_write_failure(t, &mut reader, e, "GRAM"))?;

@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::args::{BenchArgs, BlobArgs};
 use crate::{exit, sysinfo};
 
-use super::send::send_once;
+use super::send::{send_once, sender_config};
 use super::{open_blob, OpenedBlob};
 
 /// Sizes of one suite.
@@ -36,8 +36,13 @@ struct Sizes {
     iperf_secs: u32,
 }
 
-const QUICK: Sizes =
-    Sizes { blob: 1 << 30, payload_bytes: 4_000_000_000, offset_bytes: 16_000_000_000, fnv_bytes: 2_000_000_000, iperf_secs: 3 };
+const QUICK: Sizes = Sizes {
+    blob: 1 << 30,
+    payload_bytes: 4_000_000_000,
+    offset_bytes: 16_000_000_000,
+    fnv_bytes: 2_000_000_000,
+    iperf_secs: 3,
+};
 const FULL: Sizes = Sizes {
     blob: 4 << 30,
     payload_bytes: 16_000_000_000,
@@ -50,8 +55,17 @@ const FULL: Sizes = Sizes {
 #[derive(Debug, Clone)]
 enum Job {
     Iperf3,
-    Pfs { mode: Mode, integrity: IntegrityAlg, pattern: Pattern, bytes: u64 },
-    Loop { integrity: IntegrityAlg, pattern: Pattern, bytes: u64 },
+    Pfs {
+        mode: Mode,
+        integrity: IntegrityAlg,
+        pattern: Pattern,
+        bytes: u64,
+    },
+    Loop {
+        integrity: IntegrityAlg,
+        pattern: Pattern,
+        bytes: u64,
+    },
 }
 
 /// One planned row.
@@ -67,7 +81,12 @@ impl Planned {
     fn key(&self) -> String {
         let extra = match &self.job {
             Job::Iperf3 => String::new(),
-            Job::Pfs { integrity, pattern, .. } | Job::Loop { integrity, pattern, .. } => {
+            Job::Pfs {
+                integrity, pattern, ..
+            }
+            | Job::Loop {
+                integrity, pattern, ..
+            } => {
                 format!(" {} {}", integrity.name(), pattern.name())
             }
         };
@@ -154,26 +173,44 @@ fn loop_label(alg: IntegrityAlg) -> String {
 
 /// The rows of the suite, in order. The one place a row is added.
 fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
-    let mut rows = vec![Planned { label: "Conventional (iperf3)".into(), purpose: "Transfer", job: Job::Iperf3 }];
+    let mut rows = vec![Planned {
+        label: "Conventional (iperf3)".into(),
+        purpose: "Transfer",
+        job: Job::Iperf3,
+    }];
     for integrity in [IntegrityAlg::Xxh3, IntegrityAlg::Fnv1a] {
         let fnv = integrity == IntegrityAlg::Fnv1a;
         let exec_bytes = if fnv { sizes.fnv_bytes } else { sizes.offset_bytes };
         rows.push(Planned {
             label: loop_label(integrity),
             purpose: "pCPU",
-            job: Job::Loop { integrity, pattern, bytes: exec_bytes },
+            job: Job::Loop {
+                integrity,
+                pattern,
+                bytes: exec_bytes,
+            },
         });
         let payload_bytes = if fnv { sizes.fnv_bytes } else { sizes.payload_bytes };
         rows.push(Planned {
             label: Mode::Payload.label("TCP"),
             purpose: "Transfer",
-            job: Job::Pfs { mode: Mode::Payload, integrity, pattern, bytes: payload_bytes },
+            job: Job::Pfs {
+                mode: Mode::Payload,
+                integrity,
+                pattern,
+                bytes: payload_bytes,
+            },
         });
         for mode in [Mode::Offset, Mode::Arith] {
             rows.push(Planned {
                 label: mode.label("TCP"),
                 purpose: "both",
-                job: Job::Pfs { mode, integrity, pattern, bytes: exec_bytes },
+                job: Job::Pfs {
+                    mode,
+                    integrity,
+                    pattern,
+                    bytes: exec_bytes,
+                },
             });
         }
         if pattern != Pattern::Sequential && !fnv {
@@ -181,7 +218,12 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
                 rows.push(Planned {
                     label: mode.label("TCP"),
                     purpose: "both",
-                    job: Job::Pfs { mode, integrity, pattern: Pattern::Sequential, bytes: exec_bytes },
+                    job: Job::Pfs {
+                        mode,
+                        integrity,
+                        pattern: Pattern::Sequential,
+                        bytes: exec_bytes,
+                    },
                 });
             }
         }
@@ -220,7 +262,9 @@ fn start_receiver(
     if pin {
         cmd.args(["--pin", "1"]);
     }
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
     let mut child = cmd.spawn().context("cannot start the receiver (pfs serve)")?;
     let stdout = child.stdout.take().context("receiver stdout")?;
     let mut stderr = child.stderr.take().context("receiver stderr")?;
@@ -246,7 +290,10 @@ fn start_receiver(
             Ok(line) => {
                 let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
                 if v["event"] == "listening" {
-                    let addr = v["addr"].as_str().context("listening event without addr")?.to_string();
+                    let addr = v["addr"]
+                        .as_str()
+                        .context("listening event without addr")?
+                        .to_string();
                     return Ok((guard, addr, erx));
                 }
             }
@@ -264,13 +311,22 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
 }
 
 /// iperf3, one TCP stream on loopback, receiver-side numbers.
 fn run_iperf3(label: &str, secs: u32, pin: bool) -> Row {
     if !have("iperf3") {
-        return Row::skipped(label, "Transfer", "iperf3 not installed (apt-get install iperf3)".into());
+        return Row::skipped(
+            label,
+            "Transfer",
+            "iperf3 not installed (apt-get install iperf3)".into(),
+        );
     }
     let attempt = || -> anyhow::Result<Row> {
         let port = free_port()?.to_string();
@@ -300,8 +356,12 @@ fn run_iperf3(label: &str, secs: u32, pin: bool) -> Row {
                 bail!("iperf3: {e}");
             }
             let sum = &v["end"]["sum_received"];
-            let bytes = sum["bytes"].as_u64().context("iperf3 JSON: end.sum_received.bytes")?;
-            let seconds = sum["seconds"].as_f64().context("iperf3 JSON: end.sum_received.seconds")?;
+            let bytes = sum["bytes"]
+                .as_u64()
+                .context("iperf3 JSON: end.sum_received.bytes")?;
+            let seconds = sum["seconds"]
+                .as_f64()
+                .context("iperf3 JSON: end.sum_received.seconds")?;
             let cpu = &v["end"]["cpu_utilization_percent"];
             let user = cpu["remote_user"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
             let sys = cpu["remote_system"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
@@ -343,7 +403,15 @@ fn run_loop(label: &str, blob: &[u8], spec: ScheduleSpec, alg: IntegrityAlg) -> 
     std::hint::black_box(acc);
     let el = t0.elapsed().as_secs_f64();
     let u = thread_usage().since(&u0);
-    let mut row = Row::measured(label, "pCPU", eff, 0, el, u.user_us as f64 / 1e6, u.sys_us as f64 / 1e6);
+    let mut row = Row::measured(
+        label,
+        "pCPU",
+        eff,
+        0,
+        el,
+        u.user_us as f64 / 1e6,
+        u.sys_us as f64 / 1e6,
+    );
     row.integrity = alg.name().into();
     row.notes = format!("pattern={}, same schedule, no transport", spec.pattern.name());
     Ok(row)
@@ -378,7 +446,17 @@ fn fmt_table(header: &Header, rows: &[Row]) -> String {
     ));
     s.push_str(&format!(
         "{:<40} {:>5} {:>10} {:>10} {:>10} {:>7} {:>10} {:>7} {:>7} {:>9} {:<8} {}\n",
-        "label", "integ", "eff_MB", "wire_MB", "wire/eff", "time_s", "eff_MB/s", "user_s", "sys_s", "MB/CPU-s", "check",
+        "label",
+        "integ",
+        "eff_MB",
+        "wire_MB",
+        "wire/eff",
+        "time_s",
+        "eff_MB/s",
+        "user_s",
+        "sys_s",
+        "MB/CPU-s",
+        "check",
         "notes"
     ));
     for r in rows {
@@ -485,12 +563,16 @@ fn to_markdown(header: &Header, rows: &[Row]) -> String {
 
 /// Appends "x.xx× <baseline>" to the notes of rows that have a named baseline in this run.
 fn add_ratios(rows: &mut [Row]) {
-    let rate = |rows: &[Row], pred: &dyn Fn(&Row) -> bool| rows.iter().find(|r| r.ran() && pred(r)).map(|r| r.effective_mb_s);
+    let rate = |rows: &[Row], pred: &dyn Fn(&Row) -> bool| {
+        rows.iter().find(|r| r.ran() && pred(r)).map(|r| r.effective_mb_s)
+    };
     let iperf = rate(rows, &|r| r.label == "Conventional (iperf3)");
     let xxh_loop = rate(rows, &|r| r.label == loop_label(IntegrityAlg::Xxh3));
     let fnv_loop = rate(rows, &|r| r.label == loop_label(IntegrityAlg::Fnv1a));
     let offset_rate = |rows: &[Row], alg: &str, pattern: &str| {
-        rate(rows, &|r| r.label == Mode::Offset.label("TCP") && r.integrity_alg() == alg && r.notes.contains(pattern))
+        rate(rows, &|r| {
+            r.label == Mode::Offset.label("TCP") && r.integrity_alg() == alg && r.notes.contains(pattern)
+        })
     };
     let snapshot = rows.to_vec();
     for r in rows.iter_mut().filter(|r| r.ran()) {
@@ -502,13 +584,21 @@ fn add_ratios(rows: &mut [Row]) {
             }
         }
         if is_pfs && r.label != Mode::Payload.label("TCP") {
-            let base = if r.integrity_alg() == "fnv1a" { fnv_loop.map(|b| (b, "fnv1a loop")) } else { xxh_loop.map(|b| (b, "xxh3 loop")) };
+            let base = if r.integrity_alg() == "fnv1a" {
+                fnv_loop.map(|b| (b, "fnv1a loop"))
+            } else {
+                xxh_loop.map(|b| (b, "xxh3 loop"))
+            };
             if let Some((b, name)) = base {
                 ratios.push(format!("{:.2}× {name}", r.effective_mb_s / b));
             }
         }
         if r.label == Mode::Arith.label("TCP") {
-            let pattern = if r.notes.contains("pattern=sequential") { "pattern=sequential" } else { "pattern=random" };
+            let pattern = if r.notes.contains("pattern=sequential") {
+                "pattern=sequential"
+            } else {
+                "pattern=random"
+            };
             if let Some(b) = offset_rate(&snapshot, r.integrity_alg(), pattern) {
                 ratios.push(format!("{:.2}× offset-only", r.effective_mb_s / b));
             }
@@ -552,7 +642,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     if planned.is_empty() {
         bail!("--only matched no row");
     }
-    let pfs_sessions = planned.iter().filter(|p| matches!(p.job, Job::Pfs { .. })).count();
+    let pfs_sessions = planned
+        .iter()
+        .filter(|p| matches!(p.job, Job::Pfs { .. }))
+        .count();
 
     let seed = 0x5eed;
     let blob_args = BlobArgs {
@@ -566,9 +659,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         blob_keep: false,
         setup_threads: 0,
     };
-    eprintln!("pfs bench: setting up a {} MB blob for each peer (outside the timed path)…", sizes.blob / 1_000_000);
+    eprintln!(
+        "pfs bench: setting up a {} MB blob for each peer (outside the timed path)…",
+        sizes.blob / 1_000_000
+    );
     let receiver = if pfs_sessions > 0 {
-        Some(start_receiver(sizes, seed, args.huge_dir.as_deref(), pin, pfs_sessions)?)
+        Some(start_receiver(
+            sizes,
+            seed,
+            args.huge_dir.as_deref(),
+            pin,
+            pfs_sessions,
+        )?)
     } else {
         None
     };
@@ -585,7 +687,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         eprintln!("pfs bench: {} …", p.label);
         let row = match &p.job {
             Job::Iperf3 => run_iperf3(&p.label, sizes.iperf_secs, pin),
-            Job::Loop { integrity, pattern, bytes } => {
+            Job::Loop {
+                integrity,
+                pattern,
+                bytes,
+            } => {
                 // The loop runs where the receiver runs: on CPU 1.
                 let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
                 let data = opened.blob.as_slice();
@@ -603,10 +709,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 });
                 r?
             }
-            Job::Pfs { mode, integrity, pattern, bytes } => {
+            Job::Pfs {
+                mode,
+                integrity,
+                pattern,
+                bytes,
+            } => {
                 let addr = &receiver.as_ref().context("receiver")?.1;
                 let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
-                match send_once(addr, &view, *mode, *integrity, spec, None, 0, pfs_session::DEFAULT_PAYLOAD_BUDGET) {
+                let cfg = sender_config(*mode, *integrity, spec, pfs_session::DEFAULT_PAYLOAD_BUDGET);
+                match send_once(addr, &view, &cfg, 0) {
                     Ok(out) => {
                         let st = SessionStats::from_report(&out.report, "TCP");
                         receiver_blob = format!("{} (page {} B)", st.blob_backing, st.blob_page_size);
@@ -657,10 +769,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         sender_setup: opened.describe(),
         units: "MB = 10^6 bytes; rates MB/s; CPU from getrusage (receiver thread)".into(),
         path: "loopback".into(),
-        pinning: if pin { "sender CPU 0, receiver CPU 1".into() } else { "unpinned".into() },
+        pinning: if pin {
+            "sender CPU 0, receiver CPU 1".into()
+        } else {
+            "unpinned".into()
+        },
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?
+        );
     } else {
         print!("{}", fmt_table(&header, &rows));
     }
@@ -672,8 +791,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?,
         )?;
         std::fs::write(dir.join("bench.md"), to_markdown(&header, &rows))?;
-        eprintln!("pfs bench: wrote bench.csv, bench.json, bench.md to {}", dir.display());
+        eprintln!(
+            "pfs bench: wrote bench.csv, bench.json, bench.md to {}",
+            dir.display()
+        );
     }
-    let failed = rows.iter().any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
+    let failed = rows
+        .iter()
+        .any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
     Ok(if failed { exit::FAILURE } else { exit::OK })
 }

@@ -11,7 +11,9 @@ pub fn run(cmd: BlobCommand) -> anyhow::Result<i32> {
     match cmd {
         BlobCommand::Create { mut blob, json } => {
             if blob.blob_name.is_none() {
-                anyhow::bail!("`pfs blob create` needs --blob-name (anonymous blobs live only as long as a process)");
+                anyhow::bail!(
+                    "`pfs blob create` needs --blob-name (anonymous blobs live only as long as a process)"
+                );
             }
             // A blob created on purpose is kept unless the user asked otherwise.
             blob.blob_keep = true;
@@ -38,7 +40,8 @@ pub fn run(cmd: BlobCommand) -> anyhow::Result<i32> {
             Ok(exit::OK)
         }
         BlobCommand::Info { name, huge_dir, json } => {
-            let meta = pfs_blob::info(&name, huge_dir.as_deref()).with_context(|| format!("blob {name:?}"))?;
+            let meta =
+                pfs_blob::info(&name, huge_dir.as_deref()).with_context(|| format!("blob {name:?}"))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&meta)?);
             } else {
@@ -52,13 +55,21 @@ pub fn run(cmd: BlobCommand) -> anyhow::Result<i32> {
             }
             Ok(exit::OK)
         }
-        BlobCommand::Verify { name, huge_dir, threads, json } => {
+        BlobCommand::Verify {
+            name,
+            huge_dir,
+            threads,
+            json,
+        } => {
             let r = pfs_blob::verify(&name, huge_dir.as_deref(), threads)
                 .with_context(|| format!("blob {name:?}"))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else if r.ok {
-                println!("{name}: OK (fingerprint {}, {:.3} s)", r.actual_root_hex, r.elapsed_s);
+                println!(
+                    "{name}: OK (fingerprint {}, {:.3} s)",
+                    r.actual_root_hex, r.elapsed_s
+                );
             } else {
                 println!(
                     "{name}: DIFFERS from its record (recorded {}, actual {})",
@@ -82,7 +93,10 @@ pub fn run(cmd: BlobCommand) -> anyhow::Result<i32> {
             } else if list.is_empty() {
                 println!("no named blobs");
             } else {
-                println!("{:<24} {:>14} {:<14} {:<10} {:<16}", "NAME", "SIZE", "FILL", "BACKING", "FINGERPRINT");
+                println!(
+                    "{:<24} {:>14} {:<14} {:<10} {:<16}",
+                    "NAME", "SIZE", "FILL", "BACKING", "FINGERPRINT"
+                );
                 for m in list {
                     println!(
                         "{:<24} {:>14} {:<14} {:<10} {:<16}",

@@ -125,7 +125,11 @@ pub fn interval(secs: Option<f64>) -> anyhow::Result<Option<Duration>> {
 /// Progress line: effective and wire bytes with rates and, when known, percent done.
 pub fn progress_line(who: &str, grams: u64, eff: u64, wire: u64, elapsed: Duration, planned: u64) -> String {
     let secs = elapsed.as_secs_f64().max(1e-9);
-    let pct = if planned > 0 { format!(" {:5.1}%", eff as f64 * 100.0 / planned as f64) } else { String::new() };
+    let pct = if planned > 0 {
+        format!(" {:5.1}%", eff as f64 * 100.0 / planned as f64)
+    } else {
+        String::new()
+    };
     format!(
         "{who}:{pct} {grams} grams, {eff:.1} MB effective ({er:.1} MB/s), {wire:.3} MB wire ({wr:.1} MB/s), {secs:.1} s",
         eff = eff as f64 / 1e6,

@@ -54,35 +54,53 @@ pub fn outcome_json(stats: &SessionStats, out: &SendOutcome, pattern: &str) -> s
     })
 }
 
-/// Connects and runs one session.
-pub fn send_once(
-    addr: &str,
-    view: &pfs_session::BlobView<'_>,
+/// Sender settings with the defaults the CLI uses.
+pub fn sender_config(
     mode: Mode,
     integrity: IntegrityAlg,
     spec: ScheduleSpec,
-    log_interval: Option<Duration>,
-    sock_buf: usize,
     payload_budget: u64,
-) -> anyhow::Result<SendOutcome> {
-    let tcp = TcpConfig { socket_buffer: sock_buf, ..TcpConfig::default() };
-    let mut t = TcpTransport::connect(addr, &tcp)?;
-    let cfg = SenderConfig {
+) -> SenderConfig {
+    SenderConfig {
         mode,
         integrity,
         spec,
         reply_timeout: Duration::from_secs(120),
-        log_interval,
+        log_interval: None,
         payload_budget,
-        session_nonce: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1),
+        session_nonce: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1),
+    }
+}
+
+/// Connects and runs one session.
+pub fn send_once(
+    addr: &str,
+    view: &pfs_session::BlobView<'_>,
+    cfg: &SenderConfig,
+    sock_buf: usize,
+) -> anyhow::Result<SendOutcome> {
+    let tcp = TcpConfig {
+        socket_buffer: sock_buf,
+        ..TcpConfig::default()
     };
+    let mut t = TcpTransport::connect(addr, &tcp)?;
     let mut progress = |p: &pfs_session::sender::SendProgress| {
         eprintln!(
             "{}",
-            progress_line("send", p.grams, p.effective_bytes, p.wire_bytes, p.elapsed, p.planned_bytes)
+            progress_line(
+                "send",
+                p.grams,
+                p.effective_bytes,
+                p.wire_bytes,
+                p.elapsed,
+                p.planned_bytes
+            )
         );
     };
-    Ok(send_session(&mut t, view, &cfg, &mut progress)?)
+    Ok(send_session(&mut t, view, cfg, &mut progress)?)
 }
 
 pub fn run(args: SendArgs) -> anyhow::Result<i32> {
@@ -94,10 +112,16 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     let spec = schedule_spec(&args.schedule, opened.blob.len());
     spec.validate()?;
     let mode = args.mode.mode();
-    let out = send_once(&args.to, &opened.view(), mode, args.integrity.alg(), spec, log, args.sock_buf as usize, args.schedule.gram_payload_max)?;
+    let mut cfg = sender_config(mode, args.integrity.alg(), spec, args.schedule.gram_payload_max);
+    cfg.log_interval = log;
+    let out = send_once(&args.to, &opened.view(), &cfg, args.sock_buf as usize)?;
+
     let stats = SessionStats::from_report(&out.report, "TCP");
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&outcome_json(&stats, &out, spec.pattern.name()))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome_json(&stats, &out, spec.pattern.name()))?
+        );
     } else {
         println!("{}", stats.human());
         let descs = out.summary.descriptors.max(1);
@@ -115,7 +139,10 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
         eprintln!(
             "pfs: integrity MISMATCH: {} gram(s) differ, first gram #{}",
             stats.mismatched_grams,
-            stats.first_mismatch_seq.map(|s| s.to_string()).unwrap_or_else(|| "? (end-to-end/count check)".into())
+            stats
+                .first_mismatch_seq
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "? (end-to-end/count check)".into())
         );
         return Ok(exit::INTEGRITY);
     }

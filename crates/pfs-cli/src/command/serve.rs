@@ -14,7 +14,11 @@ use super::{interval, open_blob, progress_line};
 
 fn is_loopback(addr: &str) -> bool {
     addr.to_socket_addrs()
-        .map(|mut it| it.all(|sa: SocketAddr| matches!(sa.ip(), IpAddr::V4(v) if v.is_loopback()) || sa.ip().is_loopback()))
+        .map(|mut it| {
+            it.all(|sa: SocketAddr| {
+                matches!(sa.ip(), IpAddr::V4(v) if v.is_loopback()) || sa.ip().is_loopback()
+            })
+        })
         .unwrap_or(false)
 }
 
@@ -43,19 +47,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         eprintln!("blob verified: fingerprint {}", actual.short());
     }
     if !is_loopback(&args.listen) {
-        eprintln!("pfs: warning: listening on non-loopback address {} (no authentication in this version)", args.listen);
+        eprintln!(
+            "pfs: warning: listening on non-loopback address {} (no authentication in this version)",
+            args.listen
+        );
     }
-    let tcp = TcpConfig { socket_buffer: args.sock_buf as usize, ..TcpConfig::default() };
+    let tcp = TcpConfig {
+        socket_buffer: args.sock_buf as usize,
+        ..TcpConfig::default()
+    };
     let listener = TcpListener::bind(&args.listen, tcp)?;
     let addr = listener.socket_addr()?;
     if args.json {
-        println!("{}", serde_json::json!({"event": "listening", "addr": addr.to_string()}));
+        println!(
+            "{}",
+            serde_json::json!({"event": "listening", "addr": addr.to_string()})
+        );
     } else {
         println!("pfs serve: listening on {addr}");
     }
     let cfg = ServerConfig {
         receiver: ReceiverConfig {
-            limits: Limits { max_desc_count: args.max_desc_per_gram, max_payload_len: args.max_payload, ..Limits::default() },
+            limits: Limits {
+                max_desc_count: args.max_desc_per_gram,
+                max_payload_len: args.max_payload,
+                ..Limits::default()
+            },
             log_interval: log,
             ..ReceiverConfig::default()
         },
@@ -73,7 +90,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         }
         ServerEvent::Progress { peer, progress: p } => eprintln!(
             "{}",
-            progress_line(&format!("recv {peer}"), p.grams, p.effective_bytes, p.wire_bytes, p.elapsed, p.planned_bytes)
+            progress_line(
+                &format!("recv {peer}"),
+                p.grams,
+                p.effective_bytes,
+                p.wire_bytes,
+                p.elapsed,
+                p.planned_bytes
+            )
         ),
         ServerEvent::Finished { peer, outcome } => {
             let stats = SessionStats::from_report(&outcome.report, "TCP");
@@ -89,7 +113,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 eprintln!(
                     "pfs: integrity MISMATCH from {peer}: {} gram(s) differ, first gram #{}",
                     stats.mismatched_grams,
-                    stats.first_mismatch_seq.map(|s| s.to_string()).unwrap_or_else(|| "?".into())
+                    stats
+                        .first_mismatch_seq
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "?".into())
                 );
             }
         }
@@ -98,11 +125,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 *ok = false;
             }
             if json {
-                emit(&serde_json::json!({"event": "session_failed", "peer": peer, "error": error.to_string()}).to_string());
+                emit(
+                    &serde_json::json!({"event": "session_failed", "peer": peer, "error": error.to_string()})
+                        .to_string(),
+                );
             }
             eprintln!("pfs: session from {peer} failed: {error}");
         }
-        ServerEvent::Busy { peer } => eprintln!("pfs: refused {peer}: busy ({} sessions running)", args.max_clients),
+        ServerEvent::Busy { peer } => eprintln!(
+            "pfs: refused {peer}: busy ({} sessions running)",
+            args.max_clients
+        ),
         ServerEvent::AcceptFailed { error } => eprintln!("pfs: accept failed: {error}"),
     };
     let (ok, failed) = serve(&listener, &opened.view(), &cfg, &on_event);
@@ -111,5 +144,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     }
     // With --once the exit status is that session's result.
     let last_ok = last_integrity_ok.lock().map(|g| *g).unwrap_or(false);
-    Ok(if args.once && !last_ok { if failed > 0 { exit::TRANSPORT } else { exit::INTEGRITY } } else { exit::OK })
+    Ok(if args.once && !last_ok {
+        if failed > 0 {
+            exit::TRANSPORT
+        } else {
+            exit::INTEGRITY
+        }
+    } else {
+        exit::OK
+    })
 }
