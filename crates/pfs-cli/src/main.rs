@@ -2,6 +2,7 @@
 //! one module per subcommand, and maps outcomes to exit codes.
 
 mod args;
+mod cleanup;
 mod command;
 mod exit;
 mod sysinfo;

@@ -561,7 +561,7 @@ fn to_markdown(header: &Header, rows: &[Row]) -> String {
     out
 }
 
-/// Appends "x.xx× <baseline>" to the notes of rows that have a named baseline in this run.
+/// Appends `x.xx× <baseline>` to the notes of rows that have a named baseline in this run.
 fn add_ratios(rows: &mut [Row]) {
     let rate = |rows: &[Row], pred: &dyn Fn(&Row) -> bool| {
         rows.iter().find(|r| r.ran() && pred(r)).map(|r| r.effective_mb_s)

@@ -103,6 +103,10 @@ pub fn blob_options(args: &BlobArgs) -> BlobOptions {
 /// Maps, prefaults, fills and fingerprints the blob; prints warnings and the setup line on stderr.
 pub fn open_blob(args: &BlobArgs, quiet: bool) -> anyhow::Result<OpenedBlob> {
     let (blob, setup) = Blob::open_or_create(&blob_options(args)).context("blob setup failed")?;
+    if let (Some(name), false, false) = (blob.name(), args.blob_keep, setup.reused_existing) {
+        // Drop removes a blob this process created; Ctrl-C must too.
+        crate::cleanup::remove_on_signal(name, args.huge_dir.as_deref());
+    }
     for w in &blob.backing().warnings {
         eprintln!("pfs: warning: {w}");
     }
@@ -113,9 +117,12 @@ pub fn open_blob(args: &BlobArgs, quiet: bool) -> anyhow::Result<OpenedBlob> {
     Ok(opened)
 }
 
-/// `--log-interval` seconds as a duration.
-pub fn interval(secs: Option<f64>) -> anyhow::Result<Option<Duration>> {
+/// `--log-interval` seconds as a duration. Without the option, progress is
+/// printed every second when stderr is a terminal and stdout is not JSON.
+pub fn interval(secs: Option<f64>, json: bool) -> anyhow::Result<Option<Duration>> {
+    use std::io::IsTerminal;
     match secs {
+        None if !json && std::io::stderr().is_terminal() => Ok(Some(Duration::from_secs(1))),
         None => Ok(None),
         Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
         Some(s) => anyhow::bail!("--log-interval must be a positive number of seconds (got {s})"),

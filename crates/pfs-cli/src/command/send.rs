@@ -104,7 +104,7 @@ pub fn send_once(
 }
 
 pub fn run(args: SendArgs) -> anyhow::Result<i32> {
-    let log = interval(args.log_interval)?;
+    let log = interval(args.log_interval, args.json)?;
     let opened = open_blob(&args.blob, false)?;
     if let Some(cpu) = args.pin {
         pin_current_thread(cpu).map_err(|e| anyhow::anyhow!("--pin {cpu}: {e}"))?;

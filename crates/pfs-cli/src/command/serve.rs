@@ -30,7 +30,7 @@ fn emit(line: &str) {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
-    let log = interval(args.log_interval)?;
+    let log = interval(args.log_interval, args.json)?;
     let opened = open_blob(&args.blob, false)?;
     if args.verify_blob {
         let actual = opened.blob.recompute_fingerprint(args.blob.setup_threads);
