@@ -29,6 +29,7 @@ pub enum BackingKind {
     /// Transparent huge pages: at least part of the mapping is PMD-mapped.
     Thp,
     /// Base pages (4 KiB on x86-64).
+    #[serde(rename = "4k")]
     SmallPages,
 }
 
@@ -190,7 +191,9 @@ impl SmapsHuge {
 }
 
 /// Read `/proc/self/smaps` and sum huge-page counters over the VMAs that
-/// overlap `[addr, addr + len)`.
+/// overlap `[addr, addr + len)`. smaps counts per VMA: if the kernel merged
+/// the blob's mapping with an adjacent one of the same flags (two blobs in
+/// one process), the counters cover both.
 pub(crate) fn smaps_huge(addr: usize, len: usize) -> io::Result<SmapsHuge> {
     let text = std::fs::read_to_string("/proc/self/smaps")?;
     Ok(parse_smaps(&text, addr as u64, (addr + len) as u64))

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use pfs_blob::{BackingKind, Blob, BlobOptions, Fill};
+use pfs_blob::{BackingKind, Blob, BlobOptions};
 
 const MIB: u64 = 1 << 20;
 
@@ -51,24 +51,6 @@ fn anonymous_blob_reports_thp_consistent_with_policy() {
             BackingKind::HugeTlbFs => panic!("no hugetlbfs was asked for: {b:?}"),
         },
     }
-}
-
-#[test]
-fn untouched_blob_says_why_it_is_small() {
-    let opts = BlobOptions {
-        size: 8 * MIB,
-        prefault: false,
-        fill: Fill::None,
-        ..BlobOptions::default()
-    };
-    let (blob, setup) = Blob::open_or_create(&opts).unwrap();
-    assert_eq!(setup.prefault_s, 0.0);
-    assert_eq!(setup.fill_s, 0.0);
-    assert_eq!(blob.seed(), None);
-    let b = blob.backing();
-    assert_eq!(b.kind, BackingKind::SmallPages);
-    assert!(b.warnings.iter().any(|w| w.contains("no page touched")), "{b:?}");
-    assert!(blob.as_slice().iter().all(|&x| x == 0));
 }
 
 #[test]

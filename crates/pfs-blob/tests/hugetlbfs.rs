@@ -98,20 +98,25 @@ fn hugetlbfs_named_and_anonymous() {
         assert_eq!(b.fingerprint(), a.fingerprint());
 
         // More than the pool holds: falls back, saying why, no SIGBUS.
-        let big = BlobOptions {
-            name: Some("toobig".into()),
-            size: 128 * MIB,
-            ..opts.clone()
-        };
-        let (c, _) = Blob::open_or_create(&big).unwrap();
-        println!("{:?}", c.backing());
-        assert_ne!(c.backing().kind, BackingKind::HugeTlbFs);
-        assert!(
-            c.backing().warnings.iter().any(|w| w.contains("nr_hugepages")),
-            "{:?}",
-            c.backing()
-        );
-        assert!(c.path().unwrap().starts_with(meta.path()));
+        // Only checkable when the pool is just what this test reserved.
+        if free > 36 {
+            println!("SKIP pool-exhaustion check: {free} huge pages were free (another pool is configured)");
+        } else {
+            let big = BlobOptions {
+                name: Some("toobig".into()),
+                size: 128 * MIB,
+                ..opts.clone()
+            };
+            let (c, _) = Blob::open_or_create(&big).unwrap();
+            println!("{:?}", c.backing());
+            assert_ne!(c.backing().kind, BackingKind::HugeTlbFs);
+            assert!(
+                c.backing().warnings.iter().any(|w| w.contains("nr_hugepages")),
+                "{:?}",
+                c.backing()
+            );
+            assert!(c.path().unwrap().starts_with(meta.path()));
+        }
     }
     // The creator dropped without keep: file and metadata are gone.
     assert!(!huge.join("pfs-huge.blob").exists());

@@ -32,7 +32,16 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create, inspect, verify, list or remove named blobs.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  pfs blob create --blob-name b1 --size 1G --seed 42
+  pfs blob create --blob-name b2 --size 1G --huge-dir /mnt/huge
+  pfs blob info --blob-name b1 --json
+  pfs blob verify --blob-name b1
+  pfs blob list
+  pfs blob rm --blob-name b1"
+    )]
     Blob(BlobCommand),
     /// Send a seeded descriptor schedule to a receiver and print its report.
     #[command(after_help = "Examples:

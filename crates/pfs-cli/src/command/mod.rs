@@ -56,7 +56,7 @@ impl OpenedBlob {
         let s = &self.setup;
         let len = self.blob.len();
         let fill_prefault = s.fill_s + s.prefault_s;
-        let rate = if fill_prefault > 0.0 {
+        let rate = if fill_prefault > 0.0 && !s.reused_existing && s.fill_s > 0.0 {
             format!(" ({:.2} GB/s fill+prefault)", len as f64 / fill_prefault / 1e9)
         } else {
             String::new()

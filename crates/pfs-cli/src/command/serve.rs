@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Mutex;
 
-use pfs_session::{serve, Limits, ReceiverConfig, ServerConfig, ServerEvent, SessionStats};
+use pfs_session::{serve, Limits, ReceiverConfig, ServerConfig, ServerEvent, SessionError, SessionStats};
 use pfs_transport::{TcpConfig, TcpListener};
 
 use crate::args::ServeArgs;
@@ -81,7 +81,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         pin_cpu: args.pin,
     };
     let json = args.json;
-    let last_integrity_ok = Mutex::new(true);
+    // Exit status of the last session, for --once.
+    let last_status = Mutex::new(exit::OK);
     let on_event = |ev: ServerEvent<'_>| match ev {
         ServerEvent::Accepted { peer } => {
             if !json {
@@ -101,8 +102,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         ),
         ServerEvent::Finished { peer, outcome } => {
             let stats = SessionStats::from_report(&outcome.report, "TCP");
-            if let Ok(mut ok) = last_integrity_ok.lock() {
-                *ok = stats.ok();
+            if let Ok(mut st) = last_status.lock() {
+                *st = if stats.ok() { exit::OK } else { exit::INTEGRITY };
             }
             if json {
                 emit(&serde_json::json!({"event": "report", "peer": peer, "stats": stats}).to_string());
@@ -121,8 +122,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             }
         }
         ServerEvent::Failed { peer, error } => {
-            if let Ok(mut ok) = last_integrity_ok.lock() {
-                *ok = false;
+            if let Ok(mut st) = last_status.lock() {
+                *st = session_failure_status(error);
             }
             if json {
                 emit(
@@ -143,14 +144,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         eprintln!("pfs serve: {ok} session(s) completed, {failed} failed");
     }
     // With --once the exit status is that session's result.
-    let last_ok = last_integrity_ok.lock().map(|g| *g).unwrap_or(false);
-    Ok(if args.once && !last_ok {
-        if failed > 0 {
-            exit::TRANSPORT
-        } else {
-            exit::INTEGRITY
-        }
-    } else {
-        exit::OK
-    })
+    let last = last_status.lock().map(|g| *g).unwrap_or(exit::FAILURE);
+    Ok(if args.once { last } else { exit::OK })
+}
+
+/// Exit status for a session that ended in an error, seen from the receiver.
+fn session_failure_status(error: &SessionError) -> i32 {
+    match error {
+        SessionError::Rejected { .. } | SessionError::Refused { .. } => exit::REFUSED,
+        SessionError::Io { .. } | SessionError::PeerClosed { .. } => exit::TRANSPORT,
+        _ => exit::FAILURE,
+    }
 }

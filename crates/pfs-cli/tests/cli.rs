@@ -1,0 +1,934 @@
+//! End-to-end tests of the `pfs` binary, run as a user would run it.
+//!
+//! Every child process is bounded: one-shot commands are killed after
+//! [`CMD_TIMEOUT`], servers exit by themselves (`--once` / `--max-sessions`)
+//! and are killed by a drop guard otherwise. Servers always listen on
+//! `127.0.0.1:0` and the test learns the port from their first stdout line.
+//! Tests that use named blobs point `PFS_BLOB_DIR` / `PFS_META_DIR` of the
+//! child (never of the test process) at a private temporary directory.
+
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Longest any single command may run before the test kills it and fails.
+const CMD_TIMEOUT: Duration = Duration::from_secs(180);
+/// Longest a server may take to print its listening line.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Blob size used throughout.
+const SIZE: &str = "16M";
+/// Effective bytes of one transfer.
+const BYTES: &str = "64M";
+const BYTES_N: u64 = 64 << 20;
+
+const LABEL_PAYLOAD: &str = "PFS-With-Payload-TCP";
+const LABEL_OFFSET: &str = "Native PFS Offset-only Mode - TCP";
+const LABEL_ARITH: &str = "Native PFS Arithmetic Mode - TCP";
+
+// ---------------------------------------------------------------------------
+// helpers
+
+/// A private directory for named blobs: under /dev/shm when it exists.
+fn blob_tempdir() -> tempfile::TempDir {
+    if Path::new("/dev/shm").is_dir() {
+        if let Ok(d) = tempfile::tempdir_in("/dev/shm") {
+            return d;
+        }
+    }
+    tempfile::tempdir().expect("create a temporary directory")
+}
+
+/// `pfs ARGS…`, with the blob store pointed at `store` when given.
+fn pfs(args: &[&str], store: Option<&Path>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pfs"));
+    cmd.args(args);
+    if let Some(dir) = store {
+        cmd.env("PFS_BLOB_DIR", dir).env("PFS_META_DIR", dir);
+    }
+    cmd
+}
+
+/// What a finished command left behind.
+#[derive(Debug)]
+struct Out {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Panics with the whole output unless the exit code is `want`.
+    fn expect_code(&self, want: i32, what: &str) -> &Self {
+        assert_eq!(
+            self.code(),
+            Some(want),
+            "{what}: expected exit code {want}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    fn json(&self, what: &str) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{what}: stdout is not JSON ({e}):\n{}\n--- stderr ---\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+/// Reads a pipe to the end on a thread; the result arrives on the channel.
+fn drain<R: Read + Send + 'static>(mut r: R) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+    });
+    rx
+}
+
+/// Kills and reaps a child on drop unless it was taken out first.
+struct ChildGuard(Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits for `child` to exit, at most `timeout`; kills it and returns None past that.
+fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            Ok(None) | Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Runs a command to completion (bounded by [`CMD_TIMEOUT`]) and collects its output.
+fn run(mut cmd: Command) -> Out {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn pfs");
+    let out_rx = drain(child.stdout.take().expect("stdout pipe"));
+    let err_rx = drain(child.stderr.take().expect("stderr pipe"));
+    let status = wait_bounded(&mut child, CMD_TIMEOUT);
+    let stdout = out_rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+    let stderr = err_rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+    let Some(status) = status else {
+        panic!("{cmd:?} did not finish within {CMD_TIMEOUT:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}");
+    };
+    Out {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// A running `pfs serve`, killed on drop.
+struct Server {
+    guard: ChildGuard,
+    addr: String,
+    lines: mpsc::Receiver<String>,
+    stderr: mpsc::Receiver<String>,
+    /// Stdout lines already read (the listening line included).
+    seen: Vec<String>,
+}
+
+impl Server {
+    /// Starts `pfs serve --listen 127.0.0.1:0 ARGS…` and waits for its listening line.
+    fn start(args: &[&str], store: Option<&Path>) -> Server {
+        let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let mut cmd = pfs(&all, store);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn pfs serve");
+        let stdout = child.stdout.take().expect("stdout pipe");
+        let stderr = drain(child.stderr.take().expect("stderr pipe"));
+        let guard = ChildGuard(Some(child));
+        // Keep draining stdout for the server's whole life: a full pipe would stall it.
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            guard,
+            addr: String::new(),
+            lines,
+            stderr,
+            seen: Vec::new(),
+        };
+        let deadline = Instant::now() + LISTEN_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match server.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let addr = listening_addr(&line);
+                    server.seen.push(line);
+                    if let Some(addr) = addr {
+                        server.addr = addr;
+                        return server;
+                    }
+                }
+                Err(e) => {
+                    if let Some(mut c) = server.guard.0.take() {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    let err = server
+                        .stderr
+                        .recv_timeout(Duration::from_secs(5))
+                        .unwrap_or_default();
+                    panic!("pfs serve never printed its listening line ({e}); stdout so far {:?}\n--- stderr ---\n{err}", server.seen);
+                }
+            }
+        }
+    }
+
+    /// Waits (bounded) for the server to exit by itself; returns its output.
+    fn finish(mut self) -> Out {
+        let mut child = self.guard.0.take().expect("server child");
+        let status = wait_bounded(&mut child, CMD_TIMEOUT);
+        let stderr = self
+            .stderr
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_default();
+        // The stdout thread ends at EOF once the process is gone.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.seen.push(line);
+        }
+        let stdout = self.seen.join("\n");
+        let Some(status) = status else {
+            panic!("pfs serve did not exit within {CMD_TIMEOUT:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}");
+        };
+        Out {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+/// The address in `pfs serve: listening on ADDR` or `{"event":"listening","addr":ADDR}`.
+fn listening_addr(line: &str) -> Option<String> {
+    if let Some(rest) = line.strip_prefix("pfs serve: listening on ") {
+        return Some(rest.trim().to_string());
+    }
+    let v: Value = serde_json::from_str(line).ok()?;
+    if v["event"] == "listening" {
+        return v["addr"].as_str().map(str::to_string);
+    }
+    None
+}
+
+/// `pfs send --to ADDR --size 16M --bytes 64M --json EXTRA…`.
+fn send(addr: &str, extra: &[&str], store: Option<&Path>) -> Out {
+    let mut args = vec!["send", "--to", addr, "--size", SIZE, "--bytes", BYTES, "--json"];
+    args.extend_from_slice(extra);
+    run(pfs(&args, store))
+}
+
+/// Asserts a successful send's report and returns its JSON.
+fn expect_good_send(out: &Out, what: &str) -> Value {
+    out.expect_code(0, what);
+    let v = out.json(what);
+    assert_eq!(v["receiver"]["integrity"], "OK", "{what}: {v:#}");
+    assert_eq!(
+        v["receiver"]["effective_bytes"].as_u64(),
+        Some(BYTES_N),
+        "{what}: {v:#}"
+    );
+    v
+}
+
+fn f64_of(v: &Value, what: &str) -> f64 {
+    v.as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"))
+}
+
+// ---------------------------------------------------------------------------
+// 1. help, version, usage errors
+
+#[test]
+fn help_of_pfs_and_transfer_subcommands_has_examples() {
+    for sub in [&[][..], &["send"], &["serve"], &["bench"]] {
+        let mut args = sub.to_vec();
+        args.push("--help");
+        let out = run(pfs(&args, None));
+        out.expect_code(0, &format!("pfs {args:?}"));
+        assert!(
+            out.stdout.contains("Examples"),
+            "pfs {args:?} has no Examples section:\n{}",
+            out.stdout
+        );
+        assert!(out.stdout.contains("Usage: pfs"), "pfs {args:?}:\n{}", out.stdout);
+    }
+    // The top-level help documents the exit codes the other tests rely on.
+    // (Help text is wrapped to the terminal width: compare with whitespace collapsed.)
+    let top = run(pfs(&["--help"], None));
+    let flat = top.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    for code in ["3 integrity MISMATCH", "4 refused by peer", "5 transport failure"] {
+        assert!(
+            flat.contains(code),
+            "pfs --help does not document {code:?}:\n{}",
+            top.stdout
+        );
+    }
+}
+
+#[test]
+fn help_of_blob_subcommand_has_examples() {
+    let out = run(pfs(&["blob", "--help"], None));
+    out.expect_code(0, "pfs blob --help");
+    for sub in ["create", "info", "verify", "rm", "list"] {
+        assert!(
+            out.stdout.contains(sub),
+            "pfs blob --help does not list {sub}:\n{}",
+            out.stdout
+        );
+    }
+    assert!(
+        out.stdout.contains("Examples"),
+        "pfs blob --help has no Examples section:\n{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn version_prints_name_and_version() {
+    let out = run(pfs(&["--version"], None));
+    out.expect_code(0, "pfs --version");
+    let line = out.stdout.trim();
+    assert!(
+        line.starts_with(&format!("pfs {}", env!("CARGO_PKG_VERSION"))),
+        "unexpected version line {line:?}"
+    );
+    // The git revision rides along in parentheses.
+    assert!(
+        line.contains('(') && line.ends_with(')'),
+        "no revision in {line:?}"
+    );
+}
+
+#[test]
+fn bad_size_is_a_usage_error_naming_the_value() {
+    let out = run(pfs(&["send", "--to", "x", "--size", "12Q"], None));
+    out.expect_code(2, "pfs send --size 12Q");
+    assert!(
+        out.stderr.contains("12Q"),
+        "stderr does not name the bad value:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("--size"),
+        "stderr does not name the option:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "usage error wrote to stdout:\n{}",
+        out.stdout
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 2. named blob lifecycle
+
+#[test]
+fn blob_lifecycle_create_info_list_verify_corrupt_rm() {
+    let store = blob_tempdir();
+    let dir = Some(store.path());
+
+    let create = run(pfs(
+        &[
+            "blob",
+            "create",
+            "--blob-name",
+            "t1",
+            "--size",
+            SIZE,
+            "--seed",
+            "42",
+            "--json",
+        ],
+        dir,
+    ));
+    create.expect_code(0, "blob create");
+    let c = create.json("blob create");
+    let fp = c["fingerprint"]
+        .as_str()
+        .expect("create JSON: fingerprint")
+        .to_string();
+    assert_eq!(fp.len(), 64, "fingerprint should be 32 bytes of hex: {fp}");
+    assert!(
+        fp.bytes().all(|b| b.is_ascii_hexdigit()),
+        "fingerprint not hex: {fp}"
+    );
+    assert!(
+        c["size"].as_u64().expect("create JSON: size") >= 16 << 20,
+        "{c:#}"
+    );
+    assert!(!c["backing"].is_null(), "create JSON has no backing: {c:#}");
+    assert_eq!(c["name"], "t1");
+    assert_eq!(c["seed"].as_u64(), Some(42));
+    let path = PathBuf::from(c["path"].as_str().expect("create JSON: path"));
+    assert!(
+        path.starts_with(store.path()),
+        "blob {} is not in PFS_BLOB_DIR {}",
+        path.display(),
+        store.path().display()
+    );
+    assert!(path.is_file(), "blob file {} missing", path.display());
+
+    let info = run(pfs(&["blob", "info", "--blob-name", "t1", "--json"], dir));
+    info.expect_code(0, "blob info");
+    let i = info.json("blob info");
+    assert_eq!(
+        i["root_hex"].as_str(),
+        Some(fp.as_str()),
+        "info disagrees with create: {i:#}"
+    );
+    assert_eq!(i["size"], c["size"]);
+    assert_eq!(i["name"], "t1");
+
+    let list = run(pfs(&["blob", "list"], dir));
+    list.expect_code(0, "blob list");
+    assert!(
+        list.stdout
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some("t1")),
+        "blob list does not show t1:\n{}",
+        list.stdout
+    );
+
+    let verify = run(pfs(&["blob", "verify", "--blob-name", "t1"], dir));
+    verify.expect_code(0, "blob verify (intact)");
+    assert!(
+        verify.stdout.contains("OK"),
+        "verify does not say OK:\n{}",
+        verify.stdout
+    );
+
+    // Flip one byte in the blob file.
+    let offset: u64 = 5_000_000;
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("open blob file");
+        let mut b = [0u8; 1];
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        f.read_exact(&mut b).unwrap();
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        f.write_all(&[!b[0]]).unwrap();
+        f.sync_all().unwrap();
+    }
+    let verify = run(pfs(&["blob", "verify", "--blob-name", "t1"], dir));
+    verify.expect_code(3, "blob verify (corrupted)");
+    assert!(
+        verify.stdout.contains("DIFFERS"),
+        "verify does not report the difference:\n{}",
+        verify.stdout
+    );
+    let ranges: Vec<(u64, u64)> = verify
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let r = l.trim().strip_prefix("bytes ")?.strip_suffix(" differ")?;
+            let (a, b) = r.split_once("..")?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect();
+    assert!(
+        ranges.iter().any(|&(a, b)| a <= offset && offset < b),
+        "no differing range contains offset {offset}: {ranges:?}\n{}",
+        verify.stdout
+    );
+    // The JSON form agrees.
+    let vj = run(pfs(&["blob", "verify", "--blob-name", "t1", "--json"], dir));
+    vj.expect_code(3, "blob verify --json (corrupted)");
+    let vj = vj.json("blob verify --json");
+    assert_eq!(vj["ok"], false);
+    assert_eq!(vj["stored_root_hex"].as_str(), Some(fp.as_str()));
+    assert_ne!(vj["actual_root_hex"].as_str(), Some(fp.as_str()));
+    let pairs = vj["differing"].as_array().expect("differing");
+    assert!(
+        pairs
+            .iter()
+            .any(|p| p[0].as_u64().unwrap_or(u64::MAX) <= offset && offset < p[1].as_u64().unwrap_or(0)),
+        "{vj:#}"
+    );
+
+    let rm = run(pfs(&["blob", "rm", "--blob-name", "t1"], dir));
+    rm.expect_code(0, "blob rm");
+    assert!(
+        !path.exists(),
+        "blob file {} still exists after rm",
+        path.display()
+    );
+
+    let info = run(pfs(&["blob", "info", "--blob-name", "t1"], dir));
+    info.expect_code(1, "blob info after rm");
+    assert!(
+        info.stderr.contains("t1"),
+        "error does not name the blob:\n{}",
+        info.stderr
+    );
+    assert!(
+        info.stderr.contains("no blob named"),
+        "unclear error:\n{}",
+        info.stderr
+    );
+
+    let list = run(pfs(&["blob", "list"], dir));
+    list.expect_code(0, "blob list after rm");
+    assert!(
+        !list
+            .stdout
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some("t1")),
+        "{}",
+        list.stdout
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 3. every mode × integrity against one server
+
+#[test]
+fn send_serve_every_mode_and_integrity() {
+    let cases = [
+        ("payload", LABEL_PAYLOAD),
+        ("offset", LABEL_OFFSET),
+        ("arith", LABEL_ARITH),
+    ];
+    let integrities = ["xxh3", "fnv1a"];
+    // Six mode × integrity runs plus one arith/sequential run.
+    let sessions = cases.len() * integrities.len() + 1;
+    let server = Server::start(
+        &["--max-sessions", &sessions.to_string(), "--size", SIZE, "--json"],
+        None,
+    );
+
+    for (mode, label) in cases {
+        for integrity in integrities {
+            let what = format!("send --mode {mode} --integrity {integrity}");
+            let out = send(&server.addr, &["--mode", mode, "--integrity", integrity], None);
+            let v = expect_good_send(&out, &what);
+            let r = &v["receiver"];
+            assert_eq!(r["label"], label, "{what}: {v:#}");
+            assert_eq!(r["mode"], mode, "{what}: {v:#}");
+            assert_eq!(r["integrity_alg"], integrity, "{what}: {v:#}");
+            assert_eq!(r["mismatched_grams"].as_u64(), Some(0), "{what}: {v:#}");
+            assert!(r["wire_bytes"].as_u64().unwrap_or(0) > 0, "{what}: {v:#}");
+            let ratio = f64_of(&r["wire_ratio"], "wire_ratio");
+            if mode == "payload" {
+                assert!(ratio >= 1.0, "{what}: payload wire_ratio {ratio} < 1");
+            } else {
+                assert!(ratio < 0.01, "{what}: wire_ratio {ratio} is not ≪ 1");
+            }
+            // The sender's own view agrees with the receiver's.
+            assert_eq!(
+                v["sender"]["effective_bytes"].as_u64(),
+                Some(BYTES_N),
+                "{what}: {v:#}"
+            );
+            assert_eq!(v["sender"]["grams"], r["grams"], "{what}: {v:#}");
+            assert_eq!(v["sender"]["descriptors"], r["descriptors"], "{what}: {v:#}");
+        }
+    }
+
+    let out = send(
+        &server.addr,
+        &["--mode", "arith", "--pattern", "sequential"],
+        None,
+    );
+    let v = expect_good_send(&out, "send --mode arith --pattern sequential");
+    assert_eq!(v["receiver"]["label"], LABEL_ARITH);
+    assert_eq!(v["sender"]["pattern"], "sequential");
+    let per_desc = f64_of(
+        &v["sender"]["table_bytes_per_descriptor"],
+        "table_bytes_per_descriptor",
+    );
+    assert!(
+        per_desc <= 4.0,
+        "arith/sequential uses {per_desc} table bytes per descriptor (> 4)"
+    );
+
+    // The server stops by itself after the last session, having reported each one.
+    let done = server.finish();
+    done.expect_code(0, "pfs serve --max-sessions");
+    let reports: Vec<Value> = done
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "report")
+        .collect();
+    assert_eq!(reports.len(), sessions, "server stdout:\n{}", done.stdout);
+    assert!(
+        reports.iter().all(|r| r["stats"]["integrity"] == "OK"),
+        "server stdout:\n{}",
+        done.stdout
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 4. damaged receiver blob → MISMATCH on both sides
+
+#[test]
+fn corrupted_receiver_blob_is_reported_as_mismatch() {
+    let store = blob_tempdir();
+    let dir = Some(store.path());
+    let create = run(pfs(
+        &[
+            "blob",
+            "create",
+            "--blob-name",
+            "m1",
+            "--size",
+            SIZE,
+            "--seed",
+            "7",
+            "--json",
+        ],
+        dir,
+    ));
+    create.expect_code(0, "blob create m1");
+    let path = PathBuf::from(create.json("blob create m1")["path"].as_str().expect("path"));
+    {
+        let offset = 1_000_000;
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("open blob file");
+        let mut b = [0u8; 1];
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        f.read_exact(&mut b).unwrap();
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        f.write_all(&[b[0] ^ 0x01]).unwrap();
+        f.sync_all().unwrap();
+    }
+
+    let server = Server::start(
+        &["--once", "--blob-name", "m1", "--size", SIZE, "--seed", "7"],
+        dir,
+    );
+    // The sender holds an intact anonymous blob of the same size and seed.
+    let out = run(pfs(
+        &[
+            "send",
+            "--to",
+            &server.addr,
+            "--size",
+            SIZE,
+            "--seed",
+            "7",
+            "--mode",
+            "offset",
+            "--bytes",
+            BYTES,
+            "--desc-per-gram",
+            "16",
+        ],
+        dir,
+    ));
+    out.expect_code(3, "send to a receiver with a damaged blob");
+    assert!(out.stderr.contains("MISMATCH"), "sender stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("gram #"),
+        "sender stderr does not name the gram:\n{}",
+        out.stderr
+    );
+    assert!(out.stdout.contains("MISMATCH"), "sender report:\n{}", out.stdout);
+
+    let done = server.finish();
+    done.expect_code(3, "pfs serve --once after a mismatching session");
+    assert!(
+        done.stderr.contains("MISMATCH"),
+        "server stderr:\n{}",
+        done.stderr
+    );
+    // The named blob was reused, not recreated.
+    assert!(
+        done.stderr.contains("reused existing blob"),
+        "server stderr:\n{}",
+        done.stderr
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 5. refusals, and the server carries on
+
+#[test]
+fn refused_senders_exit_4_and_server_keeps_serving() {
+    let server = Server::start(&["--max-sessions", "3", "--size", SIZE, "--seed", "1"], None);
+
+    let out = run(pfs(
+        &[
+            "send",
+            "--to",
+            &server.addr,
+            "--size",
+            SIZE,
+            "--seed",
+            "2",
+            "--bytes",
+            BYTES,
+        ],
+        None,
+    ));
+    out.expect_code(4, "send with a different seed");
+    assert!(
+        out.stderr.contains("fingerprint differs"),
+        "stderr:\n{}",
+        out.stderr
+    );
+
+    let out = run(pfs(
+        &[
+            "send",
+            "--to",
+            &server.addr,
+            "--size",
+            "32M",
+            "--seed",
+            "1",
+            "--bytes",
+            BYTES,
+        ],
+        None,
+    ));
+    out.expect_code(4, "send with a different size");
+    assert!(
+        out.stderr.contains("blob size differs"),
+        "stderr:\n{}",
+        out.stderr
+    );
+
+    let out = send(&server.addr, &["--seed", "1", "--mode", "offset"], None);
+    expect_good_send(&out, "good send after two refusals");
+
+    let done = server.finish();
+    done.expect_code(0, "pfs serve --max-sessions 3");
+    assert!(
+        done.stderr.contains("1 session(s) completed, 2 failed"),
+        "server stderr:\n{}",
+        done.stderr
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 6. a client that does not speak the protocol
+
+#[test]
+fn garbage_client_gets_error_frame_and_server_carries_on() {
+    let server = Server::start(&["--max-sessions", "2", "--size", SIZE], None);
+
+    let mut s = TcpStream::connect(&server.addr).expect("connect to pfs serve");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"hello world, not a frame!!").expect("write garbage");
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+            // A reset after the ERROR frame ends the conversation too.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    assert!(
+        reply.starts_with(b"PFSG"),
+        "reply does not start with the frame magic: {reply:?}"
+    );
+    assert!(
+        reply.len() >= 16 + 8,
+        "reply too short for an ERROR frame: {reply:?}"
+    );
+    assert_eq!(reply[5], 5, "reply frame type is not ERROR: {reply:?}");
+    let body_len = u32::from_le_bytes(reply[8..12].try_into().unwrap()) as usize;
+    assert_eq!(
+        reply.len(),
+        16 + body_len,
+        "ERROR frame length disagrees with the bytes received"
+    );
+    let msg_len = u32::from_le_bytes(reply[20..24].try_into().unwrap()) as usize;
+    let msg = String::from_utf8_lossy(&reply[24..24 + msg_len.min(reply.len() - 24)]);
+    assert!(
+        msg.contains("bad magic"),
+        "ERROR frame message does not say what was wrong: {msg:?}"
+    );
+    drop(s);
+
+    let out = send(&server.addr, &["--mode", "offset"], None);
+    expect_good_send(&out, "good send after a garbage client");
+
+    let done = server.finish();
+    done.expect_code(0, "pfs serve --max-sessions 2");
+    assert!(
+        done.stderr.contains("1 session(s) completed, 1 failed"),
+        "server stderr:\n{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("bad magic"),
+        "server stderr does not log the bad client:\n{}",
+        done.stderr
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 7. nobody listening
+
+#[test]
+fn send_to_closed_port_exits_5() {
+    // Bind then release an ephemeral port so nothing listens there.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let out = run(pfs(
+        &["send", "--to", &addr, "--size", SIZE, "--bytes", BYTES],
+        None,
+    ));
+    out.expect_code(5, "send to a closed port");
+    assert!(out.stderr.contains("cannot connect"), "stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains(&addr),
+        "stderr does not name the address:\n{}",
+        out.stderr
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 8. bench smoke test
+
+#[test]
+fn bench_smoke_json_and_reports() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let outdir = tmp.path().join("bench-out");
+    let out = run(pfs(
+        &[
+            "bench",
+            "--size",
+            SIZE,
+            "--scale",
+            "0.005",
+            "--json",
+            "--out",
+            outdir.to_str().expect("utf-8 path"),
+        ],
+        None,
+    ));
+    out.expect_code(0, "pfs bench");
+    let v = out.json("pfs bench --json");
+
+    let rev = v["header"]["git_revision"].as_str().expect("header.git_revision");
+    assert!(!rev.is_empty());
+    assert_eq!(
+        v["header"]["blob_bytes"].as_u64(),
+        Some(16 << 20),
+        "{:#}",
+        v["header"]
+    );
+
+    let rows = v["rows"].as_array().expect("rows");
+    let labels: Vec<&str> = rows.iter().filter_map(|r| r["label"].as_str()).collect();
+    for want in [
+        LABEL_OFFSET,
+        LABEL_ARITH,
+        LABEL_PAYLOAD,
+        "Conventional (xxh3 loop)",
+        "Conventional (iperf3)",
+    ] {
+        assert!(labels.contains(&want), "no {want:?} row in {labels:?}");
+    }
+    for r in rows {
+        let label = r["label"].as_str().unwrap_or_default();
+        let notes = r["notes"].as_str().unwrap_or_default();
+        assert!(!notes.starts_with("failed"), "row {label} failed: {notes}");
+        if label.starts_with("PFS-") || label.starts_with("Native PFS") {
+            assert_eq!(r["integrity"], "OK", "row {label}: {r:#}");
+            assert!(
+                f64_of(&r["effective_mb"], "effective_mb") > 0.0,
+                "row {label}: {r:#}"
+            );
+            assert!(f64_of(&r["wire_mb"], "wire_mb") > 0.0, "row {label}: {r:#}");
+        }
+        if label == "Conventional (iperf3)" {
+            let iperf_present = Command::new("iperf3")
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok();
+            if !iperf_present {
+                assert!(
+                    notes.starts_with("skipped: iperf3 not installed"),
+                    "iperf3 row: {notes}"
+                );
+            }
+        }
+    }
+
+    for f in ["bench.csv", "bench.json", "bench.md"] {
+        assert!(
+            outdir.join(f).is_file(),
+            "{f} not written to {}",
+            outdir.display()
+        );
+    }
+    let csv = std::fs::read_to_string(outdir.join("bench.csv")).expect("read bench.csv");
+    let header = csv.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("label,purpose,effective_mb,wire_mb,wire_ratio"),
+        "bench.csv header: {header}"
+    );
+    assert_eq!(csv.lines().count(), rows.len() + 1, "bench.csv rows:\n{csv}");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(outdir.join("bench.json")).expect("read bench.json"))
+            .expect("bench.json is JSON");
+    assert_eq!(json["rows"].as_array().map(Vec::len), Some(rows.len()));
+    let md = std::fs::read_to_string(outdir.join("bench.md")).expect("read bench.md");
+    assert!(md.contains(LABEL_OFFSET), "bench.md:\n{md}");
+}
