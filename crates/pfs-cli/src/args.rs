@@ -325,7 +325,11 @@ pub struct ServeArgs {
 
 /// `pfs bench`
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
+    /// A separate study instead of the main suite.
+    #[command(subcommand)]
+    pub study: Option<BenchStudy>,
     /// Larger sizes (longer runs, steadier numbers).
     #[arg(long)]
     pub full: bool,
@@ -359,6 +363,13 @@ pub struct BenchArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Studies run by `pfs bench <study>`.
+#[derive(Debug, Subcommand)]
+pub enum BenchStudy {
+    /// Socket I/O primitives study: send() vs sendmsg() vs MSG_ZEROCOPY vs PacketFS grams.
+    IoPrimitives(crate::command::io_primitives::IoPrimitivesArgs),
 }
 
 /// Parses `0x…` hex or decimal.

@@ -5,6 +5,7 @@ mod args;
 mod cleanup;
 mod command;
 mod exit;
+mod plot;
 mod sysinfo;
 
 use clap::Parser;

@@ -162,6 +162,7 @@ pub struct Header {
     pub receiver_blob: String,
     pub blob_bytes: u64,
     pub sender_setup: String,
+    pub receiver_setup: String,
     pub units: String,
     pub path: String,
     pub pinning: String,
@@ -214,6 +215,11 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             });
         }
         if pattern != Pattern::Sequential && !fnv {
+            rows.push(Planned {
+                label: loop_label(integrity),
+                purpose: "pCPU",
+                job: Job::Loop { integrity, pattern: Pattern::Sequential, bytes: exec_bytes },
+            });
             for mode in [Mode::Offset, Mode::Arith] {
                 rows.push(Planned {
                     label: mode.label("TCP"),
@@ -432,7 +438,7 @@ fn spec_for(blob_len: u64, args: &BenchArgs, pattern: Pattern, bytes: u64) -> Sc
 fn fmt_table(header: &Header, rows: &[Row]) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "pfs bench — {} · kernel {} · {} · {} cores · THP {}\nblob: sender {} · receiver {} · {} bytes · {} · {}\n\n",
+        "pfs bench — {} · kernel {} · {} · {} cores · THP {}\nblob: sender {} · receiver {} · {} bytes · {} · {}\nreceiver blob setup: {}\n\n",
         header.git_revision,
         header.kernel,
         header.cpu_model,
@@ -442,7 +448,8 @@ fn fmt_table(header: &Header, rows: &[Row]) -> String {
         header.receiver_blob,
         header.blob_bytes,
         header.path,
-        header.pinning
+        header.pinning,
+        header.receiver_setup
     ));
     s.push_str(&format!(
         "{:<40} {:>5} {:>10} {:>10} {:>10} {:>7} {:>10} {:>7} {:>7} {:>9} {:<8} {}\n",
@@ -539,6 +546,7 @@ fn to_markdown(header: &Header, rows: &[Row]) -> String {
         header.path,
         header.pinning
     );
+    out.push_str(&format!("Receiver blob setup: {}\n\n", header.receiver_setup));
     out.push_str("| label | purpose | effective MB | wire MB | wire/eff | elapsed s | eff MB/s | user s | sys s | MB/CPU-s | integrity | notes |\n");
     out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     for r in rows {
@@ -567,38 +575,32 @@ fn add_ratios(rows: &mut [Row]) {
         rows.iter().find(|r| r.ran() && pred(r)).map(|r| r.effective_mb_s)
     };
     let iperf = rate(rows, &|r| r.label == "Conventional (iperf3)");
-    let xxh_loop = rate(rows, &|r| r.label == loop_label(IntegrityAlg::Xxh3));
-    let fnv_loop = rate(rows, &|r| r.label == loop_label(IntegrityAlg::Fnv1a));
+    let loop_rate = |rows: &[Row], alg: &str, pattern: &str| {
+        rate(rows, &|r| r.label.starts_with("Conventional (") && r.integrity == alg && r.notes.contains(pattern))
+    };
     let offset_rate = |rows: &[Row], alg: &str, pattern: &str| {
-        rate(rows, &|r| {
-            r.label == Mode::Offset.label("TCP") && r.integrity_alg() == alg && r.notes.contains(pattern)
-        })
+        rate(rows, &|r| r.label == Mode::Offset.label("TCP") && r.integrity_alg() == alg && r.notes.contains(pattern))
     };
     let snapshot = rows.to_vec();
     for r in rows.iter_mut().filter(|r| r.ran()) {
         let mut ratios = Vec::new();
         let is_pfs = r.label.starts_with("PFS-") || r.label.starts_with("Native");
+        let pattern = ["pattern=random", "pattern=sequential", "pattern=strided"]
+            .into_iter()
+            .find(|p| r.notes.contains(p))
+            .unwrap_or("pattern=random");
         if r.label == Mode::Payload.label("TCP") {
             if let Some(b) = iperf {
                 ratios.push(format!("{:.2}× iperf3", r.effective_mb_s / b));
             }
         }
         if is_pfs && r.label != Mode::Payload.label("TCP") {
-            let base = if r.integrity_alg() == "fnv1a" {
-                fnv_loop.map(|b| (b, "fnv1a loop"))
-            } else {
-                xxh_loop.map(|b| (b, "xxh3 loop"))
-            };
-            if let Some((b, name)) = base {
-                ratios.push(format!("{:.2}× {name}", r.effective_mb_s / b));
+            let alg = r.integrity_alg();
+            if let Some(b) = loop_rate(&snapshot, alg, pattern) {
+                ratios.push(format!("{:.2}× {alg} loop", r.effective_mb_s / b));
             }
         }
         if r.label == Mode::Arith.label("TCP") {
-            let pattern = if r.notes.contains("pattern=sequential") {
-                "pattern=sequential"
-            } else {
-                "pattern=random"
-            };
             if let Some(b) = offset_rate(&snapshot, r.integrity_alg(), pattern) {
                 ratios.push(format!("{:.2}× offset-only", r.effective_mb_s / b));
             }
@@ -683,6 +685,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
 
     let mut rows = Vec::new();
     let mut receiver_blob = String::from("-");
+    let mut receiver_setup = String::from("-");
     for p in &planned {
         eprintln!("pfs bench: {} …", p.label);
         let row = match &p.job {
@@ -722,6 +725,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                     Ok(out) => {
                         let st = SessionStats::from_report(&out.report, "TCP");
                         receiver_blob = format!("{} (page {} B)", st.blob_backing, st.blob_page_size);
+                        let fp = st.setup_fill_s + st.setup_prefault_s;
+                        receiver_setup = format!(
+                            "map {:.3} s, prefault {:.3} s, fill {:.3} s, fingerprint {:.3} s ({:.2} GB/s fill+prefault)",
+                            st.setup_map_s,
+                            st.setup_prefault_s,
+                            st.setup_fill_s,
+                            st.setup_fingerprint_s,
+                            if fp > 0.0 { opened.blob.len() as f64 / fp / 1e9 } else { 0.0 }
+                        );
                         let mut row = Row::measured(
                             &p.label,
                             p.purpose,
@@ -767,6 +779,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         receiver_blob,
         blob_bytes: opened.blob.len(),
         sender_setup: opened.describe(),
+        receiver_setup,
         units: "MB = 10^6 bytes; rates MB/s; CPU from getrusage (receiver thread)".into(),
         path: "loopback".into(),
         pinning: if pin {

@@ -2,6 +2,7 @@
 
 mod bench;
 mod blob;
+pub mod io_primitives;
 mod send;
 mod serve;
 
@@ -19,11 +20,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Blob(cmd) => blob::run(cmd),
         Command::Send(args) => send::run(args),
         Command::Serve(args) => serve::run(args),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => match args.study {
+            Some(crate::args::BenchStudy::IoPrimitives(study)) => io_primitives::run(study),
+            None => bench::run(args),
+        },
     }
 }
 
 /// A blob opened for a transfer command, with its setup report.
+#[derive(Debug)]
 pub struct OpenedBlob {
     /// The mapping.
     pub blob: Blob,
