@@ -54,7 +54,8 @@ const FULL: Sizes = Sizes {
 /// What a row runs.
 #[derive(Debug, Clone)]
 enum Job {
-    Iperf3,
+    /// iperf3, one stream; `Some(len)` sets its write size (`-l`).
+    Iperf3(Option<&'static str>),
     Pfs {
         mode: Mode,
         integrity: IntegrityAlg,
@@ -80,7 +81,7 @@ impl Planned {
     /// Text `--only` matches against: label, integrity and pattern, lower case.
     fn key(&self) -> String {
         let extra = match &self.job {
-            Job::Iperf3 => String::new(),
+            Job::Iperf3(_) => String::new(),
             Job::Pfs {
                 integrity, pattern, ..
             }
@@ -174,11 +175,15 @@ fn loop_label(alg: IntegrityAlg) -> String {
 
 /// The rows of the suite, in order. The one place a row is added.
 fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
-    let mut rows = vec![Planned {
-        label: "Conventional (iperf3)".into(),
-        purpose: "Transfer",
-        job: Job::Iperf3,
-    }];
+    let mut rows = vec![
+        Planned { label: "Conventional (iperf3)".into(), purpose: "Transfer", job: Job::Iperf3(None) },
+        // The same write size as a payload gram: the fairer transport baseline.
+        Planned {
+            label: "Conventional (iperf3 -l 1M)".into(),
+            purpose: "Transfer",
+            job: Job::Iperf3(Some("1M")),
+        },
+    ];
     for integrity in [IntegrityAlg::Xxh3, IntegrityAlg::Fnv1a] {
         let fnv = integrity == IntegrityAlg::Fnv1a;
         let exec_bytes = if fnv { sizes.fnv_bytes } else { sizes.offset_bytes };
@@ -234,6 +239,12 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             }
         }
     }
+    // Payload without a digest: what the transport path alone costs.
+    rows.push(Planned {
+        label: Mode::Payload.label("TCP"),
+        purpose: "Transfer",
+        job: Job::Pfs { mode: Mode::Payload, integrity: IntegrityAlg::None, pattern, bytes: sizes.payload_bytes },
+    });
     rows
 }
 
@@ -326,7 +337,7 @@ fn have(tool: &str) -> bool {
 }
 
 /// iperf3, one TCP stream on loopback, receiver-side numbers.
-fn run_iperf3(label: &str, secs: u32, pin: bool) -> Row {
+fn run_iperf3(label: &str, secs: u32, pin: bool, len: Option<&str>) -> Row {
     if !have("iperf3") {
         return Row::skipped(
             label,
@@ -352,6 +363,9 @@ fn run_iperf3(label: &str, secs: u32, pin: bool) -> Row {
             if pin {
                 c.args(["-A", "0,1"]);
             }
+            if let Some(len) = len {
+                c.args(["-l", len]);
+            }
             let out = c.output().context("running iperf3 -c")?;
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
             if let Some(e) = v["error"].as_str() {
@@ -373,7 +387,10 @@ fn run_iperf3(label: &str, secs: u32, pin: bool) -> Row {
             let sys = cpu["remote_system"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
             let mut row = Row::measured(label, "Transfer", bytes, bytes, seconds, user, sys);
             row.transport = "TCP".into();
-            row.notes = "1 stream, receiver CPU from iperf3 remote_user/remote_system".into();
+            row.notes = format!(
+                "1 stream, {} writes of one hot buffer; receiver CPU from iperf3 remote_user/remote_system",
+                len.unwrap_or("128K")
+            );
             if let Some(mut s) = server.0.take() {
                 let _ = s.wait();
             }
@@ -488,13 +505,7 @@ fn fmt_table(header: &Header, rows: &[Row]) -> String {
 }
 
 fn integ_short(r: &Row) -> &str {
-    if r.notes.contains("integrity=fnv1a") || r.label.contains("fnv1a") {
-        "fnv1a"
-    } else if r.notes.contains("integrity=xxh3") || r.label.contains("xxh3") {
-        "xxh3"
-    } else {
-        "-"
-    }
+    r.integrity_alg()
 }
 
 fn csv_escape(s: &str) -> String {
@@ -575,6 +586,7 @@ fn add_ratios(rows: &mut [Row]) {
         rows.iter().find(|r| r.ran() && pred(r)).map(|r| r.effective_mb_s)
     };
     let iperf = rate(rows, &|r| r.label == "Conventional (iperf3)");
+    let iperf_1m = rate(rows, &|r| r.label == "Conventional (iperf3 -l 1M)");
     let loop_rate = |rows: &[Row], alg: &str, pattern: &str| {
         rate(rows, &|r| r.label.starts_with("Conventional (") && r.integrity == alg && r.notes.contains(pattern))
     };
@@ -592,6 +604,9 @@ fn add_ratios(rows: &mut [Row]) {
         if r.label == Mode::Payload.label("TCP") {
             if let Some(b) = iperf {
                 ratios.push(format!("{:.2}× iperf3", r.effective_mb_s / b));
+            }
+            if let Some(b) = iperf_1m {
+                ratios.push(format!("{:.2}× iperf3 -l 1M", r.effective_mb_s / b));
             }
         }
         if is_pfs && r.label != Mode::Payload.label("TCP") {
@@ -613,11 +628,10 @@ fn add_ratios(rows: &mut [Row]) {
 
 impl Row {
     fn integrity_alg(&self) -> &str {
-        if self.notes.contains("integrity=fnv1a") || self.label.contains("fnv1a") {
-            "fnv1a"
-        } else {
-            "xxh3"
-        }
+        ["fnv1a", "xxh3", "none"]
+            .into_iter()
+            .find(|a| self.notes.contains(&format!("integrity={a}")) || self.label.contains(&format!("({a} ")))
+            .unwrap_or("-")
     }
 }
 
@@ -689,7 +703,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     for p in &planned {
         eprintln!("pfs bench: {} …", p.label);
         let row = match &p.job {
-            Job::Iperf3 => run_iperf3(&p.label, sizes.iperf_secs, pin),
+            Job::Iperf3(len) => run_iperf3(&p.label, sizes.iperf_secs, pin, *len),
             Job::Loop {
                 integrity,
                 pattern,
