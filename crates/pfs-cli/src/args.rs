@@ -354,6 +354,12 @@ pub struct BenchArgs {
     /// Do not pin sender and receiver to separate CPUs.
     #[arg(long)]
     pub no_pin: bool,
+    /// Network path of every row: loopback, or a veth pair into a network namespace the harness creates (root).
+    #[arg(long, value_enum, default_value_t = PathArg::Loopback)]
+    pub path: PathArg,
+    /// MTU of the veth pair with `--path veth`.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u32,
     /// Multiply every row's transfer size (and iperf3's duration) by this factor.
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
@@ -363,6 +369,15 @@ pub struct BenchArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Network path of the benchmark suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PathArg {
+    /// 127.0.0.1.
+    Loopback,
+    /// A veth pair into a network namespace created (and removed) by the harness.
+    Veth,
 }
 
 /// Studies run by `pfs bench <study>`.

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -18,13 +18,24 @@ use pfs_exec::{Digest, Pattern, Schedule, ScheduleSpec, Total};
 use pfs_session::sys::{pin_current_thread, thread_usage};
 use pfs_session::SessionStats;
 use pfs_wire::{IntegrityAlg, Mode};
-use serde::Serialize;
 
 use crate::args::{BenchArgs, BlobArgs};
 use crate::{exit, sysinfo};
 
 use super::send::{send_once, sender_config};
 use super::{open_blob, OpenedBlob};
+
+mod conventional;
+mod netpath;
+mod report;
+mod row;
+
+use conventional::{run_iperf3, run_rsync, run_scp, ChildGuard, FileJob};
+use netpath::NetPath;
+use report::{fmt_table, to_csv, to_markdown};
+use row::{Header, Row};
+
+use crate::plot::{suite_bars, SuiteBar};
 
 /// Sizes of one suite.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +44,7 @@ struct Sizes {
     payload_bytes: u64,
     offset_bytes: u64,
     fnv_bytes: u64,
+    file_bytes: u64,
     iperf_secs: u32,
 }
 
@@ -41,6 +53,7 @@ const QUICK: Sizes = Sizes {
     payload_bytes: 4_000_000_000,
     offset_bytes: 16_000_000_000,
     fnv_bytes: 2_000_000_000,
+    file_bytes: 1_000_000_000,
     iperf_secs: 3,
 };
 const FULL: Sizes = Sizes {
@@ -48,6 +61,7 @@ const FULL: Sizes = Sizes {
     payload_bytes: 16_000_000_000,
     offset_bytes: 64_000_000_000,
     fnv_bytes: 8_000_000_000,
+    file_bytes: 4_000_000_000,
     iperf_secs: 10,
 };
 
@@ -56,6 +70,10 @@ const FULL: Sizes = Sizes {
 enum Job {
     /// iperf3, one stream; `Some(len)` sets its write size (`-l`).
     Iperf3(Option<&'static str>),
+    /// scp of a tmpfs file to a private sshd.
+    Scp,
+    /// rsync of the same file to a private rsync daemon.
+    Rsync,
     Pfs {
         mode: Mode,
         integrity: IntegrityAlg,
@@ -81,7 +99,7 @@ impl Planned {
     /// Text `--only` matches against: label, integrity and pattern, lower case.
     fn key(&self) -> String {
         let extra = match &self.job {
-            Job::Iperf3(_) => String::new(),
+            Job::Iperf3(_) | Job::Scp | Job::Rsync => String::new(),
             Job::Pfs {
                 integrity, pattern, ..
             }
@@ -95,80 +113,6 @@ impl Planned {
     }
 }
 
-/// One result row: the columns of the table, CSV and JSON.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    pub label: String,
-    pub purpose: String,
-    pub effective_mb: f64,
-    pub wire_mb: f64,
-    pub wire_ratio: f64,
-    pub elapsed_s: f64,
-    pub effective_mb_s: f64,
-    pub user_s: f64,
-    pub sys_s: f64,
-    pub cpu_total_s: f64,
-    pub mb_per_cpu_s: f64,
-    pub integrity: String,
-    pub pthreads: u32,
-    pub transport: String,
-    pub notes: String,
-}
-
-impl Row {
-    fn measured(label: &str, purpose: &str, eff: u64, wire: u64, elapsed: f64, user: f64, sys: f64) -> Self {
-        let cpu = user + sys;
-        let eff_mb = eff as f64 / 1e6;
-        Row {
-            label: label.into(),
-            purpose: purpose.into(),
-            effective_mb: eff_mb,
-            wire_mb: wire as f64 / 1e6,
-            wire_ratio: if eff > 0 { wire as f64 / eff as f64 } else { 0.0 },
-            elapsed_s: elapsed,
-            effective_mb_s: if elapsed > 0.0 { eff_mb / elapsed } else { 0.0 },
-            user_s: user,
-            sys_s: sys,
-            cpu_total_s: cpu,
-            mb_per_cpu_s: if cpu > 0.0 { eff_mb / cpu } else { 0.0 },
-            integrity: "n/a".into(),
-            pthreads: 1,
-            transport: "-".into(),
-            notes: String::new(),
-        }
-    }
-
-    fn skipped(label: &str, purpose: &str, why: String) -> Self {
-        let mut r = Row::measured(label, purpose, 0, 0, 0.0, 0.0, 0.0);
-        r.integrity = "-".into();
-        r.notes = format!("skipped: {why}");
-        r
-    }
-
-    fn ran(&self) -> bool {
-        !self.notes.starts_with("skipped") && !self.notes.starts_with("failed")
-    }
-}
-
-/// Header block of a report.
-#[derive(Debug, Clone, Serialize)]
-pub struct Header {
-    pub tool: String,
-    pub git_revision: String,
-    pub kernel: String,
-    pub cpu_model: String,
-    pub cores: usize,
-    pub thp_mode: String,
-    pub sender_blob: String,
-    pub receiver_blob: String,
-    pub blob_bytes: u64,
-    pub sender_setup: String,
-    pub receiver_setup: String,
-    pub units: String,
-    pub path: String,
-    pub pinning: String,
-}
-
 fn loop_label(alg: IntegrityAlg) -> String {
     format!("Conventional ({} loop)", alg.name())
 }
@@ -176,12 +120,26 @@ fn loop_label(alg: IntegrityAlg) -> String {
 /// The rows of the suite, in order. The one place a row is added.
 fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
     let mut rows = vec![
-        Planned { label: "Conventional (iperf3)".into(), purpose: "Transfer", job: Job::Iperf3(None) },
+        Planned {
+            label: "Conventional (iperf3)".into(),
+            purpose: "Transfer",
+            job: Job::Iperf3(None),
+        },
         // The same write size as a payload gram: the fairer transport baseline.
         Planned {
             label: "Conventional (iperf3 -l 1M)".into(),
             purpose: "Transfer",
             job: Job::Iperf3(Some("1M")),
+        },
+        Planned {
+            label: "Conventional (scp)".into(),
+            purpose: "Transfer",
+            job: Job::Scp,
+        },
+        Planned {
+            label: "Conventional (rsync)".into(),
+            purpose: "Transfer",
+            job: Job::Rsync,
         },
     ];
     for integrity in [IntegrityAlg::Xxh3, IntegrityAlg::Fnv1a] {
@@ -223,7 +181,11 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             rows.push(Planned {
                 label: loop_label(integrity),
                 purpose: "pCPU",
-                job: Job::Loop { integrity, pattern: Pattern::Sequential, bytes: exec_bytes },
+                job: Job::Loop {
+                    integrity,
+                    pattern: Pattern::Sequential,
+                    bytes: exec_bytes,
+                },
             });
             for mode in [Mode::Offset, Mode::Arith] {
                 rows.push(Planned {
@@ -243,25 +205,19 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
     rows.push(Planned {
         label: Mode::Payload.label("TCP"),
         purpose: "Transfer",
-        job: Job::Pfs { mode: Mode::Payload, integrity: IntegrityAlg::None, pattern, bytes: sizes.payload_bytes },
+        job: Job::Pfs {
+            mode: Mode::Payload,
+            integrity: IntegrityAlg::None,
+            pattern,
+            bytes: sizes.payload_bytes,
+        },
     });
     rows
 }
 
-/// Kills the receiver child on every exit path.
-struct ChildGuard(Option<Child>);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// Starts `pfs serve` on an ephemeral loopback port; returns its address.
 fn start_receiver(
+    net: &NetPath,
     sizes: Sizes,
     seed: u64,
     huge_dir: Option<&Path>,
@@ -269,8 +225,9 @@ fn start_receiver(
     sessions: usize,
 ) -> anyhow::Result<(ChildGuard, String, mpsc::Receiver<String>)> {
     let exe = std::env::current_exe().context("cannot locate the pfs binary")?;
-    let mut cmd = Command::new(exe);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--json", "--max-clients", "1"])
+    let mut cmd = net.receiver_command(&exe.to_string_lossy());
+    let listen = format!("{}:0", net.server_ip());
+    cmd.args(["serve", "--listen", &listen, "--json", "--max-clients", "1"])
         .args(["--max-sessions", &sessions.to_string()])
         .args(["--size", &sizes.blob.to_string(), "--seed", &seed.to_string()]);
     if let Some(d) = huge_dir {
@@ -299,7 +256,7 @@ fn start_receiver(
         let _ = stderr.read_to_string(&mut s);
         let _ = etx.send(s);
     });
-    let guard = ChildGuard(Some(child));
+    let guard = ChildGuard::new(child);
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -321,88 +278,6 @@ fn start_receiver(
             }
         }
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
-/// iperf3, one TCP stream on loopback, receiver-side numbers.
-fn run_iperf3(label: &str, secs: u32, pin: bool, len: Option<&str>) -> Row {
-    if !have("iperf3") {
-        return Row::skipped(
-            label,
-            "Transfer",
-            "iperf3 not installed (apt-get install iperf3)".into(),
-        );
-    }
-    let attempt = || -> anyhow::Result<Row> {
-        let port = free_port()?.to_string();
-        let mut server = ChildGuard(Some(
-            Command::new("iperf3")
-                .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("starting iperf3 -s")?,
-        ));
-        let mut last_err = String::new();
-        for _ in 0..50 {
-            std::thread::sleep(Duration::from_millis(100));
-            let mut c = Command::new("iperf3");
-            c.args(["-c", "127.0.0.1", "-p", &port, "-t", &secs.to_string(), "-J"]);
-            if pin {
-                c.args(["-A", "0,1"]);
-            }
-            if let Some(len) = len {
-                c.args(["-l", len]);
-            }
-            let out = c.output().context("running iperf3 -c")?;
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-            if let Some(e) = v["error"].as_str() {
-                last_err = e.to_string();
-                if e.contains("connect") {
-                    continue;
-                }
-                bail!("iperf3: {e}");
-            }
-            let sum = &v["end"]["sum_received"];
-            let bytes = sum["bytes"]
-                .as_u64()
-                .context("iperf3 JSON: end.sum_received.bytes")?;
-            let seconds = sum["seconds"]
-                .as_f64()
-                .context("iperf3 JSON: end.sum_received.seconds")?;
-            let cpu = &v["end"]["cpu_utilization_percent"];
-            let user = cpu["remote_user"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
-            let sys = cpu["remote_system"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
-            let mut row = Row::measured(label, "Transfer", bytes, bytes, seconds, user, sys);
-            row.transport = "TCP".into();
-            row.notes = format!(
-                "1 stream, {} writes of one hot buffer; receiver CPU from iperf3 remote_user/remote_system",
-                len.unwrap_or("128K")
-            );
-            if let Some(mut s) = server.0.take() {
-                let _ = s.wait();
-            }
-            return Ok(row);
-        }
-        bail!("iperf3 server never accepted: {last_err}")
-    };
-    attempt().unwrap_or_else(|e| {
-        let mut r = Row::skipped(label, "Transfer", String::new());
-        r.notes = format!("failed: {e:#}");
-        r
-    })
 }
 
 /// A plain single-thread loop over the same schedule: what executing the
@@ -452,134 +327,6 @@ fn spec_for(blob_len: u64, args: &BenchArgs, pattern: Pattern, bytes: u64) -> Sc
     }
 }
 
-fn fmt_table(header: &Header, rows: &[Row]) -> String {
-    let mut s = String::new();
-    s.push_str(&format!(
-        "pfs bench — {} · kernel {} · {} · {} cores · THP {}\nblob: sender {} · receiver {} · {} bytes · {} · {}\nreceiver blob setup: {}\n\n",
-        header.git_revision,
-        header.kernel,
-        header.cpu_model,
-        header.cores,
-        header.thp_mode,
-        header.sender_blob,
-        header.receiver_blob,
-        header.blob_bytes,
-        header.path,
-        header.pinning,
-        header.receiver_setup
-    ));
-    s.push_str(&format!(
-        "{:<40} {:>5} {:>10} {:>10} {:>10} {:>7} {:>10} {:>7} {:>7} {:>9} {:<8} {}\n",
-        "label",
-        "integ",
-        "eff_MB",
-        "wire_MB",
-        "wire/eff",
-        "time_s",
-        "eff_MB/s",
-        "user_s",
-        "sys_s",
-        "MB/CPU-s",
-        "check",
-        "notes"
-    ));
-    for r in rows {
-        s.push_str(&format!(
-            "{:<40} {:>5} {:>10.1} {:>10.3} {:>10.6} {:>7.3} {:>10.1} {:>7.3} {:>7.3} {:>9.1} {:<8} {}\n",
-            r.label,
-            integ_short(r),
-            r.effective_mb,
-            r.wire_mb,
-            r.wire_ratio,
-            r.elapsed_s,
-            r.effective_mb_s,
-            r.user_s,
-            r.sys_s,
-            r.mb_per_cpu_s,
-            r.integrity,
-            r.notes
-        ));
-    }
-    s.push_str("\nMB = 10^6 bytes. Receiver-side numbers (PFS: from the receiver's COMPLETE report; iperf3: its server side).\n");
-    s
-}
-
-fn integ_short(r: &Row) -> &str {
-    r.integrity_alg()
-}
-
-fn csv_escape(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-fn to_csv(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "label,purpose,effective_mb,wire_mb,wire_ratio,elapsed_s,effective_mb_s,user_s,sys_s,cpu_total_s,mb_per_cpu_s,integrity,pthreads,transport,notes\n",
-    );
-    for r in rows {
-        out.push_str(&format!(
-            "{},{},{:.3},{:.6},{:.8},{:.4},{:.1},{:.4},{:.4},{:.4},{:.1},{},{},{},{}\n",
-            csv_escape(&r.label),
-            r.purpose,
-            r.effective_mb,
-            r.wire_mb,
-            r.wire_ratio,
-            r.elapsed_s,
-            r.effective_mb_s,
-            r.user_s,
-            r.sys_s,
-            r.cpu_total_s,
-            r.mb_per_cpu_s,
-            r.integrity,
-            r.pthreads,
-            r.transport,
-            csv_escape(&r.notes)
-        ));
-    }
-    out
-}
-
-fn to_markdown(header: &Header, rows: &[Row]) -> String {
-    let mut out = format!(
-        "Host: {} cores, {}, kernel {}, THP `{}` · revision `{}` · blob {} bytes (sender {}, receiver {}) · {} · {}\n\n",
-        header.cores,
-        header.cpu_model,
-        header.kernel,
-        header.thp_mode,
-        header.git_revision,
-        header.blob_bytes,
-        header.sender_blob,
-        header.receiver_blob,
-        header.path,
-        header.pinning
-    );
-    out.push_str(&format!("Receiver blob setup: {}\n\n", header.receiver_setup));
-    out.push_str("| label | purpose | effective MB | wire MB | wire/eff | elapsed s | eff MB/s | user s | sys s | MB/CPU-s | integrity | notes |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
-    for r in rows {
-        out.push_str(&format!(
-            "| {} | {} | {:.1} | {:.3} | {:.6} | {:.3} | {:.1} | {:.3} | {:.3} | {:.1} | {} | {} |\n",
-            r.label,
-            r.purpose,
-            r.effective_mb,
-            r.wire_mb,
-            r.wire_ratio,
-            r.elapsed_s,
-            r.effective_mb_s,
-            r.user_s,
-            r.sys_s,
-            r.mb_per_cpu_s,
-            r.integrity,
-            r.notes.replace('|', "/")
-        ));
-    }
-    out
-}
-
 /// Appends `x.xx× <baseline>` to the notes of rows that have a named baseline in this run.
 fn add_ratios(rows: &mut [Row]) {
     let rate = |rows: &[Row], pred: &dyn Fn(&Row) -> bool| {
@@ -588,10 +335,14 @@ fn add_ratios(rows: &mut [Row]) {
     let iperf = rate(rows, &|r| r.label == "Conventional (iperf3)");
     let iperf_1m = rate(rows, &|r| r.label == "Conventional (iperf3 -l 1M)");
     let loop_rate = |rows: &[Row], alg: &str, pattern: &str| {
-        rate(rows, &|r| r.label.starts_with("Conventional (") && r.integrity == alg && r.notes.contains(pattern))
+        rate(rows, &|r| {
+            r.label.starts_with("Conventional (") && r.integrity == alg && r.notes.contains(pattern)
+        })
     };
     let offset_rate = |rows: &[Row], alg: &str, pattern: &str| {
-        rate(rows, &|r| r.label == Mode::Offset.label("TCP") && r.integrity_alg() == alg && r.notes.contains(pattern))
+        rate(rows, &|r| {
+            r.label == Mode::Offset.label("TCP") && r.integrity_alg() == alg && r.notes.contains(pattern)
+        })
     };
     let snapshot = rows.to_vec();
     for r in rows.iter_mut().filter(|r| r.ran()) {
@@ -626,15 +377,6 @@ fn add_ratios(rows: &mut [Row]) {
     }
 }
 
-impl Row {
-    fn integrity_alg(&self) -> &str {
-        ["fnv1a", "xxh3", "none"]
-            .into_iter()
-            .find(|a| self.notes.contains(&format!("integrity={a}")) || self.label.contains(&format!("({a} ")))
-            .unwrap_or("-")
-    }
-}
-
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let mut sizes = if args.full { FULL } else { QUICK };
     if let Some(s) = args.size {
@@ -647,6 +389,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     sizes.payload_bytes = scaled(sizes.payload_bytes);
     sizes.offset_bytes = scaled(sizes.offset_bytes);
     sizes.fnv_bytes = scaled(sizes.fnv_bytes);
+    sizes.file_bytes = scaled(sizes.file_bytes).min(sizes.blob);
     sizes.iperf_secs = ((f64::from(sizes.iperf_secs) * args.scale).ceil() as u32).max(1);
     let pin = !args.no_pin && sysinfo::cores() >= 2;
     let pattern = args.pattern.pattern();
@@ -679,8 +422,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         "pfs bench: setting up a {} MB blob for each peer (outside the timed path)…",
         sizes.blob / 1_000_000
     );
+    let net = match args.path {
+        crate::args::PathArg::Loopback => NetPath::Loopback,
+        crate::args::PathArg::Veth => NetPath::veth(args.mtu)?,
+    };
     let receiver = if pfs_sessions > 0 {
         Some(start_receiver(
+            &net,
             sizes,
             seed,
             args.huge_dir.as_deref(),
@@ -697,13 +445,34 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         pin_current_thread(0).context("pinning the sender to CPU 0")?;
     }
 
+    // The file the conventional copy rows move: the first bytes of the blob, on tmpfs.
+    let scratch = Scratch::new()?;
+    let src = scratch.path.join("src.bin");
+    if planned.iter().any(|p| matches!(p.job, Job::Scp | Job::Rsync)) {
+        std::fs::write(&src, &opened.blob.as_slice()[..sizes.file_bytes as usize])
+            .with_context(|| format!("writing {}", src.display()))?;
+    }
+
     let mut rows = Vec::new();
     let mut receiver_blob = String::from("-");
     let mut receiver_setup = String::from("-");
     for p in &planned {
         eprintln!("pfs bench: {} …", p.label);
         let row = match &p.job {
-            Job::Iperf3(len) => run_iperf3(&p.label, sizes.iperf_secs, pin, *len),
+            Job::Iperf3(len) => run_iperf3(&p.label, &net, sizes.iperf_secs, pin, *len),
+            Job::Scp | Job::Rsync => {
+                let job = FileJob {
+                    net: &net,
+                    scratch: &scratch.path,
+                    src: &src,
+                    pin,
+                };
+                if matches!(p.job, Job::Scp) {
+                    run_scp(&p.label, &job)
+                } else {
+                    run_rsync(&p.label, &job)
+                }
+            }
             Job::Loop {
                 integrity,
                 pattern,
@@ -795,7 +564,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         sender_setup: opened.describe(),
         receiver_setup,
         units: "MB = 10^6 bytes; rates MB/s; CPU from getrusage (receiver thread)".into(),
-        path: "loopback".into(),
+        path: net.name(),
         pinning: if pin {
             "sender CPU 0, receiver CPU 1".into()
         } else {
@@ -818,6 +587,25 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?,
         )?;
         std::fs::write(dir.join("bench.md"), to_markdown(&header, &rows))?;
+        let bars: Vec<SuiteBar> = rows
+            .iter()
+            .filter(|r| r.ran())
+            .map(|r| SuiteBar {
+                label: r.plot_label(),
+                effective_mb_s: r.effective_mb_s,
+                mb_per_cpu_s: r.mb_per_cpu_s,
+                effective_mb: r.effective_mb,
+                wire_mb: r.wire_mb,
+            })
+            .collect();
+        let title = format!(
+            "pfs bench ({}, {} cores, {})",
+            header.git_revision, header.cores, header.path
+        );
+        match suite_bars(&bars, &title, &dir.join("bench.png")) {
+            Ok(()) => eprintln!("pfs bench: wrote bench.png"),
+            Err(e) => eprintln!("pfs: warning: no plot: {e:#}"),
+        }
         eprintln!(
             "pfs bench: wrote bench.csv, bench.json, bench.md to {}",
             dir.display()
@@ -827,4 +615,31 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         .iter()
         .any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
     Ok(if failed { exit::FAILURE } else { exit::OK })
+}
+
+/// A scratch directory on tmpfs, removed on drop and on Ctrl-C.
+struct Scratch {
+    path: std::path::PathBuf,
+    ticket: u64,
+}
+
+impl Scratch {
+    fn new() -> anyhow::Result<Self> {
+        let base = if Path::new("/dev/shm").is_dir() {
+            Path::new("/dev/shm")
+        } else {
+            Path::new("/tmp")
+        };
+        let path = base.join(format!("pfs-bench-{}", std::process::id()));
+        let ticket = crate::cleanup::on_interrupt(crate::cleanup::Undo::Dir(path.clone()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self { path, ticket })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        crate::cleanup::done(self.ticket);
+    }
 }

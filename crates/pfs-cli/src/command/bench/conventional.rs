@@ -1,0 +1,468 @@
+//! Conventional baselines run by the harness itself over the same path as
+//! the PFS rows: iperf3 (one stream), scp to an sshd it starts, rsync to an
+//! rsync daemon it starts. Receiver-side CPU comes from the server process
+//! tree; a missing tool is a `skipped:` row with the install hint, a tool that
+//! fails is a `failed:` row with the reason — neither stops the suite.
+//!
+//! Tool paths can be overridden with `PFS_BENCH_IPERF3`, `PFS_BENCH_SSHD`,
+//! `PFS_BENCH_SCP`, `PFS_BENCH_RSYNC` (e.g. to compare custom builds).
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use super::netpath::NetPath;
+use super::row::Row;
+use crate::cleanup::{self, Undo};
+
+/// A child process killed (and reaped) on every exit path, Ctrl-C included.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Option<Child>,
+    ticket: u64,
+}
+
+impl ChildGuard {
+    /// Takes ownership of `child`.
+    pub fn new(child: Child) -> Self {
+        let ticket = cleanup::on_interrupt(Undo::Process(child.id()));
+        Self {
+            child: Some(child),
+            ticket,
+        }
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.child.as_mut()?.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        cleanup::done(self.ticket);
+    }
+}
+
+/// The program to run for `tool`, honouring `PFS_BENCH_<TOOL>`.
+pub fn tool(name: &str, default: &str) -> String {
+    std::env::var(format!("PFS_BENCH_{}", name.to_ascii_uppercase())).unwrap_or_else(|_| default.to_string())
+}
+
+/// Whether `program` can be found (absolute path, or on PATH).
+pub fn have(program: &str) -> bool {
+    if program.contains('/') {
+        return Path::new(program).exists();
+    }
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// A free TCP port (bound and released; the tools bind it right after).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn failed(label: &str, purpose: &str, e: &anyhow::Error) -> Row {
+    let mut r = Row::skipped(label, purpose, String::new());
+    r.notes = format!("failed: {e:#}");
+    r
+}
+
+/// Waits until something accepts on `ip:port`, or the server died, or `timeout`.
+fn wait_listening(server: &mut ChildGuard, ip: &str, port: u16, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let addr = format!("{ip}:{port}");
+    while Instant::now() < deadline {
+        if !server.running() {
+            bail!("the server exited before listening on {addr}");
+        }
+        if TcpStream::connect_timeout(&addr.parse()?, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("nothing listened on {addr} within {timeout:?}")
+}
+
+/// Runs a client command to completion within `timeout`; its stderr on failure.
+fn run_client(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::process::Output> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let mut guard = ChildGuard::new(child);
+    if guard.wait_timeout(timeout).is_none() {
+        bail!("{:?} did not finish within {timeout:?}", cmd.get_program());
+    }
+    let child = guard.child.take().context("client vanished")?;
+    cleanup::done(guard.ticket);
+    Ok(child.wait_with_output()?)
+}
+
+/// CPU seconds (user, sys) of a process and of all its reaped descendants.
+fn tree_cpu(pid: u32) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name: state is field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+    let tick = rustix::param::clock_ticks_per_second() as f64;
+    let (utime, stime, cutime, cstime) = (num(11)?, num(12)?, num(13)?, num(14)?);
+    Some(((utime + cutime) / tick, (stime + cstime) / tick))
+}
+
+/// Waits until `pid` has no children left (the per-connection processes
+/// were reaped, so their CPU shows in `tree_cpu`).
+fn wait_children_reaped(pid: u32, timeout: Duration) {
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        match std::fs::read_to_string(&path) {
+            Ok(s) if s.trim().is_empty() => return,
+            Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => {
+                // No children file on this kernel: give the daemon a moment.
+                std::thread::sleep(Duration::from_millis(300));
+                return;
+            }
+        }
+    }
+}
+
+fn taskset(cmd: Command, cpu: Option<usize>) -> Command {
+    match cpu {
+        Some(cpu) if have("taskset") => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &cpu.to_string()])
+                .arg(cmd.get_program())
+                .args(cmd.get_args());
+            c
+        }
+        _ => cmd,
+    }
+}
+
+/// iperf3, one TCP stream, receiver-side numbers.
+pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<&str>) -> Row {
+    let program = tool("iperf3", "iperf3");
+    if !have(&program) {
+        return Row::skipped(
+            label,
+            "Transfer",
+            "iperf3 not installed (apt-get install iperf3)".into(),
+        );
+    }
+    let attempt = || -> anyhow::Result<Row> {
+        let port = free_port()?;
+        let ip = net.server_ip();
+        let mut srv = net.receiver_command(&program);
+        srv.args(["-s", "-1", "-B", ip, "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut server = ChildGuard::new(srv.spawn().context("starting iperf3 -s")?);
+        // iperf3 -s -1 serves one client: probing the port would use it up, so retry the client instead.
+        let mut last_err = String::new();
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(100));
+            let mut c = Command::new(&program);
+            c.args(["-c", ip, "-p", &port.to_string(), "-t", &secs.to_string(), "-J"]);
+            if pin {
+                c.args(["-A", "0,1"]);
+            }
+            if let Some(len) = len {
+                c.args(["-l", len]);
+            }
+            let out = run_client(c, Duration::from_secs(u64::from(secs) + 60))?;
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            if let Some(e) = v["error"].as_str() {
+                last_err = e.to_string();
+                if e.contains("connect") {
+                    continue;
+                }
+                bail!("iperf3: {e}");
+            }
+            let sum = &v["end"]["sum_received"];
+            let bytes = sum["bytes"]
+                .as_u64()
+                .context("iperf3 JSON: end.sum_received.bytes")?;
+            let seconds = sum["seconds"]
+                .as_f64()
+                .context("iperf3 JSON: end.sum_received.seconds")?;
+            let cpu = &v["end"]["cpu_utilization_percent"];
+            let user = cpu["remote_user"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
+            let sys = cpu["remote_system"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
+            let mut row = Row::measured(label, "Transfer", bytes, bytes, seconds, user, sys);
+            row.transport = "TCP".into();
+            row.notes = format!(
+                "1 stream, {} writes of one hot buffer; receiver CPU from iperf3 remote_user/remote_system",
+                len.unwrap_or("128K")
+            );
+            let _ = server.wait_timeout(Duration::from_secs(5));
+            return Ok(row);
+        }
+        bail!("iperf3 server never accepted: {last_err}")
+    };
+    attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+}
+
+/// Files and keys of one conventional file-transfer row.
+#[derive(Debug)]
+pub struct FileJob<'a> {
+    /// The network path.
+    pub net: &'a NetPath,
+    /// Scratch directory (tmpfs) for configs, keys and the destination.
+    pub scratch: &'a Path,
+    /// Source file (tmpfs).
+    pub src: &'a Path,
+    /// Pin the client to CPU 0 and the server to CPU 1.
+    pub pin: bool,
+}
+
+impl FileJob<'_> {
+    fn dst_dir(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let d = self.scratch.join(name);
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d)?;
+        Ok(d)
+    }
+
+    /// Checks the copy, measures, and builds the row.
+    fn finish(
+        &self,
+        label: &str,
+        dst: &Path,
+        server_pid: u32,
+        m: Measured,
+        notes: String,
+    ) -> anyhow::Result<Row> {
+        let Measured { cpu0, wire0, elapsed } = m;
+        let wire = self.net.wire_counter().saturating_sub(wire0);
+        wait_children_reaped(server_pid, Duration::from_secs(5));
+        let (u1, s1) = tree_cpu(server_pid).context("reading the server's CPU time")?;
+        let bytes = std::fs::metadata(self.src)?.len();
+        let got = std::fs::metadata(dst)
+            .with_context(|| format!("{} was not written", dst.display()))?
+            .len();
+        let same = got == bytes && file_digest(self.src)? == file_digest(dst)?;
+        let mut row = Row::measured(label, "Transfer", bytes, wire, elapsed, u1 - cpu0.0, s1 - cpu0.1);
+        row.transport = "TCP".into();
+        row.integrity = if same { "OK" } else { "MISMATCH" }.into();
+        row.notes = notes;
+        Ok(row)
+    }
+}
+
+/// Counters taken around a client run.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    /// Server tree CPU (user, sys) before.
+    cpu0: (f64, f64),
+    /// Interface byte counter before.
+    wire0: u64,
+    /// Client wall time.
+    elapsed: f64,
+}
+
+fn file_digest(path: &Path) -> anyhow::Result<u64> {
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut d = pfs_exec::Digest::new(pfs_wire::IntegrityAlg::Xxh3);
+    d.update(&data);
+    Ok(d.value())
+}
+
+fn user_name() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "root".into())
+}
+
+/// scp of a tmpfs file to an sshd the harness starts (compression off).
+pub fn run_scp(label: &str, job: &FileJob<'_>) -> Row {
+    let sshd = tool("sshd", "/usr/sbin/sshd");
+    let scp = tool("scp", "scp");
+    if !have(&sshd) || !have(&scp) || !have("ssh-keygen") {
+        return Row::skipped(
+            label,
+            "Transfer",
+            "sshd/scp not installed (apt-get install openssh-server openssh-client)".into(),
+        );
+    }
+    if !rustix::process::geteuid().is_root() {
+        return Row::skipped(label, "Transfer", "needs root to start a private sshd".into());
+    }
+    let attempt = || -> anyhow::Result<Row> {
+        let dir = job.dst_dir("ssh")?;
+        let dst = dir.join("dst.bin");
+        for key in ["host", "client"] {
+            let out = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(dir.join(key))
+                .stdin(Stdio::null())
+                .output()?;
+            if !out.status.success() {
+                bail!("ssh-keygen: {}", String::from_utf8_lossy(&out.stderr).trim());
+            }
+        }
+        std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys"))?;
+        // Privilege separation directory sshd insists on.
+        std::fs::create_dir_all("/run/sshd")?;
+        let port = free_port()?;
+        let ip = job.net.server_ip();
+        let config = format!(
+            "Port {port}\nListenAddress {ip}\nHostKey {host}\nPidFile none\nAuthorizedKeysFile {auth}\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
+             UsePAM no\nStrictModes no\nCompression no\nSubsystem sftp internal-sftp\nLogLevel ERROR\n",
+            host = dir.join("host").display(),
+            auth = dir.join("authorized_keys").display(),
+        );
+        std::fs::write(dir.join("sshd_config"), config)?;
+        let mut srv = job.net.receiver_command(&sshd);
+        srv.arg("-D").arg("-e").arg("-f").arg(dir.join("sshd_config"));
+        let srv = taskset(srv, job.pin.then_some(1));
+        let mut server = ChildGuard::new(
+            { srv }
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("starting sshd")?,
+        );
+        if let Err(e) = wait_listening(&mut server, ip, port, Duration::from_secs(10)) {
+            let mut err = String::new();
+            if let Some(mut stderr) = server.child.as_mut().and_then(|c| c.stderr.take()) {
+                let _ = server.wait_timeout(Duration::from_secs(1));
+                let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+            }
+            bail!("sshd will not start: {e:#} {}", err.trim());
+        }
+        let cpu0 = tree_cpu(server.id()).context("reading sshd's CPU time")?;
+        let mut c = Command::new(&scp);
+        c.args([
+            "-q",
+            "-o",
+            "Compression=no",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
+        .args(["-o", "BatchMode=yes", "-P", &port.to_string(), "-i"])
+        .arg(dir.join("client"))
+        .arg(job.src)
+        .arg(format!("{}@{ip}:{}", user_name(), dst.display()));
+        let c = taskset(c, job.pin.then_some(0));
+        let wire0 = job.net.wire_counter();
+        let t0 = Instant::now();
+        let out = run_client(c, Duration::from_secs(600))?;
+        let elapsed = t0.elapsed().as_secs_f64();
+        if !out.status.success() {
+            bail!("scp failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        let pid = server.id();
+        let row = job.finish(
+            label,
+            &dst,
+            pid,
+            Measured { cpu0, wire0, elapsed },
+            "default cipher, Compression=no, wall time includes the SSH handshake; wire from interface counters (incl. TCP/IP headers); receiver CPU = sshd tree".into(),
+        );
+        let _ = std::fs::remove_file(&dst);
+        row
+    };
+    attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+}
+
+/// rsync (whole file) of a tmpfs file to an rsync daemon the harness starts.
+pub fn run_rsync(label: &str, job: &FileJob<'_>) -> Row {
+    let rsync = tool("rsync", "rsync");
+    if !have(&rsync) {
+        return Row::skipped(
+            label,
+            "Transfer",
+            "rsync not installed (apt-get install rsync)".into(),
+        );
+    }
+    let attempt = || -> anyhow::Result<Row> {
+        let dir = job.dst_dir("rsync")?;
+        let module = dir.join("module");
+        std::fs::create_dir_all(&module)?;
+        let port = free_port()?;
+        let ip = job.net.server_ip();
+        let root = rustix::process::geteuid().is_root();
+        let config = format!(
+            "port = {port}\naddress = {ip}\nuse chroot = no\nlog file = {log}\n{ids}[pfs]\n    path = {path}\n    read only = no\n",
+            log = dir.join("rsyncd.log").display(),
+            ids = if root { "uid = root\ngid = root\n" } else { "" },
+            path = module.display(),
+        );
+        std::fs::write(dir.join("rsyncd.conf"), config)?;
+        let mut srv = job.net.receiver_command(&rsync);
+        srv.args(["--daemon", "--no-detach", "--config"])
+            .arg(dir.join("rsyncd.conf"));
+        let srv = taskset(srv, job.pin.then_some(1));
+        let mut server = ChildGuard::new(
+            { srv }
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("starting rsync --daemon")?,
+        );
+        wait_listening(&mut server, ip, port, Duration::from_secs(10))
+            .context("rsync daemon will not start")?;
+        let cpu0 = tree_cpu(server.id()).context("reading the rsync daemon's CPU time")?;
+        let mut c = Command::new(&rsync);
+        c.args(["--whole-file", "--no-compress", "--inplace"])
+            .arg(job.src)
+            .arg(format!("rsync://{ip}:{port}/pfs/dst.bin"));
+        let c = taskset(c, job.pin.then_some(0));
+        let wire0 = job.net.wire_counter();
+        let t0 = Instant::now();
+        let out = run_client(c, Duration::from_secs(600))?;
+        let elapsed = t0.elapsed().as_secs_f64();
+        if !out.status.success() {
+            bail!("rsync failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        let dst = module.join("dst.bin");
+        let row = job.finish(
+            label,
+            &dst,
+            server.id(),
+            Measured { cpu0, wire0, elapsed },
+            "daemon (no ssh), --whole-file; wire from interface counters (incl. TCP/IP headers); receiver CPU = rsync daemon tree".into(),
+        );
+        let _ = std::fs::remove_file(&dst);
+        row
+    };
+    attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+}

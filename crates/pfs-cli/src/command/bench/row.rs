@@ -1,0 +1,110 @@
+//! The result row and report header of the suite: the columns of the
+//! table, CSV and JSON.
+
+use serde::Serialize;
+
+/// One result row: the columns of the table, CSV and JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub label: String,
+    pub purpose: String,
+    pub effective_mb: f64,
+    pub wire_mb: f64,
+    pub wire_ratio: f64,
+    pub elapsed_s: f64,
+    pub effective_mb_s: f64,
+    pub user_s: f64,
+    pub sys_s: f64,
+    pub cpu_total_s: f64,
+    pub mb_per_cpu_s: f64,
+    pub integrity: String,
+    pub pthreads: u32,
+    pub transport: String,
+    pub notes: String,
+}
+
+impl Row {
+    pub fn measured(
+        label: &str,
+        purpose: &str,
+        eff: u64,
+        wire: u64,
+        elapsed: f64,
+        user: f64,
+        sys: f64,
+    ) -> Self {
+        let cpu = user + sys;
+        let eff_mb = eff as f64 / 1e6;
+        Row {
+            label: label.into(),
+            purpose: purpose.into(),
+            effective_mb: eff_mb,
+            wire_mb: wire as f64 / 1e6,
+            wire_ratio: if eff > 0 { wire as f64 / eff as f64 } else { 0.0 },
+            elapsed_s: elapsed,
+            effective_mb_s: if elapsed > 0.0 { eff_mb / elapsed } else { 0.0 },
+            user_s: user,
+            sys_s: sys,
+            cpu_total_s: cpu,
+            mb_per_cpu_s: if cpu > 0.0 { eff_mb / cpu } else { 0.0 },
+            integrity: "n/a".into(),
+            pthreads: 1,
+            transport: "-".into(),
+            notes: String::new(),
+        }
+    }
+
+    pub fn skipped(label: &str, purpose: &str, why: String) -> Self {
+        let mut r = Row::measured(label, purpose, 0, 0, 0.0, 0.0, 0.0);
+        r.integrity = "-".into();
+        r.notes = format!("skipped: {why}");
+        r
+    }
+
+    pub fn ran(&self) -> bool {
+        !self.notes.starts_with("skipped") && !self.notes.starts_with("failed")
+    }
+}
+
+/// Header block of a report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Header {
+    pub tool: String,
+    pub git_revision: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    pub cores: usize,
+    pub thp_mode: String,
+    pub sender_blob: String,
+    pub receiver_blob: String,
+    pub blob_bytes: u64,
+    pub sender_setup: String,
+    pub receiver_setup: String,
+    pub units: String,
+    pub path: String,
+    pub pinning: String,
+}
+
+impl Row {
+    pub fn integrity_alg(&self) -> &str {
+        ["fnv1a", "xxh3", "none"]
+            .into_iter()
+            .find(|a| {
+                self.notes.contains(&format!("integrity={a}")) || self.label.contains(&format!("({a} "))
+            })
+            .unwrap_or("-")
+    }
+
+    /// Label with the integrity and pattern qualifiers, for plots.
+    pub fn plot_label(&self) -> String {
+        let pattern = ["random", "sequential", "strided"]
+            .into_iter()
+            .find(|p| self.notes.contains(&format!("pattern={p}")));
+        match (self.integrity_alg(), pattern) {
+            ("-", None) => self.label.clone(),
+            ("-", Some(p)) => format!("{} ({p})", self.label),
+            (alg, None) => format!("{} ({alg})", self.label),
+            (alg, Some(p)) => format!("{} ({alg}, {p})", self.label),
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The study's report: header, one table line per cell, the A4/A1 headline
+//! ratio, JSON, CSV and the PNG plots (drawn by [`crate::plot`]).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::cell::Cell;
+use super::Method;
+use crate::plot::{self, Series};
+
+/// Units and definitions, printed with every report.
+pub const UNITS: &str = "Gbit/s = 10^9 bit/s of logical message bytes (the 8 fields); wire bytes = bytes through the sockets \
+(A4 framing included, TCP/IP headers not); ns/msg/thr = elapsed × threads / messages, the mean time per message per sender \
+thread, not a round trip; CPU and context switches from getrusage(RUSAGE_THREAD), summed over sender and receiver threads";
+
+/// The ratio the issue sets a target for.
+pub const TARGET_RATIO: f64 = 10.0;
+
+/// Machine and settings of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Header {
+    /// `pfs <version>`.
+    pub tool: String,
+    /// Git revision of the build.
+    pub git_revision: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Online CPUs.
+    pub cores: usize,
+    /// Pinning policy.
+    pub pinning: String,
+    /// TCP_NODELAY on sender sockets.
+    pub tcp_nodelay: bool,
+    /// Send duration per cell.
+    pub duration_s: f64,
+    /// Messages per sender pool.
+    pub pool: usize,
+    /// A3 in-flight bound.
+    pub zc_inflight: usize,
+    /// A4 payload budget per gram.
+    pub gram_payload: u64,
+    /// Hardware counters in use, or why not.
+    pub hardware_counters: String,
+    /// Units and definitions.
+    pub units: String,
+}
+
+/// A4 / A1 throughput at one size and thread count.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    /// Sender threads.
+    pub threads: usize,
+    /// Message size.
+    pub msg_size: usize,
+    /// A1 Gbit/s.
+    pub a1_gbit_s: f64,
+    /// A4 Gbit/s.
+    pub a4_gbit_s: f64,
+    /// A4 / A1.
+    pub ratio: f64,
+    /// The issue's target.
+    pub target: f64,
+    /// ratio ≥ target.
+    pub met: bool,
+}
+
+/// `64`, `1K`, `64K`, `1M`.
+pub fn size_label(n: usize) -> String {
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{}M", n >> 20)
+    } else if n >= 1024 && n % 1024 == 0 {
+        format!("{}K", n >> 10)
+    } else {
+        n.to_string()
+    }
+}
+
+fn count(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// The header block of the table.
+pub fn header_text(h: &Header) -> String {
+    format!(
+        "pfs bench io-primitives — {} · kernel {} · {} · {} cores\n\
+         pinning: {} · TCP_NODELAY {} · {:.2} s per cell · pool {} messages per sender · A3 in flight ≤ {} · A4 gram payload {} B\n\
+         hardware counters: {}\n\n",
+        h.git_revision,
+        h.kernel,
+        h.cpu_model,
+        h.cores,
+        h.pinning,
+        if h.tcp_nodelay { "on" } else { "off (kernel default: Nagle on)" },
+        h.duration_s,
+        h.pool,
+        h.zc_inflight,
+        h.gram_payload,
+        h.hardware_counters,
+    )
+}
+
+/// Column titles of the table.
+pub fn table_head() -> String {
+    format!(
+        "{:<4} {:>5} {:>3} {:>8} {:>8} {:>10} {:>8} {:>6} {:>8} {:>7} {:>8} {:>8} {:>8}  notes",
+        "meth", "size", "thr", "Gbit/s", "msg/s", "ns/msg/thr", "ctxsw", "cpu_s", "cpuns/B", "cyc/B", "LLC_miss", "wire/log", "call/msg"
+    )
+}
+
+fn notes(c: &Cell) -> String {
+    let mut n = Vec::new();
+    if let Some(e) = &c.error {
+        n.push(format!("FAILED: {e}"));
+    }
+    if let (Some(done), Some(copied)) = (c.zc_completions, c.zc_copied) {
+        n.push(format!("zerocopy completions {done}, {copied} copied by the kernel"));
+    }
+    if let (Some(per), true) = (c.msgs_per_gram, c.ok()) {
+        n.push(format!("{per} msgs/gram"));
+    }
+    if !c.notes.is_empty() {
+        n.push(c.notes.clone());
+    }
+    n.join("; ")
+}
+
+/// One table line.
+pub fn table_row(c: &Cell) -> String {
+    let size = size_label(c.msg_size);
+    if !c.ok() {
+        return format!("{:<4} {:>5} {:>3} {:>8}  {}", c.method, size, c.threads, "-", notes(c));
+    }
+    let cyc = c.cycles_per_byte.map_or_else(|| "n/a".into(), |v| format!("{v:.2}"));
+    let llc = c.llc_misses.map_or_else(|| "n/a".into(), |v| count(v as f64));
+    format!(
+        "{:<4} {:>5} {:>3} {:>8.3} {:>8} {:>10.0} {:>8} {:>6.3} {:>8.3} {:>7} {:>8} {:>8.3} {:>8.3}  {}",
+        c.method,
+        size,
+        c.threads,
+        c.gbit_s,
+        count(c.msgs_per_s),
+        c.mean_ns_per_msg,
+        count(c.ctx_switches as f64),
+        c.cpu_s,
+        c.cpu_ns_per_byte,
+        cyc,
+        llc,
+        c.wire_ratio,
+        c.calls_per_msg,
+        notes(c)
+    )
+}
+
+/// The size the headline ratio is taken at: 64 B when measured, else the smallest size.
+fn headline_size(cells: &[Cell]) -> Option<usize> {
+    if cells.iter().any(|c| c.msg_size == 64) {
+        Some(64)
+    } else {
+        cells.iter().map(|c| c.msg_size).min()
+    }
+}
+
+/// A4 / A1 at the headline size, for every thread count where both ran.
+pub fn ratios(cells: &[Cell]) -> Vec<Ratio> {
+    let Some(size) = headline_size(cells) else {
+        return Vec::new();
+    };
+    let find = |m: Method, t: usize| {
+        cells
+            .iter()
+            .find(|c| c.ok() && c.method == m.key() && c.msg_size == size && c.threads == t)
+    };
+    let mut threads: Vec<usize> = cells.iter().map(|c| c.threads).collect();
+    threads.sort_unstable();
+    threads.dedup();
+    threads
+        .into_iter()
+        .filter_map(|t| {
+            let (a1, a4) = (find(Method::A1, t)?, find(Method::A4, t)?);
+            let ratio = a4.gbit_s / a1.gbit_s.max(f64::MIN_POSITIVE);
+            Some(Ratio {
+                threads: t,
+                msg_size: size,
+                a1_gbit_s: a1.gbit_s,
+                a4_gbit_s: a4.gbit_s,
+                ratio,
+                target: TARGET_RATIO,
+                met: ratio >= TARGET_RATIO,
+            })
+        })
+        .collect()
+}
+
+/// Definitions, the headline ratio and zerocopy findings, after the table.
+pub fn footer_text(cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> String {
+    let mut s = format!("\n{UNITS}.\n");
+    if let Some(r0) = ratios.first() {
+        let _ = writeln!(
+            s,
+            "\nA4 / A1 throughput at {} B, same run, same thread count (target ≥ {TARGET_RATIO:.0}×):",
+            r0.msg_size
+        );
+        for r in ratios {
+            let _ = writeln!(
+                s,
+                "  threads {:>3}: {:>7.2}×  (A4 {:.3} Gbit/s vs A1 {:.3} Gbit/s)  {}",
+                r.threads,
+                r.ratio,
+                r.a4_gbit_s,
+                r.a1_gbit_s,
+                if r.met { "met" } else { "NOT met" }
+            );
+        }
+    } else {
+        s.push_str("\nA4 / A1 ratio: not available (needs both a1 and a4 cells that succeeded).\n");
+    }
+    let (done, copied) = cells
+        .iter()
+        .filter(|c| c.ok())
+        .fold((0u64, 0u64), |(d, k), c| (d + c.zc_completions.unwrap_or(0), k + c.zc_copied.unwrap_or(0)));
+    if done > 0 {
+        let _ = writeln!(
+            s,
+            "\nA3: {copied} of {done} zerocopy completions ({:.1}%) reported SO_EE_CODE_ZEROCOPY_COPIED — the kernel copied the data anyway.",
+            copied as f64 * 100.0 / done as f64
+        );
+    }
+    let failed = cells.iter().filter(|c| !c.ok()).count();
+    if failed > 0 {
+        let _ = writeln!(s, "\n{failed} cell(s) failed; see their notes.");
+    }
+    let _ = writeln!(s, "\nstudy wall time {wall_s:.1} s");
+    s
+}
+
+/// The JSON document (stdout with `--json`, io-primitives.json with `--out`).
+pub fn json(header: &Header, cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> serde_json::Value {
+    serde_json::json!({
+        "study": "io-primitives",
+        "header": header,
+        "wall_s": wall_s,
+        "cells": cells,
+        "a4_over_a1": ratios,
+    })
+}
+
+fn csv_escape(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// CSV with one row per cell; unavailable values are empty.
+pub fn to_csv(cells: &[Cell]) -> String {
+    let mut out = String::from(
+        "method,msg_size,threads,gbit_s,msgs_per_s,mean_ns_per_msg,elapsed_s,duration_s,messages,logical_bytes,wire_bytes,wire_ratio,\
+         send_calls,calls_per_msg,ctx_switches,ctx_voluntary,ctx_involuntary,cpu_user_s,cpu_sys_s,cpu_s,cpu_ns_per_byte,\
+         cycles_per_byte,llc_misses,zc_completions,zc_copied,msgs_per_gram,grams,status,error,notes\n",
+    );
+    for c in cells {
+        let _ = writeln!(
+            out,
+            "{},{},{},{:.6},{:.1},{:.1},{:.6},{:.3},{},{},{},{:.6},{},{:.6},{},{},{},{:.6},{:.6},{:.6},{:.6},{},{},{},{},{},{},{},{},{}",
+            c.method,
+            c.msg_size,
+            c.threads,
+            c.gbit_s,
+            c.msgs_per_s,
+            c.mean_ns_per_msg,
+            c.elapsed_s,
+            c.duration_s,
+            c.messages,
+            c.logical_bytes,
+            c.wire_bytes,
+            c.wire_ratio,
+            c.send_calls,
+            c.calls_per_msg,
+            c.ctx_switches,
+            c.ctx_voluntary,
+            c.ctx_involuntary,
+            c.cpu_user_s,
+            c.cpu_sys_s,
+            c.cpu_s,
+            c.cpu_ns_per_byte,
+            opt(c.cycles_per_byte.map(|v| format!("{v:.4}"))),
+            opt(c.llc_misses),
+            opt(c.zc_completions),
+            opt(c.zc_copied),
+            opt(c.msgs_per_gram),
+            opt(c.grams),
+            c.status,
+            csv_escape(c.error.as_deref().unwrap_or("")),
+            csv_escape(&c.notes),
+        );
+    }
+    out
+}
+
+/// Plot files written and warnings for those that were not.
+#[derive(Debug, Default)]
+pub struct Plots {
+    /// File names written.
+    pub written: Vec<String>,
+    /// Why a plot is missing.
+    pub warnings: Vec<String>,
+}
+
+/// One series per method of `y(cell)` against `x(cell)` over the cells `keep` selects.
+fn series_per_method(
+    cells: &[Cell],
+    keep: impl Fn(&Cell) -> bool,
+    x: impl Fn(&Cell) -> f64,
+    y: impl Fn(&Cell) -> f64,
+) -> Vec<Series> {
+    Method::ALL
+        .iter()
+        .filter_map(|m| {
+            let mut points: Vec<(f64, f64)> = cells
+                .iter()
+                .filter(|c| c.ok() && c.method == m.key() && keep(c))
+                .map(|c| (x(c), y(c)))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (!points.is_empty()).then(|| Series {
+                name: m.label().to_string(),
+                points,
+            })
+        })
+        .collect()
+}
+
+/// Throughput and CPU per byte vs message size at threads = 1 (the cleanest
+/// per-primitive comparison on a 2-core machine; the smallest thread count
+/// when 1 was not run), and latency vs threads at 64 B (or the smallest size).
+pub fn plots(dir: &Path, cells: &[Cell]) -> Plots {
+    let mut out = Plots::default();
+    let Some(t_plot) = cells.iter().map(|c| c.threads).min() else {
+        return out;
+    };
+    let Some(size_plot) = headline_size(cells) else {
+        return out;
+    };
+    let jobs: [(&str, Vec<Series>, String, &str, &str); 3] = [
+        (
+            "io-primitives-throughput.png",
+            series_per_method(cells, |c| c.threads == t_plot, |c| c.msg_size as f64, |c| c.gbit_s),
+            format!("Throughput vs message size (threads = {t_plot}, logical bytes)"),
+            "message size (bytes)",
+            "Gbit/s",
+        ),
+        (
+            "io-primitives-latency.png",
+            series_per_method(cells, |c| c.msg_size == size_plot, |c| c.threads as f64, |c| c.mean_ns_per_msg),
+            format!("Mean time per message per sender thread vs threads ({size_plot} B messages)"),
+            "sender threads",
+            "ns per message per thread",
+        ),
+        (
+            "io-primitives-cpu-per-byte.png",
+            series_per_method(cells, |c| c.threads == t_plot, |c| c.msg_size as f64, |c| c.cpu_ns_per_byte),
+            format!("CPU per logical byte vs message size (threads = {t_plot}, sender + receiver)"),
+            "message size (bytes)",
+            "CPU ns per byte",
+        ),
+    ];
+    for (file, series, title, xl, yl) in jobs {
+        if series.is_empty() {
+            out.warnings.push(format!("{file}: no successful cells to plot"));
+            continue;
+        }
+        match plot::lines(&series, &title, xl, yl, true, &dir.join(file)) {
+            Ok(()) => out.written.push(file.to_string()),
+            Err(e) => out.warnings.push(format!("{file} not written: {e:#}")),
+        }
+    }
+    out
+}

@@ -1,0 +1,396 @@
+//! `pfs bench` as a whole: report completeness, failed rows, and the veth
+//! path leaving nothing behind after success, failure or Ctrl-C. Root-only
+//! parts print `SKIP: <reason>` and pass elsewhere.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const COLUMNS: [&str; 15] = [
+    "label",
+    "purpose",
+    "effective_mb",
+    "wire_mb",
+    "wire_ratio",
+    "elapsed_s",
+    "effective_mb_s",
+    "user_s",
+    "sys_s",
+    "cpu_total_s",
+    "mb_per_cpu_s",
+    "integrity",
+    "pthreads",
+    "transport",
+    "notes",
+];
+
+fn pfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pfs"))
+}
+
+/// Runs to completion, killing it after `limit`.
+fn run(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn pfs");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{cmd:?} ran longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}\n--- stderr ---\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn rows(v: &Value) -> &Vec<Value> {
+    v["rows"].as_array().expect("rows array")
+}
+
+fn row<'a>(v: &'a Value, label: &str) -> &'a Value {
+    rows(v)
+        .iter()
+        .find(|r| r["label"] == label)
+        .unwrap_or_else(|| panic!("no row {label}: {v:#}"))
+}
+
+/// Splits one CSV line, honouring double quotes.
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().unwrap().push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            (c, _) => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
+}
+
+fn is_root() -> bool {
+    rustix_euid_is_root()
+}
+
+fn rustix_euid_is_root() -> bool {
+    // `id -u` keeps this test free of extra dependencies.
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.trim_ascii() == b"0")
+        .unwrap_or(false)
+}
+
+fn netns_usable() -> Result<(), String> {
+    if !is_root() {
+        return Err("not root".into());
+    }
+    let name = format!("pfst-probe-{}", std::process::id());
+    let ok = Command::new("ip")
+        .args(["netns", "add", &name])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    let _ = Command::new("ip").args(["netns", "del", &name]).status();
+    if ok {
+        Ok(())
+    } else {
+        Err("cannot create network namespaces here".into())
+    }
+}
+
+/// Network namespaces, links and processes that a bench with this pid would leave.
+fn leftovers(pid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    let ns = format!("pfsb-{pid}");
+    let list = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    if String::from_utf8_lossy(&list)
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(ns.as_str()))
+    {
+        found.push(format!("netns {ns}"));
+    }
+    let links = Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    let host_if = format!("pfsb{pid}a");
+    if String::from_utf8_lossy(&links).contains(&host_if) {
+        found.push(format!("link {host_if}"));
+    }
+    let scratch = format!("pfs-bench-{pid}");
+    // The peer address of this pid's veth pair (same formula as the bench's netpath::subnet).
+    let peer_ip = format!(
+        "10.{}.{}.{}",
+        (pid >> 14) & 0xff,
+        (pid >> 6) & 0xff,
+        ((pid & 0x3f) << 2) + 2
+    );
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let mentions_peer = cmdline
+            .split(|c: char| c == ' ' || c == ':')
+            .any(|w| w == peer_ip);
+        if cmdline.contains(&ns) || cmdline.contains(&scratch) || mentions_peer {
+            found.push(format!(
+                "process {}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    if Path::new("/dev/shm").join(&scratch).exists() || Path::new("/tmp").join(&scratch).exists() {
+        found.push(format!("scratch dir {scratch}"));
+    }
+    found
+}
+
+#[test]
+fn quick_suite_reports_every_column_and_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let mut cmd = pfs();
+    cmd.args(["bench", "--size", "16M", "--scale", "0.002", "--json", "--out"])
+        .arg(&out_dir);
+    let out = run(cmd, Duration::from_secs(300));
+    let v = json(&out);
+    let failed: Vec<&Value> = rows(&v)
+        .iter()
+        .filter(|r| r["notes"].as_str().unwrap_or("").starts_with("failed"))
+        .collect();
+    assert_eq!(
+        out.status.code(),
+        Some(if failed.is_empty() { 0 } else { 1 }),
+        "{failed:#?}"
+    );
+    for r in rows(&v) {
+        for c in COLUMNS {
+            assert!(!r[c].is_null(), "row {} has no {c}: {r:#}", r["label"]);
+        }
+        let notes = r["notes"].as_str().unwrap();
+        let measured = r["effective_mb"].as_f64().unwrap() > 0.0;
+        assert!(
+            measured || notes.starts_with("skipped: ") || notes.starts_with("failed: "),
+            "row {} is neither measured nor skipped/failed: {r:#}",
+            r["label"]
+        );
+    }
+    for label in [
+        "Conventional (iperf3)",
+        "Conventional (scp)",
+        "Conventional (rsync)",
+        "Conventional (xxh3 loop)",
+    ] {
+        row(&v, label);
+    }
+    for h in [
+        "git_revision",
+        "kernel",
+        "cpu_model",
+        "cores",
+        "thp_mode",
+        "sender_blob",
+        "receiver_blob",
+        "path",
+    ] {
+        assert!(!v["header"][h].is_null(), "header has no {h}");
+    }
+
+    let csv = std::fs::read_to_string(out_dir.join("bench.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(csv_fields(lines.next().unwrap()), COLUMNS);
+    let mut n = 0;
+    for line in lines {
+        let f = csv_fields(line);
+        assert_eq!(f.len(), COLUMNS.len(), "{line}");
+        let measured = f[2].parse::<f64>().unwrap() > 0.0;
+        assert!(
+            measured || f[14].starts_with("skipped: ") || f[14].starts_with("failed: "),
+            "{line}"
+        );
+        n += 1;
+    }
+    assert_eq!(n, rows(&v).len());
+    let file_json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("bench.json")).unwrap()).unwrap();
+    assert_eq!(rows(&file_json).len(), n);
+    assert!(std::fs::read_to_string(out_dir.join("bench.md"))
+        .unwrap()
+        .contains("| label |"));
+}
+
+#[test]
+fn a_failed_baseline_does_not_stop_the_others() {
+    let mut cmd = pfs();
+    cmd.args([
+        "bench",
+        "--size",
+        "16M",
+        "--scale",
+        "0.002",
+        "--json",
+        "--only",
+        "rsync",
+        "--only",
+        "offset-only",
+    ])
+    .env("PFS_BENCH_RSYNC", "/bin/false");
+    let out = run(cmd, Duration::from_secs(300));
+    let v = json(&out);
+    let rsync = row(&v, "Conventional (rsync)");
+    let notes = rsync["notes"].as_str().unwrap();
+    assert!(notes.starts_with("failed: "), "{notes}");
+    assert!(notes.contains("rsync daemon will not start"), "{notes}");
+    let offset = row(&v, "Native PFS Offset-only Mode - TCP");
+    assert_eq!(offset["integrity"], "OK", "{offset:#}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the exit status must say something failed"
+    );
+}
+
+#[test]
+fn veth_path_runs_and_cleans_up() {
+    if let Err(why) = netns_usable() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let mut cmd = pfs();
+    cmd.args([
+        "bench", "--path", "veth", "--size", "16M", "--scale", "0.002", "--json",
+    ])
+    .args(["--only", "iperf3", "--only", "offset-only", "--only", "scp"]);
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let v = json(&out);
+    assert!(
+        v["header"]["path"].as_str().unwrap().starts_with("veth"),
+        "{:#}",
+        v["header"]
+    );
+    assert_eq!(row(&v, "Native PFS Offset-only Mode - TCP")["integrity"], "OK");
+    for r in rows(&v) {
+        assert!(!r["notes"].as_str().unwrap().starts_with("failed"), "{r:#}");
+    }
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+}
+
+#[test]
+fn veth_path_cleans_up_after_a_failure() {
+    if let Err(why) = netns_usable() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let mut cmd = pfs();
+    cmd.args([
+        "bench", "--path", "veth", "--size", "16M", "--scale", "0.002", "--json",
+    ])
+    .args(["--only", "iperf3 -l", "--only", "arithmetic"])
+    .env("PFS_BENCH_IPERF3", "/bin/false");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let v = json(&out);
+    assert!(row(&v, "Conventional (iperf3 -l 1M)")["notes"]
+        .as_str()
+        .unwrap()
+        .starts_with("failed"));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+}
+
+#[test]
+fn veth_path_cleans_up_after_ctrl_c() {
+    if let Err(why) = netns_usable() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let mut cmd = pfs();
+    // Long enough to be interrupted mid-run.
+    cmd.args([
+        "bench", "--path", "veth", "--size", "64M", "--scale", "2", "--only", "iperf3",
+    ]);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait until the namespace and a server inside it exist.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = leftovers(pid);
+        if found.iter().any(|f| f.starts_with("netns")) && found.iter().any(|f| f.starts_with("process")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bench never set up its namespace: {found:?}"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the bench ended before it could be interrupted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the bench did not exit after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    // Killed children are reaped asynchronously by init; give them a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut found = leftovers(pid);
+    while !found.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        found = leftovers(pid);
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
