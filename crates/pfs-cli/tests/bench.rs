@@ -154,7 +154,7 @@ fn leftovers(pid: u32) -> Vec<String> {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         let mentions_peer = cmdline
-            .split(|c: char| c == ' ' || c == ':')
+            .split([' ', ':'])
             .any(|w| w == peer_ip);
         if cmdline.contains(&ns) || cmdline.contains(&scratch) || mentions_peer {
             found.push(format!(

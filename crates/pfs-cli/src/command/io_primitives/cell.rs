@@ -292,7 +292,13 @@ fn aborted() -> io::Error {
     io::Error::other("cell aborted before start")
 }
 
-fn sender_thread(i: usize, spec: &CellSpec, mut sock: TcpStream, gate: &Gate, stop: &AtomicBool) -> (io::Result<Sent>, Side) {
+fn sender_thread(
+    i: usize,
+    spec: &CellSpec,
+    mut sock: TcpStream,
+    gate: &Gate,
+    stop: &AtomicBool,
+) -> (io::Result<Sent>, Side) {
     let note = pin(spec, i % spec.ncpu);
     let pool = message_pool(i, spec.size, spec.pool);
     let mut counters = Counters::open();
@@ -309,7 +315,12 @@ fn sender_thread(i: usize, spec: &CellSpec, mut sock: TcpStream, gate: &Gate, st
     (r, side)
 }
 
-fn receiver_thread(i: usize, spec: &CellSpec, mut sock: TcpStream, gate: &Gate) -> (io::Result<(Received, Instant)>, Side) {
+fn receiver_thread(
+    i: usize,
+    spec: &CellSpec,
+    mut sock: TcpStream,
+    gate: &Gate,
+) -> (io::Result<(Received, Instant)>, Side) {
     let note = pin(spec, (i + 1) % spec.ncpu);
     let mut buf = vec![0u8; spec.recv_buf_len()];
     let mut counters = Counters::open();
@@ -413,7 +424,13 @@ pub fn run_cell(spec: &CellSpec) -> Cell {
     summarize(cell, spec, t0, sent, received)
 }
 
-fn summarize(mut cell: Cell, spec: &CellSpec, t0: Instant, sent: Vec<SenderJoin>, received: Vec<ReceiverJoin>) -> Cell {
+fn summarize(
+    mut cell: Cell,
+    spec: &CellSpec,
+    t0: Instant,
+    sent: Vec<SenderJoin>,
+    received: Vec<ReceiverJoin>,
+) -> Cell {
     let mut errors = Vec::new();
     let mut sides = Vec::new();
     let mut tx_total = Sent::default();
@@ -452,7 +469,9 @@ fn summarize(mut cell: Cell, spec: &CellSpec, t0: Instant, sent: Vec<SenderJoin>
     for (i, p) in per_pair.iter().enumerate() {
         if let (Some(s), Some(r)) = *p {
             if s != r {
-                errors.push(format!("pair {i}: sender sent {s} messages, receiver counted {r}"));
+                errors.push(format!(
+                    "pair {i}: sender sent {s} messages, receiver counted {r}"
+                ));
             }
         }
     }
@@ -519,8 +538,5 @@ fn summarize(mut cell: Cell, spec: &CellSpec, t0: Instant, sent: Vec<SenderJoin>
 
 /// Why hardware counters are unavailable here, or `None` when they work.
 pub fn counters_unavailable() -> Option<String> {
-    match Counters::open().0 {
-        Ok(_) => None,
-        Err(e) => Some(e),
-    }
+    Counters::open().0.err()
 }

@@ -291,7 +291,10 @@ impl ZcTracker {
             if left.is_zero() {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("sendmsg(MSG_ZEROCOPY) kept failing with ENOBUFS for {:.1} s", timeout.as_secs_f64()),
+                    format!(
+                        "sendmsg(MSG_ZEROCOPY) kept failing with ENOBUFS for {:.1} s",
+                        timeout.as_secs_f64()
+                    ),
                 ));
             }
             sys::wait_error_queue(sock.as_fd(), left.min(Duration::from_millis(50)))?;
@@ -340,7 +343,9 @@ fn send_a3(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &Atomic
             let calls = {
                 let zc = &mut zc;
                 let sock_ref: &TcpStream = sock;
-                sendmsg_all(sock_ref, field_parts(m), true, || zc.wait_any(sock_ref, opts.timeout))?
+                sendmsg_all(sock_ref, field_parts(m), true, || {
+                    zc.wait_any(sock_ref, opts.timeout)
+                })?
             };
             zc.sent(calls);
             out.calls += u64::from(calls);
@@ -397,10 +402,16 @@ fn send_a4(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &Atomic
         let frame = FrameHeader {
             frame_type: FrameType::Gram,
             flags: 0,
-            length: u32::try_from(body_len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "gram too large"))?,
+            length: u32::try_from(body_len)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "gram too large"))?,
         };
         let (fh, gh) = (frame.emit(), gram.emit());
-        out.calls += u64::from(sendmsg_all(sock, [&fh[..], &gh[..], table.as_bytes(), &slab], false, || Ok(()))?);
+        out.calls += u64::from(sendmsg_all(
+            sock,
+            [&fh[..], &gh[..], table.as_bytes(), &slab],
+            false,
+            || Ok(()),
+        )?);
         out.messages += batch as u64;
         out.wire_bytes += FRAME_HEADER_LEN as u64 + body_len;
         out.grams += 1;
@@ -462,7 +473,10 @@ pub fn receive_grams(sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Receive
             }
             let gram = Gram::parse(&avail[FRAME_HEADER_LEN..total]).map_err(|e| bad(format!("gram: {e}")))?;
             if gram.header.seq != out.grams {
-                return Err(bad(format!("gram seq {} where {} was due", gram.header.seq, out.grams)));
+                return Err(bad(format!(
+                    "gram seq {} where {} was due",
+                    gram.header.seq, out.grams
+                )));
             }
             let slab = gram.payload;
             let mut descs = 0u64;
@@ -471,13 +485,22 @@ pub fn receive_grams(sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Receive
                 let field = d
                     .end()
                     .and_then(|end| slab.get(d.offset as usize..usize::try_from(end).ok()?))
-                    .ok_or_else(|| bad(format!("descriptor {}+{} outside the {}-byte slab", d.offset, d.len, slab.len())))?;
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "descriptor {}+{} outside the {}-byte slab",
+                            d.offset,
+                            d.len,
+                            slab.len()
+                        ))
+                    })?;
                 std::hint::black_box(field);
                 out.logical_bytes += u64::from(d.len);
                 descs += 1;
             }
-            if descs % FIELDS as u64 != 0 {
-                return Err(bad(format!("{descs} descriptors is not a whole number of messages")));
+            if descs.checked_rem(FIELDS as u64) != Some(0) {
+                return Err(bad(format!(
+                    "{descs} descriptors is not a whole number of messages"
+                )));
             }
             out.messages += descs / FIELDS as u64;
             out.grams += 1;
@@ -494,7 +517,12 @@ pub fn receive_grams(sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Receive
         }
         match sock.read(&mut buf[have..]) {
             Ok(0) if have == start => break,
-            Ok(0) => return Err(bad(format!("stream ended inside a gram ({} bytes left)", have - start))),
+            Ok(0) => {
+                return Err(bad(format!(
+                    "stream ended inside a gram ({} bytes left)",
+                    have - start
+                )))
+            }
             Ok(n) => {
                 have += n;
                 out.wire_bytes += n as u64;
@@ -505,7 +533,6 @@ pub fn receive_grams(sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Receive
     }
     Ok(out)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -520,7 +547,9 @@ mod tests {
         }
         let pool = message_pool(3, 100, 4);
         assert_eq!(pool.len(), 4);
-        assert!(pool.iter().all(|m| m.fields.iter().map(String::len).sum::<usize>() == 100));
+        assert!(pool
+            .iter()
+            .all(|m| m.fields.iter().map(String::len).sum::<usize>() == 100));
     }
 
     #[test]
@@ -531,13 +560,29 @@ mod tests {
         }
         t.sent(2); // one message, ids 4 and 5
         assert_eq!(t.in_flight(), 5);
-        t.complete(sys::ZcRange { lo: 2, hi: 3, copied: true });
+        t.complete(sys::ZcRange {
+            lo: 2,
+            hi: 3,
+            copied: true,
+        });
         assert_eq!(t.in_flight(), 5);
-        t.complete(sys::ZcRange { lo: 0, hi: 1, copied: false });
+        t.complete(sys::ZcRange {
+            lo: 0,
+            hi: 1,
+            copied: false,
+        });
         assert_eq!(t.in_flight(), 1);
-        t.complete(sys::ZcRange { lo: 4, hi: 4, copied: true });
+        t.complete(sys::ZcRange {
+            lo: 4,
+            hi: 4,
+            copied: true,
+        });
         assert_eq!(t.in_flight(), 1);
-        t.complete(sys::ZcRange { lo: 5, hi: 5, copied: true });
+        t.complete(sys::ZcRange {
+            lo: 5,
+            hi: 5,
+            copied: true,
+        });
         assert_eq!(t.in_flight(), 0);
         assert_eq!((t.completed, t.copied), (6, 4));
     }

@@ -142,7 +142,10 @@ pub fn run(args: IoPrimitivesArgs) -> anyhow::Result<i32> {
         bail!("--duration must be in (0, 3600] seconds (got {})", args.duration);
     }
     if !(args.io_timeout.is_finite() && args.io_timeout >= 0.1 && args.io_timeout <= 3600.0) {
-        bail!("--io-timeout must be in [0.1, 3600] seconds (got {})", args.io_timeout);
+        bail!(
+            "--io-timeout must be in [0.1, 3600] seconds (got {})",
+            args.io_timeout
+        );
     }
     if args.zc_inflight > args.pool {
         bail!(
@@ -249,11 +252,7 @@ pub fn run(args: IoPrimitivesArgs) -> anyhow::Result<i32> {
         }
         eprintln!(
             "pfs bench io-primitives: wrote io-primitives.csv, io-primitives.json{} to {}",
-            plots
-                .written
-                .iter()
-                .map(|p| format!(", {p}"))
-                .collect::<String>(),
+            plots.written.iter().map(|p| format!(", {p}")).collect::<String>(),
             dir.display()
         );
     }

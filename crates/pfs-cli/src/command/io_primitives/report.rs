@@ -70,9 +70,9 @@ pub struct Ratio {
 
 /// `64`, `1K`, `64K`, `1M`.
 pub fn size_label(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.checked_rem(1 << 20) == Some(0) {
         format!("{}M", n >> 20)
-    } else if n >= 1024 && n % 1024 == 0 {
+    } else if n >= 1024 && n.checked_rem(1024) == Some(0) {
         format!("{}K", n >> 10)
     } else {
         n.to_string()
@@ -115,7 +115,19 @@ pub fn header_text(h: &Header) -> String {
 pub fn table_head() -> String {
     format!(
         "{:<4} {:>5} {:>3} {:>8} {:>8} {:>10} {:>8} {:>6} {:>8} {:>7} {:>8} {:>8} {:>8}  notes",
-        "meth", "size", "thr", "Gbit/s", "msg/s", "ns/msg/thr", "ctxsw", "cpu_s", "cpuns/B", "cyc/B", "LLC_miss", "wire/log", "call/msg"
+        "meth",
+        "size",
+        "thr",
+        "Gbit/s",
+        "msg/s",
+        "ns/msg/thr",
+        "ctxsw",
+        "cpu_s",
+        "cpuns/B",
+        "cyc/B",
+        "LLC_miss",
+        "wire/log",
+        "call/msg"
     )
 }
 
@@ -125,7 +137,9 @@ fn notes(c: &Cell) -> String {
         n.push(format!("FAILED: {e}"));
     }
     if let (Some(done), Some(copied)) = (c.zc_completions, c.zc_copied) {
-        n.push(format!("zerocopy completions {done}, {copied} copied by the kernel"));
+        n.push(format!(
+            "zerocopy completions {done}, {copied} copied by the kernel"
+        ));
     }
     if let (Some(per), true) = (c.msgs_per_gram, c.ok()) {
         n.push(format!("{per} msgs/gram"));
@@ -140,9 +154,18 @@ fn notes(c: &Cell) -> String {
 pub fn table_row(c: &Cell) -> String {
     let size = size_label(c.msg_size);
     if !c.ok() {
-        return format!("{:<4} {:>5} {:>3} {:>8}  {}", c.method, size, c.threads, "-", notes(c));
+        return format!(
+            "{:<4} {:>5} {:>3} {:>8}  {}",
+            c.method,
+            size,
+            c.threads,
+            "-",
+            notes(c)
+        );
     }
-    let cyc = c.cycles_per_byte.map_or_else(|| "n/a".into(), |v| format!("{v:.2}"));
+    let cyc = c
+        .cycles_per_byte
+        .map_or_else(|| "n/a".into(), |v| format!("{v:.2}"));
     let llc = c.llc_misses.map_or_else(|| "n/a".into(), |v| count(v as f64));
     format!(
         "{:<4} {:>5} {:>3} {:>8.3} {:>8} {:>10.0} {:>8} {:>6.3} {:>8.3} {:>7} {:>8} {:>8.3} {:>8.3}  {}",
@@ -226,10 +249,9 @@ pub fn footer_text(cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> String {
     } else {
         s.push_str("\nA4 / A1 ratio: not available (needs both a1 and a4 cells that succeeded).\n");
     }
-    let (done, copied) = cells
-        .iter()
-        .filter(|c| c.ok())
-        .fold((0u64, 0u64), |(d, k), c| (d + c.zc_completions.unwrap_or(0), k + c.zc_copied.unwrap_or(0)));
+    let (done, copied) = cells.iter().filter(|c| c.ok()).fold((0u64, 0u64), |(d, k), c| {
+        (d + c.zc_completions.unwrap_or(0), k + c.zc_copied.unwrap_or(0))
+    });
     if done > 0 {
         let _ = writeln!(
             s,
@@ -361,21 +383,36 @@ pub fn plots(dir: &Path, cells: &[Cell]) -> Plots {
     let jobs: [(&str, Vec<Series>, String, &str, &str); 3] = [
         (
             "io-primitives-throughput.png",
-            series_per_method(cells, |c| c.threads == t_plot, |c| c.msg_size as f64, |c| c.gbit_s),
+            series_per_method(
+                cells,
+                |c| c.threads == t_plot,
+                |c| c.msg_size as f64,
+                |c| c.gbit_s,
+            ),
             format!("Throughput vs message size (threads = {t_plot}, logical bytes)"),
             "message size (bytes)",
             "Gbit/s",
         ),
         (
             "io-primitives-latency.png",
-            series_per_method(cells, |c| c.msg_size == size_plot, |c| c.threads as f64, |c| c.mean_ns_per_msg),
+            series_per_method(
+                cells,
+                |c| c.msg_size == size_plot,
+                |c| c.threads as f64,
+                |c| c.mean_ns_per_msg,
+            ),
             format!("Mean time per message per sender thread vs threads ({size_plot} B messages)"),
             "sender threads",
             "ns per message per thread",
         ),
         (
             "io-primitives-cpu-per-byte.png",
-            series_per_method(cells, |c| c.threads == t_plot, |c| c.msg_size as f64, |c| c.cpu_ns_per_byte),
+            series_per_method(
+                cells,
+                |c| c.threads == t_plot,
+                |c| c.msg_size as f64,
+                |c| c.cpu_ns_per_byte,
+            ),
             format!("CPU per logical byte vs message size (threads = {t_plot}, sender + receiver)"),
             "message size (bytes)",
             "CPU ns per byte",

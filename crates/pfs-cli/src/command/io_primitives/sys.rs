@@ -83,13 +83,7 @@ pub fn read_zc_completions(fd: BorrowedFd<'_>, out: &mut Vec<ZcRange>) -> io::Re
         msg.msg_controllen = std::mem::size_of_val(&control) as _;
         // SAFETY: `msg` describes no data iovecs and a writable, aligned
         // control buffer of the stated size that outlives the call.
-        let n = unsafe {
-            libc::recvmsg(
-                fd.as_raw_fd(),
-                &mut msg,
-                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-            )
-        };
+        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
         if n < 0 {
             let e = io::Error::last_os_error();
             match e.kind() {
