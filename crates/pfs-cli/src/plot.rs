@@ -1144,27 +1144,4 @@ mod tests {
         assert_eq!(compact(1500.0), "1.5k");
         assert_eq!(compact(0.2), "0.2");
     }
-
-    /// Renders the sample charts to the temp dir for eyeballing:
-    /// `cargo test -p pfs-cli plot::tests::render_samples -- --ignored --nocapture`
-    #[test]
-    #[ignore = "writes sample charts to the temp dir for a human to look at"]
-    fn render_samples() {
-        with_font(|| {
-            let dir = std::env::temp_dir();
-            let suite = dir.join("plot-suite.png");
-            suite_bars(&sample_bars(), "pfs bench: main suite (4 GiB per row)", &suite).unwrap();
-            let lines_path = dir.join("plot-lines.png");
-            lines(
-                &sample_series(),
-                "Throughput by message size",
-                "message size (bytes)",
-                "effective MB/s",
-                true,
-                &lines_path,
-            )
-            .unwrap();
-            println!("{}\n{}", suite.display(), lines_path.display());
-        });
-    }
 }

@@ -153,9 +153,7 @@ fn leftovers(pid: u32) -> Vec<String> {
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let mentions_peer = cmdline
-            .split([' ', ':'])
-            .any(|w| w == peer_ip);
+        let mentions_peer = cmdline.split([' ', ':']).any(|w| w == peer_ip);
         if cmdline.contains(&ns) || cmdline.contains(&scratch) || mentions_peer {
             found.push(format!(
                 "process {}: {cmdline}",

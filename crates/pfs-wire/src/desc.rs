@@ -234,8 +234,11 @@ impl TableWriter {
         self.count = self.count.checked_add(1).ok_or(EncodeError::TooMany)?;
         match self.encoding {
             Encoding::Absolute => {
-                self.buf.extend_from_slice(&d.offset.to_le_bytes());
-                self.buf.extend_from_slice(&d.len.to_le_bytes());
+                // One 12-byte append: a single capacity check per descriptor.
+                let mut b = [0u8; ABSOLUTE_DESC_LEN];
+                b[..8].copy_from_slice(&d.offset.to_le_bytes());
+                b[8..].copy_from_slice(&d.len.to_le_bytes());
+                self.buf.extend_from_slice(&b);
             }
             Encoding::Arithmetic => {
                 if self.count == 1 {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use pfs_session::sys::{pin_current_thread, thread_usage, Usage};
 use serde::Serialize;
 
-use super::methods::{self, message_pool, Received, SendOpts, Sent, FIELDS};
+use super::methods::{self, message_pool, Received, SendOpts, Sent};
 use super::sys::{self, HwCounter, HwEvent};
 use super::Method;
 
@@ -39,6 +39,10 @@ pub struct CellSpec {
     pub zc_inflight: usize,
     /// A4: messages per gram.
     pub gram_msgs: usize,
+    /// A4: descriptor table encoding.
+    pub gram_encoding: pfs_wire::Encoding,
+    /// A4: descriptors per message (1 or 8).
+    pub descs_per_msg: usize,
     /// TCP_NODELAY on sender sockets.
     pub nodelay: bool,
     /// Bound on every blocking socket call and on waits for completions.
@@ -51,6 +55,8 @@ impl CellSpec {
             size: self.size,
             zc_inflight: self.zc_inflight,
             gram_msgs: self.gram_msgs,
+            gram_encoding: self.gram_encoding,
+            descs_per_msg: self.descs_per_msg,
             timeout: self.timeout,
         }
     }
@@ -59,9 +65,15 @@ impl CellSpec {
     fn recv_buf_len(&self) -> usize {
         match self.method {
             Method::A4 => {
+                // Arithmetic descriptors take at most 8 + 10 + 5 bytes
+                // (absolute offset or delta varint, length varint).
+                let per_desc = match self.gram_encoding {
+                    pfs_wire::Encoding::Absolute => pfs_wire::desc::ABSOLUTE_DESC_LEN,
+                    pfs_wire::Encoding::Arithmetic => 23,
+                };
                 let gram = pfs_wire::FRAME_HEADER_LEN
                     + pfs_wire::GRAM_HEADER_LEN
-                    + self.gram_msgs * FIELDS * pfs_wire::desc::ABSOLUTE_DESC_LEN
+                    + self.gram_msgs * self.descs_per_msg * per_desc
                     + self.gram_msgs * self.size;
                 (2 * gram).max(1 << 20)
             }
@@ -329,7 +341,7 @@ fn receiver_thread(
     }
     let (r, mut side) = measured(&mut counters, || {
         let r = match spec.method {
-            Method::A4 => methods::receive_grams(&mut sock, &mut buf),
+            Method::A4 => methods::receive_grams(&mut sock, &mut buf, spec.descs_per_msg),
             _ => methods::receive_bytes(&mut sock, &mut buf, spec.size),
         };
         let end = Instant::now();

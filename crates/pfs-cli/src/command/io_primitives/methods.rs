@@ -88,6 +88,10 @@ pub struct SendOpts {
     pub zc_inflight: usize,
     /// A4: messages per gram.
     pub gram_msgs: usize,
+    /// A4: descriptor table encoding.
+    pub gram_encoding: Encoding,
+    /// A4: descriptors per message (1: the message's consolidated bytes; 8: one per field).
+    pub descs_per_msg: usize,
     /// Longest wait for anything (completions).
     pub timeout: Duration,
 }
@@ -364,12 +368,12 @@ fn send_a3(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &Atomic
 }
 
 /// A4: the same messages batched into PFS-With-Payload grams: fields are
-/// appended to a payload slab, one absolute descriptor per field points into
-/// it, and each gram leaves in one vectored write.
+/// appended to a payload slab, one descriptor per field (absolute encoding by
+/// default) points into it, and each gram leaves in one vectored write.
 fn send_a4(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &AtomicBool) -> io::Result<Sent> {
     let batch = opts.gram_msgs.max(1);
     let mut slab: Vec<u8> = Vec::with_capacity(batch * opts.size);
-    let mut table = TableWriter::new(Encoding::Absolute, batch * FIELDS);
+    let mut table = TableWriter::new(opts.gram_encoding, batch * FIELDS);
     let mut out = Sent::default();
     let mut k = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -377,12 +381,25 @@ fn send_a4(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &Atomic
         table.clear();
         for _ in 0..batch {
             let m = &pool[next(&mut k, pool.len())];
+            let start = slab.len();
             for f in &m.fields {
-                let d = Descriptor {
-                    offset: slab.len() as u64,
-                    len: f.len() as u32,
-                };
+                if opts.descs_per_msg == FIELDS {
+                    let d = Descriptor {
+                        offset: slab.len() as u64,
+                        len: f.len() as u32,
+                    };
+                    table
+                        .push(d)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                }
                 slab.extend_from_slice(f.as_bytes());
+            }
+            if opts.descs_per_msg != FIELDS {
+                // One descriptor for the message's consolidated fields, as A1 sends them.
+                let d = Descriptor {
+                    offset: start as u64,
+                    len: (slab.len() - start) as u32,
+                };
                 table
                     .push(d)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -393,7 +410,7 @@ fn send_a4(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &Atomic
             desc_count: table.count(),
             table_len: table.as_bytes().len() as u32,
             payload_len: slab.len() as u32,
-            encoding: Encoding::Absolute,
+            encoding: opts.gram_encoding,
             integrity: IntegrityAlg::None,
             flags: GRAM_FLAG_PAYLOAD,
             integrity_value: 0,
@@ -448,7 +465,8 @@ fn bad(msg: String) -> io::Error {
 /// Reads grams until end of stream (A4): checks each frame and gram header,
 /// walks the descriptor table, bounds-checks every descriptor against the
 /// gram's own slab and counts messages (eight descriptors each).
-pub fn receive_grams(sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Received> {
+pub fn receive_grams(sock: &mut TcpStream, buf: &mut [u8], descs_per_msg: usize) -> io::Result<Received> {
+    let descs_per_msg = descs_per_msg.max(1) as u64;
     let mut out = Received::default();
     let (mut start, mut have) = (0usize, 0usize);
     loop {
@@ -497,12 +515,12 @@ pub fn receive_grams(sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Receive
                 out.logical_bytes += u64::from(d.len);
                 descs += 1;
             }
-            if descs.checked_rem(FIELDS as u64) != Some(0) {
+            if descs.checked_rem(descs_per_msg) != Some(0) {
                 return Err(bad(format!(
                     "{descs} descriptors is not a whole number of messages"
                 )));
             }
-            out.messages += descs / FIELDS as u64;
+            out.messages += descs / descs_per_msg;
             out.grams += 1;
             start += total;
         }

@@ -43,6 +43,8 @@ pub struct Header {
     pub zc_inflight: usize,
     /// A4 payload budget per gram.
     pub gram_payload: u64,
+    /// A4 descriptor table encoding.
+    pub gram_encoding: String,
     /// Hardware counters in use, or why not.
     pub hardware_counters: String,
     /// Units and definitions.
@@ -95,7 +97,7 @@ fn count(v: f64) -> String {
 pub fn header_text(h: &Header) -> String {
     format!(
         "pfs bench io-primitives — {} · kernel {} · {} · {} cores\n\
-         pinning: {} · TCP_NODELAY {} · {:.2} s per cell · pool {} messages per sender · A3 in flight ≤ {} · A4 gram payload {} B\n\
+         pinning: {} · TCP_NODELAY {} · {:.2} s per cell · pool {} messages per sender · A3 in flight ≤ {} · A4 gram payload {} B, {} descriptors\n\
          hardware counters: {}\n\n",
         h.git_revision,
         h.kernel,
@@ -107,6 +109,7 @@ pub fn header_text(h: &Header) -> String {
         h.pool,
         h.zc_inflight,
         h.gram_payload,
+        h.gram_encoding,
         h.hardware_counters,
     )
 }
