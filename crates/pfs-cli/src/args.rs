@@ -268,16 +268,24 @@ pub struct SendArgs {
     /// Blob.
     #[command(flatten)]
     pub blob: BlobArgs,
-    /// Print progress every SECS seconds (stderr).
+    /// Run options.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Options of a running session, shared by `send` and `serve`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Print progress every SECS seconds (stderr; every second by default on a terminal).
     #[arg(long, value_name = "SECS")]
     pub log_interval: Option<f64>,
-    /// Pin the sending thread to this CPU.
+    /// Pin the session thread(s) to this CPU.
     #[arg(long, value_name = "CPU")]
     pub pin: Option<usize>,
     /// Socket buffer size (0 = kernel autotuning).
     #[arg(long, default_value = "0", value_parser = parse_size)]
     pub sock_buf: u64,
-    /// Print the report as JSON on stdout.
+    /// Print JSON on stdout (`serve`: one JSON object per line and event).
     #[arg(long)]
     pub json: bool,
 }
@@ -309,18 +317,9 @@ pub struct ServeArgs {
     /// Blob.
     #[command(flatten)]
     pub blob: BlobArgs,
-    /// Print progress every SECS seconds (stderr).
-    #[arg(long, value_name = "SECS")]
-    pub log_interval: Option<f64>,
-    /// Pin session threads to this CPU.
-    #[arg(long, value_name = "CPU")]
-    pub pin: Option<usize>,
-    /// Socket buffer size (0 = kernel autotuning).
-    #[arg(long, default_value = "0", value_parser = parse_size)]
-    pub sock_buf: u64,
-    /// Print events and reports as JSON lines on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// Run options.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// `pfs bench`

@@ -19,29 +19,46 @@ pub enum Undo {
     Dir(PathBuf),
 }
 
-static PENDING: Mutex<Vec<(u64, Undo)>> = Mutex::new(Vec::new());
-static NEXT_ID: Mutex<u64> = Mutex::new(0);
+/// Pending undos, and whether the process is being interrupted. One lock for
+/// both: an undo registered while the handler runs is executed at once instead
+/// of being queued behind a list the handler has already taken.
+static STATE: Mutex<State> = Mutex::new(State {
+    pending: Vec::new(),
+    next_id: 0,
+    interrupted: false,
+});
 static HANDLER: Once = Once::new();
+
+struct State {
+    pending: Vec<(u64, Undo)>,
+    next_id: u64,
+    interrupted: bool,
+}
 
 /// Registers `undo` to run if the process is interrupted; returns a ticket
 /// for [`done`] once the normal path has undone it.
 pub fn on_interrupt(undo: Undo) -> u64 {
     install();
-    let id = NEXT_ID.lock().map(|mut n| {
-        *n += 1;
-        *n
-    });
-    let id = id.unwrap_or(0);
-    if let Ok(mut list) = PENDING.lock() {
-        list.push((id, undo));
+    let mut state = match STATE.lock() {
+        Ok(s) => s,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if state.interrupted {
+        // The handler is already tearing down: do not start anything new.
+        drop(state);
+        execute(undo);
+        return 0;
     }
+    state.next_id += 1;
+    let id = state.next_id;
+    state.pending.push((id, undo));
     id
 }
 
 /// The normal path has undone ticket `id`; forget it.
 pub fn done(id: u64) {
-    if let Ok(mut list) = PENDING.lock() {
-        list.retain(|(i, _)| *i != id);
+    if let Ok(mut state) = STATE.lock() {
+        state.pending.retain(|(i, _)| *i != id);
     }
 }
 
@@ -50,34 +67,45 @@ pub fn remove_on_signal(name: &str, huge_dir: Option<&Path>) {
     on_interrupt(Undo::Blob(name.to_string(), huge_dir.map(Path::to_path_buf)));
 }
 
-/// Runs every pending undo, newest first.
+/// Marks the process as interrupted and runs every pending undo, newest first.
 pub fn run_all() {
-    let pending: Vec<(u64, Undo)> = PENDING
-        .lock()
-        .map(|mut l| std::mem::take(&mut *l))
-        .unwrap_or_default();
+    let pending = match STATE.lock() {
+        Ok(mut s) => {
+            s.interrupted = true;
+            std::mem::take(&mut s.pending)
+        }
+        Err(poisoned) => {
+            let mut s = poisoned.into_inner();
+            s.interrupted = true;
+            std::mem::take(&mut s.pending)
+        }
+    };
     for (_, undo) in pending.into_iter().rev() {
-        match undo {
-            Undo::Blob(name, dir) => {
-                let _ = pfs_blob::remove(&name, dir.as_deref());
+        execute(undo);
+    }
+}
+
+fn execute(undo: Undo) {
+    match undo {
+        Undo::Blob(name, dir) => {
+            let _ = pfs_blob::remove(&name, dir.as_deref());
+        }
+        Undo::Process(pid) => {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
-            Undo::Process(pid) => {
-                if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
-            }
-            Undo::Netns { ns, host_if } => {
-                let _ = std::process::Command::new("ip")
-                    .args(["netns", "del", &ns])
-                    .status();
-                let _ = std::process::Command::new("ip")
-                    .args(["link", "del", &host_if])
-                    .stderr(std::process::Stdio::null())
-                    .status();
-            }
-            Undo::Dir(path) => {
-                let _ = std::fs::remove_dir_all(path);
-            }
+        }
+        Undo::Netns { ns, host_if } => {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &ns])
+                .status();
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", &host_if])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        Undo::Dir(path) => {
+            let _ = std::fs::remove_dir_all(path);
         }
     }
 }

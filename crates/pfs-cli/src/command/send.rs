@@ -104,9 +104,9 @@ pub fn send_once(
 }
 
 pub fn run(args: SendArgs) -> anyhow::Result<i32> {
-    let log = interval(args.log_interval, args.json)?;
+    let log = interval(args.run.log_interval, args.run.json)?;
     let opened = open_blob(&args.blob, false)?;
-    if let Some(cpu) = args.pin {
+    if let Some(cpu) = args.run.pin {
         pin_current_thread(cpu).map_err(|e| anyhow::anyhow!("--pin {cpu}: {e}"))?;
     }
     let spec = schedule_spec(&args.schedule, opened.blob.len());
@@ -114,10 +114,10 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     let mode = args.mode.mode();
     let mut cfg = sender_config(mode, args.integrity.alg(), spec, args.schedule.gram_payload_max);
     cfg.log_interval = log;
-    let out = send_once(&args.to, &opened.view(), &cfg, args.sock_buf as usize)?;
+    let out = send_once(&args.to, &opened.view(), &cfg, args.run.sock_buf as usize)?;
 
     let stats = SessionStats::from_report(&out.report, "TCP");
-    if args.json {
+    if args.run.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&outcome_json(&stats, &out, spec.pattern.name()))?

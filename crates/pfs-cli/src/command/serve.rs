@@ -30,7 +30,7 @@ fn emit(line: &str) {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
-    let log = interval(args.log_interval, args.json)?;
+    let log = interval(args.run.log_interval, args.run.json)?;
     let opened = open_blob(&args.blob, false)?;
     if args.verify_blob {
         let actual = opened.blob.recompute_fingerprint(args.blob.setup_threads);
@@ -53,12 +53,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         );
     }
     let tcp = TcpConfig {
-        socket_buffer: args.sock_buf as usize,
+        socket_buffer: args.run.sock_buf as usize,
         ..TcpConfig::default()
     };
     let listener = TcpListener::bind(&args.listen, tcp)?;
     let addr = listener.socket_addr()?;
-    if args.json {
+    if args.run.json {
         println!(
             "{}",
             serde_json::json!({"event": "listening", "addr": addr.to_string()})
@@ -78,9 +78,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         },
         max_clients: args.max_clients.max(1),
         max_sessions: if args.once { Some(1) } else { args.max_sessions },
-        pin_cpu: args.pin,
+        pin_cpu: args.run.pin,
     };
-    let json = args.json;
+    let json = args.run.json;
     // Exit status of the last session, for --once.
     let last_status = Mutex::new(exit::OK);
     let on_event = |ev: ServerEvent<'_>| match ev {

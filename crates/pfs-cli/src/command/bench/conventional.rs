@@ -255,41 +255,73 @@ impl FileJob<'_> {
         Ok(d)
     }
 
-    /// Checks the copy, measures, and builds the row.
-    fn finish(
-        &self,
-        label: &str,
-        dst: &Path,
-        server_pid: u32,
-        m: Measured,
-        notes: String,
-    ) -> anyhow::Result<Row> {
-        let Measured { cpu0, wire0, elapsed } = m;
+    /// Starts the server, runs the client, checks the copy and builds the row.
+    fn copy(&self, run: CopyRun<'_>) -> anyhow::Result<Row> {
+        let CopyRun {
+            label,
+            what,
+            server,
+            port,
+            client,
+            dst,
+            notes,
+        } = run;
+        let ip = self.net.server_ip();
+        let mut server = taskset(server, self.pin.then_some(1));
+        server
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut server = ChildGuard::new(server.spawn().with_context(|| format!("starting the {what}"))?);
+        if let Err(e) = wait_listening(&mut server, ip, port, Duration::from_secs(10)) {
+            let mut err = String::new();
+            if let Some(mut stderr) = server.child.as_mut().and_then(|c| c.stderr.take()) {
+                let _ = server.wait_timeout(Duration::from_secs(1));
+                let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+            }
+            bail!("{what} will not start: {e:#} {}", err.trim());
+        }
+        let pid = server.id();
+        let (u0, s0) = tree_cpu(pid).with_context(|| format!("reading the {what}'s CPU time"))?;
+        let client = taskset(client, self.pin.then_some(0));
+        let program = client.get_program().to_string_lossy().into_owned();
+        let wire0 = self.net.wire_counter();
+        let t0 = Instant::now();
+        let out = run_client(client, Duration::from_secs(600))?;
+        let elapsed = t0.elapsed().as_secs_f64();
+        if !out.status.success() {
+            bail!(
+                "{program} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
         let wire = self.net.wire_counter().saturating_sub(wire0);
-        wait_children_reaped(server_pid, Duration::from_secs(5));
-        let (u1, s1) = tree_cpu(server_pid).context("reading the server's CPU time")?;
+        wait_children_reaped(pid, Duration::from_secs(5));
+        let (u1, s1) = tree_cpu(pid).with_context(|| format!("reading the {what}'s CPU time"))?;
         let bytes = std::fs::metadata(self.src)?.len();
-        let got = std::fs::metadata(dst)
+        let got = std::fs::metadata(&dst)
             .with_context(|| format!("{} was not written", dst.display()))?
             .len();
-        let same = got == bytes && file_digest(self.src)? == file_digest(dst)?;
-        let mut row = Row::measured(label, "Transfer", bytes, wire, elapsed, u1 - cpu0.0, s1 - cpu0.1);
+        let same = got == bytes && file_digest(self.src)? == file_digest(&dst)?;
+        let _ = std::fs::remove_file(&dst);
+        let mut row = Row::measured(label, "Transfer", bytes, wire, elapsed, u1 - u0, s1 - s0);
         row.transport = "TCP".into();
         row.integrity = if same { "OK" } else { "MISMATCH" }.into();
-        row.notes = notes;
+        row.notes = notes.into();
         Ok(row)
     }
 }
 
-/// Counters taken around a client run.
-#[derive(Debug, Clone, Copy)]
-struct Measured {
-    /// Server tree CPU (user, sys) before.
-    cpu0: (f64, f64),
-    /// Interface byte counter before.
-    wire0: u64,
-    /// Client wall time.
-    elapsed: f64,
+/// One conventional copy: a server to start, a client to run, where the copy lands.
+struct CopyRun<'a> {
+    label: &'a str,
+    /// Name of the server for messages.
+    what: &'static str,
+    server: Command,
+    port: u16,
+    client: Command,
+    dst: PathBuf,
+    notes: &'static str,
 }
 
 fn file_digest(path: &Path) -> anyhow::Result<u64> {
@@ -346,58 +378,25 @@ pub fn run_scp(label: &str, job: &FileJob<'_>) -> Row {
             auth = dir.join("authorized_keys").display(),
         );
         std::fs::write(dir.join("sshd_config"), config)?;
-        let mut srv = job.net.receiver_command(&sshd);
-        srv.arg("-D").arg("-e").arg("-f").arg(dir.join("sshd_config"));
-        let srv = taskset(srv, job.pin.then_some(1));
-        let mut server = ChildGuard::new(
-            { srv }
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("starting sshd")?,
-        );
-        if let Err(e) = wait_listening(&mut server, ip, port, Duration::from_secs(10)) {
-            let mut err = String::new();
-            if let Some(mut stderr) = server.child.as_mut().and_then(|c| c.stderr.take()) {
-                let _ = server.wait_timeout(Duration::from_secs(1));
-                let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
-            }
-            bail!("sshd will not start: {e:#} {}", err.trim());
-        }
-        let cpu0 = tree_cpu(server.id()).context("reading sshd's CPU time")?;
-        let mut c = Command::new(&scp);
-        c.args([
-            "-q",
-            "-o",
-            "Compression=no",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-        ])
-        .args(["-o", "BatchMode=yes", "-P", &port.to_string(), "-i"])
-        .arg(dir.join("client"))
-        .arg(job.src)
-        .arg(format!("{}@{ip}:{}", user_name(), dst.display()));
-        let c = taskset(c, job.pin.then_some(0));
-        let wire0 = job.net.wire_counter();
-        let t0 = Instant::now();
-        let out = run_client(c, Duration::from_secs(600))?;
-        let elapsed = t0.elapsed().as_secs_f64();
-        if !out.status.success() {
-            bail!("scp failed: {}", String::from_utf8_lossy(&out.stderr).trim());
-        }
-        let pid = server.id();
-        let row = job.finish(
+        let mut server = job.net.receiver_command(&sshd);
+        server.arg("-D").arg("-e").arg("-f").arg(dir.join("sshd_config"));
+        let mut client = Command::new(&scp);
+        client
+            .args(["-q", "-o", "Compression=no", "-o", "StrictHostKeyChecking=no"])
+            .args(["-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"])
+            .args(["-P", &port.to_string(), "-i"])
+            .arg(dir.join("client"))
+            .arg(job.src)
+            .arg(format!("{}@{ip}:{}", user_name(), dst.display()));
+        job.copy(CopyRun {
             label,
-            &dst,
-            pid,
-            Measured { cpu0, wire0, elapsed },
-            "default cipher, Compression=no, wall time includes the SSH handshake; wire from interface counters (incl. TCP/IP headers); receiver CPU = sshd tree".into(),
-        );
-        let _ = std::fs::remove_file(&dst);
-        row
+            what: "sshd",
+            server,
+            port,
+            client,
+            dst,
+            notes: "default cipher, Compression=no, wall time includes the SSH handshake; wire from interface counters (incl. TCP/IP headers); receiver CPU = sshd tree",
+        })
     };
     attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
 }
@@ -426,43 +425,24 @@ pub fn run_rsync(label: &str, job: &FileJob<'_>) -> Row {
             path = module.display(),
         );
         std::fs::write(dir.join("rsyncd.conf"), config)?;
-        let mut srv = job.net.receiver_command(&rsync);
-        srv.args(["--daemon", "--no-detach", "--config"])
+        let mut server = job.net.receiver_command(&rsync);
+        server
+            .args(["--daemon", "--no-detach", "--config"])
             .arg(dir.join("rsyncd.conf"));
-        let srv = taskset(srv, job.pin.then_some(1));
-        let mut server = ChildGuard::new(
-            { srv }
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("starting rsync --daemon")?,
-        );
-        wait_listening(&mut server, ip, port, Duration::from_secs(10))
-            .context("rsync daemon will not start")?;
-        let cpu0 = tree_cpu(server.id()).context("reading the rsync daemon's CPU time")?;
-        let mut c = Command::new(&rsync);
-        c.args(["--whole-file", "--no-compress", "--inplace"])
+        let mut client = Command::new(&rsync);
+        client
+            .args(["--whole-file", "--no-compress", "--inplace"])
             .arg(job.src)
             .arg(format!("rsync://{ip}:{port}/pfs/dst.bin"));
-        let c = taskset(c, job.pin.then_some(0));
-        let wire0 = job.net.wire_counter();
-        let t0 = Instant::now();
-        let out = run_client(c, Duration::from_secs(600))?;
-        let elapsed = t0.elapsed().as_secs_f64();
-        if !out.status.success() {
-            bail!("rsync failed: {}", String::from_utf8_lossy(&out.stderr).trim());
-        }
-        let dst = module.join("dst.bin");
-        let row = job.finish(
+        job.copy(CopyRun {
             label,
-            &dst,
-            server.id(),
-            Measured { cpu0, wire0, elapsed },
-            "daemon (no ssh), --whole-file; wire from interface counters (incl. TCP/IP headers); receiver CPU = rsync daemon tree".into(),
-        );
-        let _ = std::fs::remove_file(&dst);
-        row
+            what: "rsync daemon",
+            server,
+            port,
+            client,
+            dst: module.join("dst.bin"),
+            notes: "daemon (no ssh), --whole-file; wire from interface counters (incl. TCP/IP headers); receiver CPU = rsync daemon tree",
+        })
     };
     attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
 }
