@@ -56,6 +56,15 @@ pub enum Command {
   pfs serve --once --json                     # one session, JSON report, exit status = its result
   pfs serve --blob-name shared --huge-dir /mnt/huge")]
     Serve(ServeArgs),
+    /// Execute a kernel over a descriptor schedule on this host's blob (pCPU), on N pThreads.
+    #[command(after_help = "Examples:
+  pfs exec --kernel xxh3 --bytes 16G                      # one pThread, random schedule
+  pfs exec --kernel sum --pthreads 2 --pattern sequential --encoding arith
+  pfs exec --kernel histogram --json
+  pfs exec --kernel xor:0x5a --bytes 1G                   # in place, one pThread
+
+Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather")]
+    Exec(ExecArgs),
     /// Run the benchmark suite on loopback: conventional baselines and every PFS mode, one table.
     #[command(after_help = "Examples:
   pfs bench                       # quick suite (~1 minute), table on stdout
@@ -273,6 +282,51 @@ pub struct SendArgs {
     pub run: RunArgs,
 }
 
+/// Descriptor table encoding on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EncodingArg {
+    /// 12-byte descriptors (offset-mode).
+    Absolute,
+    /// Delta/varint descriptors decoded inside the kernel loop (arithmetic-mode).
+    Arith,
+}
+
+impl EncodingArg {
+    /// The wire encoding.
+    pub fn encoding(self) -> pfs_wire::Encoding {
+        match self {
+            Self::Absolute => pfs_wire::Encoding::Absolute,
+            Self::Arith => pfs_wire::Encoding::Arithmetic,
+        }
+    }
+}
+
+/// `pfs exec`
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Kernel: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather.
+    #[arg(long, default_value = "xxh3")]
+    pub kernel: String,
+    /// Worker threads (pThreads) the schedule is sharded across.
+    #[arg(long, default_value_t = 1)]
+    pub pthreads: usize,
+    /// Encoding the schedule is executed from.
+    #[arg(long, value_enum, default_value_t = EncodingArg::Absolute)]
+    pub encoding: EncodingArg,
+    /// Do not pin pThread i to CPU i.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Schedule.
+    #[command(flatten)]
+    pub schedule: ScheduleArgs,
+    /// Blob.
+    #[command(flatten)]
+    pub blob: BlobArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Options of a running session, shared by `send` and `serve`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -311,6 +365,9 @@ pub struct ServeArgs {
     /// Largest payload slab accepted per gram.
     #[arg(long, default_value = "1G", value_parser = parse_size_u32)]
     pub max_payload: u32,
+    /// Also run this read-only pCPU kernel over every received gram (e.g. xxh3, crc32c, sum, histogram).
+    #[arg(long, value_name = "KERNEL")]
+    pub exec: Option<String>,
     /// Recompute the blob fingerprint at start and refuse to serve if it differs from the record.
     #[arg(long)]
     pub verify_blob: bool,
@@ -384,6 +441,8 @@ pub enum PathArg {
 pub enum BenchStudy {
     /// Socket I/O primitives study: send() vs sendmsg() vs MSG_ZEROCOPY vs PacketFS grams.
     IoPrimitives(crate::command::io_primitives::IoPrimitivesArgs),
+    /// Every built-in pCPU kernel, on 1 and 2 pThreads, against a plain 64-bit read loop over the same bytes.
+    Exec(crate::command::bench_exec::BenchExecArgs),
 }
 
 /// Parses `0x…` hex or decimal.

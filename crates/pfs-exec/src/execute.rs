@@ -36,6 +36,58 @@ pub enum ExecError {
     /// The descriptor table is malformed.
     #[error("malformed descriptor table: {0}")]
     Wire(#[from] WireError),
+    /// A descriptor is longer than the receiver accepts.
+    #[error("descriptor #{index} is {len} bytes long; this receiver accepts at most {max}")]
+    TooLong {
+        /// Index of the descriptor in its gram.
+        index: u32,
+        /// Its length.
+        len: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// The gram references more bytes than the receiver executes per gram.
+    #[error("the gram references more than {max} bytes; this receiver executes at most {max} per gram")]
+    TooMuchWork {
+        /// The limit.
+        max: u64,
+    },
+}
+
+/// What a receiver will execute for one gram: the caps on amplification
+/// (a few bytes of descriptor can name a whole blob).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GramLimits {
+    /// Longest descriptor.
+    pub max_desc_len: u32,
+    /// Most effective bytes in one gram.
+    pub max_effective: u64,
+}
+
+impl GramLimits {
+    /// No caps beyond the blob's bounds.
+    pub const NONE: GramLimits = GramLimits {
+        max_desc_len: u32::MAX,
+        max_effective: u64::MAX,
+    };
+
+    /// Checks descriptor `index` of length `len` after `so_far` effective bytes.
+    #[inline]
+    pub fn check(&self, index: u32, len: u32, so_far: u64) -> Result<(), ExecError> {
+        if len > self.max_desc_len {
+            return Err(ExecError::TooLong {
+                index,
+                len,
+                max: self.max_desc_len,
+            });
+        }
+        if so_far + u64::from(len) > self.max_effective {
+            return Err(ExecError::TooMuchWork {
+                max: self.max_effective,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The blob bytes `d` refers to, or `OutOfBounds`.
@@ -55,12 +107,18 @@ pub fn resolve(blob: &[u8], d: Descriptor, index: u32) -> Result<&[u8], ExecErro
 /// Runs the digest kernel over every descriptor of a gram. `digest` is reset
 /// first and holds the result afterwards.
 #[inline]
-pub fn execute_gram(blob: &[u8], descs: DescIter<'_>, digest: &mut Digest) -> Result<GramOutcome, ExecError> {
+pub fn execute_gram(
+    blob: &[u8],
+    descs: DescIter<'_>,
+    digest: &mut Digest,
+    limits: GramLimits,
+) -> Result<GramOutcome, ExecError> {
     digest.reset();
     let mut effective_bytes = 0u64;
     let mut descriptors = 0u32;
     for d in descs {
         let d = d?;
+        limits.check(descriptors, d.len, effective_bytes)?;
         let bytes = resolve(blob, d, descriptors)?;
         digest.update(bytes);
         effective_bytes += u64::from(d.len);
@@ -100,7 +158,7 @@ mod tests {
         for enc in [Encoding::Absolute, Encoding::Arithmetic] {
             let table = encode_table(enc, &descs).unwrap();
             let mut d = Digest::new(IntegrityAlg::Xxh3);
-            let out = execute_gram(&blob, DescIter::new(&table, enc, 2), &mut d).unwrap();
+            let out = execute_gram(&blob, DescIter::new(&table, enc, 2), &mut d, GramLimits::NONE).unwrap();
             assert_eq!(out.digest, twox_hash::XxHash3_64::oneshot(&concat));
             assert_eq!(out.effective_bytes, 70);
             assert_eq!(out.descriptors, 2);
@@ -117,7 +175,12 @@ mod tests {
         ];
         let table = encode_table(Encoding::Absolute, &descs).unwrap();
         let mut d = Digest::new(IntegrityAlg::Fnv1a);
-        let err = execute_gram(&blob, DescIter::new(&table, Encoding::Absolute, 2), &mut d);
+        let err = execute_gram(
+            &blob,
+            DescIter::new(&table, Encoding::Absolute, 2),
+            &mut d,
+            GramLimits::NONE,
+        );
         assert_eq!(
             err,
             Err(ExecError::OutOfBounds {
@@ -133,7 +196,12 @@ mod tests {
         }];
         let table = encode_table(Encoding::Absolute, &huge).unwrap();
         assert!(matches!(
-            execute_gram(&blob, DescIter::new(&table, Encoding::Absolute, 1), &mut d),
+            execute_gram(
+                &blob,
+                DescIter::new(&table, Encoding::Absolute, 1),
+                &mut d,
+                GramLimits::NONE
+            ),
             Err(ExecError::OutOfBounds { index: 0, .. })
         ));
     }

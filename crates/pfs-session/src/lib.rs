@@ -34,6 +34,10 @@ pub struct Limits {
     pub max_payload_len: u32,
     /// Longest single descriptor, bytes.
     pub max_desc_len: u32,
+    /// Most effective bytes one gram may make the receiver execute: a gram
+    /// of a few hundred KiB can name terabytes, so this caps the work a peer
+    /// can ask for per frame.
+    pub max_gram_effective: u64,
 }
 
 impl Default for Limits {
@@ -42,7 +46,8 @@ impl Default for Limits {
             max_desc_count: 65_536,
             max_table_len: 1 << 20,
             max_payload_len: 1 << 30,
-            max_desc_len: 1 << 30,
+            max_desc_len: 64 << 20,
+            max_gram_effective: 4 << 30,
         }
     }
 }

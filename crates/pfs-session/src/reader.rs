@@ -4,6 +4,7 @@
 //! being held whole. Counts every byte read (the receiver's wire bytes).
 
 use std::io;
+use std::time::Instant;
 
 use pfs_transport::Transport;
 use pfs_wire::{FrameHeader, WireError, FRAME_HEADER_LEN};
@@ -17,6 +18,7 @@ pub struct FrameReader {
     start: usize,
     end: usize,
     wire_bytes: u64,
+    deadline: Option<Instant>,
 }
 
 impl FrameReader {
@@ -27,7 +29,15 @@ impl FrameReader {
             start: 0,
             end: 0,
             wire_bytes: 0,
+            deadline: None,
         }
+    }
+
+    /// Fails reads that return after `deadline`: the socket's read timeout
+    /// catches a silent peer, this catches one that trickles bytes to keep a
+    /// frame (and a session slot) open.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
     }
 
     /// Bytes read from the transport so far.
@@ -57,6 +67,12 @@ impl FrameReader {
                 Ok(n) => {
                     self.end += n;
                     self.wire_bytes += n as u64;
+                    if self.deadline.is_some_and(|d| Instant::now() > d) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "frame not complete before its deadline",
+                        ));
+                    }
                     return Ok(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -11,7 +11,8 @@
 use std::time::{Duration, Instant};
 
 use pfs_exec::execute::resolve;
-use pfs_exec::{e2e_chain, execute_gram, Digest};
+use pfs_exec::kernel::{Acc, Kernel, Output, CHUNK_DESCS};
+use pfs_exec::{e2e_chain, execute_gram, Digest, GramLimits};
 use pfs_transport::Transport;
 use pfs_wire::control::{NO_MISMATCH, SENDER_SUMMARY_LEN};
 use pfs_wire::frame::FLAG_COMPLETE_REPORT;
@@ -35,6 +36,9 @@ pub struct ReceiverConfig {
     pub idle_timeout: Duration,
     /// Progress callback interval (`None` = never).
     pub log_interval: Option<Duration>,
+    /// A read-only pCPU kernel to run over every received gram's
+    /// descriptors (on this blob), besides the integrity check.
+    pub exec: Option<Kernel>,
 }
 
 impl Default for ReceiverConfig {
@@ -44,6 +48,7 @@ impl Default for ReceiverConfig {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             log_interval: None,
+            exec: None,
         }
     }
 }
@@ -74,6 +79,52 @@ pub struct ReceiverOutcome {
     pub integrity: IntegrityAlg,
     /// What the sender said it sent.
     pub summary: SenderSummary,
+    /// Result of the `exec` kernel over the whole session, when one was set.
+    pub exec_output: Option<Output>,
+}
+
+/// A pCPU kernel run across a session's grams with the executor's chunking
+/// (fixed runs of `CHUNK_DESCS` descriptors, crossing gram boundaries), so the
+/// result equals `pfs exec` over the same schedule.
+struct SessionExec {
+    kernel: Kernel,
+    total: Acc,
+    chunk: Acc,
+    in_chunk: usize,
+}
+
+impl SessionExec {
+    fn new(kernel: Kernel) -> Self {
+        Self {
+            kernel,
+            total: kernel.acc(),
+            chunk: kernel.acc(),
+            in_chunk: 0,
+        }
+    }
+
+    #[inline]
+    fn update(&mut self, bytes: &[u8]) {
+        if !self.kernel.id.shardable() {
+            // Stream kernels (FNV-1a) run one state over everything.
+            self.kernel.update(&mut self.total, bytes);
+            return;
+        }
+        self.kernel.update(&mut self.chunk, bytes);
+        self.in_chunk += 1;
+        if self.in_chunk == CHUNK_DESCS {
+            let done = std::mem::replace(&mut self.chunk, self.kernel.acc());
+            self.kernel.combine(&mut self.total, done);
+            self.in_chunk = 0;
+        }
+    }
+
+    fn finish(mut self) -> Output {
+        if self.in_chunk > 0 {
+            self.kernel.combine(&mut self.total, self.chunk);
+        }
+        self.kernel.finish(self.total)
+    }
 }
 
 /// Per-session state of the receiving loop.
@@ -86,6 +137,8 @@ struct Rx<'b> {
     table: Vec<u8>,
     report: Report,
     next_seq: u64,
+    exec: Option<SessionExec>,
+    gram_limits: GramLimits,
 }
 
 fn reject(code: ErrorCode, message: String) -> SessionError {
@@ -121,15 +174,56 @@ pub fn receive_session<T: Transport + ?Sized>(
     match run(t, &mut reader, blob, cfg, on_progress) {
         Ok(o) => Ok(o),
         Err(e) => {
-            if !matches!(e, SessionError::PeerClosed { .. } | SessionError::Io { .. }) {
-                send_error(t, &e);
+            match &e {
+                // Nobody to tell, or the peer's own ERROR: never answered.
+                SessionError::PeerClosed { .. } | SessionError::Refused { .. } => {}
+                SessionError::Io { source, .. }
+                    if matches!(
+                        source.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    send_error(
+                        t,
+                        &reject(
+                            ErrorCode::Protocol,
+                            format!("closing an idle or too slow session ({e})"),
+                        ),
+                    );
+                }
+                SessionError::Io { .. } => {}
+                _ => send_error(t, &e),
             }
             Err(e)
         }
     }
 }
 
-fn check_hello(hello: &Hello<'_>, blob: &BlobView<'_>, limits: &Limits) -> Result<(), SessionError> {
+fn check_hello(
+    hello: &Hello<'_>,
+    blob: &BlobView<'_>,
+    limits: &Limits,
+    has_exec: bool,
+) -> Result<(), SessionError> {
+    if hello.integrity == IntegrityAlg::None && !hello.mode.carries_payload() && !has_exec {
+        return Err(reject(
+            ErrorCode::Unsupported,
+            format!(
+                "{} mode with integrity none would execute nothing on this receiver; \
+                 use --integrity xxh3 or fnv1a (or start the receiver with --exec KERNEL)",
+                hello.mode.name()
+            ),
+        ));
+    }
+    if hello.auth_method == 0 && !hello.auth.is_empty() {
+        return Err(reject(
+            ErrorCode::Auth,
+            format!(
+                "authentication method 0 (none) must carry no data, got {} bytes",
+                hello.auth.len()
+            ),
+        ));
+    }
     if hello.encoding != hello.mode.encoding() {
         return Err(reject(
             ErrorCode::Unsupported,
@@ -203,6 +297,7 @@ fn run<T: Transport + ?Sized>(
 ) -> Result<ReceiverOutcome, SessionError> {
     t.set_read_timeout(Some(cfg.handshake_timeout))
         .map_err(|e| SessionError::io("setup", e))?;
+    reader.set_deadline(Some(Instant::now() + cfg.handshake_timeout));
     let hdr = reader
         .next_header(t)?
         .ok_or(SessionError::PeerClosed { during: "HELLO" })?;
@@ -217,7 +312,8 @@ fn run<T: Transport + ?Sized>(
         context: "HELLO",
         error: e,
     })?;
-    check_hello(&hello, blob, &cfg.limits)?;
+    check_hello(&hello, blob, &cfg.limits, cfg.exec.is_some())?;
+    let max_desc_len = hello.max_desc_len;
     let (mode, integrity, nonce, planned_bytes) = (
         hello.mode,
         hello.integrity,
@@ -262,6 +358,11 @@ fn run<T: Transport + ?Sized>(
         limits,
         digest: Digest::new(integrity),
         table: Vec::with_capacity(limits.max_table_len.min(1 << 20) as usize),
+        exec: cfg.exec.map(SessionExec::new),
+        gram_limits: GramLimits {
+            max_desc_len: max_desc_len.min(limits.max_desc_len),
+            max_effective: limits.max_gram_effective,
+        },
         report: Report {
             first_mismatch_seq: NO_MISMATCH,
             mode: mode as u8,
@@ -280,6 +381,7 @@ fn run<T: Transport + ?Sized>(
     let mut next_log = cfg.log_interval.map(|i| started + i);
 
     let summary = loop {
+        reader.set_deadline(Some(Instant::now() + cfg.idle_timeout));
         let hdr = reader.next_header(t)?.ok_or(SessionError::PeerClosed {
             during: "session (before COMPLETE)",
         })?;
@@ -290,7 +392,13 @@ fn run<T: Transport + ?Sized>(
             clock_running = true;
         }
         match hdr.frame_type {
-            FrameType::Gram => rx.gram(t, reader, hdr)?,
+            FrameType::Gram => {
+                // A big gram may take a while at a modest rate: idle timeout
+                // plus 1 s per MB of frame.
+                let allowance = Duration::from_secs(u64::from(hdr.length) / 1_000_000);
+                reader.set_deadline(Some(Instant::now() + cfg.idle_timeout + allowance));
+                rx.gram(t, reader, hdr)?
+            }
             FrameType::Complete if hdr.flags & FLAG_COMPLETE_REPORT == 0 => {
                 if hdr.length as usize != SENDER_SUMMARY_LEN {
                     return Err(reject(
@@ -369,6 +477,7 @@ fn run<T: Transport + ?Sized>(
         mode,
         integrity,
         summary,
+        exec_output: rx.exec.map(SessionExec::finish),
     })
 }
 
@@ -458,13 +567,26 @@ impl Rx<'_> {
         let table = reader.take(t, gh.table_len as usize, "descriptor table")?;
         let descs = DescIter::new(table, gh.encoding, gh.desc_count);
         let (digest, effective, count, payload_differs) = if gh.payload_len == 0 {
-            let out = execute_gram(self.blob, descs, &mut self.digest).map_err(|e| self.exec_err(seq, e))?;
+            let out = execute_gram(self.blob, descs, &mut self.digest, self.gram_limits)
+                .map_err(|e| self.exec_err(seq, e))?;
+            if let Some(exec) = self.exec.as_mut() {
+                // Already bounds-checked by execute_gram above.
+                for d in DescIter::new(table, gh.encoding, gh.desc_count).flatten() {
+                    exec.update(&self.blob[d.offset as usize..d.offset as usize + d.len as usize]);
+                }
+            }
             (out.digest, out.effective_bytes, out.descriptors, false)
         } else {
             // The table must outlive the payload stream, which reuses the reader's buffer.
             self.table.clear();
             self.table.extend_from_slice(table);
-            self.payload(t, reader, &gh)?
+            let out = self.payload(t, reader, &gh)?;
+            if let Some(exec) = self.exec.as_mut() {
+                for d in DescIter::new(&self.table, gh.encoding, gh.desc_count).flatten() {
+                    exec.update(&self.blob[d.offset as usize..d.offset as usize + d.len as usize]);
+                }
+            }
+            out
         };
         let r = &mut self.report;
         if digest != gh.integrity_value || payload_differs {
@@ -490,6 +612,9 @@ impl Rx<'_> {
             pfs_exec::ExecError::Wire(w) => {
                 reject(ErrorCode::BadFrame, format!("gram #{seq}: descriptor table: {w}"))
             }
+            pfs_exec::ExecError::TooLong { .. } | pfs_exec::ExecError::TooMuchWork { .. } => {
+                reject(ErrorCode::Limit, format!("gram #{seq}: {e}"))
+            }
         }
     }
 
@@ -512,6 +637,9 @@ impl Rx<'_> {
         let result = (|| {
             for d in DescIter::new(&table, gh.encoding, gh.desc_count) {
                 let d = d.map_err(|e| self.exec_err(seq, e.into()))?;
+                self.gram_limits
+                    .check(count, d.len, effective)
+                    .map_err(|e| self.exec_err(seq, e))?;
                 let expect = resolve(self.blob, d, count).map_err(|e| self.exec_err(seq, e))?;
                 if u64::from(d.len) > remaining {
                     return Err(reject(

@@ -246,6 +246,12 @@ pub fn send_session<T: Transport + ?Sized>(
                 flags: if payload_len > 0 { GRAM_FLAG_PAYLOAD } else { 0 },
                 integrity_value: value,
             };
+            if gh.table_len > ack.max_table_len {
+                return Err(SessionError::Local(format!(
+                    "a {}-byte descriptor table exceeds the receiver's limit of {} bytes; lower --desc-per-gram",
+                    gh.table_len, ack.max_table_len
+                )));
+            }
             let length =
                 u32::try_from(gh.body_len()).map_err(|_| SessionError::Local("gram exceeds 4 GiB".into()))?;
             let fh = FrameHeader {
@@ -288,7 +294,17 @@ pub fn send_session<T: Transport + ?Sized>(
         .map_err(|e| explain_write_failure(t, &mut reader, e, "COMPLETE"))?;
     let sender_elapsed = started.elapsed();
     let sender_usage = thread_usage().since(&usage0);
-    let (hdr, body) = read_reply(t, &mut reader, "COMPLETE report")?;
+    let (hdr, body) = read_reply(t, &mut reader, "COMPLETE report").map_err(|e| match e {
+        SessionError::Io { source, .. }
+            if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+        {
+            SessionError::Local(format!(
+                "no report from the receiver within {:?} after the last gram (it may still be executing a backlog)",
+                cfg.reply_timeout
+            ))
+        }
+        other => other,
+    })?;
     if hdr.frame_type != FrameType::Complete || hdr.flags & FLAG_COMPLETE_REPORT == 0 {
         return Err(SessionError::Local(format!(
             "expected the receiver's report, got {}",

@@ -121,7 +121,14 @@ fn every_mode_and_integrity_is_ok() {
                 } else {
                     Pattern::Random
                 };
-                let out = send(addr, &blob, &sender_cfg(mode, alg, spec(pattern, 12))).unwrap();
+                let sent = send(addr, &blob, &sender_cfg(mode, alg, spec(pattern, 12)));
+                if alg == IntegrityAlg::None && mode != Mode::Payload {
+                    // Nothing would touch the bytes: refused rather than reported as work.
+                    let msg = sent.unwrap_err().to_string();
+                    assert!(msg.contains("execute nothing"), "{msg}");
+                    continue;
+                }
+                let out = sent.unwrap();
                 let st = SessionStats::from_report(&out.report, "TCP");
                 assert_eq!(st.integrity, "OK", "{mode:?} {alg:?}");
                 if mode == Mode::Payload {
@@ -152,7 +159,7 @@ fn every_mode_and_integrity_is_ok() {
             }
         }
     });
-    assert_eq!((ok, failed), (9, 0));
+    assert_eq!((ok, failed), (7, 2));
 }
 
 /// The first gram (in sequence order) whose descriptors cover `byte`.
@@ -361,6 +368,40 @@ fn hostile_clients_get_errors_and_the_server_keeps_serving() {
     mid_gram.extend_from_slice(&g[..g.len() / 2]);
     cases.push(("disconnect mid-gram", mid_gram, None));
 
+    // HELLO declared 64 KiB descriptors; one of 1 MiB is refused.
+    let mut too_long = hello.clone();
+    too_long.extend(gram_frame(
+        &[Descriptor {
+            offset: 0,
+            len: 1 << 20,
+        }],
+        &[],
+        0,
+    ));
+    cases.push(("descriptor longer than declared", too_long, Some(5)));
+
+    let mut auth_data = hello_frame(Mode::Offset, BLOB_LEN as u64, fp);
+    // auth_len = 3 with three bytes appended: method 0 must carry nothing.
+    auth_data.truncate(16 + 96);
+    auth_data[16 + 6] = 3;
+    auth_data.extend_from_slice(&[1, 2, 3]);
+    let len = (96u32 + 3).to_le_bytes();
+    auth_data[8..12].copy_from_slice(&len);
+    let crc = crc32c_of(&auth_data[0..12]);
+    auth_data[12..16].copy_from_slice(&crc.to_le_bytes());
+    cases.push(("auth data with method none", auth_data, Some(8)));
+
+    // A client that sends ERROR gets no ERROR back.
+    let mut client_error = hello.clone();
+    let mut body = Vec::new();
+    ErrorFrame {
+        code: 9,
+        message: "client gives up",
+    }
+    .emit(&mut body);
+    put_frame(&mut client_error, FrameType::Error, 0, &body);
+    cases.push(("client ERROR is not answered", client_error, None));
+
     let mut payload_in_offset = hello.clone();
     payload_in_offset.extend(gram_frame(&[Descriptor { offset: 0, len: 4 }], &[1, 2, 3, 4], 0));
     cases.push(("payload in offset mode", payload_in_offset, Some(7)));
@@ -427,4 +468,43 @@ fn crc32c_of(bytes: &[u8]) -> u32 {
         }
     }
     !crc
+}
+
+#[test]
+fn a_trickling_client_loses_its_slot_at_the_handshake_deadline() {
+    let blob = blob_bytes(6);
+    let listener = TcpListener::bind("127.0.0.1:0", TcpConfig::default()).unwrap();
+    let addr = listener.socket_addr().unwrap().to_string();
+    let cfg = ServerConfig {
+        max_sessions: Some(1),
+        receiver: pfs_session::ReceiverConfig {
+            handshake_timeout: Duration::from_millis(600),
+            ..Default::default()
+        },
+        ..ServerConfig::default()
+    };
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            serve(&listener, &view(&blob), &cfg, &|ev| {
+                if let ServerEvent::Failed { error, .. } = ev {
+                    failures.lock().unwrap().push(error.to_string());
+                }
+            })
+        });
+        // One byte every 100 ms: each read is well inside the read timeout,
+        // the whole HELLO never arrives before the deadline.
+        let hello = hello_frame(Mode::Offset, BLOB_LEN as u64, [7; 32]);
+        let mut c = TcpStream::connect(&addr).unwrap();
+        for b in hello.iter().take(40) {
+            if c.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        drop(c);
+        assert_eq!(server.join().unwrap(), (0, 1));
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.iter().any(|f| f.contains("deadline")), "{failures:?}");
 }

@@ -1,7 +1,9 @@
 //! One module per subcommand, plus the blob setup they share.
 
 mod bench;
+pub mod bench_exec;
 mod blob;
+mod exec;
 pub mod io_primitives;
 mod send;
 mod serve;
@@ -19,9 +21,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Blob(cmd) => blob::run(cmd),
         Command::Send(args) => send::run(args),
+        Command::Exec(args) => exec::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => match args.study {
             Some(crate::args::BenchStudy::IoPrimitives(study)) => io_primitives::run(study),
+            Some(crate::args::BenchStudy::Exec(study)) => bench_exec::run(study),
             None => bench::run(args),
         },
     }

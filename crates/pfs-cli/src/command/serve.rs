@@ -31,6 +31,19 @@ fn emit(line: &str) {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     let log = interval(args.run.log_interval, args.run.json)?;
+    let exec = match &args.exec {
+        None => None,
+        Some(name) => {
+            let id = pfs_exec::kernel::KernelId::parse(name)?;
+            if id.in_place() {
+                anyhow::bail!(
+                    "--exec {}: in-place kernels would modify the blob every sender relies on; use `pfs exec` instead",
+                    id.name()
+                );
+            }
+            Some(pfs_exec::kernel::Kernel::new(id))
+        }
+    };
     let opened = open_blob(&args.blob, false)?;
     if args.verify_blob {
         let actual = opened.blob.recompute_fingerprint(args.blob.setup_threads);
@@ -74,6 +87,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 ..Limits::default()
             },
             log_interval: log,
+            exec,
             ..ReceiverConfig::default()
         },
         max_clients: args.max_clients.max(1),
@@ -105,10 +119,26 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             if let Ok(mut st) = last_status.lock() {
                 *st = if stats.ok() { exit::OK } else { exit::INTEGRITY };
             }
+            let exec_line = outcome.exec_output.as_ref().map(|o| {
+                (
+                    args.exec.clone().unwrap_or_default(),
+                    super::exec::output_text(o),
+                    serde_json::to_value(o).ok(),
+                )
+            });
             if json {
-                emit(&serde_json::json!({"event": "report", "peer": peer, "stats": stats}).to_string());
+                let exec = exec_line
+                    .as_ref()
+                    .map(|(k, _, v)| serde_json::json!({"kernel": k, "output": v}));
+                emit(
+                    &serde_json::json!({"event": "report", "peer": peer, "stats": stats, "exec": exec})
+                        .to_string(),
+                );
             } else {
                 emit(&format!("session from {peer} complete:\n{}", stats.human()));
+                if let Some((k, text, _)) = &exec_line {
+                    emit(&format!("  exec {k:<9} {text}"));
+                }
             }
             if !stats.ok() {
                 eprintln!(

@@ -45,7 +45,11 @@ impl ChildGuard {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             match self.child.as_mut()?.try_wait() {
-                Ok(Some(status)) => return Some(status),
+                Ok(Some(status)) => {
+                    // Reaped: its pid may be reused, so Ctrl-C must not kill it any more.
+                    cleanup::done(self.ticket);
+                    return Some(status);
+                }
                 Ok(None) => std::thread::sleep(Duration::from_millis(10)),
                 Err(_) => return None,
             }
@@ -61,11 +65,12 @@ impl ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
+        // Forget the pid before reaping it: a reaped pid may be reused.
+        cleanup::done(self.ticket);
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
-        cleanup::done(self.ticket);
     }
 }
 
@@ -111,21 +116,46 @@ fn wait_listening(server: &mut ChildGuard, ip: &str, port: u16, timeout: Duratio
     bail!("nothing listened on {addr} within {timeout:?}")
 }
 
-/// Runs a client command to completion within `timeout`; its stderr on failure.
+/// Runs a client command to completion within `timeout`, draining its
+/// stdout and stderr on threads so a chatty client never blocks on a pipe.
 fn run_client(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::process::Output> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = cmd
+    let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
     let mut guard = ChildGuard::new(child);
-    if guard.wait_timeout(timeout).is_none() {
+    let Some(status) = guard.wait_timeout(timeout) else {
         bail!("{:?} did not finish within {timeout:?}", cmd.get_program());
-    }
-    let child = guard.child.take().context("client vanished")?;
-    cleanup::done(guard.ticket);
-    Ok(child.wait_with_output()?)
+    };
+    drop(guard);
+    Ok(std::process::Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
 }
 
 /// CPU seconds (user, sys) of a process and of all its reaped descendants.
@@ -201,7 +231,9 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<
             if let Some(len) = len {
                 c.args(["-l", len]);
             }
+            let wire0 = net.wire_counter();
             let out = run_client(c, Duration::from_secs(u64::from(secs) + 60))?;
+            let wire = net.wire_counter().saturating_sub(wire0);
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
             if let Some(e) = v["error"].as_str() {
                 last_err = e.to_string();
@@ -220,10 +252,10 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<
             let cpu = &v["end"]["cpu_utilization_percent"];
             let user = cpu["remote_user"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
             let sys = cpu["remote_system"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
-            let mut row = Row::measured(label, "Transfer", bytes, bytes, seconds, user, sys);
+            let mut row = Row::measured(label, "Transfer", bytes, wire, seconds, user, sys);
             row.transport = "TCP".into();
             row.notes = format!(
-                "1 stream, {} writes of one hot buffer; receiver CPU from iperf3 remote_user/remote_system",
+                "1 stream, {} writes of one hot buffer; wire from interface counters (incl. TCP/IP headers); receiver CPU from iperf3 remote_user/remote_system",
                 len.unwrap_or("128K")
             );
             let _ = server.wait_timeout(Duration::from_secs(5));
@@ -274,14 +306,18 @@ impl FileJob<'_> {
             .stderr(Stdio::piped());
         let mut server = ChildGuard::new(server.spawn().with_context(|| format!("starting the {what}"))?);
         if let Err(e) = wait_listening(&mut server, ip, port, Duration::from_secs(10)) {
+            // Kill first: reading the stderr of a live server would wait forever.
+            let stderr = server.child.as_mut().and_then(|c| c.stderr.take());
+            drop(server);
             let mut err = String::new();
-            if let Some(mut stderr) = server.child.as_mut().and_then(|c| c.stderr.take()) {
-                let _ = server.wait_timeout(Duration::from_secs(1));
+            if let Some(mut stderr) = stderr {
                 let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
             }
             bail!("{what} will not start: {e:#} {}", err.trim());
         }
         let pid = server.id();
+        // The readiness probe made the server fork a child: keep its CPU out of the row.
+        wait_children_reaped(pid, Duration::from_secs(5));
         let (u0, s0) = tree_cpu(pid).with_context(|| format!("reading the {what}'s CPU time"))?;
         let client = taskset(client, self.pin.then_some(0));
         let program = client.get_program().to_string_lossy().into_owned();

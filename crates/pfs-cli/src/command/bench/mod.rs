@@ -85,6 +85,13 @@ enum Job {
         pattern: Pattern,
         bytes: u64,
     },
+    /// The xxh3 pCPU kernel over the same schedule, sharded across pThreads.
+    Pcpu {
+        encoding: pfs_wire::Encoding,
+        threads: usize,
+        pattern: Pattern,
+        bytes: u64,
+    },
 }
 
 /// One planned row.
@@ -100,6 +107,7 @@ impl Planned {
     fn key(&self) -> String {
         let extra = match &self.job {
             Job::Iperf3(_) | Job::Scp | Job::Rsync => String::new(),
+            Job::Pcpu { threads, pattern, .. } => format!(" xxh3 {} pthreads={threads}", pattern.name()),
             Job::Pfs {
                 integrity, pattern, ..
             }
@@ -199,6 +207,21 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
                     },
                 });
             }
+        }
+    }
+    // Execution where the data lives: the xxh3 kernel on 1 and 2 pThreads.
+    for encoding in [pfs_wire::Encoding::Absolute, pfs_wire::Encoding::Arithmetic] {
+        for threads in [1, 2] {
+            rows.push(Planned {
+                label: super::exec::label(encoding).into(),
+                purpose: "pCPU",
+                job: Job::Pcpu {
+                    encoding,
+                    threads,
+                    pattern,
+                    bytes: sizes.offset_bytes,
+                },
+            });
         }
     }
     // Payload without a digest: what the transport path alone costs.
@@ -371,6 +394,26 @@ fn add_ratios(rows: &mut [Row]) {
                 ratios.push(format!("{:.2}× offset-only", r.effective_mb_s / b));
             }
         }
+        if r.label.starts_with("pCPU ") {
+            if let Some(b) = loop_rate(&snapshot, "xxh3", pattern) {
+                ratios.push(format!("{:.2}× xxh3 loop", r.effective_mb_s / b));
+            }
+            let same = |label: &str, threads: u32| {
+                rate(&snapshot, &|o: &Row| {
+                    o.label == label && o.pthreads == threads && o.notes.contains(pattern)
+                })
+            };
+            if r.pthreads > 1 {
+                if let Some(b) = same(&r.label, 1) {
+                    ratios.push(format!("{:.2}× 1 pThread", r.effective_mb_s / b));
+                }
+            }
+            if r.label == "pCPU Arithmetic-mode" {
+                if let Some(b) = same("pCPU Offset-mode", r.pthreads) {
+                    ratios.push(format!("{:.2}× offset-mode", r.effective_mb_s / b));
+                }
+            }
+        }
         if !ratios.is_empty() {
             r.notes = format!("{}; {}", r.notes, ratios.join(", "));
         }
@@ -473,6 +516,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                     run_rsync(&p.label, &job)
                 }
             }
+            Job::Pcpu {
+                encoding,
+                threads,
+                pattern,
+                bytes,
+            } => {
+                let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
+                run_pcpu(&p.label, opened.blob.as_slice(), spec, *encoding, *threads, pin).unwrap_or_else(
+                    |e| {
+                        let mut r = Row::skipped(&p.label, p.purpose, String::new());
+                        r.notes = format!("failed: {e:#}");
+                        r
+                    },
+                )
+            }
             Job::Loop {
                 integrity,
                 pattern,
@@ -504,7 +562,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 let addr = &receiver.as_ref().context("receiver")?.1;
                 let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
                 let cfg = sender_config(*mode, *integrity, spec, pfs_session::DEFAULT_PAYLOAD_BUDGET);
-                match send_once(addr, &view, &cfg, 0) {
+                let wire0 = net.wire_counter();
+                let sent = send_once(addr, &view, &cfg, 0);
+                let wire = net.wire_counter().saturating_sub(wire0);
+                match sent {
                     Ok(out) => {
                         let st = SessionStats::from_report(&out.report, "TCP");
                         receiver_blob = format!("{} (page {} B)", st.blob_backing, st.blob_page_size);
@@ -521,7 +582,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                             &p.label,
                             p.purpose,
                             st.effective_bytes,
-                            st.wire_bytes,
+                            wire,
                             st.elapsed_s,
                             st.user_s,
                             st.sys_s,
@@ -529,10 +590,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                         row.integrity = st.integrity.clone();
                         row.transport = "TCP".into();
                         row.notes = format!(
-                            "integrity={}, pattern={}, {:.2} B/desc, sender CPU {:.2} s",
+                            "integrity={}, pattern={}, {:.2} B/desc, frames {:.3} MB, sender CPU {:.2} s",
                             integrity.name(),
                             pattern.name(),
                             out.table_bytes as f64 / out.summary.descriptors.max(1) as f64,
+                            st.wire_bytes as f64 / 1e6,
                             (out.sender_usage.user_us + out.sender_usage.sys_us) as f64 / 1e6
                         );
                         row
@@ -642,4 +704,47 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.path);
         crate::cleanup::done(self.ticket);
     }
+}
+
+/// The xxh3 pCPU kernel over `spec` on `threads` pThreads (pinned to CPUs
+/// 1, 0 when `pin`), preparation excluded; CPU is the process's over the run.
+fn run_pcpu(
+    label: &str,
+    blob: &[u8],
+    spec: ScheduleSpec,
+    encoding: pfs_wire::Encoding,
+    threads: usize,
+    pin: bool,
+) -> anyhow::Result<Row> {
+    use pfs_exec::kernel::{Kernel, KernelId};
+    use pfs_exec::shard::{run, Prepared, ShardConfig};
+    let prepared = Prepared::from_schedule(Schedule::new(spec)?, encoding, blob.len() as u64)?;
+    let cpus = if pin { vec![1, 0] } else { Vec::new() };
+    let u0 = pfs_session::sys::process_usage();
+    let report = run(
+        blob,
+        &prepared,
+        Kernel::new(KernelId::Xxh3),
+        &ShardConfig { threads, cpus },
+    )?;
+    let u = pfs_session::sys::process_usage().since(&u0);
+    let eff = prepared.effective_bytes();
+    let mut row = Row::measured(
+        label,
+        "pCPU",
+        eff,
+        0,
+        report.elapsed.as_secs_f64(),
+        u.user_us as f64 / 1e6,
+        u.sys_us as f64 / 1e6,
+    );
+    row.pthreads = threads as u32;
+    row.integrity = "xxh3".into();
+    row.notes = format!(
+        "kernel=xxh3, pattern={}, {} encoding decoded in the kernel loop ({:.2} B/desc), {threads} pThread(s)",
+        spec.pattern.name(),
+        encoding.name(),
+        prepared.table_bytes() as f64 / prepared.descriptors().max(1) as f64
+    );
+    Ok(row)
 }
