@@ -189,20 +189,25 @@ pub fn run(
     }
     let started = Instant::now();
     let (output, per_thread_bytes) = if threads == 1 {
-        pin(cfg, 0);
-        let mut total = kernel.acc();
-        let mut bytes = 0u64;
-        let stream = !kernel.id.shardable();
-        for chunk in &prepared.chunks {
-            if stream {
-                bytes += run_chunk(blob, prepared.encoding, chunk, kernel, &mut total)?;
-            } else {
-                let mut acc = kernel.acc();
-                bytes += run_chunk(blob, prepared.encoding, chunk, kernel, &mut acc)?;
-                kernel.combine(&mut total, acc);
+        // The one pThread is a thread of its own, so pinning it never moves the caller.
+        let single = || -> Result<(Output, Vec<u64>), ShardError> {
+            pin(cfg, 0);
+            let mut total = kernel.acc();
+            let mut bytes = 0u64;
+            let stream = !kernel.id.shardable();
+            for chunk in &prepared.chunks {
+                if stream {
+                    bytes += run_chunk(blob, prepared.encoding, chunk, kernel, &mut total)?;
+                } else {
+                    let mut acc = kernel.acc();
+                    bytes += run_chunk(blob, prepared.encoding, chunk, kernel, &mut acc)?;
+                    kernel.combine(&mut total, acc);
+                }
             }
-        }
-        (kernel.finish(total), vec![bytes])
+            Ok((kernel.finish(total), vec![bytes]))
+        };
+        std::thread::scope(|s| s.spawn(single).join())
+            .map_err(|_| ShardError::Worker("the pThread panicked".into()))??
     } else {
         run_sharded(blob, prepared, kernel, cfg, threads)?
     };
@@ -228,25 +233,30 @@ pub fn run_mut(
             why: "in-place kernels run on one pThread in this version (overlapping descriptors would race)",
         });
     }
-    pin(cfg, 0);
     let started = Instant::now();
-    let mut total = kernel.acc();
-    let mut bytes = 0u64;
-    for chunk in &prepared.chunks {
-        let mut acc = kernel.acc();
-        for d in DescIter::new(&chunk.table, prepared.encoding, chunk.count) {
-            let d = d.map_err(|e| ShardError::Worker(e.to_string()))?;
-            let (start, end) = (d.offset as usize, d.offset as usize + d.len as usize);
-            let range = blob
-                .get_mut(start..end)
-                .ok_or_else(|| ShardError::Worker("descriptor out of bounds".into()))?;
-            kernel.update_mut(&mut acc, range);
-            bytes += u64::from(d.len);
+    let single = || -> Result<(Output, u64), ShardError> {
+        pin(cfg, 0);
+        let mut total = kernel.acc();
+        let mut bytes = 0u64;
+        for chunk in &prepared.chunks {
+            let mut acc = kernel.acc();
+            for d in DescIter::new(&chunk.table, prepared.encoding, chunk.count) {
+                let d = d.map_err(|e| ShardError::Worker(e.to_string()))?;
+                let (start, end) = (d.offset as usize, d.offset as usize + d.len as usize);
+                let range = blob
+                    .get_mut(start..end)
+                    .ok_or_else(|| ShardError::Worker("descriptor out of bounds".into()))?;
+                kernel.update_mut(&mut acc, range);
+                bytes += u64::from(d.len);
+            }
+            kernel.combine(&mut total, acc);
         }
-        kernel.combine(&mut total, acc);
-    }
+        Ok((kernel.finish(total), bytes))
+    };
+    let (output, bytes) = std::thread::scope(|s| s.spawn(single).join())
+        .map_err(|_| ShardError::Worker("the pThread panicked".into()))??;
     Ok(ShardReport {
-        output: kernel.finish(total),
+        output,
         elapsed: started.elapsed(),
         per_thread_bytes: vec![bytes],
         chunks: prepared.chunks.len() as u64,
