@@ -128,6 +128,18 @@ impl SessionStats {
         self.integrity == "OK"
     }
 
+    /// One line describing a mismatch: how many grams and the first one.
+    pub fn mismatch_line(&self) -> String {
+        let first = self
+            .first_mismatch_seq
+            .map(|s| format!("gram #{s}"))
+            .unwrap_or_else(|| "no single gram (end-to-end or count check)".into());
+        format!(
+            "integrity MISMATCH: {} gram(s) differ, first: {first}",
+            self.mismatched_grams
+        )
+    }
+
     /// Human-readable multi-line summary.
     pub fn human(&self) -> String {
         let mismatch = match self.first_mismatch_seq {

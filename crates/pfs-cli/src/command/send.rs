@@ -136,14 +136,7 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
         );
     }
     if !stats.ok() {
-        eprintln!(
-            "pfs: integrity MISMATCH: {} gram(s) differ, first gram #{}",
-            stats.mismatched_grams,
-            stats
-                .first_mismatch_seq
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "? (end-to-end/count check)".into())
-        );
+        eprintln!("pfs: {}", stats.mismatch_line());
         return Ok(exit::INTEGRITY);
     }
     Ok(exit::OK)

@@ -141,14 +141,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 }
             }
             if !stats.ok() {
-                eprintln!(
-                    "pfs: integrity MISMATCH from {peer}: {} gram(s) differ, first gram #{}",
-                    stats.mismatched_grams,
-                    stats
-                        .first_mismatch_seq
-                        .map(|s| s.to_string())
-                        .unwrap_or_else(|| "?".into())
-                );
+                eprintln!("pfs: from {peer}: {}", stats.mismatch_line());
             }
         }
         ServerEvent::Failed { peer, error } => {
