@@ -63,7 +63,9 @@ pub enum Command {
   pfs exec --kernel histogram --json
   pfs exec --kernel xor:0x5a --bytes 1G                   # in place, one pThread
 
-Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather")]
+  pfs exec --kernel user:/tmp/sum.so                      # a user kernel (examples/kernels/)
+
+Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, user:FILE.so[:PREFIX]")]
     Exec(ExecArgs),
     /// Run the benchmark suite on loopback: conventional baselines and every PFS mode, one table.
     #[command(after_help = "Examples:
@@ -304,7 +306,8 @@ impl EncodingArg {
 /// `pfs exec`
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// Kernel: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather.
+    /// Kernel: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, or
+    /// user:FILE.so[:PREFIX] (see examples/kernels/).
     #[arg(long, default_value = "xxh3")]
     pub kernel: String,
     /// Worker threads (pThreads) the schedule is sharded across.

@@ -125,3 +125,74 @@ fn serve_exec_matches_local_exec() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// Builds `examples/kernels/<name>.c` into `dir`, or None when no C compiler is here.
+fn build_kernel(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../examples/kernels/{name}.c"));
+    let out = dir.join(format!("{name}.so"));
+    let ok = Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    ok.then_some(out)
+}
+
+#[test]
+fn user_kernels_match_their_builtin_twins_and_fail_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(sum) = build_kernel(dir.path(), "sum") else {
+        println!("SKIP: no C compiler (cc) to build examples/kernels");
+        return;
+    };
+    let fnv = build_kernel(dir.path(), "fnv1a").unwrap();
+    let zeros = build_kernel(dir.path(), "count_zero").unwrap();
+    for (builtin, user) in [("sum", &sum), ("fnv1a64", &fnv), ("count:0x00", &zeros)] {
+        let spec = format!("user:{}", user.display());
+        assert_eq!(
+            exec(&spec, &[])["output"],
+            exec(builtin, &[])["output"],
+            "{builtin}"
+        );
+        assert_eq!(
+            exec(&spec, &["--encoding", "arith"])["output"],
+            exec(builtin, &[])["output"],
+            "{builtin}"
+        );
+    }
+
+    let missing = format!("user:{}:nope_", sum.display());
+    let out = run(pfs(&["exec", "--kernel", &missing, "--size", "16M"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no symbol `nope_init`"));
+
+    let not_so = dir.path().join("not-a-library.so");
+    std::fs::write(&not_so, b"this is text, not ELF").unwrap();
+    let out = run(pfs(&[
+        "exec",
+        "--kernel",
+        &format!("user:{}", not_so.display()),
+        "--size",
+        "16M",
+    ]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot load"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = run(pfs(&[
+        "exec",
+        "--kernel",
+        &format!("user:{}", sum.display()),
+        "--pthreads",
+        "2",
+        "--size",
+        "16M",
+    ]));
+    assert_eq!(out.status.code(), Some(1));
+}

@@ -12,6 +12,7 @@ pub mod integrity;
 pub mod kernel;
 pub mod schedule;
 pub mod shard;
+pub mod user;
 
 pub use execute::{execute_gram, ExecError, GramLimits, GramOutcome};
 pub use integrity::{e2e_chain, fnv1a64, Digest};

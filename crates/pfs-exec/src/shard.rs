@@ -442,3 +442,39 @@ pub fn runnable(threads: usize) -> Vec<KernelId> {
         .filter(|k| !k.in_place() && (threads == 1 || k.shardable()))
         .collect()
 }
+
+/// Runs a kernel given as three functions — `init`, `update` (one
+/// descriptor's bytes) and, when the kernel can be split, `combine` (fold the
+/// next chunk's state into the running one) — with the same chunking as the
+/// built-in kernels, on one pThread. Without `combine` one state runs over
+/// the whole stream. Used for user kernels.
+pub fn run_fn(
+    blob: &[u8],
+    prepared: &Prepared,
+    init: &(dyn Fn() -> u64 + Sync),
+    update: &(dyn Fn(u64, &[u8]) -> u64 + Sync),
+    combine: Option<&(dyn Fn(u64, u64) -> u64 + Sync)>,
+    cfg: &ShardConfig,
+) -> Result<(u64, Duration), ShardError> {
+    let started = Instant::now();
+    let single = || -> Result<u64, ShardError> {
+        pin(cfg, 0);
+        let mut total = init();
+        for chunk in &prepared.chunks {
+            let mut state = if combine.is_some() { init() } else { total };
+            for (i, d) in DescIter::new(&chunk.table, prepared.encoding, chunk.count).enumerate() {
+                let d = d.map_err(|e| ShardError::Worker(e.to_string()))?;
+                let range = resolve(blob, d, i as u32).map_err(|e| ShardError::Worker(e.to_string()))?;
+                state = update(state, range);
+            }
+            total = match combine {
+                Some(c) => c(total, state),
+                None => state,
+            };
+        }
+        Ok(total)
+    };
+    let value = std::thread::scope(|s| s.spawn(single).join())
+        .map_err(|_| ShardError::Worker("the pThread panicked".into()))??;
+    Ok((value, started.elapsed()))
+}

@@ -40,6 +40,9 @@ pub struct BenchExecArgs {
     /// hugetlbfs mount for the blob.
     #[arg(long)]
     pub huge_dir: Option<PathBuf>,
+    /// Also run this user kernel (a shared object, see examples/kernels/) on one pThread.
+    #[arg(long, value_name = "FILE.so[:PREFIX]")]
+    pub user_kernel: Option<String>,
     /// Write bench-exec.csv and bench-exec.json here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -159,7 +162,41 @@ pub fn run(args: BenchExecArgs) -> anyhow::Result<i32> {
             });
         }
     }
-    let user_note = "user kernels (C via LLVM IR or .so): not built yet — no row";
+    let user_note = match &args.user_kernel {
+        Some(spec) => {
+            let (path, prefix) = super::exec::parse_user(&format!("user:{spec}")).context("--user-kernel")?;
+            let user = pfs_exec::user::UserKernel::load(&path, &prefix)?;
+            let init = || user.init();
+            let update = |s: u64, b: &[u8]| user.update(s, b);
+            let combine = |a: u64, b: u64| user.combine(a, b).unwrap_or(b);
+            let (_, elapsed) = shard::run_fn(
+                opened.blob.as_slice(),
+                &prepared,
+                &init,
+                &update,
+                user.has_combine()
+                    .then_some(&combine as &(dyn Fn(u64, u64) -> u64 + Sync)),
+                &ShardConfig {
+                    threads: 1,
+                    cpus: cpus.clone(),
+                },
+            )?;
+            let s = elapsed.as_secs_f64();
+            let rate = eff as f64 / 1e6 / s;
+            rows.push(KernelRow {
+                kernel: format!("user:{}", path.display()),
+                pthreads: 1,
+                effective_mb_s: rate,
+                vs_read_loop: rate / base_rate,
+                elapsed_s: s,
+                notes: "shared object; LLVM IR compilation not built yet".into(),
+            });
+            "user kernels from LLVM IR: not built yet (shared objects: row above)"
+        }
+        None => {
+            "user kernels: pass --user-kernel FILE.so (examples/kernels/); LLVM IR compilation not built yet"
+        }
+    };
     if args.json {
         let v = serde_json::json!({
             "encoding": encoding.name(),

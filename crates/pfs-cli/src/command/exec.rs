@@ -41,7 +41,78 @@ pub fn output_text(o: &Output) -> String {
     }
 }
 
+/// A `user:PATH[:PREFIX]` kernel argument.
+pub fn parse_user(spec: &str) -> Option<(std::path::PathBuf, String)> {
+    let rest = spec.strip_prefix("user:")?;
+    match rest.rsplit_once(':') {
+        Some((path, prefix)) if !prefix.contains('/') && !prefix.is_empty() => {
+            Some((path.into(), prefix.into()))
+        }
+        _ => Some((rest.into(), "pfs_".into())),
+    }
+}
+
+fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Result<i32> {
+    if args.pthreads > 1 {
+        anyhow::bail!(
+            "user kernels run on one pThread in this version (got --pthreads {})",
+            args.pthreads
+        );
+    }
+    let user = pfs_exec::user::UserKernel::load(path, prefix)?;
+    let opened = open_blob(&args.blob, args.json)?;
+    let spec = schedule_spec(&args.schedule, opened.blob.len());
+    let encoding = args.encoding.encoding();
+    let prepared = Prepared::from_schedule(Schedule::new(spec)?, encoding, opened.blob.len())
+        .context("preparing the schedule")?;
+    let cpus: Vec<usize> = if args.no_pin {
+        Vec::new()
+    } else {
+        (0..sysinfo::cores()).collect()
+    };
+    let init = || user.init();
+    let update = |s: u64, b: &[u8]| user.update(s, b);
+    let combine = |a: u64, b: u64| user.combine(a, b).unwrap_or(b);
+    let (value, elapsed) = shard::run_fn(
+        opened.blob.as_slice(),
+        &prepared,
+        &init,
+        &update,
+        user.has_combine()
+            .then_some(&combine as &(dyn Fn(u64, u64) -> u64 + Sync)),
+        &ShardConfig { threads: 1, cpus },
+    )?;
+    let secs = elapsed.as_secs_f64();
+    let rate = prepared.effective_bytes() as f64 / 1e6 / secs.max(1e-9);
+    if args.json {
+        let v = serde_json::json!({
+            "label": label(encoding),
+            "kernel": args.kernel,
+            "pthreads": 1,
+            "encoding": encoding.name(),
+            "output": Output::U64(value),
+            "effective_bytes": prepared.effective_bytes(),
+            "elapsed_s": secs,
+            "effective_mb_s": rate,
+            "chunked": user.has_combine(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "{} — user kernel {} on 1 pThread",
+            label(encoding),
+            path.display()
+        );
+        println!("  result         {}", output_text(&Output::U64(value)));
+        println!("  elapsed        {secs:.3} s → {rate:.1} MB/s");
+    }
+    Ok(exit::OK)
+}
+
 pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
+    if let Some((path, prefix)) = parse_user(&args.kernel) {
+        return run_user(&args, &path, &prefix);
+    }
     let id = KernelId::parse(&args.kernel)?;
     let mut opened = open_blob(&args.blob, args.json)?;
     let spec = schedule_spec(&args.schedule, opened.blob.len());
