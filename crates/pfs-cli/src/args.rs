@@ -307,7 +307,7 @@ impl EncodingArg {
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     /// Kernel: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, or
-    /// user:FILE.so[:PREFIX] (see examples/kernels/).
+    /// `user:FILE.so[:PREFIX]` (see examples/kernels/).
     #[arg(long, default_value = "xxh3")]
     pub kernel: String,
     /// Worker threads (pThreads) the schedule is sharded across.
