@@ -1,4 +1,5 @@
-//! User kernels loaded from a shared object (`.so`), through a small C ABI:
+//! User kernels loaded from a shared object (`.so`) or, with the `llvm`
+//! feature, compiled in process from LLVM IR (`.ll`/`.bc`), through a small C ABI:
 //!
 //! ```c
 //! uint64_t <prefix>init(void);                                         // initial state
@@ -8,16 +9,26 @@
 //!
 //! The default prefix is `pfs_`. With `combine` the kernel runs like the
 //! built-in ones (fresh `init()` per 64-descriptor chunk, chunks folded in
-//! order); without it, one state runs over the whole stream. C symbols carry
-//! no signature, so a wrong signature cannot be detected: only missing
-//! symbols and files that are not loadable shared objects are. Compiling
-//! LLVM IR in process is not built yet.
+//! order); without it, one state runs over the whole stream.
 //!
-//! The only module of this crate with `unsafe`: loading a library runs its
+//! Shared objects ([`UserKernel::load`]): C symbols carry no signature, so a
+//! wrong signature cannot be detected: only missing symbols and files that
+//! are not loadable shared objects are.
+//!
+//! LLVM IR (`UserKernel::load_ir`, feature `llvm`; e.g. `clang -O2
+//! -emit-llvm -S -o sum.ll sum.c`): the module is parsed and verified, the
+//! functions' LLVM types are checked against the ABI
+//! ([`UserKernelError::WrongSignature`]), then it is optimised and
+//! JIT-compiled in process. [`load_any`] picks by extension.
+//!
+//! The only modules of this crate with `unsafe`: loading a library runs its
 //! initialisers, and calling its functions trusts their declared types.
 #![allow(unsafe_code)]
 
 use std::path::{Path, PathBuf};
+
+#[cfg(feature = "llvm")]
+mod ir;
 
 /// `init` of the ABI.
 type InitFn = unsafe extern "C" fn() -> u64;
@@ -47,6 +58,76 @@ pub enum UserKernelError {
         /// The prefix in use.
         prefix: String,
     },
+    /// An IR file LLVM cannot parse, or whose module does not verify.
+    #[error("{path} is not valid LLVM IR: {reason}")]
+    BadIr {
+        /// The file.
+        path: PathBuf,
+        /// LLVM's message.
+        reason: String,
+    },
+    /// An IR function whose type is not the ABI's.
+    #[error("{path}: `{symbol}` has type `{found}`, the user kernel ABI wants `{expected}`")]
+    WrongSignature {
+        /// The file.
+        path: PathBuf,
+        /// The symbol.
+        symbol: String,
+        /// The ABI's LLVM type.
+        expected: String,
+        /// The module's LLVM type.
+        found: String,
+    },
+    /// LLVM could not JIT-compile a valid module.
+    #[error("cannot JIT-compile {path}: {reason}")]
+    Jit {
+        /// The file.
+        path: PathBuf,
+        /// LLVM's message.
+        reason: String,
+    },
+    /// An IR file given to a build without the `llvm` feature.
+    #[error("{path} is LLVM IR, but this pfs was built without the `llvm` feature: cargo build --release -p pfs-cli --features llvm")]
+    NoLlvm {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// Whether `path` names LLVM IR (`.ll` text or `.bc` bitcode) by its extension.
+pub fn is_ir(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("ll") || e.eq_ignore_ascii_case("bc"))
+}
+
+/// Loads a user kernel, picking the backend by extension: `.ll`/`.bc` are
+/// LLVM IR (JIT-compiled; [`UserKernelError::NoLlvm`] without the `llvm`
+/// feature), anything else a shared object ([`UserKernel::load`]).
+pub fn load_any(path: &Path, prefix: &str) -> Result<UserKernel, UserKernelError> {
+    if !is_ir(path) {
+        return UserKernel::load(path, prefix);
+    }
+    #[cfg(feature = "llvm")]
+    {
+        UserKernel::load_ir(path, prefix)
+    }
+    #[cfg(not(feature = "llvm"))]
+    {
+        Err(UserKernelError::NoLlvm {
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+/// What keeps a kernel's code alive.
+#[derive(Debug)]
+enum Backing {
+    /// A loaded shared object.
+    Lib(#[allow(dead_code)] libloading::Library),
+    /// A JIT-compiled IR module.
+    #[cfg(feature = "llvm")]
+    Ir(#[allow(dead_code)] ir::Jit),
 }
 
 /// A loaded user kernel.
@@ -57,7 +138,7 @@ pub struct UserKernel {
     combine: Option<CombineFn>,
     path: PathBuf,
     // Declared last: the function pointers above must not outlive it.
-    _lib: libloading::Library,
+    _backing: Backing,
 }
 
 impl UserKernel {
@@ -94,7 +175,22 @@ impl UserKernel {
             update,
             combine,
             path: path.to_path_buf(),
-            _lib: lib,
+            _backing: Backing::Lib(lib),
+        })
+    }
+
+    /// Parses the LLVM IR (`.ll` text or `.bc` bitcode) at `path`, checks
+    /// `<prefix>init`, `<prefix>update` and, if present, `<prefix>combine`
+    /// against the ABI's LLVM types, optimises and JIT-compiles it.
+    #[cfg(feature = "llvm")]
+    pub fn load_ir(path: &Path, prefix: &str) -> Result<Self, UserKernelError> {
+        let (init, update, combine, jit) = ir::load(path, prefix)?;
+        Ok(Self {
+            init,
+            update,
+            combine,
+            path: path.to_path_buf(),
+            _backing: Backing::Ir(jit),
         })
     }
 
@@ -108,10 +204,33 @@ impl UserKernel {
         self.combine.is_some()
     }
 
+    /// Runs the kernel over `prepared` on one pThread, with the built-in
+    /// kernels' chunking when it exports `combine`. Returns the final state
+    /// and the execution time.
+    pub fn run(
+        &self,
+        blob: &[u8],
+        prepared: &crate::shard::Prepared,
+        cpus: Vec<usize>,
+    ) -> Result<(u64, std::time::Duration), crate::shard::ShardError> {
+        let init = || self.init();
+        let update = |s: u64, b: &[u8]| self.update(s, b);
+        let combine = |a: u64, b: u64| self.combine(a, b).unwrap_or(b);
+        crate::shard::run_fn(
+            blob,
+            prepared,
+            &init,
+            &update,
+            self.has_combine()
+                .then_some(&combine as &(dyn Fn(u64, u64) -> u64 + Sync)),
+            &crate::shard::ShardConfig { threads: 1, cpus },
+        )
+    }
+
     /// `init()`.
     pub fn init(&self) -> u64 {
         // SAFETY: `init` takes nothing and returns a u64 by the ABI; the
-        // library is still loaded (it lives in `self`).
+        // library (or JIT engine) is still alive (it lives in `self`).
         unsafe { (self.init)() }
     }
 

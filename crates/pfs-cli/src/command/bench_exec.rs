@@ -1,7 +1,6 @@
 //! `pfs bench exec`: every built-in pCPU kernel, on 1 and 2 pThreads, beside
 //! a plain 64-bit read loop over exactly the same bytes, in the same process
-//! and run. User kernels (LLVM IR / shared objects) are not built yet: the
-//! study says so instead of leaving the row out.
+//! and run, plus a user kernel (shared object or LLVM IR) when one is given.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -165,22 +164,8 @@ pub fn run(args: BenchExecArgs) -> anyhow::Result<i32> {
     let user_note = match &args.user_kernel {
         Some(spec) => {
             let (path, prefix) = super::exec::parse_user(&format!("user:{spec}")).context("--user-kernel")?;
-            let user = pfs_exec::user::UserKernel::load(&path, &prefix)?;
-            let init = || user.init();
-            let update = |s: u64, b: &[u8]| user.update(s, b);
-            let combine = |a: u64, b: u64| user.combine(a, b).unwrap_or(b);
-            let (_, elapsed) = shard::run_fn(
-                opened.blob.as_slice(),
-                &prepared,
-                &init,
-                &update,
-                user.has_combine()
-                    .then_some(&combine as &(dyn Fn(u64, u64) -> u64 + Sync)),
-                &ShardConfig {
-                    threads: 1,
-                    cpus: cpus.clone(),
-                },
-            )?;
+            let user = pfs_exec::user::load_any(&path, &prefix)?;
+            let (_, elapsed) = user.run(opened.blob.as_slice(), &prepared, cpus.clone())?;
             let s = elapsed.as_secs_f64();
             let rate = eff as f64 / 1e6 / s;
             rows.push(KernelRow {
@@ -189,12 +174,15 @@ pub fn run(args: BenchExecArgs) -> anyhow::Result<i32> {
                 effective_mb_s: rate,
                 vs_read_loop: rate / base_rate,
                 elapsed_s: s,
-                notes: "shared object; LLVM IR compilation not built yet".into(),
+                notes: match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+                    Some("ll" | "bc") => "LLVM IR, JIT-compiled in process".into(),
+                    _ => "shared object".into(),
+                },
             });
-            "user kernels from LLVM IR: not built yet (shared objects: row above)"
+            "user kernel: row above"
         }
         None => {
-            "user kernels: pass --user-kernel FILE.so (examples/kernels/); LLVM IR compilation not built yet"
+            "user kernels: pass --user-kernel FILE.so or FILE.ll (examples/kernels/; .ll/.bc need the llvm feature)"
         }
     };
     if args.json {

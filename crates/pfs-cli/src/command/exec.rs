@@ -59,7 +59,7 @@ fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Re
             args.pthreads
         );
     }
-    let user = pfs_exec::user::UserKernel::load(path, prefix)?;
+    let user = pfs_exec::user::load_any(path, prefix)?;
     let opened = open_blob(&args.blob, args.json)?;
     let spec = schedule_spec(&args.schedule, opened.blob.len());
     let encoding = args.encoding.encoding();
@@ -70,18 +70,7 @@ fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Re
     } else {
         (0..sysinfo::cores()).collect()
     };
-    let init = || user.init();
-    let update = |s: u64, b: &[u8]| user.update(s, b);
-    let combine = |a: u64, b: u64| user.combine(a, b).unwrap_or(b);
-    let (value, elapsed) = shard::run_fn(
-        opened.blob.as_slice(),
-        &prepared,
-        &init,
-        &update,
-        user.has_combine()
-            .then_some(&combine as &(dyn Fn(u64, u64) -> u64 + Sync)),
-        &ShardConfig { threads: 1, cpus },
-    )?;
+    let (value, elapsed) = user.run(opened.blob.as_slice(), &prepared, cpus)?;
     let secs = elapsed.as_secs_f64();
     let rate = prepared.effective_bytes() as f64 / 1e6 / secs.max(1e-9);
     if args.json {
