@@ -64,6 +64,7 @@ pub enum Command {
   pfs exec --kernel xor:0x5a --bytes 1G                   # in place, one pThread
 
   pfs exec --kernel user:/tmp/sum.so                      # a user kernel (examples/kernels/)
+  pfs exec --kernel crc32c --gram-file rec/session-….grams  # a schedule recorded by pfs serve --record rec
 
 Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, user:FILE.so[:PREFIX]")]
     Exec(ExecArgs),
@@ -319,6 +320,10 @@ pub struct ExecArgs {
     /// Do not pin pThread i to CPU i.
     #[arg(long)]
     pub no_pin: bool,
+    /// Execute the schedule recorded in this file of grams (`pfs serve --record`)
+    /// instead of generating one.
+    #[arg(long, value_name = "FILE")]
+    pub gram_file: Option<PathBuf>,
     /// Schedule.
     #[command(flatten)]
     pub schedule: ScheduleArgs,
@@ -371,6 +376,10 @@ pub struct ServeArgs {
     /// Also run this read-only pCPU kernel over every received gram (e.g. xxh3, crc32c, sum, histogram).
     #[arg(long, value_name = "KERNEL")]
     pub exec: Option<String>,
+    /// Record each session's grams (headers and descriptor tables, no payload) to
+    /// `DIR/session-<nonce>.grams`, for `pfs exec --gram-file`.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
     /// Recompute the blob fingerprint at start and refuse to serve if it differs from the record.
     #[arg(long)]
     pub verify_blob: bool,

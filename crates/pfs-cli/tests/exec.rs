@@ -196,3 +196,76 @@ fn user_kernels_match_their_builtin_twins_and_fail_clearly() {
     ]));
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn recorded_grams_replay_to_the_same_result() {
+    let rec = tempfile::tempdir().unwrap();
+    let rec_dir = rec.path().to_str().unwrap().to_string();
+    let mut server = pfs(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--once",
+        "--json",
+        "--exec",
+        "crc32c",
+        "--size",
+        "16M",
+    ])
+    .args(["--record", &rec_dir])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let addr = first["addr"].as_str().unwrap().to_string();
+    let mut args = vec!["send", "--to", &addr, "--mode", "offset", "--json"];
+    args.extend(BLOB);
+    args.extend(SCHED);
+    let out = run(pfs(&args));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = lines
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
+        .find(|v| v["event"] == "report")
+        .expect("a report event");
+    let _ = server.wait();
+    let files: Vec<_> = std::fs::read_dir(rec.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let file = files[0].to_str().unwrap();
+    for extra in [&[][..], &["--pthreads", "2"], &["--encoding", "arith"]] {
+        let mut a = vec!["--gram-file", file];
+        a.extend_from_slice(extra);
+        let replay = exec("crc32c", &a);
+        assert_eq!(replay["output"], report["exec"]["output"], "{extra:?}");
+        assert_eq!(replay["effective_bytes"], 48u64 << 20);
+    }
+    assert_eq!(exec("crc32c", &[])["output"], report["exec"]["output"]);
+
+    // A damaged file is refused before anything runs.
+    let mut bytes = std::fs::read(file).unwrap();
+    let n = bytes.len();
+    bytes.truncate(n - 3);
+    let bad = rec.path().join("bad.grams");
+    std::fs::write(&bad, bytes).unwrap();
+    let out = run(pfs(&[
+        "exec",
+        "--kernel",
+        "crc32c",
+        "--size",
+        "16M",
+        "--gram-file",
+        bad.to_str().unwrap(),
+    ]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("gram file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -53,6 +53,9 @@ pub enum ShardError {
         /// Why.
         why: &'static str,
     },
+    /// A file of grams does not decode.
+    #[error("gram file: {0}")]
+    BadGramFile(String),
     /// A worker failed (a bug: prepared schedules are in bounds).
     #[error("pThread failed: {0}")]
     Worker(String),
@@ -71,6 +74,43 @@ impl Prepared {
             all.extend_from_slice(&descs);
         }
         Self::from_descriptors(&all, encoding, blob_len)
+    }
+
+    /// Prepares the descriptors of a file of GRAM frames (as `pfs serve
+    /// --record` writes them), in sequence order; every frame and table is
+    /// decoded and every descriptor bounds-checked before anything runs.
+    /// Returns the schedule and the number of grams.
+    pub fn from_gram_file(
+        bytes: &[u8],
+        encoding: Encoding,
+        blob_len: u64,
+    ) -> Result<(Self, u64), ShardError> {
+        let bad = |at: usize, what: String| ShardError::BadGramFile(format!("at byte {at}: {what}"));
+        let mut descs = Vec::new();
+        let mut at = 0usize;
+        let mut grams = 0u64;
+        while at < bytes.len() {
+            let (frame, used) = pfs_wire::Frame::parse(&bytes[at..]).map_err(|e| bad(at, e.to_string()))?;
+            if frame.header.frame_type != pfs_wire::FrameType::Gram {
+                return Err(bad(
+                    at,
+                    format!("{} frame where GRAM was expected", frame.header.frame_type.name()),
+                ));
+            }
+            let gram = pfs_wire::Gram::parse(frame.body).map_err(|e| bad(at, e.to_string()))?;
+            if gram.header.seq != grams {
+                return Err(bad(
+                    at,
+                    format!("gram #{} where #{grams} was due", gram.header.seq),
+                ));
+            }
+            for d in gram.descriptors() {
+                descs.push(d.map_err(|e| bad(at, format!("gram #{grams}: {e}")))?);
+            }
+            grams += 1;
+            at += used;
+        }
+        Ok((Self::from_descriptors(&descs, encoding, blob_len)?, grams))
     }
 
     /// Prepares an explicit descriptor list.

@@ -39,6 +39,9 @@ pub struct ReceiverConfig {
     /// A read-only pCPU kernel to run over every received gram's
     /// descriptors (on this blob), besides the integrity check.
     pub exec: Option<Kernel>,
+    /// Record every received gram's header and descriptor table (no
+    /// payload) to `<dir>/session-<nonce>.grams`, for `pfs exec --gram-file`.
+    pub record_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ReceiverConfig {
@@ -49,6 +52,7 @@ impl Default for ReceiverConfig {
             idle_timeout: Duration::from_secs(60),
             log_interval: None,
             exec: None,
+            record_dir: None,
         }
     }
 }
@@ -139,6 +143,7 @@ struct Rx<'b> {
     next_seq: u64,
     exec: Option<SessionExec>,
     gram_limits: GramLimits,
+    record: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 fn reject(code: ErrorCode, message: String) -> SessionError {
@@ -359,6 +364,19 @@ fn run<T: Transport + ?Sized>(
         digest: Digest::new(integrity),
         table: Vec::with_capacity(limits.max_table_len.min(1 << 20) as usize),
         exec: cfg.exec.map(SessionExec::new),
+        record: match &cfg.record_dir {
+            None => None,
+            Some(dir) => {
+                let path = dir.join(format!("session-{nonce:016x}.grams"));
+                let file = std::fs::File::create(&path).map_err(|e| {
+                    reject(
+                        ErrorCode::Internal,
+                        format!("cannot record grams to {}: {e}", path.display()),
+                    )
+                })?;
+                Some(std::io::BufWriter::new(file))
+            }
+        },
         gram_limits: GramLimits {
             max_desc_len: max_desc_len.min(limits.max_desc_len),
             max_effective: limits.max_gram_effective,
@@ -472,6 +490,10 @@ fn run<T: Transport + ?Sized>(
     t.write_all(&out)
         .map_err(|e| SessionError::io("COMPLETE report", e))?;
     let _ = t.shutdown_write();
+    if let Some(mut rec) = rx.record.take() {
+        use std::io::Write;
+        rec.flush().map_err(|e| SessionError::io("recording grams", e))?;
+    }
     Ok(ReceiverOutcome {
         report,
         mode,
@@ -479,6 +501,26 @@ fn run<T: Transport + ?Sized>(
         summary,
         exec_output: rx.exec.map(SessionExec::finish),
     })
+}
+
+/// Appends a gram as a payload-free GRAM frame: what `pfs exec --gram-file` reads.
+fn record_gram(out: &mut impl std::io::Write, gh: &GramHeader, table: &[u8]) -> std::io::Result<()> {
+    let header = GramHeader {
+        payload_len: 0,
+        flags: 0,
+        ..*gh
+    };
+    let length = (pfs_wire::GRAM_HEADER_LEN + table.len()) as u32;
+    out.write_all(
+        &FrameHeader {
+            frame_type: FrameType::Gram,
+            flags: 0,
+            length,
+        }
+        .emit(),
+    )?;
+    out.write_all(&header.emit())?;
+    out.write_all(table)
 }
 
 /// Size of the COMPLETE(REPORT) frame this side sends last.
@@ -565,6 +607,9 @@ impl Rx<'_> {
             ));
         }
         let table = reader.take(t, gh.table_len as usize, "descriptor table")?;
+        if let Some(rec) = self.record.as_mut() {
+            record_gram(rec, &gh, table).map_err(|e| SessionError::io("recording grams", e))?;
+        }
         let descs = DescIter::new(table, gh.encoding, gh.desc_count);
         let (digest, effective, count, payload_differs) = if gh.payload_len == 0 {
             let out = execute_gram(self.blob, descs, &mut self.digest, self.gram_limits)

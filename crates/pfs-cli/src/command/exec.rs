@@ -61,10 +61,8 @@ fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Re
     }
     let user = pfs_exec::user::load_any(path, prefix)?;
     let opened = open_blob(&args.blob, args.json)?;
-    let spec = schedule_spec(&args.schedule, opened.blob.len());
     let encoding = args.encoding.encoding();
-    let prepared = Prepared::from_schedule(Schedule::new(spec)?, encoding, opened.blob.len())
-        .context("preparing the schedule")?;
+    let (prepared, _) = prepare(args, opened.blob.len())?;
     let cpus: Vec<usize> = if args.no_pin {
         Vec::new()
     } else {
@@ -98,17 +96,37 @@ fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Re
     Ok(exit::OK)
 }
 
+/// The schedule to run: recorded grams (`--gram-file`) or the seeded generator.
+fn prepare(args: &ExecArgs, blob_len: u64) -> anyhow::Result<(Prepared, String)> {
+    let encoding = args.encoding.encoding();
+    match &args.gram_file {
+        Some(path) => {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let (prepared, grams) = Prepared::from_gram_file(&bytes, encoding, blob_len)
+                .with_context(|| format!("preparing {}", path.display()))?;
+            Ok((
+                prepared,
+                format!("{grams} recorded grams from {}", path.display()),
+            ))
+        }
+        None => {
+            let spec = schedule_spec(&args.schedule, blob_len);
+            let prepared = Prepared::from_schedule(Schedule::new(spec)?, encoding, blob_len)
+                .context("preparing the schedule")?;
+            Ok((prepared, format!("{} pattern", spec.pattern.name())))
+        }
+    }
+}
+
 pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     if let Some((path, prefix)) = parse_user(&args.kernel) {
         return run_user(&args, &path, &prefix);
     }
     let id = KernelId::parse(&args.kernel)?;
     let mut opened = open_blob(&args.blob, args.json)?;
-    let spec = schedule_spec(&args.schedule, opened.blob.len());
     let encoding = args.encoding.encoding();
     let t0 = Instant::now();
-    let prepared = Prepared::from_schedule(Schedule::new(spec)?, encoding, opened.blob.len())
-        .context("preparing the schedule")?;
+    let (prepared, source) = prepare(&args, opened.blob.len())?;
     let prepare_s = t0.elapsed().as_secs_f64();
     let threads = args.pthreads.max(1);
     let cpus: Vec<usize> = if args.no_pin {
@@ -140,7 +158,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
             "kernel": id.name(),
             "pthreads": threads,
             "encoding": encoding.name(),
-            "pattern": spec.pattern.name(),
+            "source": source,
             "output": report.output,
             "effective_bytes": eff,
             "descriptors": prepared.descriptors(),
@@ -154,11 +172,10 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!(
-            "{} — kernel {} on {threads} pThread(s), {} encoding, {} pattern",
+            "{} — kernel {} on {threads} pThread(s), {} encoding, {source}",
             label(encoding),
             id.name(),
-            encoding.name(),
-            spec.pattern.name()
+            encoding.name()
         );
         println!("  result         {}", output_text(&report.output));
         println!(

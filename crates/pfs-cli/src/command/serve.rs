@@ -44,6 +44,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             Some(pfs_exec::kernel::Kernel::new(id))
         }
     };
+    if let Some(dir) = &args.record {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--record {}: {e}", dir.display()))?;
+    }
     let opened = open_blob(&args.blob, false)?;
     if args.verify_blob {
         let actual = opened.blob.recompute_fingerprint(args.blob.setup_threads);
@@ -88,6 +91,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             },
             log_interval: log,
             exec,
+            record_dir: args.record.clone(),
             ..ReceiverConfig::default()
         },
         max_clients: args.max_clients.max(1),
