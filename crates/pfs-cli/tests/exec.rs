@@ -93,37 +93,8 @@ fn order_dependent_and_unknown_kernels_are_clear_errors() {
 #[test]
 fn serve_exec_matches_local_exec() {
     let local = exec("crc32c", &[]);
-    let mut server = pfs(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--once",
-        "--json",
-        "--exec",
-        "crc32c",
-        "--size",
-        "16M",
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    let addr = first["addr"].as_str().unwrap().to_string();
-    let mut args = vec!["send", "--to", &addr, "--mode", "arith", "--json"];
-    args.extend(BLOB);
-    args.extend(SCHED);
-    let out = run(pfs(&args));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = lines
-        .map_while(Result::ok)
-        .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
-        .find(|v| v["event"] == "report")
-        .expect("a report event");
+    let report = serve_exec_send("arith", &[]);
     assert_eq!(report["exec"]["output"], local["output"], "{report:#}");
-    let _ = server.kill();
-    let _ = server.wait();
 }
 
 /// Builds `examples/kernels/<name>.c` into `dir`, or None when no C compiler is here.
@@ -200,37 +171,7 @@ fn user_kernels_match_their_builtin_twins_and_fail_clearly() {
 #[test]
 fn recorded_grams_replay_to_the_same_result() {
     let rec = tempfile::tempdir().unwrap();
-    let rec_dir = rec.path().to_str().unwrap().to_string();
-    let mut server = pfs(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--once",
-        "--json",
-        "--exec",
-        "crc32c",
-        "--size",
-        "16M",
-    ])
-    .args(["--record", &rec_dir])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    let addr = first["addr"].as_str().unwrap().to_string();
-    let mut args = vec!["send", "--to", &addr, "--mode", "offset", "--json"];
-    args.extend(BLOB);
-    args.extend(SCHED);
-    let out = run(pfs(&args));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = lines
-        .map_while(Result::ok)
-        .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
-        .find(|v| v["event"] == "report")
-        .expect("a report event");
-    let _ = server.wait();
+    let report = serve_exec_send("offset", &["--record", rec.path().to_str().unwrap()]);
     let files: Vec<_> = std::fs::read_dir(rec.path())
         .unwrap()
         .flatten()
@@ -268,4 +209,41 @@ fn recorded_grams_replay_to_the_same_result() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Starts `pfs serve --once --json --exec crc32c` (plus `extra`), runs one
+/// `pfs send --mode MODE` against it, and returns the server's report event.
+fn serve_exec_send(mode: &str, extra: &[&str]) -> Value {
+    let mut server = pfs(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--once",
+        "--json",
+        "--exec",
+        "crc32c",
+        "--size",
+        "16M",
+    ])
+    .args(extra)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let addr = first["addr"].as_str().unwrap().to_string();
+    let mut args = vec!["send", "--to", &addr, "--mode", mode, "--json"];
+    args.extend(BLOB);
+    args.extend(SCHED);
+    let out = run(pfs(&args));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = lines
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
+        .find(|v| v["event"] == "report")
+        .expect("a report event");
+    let _ = server.kill();
+    let _ = server.wait();
+    report
 }

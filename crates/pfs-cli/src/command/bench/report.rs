@@ -18,44 +18,50 @@ pub fn fmt_table(header: &Header, rows: &[Row]) -> String {
         header.pinning,
         header.receiver_setup
     ));
-    s.push_str(&format!(
-        "{:<40} {:>5} {:>10} {:>10} {:>10} {:>7} {:>10} {:>7} {:>7} {:>9} {:<8} {}\n",
-        "label",
-        "integ",
-        "eff_MB",
-        "wire_MB",
-        "wire/eff",
-        "time_s",
-        "eff_MB/s",
-        "user_s",
-        "sys_s",
-        "MB/CPU-s",
-        "check",
-        "notes"
-    ));
+    let widths = [40, 5, 3, 10, 10, 10, 7, 10, 7, 7, 9, 8];
+    let line = |cells: &[String]| {
+        let mut l = String::new();
+        for (k, c) in cells.iter().enumerate() {
+            match widths.get(k) {
+                // Label and check column left-aligned, numbers right-aligned, notes last.
+                Some(&w) if k == 0 || k == 11 => l.push_str(&format!("{c:<w$} ")),
+                Some(&w) => l.push_str(&format!("{c:>w$} ")),
+                None => l.push_str(c),
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    s.push_str(&line(&DISPLAY_HEAD.map(String::from)));
     for r in rows {
-        s.push_str(&format!(
-            "{:<40} {:>5} {:>10.1} {:>10.3} {:>10.6} {:>7.3} {:>10.1} {:>7.3} {:>7.3} {:>9.1} {:<8} {}\n",
-            r.label,
-            integ_short(r),
-            r.effective_mb,
-            r.wire_mb,
-            r.wire_ratio,
-            r.elapsed_s,
-            r.effective_mb_s,
-            r.user_s,
-            r.sys_s,
-            r.mb_per_cpu_s,
-            r.integrity,
-            r.notes
-        ));
+        s.push_str(&line(&display_cells(r)));
     }
     s.push_str("\nMB = 10^6 bytes. Receiver-side numbers (PFS: from the receiver's COMPLETE report; iperf3: its server side).\n");
     s
 }
 
-pub fn integ_short(r: &Row) -> &str {
-    r.integrity_alg()
+/// Column titles of the terminal and Markdown tables (CSV and JSON carry every field).
+const DISPLAY_HEAD: [&str; 13] = [
+    "label", "integ", "thr", "eff_MB", "wire_MB", "wire/eff", "time_s", "eff_MB/s", "user_s", "sys_s",
+    "MB/CPU-s", "check", "notes",
+];
+
+/// One row's cells for the terminal and Markdown tables, formatted once.
+fn display_cells(r: &Row) -> [String; 13] {
+    [
+        r.label.clone(),
+        r.integrity_alg().to_string(),
+        r.pthreads.to_string(),
+        format!("{:.1}", r.effective_mb),
+        format!("{:.3}", r.wire_mb),
+        format!("{:.6}", r.wire_ratio),
+        format!("{:.3}", r.elapsed_s),
+        format!("{:.1}", r.effective_mb_s),
+        format!("{:.3}", r.user_s),
+        format!("{:.3}", r.sys_s),
+        format!("{:.1}", r.mb_per_cpu_s),
+        r.integrity.clone(),
+        r.notes.clone(),
+    ]
 }
 
 pub fn csv_escape(s: &str) -> String {
@@ -108,24 +114,11 @@ pub fn to_markdown(header: &Header, rows: &[Row]) -> String {
         header.pinning
     );
     out.push_str(&format!("Receiver blob setup: {}\n\n", header.receiver_setup));
-    out.push_str("| label | purpose | effective MB | wire MB | wire/eff | elapsed s | eff MB/s | user s | sys s | MB/CPU-s | integrity | notes |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+    out.push_str(&format!("| {} |\n", DISPLAY_HEAD.join(" | ")));
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     for r in rows {
-        out.push_str(&format!(
-            "| {} | {} | {:.1} | {:.3} | {:.6} | {:.3} | {:.1} | {:.3} | {:.3} | {:.1} | {} | {} |\n",
-            r.label,
-            r.purpose,
-            r.effective_mb,
-            r.wire_mb,
-            r.wire_ratio,
-            r.elapsed_s,
-            r.effective_mb_s,
-            r.user_s,
-            r.sys_s,
-            r.mb_per_cpu_s,
-            r.integrity,
-            r.notes.replace('|', "/")
-        ));
+        let cells = display_cells(r).map(|c| c.replace('|', "/"));
+        out.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     out
 }

@@ -90,7 +90,9 @@ impl Row {
         ["fnv1a", "xxh3", "none"]
             .into_iter()
             .find(|a| {
-                self.notes.contains(&format!("integrity={a}")) || self.label.contains(&format!("({a} "))
+                self.notes.contains(&format!("integrity={a}"))
+                    || self.notes.contains(&format!("kernel={a}"))
+                    || self.label.contains(&format!("({a} "))
             })
             .unwrap_or("-")
     }
