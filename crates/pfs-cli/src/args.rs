@@ -455,6 +455,11 @@ pub enum BenchStudy {
     IoPrimitives(crate::command::io_primitives::IoPrimitivesArgs),
     /// Every built-in pCPU kernel, on 1 and 2 pThreads, against a plain 64-bit read loop over the same bytes.
     Exec(crate::command::bench_exec::BenchExecArgs),
+    /// IPC latency study: 32-byte messages between two processes, one-way TSC latency per method vs Unix socket + epoll.
+    Ipc(crate::command::bench_ipc::IpcArgs),
+    /// The server side of one `pfs bench ipc` row (started by the study itself).
+    #[command(hide = true)]
+    IpcPeer(crate::command::bench_ipc::IpcPeerArgs),
 }
 
 /// Parses `0x…` hex or decimal.

@@ -933,6 +933,166 @@ fn legend_corner(
         .map_or(SeriesLabelPosition::UpperLeft, |(pos, _, _)| pos)
 }
 
+// ---------------------------------------------------------------------------
+// Dot chart.
+
+/// One row of a dot chart.
+#[derive(Debug, Clone)]
+pub struct DotRow {
+    /// Row label.
+    pub label: String,
+    /// One value per statistic, in the chart's statistic order (`None`: not measured).
+    pub values: Vec<Option<f64>>,
+}
+
+/// Horizontal dot chart on a log10 value axis, for distributions side by
+/// side (e.g. latency p50, mean, p99, p99.9 per method).
+///
+/// One row per label, first on top; one marker per statistic, its shape and
+/// colour named in a legend above the plot; a grey line joins a row's
+/// smallest and largest value, and the values are written right of it with
+/// `unit`. Values that are not positive cannot be shown on a log axis and are
+/// left out; rows without any value are dropped.
+pub fn dots(
+    rows: &[DotRow],
+    stats: &[&str],
+    title: &str,
+    x_label: &str,
+    unit: &str,
+    path: &Path,
+) -> anyhow::Result<()> {
+    let rows: Vec<(&str, Vec<Option<f64>>)> = rows
+        .iter()
+        .map(|r| {
+            let values = r
+                .values
+                .iter()
+                .map(|v| v.filter(|x| x.is_finite() && *x > 0.0))
+                .collect();
+            (r.label.as_str(), values)
+        })
+        .filter(|(_, v): &(&str, Vec<Option<f64>>)| v.iter().any(Option::is_some))
+        .collect();
+    if rows.is_empty() {
+        bail!("nothing to plot: no row has a positive value");
+    }
+    ensure_font()?;
+
+    let n = rows.len();
+    let notes: Vec<String> = rows
+        .iter()
+        .map(|(_, values)| {
+            let parts: Vec<String> = stats
+                .iter()
+                .zip(values)
+                .filter_map(|(s, v)| v.map(|v| format!("{s} {}", compact(v))))
+                .collect();
+            format!("{} {unit}", parts.join(" · "))
+        })
+        .collect();
+    let label_w = rows
+        .iter()
+        .map(|(l, _)| text_width(l, LABEL_PX))
+        .max()
+        .unwrap_or(0)
+        + 20;
+    let width = 1600.max(label_w + 1100);
+    let row_px = 70;
+    let height = 420.max(240 + row_px * n as u32);
+    let plot_px = f64::from(width - label_w - 70);
+
+    // At least one decade, and room right of the largest value for the widest note.
+    let (lo, hi) = min_max(rows.iter().flat_map(|(_, v)| v.iter().flatten().copied()));
+    let note_px = notes
+        .iter()
+        .map(|s| text_width(s, LABEL_PX - 1.0))
+        .max()
+        .unwrap_or(0);
+    let frac = (1.0 - (f64::from(note_px) + 30.0) / plot_px).clamp(0.3, 0.9);
+    let a = (lo / 1.5).log10().floor();
+    let b = (hi * 1.2).log10().max(a + 1.0);
+    let axis = Axis::log10(10f64.powf(a), 10f64.powf(a + (b - a) / frac), plot_px);
+
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+    let body = title_band(&root, title)?;
+    let (legend, body) = body.split_vertically(40);
+    let mut x = i32::try_from(label_w).unwrap_or(200) + 20;
+    let legend_style = text(LABEL_PX).pos(Pos::new(HPos::Left, VPos::Center));
+    for (k, stat) in stats.iter().enumerate() {
+        let color = PALETTE[k % PALETTE.len()];
+        legend
+            .draw(&(EmptyElement::at((x, 20)) + marker(k, color)))
+            .map_err(draw_err)?;
+        legend
+            .draw_text(stat, &legend_style, (x + 14, 20))
+            .map_err(draw_err)?;
+        x += 40 + i32::try_from(text_width(stat, LABEL_PX)).unwrap_or(60);
+    }
+
+    let grid = Rows(n);
+    let mut chart = ChartBuilder::on(&body)
+        .margin(20)
+        .margin_top(6)
+        .margin_right(40)
+        .x_label_area_size(70)
+        .y_label_area_size(label_w)
+        .build_cartesian_2d(axis.clone(), grid)
+        .map_err(draw_err)?;
+    let row_label = |y: &f64| {
+        grid.at(*y)
+            .and_then(|row| rows.get(row))
+            .map_or_else(String::new, |(l, _)| l.to_string())
+    };
+    let x_fmt = |v: &f64| axis.label(*v);
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n)
+        .y_label_formatter(&row_label)
+        .x_label_formatter(&x_fmt)
+        .x_desc(format!("{x_label}{}", scale_note_base(&axis)))
+        .label_style(text(TICK_PX))
+        .y_label_style(text(LABEL_PX))
+        .axis_desc_style(text(DESC_PX))
+        .bold_line_style(GRID_BOLD)
+        .light_line_style(GRID_LIGHT)
+        .axis_style(RGBColor(120, 120, 120))
+        .draw()
+        .map_err(draw_err)?;
+
+    let span = |v: &[Option<f64>]| min_max(v.iter().flatten().copied());
+    chart
+        .draw_series(rows.iter().enumerate().map(|(i, (_, v))| {
+            let (a, b) = span(v);
+            PathElement::new(
+                vec![(a, grid.center(i)), (b, grid.center(i))],
+                RGBColor(150, 150, 150).stroke_width(2),
+            )
+        }))
+        .map_err(draw_err)?;
+    for k in 0..stats.len() {
+        let color = PALETTE[k % PALETTE.len()];
+        chart
+            .draw_series(rows.iter().enumerate().filter_map(|(i, (_, v))| {
+                let x = v.get(k).copied().flatten()?;
+                Some(EmptyElement::at((x, grid.center(i))) + marker(k, color))
+            }))
+            .map_err(draw_err)?;
+    }
+    let note_style = text(LABEL_PX - 1.0).pos(Pos::new(HPos::Left, VPos::Center));
+    chart
+        .draw_series(rows.iter().zip(&notes).enumerate().map(|(i, ((_, v), note))| {
+            EmptyElement::at((span(v).1, grid.center(i)))
+                + Text::new(note.clone(), (16, 0), note_style.clone())
+        }))
+        .map_err(draw_err)?;
+
+    root.present()
+        .map_err(draw_err)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1065,6 +1225,40 @@ mod tests {
             }];
             lines(&series, "t", "x", "µs", false, &path).unwrap();
             assert_png(&path);
+        });
+    }
+
+    #[test]
+    fn dots_writes_a_png() {
+        with_font(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("dots.png");
+            let row = |label: &str, v: [f64; 4]| DotRow {
+                label: label.to_string(),
+                values: v.iter().map(|&x| Some(x)).collect(),
+            };
+            let rows = [
+                row("Unix socket + epoll", [24_000.0, 25_100.0, 37_500.0, 62_000.0]),
+                row("shared-memory ring", [290.0, 310.0, 900.0, 4_000.0]),
+                DotRow {
+                    label: "failed".into(),
+                    values: vec![None, None, None, None],
+                },
+            ];
+            dots(
+                &rows,
+                &["p50", "mean", "p99", "p99.9"],
+                "t",
+                "one-way, ns",
+                "ns",
+                &path,
+            )
+            .unwrap();
+            assert_png(&path);
+            let one = [row("one", [10.0, 11.0, 12.0, 13.0])];
+            dots(&one, &["p50", "mean", "p99", "p99.9"], "t", "x", "ns", &path).unwrap();
+            assert_png(&path);
+            assert!(dots(&rows[2..], &["p50"], "t", "x", "ns", &path).is_err());
         });
     }
 

@@ -2,6 +2,7 @@
 
 mod bench;
 pub mod bench_exec;
+pub mod bench_ipc;
 mod blob;
 mod exec;
 pub mod io_primitives;
@@ -26,6 +27,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) => match args.study {
             Some(crate::args::BenchStudy::IoPrimitives(study)) => io_primitives::run(study),
             Some(crate::args::BenchStudy::Exec(study)) => bench_exec::run(study),
+            Some(crate::args::BenchStudy::Ipc(study)) => bench_ipc::run(study),
+            Some(crate::args::BenchStudy::IpcPeer(peer)) => bench_ipc::run_peer(peer),
             None => bench::run(args),
         },
     }

@@ -1,0 +1,464 @@
+//! The study's report: header, one table line per method, the ratios
+//! against `unix-epoll` (computed for whatever rows are present), JSON, CSV
+//! and the latency chart (drawn by [`crate::plot`]).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::clock::Clock;
+use super::methods::Method;
+use super::row::Row;
+use crate::plot::{self, DotRow};
+
+/// Units and definitions, printed with every report.
+pub const UNITS: &str = "one-way = receiver's time stamp at receive − sender's at send, 32-byte messages, ping-pong \
+(client → server, server-side samples; return = server → client); cycles = TSC cycles, ns converted with the \
+calibrated TSC frequency; Mmsg/s = 10^6 messages per second, back to back (server: first to last arrival; client: \
+send calls); idle CPU = server CPU time (getrusage user + system) ÷ wall time while it waits for a message that \
+does not come; vs unix = unix-epoll one-way mean ÷ this row's (above 1: faster)";
+
+/// Machine and settings of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Header {
+    /// `pfs <version>`.
+    pub tool: String,
+    /// Git revision of the build.
+    pub git_revision: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Online CPUs.
+    pub cores: usize,
+    /// The clock.
+    pub clock: Clock,
+    /// Pinning as run.
+    pub pinning: String,
+    /// Bytes per message.
+    pub msg_bytes: usize,
+    /// Messages per method in the latency phase and again in the throughput phase.
+    pub messages: u64,
+    /// Warm-up ping-pongs per method.
+    pub warmup: u64,
+    /// Idle phase, seconds.
+    pub idle_s: f64,
+    /// Row timeout, seconds.
+    pub timeout_s: f64,
+    /// Units and definitions.
+    pub units: String,
+}
+
+/// One row's one-way mean against unix-epoll's, same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    /// Row method key.
+    pub method: String,
+    /// Row label.
+    pub label: String,
+    /// Row one-way mean, ns.
+    pub one_way_mean_ns: f64,
+    /// unix-epoll one-way mean, ns.
+    pub unix_epoll_one_way_mean_ns: f64,
+    /// Row mean ÷ unix-epoll mean (below 1: faster).
+    pub row_over_unix_epoll: f64,
+    /// unix-epoll mean ÷ row mean (above 1: faster).
+    pub unix_epoll_over_row: f64,
+}
+
+/// Fills every row's `vs_unix_epoll` and returns the ratio of every other
+/// measured row against the `unix-epoll` row, when that one measured.
+pub fn ratios(rows: &mut [Row]) -> Vec<Ratio> {
+    let base = rows
+        .iter()
+        .find(|r| r.ok() && r.method == Method::BASELINE.key())
+        .and_then(|r| r.one_way_mean_ns)
+        .filter(|&m| m > 0.0);
+    let Some(base) = base else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for r in rows.iter_mut().filter(|r| r.ok()) {
+        let Some(mean) = r.one_way_mean_ns.filter(|&m| m > 0.0) else {
+            continue;
+        };
+        r.vs_unix_epoll = Some(base / mean);
+        if r.method != Method::BASELINE.key() {
+            out.push(Ratio {
+                method: r.method.clone(),
+                label: r.label.clone(),
+                one_way_mean_ns: mean,
+                unix_epoll_one_way_mean_ns: base,
+                row_over_unix_epoll: mean / base,
+                unix_epoll_over_row: base / mean,
+            });
+        }
+    }
+    out
+}
+
+pub fn group(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && i % 3 == s.len() % 3 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The header block of the table.
+pub fn header_text(h: &Header) -> String {
+    format!(
+        "pfs bench ipc — {} · kernel {} · {} · {} cores\n\
+         clock: {}\n\
+         pinning: {} · {}-byte messages · per method: {} warm-up ping-pongs, {} latency ping-pongs, {} throughput messages, {:.1} s idle\n\n",
+        h.git_revision,
+        h.kernel,
+        h.cpu_model,
+        h.cores,
+        h.clock.describe(),
+        h.pinning,
+        h.msg_bytes,
+        group(h.warmup),
+        group(h.messages),
+        group(h.messages),
+        h.idle_s,
+    )
+}
+
+/// Column titles of the table (two lines).
+pub fn table_head() -> String {
+    format!(
+        "{:<11} {:<39} {:<39} {:>8} {:<26} {:<15} {:>6} {:>6} {:>6}\n\
+         {:<11} {:>9}{:>10}{:>10}{:>10} {:>9}{:>10}{:>10}{:>10} {:>8} {:>8}{:>9}{:>9} {:>7}{:>8} {:>6} {:>6} {:>6}",
+        "",
+        "one-way, TSC cycles",
+        "one-way, ns",
+        "return",
+        "round trip, ns",
+        "Mmsg/s",
+        "idle",
+        "vs",
+        "wall",
+        "method",
+        "mean",
+        "p50",
+        "p99",
+        "p99.9",
+        "mean",
+        "p50",
+        "p99",
+        "p99.9",
+        "mean ns",
+        "mean",
+        "p50",
+        "p99",
+        "server",
+        "client",
+        "CPU %",
+        "unix",
+        "s",
+    )
+}
+
+/// A latency for the table: few digits, no false precision.
+fn lat(v: Option<f64>) -> String {
+    match v {
+        None => "n/a".into(),
+        Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
+        Some(v) if v.abs() >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+fn cyc(v: Option<i64>) -> String {
+    v.map_or_else(|| "n/a".into(), |v| v.to_string())
+}
+
+fn fixed(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "n/a".into(), |v| format!("{v:.decimals$}"))
+}
+
+/// One table line.
+pub fn table_row(r: &Row) -> String {
+    if !r.ok() {
+        return format!(
+            "{:<11} failed: {}",
+            r.method,
+            r.error.as_deref().unwrap_or("unknown")
+        );
+    }
+    format!(
+        "{:<11} {:>9}{:>10}{:>10}{:>10} {:>9}{:>10}{:>10}{:>10} {:>8} {:>8}{:>9}{:>9} {:>7}{:>8} {:>6} {:>6} {:>6}",
+        r.method,
+        lat(r.one_way_mean_cycles),
+        cyc(r.one_way_p50_cycles),
+        cyc(r.one_way_p99_cycles),
+        cyc(r.one_way_p999_cycles),
+        lat(r.one_way_mean_ns),
+        lat(r.one_way_p50_ns),
+        lat(r.one_way_p99_ns),
+        lat(r.one_way_p999_ns),
+        lat(r.return_mean_ns),
+        lat(r.round_trip_mean_ns),
+        lat(r.round_trip_p50_ns),
+        lat(r.round_trip_p99_ns),
+        fixed(r.throughput_mmsg_s, 3),
+        fixed(r.client_send_mmsg_s, 3),
+        fixed(r.idle_cpu_pct, 1),
+        fixed(r.vs_unix_epoll, 2),
+        fixed(Some(r.row_wall_s), 1),
+    )
+}
+
+/// Labels, notes, the ratios against unix-epoll and warnings, after the table.
+pub fn footer_text(rows: &[Row], ratios: &[Ratio], warnings: &[String], wall_s: f64) -> String {
+    let mut s = String::from("\n");
+    for r in rows {
+        let _ = write!(s, "{:<11} {} (receiver waits: {})", r.method, r.label, r.wait);
+        if !r.notes.is_empty() {
+            let _ = write!(s, " — NOTE: {}", r.notes);
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(s, "\n{UNITS}.");
+    if ratios.is_empty() {
+        s.push_str("\nRatios against unix-epoll: not available (its row did not run or failed).\n");
+    } else {
+        let _ = writeln!(
+            s,
+            "\nOne-way mean against unix-epoll, same run (below 1: faster than unix-epoll):"
+        );
+        for r in ratios {
+            let _ = writeln!(
+                s,
+                "  {} one-way mean / unix-epoll one-way mean = {:.3}  ({} ns / {} ns; unix-epoll is {:.2}× this row's)",
+                r.method,
+                r.row_over_unix_epoll,
+                lat(Some(r.one_way_mean_ns)),
+                lat(Some(r.unix_epoll_one_way_mean_ns)),
+                r.unix_epoll_over_row,
+            );
+        }
+    }
+    for w in warnings {
+        let _ = writeln!(s, "\nWARNING: {w}");
+    }
+    let failed = rows.iter().filter(|r| !r.ok()).count();
+    if failed > 0 {
+        let _ = writeln!(s, "\n{failed} row(s) failed; see above.");
+    }
+    let _ = writeln!(s, "\nstudy wall time {wall_s:.1} s");
+    s
+}
+
+/// The JSON document (stdout with `--json`, ipc.json with `--out`).
+pub fn json(
+    header: &Header,
+    rows: &[Row],
+    ratios: &[Ratio],
+    warnings: &[String],
+    wall_s: f64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "study": "ipc",
+        "header": header,
+        "warnings": warnings,
+        "wall_s": wall_s,
+        "rows": rows,
+        "vs_unix_epoll": ratios,
+    })
+}
+
+/// CSV columns, in order: every field of [`Row`].
+pub const COLUMNS: [&str; 47] = [
+    "method",
+    "label",
+    "wait",
+    "status",
+    "error",
+    "messages",
+    "one_way_count",
+    "one_way_mean_cycles",
+    "one_way_p50_cycles",
+    "one_way_p99_cycles",
+    "one_way_p999_cycles",
+    "one_way_mean_ns",
+    "one_way_p50_ns",
+    "one_way_p99_ns",
+    "one_way_p999_ns",
+    "one_way_min_ns",
+    "one_way_max_ns",
+    "one_way_negative",
+    "return_count",
+    "return_mean_cycles",
+    "return_mean_ns",
+    "return_p50_ns",
+    "return_p99_ns",
+    "return_negative",
+    "round_trip_count",
+    "round_trip_mean_ns",
+    "round_trip_p50_ns",
+    "round_trip_p99_ns",
+    "round_trip_p999_ns",
+    "throughput_messages",
+    "throughput_mmsg_s",
+    "client_send_mmsg_s",
+    "idle_cpu_pct",
+    "idle_wall_s",
+    "idle_cpu_s",
+    "vs_unix_epoll",
+    "client_cpu",
+    "server_cpu",
+    "latency_wall_s",
+    "throughput_wall_s",
+    "row_wall_s",
+    "notes",
+    // Repeated from the header, so that each CSV row stands alone.
+    "clock",
+    "tsc_ghz",
+    "tsc_invariant",
+    "pinning",
+    "git_revision",
+];
+
+fn csv_escape(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn csv_cell(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(s) => csv_escape(s),
+        other => csv_escape(&other.to_string()),
+    }
+}
+
+/// CSV with one line per row; unavailable values are empty.
+pub fn to_csv(header: &Header, rows: &[Row]) -> String {
+    let mut out = COLUMNS.join(",");
+    out.push('\n');
+    for r in rows {
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("clock".into(), header.clock.source.clone().into());
+            m.insert(
+                "tsc_ghz".into(),
+                if header.clock.tsc {
+                    serde_json::json!(header.clock.hz / 1e9)
+                } else {
+                    serde_json::Value::Null
+                },
+            );
+            m.insert("tsc_invariant".into(), header.clock.invariant.into());
+            m.insert("pinning".into(), header.pinning.clone().into());
+            m.insert("git_revision".into(), header.git_revision.clone().into());
+        }
+        let cells: Vec<String> = COLUMNS.iter().map(|c| csv_cell(&v[*c])).collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// The latency chart: per measured row, the one-way p50, mean, p99 and p99.9 in ns.
+pub fn plot(dir: &Path, header: &Header, rows: &[Row]) -> anyhow::Result<&'static str> {
+    const FILE: &str = "ipc.png";
+    let dots: Vec<DotRow> = rows
+        .iter()
+        .filter(|r| r.ok())
+        .map(|r| DotRow {
+            label: r.label.clone(),
+            values: vec![
+                r.one_way_p50_ns,
+                r.one_way_mean_ns,
+                r.one_way_p99_ns,
+                r.one_way_p999_ns,
+            ],
+        })
+        .collect();
+    let title = format!(
+        "One-way latency of {}-byte messages, {} pinning ({} ping-pongs per method)",
+        header.msg_bytes,
+        if header.pinning.starts_with("unpinned") {
+            "without"
+        } else {
+            "with"
+        },
+        group(header.messages)
+    );
+    plot::dots(
+        &dots,
+        &["p50", "mean", "p99", "p99.9"],
+        &title,
+        "one-way latency, ns",
+        "ns",
+        &dir.join(FILE),
+    )?;
+    Ok(FILE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(method: Method, mean: f64) -> Row {
+        Row {
+            method: method.key().into(),
+            label: method.label().into(),
+            status: "ok".into(),
+            one_way_mean_ns: Some(mean),
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn every_row_field_has_a_column() {
+        let v = serde_json::to_value(Row::default()).unwrap();
+        let fields: Vec<&String> = v.as_object().unwrap().keys().collect();
+        for f in &fields {
+            assert!(COLUMNS.contains(&f.as_str()), "field {f} has no CSV column");
+        }
+        assert_eq!(COLUMNS.len(), fields.len() + 5);
+    }
+
+    #[test]
+    fn ratios_are_against_unix_epoll_for_any_row() {
+        let mut rows = vec![
+            row(Method::UnixEpoll, 20_000.0),
+            row(Method::Pipe, 10_000.0),
+            row(Method::Tcp, 40_000.0),
+        ];
+        let r = ratios(&mut rows);
+        assert_eq!(r.len(), 2);
+        assert_eq!(rows[0].vs_unix_epoll, Some(1.0));
+        assert_eq!(rows[1].vs_unix_epoll, Some(2.0));
+        assert_eq!(rows[2].vs_unix_epoll, Some(0.5));
+        assert_eq!(r[0].row_over_unix_epoll, 0.5);
+
+        let mut no_base = vec![row(Method::Pipe, 1.0)];
+        assert!(ratios(&mut no_base).is_empty());
+        assert_eq!(no_base[0].vs_unix_epoll, None);
+    }
+
+    #[test]
+    fn table_lines_line_up() {
+        let head = table_head();
+        let mut r = row(Method::UnixEpoll, 25_000.0);
+        r.row_wall_s = 12.0;
+        let line = table_row(&r);
+        let width = head.lines().nth(1).unwrap().chars().count();
+        assert_eq!(line.chars().count(), width, "\n{head}\n{line}");
+        r.status = "failed".into();
+        r.error = Some("boom".into());
+        assert!(table_row(&r).contains("failed: boom"));
+    }
+}
