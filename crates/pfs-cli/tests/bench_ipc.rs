@@ -16,7 +16,14 @@ const CMD_TIMEOUT: Duration = Duration::from_secs(240);
 /// Messages per phase in these tests.
 const MESSAGES: u64 = 2000;
 
-const METHODS: [&str; 3] = ["unix-epoll", "pipe", "tcp"];
+const METHODS: [&str; 6] = [
+    "unix-epoll",
+    "pipe",
+    "tcp",
+    "ring-spin",
+    "ring-yield",
+    "ring-futex",
+];
 
 /// Columns every measured row has a number in (cycle columns only with a TSC).
 const NUMBERS: [&str; 30] = [

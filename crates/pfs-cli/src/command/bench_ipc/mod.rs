@@ -376,7 +376,14 @@ mod tests {
             select(&["epoll".into(), "tcp".into()]).unwrap(),
             [Method::UnixEpoll, Method::Tcp]
         );
-        assert_eq!(select(&["conventional".into()]).unwrap(), Method::ALL);
+        assert_eq!(
+            select(&["conventional".into()]).unwrap(),
+            [Method::UnixEpoll, Method::Pipe, Method::Tcp]
+        );
+        assert_eq!(
+            select(&["ring".into()]).unwrap(),
+            [Method::RingSpin, Method::RingYield, Method::RingFutex]
+        );
         assert!(select(&["nothing".into()]).is_err());
     }
 }
