@@ -2,6 +2,9 @@
 //! path leaving nothing behind after success, failure or Ctrl-C. Root-only
 //! parts print `SKIP: <reason>` and pass elsewhere.
 
+mod common;
+use common::csv_fields;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -66,25 +69,6 @@ fn row<'a>(v: &'a Value, label: &str) -> &'a Value {
         .iter()
         .find(|r| r["label"] == label)
         .unwrap_or_else(|| panic!("no row {label}: {v:#}"))
-}
-
-/// Splits one CSV line, honouring double quotes.
-fn csv_fields(line: &str) -> Vec<String> {
-    let mut fields = vec![String::new()];
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                chars.next();
-                fields.last_mut().unwrap().push('"');
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => fields.push(String::new()),
-            (c, _) => fields.last_mut().unwrap().push(c),
-        }
-    }
-    fields
 }
 
 fn is_root() -> bool {

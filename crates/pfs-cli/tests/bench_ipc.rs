@@ -4,6 +4,9 @@
 //! hangs fails only its own row. Never asserts on timing or on ratios between
 //! methods. Each run is killed after [`CMD_TIMEOUT`].
 
+mod common;
+use common::csv_fields;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -230,25 +233,6 @@ fn every_method_reports_every_column_and_writes_files() {
             .expect("ipc.json is JSON");
     assert_eq!(file["rows"].as_array().map(Vec::len), Some(METHODS.len()));
     check_png(&dir.path().join("ipc.png"), &stderr);
-}
-
-/// The fields of one CSV line (RFC 4180 quoting, no embedded newlines).
-fn csv_fields(line: &str) -> Vec<String> {
-    let mut fields = vec![String::new()];
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                chars.next();
-                fields.last_mut().unwrap().push('"');
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => fields.push(String::new()),
-            (c, _) => fields.last_mut().unwrap().push(c),
-        }
-    }
-    fields
 }
 
 fn check_png(path: &Path, stderr: &str) {

@@ -54,6 +54,8 @@ mod wait;
 
 #[cfg(all(test, loom))]
 mod model;
+#[cfg(test)]
+mod test_ring;
 
 #[cfg(not(loom))]
 pub use endpoint::{Endpoint, Loan, Msg, MsgKind, Receiver, Sender};

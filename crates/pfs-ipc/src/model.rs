@@ -6,53 +6,12 @@
 //! producer never overwrites an unreleased record, and that the futex
 //! handshake cannot lose a wake-up (both sides' SeqCst fences).
 
-use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use loom::sync::atomic::Ordering;
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::ring::{Consumer, Producer, RingMem, KIND_DATA};
-
-/// Ring words as loom atomics; payload as atomic words written Relaxed, so
-/// a missing happens-before shows up as a stale value.
-struct ModelRing {
-    words: Vec<AtomicU64>,
-    tail: AtomicU64,
-    flags: [AtomicU32; 3],
-}
-
-impl ModelRing {
-    fn new(cap: usize) -> Self {
-        Self {
-            words: (0..cap / 8).map(|_| AtomicU64::new(0)).collect(),
-            tail: AtomicU64::new(0),
-            flags: [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)],
-        }
-    }
-}
-
-impl RingMem for ModelRing {
-    fn cap(&self) -> usize {
-        self.words.len() * 8
-    }
-    fn tag(&self, off: usize) -> &AtomicU64 {
-        &self.words[off / 8]
-    }
-    fn meta(&self, off: usize) -> &AtomicU64 {
-        &self.words[off / 8 + 1]
-    }
-    fn tail(&self) -> &AtomicU64 {
-        &self.tail
-    }
-    fn closed(&self) -> &AtomicU32 {
-        &self.flags[0]
-    }
-    fn consumer_sleep(&self) -> &AtomicU32 {
-        &self.flags[1]
-    }
-    fn producer_sleep(&self) -> &AtomicU32 {
-        &self.flags[2]
-    }
-}
+use crate::ring::{Consumer, Producer, KIND_DATA};
+use crate::test_ring::WordRing as ModelRing;
 
 #[test]
 fn messages_arrive_in_order_with_their_payload() {

@@ -417,46 +417,7 @@ impl Consumer {
 mod tests {
     use super::*;
 
-    /// A heap-backed ring for single-process tests (and miri).
-    struct HeapRing {
-        words: Vec<AtomicU64>,
-        ctl: [AtomicU64; 1],
-        flags: [AtomicU32; 3],
-    }
-
-    impl HeapRing {
-        fn new(cap: usize) -> Self {
-            Self {
-                words: (0..cap / 8).map(|_| AtomicU64::new(0)).collect(),
-                ctl: [AtomicU64::new(0)],
-                flags: [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)],
-            }
-        }
-    }
-
-    impl RingMem for HeapRing {
-        fn cap(&self) -> usize {
-            self.words.len() * 8
-        }
-        fn tag(&self, off: usize) -> &AtomicU64 {
-            &self.words[off / 8]
-        }
-        fn meta(&self, off: usize) -> &AtomicU64 {
-            &self.words[off / 8 + 1]
-        }
-        fn tail(&self) -> &AtomicU64 {
-            &self.ctl[0]
-        }
-        fn closed(&self) -> &AtomicU32 {
-            &self.flags[0]
-        }
-        fn consumer_sleep(&self) -> &AtomicU32 {
-            &self.flags[1]
-        }
-        fn producer_sleep(&self) -> &AtomicU32 {
-            &self.flags[2]
-        }
-    }
+    use crate::test_ring::WordRing as HeapRing;
 
     #[test]
     fn records_wrap_with_pad_and_fill_exactly() {
