@@ -47,14 +47,16 @@ pub enum Command {
     #[command(after_help = "Examples:
   pfs send --to 127.0.0.1:7878 --mode offset --bytes 16G
   pfs send --to 127.0.0.1:7878 --mode arith --pattern sequential --integrity fnv1a --json
-  pfs send --to 127.0.0.1:7878 --mode payload --bytes 4G --log-interval 1")]
+  pfs send --to 127.0.0.1:7878 --mode payload --bytes 4G --log-interval 1
+  pfs send --transport shm --to /tmp/pfs.sock --mode offset   # same host, shared-memory rings")]
     Send(SendArgs),
     /// Receive sessions: execute every gram over this host's blob and report.
     #[command(after_help = "Examples:
   pfs serve                                   # 127.0.0.1:7878, 1 GiB blob from seed 0x5eed
   pfs serve --listen 0.0.0.0:7878             # explicit: accept remote senders
   pfs serve --once --json                     # one session, JSON report, exit status = its result
-  pfs serve --blob-name shared --huge-dir /mnt/huge")]
+  pfs serve --blob-name shared --huge-dir /mnt/huge
+  pfs serve --transport shm --listen /tmp/pfs.sock   # same-host senders over shared-memory rings")]
     Serve(ServeArgs),
     /// Execute a kernel over a descriptor schedule on this host's blob (pCPU), on N pThreads.
     #[command(after_help = "Examples:
@@ -265,9 +267,12 @@ pub struct ScheduleArgs {
 /// `pfs send`
 #[derive(Debug, Args)]
 pub struct SendArgs {
-    /// Receiver address (host:port).
+    /// Receiver address: host:port for tcp, the socket path for unix and shm.
     #[arg(long, value_name = "ADDR")]
     pub to: String,
+    /// Transport.
+    #[command(flatten)]
+    pub transport: TransportArgs,
     /// Transfer mode.
     #[arg(long, value_enum, default_value_t = ModeArg::Offset)]
     pub mode: ModeArg,
@@ -352,12 +357,77 @@ pub struct RunArgs {
     pub json: bool,
 }
 
+/// Which transport carries the frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    /// TCP (address `host:port`).
+    Tcp,
+    /// Unix stream socket, same host (address: a socket path).
+    Unix,
+    /// Shared-memory rings, same host (address: the rendezvous socket path).
+    Shm,
+}
+
+/// How an idle side of a shared-memory connection waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShmWaitArg {
+    /// Busy-spin: lowest latency, one core at 100 % per waiting side.
+    Spin,
+    /// Spin, then yield the CPU.
+    Yield,
+    /// Spin, then sleep on a futex in shared memory (idle CPU ≈ 0).
+    Futex,
+}
+
+/// Transport selection, shared by `send` and `serve`.
+#[derive(Debug, Clone, Args)]
+pub struct TransportArgs {
+    /// Transport: tcp, or for same-host peers unix or shm (shared-memory rings).
+    #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
+    pub transport: TransportArg,
+    /// shm: how an idle side waits.
+    #[arg(long, value_enum, default_value_t = ShmWaitArg::Futex)]
+    pub shm_wait: ShmWaitArg,
+    /// shm (serve): bytes of each direction's ring (a power of two, 4K … 1G).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    pub shm_ring: u64,
+}
+
+impl TransportArgs {
+    /// The shared-memory settings.
+    pub fn shm(&self) -> pfs_transport::ShmConfig {
+        pfs_transport::ShmConfig {
+            ring_bytes: usize::try_from(self.shm_ring).unwrap_or(usize::MAX),
+            wait: match self.shm_wait {
+                ShmWaitArg::Spin => pfs_ipc::WaitStrategy::Spin,
+                ShmWaitArg::Yield => pfs_ipc::WaitStrategy::SpinYield,
+                ShmWaitArg::Futex => pfs_ipc::WaitStrategy::SpinFutex,
+            },
+        }
+    }
+
+    /// Flags that only apply to shm, given with another transport: an error
+    /// rather than a silently ignored setting.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let shm_flags_changed = self.shm_wait != ShmWaitArg::Futex || self.shm_ring != 4 << 20;
+        if self.transport != TransportArg::Shm && shm_flags_changed {
+            anyhow::bail!("--shm-wait and --shm-ring apply only with --transport shm");
+        }
+        Ok(())
+    }
+}
+
 /// `pfs serve`
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on. Loopback by default; any other address must be given explicitly.
-    #[arg(long, default_value = "127.0.0.1:7878", value_name = "ADDR")]
-    pub listen: String,
+    /// Address to listen on: host:port for tcp (loopback by default; any other address must be
+    /// given explicitly), a socket path for unix and shm [default: 127.0.0.1:7878, or
+    /// $XDG_RUNTIME_DIR/pfs.sock (else /tmp/pfs-UID.sock) for unix and shm].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Transport.
+    #[command(flatten)]
+    pub transport: TransportArgs,
     /// Serve one session, then exit with its status.
     #[arg(long, conflicts_with = "max_sessions")]
     pub once: bool,

@@ -189,6 +189,16 @@ fn quick_suite_reports_every_column_and_row() {
     ] {
         row(&v, label);
     }
+    // Same-host rows over shared-memory rings run whatever the network path.
+    for label in [
+        "PFS-With-Payload-SHM",
+        "Native PFS Offset-only Mode - SHM",
+        "Native PFS Arithmetic Mode - SHM",
+    ] {
+        let r = row(&v, label);
+        assert_eq!(r["integrity"], "OK", "{r:#}");
+        assert_eq!(r["transport"], "SHM", "{r:#}");
+    }
     for h in [
         "git_revision",
         "kernel",

@@ -162,7 +162,12 @@ struct Server {
 impl Server {
     /// Starts `pfs serve --listen 127.0.0.1:0 ARGS…` and waits for its listening line.
     fn start(args: &[&str], store: Option<&Path>) -> Server {
-        let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+        Self::start_at("127.0.0.1:0", args, store)
+    }
+
+    /// Starts `pfs serve --listen LISTEN ARGS…` and waits for its listening line.
+    fn start_at(listen: &str, args: &[&str], store: Option<&Path>) -> Server {
+        let mut all = vec!["serve", "--listen", listen];
         all.extend_from_slice(args);
         let mut cmd = pfs(&all, store);
         cmd.stdin(Stdio::null())
@@ -604,6 +609,127 @@ fn send_serve_every_mode_and_integrity() {
         reports.iter().all(|r| r["stats"]["integrity"] == "OK"),
         "server stdout:\n{}",
         done.stdout
+    );
+}
+
+/// Same-host transports: every mode over shared-memory rings and over a
+/// Unix socket, labelled with the transport that carried it.
+#[test]
+fn send_serve_same_host_transports_every_mode() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for (transport, kind) in [("shm", "SHM"), ("unix", "UNIX")] {
+        let sock = dir.path().join(format!("{transport}.sock"));
+        let sock = sock.to_str().expect("utf-8 temp path");
+        let server = Server::start_at(
+            sock,
+            &[
+                "--transport",
+                transport,
+                "--max-sessions",
+                "3",
+                "--size",
+                SIZE,
+                "--json",
+            ],
+            None,
+        );
+        assert_eq!(server.addr, sock);
+        for (mode, label) in [
+            ("payload", "PFS-With-Payload-"),
+            ("offset", "Native PFS Offset-only Mode - "),
+            ("arith", "Native PFS Arithmetic Mode - "),
+        ] {
+            let what = format!("send --transport {transport} --mode {mode}");
+            let out = send(sock, &["--transport", transport, "--mode", mode], None);
+            let v = expect_good_send(&out, &what);
+            assert_eq!(v["receiver"]["label"], format!("{label}{kind}"), "{what}: {v:#}");
+            assert_eq!(v["receiver"]["transport"], kind, "{what}: {v:#}");
+        }
+        let done = server.finish();
+        done.expect_code(0, &format!("pfs serve --transport {transport}"));
+        // The server removes its socket when it exits.
+        assert!(!Path::new(sock).exists(), "{sock} left behind");
+    }
+}
+
+/// An SHM sender killed mid-transfer: the server reports that session as
+/// failed, does not hang, and serves the next sender.
+#[test]
+fn shm_sender_killed_mid_transfer_server_serves_next() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let sock = dir.path().join("shm.sock");
+    let sock = sock.to_str().expect("utf-8 temp path");
+    let server = Server::start_at(
+        sock,
+        &["--transport", "shm", "--max-sessions", "2", "--size", SIZE],
+        None,
+    );
+    let mut long = pfs(
+        &[
+            "send",
+            "--transport",
+            "shm",
+            "--to",
+            sock,
+            "--size",
+            SIZE,
+            "--bytes",
+            "1T",
+            "--log-interval",
+            "0.05",
+        ],
+        None,
+    );
+    long.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = ChildGuard(Some(long.spawn().expect("spawn pfs send")));
+    let stderr = child
+        .0
+        .as_mut()
+        .and_then(|c| c.stderr.take())
+        .expect("stderr pipe");
+    // A progress line means the session is under way.
+    let mut lines = BufReader::new(stderr).lines();
+    let started = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("send"));
+    assert!(started, "the long sender printed no progress line");
+    if let Some(mut c) = child.0.take() {
+        c.kill().expect("SIGKILL the sender");
+        let _ = c.wait();
+    }
+    let out = send(sock, &["--transport", "shm", "--mode", "offset"], None);
+    expect_good_send(&out, "send after a killed sender");
+    let done = server.finish();
+    done.expect_code(0, "pfs serve --transport shm --max-sessions 2");
+    assert!(
+        done.stderr.contains("1 session(s) completed, 1 failed"),
+        "server stderr:\n{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn shm_flags_with_tcp_are_refused() {
+    let out = run(pfs(
+        &[
+            "send",
+            "--to",
+            "127.0.0.1:1",
+            "--shm-wait",
+            "spin",
+            "--size",
+            SIZE,
+        ],
+        None,
+    ));
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        out.stderr.contains("only with --transport shm"),
+        "stderr:\n{}",
+        out.stderr
     );
 }
 

@@ -9,9 +9,11 @@
 use std::io::{self, IoSlice};
 use std::time::Duration;
 
+pub mod shm;
 pub mod tcp;
 pub mod unix;
 
+pub use shm::{ShmConfig, ShmListener, ShmTransport};
 pub use tcp::{TcpConfig, TcpListener, TcpTransport};
 pub use unix::{UnixListener, UnixTransport};
 
@@ -20,7 +22,7 @@ pub const IOV_MAX: usize = 1024;
 
 /// A reliable, ordered byte stream between two peers.
 pub trait Transport: Send {
-    /// Short name used in labels: `TCP`, `UNIX`.
+    /// Short name used in labels: `TCP`, `UNIX`, `SHM`.
     fn kind(&self) -> &'static str;
 
     /// Human-readable peer address.

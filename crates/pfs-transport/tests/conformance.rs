@@ -4,7 +4,10 @@ use std::io::{ErrorKind, IoSlice};
 use std::thread;
 use std::time::Duration;
 
-use pfs_transport::{Listener, TcpConfig, TcpListener, TcpTransport, Transport, UnixListener, UnixTransport};
+use pfs_transport::{
+    Listener, ShmConfig, ShmListener, ShmTransport, TcpConfig, TcpListener, TcpTransport, Transport,
+    UnixListener, UnixTransport,
+};
 
 /// Connects a client to a fresh listener of one kind.
 trait Harness: Sync {
@@ -32,6 +35,19 @@ impl Harness for Unix {
     }
     fn connect(&self, l: &UnixListener) -> Box<dyn Transport> {
         Box::new(UnixTransport::connect(std::path::Path::new(&l.local_addr())).unwrap())
+    }
+}
+
+/// Shared-memory rings with a small ring, so the suite's transfers wrap it
+/// many times and writes larger than one record are split.
+struct Shm(tempfile::TempDir, ShmConfig);
+impl Harness for Shm {
+    type L = ShmListener;
+    fn listen(&self) -> ShmListener {
+        ShmListener::bind(&self.0.path().join("s"), &self.1).unwrap()
+    }
+    fn connect(&self, l: &ShmListener) -> Box<dyn Transport> {
+        Box::new(ShmTransport::connect(std::path::Path::new(&l.local_addr()), &self.1).unwrap())
     }
 }
 
@@ -83,8 +99,13 @@ fn early_close<H: Harness>(h: &H) {
 /// A read timeout fires instead of blocking forever.
 fn read_timeout<H: Harness>(h: &H) {
     let l = h.listen();
-    let _client = h.connect(&l);
-    let mut c = l.accept().unwrap();
+    // Connect on another thread: a transport may complete its rendezvous
+    // only inside `accept` (SHM does).
+    let (_client, mut c) = thread::scope(|s| {
+        let client = s.spawn(|| h.connect(&l));
+        let c = l.accept().unwrap();
+        (client.join().unwrap(), c)
+    });
     c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     let mut buf = [0u8; 1];
     let err = c.read(&mut buf).unwrap_err();
@@ -132,4 +153,15 @@ fn tcp_conformance() {
 #[test]
 fn unix_conformance() {
     suite(Unix(tempfile::tempdir().unwrap()));
+}
+
+#[test]
+fn shm_conformance() {
+    for wait in [pfs_ipc::WaitStrategy::SpinFutex, pfs_ipc::WaitStrategy::SpinYield] {
+        let cfg = ShmConfig {
+            ring_bytes: 64 << 10,
+            wait,
+        };
+        suite(Shm(tempfile::tempdir().unwrap(), cfg));
+    }
 }

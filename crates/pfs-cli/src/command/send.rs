@@ -1,15 +1,16 @@
 //! `pfs send`: run a seeded schedule against a receiver and print the
 //! receiver's authoritative report (plus the sender's own CPU beside it).
 
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pfs_exec::{ScheduleSpec, Total};
 use pfs_session::sys::pin_current_thread;
 use pfs_session::{send_session, SendOutcome, SenderConfig, SessionStats};
-use pfs_transport::{TcpConfig, TcpTransport};
+use pfs_transport::{ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport, UnixTransport};
 use pfs_wire::{IntegrityAlg, Mode};
 
-use crate::args::{ScheduleArgs, SendArgs};
+use crate::args::{ScheduleArgs, SendArgs, TransportArg, TransportArgs};
 use crate::exit;
 
 use super::{interval, open_blob, progress_line};
@@ -75,18 +76,59 @@ pub fn sender_config(
     }
 }
 
-/// Connects and runs one session.
+/// Where a sender connects, and over which transport.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// TCP to `host:port`.
+    Tcp {
+        /// Address.
+        addr: String,
+        /// Socket buffer bytes (0 = autotuning).
+        sock_buf: usize,
+    },
+    /// A Unix stream socket path.
+    Unix(PathBuf),
+    /// A shared-memory rendezvous socket path.
+    Shm(PathBuf, ShmConfig),
+}
+
+impl Target {
+    /// The target named on the command line.
+    pub fn from_args(to: &str, t: &TransportArgs, sock_buf: u64) -> Self {
+        match t.transport {
+            TransportArg::Tcp => Self::Tcp {
+                addr: to.to_string(),
+                sock_buf: sock_buf as usize,
+            },
+            TransportArg::Unix => Self::Unix(PathBuf::from(to)),
+            TransportArg::Shm => Self::Shm(PathBuf::from(to), t.shm()),
+        }
+    }
+
+    /// Opens the connection.
+    pub fn connect(&self) -> anyhow::Result<Box<dyn Transport>> {
+        Ok(match self {
+            Self::Tcp { addr, sock_buf } => {
+                let tcp = TcpConfig {
+                    socket_buffer: *sock_buf,
+                    ..TcpConfig::default()
+                };
+                Box::new(TcpTransport::connect(addr, &tcp)?)
+            }
+            Self::Unix(path) => Box::new(UnixTransport::connect(path)?),
+            Self::Shm(path, cfg) => Box::new(ShmTransport::connect(path, cfg)?),
+        })
+    }
+}
+
+/// Connects and runs one session; returns its outcome and the transport's label (`TCP`, `SHM` …).
 pub fn send_once(
-    addr: &str,
+    target: &Target,
     view: &pfs_session::BlobView<'_>,
     cfg: &SenderConfig,
-    sock_buf: usize,
-) -> anyhow::Result<SendOutcome> {
-    let tcp = TcpConfig {
-        socket_buffer: sock_buf,
-        ..TcpConfig::default()
-    };
-    let mut t = TcpTransport::connect(addr, &tcp)?;
+) -> anyhow::Result<(SendOutcome, &'static str)> {
+    let mut t = target.connect()?;
+    let kind = t.kind();
     let mut progress = |p: &pfs_session::sender::SendProgress| {
         eprintln!(
             "{}",
@@ -100,10 +142,11 @@ pub fn send_once(
             )
         );
     };
-    Ok(send_session(&mut t, view, cfg, &mut progress)?)
+    Ok((send_session(&mut *t, view, cfg, &mut progress)?, kind))
 }
 
 pub fn run(args: SendArgs) -> anyhow::Result<i32> {
+    args.transport.check()?;
     let log = interval(args.run.log_interval, args.run.json)?;
     let opened = open_blob(&args.blob, false)?;
     if let Some(cpu) = args.run.pin {
@@ -114,9 +157,10 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     let mode = args.mode.mode();
     let mut cfg = sender_config(mode, args.integrity.alg(), spec, args.schedule.gram_payload_max);
     cfg.log_interval = log;
-    let out = send_once(&args.to, &opened.view(), &cfg, args.run.sock_buf as usize)?;
+    let target = Target::from_args(&args.to, &args.transport, args.run.sock_buf);
+    let (out, kind) = send_once(&target, &opened.view(), &cfg)?;
 
-    let stats = SessionStats::from_report(&out.report, "TCP");
+    let stats = SessionStats::from_report(&out.report, kind);
     if args.run.json {
         println!(
             "{}",

@@ -2,12 +2,13 @@
 //! serves sessions over its own blob, prints each receiver report.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use pfs_session::{serve, Limits, ReceiverConfig, ServerConfig, ServerEvent, SessionError, SessionStats};
-use pfs_transport::{TcpConfig, TcpListener};
+use pfs_transport::{Listener, ShmListener, TcpConfig, TcpListener, UnixListener};
 
-use crate::args::ServeArgs;
+use crate::args::{ServeArgs, TransportArg};
 use crate::exit;
 
 use super::{interval, open_blob, progress_line};
@@ -29,7 +30,26 @@ fn emit(line: &str) {
     let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
+/// Label of a transport in reports.
+fn transport_label(t: TransportArg) -> &'static str {
+    match t {
+        TransportArg::Tcp => "TCP",
+        TransportArg::Unix => "UNIX",
+        TransportArg::Shm => "SHM",
+    }
+}
+
+/// Where a same-host server listens unless told: the user's runtime
+/// directory (private to the user), else a per-uid name in /tmp.
+fn default_socket_path() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => Path::new(&dir).join("pfs.sock"),
+        _ => PathBuf::from(format!("/tmp/pfs-{}.sock", rustix::process::getuid().as_raw())),
+    }
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    args.transport.check()?;
     let log = interval(args.run.log_interval, args.run.json)?;
     let exec = match &args.exec {
         None => None,
@@ -62,26 +82,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         }
         eprintln!("blob verified: fingerprint {}", actual.short());
     }
-    if !is_loopback(&args.listen) {
-        eprintln!(
-            "pfs: warning: listening on non-loopback address {} (no authentication in this version)",
-            args.listen
-        );
-    }
-    let tcp = TcpConfig {
-        socket_buffer: args.run.sock_buf as usize,
-        ..TcpConfig::default()
+    let kind = transport_label(args.transport.transport);
+    let listen = match &args.listen {
+        Some(a) => a.clone(),
+        None if args.transport.transport == TransportArg::Tcp => "127.0.0.1:7878".into(),
+        None => default_socket_path().display().to_string(),
     };
-    let listener = TcpListener::bind(&args.listen, tcp)?;
-    let addr = listener.socket_addr()?;
-    if args.run.json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "listening", "addr": addr.to_string()})
-        );
-    } else {
-        println!("pfs serve: listening on {addr}");
-    }
     let cfg = ServerConfig {
         receiver: ReceiverConfig {
             limits: Limits {
@@ -119,7 +125,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             )
         ),
         ServerEvent::Finished { peer, outcome } => {
-            let stats = SessionStats::from_report(&outcome.report, "TCP");
+            let stats = SessionStats::from_report(&outcome.report, kind);
             if let Ok(mut st) = last_status.lock() {
                 *st = if stats.ok() { exit::OK } else { exit::INTEGRITY };
             }
@@ -166,7 +172,43 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         ),
         ServerEvent::AcceptFailed { error } => eprintln!("pfs: accept failed: {error}"),
     };
-    let (ok, failed) = serve(&listener, &opened.view(), &cfg, &on_event);
+    let announce = |addr: &str| {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"event": "listening", "addr": addr, "transport": kind})
+            );
+        } else {
+            println!("pfs serve: listening on {addr} ({kind})");
+        }
+    };
+    let view = opened.view();
+    let (ok, failed) = match args.transport.transport {
+        TransportArg::Tcp => {
+            if !is_loopback(&listen) {
+                eprintln!(
+                    "pfs: warning: listening on non-loopback address {listen} (no authentication in this version)"
+                );
+            }
+            let tcp = TcpConfig {
+                socket_buffer: args.run.sock_buf as usize,
+                ..TcpConfig::default()
+            };
+            let listener = TcpListener::bind(&listen, tcp)?;
+            announce(&listener.socket_addr()?.to_string());
+            serve(&listener, &view, &cfg, &on_event)
+        }
+        TransportArg::Unix => {
+            let listener = UnixListener::bind(Path::new(&listen))?;
+            announce(&listener.local_addr());
+            serve(&listener, &view, &cfg, &on_event)
+        }
+        TransportArg::Shm => {
+            let listener = ShmListener::bind(Path::new(&listen), &args.transport.shm())?;
+            announce(&listener.local_addr());
+            serve(&listener, &view, &cfg, &on_event)
+        }
+    };
     if !json {
         eprintln!("pfs serve: {ok} session(s) completed, {failed} failed");
     }

@@ -7,8 +7,8 @@
 //! missing is printed as skipped with the install hint, never dropped.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ use pfs_wire::{IntegrityAlg, Mode};
 use crate::args::{BenchArgs, BlobArgs};
 use crate::{exit, sysinfo};
 
-use super::send::{send_once, sender_config};
+use super::send::{send_once, sender_config, Target};
 use super::{open_blob, OpenedBlob};
 
 mod conventional;
@@ -75,6 +75,7 @@ enum Job {
     /// rsync of the same file to a private rsync daemon.
     Rsync,
     Pfs {
+        transport: Via,
         mode: Mode,
         integrity: IntegrityAlg,
         pattern: Pattern,
@@ -92,6 +93,24 @@ enum Job {
         pattern: Pattern,
         bytes: u64,
     },
+}
+
+/// The transport of a PFS row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// TCP over the bench's network path (loopback or veth).
+    Tcp,
+    /// Shared-memory rings to a same-host receiver process.
+    Shm,
+}
+
+impl Via {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Tcp => "TCP",
+            Self::Shm => "SHM",
+        }
+    }
 }
 
 /// One planned row.
@@ -167,6 +186,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             label: Mode::Payload.label("TCP"),
             purpose: "Transfer",
             job: Job::Pfs {
+                transport: Via::Tcp,
                 mode: Mode::Payload,
                 integrity,
                 pattern,
@@ -178,12 +198,33 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
                 label: mode.label("TCP"),
                 purpose: "both",
                 job: Job::Pfs {
+                    transport: Via::Tcp,
                     mode,
                     integrity,
                     pattern,
                     bytes: exec_bytes,
                 },
             });
+        }
+        // The same rows to a same-host receiver over shared-memory rings.
+        if !fnv {
+            for mode in [Mode::Payload, Mode::Offset, Mode::Arith] {
+                rows.push(Planned {
+                    label: mode.label(Via::Shm.label()),
+                    purpose: if mode == Mode::Payload { "Transfer" } else { "both" },
+                    job: Job::Pfs {
+                        transport: Via::Shm,
+                        mode,
+                        integrity,
+                        pattern,
+                        bytes: if mode == Mode::Payload {
+                            payload_bytes
+                        } else {
+                            exec_bytes
+                        },
+                    },
+                });
+            }
         }
         if pattern != Pattern::Sequential && !fnv {
             rows.push(Planned {
@@ -200,6 +241,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
                     label: mode.label("TCP"),
                     purpose: "both",
                     job: Job::Pfs {
+                        transport: Via::Tcp,
                         mode,
                         integrity,
                         pattern: Pattern::Sequential,
@@ -229,6 +271,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
         label: Mode::Payload.label("TCP"),
         purpose: "Transfer",
         job: Job::Pfs {
+            transport: Via::Tcp,
             mode: Mode::Payload,
             integrity: IntegrityAlg::None,
             pattern,
@@ -239,8 +282,13 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
 }
 
 /// Starts `pfs serve` on an ephemeral loopback port; returns its address.
+/// `via` SHM listens on a socket under `scratch`, on this host whatever the
+/// network path.
+#[allow(clippy::too_many_arguments)]
 fn start_receiver(
     net: &NetPath,
+    via: Via,
+    scratch: &Path,
     sizes: Sizes,
     seed: u64,
     huge_dir: Option<&Path>,
@@ -248,9 +296,20 @@ fn start_receiver(
     sessions: usize,
 ) -> anyhow::Result<(ChildGuard, String, mpsc::Receiver<String>)> {
     let exe = std::env::current_exe().context("cannot locate the pfs binary")?;
-    let mut cmd = net.receiver_command(&exe.to_string_lossy());
-    let listen = format!("{}:0", net.server_ip());
-    cmd.args(["serve", "--listen", &listen, "--json", "--max-clients", "1"])
+    let mut cmd = match via {
+        Via::Tcp => {
+            let mut cmd = net.receiver_command(&exe.to_string_lossy());
+            cmd.args(["serve", "--listen", &format!("{}:0", net.server_ip())]);
+            cmd
+        }
+        Via::Shm => {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["serve", "--transport", "shm", "--listen"])
+                .arg(scratch.join("shm.sock"));
+            cmd
+        }
+    };
+    cmd.args(["--json", "--max-clients", "1"])
         .args(["--max-sessions", &sessions.to_string()])
         .args(["--size", &sizes.blob.to_string(), "--seed", &seed.to_string()]);
     if let Some(d) = huge_dir {
@@ -362,9 +421,9 @@ fn add_ratios(rows: &mut [Row]) {
             r.label.starts_with("Conventional (") && r.integrity == alg && r.notes.contains(pattern)
         })
     };
-    let offset_rate = |rows: &[Row], alg: &str, pattern: &str| {
+    let mode_rate = |rows: &[Row], label: &str, alg: &str, pattern: &str| {
         rate(rows, &|r| {
-            r.label == Mode::Offset.label("TCP") && r.integrity_alg() == alg && r.notes.contains(pattern)
+            r.label == label && r.integrity_alg() == alg && r.notes.contains(pattern)
         })
     };
     let snapshot = rows.to_vec();
@@ -383,15 +442,28 @@ fn add_ratios(rows: &mut [Row]) {
                 ratios.push(format!("{:.2}× iperf3 -l 1M", r.effective_mb_s / b));
             }
         }
-        if is_pfs && r.label != Mode::Payload.label("TCP") {
+        let is_payload = r.label == Mode::Payload.label("TCP") || r.label == Mode::Payload.label("SHM");
+        if is_pfs && !is_payload {
             let alg = r.integrity_alg();
             if let Some(b) = loop_rate(&snapshot, alg, pattern) {
                 ratios.push(format!("{:.2}× {alg} loop", r.effective_mb_s / b));
             }
         }
-        if r.label == Mode::Arith.label("TCP") {
-            if let Some(b) = offset_rate(&snapshot, r.integrity_alg(), pattern) {
-                ratios.push(format!("{:.2}× offset-only", r.effective_mb_s / b));
+        for via in [Via::Tcp, Via::Shm] {
+            if r.label == Mode::Arith.label(via.label()) {
+                let offset = Mode::Offset.label(via.label());
+                if let Some(b) = mode_rate(&snapshot, &offset, r.integrity_alg(), pattern) {
+                    ratios.push(format!("{:.2}× offset-only", r.effective_mb_s / b));
+                }
+            }
+        }
+        // Each SHM row against the same mode over TCP in this run.
+        let shm_mode = [Mode::Payload, Mode::Offset, Mode::Arith]
+            .into_iter()
+            .find(|m| r.label == m.label(Via::Shm.label()));
+        if let Some(m) = shm_mode {
+            if let Some(b) = mode_rate(&snapshot, &m.label(Via::Tcp.label()), r.integrity_alg(), pattern) {
+                ratios.push(format!("{:.2}× TCP", r.effective_mb_s / b));
             }
         }
         if r.label.starts_with("pCPU ") {
@@ -444,10 +516,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     if planned.is_empty() {
         bail!("--only matched no row");
     }
-    let pfs_sessions = planned
-        .iter()
-        .filter(|p| matches!(p.job, Job::Pfs { .. }))
-        .count();
+    let sessions = |via: Via| {
+        planned
+            .iter()
+            .filter(|p| matches!(p.job, Job::Pfs { transport, .. } if transport == via))
+            .count()
+    };
 
     let seed = 0x5eed;
     let blob_args = BlobArgs {
@@ -469,18 +543,25 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         crate::args::PathArg::Loopback => NetPath::Loopback,
         crate::args::PathArg::Veth => NetPath::veth(args.mtu)?,
     };
-    let receiver = if pfs_sessions > 0 {
-        Some(start_receiver(
-            &net,
-            sizes,
-            seed,
-            args.huge_dir.as_deref(),
-            pin,
-            pfs_sessions,
-        )?)
-    } else {
-        None
+    let scratch = Scratch::new()?;
+    let start = |via: Via| -> anyhow::Result<Option<(ChildGuard, String, mpsc::Receiver<String>)>> {
+        match sessions(via) {
+            0 => Ok(None),
+            n => start_receiver(
+                &net,
+                via,
+                &scratch.path,
+                sizes,
+                seed,
+                args.huge_dir.as_deref(),
+                pin,
+                n,
+            )
+            .map(Some),
+        }
     };
+    let receiver = start(Via::Tcp)?;
+    let shm_receiver = start(Via::Shm)?;
     let opened: OpenedBlob = open_blob(&blob_args, true)?;
     eprintln!("sender {}", opened.describe());
     let view = opened.view();
@@ -489,7 +570,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
 
     // The file the conventional copy rows move: the first bytes of the blob, on tmpfs.
-    let scratch = Scratch::new()?;
     let src = scratch.path.join("src.bin");
     if planned.iter().any(|p| matches!(p.job, Job::Scp | Job::Rsync)) {
         std::fs::write(&src, &opened.blob.as_slice()[..sizes.file_bytes as usize])
@@ -554,20 +634,36 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 r?
             }
             Job::Pfs {
+                transport,
                 mode,
                 integrity,
                 pattern,
                 bytes,
             } => {
-                let addr = &receiver.as_ref().context("receiver")?.1;
+                let target = match transport {
+                    Via::Tcp => Target::Tcp {
+                        addr: receiver.as_ref().context("receiver")?.1.clone(),
+                        sock_buf: 0,
+                    },
+                    Via::Shm => Target::Shm(
+                        PathBuf::from(&shm_receiver.as_ref().context("SHM receiver")?.1),
+                        pfs_transport::ShmConfig::default(),
+                    ),
+                };
                 let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
                 let cfg = sender_config(*mode, *integrity, spec, pfs_session::DEFAULT_PAYLOAD_BUDGET);
                 let wire0 = net.wire_counter();
-                let sent = send_once(addr, &view, &cfg, 0);
-                let wire = net.wire_counter().saturating_sub(wire0);
+                let sent = send_once(&target, &view, &cfg);
+                let net_wire = net.wire_counter().saturating_sub(wire0);
                 match sent {
-                    Ok(out) => {
-                        let st = SessionStats::from_report(&out.report, "TCP");
+                    Ok((out, kind)) => {
+                        let st = SessionStats::from_report(&out.report, kind);
+                        // SHM bytes cross no network interface: its wire is the ring,
+                        // i.e. the frame bytes the receiver read.
+                        let wire = match transport {
+                            Via::Tcp => net_wire,
+                            Via::Shm => st.wire_bytes,
+                        };
                         receiver_blob = format!("{} (page {} B)", st.blob_backing, st.blob_page_size);
                         let fp = st.setup_fill_s + st.setup_prefault_s;
                         receiver_setup = format!(
@@ -588,7 +684,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                             st.sys_s,
                         );
                         row.integrity = st.integrity.clone();
-                        row.transport = "TCP".into();
+                        row.transport = kind.into();
                         row.notes = format!(
                             "integrity={}, pattern={}, {:.2} B/desc, frames {:.3} MB, sender CPU {:.2} s",
                             integrity.name(),
@@ -610,6 +706,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         rows.push(row);
     }
     drop(receiver);
+    drop(shm_receiver);
     add_ratios(&mut rows);
 
     let b = opened.blob.backing();

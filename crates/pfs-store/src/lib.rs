@@ -1,0 +1,1 @@
+//! PacketFS store crate: being built (issue 6).

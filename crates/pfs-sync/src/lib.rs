@@ -1,0 +1,1 @@
+//! PacketFS sync crate: being built (issue 6).
