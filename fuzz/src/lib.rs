@@ -12,6 +12,10 @@ use pfs_wire::desc::{encode_table, DescIter, Encoding};
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GRAM_HEADER_LEN};
 use pfs_wire::hello::{Hello, HelloAck};
+use pfs_wire::sync::{
+    emit_entry_head, parse_chunks, parse_index, parse_index_request, parse_nak, tag, ChunkData, ChunksHeader,
+    FileEntry, IndexEntry, Plan, PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_SYNC_REPORT,
+};
 use pfs_wire::varint::{get_varint, put_varint, varint_len, zigzag_decode, zigzag_encode, MAX_VARINT_LEN};
 use pfs_wire::WireError;
 
@@ -28,6 +32,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("hello_ack", hello_ack),
     ("control", control),
     ("varint", varint),
+    ("sync", sync),
 ];
 
 /// Bytes at the start of a stream: the frame header alone, then the whole
@@ -57,7 +62,17 @@ pub fn frame_header(data: &[u8]) {
             }
         }
         FrameType::Error => control(frame.body),
-        FrameType::Ack | FrameType::Nak | FrameType::Repair => {}
+        FrameType::Ack => sync_body(0, frame.body),
+        FrameType::SyncHello => sync_body(1, frame.body),
+        FrameType::SyncAccept => sync_body(2, frame.body),
+        FrameType::IndexRequest => sync_body(3, frame.body),
+        FrameType::Index => sync_body(4, frame.body),
+        FrameType::Plan => sync_body(5, frame.body),
+        FrameType::File => sync_body(6, frame.body),
+        FrameType::Chunks | FrameType::Repair => sync_body(7, frame.body),
+        FrameType::Nak => sync_body(8, frame.body),
+        FrameType::SyncEnd if frame.header.flags & FLAG_SYNC_REPORT != 0 => sync_body(9, frame.body),
+        FrameType::SyncEnd => {}
     }
 }
 
@@ -167,4 +182,115 @@ pub fn varint(data: &[u8]) {
             "unexpected varint error {e:?}"
         ),
     }
+}
+
+/// First byte: which sync body (mod 10); the rest: that body.
+pub fn sync(data: &[u8]) {
+    if let Some((&which, body)) = data.split_first() {
+        sync_body(which % 10, body);
+    }
+}
+
+/// One sync frame body: decodes without panicking and re-encodes to the
+/// same bytes.
+fn sync_body(which: u8, body: &[u8]) {
+    match which {
+        0 => {
+            if let Ok(a) = PlanAck::parse(body) {
+                assert_eq!(a.emit()[..], *body, "PLAN ACK re-encode");
+            }
+        }
+        1 => {
+            if let Ok(h) = SyncHello::parse(body) {
+                let mut out = Vec::new();
+                h.emit(&mut out);
+                assert_eq!(out, body, "SYNC_HELLO re-encode");
+            }
+        }
+        2 => {
+            if let Ok(a) = SyncAccept::parse(body) {
+                assert_eq!(a.emit()[..], *body, "SYNC_ACCEPT re-encode");
+            }
+        }
+        3 => {
+            if let Ok(g) = parse_index_request(body) {
+                assert_eq!(g.to_le_bytes()[..], *body, "INDEX_REQUEST re-encode");
+            }
+        }
+        4 => {
+            if let Ok(entries) = parse_index(body) {
+                let mut out = Vec::new();
+                entries.for_each(|e: IndexEntry| e.emit(&mut out));
+                assert_eq!(out, body, "INDEX re-encode");
+            }
+        }
+        5 => {
+            if let Ok(p) = Plan::parse(body) {
+                assert_eq!(p.emit()[..], *body, "PLAN re-encode");
+            }
+        }
+        6 => {
+            if let Ok(f) = FileEntry::parse(body) {
+                let mut out = Vec::new();
+                f.emit(&mut out);
+                assert_eq!(out, body, "FILE re-encode");
+            }
+        }
+        7 => chunks(body),
+        8 => {
+            if let Ok(hashes) = parse_nak(body) {
+                let out: Vec<u8> = hashes.flatten().copied().collect();
+                assert_eq!(out, body, "NAK re-encode");
+            }
+        }
+        _ => {
+            if let Ok(r) = SyncReport::parse(body) {
+                let mut out = Vec::new();
+                r.emit(&mut out);
+                assert_eq!(out, body, "SYNC_END report re-encode");
+            }
+        }
+    }
+}
+
+/// A CHUNKS/REPAIR body: every entry decodes or the iterator stops at its
+/// first error; a body that decodes completely re-encodes to itself.
+fn chunks(body: &[u8]) {
+    let Ok((header, mut iter)) = parse_chunks(body) else {
+        return;
+    };
+    let mut out = ChunksHeader {
+        file_no: header.file_no,
+        count: header.count,
+    }
+    .emit()
+    .to_vec();
+    let mut n = 0u32;
+    while let Some(item) = iter.next() {
+        let Ok(e) = item else {
+            assert!(iter.next().is_none(), "iterator continued after an error");
+            return;
+        };
+        n += 1;
+        match e.data {
+            ChunkData::Ref { offset } => {
+                assert!(offset.checked_add(u64::from(e.len)).is_some(), "overflowing REF");
+                emit_entry_head(&mut out, tag::REF, e.hash, e.len);
+                out.extend_from_slice(&offset.to_le_bytes());
+            }
+            ChunkData::Literal(bytes) => {
+                assert_eq!(bytes.len(), e.len as usize, "literal length");
+                emit_entry_head(&mut out, tag::LITERAL, e.hash, e.len);
+                out.extend_from_slice(bytes);
+            }
+            ChunkData::Zstd(bytes) => {
+                emit_entry_head(&mut out, tag::ZSTD, e.hash, e.len);
+                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(bytes);
+            }
+            ChunkData::Known => emit_entry_head(&mut out, tag::KNOWN, e.hash, e.len),
+        }
+    }
+    assert_eq!(n, header.count, "entry count");
+    assert_eq!(out, body, "CHUNKS re-encode");
 }

@@ -11,13 +11,16 @@ const AFTER_HELP: &str = "\
 Sizes accept K/M/G/T (binary: KiB, MiB, …), KB/MB/GB (decimal) or plain bytes.
 Rates are decimal MB/s (10^6 bytes per second).
 
-Exit codes: 0 ok · 1 failure · 2 usage · 3 integrity MISMATCH · 4 refused by peer · 5 transport failure
+Exit codes: 0 ok · 1 failure · 2 usage · 3 integrity MISMATCH · 4 refused by peer · 5 transport failure ·
+6 partial transfer (some entries not written; see the report)
 
 Examples:
   pfs bench                                   # loopback suite: iperf3 + all PFS modes, one table
   pfs serve --listen 127.0.0.1:7878           # receiver (loopback only unless you say otherwise)
   pfs send --to 127.0.0.1:7878 --mode offset  # sender, same --size/--seed as the receiver
-  pfs blob create --blob-name b1 --size 1G --seed 42 --blob-keep";
+  pfs blob create --blob-name b1 --size 1G --seed 42 --blob-keep
+  pfs serve --store /srv/pfs/store --dest /srv/pfs/files   # receive files, deduplicated
+  pfs send ./build-42 --to 127.0.0.1:7878:builds --stats   # send a tree; only new chunks travel";
 
 /// The `pfs` command.
 #[derive(Debug, Parser)]
@@ -43,8 +46,12 @@ pub enum Command {
   pfs blob rm --blob-name b1"
     )]
     Blob(BlobCommand),
-    /// Send a seeded descriptor schedule to a receiver and print its report.
+    /// Send files and trees (deduplicated against the receiver's store), or a seeded descriptor schedule.
     #[command(after_help = "Examples:
+  pfs send ./dataset --to 10.0.0.2:7878                   # files: only chunks the receiver lacks travel
+  pfs send a.img b/ --to 10.0.0.2:7878:backups --stats    # into backups/ under the receiver's --dest
+  pfs send ./src --to 127.0.0.1:7878 --dry-run --exclude target --exclude '*.o'
+  pfs send ./logs --to 127.0.0.1:7878 --compress --json
   pfs send --to 127.0.0.1:7878 --mode offset --bytes 16G
   pfs send --to 127.0.0.1:7878 --mode arith --pattern sequential --integrity fnv1a --json
   pfs send --to 127.0.0.1:7878 --mode payload --bytes 4G --log-interval 1
@@ -56,7 +63,8 @@ pub enum Command {
   pfs serve --listen 0.0.0.0:7878             # explicit: accept remote senders
   pfs serve --once --json                     # one session, JSON report, exit status = its result
   pfs serve --blob-name shared --huge-dir /mnt/huge
-  pfs serve --transport shm --listen /tmp/pfs.sock   # same-host senders over shared-memory rings")]
+  pfs serve --transport shm --listen /tmp/pfs.sock   # same-host senders over shared-memory rings
+  pfs serve --store /srv/pfs/store --dest /srv/pfs/files --store-capacity 100G   # receive files")]
     Serve(ServeArgs),
     /// Execute a kernel over a descriptor schedule on this host's blob (pCPU), on N pThreads.
     #[command(after_help = "Examples:
@@ -267,9 +275,18 @@ pub struct ScheduleArgs {
 /// `pfs send`
 #[derive(Debug, Args)]
 pub struct SendArgs {
-    /// Receiver address: host:port for tcp, the socket path for unix and shm.
+    /// Files and directories to send (each arrives under its own name, like `scp -r`). Without
+    /// PATH, `pfs send` runs a seeded descriptor schedule against the receiver's blob (a benchmark).
+    #[arg(value_name = "PATH",
+          conflicts_with_all = ["mode", "integrity", "grams", "bytes", "pattern", "size", "seed", "blob_name", "fill_file", "no_fill"])]
+    pub paths: Vec<PathBuf>,
+    /// Receiver address: host:port for tcp, the socket path for unix and shm; with PATH…,
+    /// `ADDR:REMOTE_DIR` writes under REMOTE_DIR of the receiver's --dest.
     #[arg(long, value_name = "ADDR")]
     pub to: String,
+    /// File transfer options.
+    #[command(flatten)]
+    pub files: FileSendArgs,
     /// Transport.
     #[command(flatten)]
     pub transport: TransportArgs,
@@ -288,6 +305,52 @@ pub struct SendArgs {
     /// Run options.
     #[command(flatten)]
     pub run: RunArgs,
+}
+
+/// Options of `pfs send PATH…` (file transfer).
+#[derive(Debug, Clone, Args)]
+pub struct FileSendArgs {
+    /// Average content-defined chunk size (min = avg/4, max = 4 × avg).
+    #[arg(long, default_value = "32K", value_parser = parse_size_u32, requires = "paths")]
+    pub chunk_avg: u32,
+    /// Compress literal chunks with zstd (kept only where it saves bytes).
+    #[arg(long, requires = "paths")]
+    pub compress: bool,
+    /// zstd level for --compress.
+    #[arg(long, default_value_t = 3, requires = "compress")]
+    pub compress_level: i32,
+    /// Show what would travel as descriptors and as literal bytes; send no data.
+    #[arg(long, requires = "paths")]
+    pub dry_run: bool,
+    /// Skip paths matching this glob (repeatable; without `/` it matches any file name, like rsync).
+    #[arg(long, value_name = "PATTERN", requires = "paths")]
+    pub exclude: Vec<String>,
+    /// Print rsync-style transfer statistics.
+    #[arg(long, requires = "paths")]
+    pub stats: bool,
+    /// Re-read every file and fetch the whole receiver index (no quick-check or index cache).
+    #[arg(long, requires = "paths")]
+    pub no_cache: bool,
+    /// Cache directory [default: $XDG_CACHE_HOME/pfs or ~/.cache/pfs].
+    #[arg(long, value_name = "DIR", requires = "paths")]
+    pub cache_dir: Option<PathBuf>,
+    /// Chunking threads (0 = all cores).
+    #[arg(long, default_value_t = 0, requires = "paths")]
+    pub threads: usize,
+    /// Progress bar on stderr: auto (on a terminal), always, never.
+    #[arg(long, value_enum, default_value_t = ProgressArg::Auto)]
+    pub progress: ProgressArg,
+}
+
+/// When to draw a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProgressArg {
+    /// When stderr is a terminal and --json is not given.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
 }
 
 /// Descriptor table encoding on the command line.
@@ -453,6 +516,22 @@ pub struct ServeArgs {
     /// Recompute the blob fingerprint at start and refuse to serve if it differs from the record.
     #[arg(long)]
     pub verify_blob: bool,
+    /// Receive files (`pfs send PATH… --to`) into --dest, deduplicated against this persistent
+    /// store (blob file + chunk index; created if absent, reused across restarts).
+    #[arg(long, value_name = "DIR", requires = "dest",
+          conflicts_with_all = ["exec", "record", "verify_blob", "blob_name", "fill_file", "no_fill", "size", "seed"])]
+    pub store: Option<PathBuf>,
+    /// Destination root for received files (created if absent); nothing is written outside it.
+    #[arg(long, value_name = "DIR", requires = "store")]
+    pub dest: Option<PathBuf>,
+    /// Most bytes the store's blob may hold; a transfer that would exceed it is refused before
+    /// any destination file is touched.
+    #[arg(long, default_value = "16G", value_parser = parse_size, requires = "store")]
+    pub store_capacity: u64,
+    /// fsync every received file before renaming it into place (the store is always synced before
+    /// its index names new chunks).
+    #[arg(long, requires = "store")]
+    pub fsync: bool,
     /// Blob.
     #[command(flatten)]
     pub blob: BlobArgs,

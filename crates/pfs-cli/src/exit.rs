@@ -15,6 +15,8 @@ pub const INTEGRITY: i32 = 3;
 pub const REFUSED: i32 = 4;
 /// Transport failure or the peer vanished mid-session.
 pub const TRANSPORT: i32 = 5;
+/// A file transfer ran but some entries were not written (listed in the report).
+pub const PARTIAL: i32 = 6;
 
 /// Maps an error to its exit code.
 pub fn classify(e: &anyhow::Error) -> i32 {

@@ -146,12 +146,12 @@ struct Rx<'b> {
     record: Option<std::io::BufWriter<std::fs::File>>,
 }
 
-fn reject(code: ErrorCode, message: String) -> SessionError {
+pub(crate) fn reject(code: ErrorCode, message: String) -> SessionError {
     SessionError::Rejected { code, message }
 }
 
 /// Sends an ERROR frame, best effort (the peer may already be gone).
-fn send_error<T: Transport + ?Sized>(t: &mut T, err: &SessionError) {
+pub(crate) fn send_error<T: Transport + ?Sized>(t: &mut T, err: &SessionError) {
     let msg = match err {
         SessionError::Rejected { message, .. } => message.clone(),
         other => other.to_string(),

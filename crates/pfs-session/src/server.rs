@@ -8,8 +8,11 @@ use pfs_transport::{Listener, Transport};
 use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameType};
 
 use crate::receiver::{receive_session, Progress, ReceiverConfig, ReceiverOutcome};
+use crate::sync::{receive_sync, SyncReceiveOutcome, SyncReceiverConfig};
 use crate::sys::pin_current_thread;
 use crate::{BlobView, SessionError};
+use pfs_store::Store;
+use pfs_sync::DestRoot;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -57,6 +60,13 @@ pub enum ServerEvent<'a> {
         /// The outcome.
         outcome: &'a ReceiverOutcome,
     },
+    /// A file-sync session completed with a report.
+    SyncFinished {
+        /// Peer address.
+        peer: &'a str,
+        /// The outcome.
+        outcome: &'a SyncReceiveOutcome,
+    },
     /// A session ended in an error; the server goes on.
     Failed {
         /// Peer address.
@@ -83,6 +93,50 @@ pub fn serve<L: Listener>(
     blob: &BlobView<'_>,
     cfg: &ServerConfig,
     on_event: &(dyn Fn(ServerEvent<'_>) + Sync),
+) -> (u64, u64) {
+    serve_loop(listener, cfg, on_event, &|conn, peer| {
+        let mut progress = |p: &Progress| on_event(ServerEvent::Progress { peer, progress: p });
+        let outcome = receive_session(conn, blob, &cfg.receiver, &mut progress)?;
+        on_event(ServerEvent::Finished {
+            peer,
+            outcome: &outcome,
+        });
+        Ok(())
+    })
+}
+
+/// Serves file-sync sessions (docs/wire.md §10) into `dest`, deduplicated
+/// against `store`, until `max_sessions` have ended. Returns (completed,
+/// failed). Sessions run concurrently on one store.
+pub fn serve_sync<L: Listener>(
+    listener: &L,
+    store: &Store,
+    dest: &DestRoot,
+    cfg: &ServerConfig,
+    sync: &SyncReceiverConfig,
+    on_event: &(dyn Fn(ServerEvent<'_>) + Sync),
+) -> (u64, u64) {
+    serve_loop(listener, cfg, on_event, &|conn, peer| {
+        let outcome = receive_sync(conn, store, dest, sync)?;
+        on_event(ServerEvent::SyncFinished {
+            peer,
+            outcome: &outcome,
+        });
+        Ok(())
+    })
+}
+
+/// Runs one session on an accepted connection (given its peer name).
+type SessionFn<'a, C> = dyn Fn(&mut C, &str) -> Result<(), SessionError> + Sync + 'a;
+
+/// The accept loop shared by both kinds of server: one thread per session,
+/// at most `max_clients` at once (more get ERROR BUSY), `session` run on
+/// each connection; its error is reported as [`ServerEvent::Failed`].
+fn serve_loop<L: Listener>(
+    listener: &L,
+    cfg: &ServerConfig,
+    on_event: &(dyn Fn(ServerEvent<'_>) + Sync),
+    session: &SessionFn<'_, L::Conn>,
 ) -> (u64, u64) {
     let active = AtomicUsize::new(0);
     let ok = AtomicU64::new(0);
@@ -122,19 +176,9 @@ pub fn serve<L: Listener>(
                 if let Some(cpu) = cfg.pin_cpu {
                     let _ = pin_current_thread(cpu);
                 }
-                let mut progress = |p: &Progress| {
-                    on_event(ServerEvent::Progress {
-                        peer: &peer,
-                        progress: p,
-                    })
-                };
-                match receive_session(&mut conn, blob, &cfg.receiver, &mut progress) {
-                    Ok(outcome) => {
+                match session(&mut conn, &peer) {
+                    Ok(()) => {
                         ok.fetch_add(1, Ordering::Relaxed);
-                        on_event(ServerEvent::Finished {
-                            peer: &peer,
-                            outcome: &outcome,
-                        });
                     }
                     Err(error) => {
                         failed.fetch_add(1, Ordering::Relaxed);

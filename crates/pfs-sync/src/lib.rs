@@ -1,1 +1,58 @@
-//! PacketFS sync crate: being built (issue 6).
+//! PacketFS sync layer: files and trees ↔ chunk recipes.
+//!
+//! A sender describes each file as a [`Recipe`]: content-defined chunks, each
+//! named by its BLAKE3 hash, plus the hash of the whole file. The receiver
+//! already holds many chunks in its blob and gets descriptors for those and
+//! literal bytes for the rest. This crate has no network code; it owns:
+//!
+//! - [`walk`]: the paths a user names → ordered [`Entry`]s, with excludes;
+//! - [`chunk`]: bytes and files → [`Recipe`]s, fast and in parallel;
+//! - [`cache`]: the sender's quick-check [`RecipeCache`] and its copy of a
+//!   receiver's chunk index ([`IndexCache`]);
+//! - [`path`] and [`dest`]: [`RelPath`], the only form a path takes between
+//!   peers, and [`DestRoot`], which confines every receiver-side write
+//!   beneath the destination directory;
+//! - [`error`]: typed errors.
+//!
+//! ```no_run
+//! use pfs_sync::{chunk_files, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let params = ChunkParams::default();
+//! let excludes = Excludes::new(&["*.tmp".to_string(), "target/".to_string()])?;
+//! let tree = scan(&["./photos".into()], &excludes)?;
+//! for s in &tree.skipped {
+//!     eprintln!("warning: skipping {}: {}", s.path.display(), s.reason);
+//! }
+//! let (mut cache, warning) = RecipeCache::open(RecipeCache::default_path()?);
+//! if let Some(w) = warning {
+//!     eprintln!("warning: {w}");
+//! }
+//! // Chunk only the files the cache does not know.
+//! let todo: Vec<_> = tree
+//!     .entries
+//!     .iter()
+//!     .filter(|e| matches!(e.kind, EntryKind::File { .. }))
+//!     .filter(|e| cache.get(e, &params).is_none())
+//!     .collect();
+//! for (entry, recipe) in todo.iter().zip(chunk_files(&todo, &params, 0)?) {
+//!     let recipe = recipe?;
+//!     println!("{} {} bytes, {} chunks", entry.rel, recipe.size, recipe.chunks.len());
+//!     cache.put(entry, &params, recipe);
+//! }
+//! cache.save()?;
+//! # Ok(()) }
+//! ```
+
+pub mod cache;
+pub mod chunk;
+pub mod dest;
+pub mod error;
+pub mod path;
+pub mod walk;
+
+pub use cache::{default_cache_dir, IndexCache, RecipeCache};
+pub use chunk::{chunk_bytes, chunk_file, chunk_files, chunk_lengths, ChunkParams, ChunkRef, Recipe};
+pub use dest::{check_symlink_target, DestRoot, TempFile};
+pub use error::{CacheWarning, ChunkParamsError, PathError, SyncError};
+pub use path::RelPath;
+pub use walk::{scan, Entry, EntryKind, Excludes, Scan, SkipReason, Skipped};

@@ -89,6 +89,71 @@ pub trait Transport: Send {
     }
 }
 
+/// A boxed transport is a transport: lets one server or client pick the
+/// transport at run time.
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+    fn peer(&self) -> String {
+        (**self).peer()
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        (**self).write_vectored(bufs)
+    }
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (**self).read(buf)
+    }
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        (**self).set_read_timeout(timeout)
+    }
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        (**self).shutdown_write()
+    }
+}
+
+/// A listener of any of this crate's kinds, chosen at run time.
+#[derive(Debug)]
+pub enum AnyListener {
+    /// TCP.
+    Tcp(TcpListener),
+    /// Unix stream socket.
+    Unix(UnixListener),
+    /// Shared-memory rings.
+    Shm(ShmListener),
+}
+
+impl AnyListener {
+    /// Short name of the transport: `TCP`, `UNIX`, `SHM`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Tcp(_) => "TCP",
+            Self::Unix(_) => "UNIX",
+            Self::Shm(_) => "SHM",
+        }
+    }
+}
+
+impl Listener for AnyListener {
+    type Conn = Box<dyn Transport>;
+
+    fn accept(&self) -> io::Result<Box<dyn Transport>> {
+        Ok(match self {
+            Self::Tcp(l) => Box::new(l.accept()?),
+            Self::Unix(l) => Box::new(l.accept()?),
+            Self::Shm(l) => Box::new(l.accept()?),
+        })
+    }
+
+    fn local_addr(&self) -> String {
+        match self {
+            Self::Tcp(l) => l.local_addr(),
+            Self::Unix(l) => l.local_addr(),
+            Self::Shm(l) => l.local_addr(),
+        }
+    }
+}
+
 /// Accepts connections of one transport kind.
 pub trait Listener: Send + Sync {
     /// The connection type.

@@ -33,12 +33,28 @@ pub enum FrameType {
     Complete = 4,
     /// A refusal or failure with a code and a message; the connection closes after it.
     Error = 5,
-    /// Reserved: cumulative acknowledgement / receiver status.
+    /// Receiver status: in a sync session, the PLAN is accepted and store space reserved.
     Ack = 6,
-    /// Reserved: negative acknowledgement (corrections plane).
+    /// Negative acknowledgement (corrections plane): hashes of chunks whose bytes did not match.
     Nak = 7,
-    /// Reserved: repair gram answering a NAK (corrections plane).
+    /// Repair gram answering a NAK: the chunks' bytes.
     Repair = 8,
+    /// Sync: sender opens a file-transfer session.
+    SyncHello = 9,
+    /// Sync: receiver accepts, naming its store and generation.
+    SyncAccept = 10,
+    /// Sync: sender asks for the store index from a generation on.
+    IndexRequest = 11,
+    /// Sync: a batch of store index entries.
+    Index = 12,
+    /// Sync: totals of what the sender will send.
+    Plan = 13,
+    /// Sync: one file, directory or symlink.
+    File = 14,
+    /// Sync: chunk entries of the current file (descriptors and literals).
+    Chunks = 15,
+    /// Sync: sender finished (empty), or (flag REPORT) the receiver's report.
+    SyncEnd = 16,
 }
 
 impl FrameType {
@@ -53,8 +69,22 @@ impl FrameType {
             6 => Self::Ack,
             7 => Self::Nak,
             8 => Self::Repair,
+            9 => Self::SyncHello,
+            10 => Self::SyncAccept,
+            11 => Self::IndexRequest,
+            12 => Self::Index,
+            13 => Self::Plan,
+            14 => Self::File,
+            15 => Self::Chunks,
+            16 => Self::SyncEnd,
             other => return Err(WireError::UnknownFrameType(other)),
         })
+    }
+
+    /// Types whose body may exceed [`MAX_CONTROL_BODY`] (bounded by the
+    /// receiver's negotiated limits instead).
+    pub fn is_bulk(self) -> bool {
+        matches!(self, Self::Gram | Self::Chunks | Self::Repair)
     }
 
     /// Upper-case name as used in docs and logs.
@@ -68,6 +98,14 @@ impl FrameType {
             Self::Ack => "ACK",
             Self::Nak => "NAK",
             Self::Repair => "REPAIR",
+            Self::SyncHello => "SYNC_HELLO",
+            Self::SyncAccept => "SYNC_ACCEPT",
+            Self::IndexRequest => "INDEX_REQUEST",
+            Self::Index => "INDEX",
+            Self::Plan => "PLAN",
+            Self::File => "FILE",
+            Self::Chunks => "CHUNKS",
+            Self::SyncEnd => "SYNC_END",
         }
     }
 }
@@ -90,7 +128,8 @@ impl FrameHeader {
     /// Checks and decodes the first 16 bytes of `buf`. This is the only door
     /// for untrusted frame bytes: magic, version, CRC and type are checked;
     /// the body length is checked against the control-frame cap for every
-    /// type but GRAM, whose limits the receiver applies.
+    /// type but the bulk ones (GRAM, CHUNKS, REPAIR), whose limits the
+    /// receiver applies.
     pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
         let hdr = buf.get(..FRAME_HEADER_LEN).ok_or(WireError::Truncated)?;
         if hdr[0..4] != MAGIC {
@@ -105,11 +144,13 @@ impl FrameHeader {
         let frame_type = FrameType::from_u8(hdr[5])?;
         let flags = rd_u16(hdr, 6);
         let length = rd_u32(hdr, 8);
-        if frame_type != FrameType::Gram && length > MAX_CONTROL_BODY {
+        if !frame_type.is_bulk() && length > MAX_CONTROL_BODY {
             return Err(WireError::TooLarge);
         }
         let allowed_flags = match frame_type {
             FrameType::Complete => FLAG_COMPLETE_REPORT,
+            FrameType::Index | FrameType::Nak | FrameType::Repair => crate::sync::FLAG_LAST,
+            FrameType::SyncEnd => crate::sync::FLAG_SYNC_REPORT,
             _ => 0,
         };
         if flags & !allowed_flags != 0 {
@@ -172,7 +213,7 @@ mod tests {
 
     #[test]
     fn roundtrip_all_types() {
-        for t in 1..=8u8 {
+        for t in 1..=16u8 {
             let ft = FrameType::from_u8(t).unwrap();
             let flags = if ft == FrameType::Complete {
                 FLAG_COMPLETE_REPORT

@@ -15,6 +15,7 @@ mod error;
 pub mod frame;
 pub mod gram;
 pub mod hello;
+pub mod sync;
 pub mod varint;
 
 pub use control::{ErrorCode, ErrorFrame, Report, SenderSummary};

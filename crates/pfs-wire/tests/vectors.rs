@@ -15,6 +15,10 @@ use pfs_wire::desc::{encode_table, Descriptor, Encoding};
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GramHeader, GRAM_FLAG_PAYLOAD};
 use pfs_wire::hello::{Hello, HelloAck};
+use pfs_wire::sync::{
+    parse_chunks, parse_index, parse_index_request, parse_nak, ChunkData, EntryKind, FileEntry, Plan,
+    PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT,
+};
 use pfs_wire::varint::{get_varint, put_varint, zigzag_decode, zigzag_encode};
 use pfs_wire::{put_frame, IntegrityAlg, Mode, WireError};
 
@@ -600,7 +604,7 @@ const INVALID: &[(&str, As, WireError)] = &[
     (
         "invalid-unknown-frame-type",
         As::Frame,
-        WireError::UnknownFrameType(9),
+        WireError::UnknownFrameType(17),
     ),
     ("invalid-oversized-control", As::Frame, WireError::TooLarge),
     ("invalid-frame-flags", As::Frame, WireError::BadFlags),
@@ -641,6 +645,12 @@ const INVALID: &[(&str, As, WireError)] = &[
     ),
     ("invalid-varint-overflow", As::Varint, WireError::VarintOverflow),
     ("invalid-varint-truncated", As::Varint, WireError::Truncated),
+    (
+        "invalid-sync-chunks-truncated",
+        As::Frame,
+        WireError::TableTruncated,
+    ),
+    ("invalid-sync-file-nsec", As::Frame, WireError::LengthMismatch),
 ];
 
 /// The full decode path of docs/wire.md §9 for one frame.
@@ -659,7 +669,22 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
         }
         FrameType::Complete => SenderSummary::parse(frame.body).map(drop),
         FrameType::Error => ErrorFrame::parse(frame.body).map(drop),
-        FrameType::Ack | FrameType::Nak | FrameType::Repair => Ok(()),
+        FrameType::Ack => PlanAck::parse(frame.body).map(drop),
+        FrameType::Nak => parse_nak(frame.body).map(drop),
+        FrameType::Chunks | FrameType::Repair => {
+            let (_, mut entries) = parse_chunks(frame.body)?;
+            entries.try_for_each(|e| e.map(drop))
+        }
+        FrameType::SyncHello => SyncHello::parse(frame.body).map(drop),
+        FrameType::SyncAccept => SyncAccept::parse(frame.body).map(drop),
+        FrameType::IndexRequest => parse_index_request(frame.body).map(drop),
+        FrameType::Index => parse_index(frame.body).map(drop),
+        FrameType::Plan => Plan::parse(frame.body).map(drop),
+        FrameType::File => FileEntry::parse(frame.body).map(drop),
+        FrameType::SyncEnd if frame.header.flags & FLAG_SYNC_REPORT != 0 => {
+            SyncReport::parse(frame.body).map(drop)
+        }
+        FrameType::SyncEnd => Ok(()),
     }
 }
 
@@ -667,6 +692,57 @@ fn decode_varint(b: &[u8]) -> Result<(), WireError> {
     let (_, used) = get_varint(b)?;
     assert_eq!(used, b.len(), "bytes after the varint");
     Ok(())
+}
+
+/// One whole frame of a valid sync vector: header, body, nothing after.
+fn sync_frame(name: &str, t: FrameType, flags: u16) -> Vec<u8> {
+    let b = bytes(name).to_vec();
+    let (frame, used) = Frame::parse(&b).unwrap_or_else(|e| panic!("vector {name}: {e}"));
+    assert_eq!(used, b.len(), "vector {name}: bytes after the frame");
+    assert_eq!(frame.header.frame_type, t, "vector {name}");
+    assert_eq!(frame.header.flags, flags, "vector {name}");
+    frame.body.to_vec()
+}
+
+#[test]
+fn sync_vectors() {
+    let body = sync_frame("sync-file", FrameType::File, 0);
+    let f = FileEntry::parse(&body).unwrap();
+    let hash: [u8; 32] = std::array::from_fn(|i| i as u8);
+    let expected = FileEntry {
+        file_no: 3,
+        kind: EntryKind::File,
+        mode: 0o644,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 500,
+        size: 70_000,
+        chunk_count: 2,
+        file_hash: hash,
+        path: b"docs/read me.txt",
+        link_target: b"",
+    };
+    assert_eq!(f, expected);
+    let mut out = Vec::new();
+    put_frame(&mut out, FrameType::File, 0, &{
+        let mut b = Vec::new();
+        expected.emit(&mut b);
+        b
+    });
+    assert_eq!(out, bytes("sync-file"), "sync-file re-encode");
+
+    let body = sync_frame("sync-chunks", FrameType::Chunks, 0);
+    let (head, entries) = parse_chunks(&body).unwrap();
+    assert_eq!((head.file_no, head.count), (3, 2));
+    let entries: Vec<_> = entries.collect::<Result<_, _>>().unwrap();
+    assert_eq!(entries[0].hash, &[0xaa; 32]);
+    assert_eq!(entries[0].len, 65_536);
+    assert_eq!(entries[0].data, ChunkData::Ref { offset: 1 << 20 });
+    assert_eq!(entries[1].hash, &[0xbb; 32]);
+    assert_eq!(entries[1].data, ChunkData::Literal(b"PFS!"));
+
+    let body = sync_frame("sync-nak", FrameType::Nak, FLAG_LAST);
+    let hashes: Vec<_> = parse_nak(&body).unwrap().collect();
+    assert_eq!(hashes, [&[0xaa; 32]]);
 }
 
 #[test]
@@ -707,6 +783,7 @@ fn vector_names_match_the_document() {
     expected.extend(gram_cases().iter().map(|c| c.name));
     expected.extend(["hello", "hello-ack", "complete-summary", "complete-report"]);
     expected.push("error-out-of-bounds");
+    expected.extend(["sync-file", "sync-chunks", "sync-nak"]);
     expected.extend(VARINTS.iter().map(|c| c.0));
     expected.extend(ZIGZAGS.iter().map(|c| c.0));
     expected.extend(INVALID.iter().map(|c| c.0));

@@ -7,7 +7,9 @@ mod blob;
 mod exec;
 pub mod io_primitives;
 mod send;
+mod send_files;
 mod serve;
+mod serve_files;
 
 use std::time::Duration;
 

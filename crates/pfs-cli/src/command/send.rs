@@ -147,6 +147,9 @@ pub fn send_once(
 
 pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     args.transport.check()?;
+    if !args.paths.is_empty() {
+        return super::send_files::run(&args);
+    }
     let log = interval(args.run.log_interval, args.run.json)?;
     let opened = open_blob(&args.blob, false)?;
     if let Some(cpu) = args.run.pin {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use pfs_session::{serve, Limits, ReceiverConfig, ServerConfig, ServerEvent, SessionError, SessionStats};
-use pfs_transport::{Listener, ShmListener, TcpConfig, TcpListener, UnixListener};
+use pfs_transport::{AnyListener, Listener, ShmListener, TcpConfig, TcpListener, UnixListener};
 
 use crate::args::{ServeArgs, TransportArg};
 use crate::exit;
@@ -39,6 +39,52 @@ fn transport_label(t: TransportArg) -> &'static str {
     }
 }
 
+/// Binds the listener `--transport` and `--listen` name (defaults: loopback
+/// TCP port 7878, or a per-user socket path for unix and shm).
+pub fn bind_listener(args: &ServeArgs) -> anyhow::Result<AnyListener> {
+    let listen = match &args.listen {
+        Some(a) => a.clone(),
+        None if args.transport.transport == TransportArg::Tcp => "127.0.0.1:7878".into(),
+        None => default_socket_path().display().to_string(),
+    };
+    Ok(match args.transport.transport {
+        TransportArg::Tcp => {
+            if !is_loopback(&listen) {
+                eprintln!(
+                    "pfs: warning: listening on non-loopback address {listen} (no authentication in this version)"
+                );
+            }
+            let tcp = TcpConfig {
+                socket_buffer: args.run.sock_buf as usize,
+                ..TcpConfig::default()
+            };
+            AnyListener::Tcp(TcpListener::bind(&listen, tcp)?)
+        }
+        TransportArg::Unix => AnyListener::Unix(UnixListener::bind(Path::new(&listen))?),
+        TransportArg::Shm => AnyListener::Shm(ShmListener::bind(Path::new(&listen), &args.transport.shm())?),
+    })
+}
+
+/// Prints the listening line (the address a sender needs) on stdout.
+pub fn announce(listener: &AnyListener, json: bool) {
+    let addr = match listener {
+        AnyListener::Tcp(l) => l
+            .socket_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| l.local_addr()),
+        other => other.local_addr(),
+    };
+    let kind = listener.kind();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"event": "listening", "addr": addr, "transport": kind})
+        );
+    } else {
+        println!("pfs serve: listening on {addr} ({kind})");
+    }
+}
+
 /// Where a same-host server listens unless told: the user's runtime
 /// directory (private to the user), else a per-uid name in /tmp.
 fn default_socket_path() -> PathBuf {
@@ -50,6 +96,9 @@ fn default_socket_path() -> PathBuf {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     args.transport.check()?;
+    if let Some(store) = &args.store {
+        return super::serve_files::run(&args, store);
+    }
     let log = interval(args.run.log_interval, args.run.json)?;
     let exec = match &args.exec {
         None => None,
@@ -83,11 +132,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         eprintln!("blob verified: fingerprint {}", actual.short());
     }
     let kind = transport_label(args.transport.transport);
-    let listen = match &args.listen {
-        Some(a) => a.clone(),
-        None if args.transport.transport == TransportArg::Tcp => "127.0.0.1:7878".into(),
-        None => default_socket_path().display().to_string(),
-    };
     let cfg = ServerConfig {
         receiver: ReceiverConfig {
             limits: Limits {
@@ -171,44 +215,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             args.max_clients
         ),
         ServerEvent::AcceptFailed { error } => eprintln!("pfs: accept failed: {error}"),
+        // Blob servers run no sync sessions.
+        ServerEvent::SyncFinished { .. } => {}
     };
-    let announce = |addr: &str| {
-        if json {
-            println!(
-                "{}",
-                serde_json::json!({"event": "listening", "addr": addr, "transport": kind})
-            );
-        } else {
-            println!("pfs serve: listening on {addr} ({kind})");
-        }
-    };
-    let view = opened.view();
-    let (ok, failed) = match args.transport.transport {
-        TransportArg::Tcp => {
-            if !is_loopback(&listen) {
-                eprintln!(
-                    "pfs: warning: listening on non-loopback address {listen} (no authentication in this version)"
-                );
-            }
-            let tcp = TcpConfig {
-                socket_buffer: args.run.sock_buf as usize,
-                ..TcpConfig::default()
-            };
-            let listener = TcpListener::bind(&listen, tcp)?;
-            announce(&listener.socket_addr()?.to_string());
-            serve(&listener, &view, &cfg, &on_event)
-        }
-        TransportArg::Unix => {
-            let listener = UnixListener::bind(Path::new(&listen))?;
-            announce(&listener.local_addr());
-            serve(&listener, &view, &cfg, &on_event)
-        }
-        TransportArg::Shm => {
-            let listener = ShmListener::bind(Path::new(&listen), &args.transport.shm())?;
-            announce(&listener.local_addr());
-            serve(&listener, &view, &cfg, &on_event)
-        }
-    };
+    let listener = bind_listener(&args)?;
+    announce(&listener, json);
+    let (ok, failed) = serve(&listener, &opened.view(), &cfg, &on_event);
     if !json {
         eprintln!("pfs serve: {ok} session(s) completed, {failed} failed");
     }

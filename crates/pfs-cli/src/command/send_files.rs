@@ -1,0 +1,361 @@
+//! `pfs send PATH… --to ADDR[:REMOTE_DIR]`: scan, chunk (in parallel, with
+//! the quick-check recipe cache), then one sync session; prints the
+//! receiver's report, rsync-style statistics with `--stats`, JSON with
+//! `--json`.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use pfs_session::sync::{send_sync, SyncItem, SyncSendConfig, SyncSendOutcome, SyncSendProgress};
+use pfs_sync::{chunk_files, default_cache_dir, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
+
+use crate::args::{ProgressArg, SendArgs, TransportArg};
+use crate::exit;
+
+use super::send::Target;
+
+/// Splits `ADDR[:REMOTE_DIR]`: for TCP the part after `host:port` (or
+/// `[v6]:port`), for socket paths the part after the first `:`.
+pub fn split_target(to: &str, transport: TransportArg) -> (String, String) {
+    let split_at = match transport {
+        TransportArg::Tcp => {
+            let port_colon = if to.starts_with('[') {
+                to.find("]:").map(|i| i + 1)
+            } else {
+                to.find(':')
+            };
+            port_colon.and_then(|p| to[p + 1..].find(':').map(|q| p + 1 + q))
+        }
+        TransportArg::Unix | TransportArg::Shm => to.find(':'),
+    };
+    match split_at {
+        Some(i) => (to[..i].to_string(), to[i + 1..].trim_matches('/').to_string()),
+        None => (to.to_string(), String::new()),
+    }
+}
+
+fn mb(b: u64) -> f64 {
+    b as f64 / 1e6
+}
+
+/// Scans and chunks the paths; returns the items and warnings.
+fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<(Vec<SyncItem>, Vec<String>, Duration)> {
+    let t0 = Instant::now();
+    let f = &args.files;
+    let excludes = Excludes::new(&f.exclude).context("--exclude")?;
+    let tree = scan(&args.paths, &excludes)?;
+    let mut warnings: Vec<String> = tree
+        .skipped
+        .iter()
+        .map(|s| format!("skipping {}: {}", s.path.display(), s.reason))
+        .collect();
+    let cache_path = match (&f.cache_dir, f.no_cache) {
+        (_, true) => None,
+        (Some(d), false) => Some(d.join("recipes")),
+        (None, false) => Some(RecipeCache::default_path()?),
+    };
+    let (mut cache, warning) = match &cache_path {
+        Some(p) => RecipeCache::open(p.clone()),
+        None => RecipeCache::open(std::env::temp_dir().join("pfs-unused-recipe-cache")),
+    };
+    if let Some(w) = warning {
+        warnings.push(w.to_string());
+    }
+    let mut items: Vec<SyncItem> = Vec::with_capacity(tree.entries.len());
+    let mut todo = Vec::new();
+    for e in tree.entries {
+        let recipe = match e.kind {
+            EntryKind::File { .. } if cache_path.is_some() => cache.get(&e, params).cloned(),
+            _ => None,
+        };
+        if matches!(e.kind, EntryKind::File { .. }) && recipe.is_none() {
+            todo.push(items.len());
+        }
+        items.push(SyncItem { entry: e, recipe });
+    }
+    if !todo.is_empty() {
+        let entries: Vec<&pfs_sync::Entry> = todo.iter().map(|&i| &items[i].entry).collect();
+        let recipes = chunk_files(&entries, params, f.threads)?;
+        let mut failed = Vec::new();
+        for (&i, r) in todo.iter().zip(recipes) {
+            match r {
+                Ok(r) => items[i].recipe = Some(r),
+                Err(e) => {
+                    warnings.push(format!("skipping {}: {e}", items[i].entry.abs.display()));
+                    failed.push(i);
+                }
+            }
+        }
+        for i in failed.into_iter().rev() {
+            items.remove(i);
+        }
+    }
+    if cache_path.is_some() {
+        for it in &items {
+            if let Some(r) = &it.recipe {
+                cache.put(&it.entry, params, r.clone());
+            }
+        }
+        if let Err(e) = cache.save() {
+            warnings.push(format!("quick-check cache not saved: {e}"));
+        }
+    }
+    Ok((items, warnings, t0.elapsed()))
+}
+
+pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
+    let f = &args.files;
+    let json = args.run.json;
+    let params = ChunkParams::new(f.chunk_avg).map_err(|e| anyhow::anyhow!("--chunk-avg: {e}"))?;
+    let (addr, remote_dir) = split_target(&args.to, args.transport.transport);
+    let (items, warnings, prep) = prepare(args, &params)?;
+    for w in &warnings {
+        eprintln!("pfs: warning: {w}");
+    }
+    if items.is_empty() {
+        anyhow::bail!("nothing to send (every path was excluded or skipped)");
+    }
+    let cache_dir = match (&f.cache_dir, f.no_cache) {
+        (_, true) => None,
+        (Some(d), false) => Some(d.join("index")),
+        (None, false) => Some(default_cache_dir()?.join("index")),
+    };
+    let cfg = SyncSendConfig {
+        remote_dir: remote_dir.clone().into_bytes(),
+        dry_run: f.dry_run,
+        compress: f.compress.then_some(f.compress_level),
+        chunk_avg: params.avg(),
+        index_cache_dir: cache_dir,
+        reply_timeout: Duration::from_secs(300),
+        session_nonce: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1),
+    };
+    let target = Target::from_args(&addr, &args.transport, args.run.sock_buf);
+    let mut t = target.connect()?;
+    let kind = t.kind();
+    let show_bar = match f.progress {
+        ProgressArg::Always => true,
+        ProgressArg::Never => false,
+        ProgressArg::Auto => !json && std::io::stderr().is_terminal(),
+    };
+    let bar = show_bar.then(|| {
+        let total: u64 = items
+            .iter()
+            .filter_map(|i| i.recipe.as_ref())
+            .map(|r| r.size)
+            .sum();
+        let pb = indicatif::ProgressBar::new(total);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {bytes}/{total_bytes} [{bar:30}] {bytes_per_sec}, ETA {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        pb
+    });
+    let mut on_progress = |p: &SyncSendProgress| {
+        if let Some(pb) = &bar {
+            pb.set_position(p.bytes);
+            pb.set_message(format!(
+                "{} entries, {:.1} MB on the wire",
+                p.entries,
+                mb(p.wire_bytes)
+            ));
+        }
+    };
+    let out = send_sync(&mut *t, &items, &cfg, &mut on_progress)?;
+    if let Some(pb) = &bar {
+        pb.finish_and_clear();
+    }
+    for w in &out.warnings {
+        eprintln!("pfs: warning: {w}");
+    }
+    let code = match &out.report {
+        Some(r) if r.files_failed > 0 => exit::PARTIAL,
+        _ => exit::OK,
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&to_json(&out, kind, prep, &remote_dir))?
+        );
+    } else {
+        print!("{}", human(&out, kind, prep, f.stats));
+    }
+    if !out.messages.is_empty() {
+        for line in out.messages.lines() {
+            eprintln!("pfs: not written: {line}");
+        }
+    }
+    Ok(code)
+}
+
+/// The session as JSON: sender's plan and counters beside the receiver's report.
+fn to_json(out: &SyncSendOutcome, kind: &str, prep: Duration, remote_dir: &str) -> serde_json::Value {
+    let report = out.report.map(|r| {
+        serde_json::json!({
+            "files_written": r.files_written,
+            "files_unchanged": r.files_unchanged,
+            "files_failed": r.files_failed,
+            "dirs": r.dirs,
+            "symlinks": r.symlinks,
+            "effective_bytes": r.effective_bytes,
+            "matched_bytes": r.matched_bytes,
+            "literal_bytes": r.literal_bytes,
+            "literal_wire_bytes": r.literal_wire_bytes,
+            "wire_bytes": r.wire_bytes,
+            "nak_chunks": r.nak_chunks,
+            "repaired_bytes": r.repaired_bytes,
+            "store_appended": r.store_appended,
+            "store_generation": r.store_generation,
+            "elapsed_s": r.elapsed_ns as f64 / 1e9,
+            "user_s": r.user_us as f64 / 1e6,
+            "sys_s": r.sys_us as f64 / 1e6,
+        })
+    });
+    let elapsed = out.elapsed.as_secs_f64().max(1e-9);
+    let effective = out.report.map_or(0, |r| r.effective_bytes);
+    let wire = out.wire_bytes_sent + out.wire_bytes_received;
+    serde_json::json!({
+        "transport": kind,
+        "remote_dir": remote_dir,
+        "dry_run": out.report.is_none(),
+        "plan": out.plan,
+        "store_id": out.store_id,
+        "store_generation": out.store_generation,
+        "index_entries_fetched": out.index_entries_fetched,
+        "index_entries_cached": out.index_entries_cached,
+        "receiver": report,
+        "messages": out.messages,
+        "sender": {
+            "wire_bytes_sent": out.wire_bytes_sent,
+            "wire_bytes_received": out.wire_bytes_received,
+            "repaired_chunks": out.repaired_chunks,
+            "repaired_bytes": out.repaired_bytes,
+            "scan_and_chunk_s": prep.as_secs_f64(),
+            "session_s": out.elapsed.as_secs_f64(),
+            "user_s": out.usage.user_us as f64 / 1e6,
+            "sys_s": out.usage.sys_us as f64 / 1e6,
+        },
+        "effective_mb_s": mb(effective) / (elapsed + prep.as_secs_f64()),
+        "wire_bytes": wire,
+        "speedup_effective_over_wire": if wire > 0 { effective as f64 / wire as f64 } else { 0.0 },
+        "warnings": out.warnings,
+    })
+}
+
+/// One summary line, or rsync-style statistics with `--stats`.
+fn human(out: &SyncSendOutcome, kind: &str, prep: Duration, stats: bool) -> String {
+    let p = &out.plan;
+    let wall = out.elapsed + prep;
+    let secs = wall.as_secs_f64().max(1e-9);
+    let wire = out.wire_bytes_sent + out.wire_bytes_received;
+    let Some(r) = out.report else {
+        return format!(
+            "dry run over {kind}: {} entries, {} files, {:.1} MB; would send {:.1} MB as descriptors into the \
+             receiver's store, {:.1} MB as repeats of chunks sent earlier in the run, {:.1} MB literal \
+             ({} of {} chunks); index: {} entries cached, {} fetched\n",
+            p.entries,
+            p.files,
+            mb(p.total_bytes),
+            mb(p.matched_bytes),
+            mb(p.known_bytes),
+            mb(p.literal_bytes),
+            p.literal_chunks,
+            p.chunks,
+            out.index_entries_cached,
+            out.index_entries_fetched,
+        );
+    };
+    let mut s = format!(
+        "sent {} entries over {kind}: {} written, {} unchanged, {} failed; {:.1} MB effective, {:.3} MB wire \
+         ({:.1}× less), {:.1} MB/s effective in {:.2} s\n",
+        p.entries,
+        r.files_written,
+        r.files_unchanged,
+        r.files_failed,
+        mb(r.effective_bytes),
+        mb(wire),
+        if wire > 0 { r.effective_bytes as f64 / wire as f64 } else { 0.0 },
+        mb(r.effective_bytes) / secs,
+        secs,
+    );
+    if stats {
+        let files_in = p.files;
+        s.push_str(&format!(
+            "\nNumber of entries: {} (files: {files_in}, dirs: {}, symlinks: {})\n\
+             Files written: {}, unchanged (quick check): {}, failed: {}\n\
+             Total file size: {} bytes\n\
+             Matched data (descriptors into the receiver's store): {} bytes\n\
+             Literal data: {} bytes ({} bytes on the wire)\n\
+             Repaired (NAK/REPAIR): {} chunks, {} bytes\n\
+             Index: {} entries from cache, {} fetched (store {}, generation {})\n\
+             Total bytes sent: {}, received: {}\n\
+             Scan + chunk: {:.3} s; session: {:.3} s; sender CPU {:.2} s; receiver CPU {:.2} s\n\
+             Effective: {:.1} MB/s; wire: {:.1} MB/s; speed-up (effective/wire): {:.1}×\n",
+            p.entries,
+            r.dirs,
+            r.symlinks,
+            r.files_written,
+            r.files_unchanged,
+            r.files_failed,
+            p.total_bytes,
+            r.matched_bytes,
+            r.literal_bytes,
+            r.literal_wire_bytes,
+            out.repaired_chunks,
+            out.repaired_bytes,
+            out.index_entries_cached,
+            out.index_entries_fetched,
+            out.store_id,
+            out.store_generation,
+            out.wire_bytes_sent,
+            out.wire_bytes_received,
+            prep.as_secs_f64(),
+            out.elapsed.as_secs_f64(),
+            (out.usage.user_us + out.usage.sys_us) as f64 / 1e6,
+            (r.user_us + r.sys_us) as f64 / 1e6,
+            mb(r.effective_bytes) / secs,
+            mb(wire) / secs,
+            if wire > 0 {
+                r.effective_bytes as f64 / wire as f64
+            } else {
+                0.0
+            },
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_split() {
+        let t = TransportArg::Tcp;
+        assert_eq!(
+            split_target("127.0.0.1:7878", t),
+            ("127.0.0.1:7878".into(), String::new())
+        );
+        assert_eq!(split_target("h:7878:a/b/", t), ("h:7878".into(), "a/b".into()));
+        assert_eq!(split_target("[::1]:7878:x", t), ("[::1]:7878".into(), "x".into()));
+        assert_eq!(
+            split_target("[::1]:7878", t),
+            ("[::1]:7878".into(), String::new())
+        );
+        let s = TransportArg::Shm;
+        assert_eq!(
+            split_target("/tmp/p.sock:in", s),
+            ("/tmp/p.sock".into(), "in".into())
+        );
+        assert_eq!(
+            split_target("/tmp/p.sock", s),
+            ("/tmp/p.sock".into(), String::new())
+        );
+    }
+}

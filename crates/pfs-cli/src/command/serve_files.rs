@@ -1,0 +1,172 @@
+//! `pfs serve --store DIR --dest DIR`: receive files into the destination
+//! root, deduplicated against a persistent store; one report per session.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::Context;
+use pfs_session::sync::SyncReceiverConfig;
+use pfs_session::{serve_sync, ServerConfig, ServerEvent, SessionError};
+use pfs_store::{Durability, Store, StoreOptions};
+use pfs_sync::DestRoot;
+
+use crate::args::ServeArgs;
+use crate::exit;
+
+use super::serve::{announce, bind_listener};
+
+fn emit(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
+    let dest_dir = args.dest.as_deref().context("--store needs --dest")?;
+    std::fs::create_dir_all(store_dir).with_context(|| format!("--store {}", store_dir.display()))?;
+    std::fs::create_dir_all(dest_dir).with_context(|| format!("--dest {}", dest_dir.display()))?;
+    let opts = StoreOptions {
+        capacity: args.store_capacity,
+        huge_dir: args.blob.huge_dir.clone(),
+        // Chunk bytes reach the disk before the index names them, always:
+        // the index must never point at bytes that are not there.
+        durability: Durability::Fsync,
+    };
+    let store = Store::open(store_dir, &opts)?;
+    for note in &store.recovery().notes {
+        eprintln!("pfs: store recovery: {note}");
+    }
+    let dest = DestRoot::open(dest_dir)?;
+    let stale = dest.remove_stale_temps()?;
+    if stale > 0 {
+        eprintln!("pfs: removed {stale} temporary file(s) left by an interrupted transfer");
+    }
+    let st = store.stats();
+    let json = args.run.json;
+    if json {
+        emit(
+            &serde_json::json!({
+                "event": "store",
+                "dir": store_dir.display().to_string(),
+                "id": store.identity().id_hex(),
+                "generation": st.generation,
+                "chunks": st.chunks,
+                "used": st.used,
+                "capacity": st.capacity,
+                "backing": st.backing.description,
+            })
+            .to_string(),
+        );
+    } else {
+        eprintln!(
+            "pfs serve: store {} (id {}, generation {}, {} chunks, {:.1} of {:.1} MB used, {}); destination {}",
+            store_dir.display(),
+            store.identity().id_hex(),
+            st.generation,
+            st.chunks,
+            st.used as f64 / 1e6,
+            st.capacity as f64 / 1e6,
+            st.backing.description,
+            dest_dir.display()
+        );
+    }
+    let listener = bind_listener(args)?;
+    announce(&listener, json);
+    let cfg = ServerConfig {
+        max_clients: args.max_clients.max(1),
+        max_sessions: if args.once { Some(1) } else { args.max_sessions },
+        pin_cpu: args.run.pin,
+        ..ServerConfig::default()
+    };
+    let sync = SyncReceiverConfig {
+        fsync_files: args.fsync,
+        ..SyncReceiverConfig::default()
+    };
+    let last_status = Mutex::new(exit::OK);
+    let set = |code: i32| {
+        if let Ok(mut s) = last_status.lock() {
+            *s = code;
+        }
+    };
+    let on_event = |ev: ServerEvent<'_>| match ev {
+        ServerEvent::Accepted { peer } if !json => eprintln!("session from {peer}"),
+        ServerEvent::SyncFinished { peer, outcome } => {
+            let r = &outcome.report;
+            set(if r.files_failed > 0 {
+                exit::PARTIAL
+            } else {
+                exit::OK
+            });
+            if json {
+                emit(
+                    &serde_json::json!({
+                        "event": "sync_report",
+                        "peer": peer,
+                        "dry_run": outcome.dry_run,
+                        "remote_dir": outcome.remote_dir,
+                        "files_written": r.files_written,
+                        "files_unchanged": r.files_unchanged,
+                        "files_failed": r.files_failed,
+                        "effective_bytes": r.effective_bytes,
+                        "matched_bytes": r.matched_bytes,
+                        "literal_bytes": r.literal_bytes,
+                        "wire_bytes": r.wire_bytes,
+                        "nak_chunks": r.nak_chunks,
+                        "repaired_bytes": r.repaired_bytes,
+                        "store_appended": r.store_appended,
+                        "store_generation": r.store_generation,
+                        "elapsed_s": r.elapsed_ns as f64 / 1e9,
+                        "messages": outcome.messages,
+                    })
+                    .to_string(),
+                );
+            } else if outcome.dry_run {
+                emit(&format!(
+                    "session from {peer}: dry run (index sent, nothing written)"
+                ));
+            } else {
+                emit(&format!(
+                    "session from {peer} complete: {} written, {} unchanged, {} failed; {:.1} MB effective, \
+                     {:.3} MB wire, {:.1} MB matched in the store, {:.1} MB literal, {} chunks repaired; {:.2} s",
+                    r.files_written,
+                    r.files_unchanged,
+                    r.files_failed,
+                    r.effective_bytes as f64 / 1e6,
+                    r.wire_bytes as f64 / 1e6,
+                    r.matched_bytes as f64 / 1e6,
+                    r.literal_bytes as f64 / 1e6,
+                    r.nak_chunks,
+                    r.elapsed_ns as f64 / 1e9,
+                ));
+                for line in outcome.messages.lines() {
+                    eprintln!("pfs: from {peer}: not written: {line}");
+                }
+            }
+        }
+        ServerEvent::Failed { peer, error } => {
+            set(match error {
+                SessionError::Rejected { .. } | SessionError::Refused { .. } => exit::REFUSED,
+                SessionError::Io { .. } | SessionError::PeerClosed { .. } => exit::TRANSPORT,
+                _ => exit::FAILURE,
+            });
+            if json {
+                emit(
+                    &serde_json::json!({"event": "session_failed", "peer": peer, "error": error.to_string()})
+                        .to_string(),
+                );
+            }
+            eprintln!("pfs: session from {peer} failed: {error}");
+        }
+        ServerEvent::Busy { peer } => eprintln!(
+            "pfs: refused {peer}: busy ({} sessions running)",
+            args.max_clients
+        ),
+        ServerEvent::AcceptFailed { error } => eprintln!("pfs: accept failed: {error}"),
+        _ => {}
+    };
+    let (ok, failed) = serve_sync(&listener, &store, &dest, &cfg, &sync, &on_event);
+    if !json {
+        eprintln!("pfs serve: {ok} session(s) completed, {failed} failed");
+    }
+    let last = last_status.lock().map(|g| *g).unwrap_or(exit::FAILURE);
+    Ok(if args.once { last } else { exit::OK })
+}

@@ -1,0 +1,73 @@
+//! File sync sessions (docs/wire.md §10): a sender moves files and trees
+//! into a receiver's destination directory, deduplicated against the
+//! receiver's store. The sender sends descriptors `(offset, len)` into the
+//! store blob for chunks the store holds and literal bytes for the rest; the
+//! receiver checks every chunk against its hash, rebuilds each file under a
+//! temporary name, checks the whole-file BLAKE3 and renames it into place.
+//! Chunks whose stored bytes turn out damaged are NAKed after the stream and
+//! REPAIRed by the sender (the corrections plane).
+
+mod receiver;
+mod sender;
+
+use std::io::IoSlice;
+
+use pfs_transport::Transport;
+use pfs_wire::{ErrorFrame, FrameHeader, FrameType};
+
+pub(crate) use crate::receiver::{code_name, reject, send_error};
+use crate::SessionError;
+
+pub use receiver::{receive_sync, SyncReceiveOutcome, SyncReceiverConfig};
+pub use sender::{
+    classify, send_sync, ChunkPlan, SyncItem, SyncPlanSummary, SyncSendConfig, SyncSendOutcome,
+    SyncSendProgress,
+};
+
+/// Largest CHUNKS/REPAIR body a receiver accepts by default.
+pub const DEFAULT_MAX_CHUNKS_BODY: u32 = 8 << 20;
+/// Target size of the CHUNKS frames a sender builds.
+pub const SENDER_FRAME_TARGET: usize = 4 << 20;
+/// Longest chunk either side accepts (content-defined chunks are far
+/// smaller; this bounds what one entry can make the receiver allocate).
+pub const MAX_CHUNK_LEN: u32 = 16 << 20;
+/// INDEX entries per frame: as many as fit in a control frame.
+pub const INDEX_ENTRIES_PER_FRAME: usize =
+    pfs_wire::frame::MAX_CONTROL_BODY as usize / pfs_wire::sync::INDEX_ENTRY_LEN;
+
+/// Writes one frame (header and body) with one vectored write.
+pub(crate) fn write_frame<T: Transport + ?Sized>(
+    t: &mut T,
+    frame_type: FrameType,
+    flags: u16,
+    body: &[u8],
+    during: &'static str,
+) -> Result<u64, SessionError> {
+    let header = FrameHeader {
+        frame_type,
+        flags,
+        length: u32::try_from(body.len())
+            .map_err(|_| SessionError::Local(format!("{during}: frame too large")))?,
+    }
+    .emit();
+    t.write_all_vectored(&mut [IoSlice::new(&header), IoSlice::new(body)])
+        .map_err(|e| SessionError::io(during, e))
+}
+
+/// The ERROR frame body received from the peer, as an error.
+pub(crate) fn refused(body: &[u8]) -> SessionError {
+    let (code, message) = match ErrorFrame::parse(body) {
+        Ok(f) => (f.code, f.message.to_string()),
+        Err(e) => (0, format!("undecodable ERROR frame: {e}")),
+    };
+    SessionError::Refused {
+        code,
+        code_name: code_name(code),
+        message,
+    }
+}
+
+/// BLAKE3 of `bytes` equals `hash`.
+pub(crate) fn hash_matches(bytes: &[u8], hash: &[u8; 32]) -> bool {
+    blake3::hash(bytes).as_bytes() == hash
+}

@@ -1,0 +1,953 @@
+//! The receiving side of a sync session: answer with the store's identity
+//! and index delta, reserve store space for the plan (or refuse before any
+//! destination file is touched), rebuild each file from store chunks and
+//! literals under a temporary name, verify, rename into place; NAK damaged
+//! chunks after the stream and apply the sender's REPAIRs; report.
+//!
+//! Everything the peer sends is checked before use: frames by the wire
+//! crate, paths by [`RelPath`] and [`DestRoot`] (never outside the
+//! destination, never through a symlink), store offsets against the store,
+//! every chunk against its BLAKE3, every file against its whole-file hash.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use pfs_store::{ChunkLoc, Reservation, Store, StoreError};
+use pfs_sync::{DestRoot, RelPath, TempFile};
+use pfs_transport::Transport;
+use pfs_wire::sync::{
+    parse_chunks, parse_index_request, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash, IndexEntry, Plan,
+    PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, HELLO_DRY_RUN, MAX_REPORT_TEXT,
+};
+use pfs_wire::{ErrorCode, FrameHeader, FrameType};
+
+use super::{hash_matches, refused, reject, send_error, write_frame, INDEX_ENTRIES_PER_FRAME, MAX_CHUNK_LEN};
+use crate::reader::FrameReader;
+use crate::sys::thread_usage;
+use crate::SessionError;
+
+/// Receiver settings of sync sessions.
+#[derive(Debug, Clone)]
+pub struct SyncReceiverConfig {
+    /// Longest wait for SYNC_HELLO, INDEX_REQUEST and PLAN.
+    pub handshake_timeout: Duration,
+    /// Longest silence tolerated while files stream.
+    pub idle_timeout: Duration,
+    /// Largest CHUNKS/REPAIR body accepted.
+    pub max_chunks_body: u32,
+    /// Commit (make durable and indexed) appended chunks at least every
+    /// this many bytes, so an interrupted transfer keeps what arrived.
+    pub commit_every: u64,
+    /// fsync each file before renaming it into place.
+    pub fsync_files: bool,
+}
+
+impl Default for SyncReceiverConfig {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
+            max_chunks_body: super::DEFAULT_MAX_CHUNKS_BODY,
+            commit_every: 256 << 20,
+            fsync_files: false,
+        }
+    }
+}
+
+/// A finished sync session, from the receiver's side.
+#[derive(Debug, Clone)]
+pub struct SyncReceiveOutcome {
+    /// The report sent to the sender (its `messages` are in `messages`).
+    pub report: SyncReport<'static>,
+    /// One `path: reason` line per failed entry.
+    pub messages: String,
+    /// The sender only planned (`--dry-run`); nothing was written.
+    pub dry_run: bool,
+    /// Remote directory the sender asked for (lossy UTF-8).
+    pub remote_dir: String,
+}
+
+/// A file being rebuilt.
+#[derive(Debug)]
+struct Rebuild {
+    temp: TempFile,
+    /// Bytes queued for the next write.
+    buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    buf_at: u64,
+    /// Whole-file hash, while no chunk is missing.
+    hasher: Option<blake3::Hasher>,
+    /// Chunks to fill after REPAIR: (file offset, hash, len).
+    holes: Vec<(u64, Hash, u32)>,
+}
+
+/// What happens to the current file's chunks.
+#[derive(Debug)]
+enum Target {
+    /// Unchanged at the destination: chunks are only checked and stored.
+    Unchanged,
+    /// Rebuilt into a temporary file.
+    Rebuild(Box<Rebuild>),
+    /// Refused or failed: chunks are drained.
+    Failed,
+}
+
+/// The FILE whose chunks are arriving.
+#[derive(Debug)]
+struct Current {
+    no: u64,
+    rel: RelPath,
+    size: u64,
+    mode: u32,
+    mtime_ns: i128,
+    file_hash: Hash,
+    chunks_left: u32,
+    seen: u64,
+    target: Target,
+}
+
+/// A file waiting for REPAIRs.
+#[derive(Debug)]
+struct Waiting {
+    rel: RelPath,
+    size: u64,
+    mode: u32,
+    mtime_ns: i128,
+    file_hash: Hash,
+    temp: TempFile,
+    holes: Vec<(u64, Hash, u32)>,
+    /// Why it cannot be finished, if it cannot.
+    broken: Option<String>,
+}
+
+const WRITE_BUF: usize = 1 << 20;
+
+struct Session<'a, T: Transport + ?Sized> {
+    t: &'a mut T,
+    reader: FrameReader,
+    store: &'a Store,
+    dest: &'a DestRoot,
+    cfg: &'a SyncReceiverConfig,
+    base: Option<RelPath>,
+    res: Option<Reservation<'a>>,
+    /// Bytes of the reservation still unused after the last commit.
+    committed_mark: u64,
+    current: Option<Current>,
+    next_no: u64,
+    waiting: Vec<Waiting>,
+    /// Hashes to NAK, once each.
+    nak: Vec<Hash>,
+    nak_seen: HashMap<Hash, ()>,
+    report: SyncReport<'static>,
+    messages: String,
+    zbuf: Vec<u8>,
+    started: Instant,
+}
+
+/// Runs one sync session on an accepted connection over `store` into
+/// `dest`. A protocol violation sends ERROR and returns the error; entries
+/// that cannot be written (refused path, disk full) fail individually and
+/// are listed in the report. Chunks that arrived before the session ended,
+/// however it ended, are committed to the store.
+pub fn receive_sync<T: Transport + ?Sized>(
+    t: &mut T,
+    store: &Store,
+    dest: &DestRoot,
+    cfg: &SyncReceiverConfig,
+) -> Result<SyncReceiveOutcome, SessionError> {
+    let usage0 = thread_usage();
+    let mut s = Session {
+        t,
+        reader: FrameReader::new(cfg.max_chunks_body as usize + pfs_wire::FRAME_HEADER_LEN + 4096),
+        store,
+        dest,
+        cfg,
+        base: None,
+        res: None,
+        committed_mark: 0,
+        current: None,
+        next_no: 0,
+        waiting: Vec::new(),
+        nak: Vec::new(),
+        nak_seen: HashMap::new(),
+        report: SyncReport::default(),
+        messages: String::new(),
+        zbuf: Vec::new(),
+        started: Instant::now(),
+    };
+    let result = s.run();
+    // Whatever happened, keep the verified chunks that arrived.
+    let salvage = s.commit();
+    match result {
+        Ok(mut out) => {
+            salvage?;
+            let u = thread_usage().since(&usage0);
+            out.report.user_us = u.user_us;
+            out.report.sys_us = u.sys_us;
+            Ok(out)
+        }
+        Err(e) => {
+            match &e {
+                SessionError::PeerClosed { .. } | SessionError::Refused { .. } | SessionError::Io { .. } => {}
+                _ => send_error(s.t, &e),
+            }
+            Err(e)
+        }
+    }
+}
+
+fn wire(context: &'static str) -> impl FnOnce(pfs_wire::WireError) -> SessionError {
+    move |error| SessionError::Wire { context, error }
+}
+
+fn store_err(e: StoreError) -> SessionError {
+    reject(ErrorCode::Internal, format!("store: {e}"))
+}
+
+impl<'a, T: Transport + ?Sized> Session<'a, T> {
+    fn next(&mut self, during: &'static str) -> Result<Option<FrameHeader>, SessionError> {
+        let hdr = self.reader.next_header(self.t)?;
+        if let Some(h) = hdr {
+            if h.frame_type == FrameType::Error {
+                let body = self.reader.take(self.t, h.length as usize, during)?;
+                return Err(refused(body));
+            }
+            let limit = if h.frame_type.is_bulk() {
+                self.cfg.max_chunks_body
+            } else {
+                pfs_wire::frame::MAX_CONTROL_BODY
+            };
+            if h.length > limit {
+                return Err(reject(
+                    ErrorCode::Limit,
+                    format!(
+                        "{} frame of {} bytes exceeds this receiver's limit of {limit}",
+                        h.frame_type.name(),
+                        h.length
+                    ),
+                ));
+            }
+        }
+        Ok(hdr)
+    }
+
+    fn expect(&mut self, want: FrameType, during: &'static str) -> Result<Option<Vec<u8>>, SessionError> {
+        let Some(h) = self.next(during)? else {
+            return Ok(None);
+        };
+        if h.frame_type != want {
+            let hint = if h.frame_type == FrameType::Hello {
+                " (this receiver serves file transfers: `pfs send PATH… --to`; blob sessions need a `pfs serve` without --store)"
+            } else {
+                ""
+            };
+            return Err(reject(
+                ErrorCode::Protocol,
+                format!("expected {}, got {}{hint}", want.name(), h.frame_type.name()),
+            ));
+        }
+        Ok(Some(
+            self.reader.take(self.t, h.length as usize, during)?.to_vec(),
+        ))
+    }
+
+    fn run(&mut self) -> Result<SyncReceiveOutcome, SessionError> {
+        self.t
+            .set_read_timeout(Some(self.cfg.handshake_timeout))
+            .map_err(|e| SessionError::io("setup", e))?;
+        let body = self
+            .expect(FrameType::SyncHello, "SYNC_HELLO")?
+            .ok_or(SessionError::PeerClosed { during: "SYNC_HELLO" })?;
+        let hello = SyncHello::parse(&body).map_err(wire("SYNC_HELLO"))?;
+        if hello.auth_method != 0 || !hello.auth.is_empty() {
+            return Err(reject(
+                ErrorCode::Auth,
+                format!(
+                    "authentication method {} is not supported by this receiver (it accepts: none)",
+                    hello.auth_method
+                ),
+            ));
+        }
+        let remote_dir = String::from_utf8_lossy(hello.remote_dir).into_owned();
+        if !hello.remote_dir.is_empty() {
+            let dir = RelPath::parse(hello.remote_dir).map_err(|e| {
+                reject(
+                    ErrorCode::Protocol,
+                    format!("remote directory {remote_dir:?} refused: {e}"),
+                )
+            })?;
+            self.base = Some(dir);
+        }
+        let dry_run = hello.flags & HELLO_DRY_RUN != 0;
+        let ident = self.store.identity();
+        let stats = self.store.stats();
+        let accept = SyncAccept {
+            store_id: ident.id,
+            generation: ident.generation,
+            capacity: stats.capacity,
+            free: stats.capacity.saturating_sub(stats.used),
+            max_chunks_body: self.cfg.max_chunks_body,
+            auth_method: 0,
+        };
+        write_frame(self.t, FrameType::SyncAccept, 0, &accept.emit(), "SYNC_ACCEPT")?;
+
+        let Some(body) = self.expect(FrameType::IndexRequest, "INDEX_REQUEST")? else {
+            return Ok(self.outcome(true, remote_dir));
+        };
+        let from = parse_index_request(&body).map_err(wire("INDEX_REQUEST"))?;
+        self.send_index(from)?;
+
+        let Some(body) = self.expect(FrameType::Plan, "PLAN")? else {
+            // A dry run (or a sender that stopped after the index).
+            return Ok(self.outcome(true, remote_dir));
+        };
+        if dry_run {
+            return Err(reject(ErrorCode::Protocol, "PLAN in a dry-run session".into()));
+        }
+        let plan = Plan::parse(&body).map_err(wire("PLAN"))?;
+        self.reserve(&plan)?;
+
+        self.t
+            .set_read_timeout(Some(self.cfg.idle_timeout))
+            .map_err(|e| SessionError::io("setup", e))?;
+        loop {
+            let h = self.next("FILE/CHUNKS")?.ok_or(SessionError::PeerClosed {
+                during: "file stream",
+            })?;
+            match h.frame_type {
+                FrameType::File => {
+                    self.end_file()?;
+                    let body = self.reader.take(self.t, h.length as usize, "FILE")?.to_vec();
+                    self.begin_file(&body)?;
+                }
+                FrameType::Chunks => {
+                    let body = self.reader.take(self.t, h.length as usize, "CHUNKS")?.to_vec();
+                    self.chunks(&body)?;
+                }
+                FrameType::SyncEnd if h.flags == 0 && h.length == 0 => break,
+                other => {
+                    return Err(reject(
+                        ErrorCode::Protocol,
+                        format!("{} is not allowed while files stream", other.name()),
+                    ))
+                }
+            }
+        }
+        self.end_file()?;
+        self.commit()?;
+        if !self.nak.is_empty() {
+            self.corrections()?;
+        }
+        self.finish_waiting();
+        self.report.wire_bytes = self.reader.wire_bytes();
+        self.report.store_generation = self.store.identity().generation;
+        self.report.elapsed_ns = self.started.elapsed().as_nanos() as u64;
+        let mut body = Vec::with_capacity(256 + self.messages.len());
+        SyncReport {
+            messages: &self.messages,
+            ..self.report
+        }
+        .emit(&mut body);
+        write_frame(self.t, FrameType::SyncEnd, FLAG_SYNC_REPORT, &body, "SYNC_END")?;
+        Ok(self.outcome(false, remote_dir))
+    }
+
+    fn outcome(&mut self, dry_run: bool, remote_dir: String) -> SyncReceiveOutcome {
+        self.report.wire_bytes = self.reader.wire_bytes();
+        self.report.elapsed_ns = self.started.elapsed().as_nanos() as u64;
+        SyncReceiveOutcome {
+            report: self.report,
+            messages: self.messages.clone(),
+            dry_run,
+            remote_dir,
+        }
+    }
+
+    fn send_index(&mut self, from: u64) -> Result<(), SessionError> {
+        let entries = self.store.entries_since(from);
+        let mut body = Vec::with_capacity(pfs_wire::frame::MAX_CONTROL_BODY as usize);
+        let mut batches = entries.chunks(INDEX_ENTRIES_PER_FRAME).peekable();
+        if batches.peek().is_none() {
+            return write_frame(self.t, FrameType::Index, FLAG_LAST, &[], "INDEX").map(drop);
+        }
+        while let Some(batch) = batches.next() {
+            body.clear();
+            for e in batch {
+                IndexEntry {
+                    hash: e.hash,
+                    offset: e.loc.offset,
+                    len: e.loc.len,
+                }
+                .emit(&mut body);
+            }
+            let flags = if batches.peek().is_none() { FLAG_LAST } else { 0 };
+            write_frame(self.t, FrameType::Index, flags, &body, "INDEX")?;
+        }
+        Ok(())
+    }
+
+    /// Reserves the plan's new bytes, or refuses before anything is written.
+    fn reserve(&mut self, plan: &Plan) -> Result<(), SessionError> {
+        let res = self.store.reserve(plan.literal_bytes).map_err(|e| match e {
+            StoreError::Full { need, free, capacity } => reject(
+                ErrorCode::Limit,
+                format!(
+                    "store full: this transfer needs {need} new bytes, the store has {free} free of {capacity}; \
+                     nothing was written (start the receiver with a larger --store-capacity, or a new store)"
+                ),
+            ),
+            other => reject(
+                ErrorCode::Limit,
+                format!("cannot reserve {} bytes in the store: {other}", plan.literal_bytes),
+            ),
+        })?;
+        let free = self
+            .store
+            .stats()
+            .capacity
+            .saturating_sub(self.store.stats().used);
+        self.committed_mark = 0;
+        self.res = Some(res);
+        let ack = PlanAck {
+            reserved: plan.literal_bytes,
+            free,
+        };
+        write_frame(self.t, FrameType::Ack, 0, &ack.emit(), "ACK")?;
+        Ok(())
+    }
+
+    /// Makes appended chunks durable and visible, keeping the unused rest
+    /// of the reservation.
+    fn commit(&mut self) -> Result<(), SessionError> {
+        let Some(res) = self.res.take() else {
+            return Ok(());
+        };
+        let left = res.left();
+        let written = res.written();
+        res.commit().map_err(store_err)?;
+        self.report.store_appended += written;
+        if left > 0 {
+            self.res = Some(self.store.reserve(left).map_err(store_err)?);
+        }
+        self.committed_mark = 0;
+        Ok(())
+    }
+
+    fn fail(&mut self, rel: &[u8], reason: impl std::fmt::Display) {
+        self.report.files_failed += 1;
+        let line = format!("{}: {reason}\n", String::from_utf8_lossy(rel));
+        if self.messages.len() + line.len() <= MAX_REPORT_TEXT {
+            self.messages.push_str(&line);
+        }
+    }
+
+    fn full_path(&self, path: &[u8]) -> Result<RelPath, pfs_sync::PathError> {
+        let rel = RelPath::parse(path)?;
+        match &self.base {
+            None => Ok(rel),
+            Some(b) => b.join(rel.as_bytes()),
+        }
+    }
+
+    fn begin_file(&mut self, body: &[u8]) -> Result<(), SessionError> {
+        let f = FileEntry::parse(body).map_err(wire("FILE"))?;
+        if f.file_no != self.next_no {
+            return Err(reject(
+                ErrorCode::Protocol,
+                format!("FILE {} out of order (expected {})", f.file_no, self.next_no),
+            ));
+        }
+        self.next_no += 1;
+        let mtime_ns = i128::from(f.mtime_sec) * 1_000_000_000 + i128::from(f.mtime_nsec);
+        let rel = match self.full_path(f.path) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail(f.path, format!("refused: {e}"));
+                return self.start(&f, None, mtime_ns, Target::Failed);
+            }
+        };
+        if let Some(parent) = rel.parent() {
+            if let Err(e) = self.dest.create_dir_all(&parent, 0o755) {
+                self.fail(f.path, e);
+                return self.start(&f, Some(rel), mtime_ns, Target::Failed);
+            }
+        }
+        let target = match f.kind {
+            EntryKind::Dir => {
+                match self.dest.create_dir_all(&rel, f.mode) {
+                    Ok(()) => self.report.dirs += 1,
+                    Err(e) => self.fail(f.path, e),
+                }
+                return Ok(());
+            }
+            EntryKind::Symlink => {
+                match self.dest.create_symlink(&rel, f.link_target) {
+                    Ok(()) => self.report.symlinks += 1,
+                    Err(e) => self.fail(f.path, e),
+                }
+                return Ok(());
+            }
+            EntryKind::File => match self.dest.open_existing(&rel) {
+                Ok(Some((_, meta))) if unchanged(&meta, f.size, mtime_ns) => Target::Unchanged,
+                Ok(_) => match self.dest.create_temp(&rel) {
+                    Ok(temp) => Target::Rebuild(Box::new(Rebuild {
+                        temp,
+                        buf: Vec::with_capacity(WRITE_BUF.min(f.size as usize)),
+                        buf_at: 0,
+                        hasher: Some(blake3::Hasher::new()),
+                        holes: Vec::new(),
+                    })),
+                    Err(e) => {
+                        self.fail(f.path, e);
+                        Target::Failed
+                    }
+                },
+                Err(e) => {
+                    self.fail(f.path, e);
+                    Target::Failed
+                }
+            },
+        };
+        self.start(&f, Some(rel), mtime_ns, target)
+    }
+
+    fn start(
+        &mut self,
+        f: &FileEntry<'_>,
+        rel: Option<RelPath>,
+        mtime_ns: i128,
+        target: Target,
+    ) -> Result<(), SessionError> {
+        if f.kind != EntryKind::File {
+            return Ok(());
+        }
+        let rel = match rel {
+            Some(r) => r,
+            None => RelPath::parse(b"refused").map_err(|e| SessionError::Local(e.to_string()))?,
+        };
+        self.current = Some(Current {
+            no: f.file_no,
+            rel,
+            size: f.size,
+            mode: f.mode,
+            mtime_ns,
+            file_hash: f.file_hash,
+            chunks_left: f.chunk_count,
+            seen: 0,
+            target,
+        });
+        if f.chunk_count == 0 {
+            self.end_file()?;
+        }
+        Ok(())
+    }
+
+    fn chunks(&mut self, body: &[u8]) -> Result<(), SessionError> {
+        let (head, entries) = parse_chunks(body).map_err(wire("CHUNKS"))?;
+        let Some(no) = self.current.as_ref().map(|c| c.no) else {
+            return Err(reject(ErrorCode::Protocol, "CHUNKS without a FILE".into()));
+        };
+        if head.file_no != no {
+            return Err(reject(
+                ErrorCode::Protocol,
+                format!("CHUNKS for file {} while file {no} is open", head.file_no),
+            ));
+        }
+        for e in entries {
+            let e = e.map_err(wire("CHUNKS entry"))?;
+            self.chunk(&e)?;
+        }
+        if self.current.as_ref().is_some_and(|c| c.chunks_left == 0) {
+            self.end_file()?;
+        }
+        Ok(())
+    }
+
+    /// A literal entry: decompress (into `zbuf`), check against its hash,
+    /// append to the store, and queue it at `at` if the file is rebuilt.
+    /// Returns false if the bytes do not match their hash.
+    fn literal(&mut self, e: &ChunkEntry<'_>, at: u64, zbuf: &mut Vec<u8>) -> Result<bool, SessionError> {
+        let bytes: &[u8] = match e.data {
+            ChunkData::Literal(b) if b.len() == e.len as usize => b,
+            ChunkData::Zstd(c) => {
+                zbuf.clear();
+                zbuf.resize(e.len as usize, 0);
+                match zstd::bulk::decompress_to_buffer(c, &mut zbuf[..]) {
+                    Ok(n) if n == e.len as usize => {}
+                    _ => {
+                        return Err(reject(
+                            ErrorCode::BadFrame,
+                            "zstd chunk does not decompress to its stated length".into(),
+                        ))
+                    }
+                }
+                zbuf
+            }
+            _ => return Err(reject(ErrorCode::BadFrame, "literal length mismatch".into())),
+        };
+        self.report.literal_bytes += u64::from(e.len);
+        self.report.literal_wire_bytes += match e.data {
+            ChunkData::Zstd(c) => c.len() as u64,
+            _ => u64::from(e.len),
+        };
+        if !hash_matches(bytes, e.hash) {
+            return Ok(false);
+        }
+        if self.res.as_ref().is_some_and(|r| r.left() < u64::from(e.len)) {
+            // More new bytes than planned (another session filled the store
+            // between plan and now, or a stale plan): commit and grow.
+            self.commit()?;
+            let grown = self
+                .store
+                .reserve(u64::from(e.len).max(64 << 20))
+                .or_else(|_| self.store.reserve(u64::from(e.len)));
+            self.res = Some(grown.map_err(|e| reject(ErrorCode::Limit, format!("store full: {e}")))?);
+        }
+        if let Some(res) = self.res.as_mut() {
+            res.append_unchecked(e.hash, bytes).map_err(store_err)?;
+        }
+        self.put(at, bytes)?;
+        Ok(true)
+    }
+
+    fn chunk(&mut self, e: &ChunkEntry<'_>) -> Result<(), SessionError> {
+        if e.len == 0 || e.len > MAX_CHUNK_LEN {
+            return Err(reject(
+                ErrorCode::Limit,
+                format!("chunk of {} bytes (1 … {MAX_CHUNK_LEN} accepted)", e.len),
+            ));
+        }
+        let cur = self
+            .current
+            .as_mut()
+            .ok_or_else(|| reject(ErrorCode::Protocol, "no file".into()))?;
+        if cur.chunks_left == 0 || cur.seen + u64::from(e.len) > cur.size {
+            return Err(reject(
+                ErrorCode::Protocol,
+                format!("file {}: more chunks or bytes than its FILE announced", cur.no),
+            ));
+        }
+        cur.chunks_left -= 1;
+        let at = cur.seen;
+        cur.seen += u64::from(e.len);
+        let rebuilding = matches!(cur.target, Target::Rebuild(_));
+        match e.data {
+            ChunkData::Literal(_) | ChunkData::Zstd(_) => {
+                let mut zbuf = std::mem::take(&mut self.zbuf);
+                let ok = self.literal(e, at, &mut zbuf);
+                self.zbuf = zbuf;
+                if !ok? && rebuilding {
+                    if let Some(c) = self.current.as_mut() {
+                        c.target = Target::Failed;
+                    }
+                    let rel = self
+                        .current
+                        .as_ref()
+                        .map(|c| c.rel.as_bytes().to_vec())
+                        .unwrap_or_default();
+                    self.fail(&rel, "a literal chunk does not match its hash (sender error)");
+                }
+            }
+            ChunkData::Ref { offset } => {
+                let loc = ChunkLoc { offset, len: e.len };
+                let bytes = self.store.bytes(loc).map_err(|_| {
+                    reject(
+                        ErrorCode::OutOfBounds,
+                        format!("descriptor {offset}+{} lies outside the store", e.len),
+                    )
+                })?;
+                if !rebuilding {
+                    return Ok(());
+                }
+                if hash_matches(bytes, e.hash) {
+                    self.report.matched_bytes += u64::from(e.len);
+                    self.put(at, bytes)?;
+                } else {
+                    self.hole(at, e.hash, e.len);
+                }
+            }
+            ChunkData::Known => {
+                if !rebuilding {
+                    return Ok(());
+                }
+                let committed = self.store.lookup(e.hash).filter(|l| l.len == e.len);
+                // Taken out of `self` for the moment: its bytes are borrowed
+                // while the file buffer (in `self`) is written.
+                let res = self.res.take();
+                let bytes = match committed {
+                    Some(loc) => self.store.bytes(loc).ok().filter(|b| hash_matches(b, e.hash)),
+                    None => res.as_ref().and_then(|r| r.bytes_of(e.hash)),
+                };
+                let result = match bytes {
+                    Some(b) => {
+                        self.report.matched_bytes += u64::from(e.len);
+                        self.put(at, b)
+                    }
+                    None => {
+                        self.hole(at, e.hash, e.len);
+                        Ok(())
+                    }
+                };
+                self.res = res;
+                result?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues `bytes` at file offset `at` of the file being rebuilt.
+    fn put(&mut self, at: u64, bytes: &[u8]) -> Result<(), SessionError> {
+        let Some(cur) = self.current.as_mut() else {
+            return Ok(());
+        };
+        let Target::Rebuild(rb) = &mut cur.target else {
+            return Ok(());
+        };
+        if let Some(h) = rb.hasher.as_mut() {
+            h.update(bytes);
+        }
+        if rb.buf_at + rb.buf.len() as u64 != at || rb.buf.len() + bytes.len() > WRITE_BUF {
+            if let Err(e) = flush(rb) {
+                let rel = cur.rel.as_bytes().to_vec();
+                cur.target = Target::Failed;
+                self.fail(&rel, format!("write: {e}"));
+                return Ok(());
+            }
+            rb.buf_at = at;
+        }
+        if bytes.len() >= WRITE_BUF {
+            if let Err(e) = rb.temp.file().write_all_at(bytes, at) {
+                let rel = cur.rel.as_bytes().to_vec();
+                cur.target = Target::Failed;
+                self.fail(&rel, format!("write: {e}"));
+            } else {
+                rb.buf_at = at + bytes.len() as u64;
+            }
+            return Ok(());
+        }
+        rb.buf.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// A chunk whose bytes are not (correctly) here: NAK it after the stream.
+    fn hole(&mut self, at: u64, hash: &Hash, len: u32) {
+        if let Some(Current {
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.current.as_mut()
+        {
+            rb.hasher = None;
+            rb.holes.push((at, *hash, len));
+        }
+        if self.nak_seen.insert(*hash, ()).is_none() {
+            self.nak.push(*hash);
+            self.report.nak_chunks += 1;
+        }
+    }
+
+    fn end_file(&mut self) -> Result<(), SessionError> {
+        let Some(cur) = self.current.take() else {
+            return Ok(());
+        };
+        if cur.chunks_left != 0 || cur.seen != cur.size {
+            return Err(reject(
+                ErrorCode::Protocol,
+                format!(
+                    "file {} ended after {} of {} bytes ({} chunks missing)",
+                    cur.no, cur.seen, cur.size, cur.chunks_left
+                ),
+            ));
+        }
+        match cur.target {
+            Target::Unchanged => {
+                self.report.files_unchanged += 1;
+                self.report.effective_bytes += cur.size;
+            }
+            Target::Failed => {}
+            Target::Rebuild(mut rb) => {
+                if let Err(e) = flush(&mut rb) {
+                    self.fail(cur.rel.as_bytes(), format!("write: {e}"));
+                    return Ok(());
+                }
+                if !rb.holes.is_empty() {
+                    self.waiting.push(Waiting {
+                        rel: cur.rel,
+                        size: cur.size,
+                        mode: cur.mode,
+                        mtime_ns: cur.mtime_ns,
+                        file_hash: cur.file_hash,
+                        temp: rb.temp,
+                        holes: rb.holes,
+                        broken: None,
+                    });
+                } else {
+                    let digest = rb.hasher.map(|h| *h.finalize().as_bytes());
+                    self.land(
+                        cur.rel,
+                        rb.temp,
+                        cur.size,
+                        cur.mode,
+                        cur.mtime_ns,
+                        &cur.file_hash,
+                        digest,
+                    );
+                }
+            }
+        }
+        if self
+            .res
+            .as_ref()
+            .is_some_and(|r| r.written() >= self.committed_mark + self.cfg.commit_every)
+        {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Checks the whole-file hash, sets mode and mtime, renames into place.
+    #[allow(clippy::too_many_arguments)]
+    fn land(
+        &mut self,
+        rel: RelPath,
+        temp: TempFile,
+        size: u64,
+        mode: u32,
+        mtime_ns: i128,
+        want: &Hash,
+        digest: Option<Hash>,
+    ) {
+        let digest = match digest {
+            Some(d) => Ok(d),
+            None => hash_file(temp.file(), size),
+        };
+        let result = match digest {
+            Ok(d) if &d == want => temp
+                .set_times_and_mode(mtime_ns, mode)
+                .and_then(|()| temp.persist(self.cfg.fsync_files))
+                .map_err(|e| e.to_string()),
+            Ok(_) => Err("content does not match the sender's BLAKE3 (file changed while sent?)".into()),
+            Err(e) => Err(format!("re-reading to verify: {e}")),
+        };
+        match result {
+            Ok(()) => {
+                self.report.files_written += 1;
+                self.report.effective_bytes += size;
+            }
+            Err(e) => self.fail(rel.as_bytes(), e),
+        }
+    }
+
+    /// NAK the damaged or missing chunks, apply the REPAIRs.
+    fn corrections(&mut self) -> Result<(), SessionError> {
+        let per_frame = pfs_wire::frame::MAX_CONTROL_BODY as usize / 32;
+        let naks: Vec<Hash> = std::mem::take(&mut self.nak);
+        let mut batches = naks.chunks(per_frame).peekable();
+        while let Some(batch) = batches.next() {
+            let body: Vec<u8> = batch.iter().flatten().copied().collect();
+            let flags = if batches.peek().is_none() { FLAG_LAST } else { 0 };
+            write_frame(self.t, FrameType::Nak, flags, &body, "NAK")?;
+        }
+        let mut repaired: HashMap<Hash, Vec<u8>> = HashMap::new();
+        loop {
+            let h = self
+                .next("REPAIR")?
+                .ok_or(SessionError::PeerClosed { during: "REPAIR" })?;
+            if h.frame_type != FrameType::Repair {
+                return Err(reject(
+                    ErrorCode::Protocol,
+                    format!("expected REPAIR, got {}", h.frame_type.name()),
+                ));
+            }
+            let body = self.reader.take(self.t, h.length as usize, "REPAIR")?.to_vec();
+            let (_, entries) = parse_chunks(&body).map_err(wire("REPAIR"))?;
+            for e in entries {
+                let e = e.map_err(wire("REPAIR entry"))?;
+                if !self.nak_seen.contains_key(e.hash) || e.len > MAX_CHUNK_LEN {
+                    return Err(reject(ErrorCode::Protocol, "REPAIR of a chunk not NAKed".into()));
+                }
+                let bytes = match e.data {
+                    ChunkData::Literal(b) if b.len() == e.len as usize => b.to_vec(),
+                    ChunkData::Zstd(c) => zstd::bulk::decompress(c, e.len as usize)
+                        .ok()
+                        .filter(|b| b.len() == e.len as usize)
+                        .ok_or_else(|| reject(ErrorCode::BadFrame, "bad zstd in REPAIR".into()))?,
+                    _ => return Err(reject(ErrorCode::BadFrame, "REPAIR entries carry bytes".into())),
+                };
+                if !hash_matches(&bytes, e.hash) {
+                    continue;
+                }
+                self.report.repaired_bytes += u64::from(e.len);
+                match self.store.repair(e.hash, &bytes) {
+                    Ok(_) => {}
+                    Err(err) => self.messages.push_str(&format!("store repair failed: {err}\n")),
+                }
+                repaired.insert(*e.hash, bytes);
+            }
+            if h.flags & FLAG_LAST != 0 {
+                break;
+            }
+        }
+        // Fill the holes of the waiting files.
+        for w in &mut self.waiting {
+            for (at, hash, len) in std::mem::take(&mut w.holes) {
+                let result = match repaired.get(&hash).filter(|b| b.len() == len as usize) {
+                    Some(b) => w
+                        .temp
+                        .file()
+                        .write_all_at(b, at)
+                        .map_err(|e| format!("write: {e}")),
+                    None => Err("chunks damaged in the store were not repaired".to_string()),
+                };
+                if let Err(e) = result {
+                    w.broken = Some(e);
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_waiting(&mut self) {
+        for w in std::mem::take(&mut self.waiting) {
+            match w.broken {
+                None if w.holes.is_empty() => {
+                    self.land(w.rel, w.temp, w.size, w.mode, w.mtime_ns, &w.file_hash, None)
+                }
+                None => self.fail(w.rel.as_bytes(), "chunks damaged in the store were not repaired"),
+                Some(why) => self.fail(w.rel.as_bytes(), why),
+            }
+        }
+    }
+}
+
+fn flush(rb: &mut Rebuild) -> std::io::Result<()> {
+    if !rb.buf.is_empty() {
+        rb.temp.file().write_all_at(&rb.buf, rb.buf_at)?;
+        rb.buf_at += rb.buf.len() as u64;
+        rb.buf.clear();
+    }
+    Ok(())
+}
+
+/// rsync's quick check: same size and same mtime (to the nanosecond).
+fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    meta.is_file()
+        && meta.size() == size
+        && i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()) == mtime_ns
+}
+
+fn hash_file(f: &File, size: u64) -> std::io::Result<Hash> {
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; WRITE_BUF];
+    let mut at = 0u64;
+    while at < size {
+        let n = (size - at).min(buf.len() as u64) as usize;
+        f.read_exact_at(&mut buf[..n], at)?;
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(*h.finalize().as_bytes())
+}

@@ -1,0 +1,648 @@
+//! The sending side of a sync session: learn the receiver's store index
+//! (cached per store id and generation, so a second send fetches only the
+//! delta), decide per chunk between a descriptor into the store and literal
+//! bytes, announce the totals, stream FILE and CHUNKS frames, answer NAKs
+//! with REPAIRs, and return the receiver's report.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use pfs_sync::{Entry, EntryKind as LocalKind, IndexCache, Recipe};
+use pfs_transport::Transport;
+use pfs_wire::sync::{
+    emit_entry_head, parse_index, parse_nak, tag, ChunksHeader, EntryKind, FileEntry, Hash, Plan, PlanAck,
+    SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, HELLO_COMPRESS, HELLO_DRY_RUN,
+    INDEX_REQUEST_LEN,
+};
+use pfs_wire::{FrameHeader, FrameType};
+
+use super::{refused, write_frame, SENDER_FRAME_TARGET};
+use crate::reader::FrameReader;
+use crate::sys::{thread_usage, Usage};
+use crate::SessionError;
+
+/// One entry to send, with its recipe if it is a regular file.
+#[derive(Debug, Clone)]
+pub struct SyncItem {
+    /// What and where.
+    pub entry: Entry,
+    /// The file's chunks (regular files only).
+    pub recipe: Option<Recipe>,
+}
+
+/// Sender settings of a sync session.
+#[derive(Debug, Clone)]
+pub struct SyncSendConfig {
+    /// Sub-directory of the receiver's destination (relative; empty = root).
+    pub remote_dir: Vec<u8>,
+    /// Plan only: learn the index, classify, send nothing else.
+    pub dry_run: bool,
+    /// zstd level for literal chunks (`None` = send them raw).
+    pub compress: Option<i32>,
+    /// Average chunk size used (told to the receiver, informational).
+    pub chunk_avg: u32,
+    /// Where index caches live (`None` = no cache: fetch the whole index).
+    pub index_cache_dir: Option<PathBuf>,
+    /// Longest wait for each receiver reply.
+    pub reply_timeout: Duration,
+    /// Session identifier.
+    pub session_nonce: u64,
+}
+
+/// How one chunk travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkPlan {
+    /// As a descriptor into the receiver's store blob.
+    Ref {
+        /// Offset in the store blob.
+        offset: u64,
+    },
+    /// As a hash the receiver will hold by then (sent earlier in this session).
+    Known,
+    /// As literal bytes.
+    Literal,
+}
+
+/// What a send will move, decided before anything is sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SyncPlanSummary {
+    /// Entries (files, directories, symlinks).
+    pub entries: u64,
+    /// Regular files.
+    pub files: u64,
+    /// Sum of file sizes.
+    pub total_bytes: u64,
+    /// Bytes sent as descriptors into the store.
+    pub matched_bytes: u64,
+    /// Bytes that repeat a chunk sent earlier in this session.
+    pub known_bytes: u64,
+    /// Bytes sent literally.
+    pub literal_bytes: u64,
+    /// Chunks.
+    pub chunks: u64,
+    /// Literal chunks.
+    pub literal_chunks: u64,
+}
+
+/// Sender-side progress.
+#[derive(Debug, Clone, Copy)]
+pub struct SyncSendProgress {
+    /// Entries sent.
+    pub entries: u64,
+    /// File bytes described so far (effective bytes on their way).
+    pub bytes: u64,
+    /// File bytes in the plan.
+    pub total_bytes: u64,
+    /// Bytes written to the transport.
+    pub wire_bytes: u64,
+    /// Since the stream started.
+    pub elapsed: Duration,
+}
+
+/// A finished (or planned) sync session, from the sender's side.
+#[derive(Debug, Clone)]
+pub struct SyncSendOutcome {
+    /// The classification.
+    pub plan: SyncPlanSummary,
+    /// Receiver store identity (hex) and generation when we connected.
+    pub store_id: String,
+    /// Store generation reported in SYNC_ACCEPT.
+    pub store_generation: u64,
+    /// Index entries fetched this time (the rest came from the cache).
+    pub index_entries_fetched: u64,
+    /// Index entries known from the cache before the fetch.
+    pub index_entries_cached: u64,
+    /// The receiver's report (`None` for a dry run).
+    pub report: Option<SyncReport<'static>>,
+    /// The report's messages (failed entries).
+    pub messages: String,
+    /// Bytes this side wrote to the transport.
+    pub wire_bytes_sent: u64,
+    /// Bytes this side read from the transport.
+    pub wire_bytes_received: u64,
+    /// Chunks repaired on request.
+    pub repaired_chunks: u64,
+    /// Bytes sent in REPAIR frames.
+    pub repaired_bytes: u64,
+    /// Whole session, connect to report.
+    pub elapsed: Duration,
+    /// This thread's CPU over the session.
+    pub usage: Usage,
+    /// Warnings (cache trouble, files that changed while sent).
+    pub warnings: Vec<String>,
+}
+
+/// Decides, per chunk of every file, how it travels: a descriptor when
+/// `lookup` knows it (with the same length), a known-hash reference when
+/// an earlier chunk of this send carries it, literal bytes otherwise.
+pub fn classify(
+    items: &[SyncItem],
+    lookup: impl Fn(&Hash) -> Option<(u64, u32)>,
+) -> (Vec<Vec<ChunkPlan>>, SyncPlanSummary) {
+    let mut sum = SyncPlanSummary::default();
+    let mut sent: HashMap<Hash, ()> = HashMap::new();
+    let plans = items
+        .iter()
+        .map(|item| {
+            sum.entries += 1;
+            let Some(recipe) = &item.recipe else {
+                return Vec::new();
+            };
+            sum.files += 1;
+            sum.total_bytes += recipe.size;
+            recipe
+                .chunks
+                .iter()
+                .map(|c| {
+                    sum.chunks += 1;
+                    let len = u64::from(c.len);
+                    match lookup(&c.hash) {
+                        Some((offset, l)) if l == c.len => {
+                            sum.matched_bytes += len;
+                            ChunkPlan::Ref { offset }
+                        }
+                        _ if sent.insert(c.hash, ()).is_some() => {
+                            sum.known_bytes += len;
+                            ChunkPlan::Known
+                        }
+                        _ => {
+                            sum.literal_bytes += len;
+                            sum.literal_chunks += 1;
+                            ChunkPlan::Literal
+                        }
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    (plans, sum)
+}
+
+struct Sender<'a, T: Transport + ?Sized> {
+    t: &'a mut T,
+    reader: FrameReader,
+    cfg: &'a SyncSendConfig,
+    wire_sent: u64,
+}
+
+fn store_hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl<T: Transport + ?Sized> Sender<'_, T> {
+    fn send(
+        &mut self,
+        ty: FrameType,
+        flags: u16,
+        body: &[u8],
+        during: &'static str,
+    ) -> Result<(), SessionError> {
+        match write_frame(self.t, ty, flags, body, during) {
+            Ok(n) => {
+                self.wire_sent += n;
+                Ok(())
+            }
+            Err(e) => Err(self.explain(e, during)),
+        }
+    }
+
+    /// After a failed write the receiver has usually said why (ERROR).
+    fn explain(&mut self, err: SessionError, during: &'static str) -> SessionError {
+        let _ = self.t.set_read_timeout(Some(Duration::from_secs(2)));
+        match self.reply(during) {
+            Err(refused @ SessionError::Refused { .. }) => refused,
+            _ => err,
+        }
+    }
+
+    fn reply(&mut self, during: &'static str) -> Result<(FrameHeader, Vec<u8>), SessionError> {
+        let hdr = self
+            .reader
+            .next_header(self.t)?
+            .ok_or(SessionError::PeerClosed { during })?;
+        if hdr.frame_type.is_bulk() || hdr.length > pfs_wire::frame::MAX_CONTROL_BODY {
+            return Err(SessionError::Local(format!(
+                "receiver sent a {} frame during {during}",
+                hdr.frame_type.name()
+            )));
+        }
+        let body = self.reader.take(self.t, hdr.length as usize, during)?.to_vec();
+        if hdr.frame_type == FrameType::Error {
+            return Err(refused(&body));
+        }
+        Ok((hdr, body))
+    }
+
+    fn expect(
+        &mut self,
+        want: FrameType,
+        during: &'static str,
+    ) -> Result<(FrameHeader, Vec<u8>), SessionError> {
+        let (h, body) = self.reply(during)?;
+        if h.frame_type != want {
+            return Err(SessionError::Local(format!(
+                "expected {} from the receiver, got {}",
+                want.name(),
+                h.frame_type.name()
+            )));
+        }
+        Ok((h, body))
+    }
+}
+
+/// Runs one sync session over `t`: handshake, index, plan, stream,
+/// corrections, report. `items` come from a scan with their recipes.
+pub fn send_sync<T: Transport + ?Sized>(
+    t: &mut T,
+    items: &[SyncItem],
+    cfg: &SyncSendConfig,
+    progress: &mut dyn FnMut(&SyncSendProgress),
+) -> Result<SyncSendOutcome, SessionError> {
+    let started = Instant::now();
+    let usage0 = thread_usage();
+    let mut warnings = Vec::new();
+    t.set_read_timeout(Some(cfg.reply_timeout))
+        .map_err(|e| SessionError::io("setup", e))?;
+    let mut s = Sender {
+        t,
+        reader: FrameReader::new(256 << 10),
+        cfg,
+        wire_sent: 0,
+    };
+    let mut hello = Vec::new();
+    SyncHello {
+        flags: if cfg.dry_run { HELLO_DRY_RUN } else { 0 }
+            | if cfg.compress.is_some() { HELLO_COMPRESS } else { 0 },
+        auth_method: 0,
+        chunk_avg: cfg.chunk_avg,
+        session_nonce: cfg.session_nonce,
+        remote_dir: &cfg.remote_dir,
+        auth: &[],
+    }
+    .emit(&mut hello);
+    s.send(FrameType::SyncHello, 0, &hello, "SYNC_HELLO")?;
+    let (_, body) = s.expect(FrameType::SyncAccept, "SYNC_ACCEPT")?;
+    let accept = SyncAccept::parse(&body).map_err(|error| SessionError::Wire {
+        context: "SYNC_ACCEPT",
+        error,
+    })?;
+
+    // The index: cached per store id, fetched from the cached generation on.
+    let (mut cache, warning) = match &cfg.index_cache_dir {
+        Some(dir) => IndexCache::open(dir, accept.store_id),
+        None => IndexCache::open(std::env::temp_dir().join("pfs-no-cache"), accept.store_id),
+    };
+    if let Some(w) = warning {
+        warnings.push(w.to_string());
+    }
+    if cfg.index_cache_dir.is_none() || cache.generation() > accept.generation {
+        // No cache wanted, or the store lost entries (a crash dropped a
+        // torn tail): start over.
+        cache.reset();
+    }
+    let cached = cache.len() as u64;
+    let from = cache.generation();
+    s.send(
+        FrameType::IndexRequest,
+        0,
+        &from.to_le_bytes()[..INDEX_REQUEST_LEN],
+        "INDEX_REQUEST",
+    )?;
+    let mut fetched = 0u64;
+    loop {
+        let (h, body) = s.expect(FrameType::Index, "INDEX")?;
+        let entries = parse_index(&body).map_err(|error| SessionError::Wire {
+            context: "INDEX",
+            error,
+        })?;
+        let batch: Vec<_> = entries.map(|e| (e.hash, e.offset, e.len)).collect();
+        fetched += batch.len() as u64;
+        cache.extend(from + fetched, batch);
+        if h.flags & FLAG_LAST != 0 {
+            break;
+        }
+    }
+    if cfg.index_cache_dir.is_some() {
+        if let Err(e) = cache.save() {
+            warnings.push(format!("index cache not saved: {e}"));
+        }
+    }
+
+    let (plans, summary) = classify(items, |h| cache.lookup(h));
+    let mut outcome = SyncSendOutcome {
+        plan: summary,
+        store_id: store_hex(&accept.store_id),
+        store_generation: accept.generation,
+        index_entries_fetched: fetched,
+        index_entries_cached: cached,
+        report: None,
+        messages: String::new(),
+        wire_bytes_sent: 0,
+        wire_bytes_received: 0,
+        repaired_chunks: 0,
+        repaired_bytes: 0,
+        elapsed: Duration::ZERO,
+        usage: Usage::default(),
+        warnings,
+    };
+    if cfg.dry_run {
+        let _ = s.t.shutdown_write();
+        outcome.wire_bytes_sent = s.wire_sent;
+        outcome.wire_bytes_received = s.reader.wire_bytes();
+        outcome.elapsed = started.elapsed();
+        outcome.usage = thread_usage().since(&usage0);
+        return Ok(outcome);
+    }
+
+    let plan = Plan {
+        entries: summary.entries,
+        files: summary.files,
+        total_bytes: summary.total_bytes,
+        literal_bytes: summary.literal_bytes,
+        chunks: summary.chunks,
+    };
+    s.send(FrameType::Plan, 0, &plan.emit(), "PLAN")?;
+    let (_, body) = s.expect(FrameType::Ack, "PLAN acknowledgement")?;
+    PlanAck::parse(&body).map_err(|error| SessionError::Wire {
+        context: "ACK",
+        error,
+    })?;
+
+    // The stream.
+    let stream_start = Instant::now();
+    let mut frame = Vec::with_capacity(SENDER_FRAME_TARGET + (1 << 20));
+    let mut zbuf = Vec::new();
+    let mut done_bytes = 0u64;
+    let mut last_progress = Instant::now();
+    for (no, (item, plan)) in items.iter().zip(&plans).enumerate() {
+        send_entry(
+            &mut s,
+            no as u64,
+            item,
+            plan,
+            &mut frame,
+            &mut zbuf,
+            &mut outcome.warnings,
+        )?;
+        done_bytes += item.recipe.as_ref().map_or(0, |r| r.size);
+        if last_progress.elapsed() >= Duration::from_millis(200) {
+            last_progress = Instant::now();
+            progress(&SyncSendProgress {
+                entries: no as u64 + 1,
+                bytes: done_bytes,
+                total_bytes: summary.total_bytes,
+                wire_bytes: s.wire_sent,
+                elapsed: stream_start.elapsed(),
+            });
+        }
+    }
+    progress(&SyncSendProgress {
+        entries: items.len() as u64,
+        bytes: done_bytes,
+        total_bytes: summary.total_bytes,
+        wire_bytes: s.wire_sent,
+        elapsed: stream_start.elapsed(),
+    });
+    s.send(FrameType::SyncEnd, 0, &[], "SYNC_END")?;
+
+    // Corrections, then the report.
+    let report = loop {
+        let (h, body) = s.reply("the report")?;
+        match h.frame_type {
+            FrameType::Nak => {
+                let mut wanted: Vec<Hash> = Vec::new();
+                let mut last = h.flags & FLAG_LAST != 0;
+                let hashes = parse_nak(&body).map_err(|error| SessionError::Wire {
+                    context: "NAK",
+                    error,
+                })?;
+                wanted.extend(hashes.copied());
+                while !last {
+                    let (h, body) = s.expect(FrameType::Nak, "NAK")?;
+                    last = h.flags & FLAG_LAST != 0;
+                    let hashes = parse_nak(&body).map_err(|error| SessionError::Wire {
+                        context: "NAK",
+                        error,
+                    })?;
+                    wanted.extend(hashes.copied());
+                }
+                let (chunks, bytes) = repair(&mut s, items, &wanted, &mut frame)?;
+                outcome.repaired_chunks += chunks;
+                outcome.repaired_bytes += bytes;
+            }
+            FrameType::SyncEnd if h.flags & FLAG_SYNC_REPORT != 0 => {
+                let r = SyncReport::parse(&body).map_err(|error| SessionError::Wire {
+                    context: "SYNC_END report",
+                    error,
+                })?;
+                outcome.messages = r.messages.to_string();
+                break SyncReport { messages: "", ..r };
+            }
+            other => {
+                return Err(SessionError::Local(format!(
+                    "unexpected {} from the receiver",
+                    other.name()
+                )))
+            }
+        }
+    };
+    outcome.report = Some(report);
+    outcome.wire_bytes_sent = s.wire_sent;
+    outcome.wire_bytes_received = s.reader.wire_bytes();
+    outcome.elapsed = started.elapsed();
+    outcome.usage = thread_usage().since(&usage0);
+    Ok(outcome)
+}
+
+fn entry_kind(e: &Entry) -> (EntryKind, &[u8]) {
+    match &e.kind {
+        LocalKind::File { .. } => (EntryKind::File, &[]),
+        LocalKind::Dir => (EntryKind::Dir, &[]),
+        LocalKind::Symlink { target } => (EntryKind::Symlink, target),
+    }
+}
+
+fn io_local(what: &str, path: &std::path::Path, e: std::io::Error) -> SessionError {
+    SessionError::Local(format!("{what} {}: {e}", path.display()))
+}
+
+/// FILE, then its CHUNKS frames (entries and literal bytes read straight
+/// into the frame buffer: one copy from the page cache).
+fn send_entry<T: Transport + ?Sized>(
+    s: &mut Sender<'_, T>,
+    no: u64,
+    item: &SyncItem,
+    plan: &[ChunkPlan],
+    frame: &mut Vec<u8>,
+    zbuf: &mut Vec<u8>,
+    warnings: &mut Vec<String>,
+) -> Result<(), SessionError> {
+    let e = &item.entry;
+    let (kind, link) = entry_kind(e);
+    let (size, file_hash, chunk_count) = match &item.recipe {
+        Some(r) => (r.size, r.file_hash, r.chunks.len() as u32),
+        None => (0, [0; 32], 0),
+    };
+    let mtime_sec = e.mtime_ns.div_euclid(1_000_000_000) as i64;
+    let mtime_nsec = e.mtime_ns.rem_euclid(1_000_000_000) as u32;
+    frame.clear();
+    FileEntry {
+        file_no: no,
+        kind,
+        mode: e.mode,
+        mtime_sec,
+        mtime_nsec,
+        size,
+        chunk_count,
+        file_hash,
+        path: e.rel.as_bytes(),
+        link_target: link,
+    }
+    .emit(frame);
+    s.send(FrameType::File, 0, frame, "FILE")?;
+    let Some(recipe) = &item.recipe else {
+        return Ok(());
+    };
+    if recipe.chunks.is_empty() {
+        return Ok(());
+    }
+    let needs_read = plan.contains(&ChunkPlan::Literal);
+    let file = if needs_read {
+        let f = File::open(&e.abs).map_err(|err| io_local("open", &e.abs, err))?;
+        if let Ok(meta) = f.metadata() {
+            use std::os::unix::fs::MetadataExt;
+            let now_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+            if meta.size() != recipe.size || now_ns != e.mtime_ns {
+                warnings.push(format!(
+                    "{} changed since it was scanned; the receiver will refuse it",
+                    e.abs.display()
+                ));
+            }
+        }
+        Some(f)
+    } else {
+        None
+    };
+    let mut i = 0;
+    while i < recipe.chunks.len() {
+        frame.clear();
+        frame.extend_from_slice(&[0; pfs_wire::sync::CHUNKS_FIXED_LEN]);
+        let mut count = 0u32;
+        while i < recipe.chunks.len() && frame.len() < SENDER_FRAME_TARGET {
+            let c = &recipe.chunks[i];
+            match plan[i] {
+                ChunkPlan::Ref { offset } => {
+                    emit_entry_head(frame, tag::REF, &c.hash, c.len);
+                    frame.extend_from_slice(&offset.to_le_bytes());
+                }
+                ChunkPlan::Known => emit_entry_head(frame, tag::KNOWN, &c.hash, c.len),
+                ChunkPlan::Literal => {
+                    let f = file
+                        .as_ref()
+                        .ok_or_else(|| SessionError::Local("file not open".into()))?;
+                    push_literal(frame, zbuf, f, c.offset, c.len, &c.hash, s.cfg.compress)
+                        .map_err(|err| io_local("read", &e.abs, err))?;
+                }
+            }
+            count += 1;
+            i += 1;
+        }
+        frame[..pfs_wire::sync::CHUNKS_FIXED_LEN]
+            .copy_from_slice(&ChunksHeader { file_no: no, count }.emit());
+        s.send(FrameType::Chunks, 0, frame, "CHUNKS")?;
+    }
+    Ok(())
+}
+
+/// Appends one literal entry: the chunk's bytes read from `f` straight into
+/// the frame, or zstd-compressed when that is smaller.
+fn push_literal(
+    frame: &mut Vec<u8>,
+    zbuf: &mut Vec<u8>,
+    f: &File,
+    offset: u64,
+    len: u32,
+    hash: &Hash,
+    compress: Option<i32>,
+) -> std::io::Result<()> {
+    let head = frame.len();
+    emit_entry_head(frame, tag::LITERAL, hash, len);
+    let start = frame.len();
+    frame.resize(start + len as usize, 0);
+    f.read_exact_at(&mut frame[start..], offset)?;
+    if let Some(level) = compress {
+        zbuf.clear();
+        zbuf.reserve(zstd::zstd_safe::compress_bound(len as usize));
+        // Compression that saves nothing is not worth the receiver's time.
+        if let Ok(n) = zstd::bulk::compress_to_buffer(&frame[start..], zbuf, level) {
+            if n + 4 < len as usize {
+                frame.truncate(head);
+                emit_entry_head(frame, tag::ZSTD, hash, len);
+                frame.extend_from_slice(&(n as u32).to_le_bytes());
+                frame.extend_from_slice(&zbuf[..n]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Answers a NAK: the named chunks' bytes, read again from the files.
+fn repair<T: Transport + ?Sized>(
+    s: &mut Sender<'_, T>,
+    items: &[SyncItem],
+    wanted: &[Hash],
+    frame: &mut Vec<u8>,
+) -> Result<(u64, u64), SessionError> {
+    let want: HashMap<Hash, ()> = wanted.iter().map(|h| (*h, ())).collect();
+    let mut found: HashMap<Hash, (usize, u64, u32)> = HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        if let Some(r) = &item.recipe {
+            for c in &r.chunks {
+                if want.contains_key(&c.hash) {
+                    found.entry(c.hash).or_insert((i, c.offset, c.len));
+                }
+            }
+        }
+    }
+    let mut zbuf = Vec::new();
+    let (mut chunks, mut bytes) = (0u64, 0u64);
+    let mut list: Vec<_> = found.into_iter().collect();
+    list.sort_by_key(|(_, (i, off, _))| (*i, *off));
+    let mut k = 0;
+    loop {
+        frame.clear();
+        frame.extend_from_slice(&[0; pfs_wire::sync::CHUNKS_FIXED_LEN]);
+        let mut count = 0u32;
+        while k < list.len() && frame.len() < SENDER_FRAME_TARGET {
+            let (hash, (i, off, len)) = &list[k];
+            let path = &items[*i].entry.abs;
+            let f = File::open(path).map_err(|e| io_local("open", path, e))?;
+            push_literal(frame, &mut zbuf, &f, *off, *len, hash, s.cfg.compress)
+                .map_err(|e| io_local("read", path, e))?;
+            chunks += 1;
+            bytes += u64::from(*len);
+            count += 1;
+            k += 1;
+        }
+        frame[..pfs_wire::sync::CHUNKS_FIXED_LEN].copy_from_slice(
+            &ChunksHeader {
+                file_no: ChunksHeader::REPAIR,
+                count,
+            }
+            .emit(),
+        );
+        let last = k >= list.len();
+        s.send(
+            FrameType::Repair,
+            if last { FLAG_LAST } else { 0 },
+            frame,
+            "REPAIR",
+        )?;
+        if last {
+            return Ok((chunks, bytes));
+        }
+    }
+}

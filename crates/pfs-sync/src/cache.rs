@@ -1,0 +1,533 @@
+//! Persistent caches that let a sender skip work: [`RecipeCache`] (recipes of
+//! local files) and [`IndexCache`] (a receiver's chunk index).
+//!
+//! # Recipe cache (rsync's quick check)
+//! A file whose absolute path, device, inode, size and mtime match a cached
+//! entry (chunked with the same [`ChunkParams`]) is assumed unchanged and its
+//! recipe is reused without reading it. Like rsync and git, this trusts
+//! mtimes: a tool that rewrites a file and then restores its old mtime and
+//! size defeats it. To avoid git's "racily clean" problem, [`RecipeCache::put`]
+//! ignores files modified less than [`RACY_WINDOW_NS`] before the call: such a
+//! file could change again within the same timestamp tick. Entries not used
+//! for [`EXPIRE_SECS`] are dropped when saving.
+//!
+//! # Index cache
+//! What a sender knows about one receiver store (identified by its 16-byte
+//! store id): chunk hash → `(offset, len)` in the receiver's blob, up to a
+//! generation number. After connecting, the sender asks for the entries
+//! added since [`IndexCache::generation`] and [`extend`](IndexCache::extend)s.
+//!
+//! # File format
+//! Both files are: 8-byte magic, `u32` format version, body, then the
+//! BLAKE3 hash of everything before it. Integers are little-endian. A file
+//! with another magic, another version, a bad checksum or inconsistent
+//! content is ignored (the cache starts empty) and `open` returns a
+//! [`CacheWarning`]; it is never an error. Saving writes a temporary file in
+//! the same directory, fsyncs it and renames it over the old one, so a crash
+//! leaves the old or the new cache.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::chunk::{ChunkParams, ChunkRef, Recipe};
+use crate::error::{CacheWarning, SyncError};
+use crate::walk::{Entry, EntryKind};
+
+/// Files modified this recently (nanoseconds) are not cached; see the module docs.
+pub const RACY_WINDOW_NS: i128 = 2_000_000_000;
+/// Recipe-cache entries unused for this long (seconds) are dropped on save.
+pub const EXPIRE_SECS: u64 = 30 * 24 * 3600;
+
+const RECIPE_MAGIC: &[u8; 8] = b"PFSRCPC\0";
+const INDEX_MAGIC: &[u8; 8] = b"PFSIDXC\0";
+const VERSION: u32 = 1;
+const SUM_LEN: usize = 32;
+
+/// The per-user cache directory: `$XDG_CACHE_HOME/pfs`, else `$HOME/.cache/pfs`.
+/// A relative or empty `XDG_CACHE_HOME` is ignored, as the XDG spec says.
+pub fn default_cache_dir() -> Result<PathBuf, SyncError> {
+    cache_dir_from(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
+}
+
+fn cache_dir_from(xdg: Option<OsString>, home: Option<OsString>) -> Result<PathBuf, SyncError> {
+    if let Some(x) = xdg.filter(|v| Path::new(v).is_absolute()) {
+        return Ok(PathBuf::from(x).join("pfs"));
+    }
+    match home.filter(|v| !v.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".cache").join("pfs")),
+        None => Err(SyncError::NoCacheDir),
+    }
+}
+
+/// Quick-check cache of file recipes (see the module docs).
+#[derive(Debug)]
+pub struct RecipeCache {
+    path: PathBuf,
+    map: HashMap<Vec<u8>, Cached>,
+    now_s: u64,
+}
+
+/// One cached recipe and the stat fields it is valid for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cached {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    params: ChunkParams,
+    last_used_s: u64,
+    recipe: Recipe,
+}
+
+impl Cached {
+    fn matches(&self, e: &Entry, size: u64, params: &ChunkParams) -> bool {
+        self.dev == e.dev
+            && self.ino == e.ino
+            && self.size == size
+            && self.mtime_ns == e.mtime_ns
+            && self.params == *params
+    }
+}
+
+impl RecipeCache {
+    /// Load the cache at `path`. A missing file gives an empty cache; an
+    /// unreadable, foreign or corrupt one gives an empty cache and a warning.
+    pub fn open(path: impl Into<PathBuf>) -> (Self, Option<CacheWarning>) {
+        let path = path.into();
+        let mut cache = Self {
+            path,
+            map: HashMap::new(),
+            now_s: unix_now_s(),
+        };
+        let warning = match load(&cache.path, RECIPE_MAGIC, "recipe") {
+            Ok(None) => None,
+            Ok(Some(body)) => match decode_recipes(&body) {
+                Ok(map) => {
+                    cache.map = map;
+                    None
+                }
+                Err(detail) => Some(corrupt(&cache.path, detail)),
+            },
+            Err(w) => Some(w),
+        };
+        (cache, warning)
+    }
+
+    /// `default_cache_dir()/recipes.bin`.
+    pub fn default_path() -> Result<PathBuf, SyncError> {
+        Ok(default_cache_dir()?.join("recipes.bin"))
+    }
+
+    /// Where this cache is saved.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of cached recipes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The cached recipe for `entry` if its path, device, inode, size and
+    /// mtime all match and it was made with `params`.
+    pub fn get(&mut self, entry: &Entry, params: &ChunkParams) -> Option<&Recipe> {
+        let EntryKind::File { size } = entry.kind else {
+            return None;
+        };
+        let c = self.map.get_mut(entry.abs.as_os_str().as_bytes())?;
+        if !c.matches(entry, size, params) {
+            return None;
+        }
+        c.last_used_s = self.now_s;
+        Some(&c.recipe)
+    }
+
+    /// Remember `recipe` for `entry` (replacing what was cached for its
+    /// path). Ignored for non-files, for a recipe whose size differs from the
+    /// entry's, and for files modified less than [`RACY_WINDOW_NS`] ago.
+    pub fn put(&mut self, entry: &Entry, params: &ChunkParams, recipe: Recipe) {
+        let EntryKind::File { size } = entry.kind else {
+            return;
+        };
+        if recipe.size != size || entry.mtime_ns > unix_now_ns() - RACY_WINDOW_NS {
+            return;
+        }
+        self.map.insert(
+            entry.abs.as_os_str().as_bytes().to_vec(),
+            Cached {
+                dev: entry.dev,
+                ino: entry.ino,
+                size,
+                mtime_ns: entry.mtime_ns,
+                params: *params,
+                last_used_s: self.now_s,
+                recipe,
+            },
+        );
+    }
+
+    /// Write the cache atomically (temporary file + rename), dropping entries
+    /// unused for [`EXPIRE_SECS`]. Creates the directory if needed.
+    pub fn save(&mut self) -> Result<(), SyncError> {
+        let cutoff = self.now_s.saturating_sub(EXPIRE_SECS);
+        self.map.retain(|_, c| c.last_used_s >= cutoff);
+        let mut body = Vec::new();
+        put_u64(&mut body, self.map.len() as u64);
+        let mut keys: Vec<&Vec<u8>> = self.map.keys().collect();
+        keys.sort_unstable();
+        for k in keys {
+            let c = &self.map[k];
+            put_u32(&mut body, k.len() as u32);
+            body.extend_from_slice(k);
+            put_u64(&mut body, c.dev);
+            put_u64(&mut body, c.ino);
+            put_u64(&mut body, c.size);
+            body.extend_from_slice(&c.mtime_ns.to_le_bytes());
+            put_u32(&mut body, c.params.min());
+            put_u32(&mut body, c.params.avg());
+            put_u32(&mut body, c.params.max());
+            put_u64(&mut body, c.last_used_s);
+            body.extend_from_slice(&c.recipe.file_hash);
+            put_u64(&mut body, c.recipe.chunks.len() as u64);
+            for ch in &c.recipe.chunks {
+                body.extend_from_slice(&ch.hash);
+                put_u32(&mut body, ch.len);
+            }
+        }
+        store(&self.path, RECIPE_MAGIC, &body)
+    }
+}
+
+fn decode_recipes(body: &[u8]) -> Result<HashMap<Vec<u8>, Cached>, &'static str> {
+    let mut r = Reader(body);
+    let n = r.u64()?;
+    // Smallest possible record: see `save`.
+    const MIN_RECORD: u64 = 4 + 8 * 3 + 16 + 12 + 8 + 32 + 8;
+    if n > body.len() as u64 / MIN_RECORD {
+        return Err("entry count larger than the file");
+    }
+    let mut map = HashMap::with_capacity(n as usize);
+    for _ in 0..n {
+        let klen = r.u32()? as usize;
+        let key = r.take(klen)?.to_vec();
+        let dev = r.u64()?;
+        let ino = r.u64()?;
+        let size = r.u64()?;
+        let mtime_ns = i128::from_le_bytes(r.array()?);
+        let (min, avg, max) = (r.u32()?, r.u32()?, r.u32()?);
+        let params = ChunkParams::with_bounds(min, avg, max).map_err(|_| "bad chunk parameters")?;
+        let last_used_s = r.u64()?;
+        let file_hash = r.array()?;
+        let nchunks = r.u64()?;
+        if nchunks > r.0.len() as u64 / 36 {
+            return Err("chunk count larger than the file");
+        }
+        let mut chunks = Vec::with_capacity(nchunks as usize);
+        let mut offset = 0u64;
+        for _ in 0..nchunks {
+            let hash = r.array()?;
+            let len = r.u32()?;
+            if len == 0 || len > params.max() {
+                return Err("chunk length out of range");
+            }
+            chunks.push(ChunkRef { hash, offset, len });
+            offset += u64::from(len);
+        }
+        if offset != size {
+            return Err("chunks do not add up to the file size");
+        }
+        let recipe = Recipe {
+            size,
+            file_hash,
+            chunks,
+        };
+        let c = Cached {
+            dev,
+            ino,
+            size,
+            mtime_ns,
+            params,
+            last_used_s,
+            recipe,
+        };
+        map.insert(key, c);
+    }
+    if !r.0.is_empty() {
+        return Err("trailing bytes");
+    }
+    Ok(map)
+}
+
+/// A sender's copy of one receiver store's chunk index (see the module docs).
+#[derive(Debug)]
+pub struct IndexCache {
+    path: PathBuf,
+    store_id: [u8; 16],
+    generation: u64,
+    map: HashMap<[u8; 32], (u64, u32)>,
+}
+
+impl IndexCache {
+    /// Load the cache for `store_id` from `dir` (file `index-<hex id>.bin`).
+    /// Missing, unreadable, foreign or corrupt files give an empty cache at
+    /// generation 0 (plus a warning for the last three).
+    pub fn open(dir: impl AsRef<Path>, store_id: [u8; 16]) -> (Self, Option<CacheWarning>) {
+        let hex: String = store_id.iter().map(|b| format!("{b:02x}")).collect();
+        let path = dir.as_ref().join(format!("index-{hex}.bin"));
+        let mut cache = Self {
+            path,
+            store_id,
+            generation: 0,
+            map: HashMap::new(),
+        };
+        let warning = match load(&cache.path, INDEX_MAGIC, "index") {
+            Ok(None) => None,
+            Ok(Some(body)) => match decode_index(&body, &store_id) {
+                Ok(Some((generation, map))) => {
+                    cache.generation = generation;
+                    cache.map = map;
+                    None
+                }
+                Ok(None) => Some(CacheWarning::Foreign {
+                    path: cache.path.clone(),
+                    kind: "index (for another store)",
+                }),
+                Err(detail) => Some(corrupt(&cache.path, detail)),
+            },
+            Err(w) => Some(w),
+        };
+        (cache, warning)
+    }
+
+    /// Where this cache is saved.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The receiver store this describes.
+    pub fn store_id(&self) -> [u8; 16] {
+        self.store_id
+    }
+
+    /// The receiver generation this cache is complete up to (0: nothing known).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Number of known chunks.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no chunk is known.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Where the receiver holds the chunk with this hash, if it does.
+    pub fn lookup(&self, hash: &[u8; 32]) -> Option<(u64, u32)> {
+        self.map.get(hash).copied()
+    }
+
+    /// Add the receiver's entries `(hash, offset, len)` made after
+    /// [`generation`](Self::generation), up to `generation` (which becomes
+    /// the new generation). A later entry for a known hash replaces it.
+    pub fn extend(&mut self, generation: u64, entries: impl IntoIterator<Item = ([u8; 32], u64, u32)>) {
+        self.map
+            .extend(entries.into_iter().map(|(h, off, len)| (h, (off, len))));
+        self.generation = generation;
+    }
+
+    /// Forget everything (the receiver no longer knows our generation, e.g.
+    /// its store was rebuilt).
+    pub fn reset(&mut self) {
+        self.map.clear();
+        self.generation = 0;
+    }
+
+    /// Write the cache atomically (temporary file + rename).
+    pub fn save(&self) -> Result<(), SyncError> {
+        let mut body = Vec::with_capacity(16 + 16 + self.map.len() * 44);
+        body.extend_from_slice(&self.store_id);
+        put_u64(&mut body, self.generation);
+        put_u64(&mut body, self.map.len() as u64);
+        let mut entries: Vec<_> = self.map.iter().collect();
+        entries.sort_unstable_by_key(|(h, _)| **h);
+        for (h, (off, len)) in entries {
+            body.extend_from_slice(h);
+            put_u64(&mut body, *off);
+            put_u32(&mut body, *len);
+        }
+        store(&self.path, INDEX_MAGIC, &body)
+    }
+}
+
+type IndexMap = HashMap<[u8; 32], (u64, u32)>;
+
+/// `Ok(None)`: a valid file for another store.
+fn decode_index(body: &[u8], want: &[u8; 16]) -> Result<Option<(u64, IndexMap)>, &'static str> {
+    let mut r = Reader(body);
+    let id: [u8; 16] = r.array()?;
+    if id != *want {
+        return Ok(None);
+    }
+    let generation = r.u64()?;
+    let n = r.u64()?;
+    if n.checked_mul(44) != Some(r.0.len() as u64) {
+        return Err("entry count does not match the file size");
+    }
+    let mut map = HashMap::with_capacity(n as usize);
+    for _ in 0..n {
+        let h = r.array()?;
+        let off = r.u64()?;
+        let len = r.u32()?;
+        map.insert(h, (off, len));
+    }
+    Ok(Some((generation, map)))
+}
+
+/// Read and check a cache file: `Ok(None)` if it does not exist, the body
+/// (between header and checksum) if it is valid.
+fn load(path: &Path, magic: &[u8; 8], kind: &'static str) -> Result<Option<Vec<u8>>, CacheWarning> {
+    let mut bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(CacheWarning::Unreadable {
+                path: path.into(),
+                source,
+            })
+        }
+    };
+    if bytes.len() < 8 || bytes[..8] != magic[..] {
+        return Err(CacheWarning::Foreign {
+            path: path.into(),
+            kind,
+        });
+    }
+    if bytes.len() < 12 + SUM_LEN {
+        return Err(corrupt(path, "truncated"));
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version != VERSION {
+        return Err(CacheWarning::Version {
+            path: path.into(),
+            found: version,
+            expected: VERSION,
+        });
+    }
+    let split = bytes.len() - SUM_LEN;
+    if blake3::hash(&bytes[..split]).as_bytes()[..] != bytes[split..] {
+        return Err(corrupt(path, "checksum mismatch"));
+    }
+    bytes.truncate(split);
+    bytes.drain(..12);
+    Ok(Some(bytes))
+}
+
+/// Write header + body + checksum to a temporary file beside `path`, fsync,
+/// and rename it over `path`.
+fn store(path: &Path, magic: &[u8; 8], body: &[u8]) -> Result<(), SyncError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    fs::create_dir_all(dir).map_err(|e| SyncError::io("create cache directory", dir, e))?;
+    let mut header = Vec::with_capacity(12);
+    header.extend_from_slice(magic);
+    put_u32(&mut header, VERSION);
+    let mut h = blake3::Hasher::new();
+    h.update(&header);
+    h.update(body);
+    let sum = h.finalize();
+    static SAVES: AtomicU64 = AtomicU64::new(0);
+    let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
+    tmp_name.push(format!(
+        ".tmp.{}.{}",
+        std::process::id(),
+        SAVES.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp = dir.join(tmp_name);
+    let write = || -> io::Result<()> {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&header)?;
+        f.write_all(body)?;
+        f.write_all(sum.as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        SyncError::io("write cache", path, e)
+    })
+}
+
+fn corrupt(path: &Path, detail: &'static str) -> CacheWarning {
+    CacheWarning::Corrupt {
+        path: path.into(),
+        detail,
+    }
+}
+
+fn put_u32(v: &mut Vec<u8>, x: u32) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+fn put_u64(v: &mut Vec<u8>, x: u64) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+/// Bounds-checked little-endian reader; every method fails instead of panicking.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
+        if self.0.len() < n {
+            return Err("truncated");
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], &'static str> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn u32(&mut self) -> Result<u32, &'static str> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, &'static str> {
+        self.array().map(u64::from_le_bytes)
+    }
+}
+
+fn unix_now_ns() -> i128 {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    }
+}
+
+fn unix_now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,197 @@
+//! Chunking a file read through recycled window buffers (see the module docs
+//! of [`crate::chunk`] for why `pread(2)` rather than `mmap`).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{
+    assemble, chunk_bytes_windowed, hash_chunks, lock, tree, ChunkParams, Cutter, Recipe, ZERO_FLAG,
+};
+use crate::error::SyncError;
+
+/// Windows read but not yet hashed, per file. Bounds memory at
+/// `MAX_IN_FLIGHT * (window + max)` bytes per file being chunked.
+const MAX_IN_FLIGHT: usize = 4;
+
+/// Chunk and hash one regular file.
+///
+/// The file is read once, sequentially. Files larger than one window (8 MiB)
+/// are hashed in parallel on the current rayon pool. If the file's size,
+/// mtime or ctime changes while it is read, or it ends early or grows, the
+/// result is [`SyncError::Changed`]: the recipe would describe no single
+/// version of the file.
+///
+/// Sparse files need no special handling: holes read as zeros.
+pub fn chunk_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<Recipe, SyncError> {
+    chunk_file_windowed(path.as_ref(), params, params.window())
+}
+
+pub(super) fn chunk_file_windowed(
+    path: &Path,
+    params: &ChunkParams,
+    window: usize,
+) -> Result<Recipe, SyncError> {
+    let file = File::open(path).map_err(|e| SyncError::io("open", path, e))?;
+    let before = file.metadata().map_err(|e| SyncError::io("stat", path, e))?;
+    if !before.is_file() {
+        return Err(SyncError::NotAFile { path: path.into() });
+    }
+    let size = before.len();
+    // Advice only; a filesystem that does not take it changes nothing.
+    let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
+    let recipe = if size <= window as u64 {
+        let mut buf = vec![0u8; size as usize];
+        read_full_at(&file, &mut buf, 0, path)?;
+        chunk_bytes_windowed(&buf, params, window)
+    } else {
+        pipeline(&file, path, size, params, window)?
+    };
+    // The file must still end where it ended and carry the same timestamps.
+    let mut probe = [0u8; 1];
+    let grew = loop {
+        match file.read_at(&mut probe, size) {
+            Ok(n) => break n != 0,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(SyncError::io("read", path, e)),
+        }
+    };
+    let after = file.metadata().map_err(|e| SyncError::io("stat", path, e))?;
+    let same = after.len() == size
+        && after.mtime() == before.mtime()
+        && after.mtime_nsec() == before.mtime_nsec()
+        && after.ctime() == before.ctime()
+        && after.ctime_nsec() == before.ctime_nsec();
+    if grew || !same {
+        return Err(SyncError::Changed { path: path.into() });
+    }
+    Ok(recipe)
+}
+
+/// Fill `buf` from `offset`; a file that ends early has changed.
+fn read_full_at(file: &File, mut buf: &mut [u8], mut offset: u64, path: &Path) -> Result<(), SyncError> {
+    while !buf.is_empty() {
+        match file.read_at(buf, offset) {
+            Ok(0) => return Err(SyncError::Changed { path: path.into() }),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(SyncError::io("read", path, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Multi-window chunking. This thread finds cut points, window after
+/// window; meanwhile the next window is read by a rayon task (`join`), and
+/// each finished window goes to a rayon task that hashes its chunks and
+/// computes its BLAKE3 chaining value. Only cut finding is sequential.
+///
+/// Buffer layout: the window's `wlen` bytes are read to `buf[max..]`; before
+/// cutting, the carry (the bytes after the previous window's last cut, fewer
+/// than `max`) is copied just in front, to `buf[max - carry..max]`. Cuts are
+/// taken only while at least `max` bytes remain (or at end of file), so each
+/// cut sees exactly what it would see in the whole file.
+fn pipeline(
+    file: &File,
+    path: &Path,
+    size: u64,
+    params: &ChunkParams,
+    window: usize,
+) -> Result<Recipe, SyncError> {
+    let cutter = Cutter::new(params);
+    let max = cutter.max();
+    let n = size.div_ceil(window as u64) as usize;
+    let buf_len = max + window;
+    let spare: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+    let take_buf = || lock(&spare).pop().unwrap_or_else(|| vec![0u8; buf_len]);
+    let window_len = |k: usize| (size - k as u64 * window as u64).min(window as u64) as usize;
+    let read_window = |k: usize, mut buf: Vec<u8>| -> Result<Vec<u8>, SyncError> {
+        let off = k as u64 * window as u64;
+        read_full_at(file, &mut buf[max..max + window_len(k)], off, path)?;
+        Ok(buf)
+    };
+    let results = Mutex::new(Vec::with_capacity(n));
+    // Incremented here before each spawn, decremented by the task after it
+    // returned its buffer to `spare`; read by `wait_for_slot`.
+    let in_flight = AtomicUsize::new(0);
+    let mut carry: Vec<u8> = Vec::with_capacity(max);
+    let mut carry_off = 0u64;
+    rayon::scope(|s| -> Result<(), SyncError> {
+        let mut next = Some(read_window(0, take_buf())?);
+        for k in 0..n {
+            let Some(mut buf) = next.take() else {
+                unreachable!("window {k} was read ahead");
+            };
+            let c = carry.len();
+            buf[max - c..max].copy_from_slice(&carry);
+            let (start, end) = (max - c, max + window_len(k));
+            let last = k + 1 == n;
+            let ahead = if last {
+                None
+            } else {
+                wait_for_slot(&in_flight);
+                Some(take_buf())
+            };
+            let (lens, read) = rayon::join(
+                || cut_window(&cutter, &buf[start..end], last, window / params.avg() as usize),
+                || ahead.map(|b| read_window(k + 1, b)),
+            );
+            next = read.transpose()?;
+            let pos: usize = lens.iter().map(|&l| (l & !ZERO_FLAG) as usize).sum();
+            carry.clear();
+            carry.extend_from_slice(&buf[start + pos..end]);
+            let base = carry_off;
+            carry_off += pos as u64;
+            let wstart = k as u64 * window as u64;
+            in_flight.fetch_add(1, Ordering::AcqRel);
+            let (spare, results, in_flight) = (&spare, &results, &in_flight);
+            let zero_hash = cutter.zero_hash();
+            s.spawn(move |_| {
+                let chunks = hash_chunks(&buf[start..start + pos], base, &lens, zero_hash);
+                let cv = tree::window_cv(&buf[max..end], wstart);
+                lock(results).push(super::WindowResult { k, chunks, cv });
+                lock(spare).push(buf);
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+        Ok(())
+    })?;
+    debug_assert!(carry.is_empty() && carry_off == size);
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(assemble(size, results))
+}
+
+/// Chunk lengths (from [`Cutter::next`]) in `data`, stopping when fewer
+/// than `max` bytes remain unless `last`.
+fn cut_window(cutter: &Cutter, data: &[u8], last: bool, expect: usize) -> Vec<u32> {
+    let mut lens = Vec::with_capacity(expect + 8);
+    let mut pos = 0usize;
+    loop {
+        let rem = data.len() - pos;
+        if rem == 0 || (!last && rem < cutter.max()) {
+            return lens;
+        }
+        let l = cutter.next(&data[pos..]);
+        lens.push(l);
+        pos += (l & !ZERO_FLAG) as usize;
+    }
+}
+
+/// Wait until fewer than `MAX_IN_FLIGHT` windows are pending, running pending
+/// rayon work on this thread meanwhile (which also keeps a one-thread pool
+/// from deadlocking).
+fn wait_for_slot(in_flight: &AtomicUsize) {
+    while in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT {
+        match rayon::yield_now() {
+            Some(rayon::Yield::Executed) => {}
+            _ => std::thread::sleep(Duration::from_micros(50)),
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Content-defined chunking: bytes and files → [`Recipe`]s.
+//!
+//! This module owns the chunk parameters ([`ChunkParams`]), the recipe types
+//! ([`ChunkRef`], [`Recipe`]) and the three entry points: [`chunk_bytes`] for
+//! data in memory, [`chunk_file`] for one file and [`chunk_files`] for many in
+//! parallel.
+//!
+//! Cut points come from FastCDC (the 2020 variant, normalization level 1,
+//! the crate's standard gear table; the loop is our own, see `cdc.rs`), so
+//! they are the ones
+//! `fastcdc::v2020::FastCDC::new(data, min, avg, max)` yields; a test pins that.
+//! A chunk is named by the BLAKE3 hash of its bytes, and a recipe also carries
+//! the BLAKE3 hash of the whole file.
+//!
+//! # How the work is split
+//! Finding cut points is inherently sequential (each cut depends on the
+//! previous one) but cheap: the gear hash costs about a cycle per byte. The
+//! BLAKE3 work (every byte is hashed twice: once in its chunk, once for the
+//! whole-file hash) and the reading are split into windows of `W` bytes
+//! (8 MiB, or more for very large `max`). One thread finds the cut points of
+//! window `k` while a rayon task reads window `k + 1`; then window `k` goes to
+//! a rayon task that hashes its chunks and computes the window's BLAKE3
+//! chaining value; the whole-file hash is assembled from those (see
+//! `tree.rs`). When the cutter runs ahead, it helps with hashing instead of
+//! allocating more windows, so memory per file stays bounded (a few windows).
+//!
+//! Files are read with `pread(2)` into recycled buffers rather than mapped:
+//! a file truncated by another process while mapped would raise SIGBUS and
+//! kill the sender, while `read` merely returns less data, which is reported
+//! as [`SyncError::Changed`]. The copy costs a few percent of the chunking
+//! time.
+
+mod cdc;
+mod file;
+mod tree;
+
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use crate::error::{ChunkParamsError, SyncError};
+use crate::walk::{Entry, EntryKind};
+
+use cdc::{Cutter, ZERO_FLAG};
+pub use file::chunk_file;
+
+/// Default average chunk size: 32 KiB.
+pub const DEFAULT_AVG: u32 = 32 * 1024;
+
+/// Window size for reading and parallel hashing (a power of two).
+const WINDOW: usize = 8 << 20;
+
+/// Chunk-size bounds for content-defined chunking.
+///
+/// Always valid: the constructors check the bounds fastcdc supports, so a
+/// `ChunkParams` value can be handed to any chunking function without panics.
+/// Two peers must use the same parameters for their chunks to match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ChunkParams {
+    min: u32,
+    avg: u32,
+    max: u32,
+}
+
+impl ChunkParams {
+    /// Parameters with the usual ratios: `min = avg / 4`, `max = avg * 4`.
+    /// `avg` must be a power of two in `256..=4 MiB`.
+    pub fn new(avg: u32) -> Result<Self, ChunkParamsError> {
+        Self::with_bounds(avg / 4, avg, avg.saturating_mul(4))
+    }
+
+    /// Parameters with explicit bounds; see [`ChunkParamsError`] for the limits.
+    pub fn with_bounds(min: u32, avg: u32, max: u32) -> Result<Self, ChunkParamsError> {
+        use fastcdc::v2020::{AVERAGE_MAX, AVERAGE_MIN, MAXIMUM_MAX, MAXIMUM_MIN, MINIMUM_MAX, MINIMUM_MIN};
+        let ok = (MINIMUM_MIN..=MINIMUM_MAX).contains(&min)
+            && (AVERAGE_MIN..=AVERAGE_MAX).contains(&avg)
+            && (MAXIMUM_MIN..=MAXIMUM_MAX).contains(&max)
+            && avg.is_power_of_two()
+            && min <= avg
+            && avg <= max;
+        if ok {
+            Ok(Self { min, avg, max })
+        } else {
+            Err(ChunkParamsError { min, avg, max })
+        }
+    }
+
+    /// Minimum chunk size in bytes (only the last chunk of a file may be shorter).
+    pub fn min(&self) -> u32 {
+        self.min
+    }
+
+    /// Target average chunk size in bytes.
+    pub fn avg(&self) -> u32 {
+        self.avg
+    }
+
+    /// Maximum chunk size in bytes.
+    pub fn max(&self) -> u32 {
+        self.max
+    }
+
+    /// Window size used for this parameter set: a power of two holding at
+    /// least two maximum-size chunks.
+    fn window(&self) -> usize {
+        WINDOW.max((2 * self.max as usize).next_power_of_two())
+    }
+}
+
+impl Default for ChunkParams {
+    /// 8 KiB / 32 KiB / 128 KiB.
+    fn default() -> Self {
+        Self {
+            min: DEFAULT_AVG / 4,
+            avg: DEFAULT_AVG,
+            max: DEFAULT_AVG * 4,
+        }
+    }
+}
+
+/// One chunk of a file: where it is and what it hashes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ChunkRef {
+    /// BLAKE3 hash of the chunk's bytes.
+    pub hash: [u8; 32],
+    /// Offset of the chunk in the file.
+    pub offset: u64,
+    /// Length in bytes (at most [`ChunkParams::max`]).
+    pub len: u32,
+}
+
+/// A file described as a sequence of content-defined chunks.
+///
+/// The chunks are in file order, contiguous, and cover exactly `size` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipe {
+    /// File size in bytes.
+    pub size: u64,
+    /// BLAKE3 hash of the whole file (`blake3::hash` of its content).
+    pub file_hash: [u8; 32],
+    /// The chunks, in order. Empty for an empty file.
+    pub chunks: Vec<ChunkRef>,
+}
+
+impl Recipe {
+    /// The recipe of an empty file.
+    pub fn empty() -> Self {
+        Self {
+            size: 0,
+            file_hash: *blake3::hash(&[]).as_bytes(),
+            chunks: Vec::new(),
+        }
+    }
+
+    /// Whether the chunks are contiguous from offset 0 and add up to `size`.
+    pub fn is_consistent(&self) -> bool {
+        let mut at = 0u64;
+        for c in &self.chunks {
+            if c.offset != at || c.len == 0 {
+                return false;
+            }
+            at += u64::from(c.len);
+        }
+        at == self.size
+    }
+}
+
+/// Hash the chunks `lens` (from [`Cutter::next`]) laid end to end in `buf`
+/// from `buf[0]`, whose first byte is at file offset `base`.
+fn hash_chunks(buf: &[u8], base: u64, lens: &[u32], zero_hash: &[u8; 32]) -> Vec<ChunkRef> {
+    let mut at = 0usize;
+    let mut out = Vec::with_capacity(lens.len());
+    for &raw in lens {
+        let len = raw & !ZERO_FLAG;
+        let end = at + len as usize;
+        let hash = if raw & ZERO_FLAG != 0 {
+            *zero_hash
+        } else {
+            *blake3::hash(&buf[at..end]).as_bytes()
+        };
+        out.push(ChunkRef {
+            hash,
+            offset: base + at as u64,
+            len,
+        });
+        at = end;
+    }
+    out
+}
+
+/// Chunk lengths only, without hashing: where the cut points fall.
+/// [`chunk_bytes`] yields chunks of exactly these lengths.
+pub fn chunk_lengths(data: &[u8], params: &ChunkParams) -> Vec<u32> {
+    let cutter = Cutter::new(params);
+    let mut lens = Vec::with_capacity(data.len() / params.avg as usize + 1);
+    let mut pos = 0;
+    while pos < data.len() {
+        let l = cutter.next(&data[pos..]) & !ZERO_FLAG;
+        lens.push(l);
+        pos += l as usize;
+    }
+    lens
+}
+
+/// Chunk and hash bytes in memory.
+///
+/// Inputs larger than one window (8 MiB) are hashed in parallel on the
+/// current rayon pool; the result does not depend on the thread count.
+pub fn chunk_bytes(data: &[u8], params: &ChunkParams) -> Recipe {
+    chunk_bytes_windowed(data, params, params.window())
+}
+
+fn chunk_bytes_windowed(data: &[u8], params: &ChunkParams, window: usize) -> Recipe {
+    let cutter = Cutter::new(params);
+    if data.is_empty() {
+        return Recipe::empty();
+    }
+    if data.len() <= window {
+        let mut lens = Vec::new();
+        let mut pos = 0;
+        while pos < data.len() {
+            let l = cutter.next(&data[pos..]);
+            lens.push(l);
+            pos += (l & !ZERO_FLAG) as usize;
+        }
+        let chunks = hash_chunks(data, 0, &lens, cutter.zero_hash());
+        return Recipe {
+            size: data.len() as u64,
+            file_hash: *blake3::hash(data).as_bytes(),
+            chunks,
+        };
+    }
+    // Window k owns the chunks that start inside it and the chaining value of
+    // its bytes.
+    let n = data.len().div_ceil(window);
+    let results: Mutex<Vec<WindowResult>> = Mutex::new(Vec::with_capacity(n));
+    rayon::scope(|s| {
+        let mut pos = 0usize;
+        for k in 0..n {
+            let wstart = k * window;
+            let wend = (wstart + window).min(data.len());
+            let first = pos;
+            let mut lens = Vec::with_capacity(window / params.avg as usize + 8);
+            while pos < wend {
+                let l = cutter.next(&data[pos..]);
+                lens.push(l);
+                pos += (l & !ZERO_FLAG) as usize;
+            }
+            let chunk_bytes = &data[first..pos];
+            let win = &data[wstart..wend];
+            let (results, zero_hash) = (&results, cutter.zero_hash());
+            s.spawn(move |_| {
+                let chunks = hash_chunks(chunk_bytes, first as u64, &lens, zero_hash);
+                let cv = tree::window_cv(win, wstart as u64);
+                lock(results).push(WindowResult { k, chunks, cv });
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    assemble(data.len() as u64, results)
+}
+
+/// What one window task produced.
+struct WindowResult {
+    k: usize,
+    chunks: Vec<ChunkRef>,
+    cv: blake3::hazmat::ChainingValue,
+}
+
+/// Join per-window results (in any order, at least two) into a recipe.
+fn assemble(size: u64, mut results: Vec<WindowResult>) -> Recipe {
+    results.sort_unstable_by_key(|r| r.k);
+    let cvs: Vec<_> = results.iter().map(|r| r.cv).collect();
+    let mut chunks = Vec::with_capacity(results.iter().map(|r| r.chunks.len()).sum());
+    for r in results {
+        chunks.extend(r.chunks);
+    }
+    Recipe {
+        size,
+        file_hash: tree::root_hash(&cvs),
+        chunks,
+    }
+}
+
+/// Lock a mutex whose data stays valid even if a holder panicked (the panic
+/// itself is propagated by `rayon::scope`).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Chunk many files in parallel on a pool of `threads` threads (0 = one per core).
+///
+/// Returns one result per entry, in the order given. Entries that are not
+/// regular files get [`SyncError::NotAFile`]. Large files are additionally
+/// hashed in parallel internally, so one big file still uses every thread.
+/// Fails as a whole only if the thread pool cannot be started.
+pub fn chunk_files(
+    entries: &[&Entry],
+    params: &ChunkParams,
+    threads: usize,
+) -> Result<Vec<Result<Recipe, SyncError>>, SyncError> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("pfs-chunk-{i}"))
+        .build()
+        .map_err(|e| SyncError::ThreadPool {
+            threads,
+            message: e.to_string(),
+        })?;
+    Ok(pool.install(|| {
+        entries
+            .par_iter()
+            .with_max_len(1)
+            .map(|e| match e.kind {
+                EntryKind::File { .. } => chunk_file(&e.abs, params),
+                _ => Err(SyncError::NotAFile { path: e.abs.clone() }),
+            })
+            .collect()
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,336 @@
+use std::collections::HashSet;
+use std::io::{Seek, SeekFrom, Write};
+
+use super::file::chunk_file_windowed;
+use super::*;
+use crate::walk::Entry;
+use crate::RelPath;
+
+/// Deterministic pseudo-random bytes (xorshift64).
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        v.extend_from_slice(&s.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn small_params() -> ChunkParams {
+    ChunkParams::with_bounds(64, 256, 1024).unwrap()
+}
+
+fn check_recipe(data: &[u8], r: &Recipe, p: &ChunkParams) {
+    assert_eq!(r.size, data.len() as u64);
+    assert!(r.is_consistent());
+    assert_eq!(r.file_hash, *blake3::hash(data).as_bytes());
+    for (i, c) in r.chunks.iter().enumerate() {
+        let bytes = &data[c.offset as usize..(c.offset + u64::from(c.len)) as usize];
+        assert_eq!(c.hash, *blake3::hash(bytes).as_bytes());
+        assert!(c.len <= p.max());
+        if i + 1 < r.chunks.len() {
+            assert!(c.len >= p.min(), "only the last chunk may be short");
+        }
+    }
+}
+
+fn fastcdc_lens(data: &[u8], p: &ChunkParams) -> Vec<u32> {
+    fastcdc::v2020::FastCDC::new(data, p.min(), p.avg(), p.max())
+        .map(|c| c.length as u32)
+        .collect()
+}
+
+#[test]
+fn params_are_validated() {
+    let d = ChunkParams::default();
+    assert_eq!((d.min(), d.avg(), d.max()), (8192, 32768, 131072));
+    assert_eq!(ChunkParams::new(DEFAULT_AVG).unwrap(), d);
+    assert!(ChunkParams::new(1000).is_err(), "not a power of two");
+    assert!(ChunkParams::new(128).is_err(), "avg below 256");
+    assert!(ChunkParams::new(8 << 20).is_err(), "avg above 4 MiB");
+    assert!(ChunkParams::with_bounds(32, 256, 1024).is_err(), "min below 64");
+    assert!(ChunkParams::with_bounds(512, 256, 1024).is_err(), "min above avg");
+    assert!(
+        ChunkParams::with_bounds(64, 256, 32 << 20).is_err(),
+        "max above 16 MiB"
+    );
+    assert!(ChunkParams::with_bounds(64, 256, 1024).is_ok());
+    assert!(ChunkParams::new(4 << 20).is_ok());
+}
+
+#[test]
+fn cut_points_match_fastcdc() {
+    let data = random_bytes(3 << 20, 1);
+    let zeros = vec![0u8; 1 << 20];
+    let mut ramp: Vec<u8> = (0..700_000u32).map(|i| (i / 1000) as u8).collect();
+    ramp.extend_from_slice(&data[..100_000]);
+    // Zero runs of every length around `max` between random stretches.
+    let mut mixed = data[..100_000].to_vec();
+    for (i, zlen) in [
+        1usize << 20,
+        5000,
+        131_071,
+        131_072,
+        131_073,
+        1023,
+        1024,
+        1025,
+        300_000,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        mixed.resize(mixed.len() + zlen, 0);
+        mixed.extend_from_slice(&data[i * 1000..i * 1000 + 777 * i]);
+    }
+    for p in [
+        ChunkParams::default(),
+        small_params(),
+        ChunkParams::new(4096).unwrap(),
+        ChunkParams::with_bounds(1000, 2048, 5000).unwrap(),
+        ChunkParams::new(1 << 20).unwrap(),
+    ] {
+        for input in [
+            &data[..],
+            &zeros[..],
+            &ramp[..],
+            &mixed[..],
+            &data[..12_345],
+            &data[..7],
+        ] {
+            let want = fastcdc_lens(input, &p);
+            let r = chunk_bytes(input, &p);
+            let ours: Vec<u32> = r.chunks.iter().map(|c| c.len).collect();
+            assert_eq!(ours, want, "{p:?} len {}", input.len());
+            assert_eq!(chunk_lengths(input, &p), want);
+            check_recipe(input, &r, &p);
+        }
+    }
+}
+
+#[test]
+fn deterministic_and_complete() {
+    let p = ChunkParams::default();
+    let data = random_bytes(5 << 20, 2);
+    let a = chunk_bytes(&data, &p);
+    let b = chunk_bytes(&data, &p);
+    assert_eq!(a, b);
+    check_recipe(&data, &a, &p);
+    // The chunks concatenate back to the input.
+    let mut back = Vec::with_capacity(data.len());
+    for c in &a.chunks {
+        back.extend_from_slice(&data[c.offset as usize..][..c.len as usize]);
+    }
+    assert_eq!(back, data);
+}
+
+#[test]
+fn parallel_windows_equal_sequential() {
+    let p = small_params();
+    let data = random_bytes(300_000, 3);
+    let whole = chunk_bytes_windowed(&data, &p, 1 << 20);
+    for window in [2048, 4096, 65_536] {
+        assert_eq!(chunk_bytes_windowed(&data, &p, window), whole, "window {window}");
+    }
+    check_recipe(&data, &whole, &p);
+}
+
+#[test]
+fn edge_sizes() {
+    for p in [ChunkParams::default(), small_params()] {
+        let (min, avg, max) = (p.min() as usize, p.avg() as usize, p.max() as usize);
+        let data = random_bytes(max + 1, 4);
+        for len in [0, 1, min - 1, min, min + 1, avg, max - 1, max, max + 1] {
+            let r = chunk_bytes(&data[..len], &p);
+            check_recipe(&data[..len], &r, &p);
+            match len {
+                0 => assert!(r.chunks.is_empty()),
+                l if l <= min => assert_eq!(r.chunks.len(), 1),
+                l if l > max => assert!(r.chunks.len() >= 2),
+                _ => {}
+            }
+        }
+    }
+    let empty = chunk_bytes(&[], &ChunkParams::default());
+    assert_eq!(empty, Recipe::empty());
+    assert_eq!(empty.file_hash, *blake3::hash(b"").as_bytes());
+}
+
+fn hashes(r: &Recipe) -> HashSet<[u8; 32]> {
+    r.chunks.iter().map(|c| c.hash).collect()
+}
+
+#[test]
+fn one_changed_byte_changes_one_or_two_chunks() {
+    let p = ChunkParams::default();
+    let mut data = random_bytes(16 << 20, 5);
+    let before = chunk_bytes(&data, &p);
+    data[8 << 20] ^= 0x5a;
+    let after = chunk_bytes(&data, &p);
+    let new = hashes(&after).difference(&hashes(&before)).count();
+    assert!((1..=2).contains(&new), "{new} chunks changed");
+    assert!(after.chunks.len().abs_diff(before.chunks.len()) <= 1);
+}
+
+#[test]
+fn insertion_keeps_most_chunks() {
+    let p = ChunkParams::default();
+    let data = random_bytes(16 << 20, 6);
+    let before = chunk_bytes(&data, &p);
+    let mut edited = data[..5 << 20].to_vec();
+    edited.extend_from_slice(&random_bytes(1000, 7));
+    edited.extend_from_slice(&data[5 << 20..]);
+    let after = chunk_bytes(&edited, &p);
+    let old = hashes(&before);
+    let shared = after.chunks.iter().filter(|c| old.contains(&c.hash)).count();
+    assert!(
+        shared + 3 >= after.chunks.len(),
+        "{shared} of {} shared",
+        after.chunks.len()
+    );
+    check_recipe(&edited, &after, &p);
+}
+
+fn write_temp(data: &[u8]) -> tempfile::NamedTempFile {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    f.as_file().write_all(data).unwrap();
+    f
+}
+
+#[test]
+fn file_equals_bytes() {
+    let p = small_params();
+    let data = random_bytes(200_000, 8);
+    for len in [0, 1, 63, 64, 1024, 1025, 4096, 4097, 50_000, 200_000] {
+        let f = write_temp(&data[..len]);
+        let want = chunk_bytes(&data[..len], &p);
+        check_recipe(&data[..len], &want, &p);
+        // Small windows exercise the multi-window pipeline and its carries.
+        for window in [4096, 16_384, 1 << 20] {
+            let got = chunk_file_windowed(f.path(), &p, window).unwrap();
+            assert_eq!(got, want, "len {len} window {window}");
+        }
+    }
+}
+
+#[test]
+fn file_larger_than_a_window() {
+    let p = ChunkParams::default();
+    let data = random_bytes(20 << 20, 9);
+    let f = write_temp(&data);
+    let got = chunk_file(f.path(), &p).unwrap();
+    assert_eq!(got, chunk_bytes(&data, &p));
+    assert_eq!(got.file_hash, *blake3::hash(&data).as_bytes());
+}
+
+/// Sparse file of `len` bytes with a few written ranges; returns the file
+/// and the ranges.
+fn sparse_file(len: u64) -> (tempfile::NamedTempFile, Vec<(u64, Vec<u8>)>) {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    f.as_file().set_len(len).unwrap();
+    let writes = vec![
+        (0, b"head".to_vec()),
+        (len / 3, random_bytes(100_000, 10)),
+        (len / 2 + 12_345, b"middle".to_vec()),
+        (len - 5, b"tail!".to_vec()),
+    ];
+    let mut file = f.as_file();
+    for (off, bytes) in &writes {
+        file.seek(SeekFrom::Start(*off)).unwrap();
+        file.write_all(bytes).unwrap();
+    }
+    (f, writes)
+}
+
+/// BLAKE3 of the sparse file's content, streamed.
+fn sparse_hash(len: u64, writes: &[(u64, Vec<u8>)]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    for (off, bytes) in writes {
+        while at < *off {
+            let n = (*off - at).min(zeros.len() as u64) as usize;
+            h.update(&zeros[..n]);
+            at += n as u64;
+        }
+        h.update(bytes);
+        at += bytes.len() as u64;
+    }
+    assert_eq!(at, len);
+    *h.finalize().as_bytes()
+}
+
+fn check_sparse(len: u64) {
+    let p = ChunkParams::default();
+    let (f, writes) = sparse_file(len);
+    let r = chunk_file(f.path(), &p).unwrap();
+    assert_eq!(r.size, len);
+    assert!(r.is_consistent());
+    assert_eq!(r.file_hash, sparse_hash(len, &writes));
+    // Chunks away from the written ranges are all-zero chunks.
+    let zero_max = *blake3::hash(&vec![0u8; p.max() as usize]).as_bytes();
+    let zero_chunks = r.chunks.iter().filter(|c| c.hash == zero_max).count();
+    assert!(zero_chunks as u64 * u64::from(p.max()) > len / 2);
+}
+
+#[test]
+fn sparse_file_256_mib() {
+    check_sparse(256 << 20);
+}
+
+#[test]
+#[ignore = "reads 3 GiB of holes; run with --ignored --release"]
+fn sparse_file_3_gib() {
+    check_sparse(3 << 30);
+}
+
+#[test]
+fn chunk_files_in_order_with_errors() {
+    let p = small_params();
+    let dir = tempfile::tempdir().unwrap();
+    let mut entries = Vec::new();
+    let mut datas = Vec::new();
+    for (i, len) in [0usize, 10, 5000, 300_000, 9 << 20].into_iter().enumerate() {
+        let data = random_bytes(len, 20 + i as u64);
+        let path = dir.path().join(format!("f{i}"));
+        std::fs::write(&path, &data).unwrap();
+        entries.push(Entry {
+            rel: RelPath::parse(format!("f{i}").as_bytes()).unwrap(),
+            kind: EntryKind::File { size: len as u64 },
+            mode: 0o644,
+            mtime_ns: 0,
+            dev: 0,
+            ino: 0,
+            abs: path,
+        });
+        datas.push(data);
+    }
+    entries.push(Entry {
+        rel: RelPath::parse(b"d").unwrap(),
+        kind: EntryKind::Dir,
+        mode: 0o755,
+        mtime_ns: 0,
+        dev: 0,
+        ino: 0,
+        abs: dir.path().to_path_buf(),
+    });
+    let refs: Vec<&Entry> = entries.iter().collect();
+    for threads in [1, 2, 0] {
+        let out = chunk_files(&refs, &p, threads).unwrap();
+        assert_eq!(out.len(), entries.len());
+        for (data, r) in datas.iter().zip(&out) {
+            assert_eq!(r.as_ref().unwrap(), &chunk_bytes(data, &p));
+        }
+        assert!(matches!(out.last(), Some(Err(SyncError::NotAFile { .. }))));
+    }
+}
+
+#[test]
+fn missing_file_is_an_io_error() {
+    let e = chunk_file("/nonexistent/pfs-sync-test", &ChunkParams::default()).unwrap_err();
+    assert!(matches!(e, SyncError::Io { op: "open", .. }), "{e}");
+}

@@ -1,0 +1,487 @@
+//! Receiver-side writes confined to a destination directory: [`DestRoot`].
+//!
+//! Every operation takes a [`RelPath`] and resolves it against a file
+//! descriptor held on the destination root, never against a path string:
+//!
+//! - with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`
+//!   (Linux 5.6+), the kernel refuses any resolution that would leave the
+//!   root or cross a symlink;
+//! - where `openat2` is missing (`ENOSYS`, or `EPERM` from a seccomp filter),
+//!   each component is opened with `openat(O_NOFOLLOW)`; `RelPath` has no
+//!   `..` components, so this also stays beneath the root.
+//!
+//! The last component is then created, renamed or opened relative to the
+//! descriptor of its parent directory, with `O_NOFOLLOW`/`O_EXCL`, so a
+//! symlink planted in the destination (by anyone, at any time) can neither
+//! redirect a write nor be written through. Renaming a file over an existing
+//! symlink replaces the link itself.
+//!
+//! # Symlink policy
+//! A symlink entry from a peer is created only if its target is relative and,
+//! read as a path from the link's own directory, cannot leave the root:
+//! after dropping empty and `.` components, `..` may appear only as a leading
+//! run, and no more times than the link's directory is deep. Targets like
+//! `../lib/x` (from `a/b/link`) pass; `/etc/passwd`, `../../x` (from
+//! `a/link`) and `sub/../../x` are refused with [`PathError::SymlinkEscapes`]
+//! and the caller skips the entry with a warning. Forbidding `..` after a
+//! normal component matters: the component before it may itself be a link,
+//! and `..` would then climb from wherever that link points. With the rule,
+//! links created by pfs resolve beneath the root as long as the destination
+//! contains no escaping links of its own. Use [`check_symlink_target`] to
+//! apply the same rule on the sending side.
+//!
+//! # Temporary files
+//! File content is written to `.pfs-tmp.<name>.<random>` in the final
+//! directory (`O_EXCL`, mode 0600) and renamed into place by
+//! [`TempFile::persist`]; a dropped, unpersisted [`TempFile`] unlinks itself.
+//! Temporaries left by a killed receiver are removed by
+//! [`DestRoot::remove_stale_temps`], which must not run while another
+//! transfer writes into the same destination.
+//!
+//! Modes are applied with the setuid, setgid and sticky bits cleared
+//! (`mode & 0o777`): a peer does not get to plant setuid files.
+
+use std::collections::hash_map::RandomState;
+use std::ffi::OsStr;
+use std::fs::{File, Metadata};
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags, Timestamps};
+use rustix::io::Errno;
+
+use crate::error::{PathError, SyncError};
+use crate::path::{RelPath, MAX_COMPONENT, MAX_PATH};
+
+/// Prefix of every temporary file name.
+pub const TEMP_PREFIX: &[u8] = b".pfs-tmp.";
+
+/// Permission bits applied to created entries.
+const PERM_MASK: u32 = 0o777;
+
+/// A destination directory; all writes go beneath it (see the module docs).
+#[derive(Debug)]
+pub struct DestRoot {
+    root: OwnedFd,
+    path: PathBuf,
+    openat2: bool,
+}
+
+/// A file being received: written under a temporary name, renamed into
+/// place by [`persist`](TempFile::persist), removed if dropped first.
+#[derive(Debug)]
+pub struct TempFile {
+    dir: OwnedFd,
+    tmp_name: Vec<u8>,
+    name: Vec<u8>,
+    rel: RelPath,
+    file: File,
+    persisted: bool,
+}
+
+impl DestRoot {
+    /// Open `dir` (which must exist; symlinks in `dir` itself are followed)
+    /// as a destination root.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, SyncError> {
+        let path = dir.as_ref().to_path_buf();
+        let root = rfs::open(
+            &path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| SyncError::io("open destination", &path, e.into()))?;
+        let probe = rfs::openat2(
+            &root,
+            ".",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath(),
+        );
+        let openat2 = !matches!(probe, Err(Errno::NOSYS) | Err(Errno::PERM));
+        Ok(Self { root, path, openat2 })
+    }
+
+    /// The directory this root was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether resolution uses `openat2` (false: the per-component fallback).
+    pub fn uses_openat2(&self) -> bool {
+        self.openat2
+    }
+
+    /// Create `rel` and any missing parents. New directories get
+    /// `(mode & 0o777) | 0o700`, so the receiver can fill them; set the final
+    /// mode with [`set_dir_times_and_mode`](Self::set_dir_times_and_mode)
+    /// after the contents. Existing directories are left as they are; a
+    /// symlink or file in the way is [`PathError::NotADirectory`].
+    pub fn create_dir_all(&self, rel: &RelPath, mode: u32) -> Result<(), SyncError> {
+        let mode = Mode::from_raw_mode((mode & PERM_MASK) | 0o700);
+        match self.open_beneath(rel.as_bytes(), dir_flags(), Mode::empty()) {
+            Ok(_) => return Ok(()),
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(dest_err("open directory", rel, e)),
+        }
+        let mut cur = self.root_dup().map_err(|e| dest_err("open", rel, e))?;
+        for c in rel.components() {
+            let next = match rfs::openat(&cur, c, dir_flags(), Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    match rfs::mkdirat(&cur, c, mode) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(dest_err("create directory", rel, e)),
+                    }
+                    rfs::openat(&cur, c, dir_flags(), Mode::empty())
+                        .map_err(|e| dest_err("open directory", rel, e))?
+                }
+                Err(e) => return Err(dest_err("open directory", rel, e)),
+            };
+            cur = next;
+        }
+        Ok(())
+    }
+
+    /// Set mode (`& 0o777`) and mtime (nanoseconds since the epoch) of the
+    /// existing directory `rel`. Call after its contents are written, since
+    /// adding entries updates a directory's mtime.
+    pub fn set_dir_times_and_mode(&self, rel: &RelPath, mtime_ns: i128, mode: u32) -> Result<(), SyncError> {
+        let fd = self
+            .open_beneath(rel.as_bytes(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| dest_err("open directory", rel, e))?;
+        set_times_and_mode(&fd, mtime_ns, mode).map_err(|e| dest_err("set mode/mtime", rel, e))
+    }
+
+    /// Create a temporary file in `rel`'s directory (which must exist) that
+    /// [`TempFile::persist`] will rename to `rel`.
+    pub fn create_temp(&self, rel: &RelPath) -> Result<TempFile, SyncError> {
+        let dir = self.parent_dir(rel)?;
+        let name = rel.file_name();
+        for _ in 0..16 {
+            let tmp_name = temp_name(name);
+            match rfs::openat(
+                &dir,
+                tmp_name.as_slice(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            ) {
+                Ok(fd) => {
+                    return Ok(TempFile {
+                        dir,
+                        tmp_name,
+                        name: name.to_vec(),
+                        rel: rel.clone(),
+                        file: File::from(fd),
+                        persisted: false,
+                    })
+                }
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(dest_err("create temporary file for", rel, e)),
+            }
+        }
+        Err(dest_err("create temporary file for", rel, Errno::EXIST))
+    }
+
+    /// Open the regular file at `rel` for reading, for a quick check against
+    /// what the sender has. `None` if nothing is there, or something other
+    /// than a regular file (a directory, a symlink, a symlink in the path).
+    pub fn open_existing(&self, rel: &RelPath) -> Result<Option<(File, Metadata)>, SyncError> {
+        let fd = match self.open_beneath(rel.as_bytes(), OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR | Errno::XDEV | Errno::NXIO) => return Ok(None),
+            Err(e) => return Err(dest_err("open", rel, e)),
+        };
+        let file = File::from(fd);
+        let meta = file
+            .metadata()
+            .map_err(|e| SyncError::io("stat", rel.as_path(), e))?;
+        Ok(meta.is_file().then_some((file, meta)))
+    }
+
+    /// Create (or atomically replace) the symlink `rel` pointing to `target`,
+    /// if the target passes the symlink policy (module docs); otherwise
+    /// [`PathError::SymlinkEscapes`] and nothing is created.
+    pub fn create_symlink(&self, rel: &RelPath, target: &[u8]) -> Result<(), SyncError> {
+        check_symlink_target(rel, target).map_err(|source| path_err(rel, source))?;
+        let dir = self.parent_dir(rel)?;
+        for _ in 0..16 {
+            let tmp_name = temp_name(rel.file_name());
+            match rfs::symlinkat(target, &dir, tmp_name.as_slice()) {
+                Ok(()) => {
+                    return rfs::renameat(&dir, tmp_name.as_slice(), &dir, rel.file_name()).map_err(|e| {
+                        let _ = rfs::unlinkat(&dir, tmp_name.as_slice(), AtFlags::empty());
+                        dest_err("rename symlink into place at", rel, e)
+                    });
+                }
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(dest_err("create symlink", rel, e)),
+            }
+        }
+        Err(dest_err("create symlink", rel, Errno::EXIST))
+    }
+
+    /// Remove every `.pfs-tmp.*` regular file beneath the root, left behind by
+    /// a transfer that was killed; returns how many were removed. Does not
+    /// follow symlinks. Must not run while another transfer writes here.
+    pub fn remove_stale_temps(&self) -> Result<usize, SyncError> {
+        let mut removed = 0;
+        let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
+        while let Some(dir_rel) = stack.pop() {
+            let shown = || PathBuf::from(OsStr::from_bytes(&dir_rel));
+            let dir = if dir_rel.is_empty() {
+                self.root_dup()
+            } else {
+                self.open_beneath(&dir_rel, dir_flags(), Mode::empty())
+            };
+            let dir = match dir {
+                Ok(d) => d,
+                // Replaced or removed while we walked: nothing of ours there.
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => continue,
+                Err(e) => return Err(SyncError::io("open directory", shown(), e.into())),
+            };
+            let readable = rfs::openat(
+                &dir,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| SyncError::io("read directory", shown(), e.into()))?;
+            let mut entries =
+                rfs::Dir::new(readable).map_err(|e| SyncError::io("read directory", shown(), e.into()))?;
+            while let Some(ent) = entries.read() {
+                let ent = ent.map_err(|e| SyncError::io("read directory", shown(), e.into()))?;
+                let name = ent.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let ft = match ent.file_type() {
+                    FileType::Unknown => match rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => FileType::from_raw_mode(st.st_mode),
+                        Err(_) => continue,
+                    },
+                    ft => ft,
+                };
+                if ft == FileType::Directory {
+                    let mut sub = dir_rel.clone();
+                    if !sub.is_empty() {
+                        sub.push(b'/');
+                    }
+                    sub.extend_from_slice(name);
+                    stack.push(sub);
+                } else if ft == FileType::RegularFile && name.starts_with(TEMP_PREFIX) {
+                    match rfs::unlinkat(&dir, name, AtFlags::empty()) {
+                        Ok(()) => removed += 1,
+                        Err(Errno::NOENT) => {}
+                        Err(e) => return Err(SyncError::io("remove temporary file in", shown(), e.into())),
+                    }
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// A new descriptor for the root directory itself.
+    fn root_dup(&self) -> Result<OwnedFd, Errno> {
+        rfs::openat(&self.root, ".", dir_flags(), Mode::empty())
+    }
+
+    /// Descriptor of `rel`'s parent directory (the root for a one-component path).
+    fn parent_dir(&self, rel: &RelPath) -> Result<OwnedFd, SyncError> {
+        match rel.parent() {
+            None => self.root_dup(),
+            Some(p) => self.open_beneath(p.as_bytes(), dir_flags(), Mode::empty()),
+        }
+        .map_err(|e| dest_err("open parent directory of", rel, e))
+    }
+
+    /// Open `rel` (a validated relative path) beneath the root without
+    /// following any symlink; `O_NOFOLLOW | O_CLOEXEC` are always added.
+    fn open_beneath(&self, rel: &[u8], flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if self.openat2 {
+            let mut again = 0;
+            loop {
+                match rfs::openat2(&self.root, rel, flags, mode, beneath()) {
+                    // A concurrent rename raced the lookup; the kernel asks to retry.
+                    Err(Errno::AGAIN) if again < 8 => again += 1,
+                    r => return r,
+                }
+            }
+        }
+        let mut comps = rel.split(|&b| b == b'/').peekable();
+        let mut cur: Option<OwnedFd> = None;
+        while let Some(c) = comps.next() {
+            let at = match &cur {
+                Some(fd) => fd.as_fd(),
+                None => self.root.as_fd(),
+            };
+            if comps.peek().is_none() {
+                return rfs::openat(at, c, flags, mode);
+            }
+            cur = Some(rfs::openat(at, c, dir_flags(), Mode::empty())?);
+        }
+        Err(Errno::INVAL)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn force_fallback(&mut self) {
+        self.openat2 = false;
+    }
+}
+
+impl TempFile {
+    /// The open file, for writing the content.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The open file, mutably (for APIs that want `&mut File`).
+    pub fn file_mut(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// Where the file will land.
+    pub fn rel(&self) -> &RelPath {
+        &self.rel
+    }
+
+    /// Set the final mode (`& 0o777`) and mtime (nanoseconds since the
+    /// epoch; the access time is left alone). Call after the last write.
+    pub fn set_times_and_mode(&self, mtime_ns: i128, mode: u32) -> Result<(), SyncError> {
+        set_times_and_mode(&self.file, mtime_ns, mode).map_err(|e| dest_err("set mode/mtime", &self.rel, e))
+    }
+
+    /// Rename the file into place, replacing any file or symlink there (not a
+    /// directory). With `fsync`, the content and then the directory entry are
+    /// flushed to disk first/after, so a crash leaves the old or the new file.
+    pub fn persist(mut self, fsync: bool) -> Result<(), SyncError> {
+        if fsync {
+            self.file
+                .sync_all()
+                .map_err(|e| SyncError::io("fsync", self.rel.as_path(), e))?;
+        }
+        rfs::renameat(
+            &self.dir,
+            self.tmp_name.as_slice(),
+            &self.dir,
+            self.name.as_slice(),
+        )
+        .map_err(|e| dest_err("rename into place at", &self.rel, e))?;
+        self.persisted = true;
+        if fsync {
+            let d = rfs::openat(
+                &self.dir,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .and_then(rfs::fsync)
+            .map_err(|e| dest_err("fsync directory of", &self.rel, e));
+            d?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.persisted {
+            // Best effort: a leftover is cleaned by `remove_stale_temps`.
+            let _ = rfs::unlinkat(&self.dir, self.tmp_name.as_slice(), AtFlags::empty());
+        }
+    }
+}
+
+/// Apply the symlink policy of this module: may `link` (a path beneath the
+/// root) point to `target`?
+pub fn check_symlink_target(link: &RelPath, target: &[u8]) -> Result<(), PathError> {
+    if target.is_empty() || target[0] == b'/' {
+        return Err(PathError::SymlinkEscapes);
+    }
+    if target.contains(&0) {
+        return Err(PathError::Nul);
+    }
+    if target.len() > MAX_PATH {
+        return Err(PathError::TooLong);
+    }
+    // Directories between the link's own directory and the root.
+    let mut up = link.depth() - 1;
+    let mut descended = false;
+    for c in target.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => {
+                if descended || up == 0 {
+                    return Err(PathError::SymlinkEscapes);
+                }
+                up -= 1;
+            }
+            _ if c.len() > MAX_COMPONENT => return Err(PathError::ComponentTooLong),
+            _ => descended = true,
+        }
+    }
+    Ok(())
+}
+
+fn beneath() -> ResolveFlags {
+    ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+fn set_times_and_mode(fd: impl AsFd, mtime_ns: i128, mode: u32) -> Result<(), Errno> {
+    rfs::fchmod(&fd, Mode::from_raw_mode(mode & PERM_MASK))?;
+    let secs = mtime_ns.div_euclid(1_000_000_000);
+    let nanos = mtime_ns.rem_euclid(1_000_000_000);
+    let secs = i64::try_from(secs).map_err(|_| Errno::INVAL)?;
+    let times = Timestamps {
+        last_access: rfs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rfs::UTIME_OMIT,
+        },
+        last_modification: rfs::Timespec {
+            tv_sec: secs,
+            tv_nsec: nanos as _,
+        },
+    };
+    rfs::futimens(&fd, &times)
+}
+
+/// `.pfs-tmp.<name, truncated to fit>.<16 hex digits>`.
+fn temp_name(name: &[u8]) -> Vec<u8> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    let keep = name.len().min(MAX_COMPONENT - TEMP_PREFIX.len() - 17);
+    let mut v = Vec::with_capacity(TEMP_PREFIX.len() + keep + 17);
+    v.extend_from_slice(TEMP_PREFIX);
+    v.extend_from_slice(&name[..keep]);
+    v.extend_from_slice(format!(".{:016x}", h.finish()).as_bytes());
+    v
+}
+
+/// An error for a destination operation: symlink/non-directory problems
+/// become [`PathError::NotADirectory`], the rest keep their OS error.
+fn dest_err(op: &'static str, rel: &RelPath, e: Errno) -> SyncError {
+    match e {
+        Errno::LOOP | Errno::NOTDIR | Errno::XDEV => path_err(rel, PathError::NotADirectory),
+        e => SyncError::io(op, rel.as_path(), io::Error::from(e)),
+    }
+}
+
+fn path_err(rel: &RelPath, source: PathError) -> SyncError {
+    SyncError::Path {
+        path: rel.to_string(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,245 @@
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{symlink, MetadataExt};
+
+use super::*;
+
+fn rp(s: &str) -> RelPath {
+    RelPath::parse(s.as_bytes()).unwrap()
+}
+
+/// A destination, an outside directory, and the destination opened both
+/// with openat2 (where the kernel has it) and with the fallback.
+struct Fixture {
+    _t: tempfile::TempDir,
+    dest: PathBuf,
+    outside: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let t = tempfile::tempdir().unwrap();
+        let dest = t.path().join("dest");
+        let outside = t.path().join("outside");
+        fs::create_dir(&dest).unwrap();
+        fs::create_dir(&outside).unwrap();
+        Self { _t: t, dest, outside }
+    }
+
+    fn roots(&self) -> Vec<DestRoot> {
+        let a = DestRoot::open(&self.dest).unwrap();
+        eprintln!("openat2 available: {}", a.uses_openat2());
+        let mut b = DestRoot::open(&self.dest).unwrap();
+        b.force_fallback();
+        vec![a, b]
+    }
+
+    fn outside_is_empty(&self) -> bool {
+        fs::read_dir(&self.outside).unwrap().next().is_none()
+    }
+}
+
+fn is_not_a_dir(r: Result<impl std::fmt::Debug, SyncError>) -> bool {
+    matches!(
+        r,
+        Err(SyncError::Path {
+            source: PathError::NotADirectory,
+            ..
+        })
+    )
+}
+
+#[test]
+fn temp_persist_mode_and_mtime() {
+    let fx = Fixture::new();
+    for (i, root) in fx.roots().into_iter().enumerate() {
+        let dir = rp(&format!("d{i}/sub"));
+        root.create_dir_all(&dir, 0o750).unwrap();
+        let rel = dir.join(b"file.bin").unwrap();
+        let mut tmp = root.create_temp(&rel).unwrap();
+        let tmp_meta = tmp.file().metadata().unwrap();
+        assert_eq!(tmp_meta.mode() & 0o777, 0o600);
+        tmp.file_mut().write_all(b"hello").unwrap();
+        let mtime = 1_600_000_000_123_456_789i128;
+        tmp.set_times_and_mode(mtime, 0o4755).unwrap();
+        // Not visible under its final name before persist.
+        assert!(!fx.dest.join(rel.as_path()).exists());
+        tmp.persist(i == 0).unwrap();
+        let path = fx.dest.join(rel.as_path());
+        assert_eq!(fs::read(&path).unwrap(), b"hello");
+        let m = fs::metadata(&path).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o755, "setuid bit cleared");
+        assert_eq!(m.mtime(), 1_600_000_000);
+        assert_eq!(m.mtime_nsec(), 123_456_789);
+        // Replace an existing file.
+        let tmp = root.create_temp(&rel).unwrap();
+        tmp.file().write_all(b"second").unwrap();
+        tmp.persist(false).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second");
+        // Only the final file is left in the directory.
+        let names: Vec<_> = fs::read_dir(path.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        // Quick check sees it.
+        let (_, meta) = root.open_existing(&rel).unwrap().unwrap();
+        assert_eq!(meta.len(), 6);
+        assert!(root.open_existing(&dir).unwrap().is_none(), "a directory");
+        assert!(root.open_existing(&rp("nope")).unwrap().is_none());
+        // Directory mode/mtime.
+        root.set_dir_times_and_mode(&dir, mtime, 0o700).unwrap();
+        let m = fs::metadata(fx.dest.join(dir.as_path())).unwrap();
+        assert_eq!((m.mode() & 0o777, m.mtime()), (0o700, 1_600_000_000));
+    }
+}
+
+#[test]
+fn dropped_temp_is_removed() {
+    let fx = Fixture::new();
+    let root = DestRoot::open(&fx.dest).unwrap();
+    let tmp = root.create_temp(&rp("f")).unwrap();
+    tmp.file().write_all(b"partial").unwrap();
+    drop(tmp);
+    assert!(fs::read_dir(&fx.dest).unwrap().next().is_none());
+}
+
+#[test]
+fn planted_symlink_is_never_followed() {
+    let fx = Fixture::new();
+    symlink(&fx.outside, fx.dest.join("evil")).unwrap();
+    fs::create_dir(fx.dest.join("real")).unwrap();
+    symlink(&fx.outside, fx.dest.join("real/evil2")).unwrap();
+    for root in fx.roots() {
+        assert!(is_not_a_dir(root.create_temp(&rp("evil/x"))));
+        assert!(is_not_a_dir(root.create_temp(&rp("real/evil2/x"))));
+        assert!(is_not_a_dir(root.create_dir_all(&rp("evil/sub"), 0o755)));
+        assert!(is_not_a_dir(root.create_dir_all(&rp("real/evil2"), 0o755)));
+        assert!(is_not_a_dir(root.create_symlink(&rp("evil/l"), b"x")));
+        assert!(is_not_a_dir(root.set_dir_times_and_mode(&rp("evil"), 0, 0o777)));
+        assert!(root.open_existing(&rp("evil")).unwrap().is_none());
+        assert!(root.open_existing(&rp("evil/x")).unwrap().is_none());
+        assert!(fx.outside_is_empty());
+    }
+    // A file written at the link's own path replaces the link, not its target.
+    let root = DestRoot::open(&fx.dest).unwrap();
+    let tmp = root.create_temp(&rp("evil")).unwrap();
+    tmp.file().write_all(b"mine").unwrap();
+    tmp.persist(false).unwrap();
+    assert!(fs::symlink_metadata(fx.dest.join("evil")).unwrap().is_file());
+    assert!(fx.outside_is_empty());
+    // Paths with `..` cannot even be expressed.
+    assert!(RelPath::parse(b"../outside/x").is_err());
+    assert!(RelPath::parse(b"real/../../outside/x").is_err());
+}
+
+#[test]
+fn root_itself_may_be_a_symlink() {
+    let fx = Fixture::new();
+    let link = fx.outside.parent().unwrap().join("dest-link");
+    symlink(&fx.dest, &link).unwrap();
+    let root = DestRoot::open(&link).unwrap();
+    root.create_dir_all(&rp("a"), 0o755).unwrap();
+    assert!(fx.dest.join("a").is_dir());
+}
+
+#[test]
+fn symlink_policy() {
+    let fx = Fixture::new();
+    for (i, root) in fx.roots().into_iter().enumerate() {
+        let d = format!("d{i}");
+        root.create_dir_all(&rp(&format!("{d}/a/b")), 0o755).unwrap();
+        let ok: [(&str, &[u8]); 5] = [
+            ("a/b/l1", b"../x"),
+            ("a/b/l2", b"../../y"),
+            ("a/b/l3", b"./.././x"),
+            ("a/l4", b"b/c"),
+            ("a/l5", b"../a/./b/"),
+        ];
+        for (link, target) in ok {
+            let link = rp(&format!("{d}/{link}"));
+            root.create_symlink(&link, target).unwrap();
+            let got = fs::read_link(fx.dest.join(link.as_path())).unwrap();
+            assert_eq!(got.as_os_str().as_encoded_bytes(), target);
+        }
+        // Replacing an existing link.
+        let l1 = rp(&format!("{d}/a/b/l1"));
+        root.create_symlink(&l1, b"other").unwrap();
+        assert_eq!(
+            fs::read_link(fx.dest.join(l1.as_path())).unwrap(),
+            Path::new("other")
+        );
+        let refused: [(&str, &[u8]); 6] = [
+            ("a/b/r1", b"../../../../x"),
+            ("a/r2", b"/etc/passwd"),
+            ("a/r3", b"sub/../../../x"),
+            ("a/r4", b"b/../x"),
+            ("r5", b"../.."),
+            ("a/r6", b""),
+        ];
+        for (link, target) in refused {
+            let link = rp(&format!("{d}/{link}"));
+            let e = root.create_symlink(&link, target).expect_err(&link.to_string());
+            assert!(
+                matches!(
+                    e,
+                    SyncError::Path {
+                        source: PathError::SymlinkEscapes,
+                        ..
+                    }
+                ),
+                "{link}: {e}"
+            );
+            assert!(fs::symlink_metadata(fx.dest.join(link.as_path())).is_err());
+        }
+    }
+    // Top-level links may not go up at all.
+    assert_eq!(
+        check_symlink_target(&rp("l"), b"../x"),
+        Err(PathError::SymlinkEscapes)
+    );
+    assert_eq!(check_symlink_target(&rp("l"), b"x/y"), Ok(()));
+    assert_eq!(check_symlink_target(&rp("l"), b"x\0"), Err(PathError::Nul));
+}
+
+#[test]
+fn stale_temps_are_removed() {
+    let fx = Fixture::new();
+    let root = DestRoot::open(&fx.dest).unwrap();
+    root.create_dir_all(&rp("a/b"), 0o755).unwrap();
+    for f in [".pfs-tmp.x.1", "a/.pfs-tmp.y.2", "a/b/.pfs-tmp.z.3"] {
+        fs::write(fx.dest.join(f), b"junk").unwrap();
+    }
+    fs::write(fx.dest.join("a/keep"), b"k").unwrap();
+    fs::create_dir(fx.dest.join("a/.pfs-tmp.dir")).unwrap();
+    // Temporaries behind a symlink are not ours to touch.
+    fs::write(fx.outside.join(".pfs-tmp.out.4"), b"o").unwrap();
+    symlink(&fx.outside, fx.dest.join("a/link")).unwrap();
+    // A temp created through the API and leaked (as by a killed process).
+    let leaked = root.create_temp(&rp("a/b/file")).unwrap();
+    std::mem::forget(leaked);
+    assert_eq!(root.remove_stale_temps().unwrap(), 4);
+    assert!(fx.dest.join("a/keep").exists());
+    assert!(fx.dest.join("a/.pfs-tmp.dir").is_dir());
+    assert!(fx.outside.join(".pfs-tmp.out.4").exists());
+    assert_eq!(fs::read_dir(fx.dest.join("a/b")).unwrap().count(), 0);
+    assert_eq!(root.remove_stale_temps().unwrap(), 0);
+}
+
+#[test]
+fn long_names_get_short_temps() {
+    let fx = Fixture::new();
+    let root = DestRoot::open(&fx.dest).unwrap();
+    let name = "n".repeat(255);
+    let tmp = root.create_temp(&rp(&name)).unwrap();
+    assert!(tmp.tmp_name.len() <= 255);
+    tmp.persist(false).unwrap();
+    assert!(fx.dest.join(&name).is_file());
+}
+
+#[test]
+fn missing_destination() {
+    let e = DestRoot::open("/nonexistent/pfs-dest").unwrap_err();
+    assert!(matches!(e, SyncError::Io { .. }), "{e}");
+    let fx = Fixture::new();
+    let root = DestRoot::open(&fx.dest).unwrap();
+    let e = root.create_temp(&rp("no/such/dir/f")).unwrap_err();
+    assert!(matches!(e, SyncError::Io { .. }), "{e}");
+}

@@ -1,0 +1,198 @@
+//! Typed errors for the sync layer.
+//!
+//! [`PathError`] is a small `Copy` error for everything that is wrong with a
+//! *name* (a relative path from a peer, a symlink target): the receiver hits
+//! it on every entry and must be able to return it cheaply. [`SyncError`]
+//! covers the operations that touch the filesystem (scan, chunk, place files,
+//! caches) and carries the path and OS error. [`ChunkParamsError`] says which
+//! chunk-size bound was violated. [`CacheWarning`] is not an error: a cache
+//! that cannot be read is replaced by an empty one and the warning says why.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a relative path or a symlink target was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PathError {
+    /// The path has no bytes.
+    #[error("empty path")]
+    Empty,
+    /// The path starts with `/`; peers may only send paths relative to the destination.
+    #[error("absolute path: only paths relative to the destination are accepted")]
+    Absolute,
+    /// A `.` or `..` component; peers may not navigate.
+    #[error("path contains a `.` or `..` component")]
+    DotComponent,
+    /// Two consecutive `/` or a trailing `/`.
+    #[error("path contains an empty component (`//` or a trailing `/`)")]
+    EmptyComponent,
+    /// A NUL byte; no Unix filesystem accepts it.
+    #[error("path contains a NUL byte")]
+    Nul,
+    /// One component is longer than 255 bytes (NAME_MAX).
+    #[error("a path component is longer than 255 bytes")]
+    ComponentTooLong,
+    /// The whole path is longer than 4095 bytes (PATH_MAX - 1).
+    #[error("path is longer than 4095 bytes")]
+    TooLong,
+    /// A symlink target that is absolute or whose resolution could leave the
+    /// destination root; see the symlink policy in [`crate::dest`].
+    #[error("symlink target is absolute or points outside the destination; the link was not created")]
+    SymlinkEscapes,
+    /// A component of the destination path is a symlink, or something that is
+    /// not a directory stands where a directory is needed. Remove it from the
+    /// destination if it should be replaced.
+    #[error("a symlink or non-directory is in the way inside the destination; remove it to replace it")]
+    NotADirectory,
+}
+
+/// A chunk-size bound outside what the chunker supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bad chunk sizes min={min} avg={avg} max={max}: need 64 <= min <= 1 MiB, \
+     256 <= avg <= 4 MiB (a power of two), 1 KiB <= max <= 16 MiB and min <= avg <= max"
+)]
+pub struct ChunkParamsError {
+    /// Requested minimum chunk size.
+    pub min: u32,
+    /// Requested average chunk size.
+    pub avg: u32,
+    /// Requested maximum chunk size.
+    pub max: u32,
+}
+
+/// Everything that can go wrong scanning, chunking, placing files or saving caches.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SyncError {
+    /// A filesystem operation on a path failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done, e.g. "open", "read", "rename".
+        op: &'static str,
+        /// The path involved (for destination operations: relative to the destination root).
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A path or symlink target was refused.
+    #[error("{path}: {source}")]
+    Path {
+        /// The offending path, lossily shown.
+        path: String,
+        /// Why it was refused.
+        #[source]
+        source: PathError,
+    },
+
+    /// Bad chunk parameters.
+    #[error(transparent)]
+    Params(#[from] ChunkParamsError),
+
+    /// The file changed size or mtime while it was being read; its recipe would
+    /// not describe one consistent version. Retry, or exclude files that are
+    /// being written to.
+    #[error("{path} changed while it was being read; retry, or exclude files that are being written")]
+    Changed {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// A root given to the scanner has no usable name (such as `/`).
+    #[error("{path}: cannot send a root without a name; name a directory below it")]
+    UnnamedRoot {
+        /// The root as given.
+        path: PathBuf,
+    },
+
+    /// Two roots have the same basename and would land on the same destination path.
+    #[error("two roots are both named {name:?} and would overwrite each other at the destination; send them separately")]
+    DuplicateRoot {
+        /// The shared basename, lossily shown.
+        name: String,
+    },
+
+    /// An exclude pattern is not a valid glob.
+    #[error("bad exclude pattern {pattern:?}: {message}")]
+    BadExclude {
+        /// The pattern as given.
+        pattern: String,
+        /// What the glob parser said.
+        message: String,
+    },
+
+    /// A non-regular file was handed to the chunker.
+    #[error("{path} is not a regular file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// The rayon pool for parallel chunking could not be built.
+    #[error("starting {threads} chunking threads: {message}")]
+    ThreadPool {
+        /// Requested number of threads.
+        threads: usize,
+        /// What rayon said.
+        message: String,
+    },
+
+    /// No cache directory could be determined.
+    #[error("neither XDG_CACHE_HOME nor HOME is set; pass a cache directory explicitly")]
+    NoCacheDir,
+}
+
+impl SyncError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        SyncError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Why a cache file was ignored. The cache starts empty instead; show the
+/// warning and carry on (the cache only saves work).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CacheWarning {
+    /// The file could not be read.
+    #[error("ignoring cache {path}: {source}")]
+    Unreadable {
+        /// The cache file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not a pfs cache of this kind.
+    #[error("ignoring cache {path}: not a pfs {kind} cache")]
+    Foreign {
+        /// The cache file.
+        path: PathBuf,
+        /// "recipe" or "index".
+        kind: &'static str,
+    },
+    /// A pfs cache written by another format version.
+    #[error("ignoring cache {path}: format version {found}, this pfs reads {expected}")]
+    Version {
+        /// The cache file.
+        path: PathBuf,
+        /// Version found in the file.
+        found: u32,
+        /// Version this build reads.
+        expected: u32,
+    },
+    /// Truncated, checksum mismatch, or inconsistent content.
+    #[error("ignoring cache {path}: corrupt ({detail}); it will be rebuilt")]
+    Corrupt {
+        /// The cache file.
+        path: PathBuf,
+        /// What was wrong.
+        detail: &'static str,
+    },
+}

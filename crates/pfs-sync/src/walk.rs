@@ -1,0 +1,323 @@
+//! Sender side: turning the paths a user names into a list of [`Entry`]s.
+//!
+//! [`scan`] walks each root without following symlinks below it and returns
+//! the entries in a deterministic order: roots sorted by name, each
+//! directory directly followed by its contents, siblings sorted by name
+//! bytes. That is the order of [`RelPath`]'s `Ord`, so a directory always
+//! comes before everything inside it and a receiver can create directories
+//! as it meets them.
+//!
+//! Naming follows `scp -r` / rsync without a trailing slash: each root's
+//! basename becomes the top-level name at the destination (`pfs send
+//! /data/photos` creates `photos/...`). A root given as a file yields one
+//! entry. A root that is a symlink is followed (the user named it); symlinks
+//! below a root are reported as [`EntryKind::Symlink`] and never followed.
+//! FIFOs, sockets and devices are skipped, as are entries that cannot be read
+//! or whose path would be too long; each skip is listed in
+//! [`Scan::skipped`] with its reason so the caller can warn.
+//!
+//! [`Excludes`] are rsync-like globs: a pattern without `/` matches a name at
+//! any depth; a pattern with `/` matches a path, anchored at the top level if
+//! it starts with `/`, else at any directory boundary; a trailing `/`
+//! matches directories only. `*` does not cross `/`, `**` does. An excluded
+//! directory is not descended.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::fs::{self, Metadata};
+use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
+
+use crate::error::{PathError, SyncError};
+use crate::path::RelPath;
+
+/// One file, directory or symlink to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Path at the destination, starting with the root's basename.
+    pub rel: RelPath,
+    /// What it is.
+    pub kind: EntryKind,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: i128,
+    /// Device of the filesystem holding it (`st_dev`).
+    pub dev: u64,
+    /// Inode number (`st_ino`).
+    pub ino: u64,
+    /// Where it is on this machine: absolute (made so lexically, symlinks in
+    /// the root path are not resolved).
+    pub abs: PathBuf,
+}
+
+/// The kind of an [`Entry`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file of `size` bytes (at scan time).
+    File {
+        /// Size in bytes.
+        size: u64,
+    },
+    /// A directory.
+    Dir,
+    /// A symbolic link; `target` is its content, unresolved.
+    Symlink {
+        /// The link target as raw bytes.
+        target: Vec<u8>,
+    },
+}
+
+/// Result of [`scan`].
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Entries to send, in order (see the module docs).
+    pub entries: Vec<Entry>,
+    /// Things found but not sent, with the reason.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Something the scan did not include.
+#[derive(Debug)]
+pub struct Skipped {
+    /// Its local path.
+    pub path: PathBuf,
+    /// Why.
+    pub reason: SkipReason,
+}
+
+/// Why an entry was left out.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// A named pipe.
+    Fifo,
+    /// A Unix socket.
+    Socket,
+    /// A block or character device.
+    Device,
+    /// It could not be read (stat, readlink or listing a directory failed).
+    Unreadable(io::Error),
+    /// Its destination path is invalid (for instance longer than 4095 bytes).
+    BadPath(PathError),
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipReason::Fifo => f.write_str("named pipe (FIFO) not sent"),
+            SkipReason::Socket => f.write_str("socket not sent"),
+            SkipReason::Device => f.write_str("device file not sent"),
+            SkipReason::Unreadable(e) => write!(f, "cannot read: {e}"),
+            SkipReason::BadPath(e) => write!(f, "cannot be sent: {e}"),
+        }
+    }
+}
+
+/// Compiled exclude patterns (see the module docs for the syntax).
+#[derive(Debug, Clone)]
+pub struct Excludes {
+    any: GlobSet,
+    dirs_only: GlobSet,
+}
+
+impl Excludes {
+    /// Compile `patterns`.
+    pub fn new(patterns: &[String]) -> Result<Self, SyncError> {
+        let mut any = GlobSetBuilder::new();
+        let mut dirs_only = GlobSetBuilder::new();
+        for pat in patterns {
+            let (body, dir_only) = match pat.strip_suffix('/') {
+                Some(b) => (b, true),
+                None => (pat.as_str(), false),
+            };
+            let globs: Vec<String> = if let Some(anchored) = body.strip_prefix('/') {
+                vec![anchored.to_owned()]
+            } else {
+                // Unanchored: match the name, or a path ending at any depth.
+                vec![body.to_owned(), format!("**/{body}")]
+            };
+            if body.is_empty() || body == "/" {
+                return Err(SyncError::BadExclude {
+                    pattern: pat.clone(),
+                    message: "empty pattern".into(),
+                });
+            }
+            for g in globs {
+                let glob = GlobBuilder::new(&g)
+                    .literal_separator(true)
+                    .backslash_escape(true)
+                    .build()
+                    .map_err(|e| SyncError::BadExclude {
+                        pattern: pat.clone(),
+                        message: e.kind().to_string(),
+                    })?;
+                if dir_only {
+                    dirs_only.add(glob);
+                } else {
+                    any.add(glob);
+                }
+            }
+        }
+        let build = |b: GlobSetBuilder| {
+            b.build().map_err(|e| SyncError::BadExclude {
+                pattern: patterns.join(" "),
+                message: e.to_string(),
+            })
+        };
+        Ok(Self {
+            any: build(any)?,
+            dirs_only: build(dirs_only)?,
+        })
+    }
+
+    /// Exclude nothing.
+    pub fn none() -> Self {
+        Self {
+            any: GlobSet::empty(),
+            dirs_only: GlobSet::empty(),
+        }
+    }
+
+    /// Whether `rel` (a directory if `is_dir`) is excluded.
+    pub fn is_excluded(&self, rel: &RelPath, is_dir: bool) -> bool {
+        if self.any.is_empty() && self.dirs_only.is_empty() {
+            return false;
+        }
+        let c = Candidate::new(rel.as_path());
+        self.any.is_match_candidate(&c) || (is_dir && self.dirs_only.is_match_candidate(&c))
+    }
+}
+
+impl Default for Excludes {
+    fn default() -> Self {
+        Self::none()
+    }
+}
+
+/// Walk `roots` (see the module docs). Fails only for problems with a root
+/// itself (missing, unnamed, two roots with one name); problems below a root
+/// land in [`Scan::skipped`].
+pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, SyncError> {
+    let mut tops: Vec<(RelPath, PathBuf, Metadata)> = Vec::with_capacity(roots.len());
+    for root in roots {
+        let abs = std::path::absolute(root).map_err(|e| SyncError::io("resolve", root, e))?;
+        let meta = fs::metadata(&abs).map_err(|e| SyncError::io("stat", root, e))?;
+        let rel = root_name(root, &abs)?;
+        if tops.iter().any(|(r, _, _)| *r == rel) {
+            return Err(SyncError::DuplicateRoot {
+                name: rel.to_string(),
+            });
+        }
+        tops.push((rel, abs, meta));
+    }
+    tops.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let mut scan = Scan::default();
+    // Depth-first, pre-order: pop an item, emit it, push its children in
+    // reverse name order so the smallest comes out next.
+    let mut stack: Vec<(RelPath, PathBuf, Metadata)> = tops.into_iter().rev().collect();
+    while let Some((rel, abs, meta)) = stack.pop() {
+        let ft = meta.file_type();
+        if excludes.is_excluded(&rel, ft.is_dir()) {
+            continue;
+        }
+        let kind = if ft.is_dir() {
+            EntryKind::Dir
+        } else if ft.is_file() {
+            EntryKind::File { size: meta.len() }
+        } else if ft.is_symlink() {
+            match fs::read_link(&abs) {
+                Ok(t) => EntryKind::Symlink {
+                    target: t.into_os_string().into_vec(),
+                },
+                Err(e) => {
+                    skip(&mut scan, abs, SkipReason::Unreadable(e));
+                    continue;
+                }
+            }
+        } else {
+            let reason = if ft.is_fifo() {
+                SkipReason::Fifo
+            } else if ft.is_socket() {
+                SkipReason::Socket
+            } else {
+                SkipReason::Device
+            };
+            skip(&mut scan, abs, reason);
+            continue;
+        };
+        let is_dir = matches!(kind, EntryKind::Dir);
+        scan.entries.push(Entry {
+            rel: rel.clone(),
+            kind,
+            mode: meta.mode() & 0o7777,
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            abs: abs.clone(),
+        });
+        if is_dir {
+            let before = stack.len();
+            list_dir(&rel, &abs, &mut stack, &mut scan);
+            stack[before..].sort_by(|a, b| b.0.cmp(&a.0));
+        }
+    }
+    Ok(scan)
+}
+
+/// Push the children of directory `abs` (at `rel`) onto `stack`.
+fn list_dir(rel: &RelPath, abs: &Path, stack: &mut Vec<(RelPath, PathBuf, Metadata)>, scan: &mut Scan) {
+    let rd = match fs::read_dir(abs) {
+        Ok(rd) => rd,
+        Err(e) => return skip(scan, abs.to_path_buf(), SkipReason::Unreadable(e)),
+    };
+    for ent in rd {
+        let ent = match ent {
+            Ok(ent) => ent,
+            Err(e) => return skip(scan, abs.to_path_buf(), SkipReason::Unreadable(e)),
+        };
+        let child_abs = ent.path();
+        let child_rel = match rel.join(ent.file_name().as_bytes()) {
+            Ok(r) => r,
+            Err(e) => {
+                skip(scan, child_abs, SkipReason::BadPath(e));
+                continue;
+            }
+        };
+        // `DirEntry::metadata` does not follow symlinks.
+        match ent.metadata() {
+            Ok(m) => stack.push((child_rel, child_abs, m)),
+            Err(e) => skip(scan, child_abs, SkipReason::Unreadable(e)),
+        }
+    }
+}
+
+fn skip(scan: &mut Scan, path: PathBuf, reason: SkipReason) {
+    scan.skipped.push(Skipped { path, reason });
+}
+
+/// The top-level name for a root: its basename, or the basename of its
+/// absolute form for `.`/`..`-like roots.
+fn root_name(given: &Path, abs: &Path) -> Result<RelPath, SyncError> {
+    let name = match given.file_name() {
+        Some(n) => Some(n.to_owned()),
+        None => fs::canonicalize(abs)
+            .ok()
+            .and_then(|c| c.file_name().map(OsStr::to_owned)),
+    };
+    let name = name.ok_or_else(|| SyncError::UnnamedRoot {
+        path: given.to_path_buf(),
+    })?;
+    RelPath::parse(name.as_bytes()).map_err(|source| SyncError::Path {
+        path: given.display().to_string(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use super::*;
+
+fn rels(scan: &Scan) -> Vec<String> {
+    scan.entries.iter().map(|e| e.rel.to_string()).collect()
+}
+
+fn ex(patterns: &[&str]) -> Excludes {
+    Excludes::new(&patterns.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+}
+
+fn touch(p: &Path, content: &[u8]) {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, content).unwrap();
+}
+
+#[test]
+fn order_names_and_kinds() {
+    let t = tempfile::tempdir().unwrap();
+    let top = t.path().join("top");
+    touch(&top.join("b.txt"), b"bb");
+    touch(&top.join("a/x"), b"x");
+    touch(&top.join("a.b"), b"");
+    touch(&top.join("a/y/z"), b"zzz");
+    fs::create_dir(top.join("empty")).unwrap();
+    let s = scan(std::slice::from_ref(&top), &Excludes::none()).unwrap();
+    assert_eq!(
+        rels(&s),
+        [
+            "top",
+            "top/a",
+            "top/a/x",
+            "top/a/y",
+            "top/a/y/z",
+            "top/a.b",
+            "top/b.txt",
+            "top/empty"
+        ]
+    );
+    assert!(s.entries.windows(2).all(|w| w[0].rel < w[1].rel));
+    assert!(s.skipped.is_empty());
+    let z = &s.entries[4];
+    assert_eq!(z.kind, EntryKind::File { size: 3 });
+    assert_eq!(z.abs, top.join("a/y/z"));
+    assert!(z.abs.is_absolute());
+    let meta = fs::metadata(&z.abs).unwrap();
+    assert_eq!(z.ino, std::os::unix::fs::MetadataExt::ino(&meta));
+    assert_eq!(z.mode, std::os::unix::fs::MetadataExt::mode(&meta) & 0o7777);
+    assert_eq!(s.entries[0].kind, EntryKind::Dir);
+}
+
+#[test]
+fn deep_tree() {
+    let t = tempfile::tempdir().unwrap();
+    let mut p = t.path().join("deep");
+    for i in 0..60 {
+        p = p.join(format!("d{i}"));
+    }
+    touch(&p.join("leaf"), b"leaf");
+    let s = scan(&[t.path().join("deep")], &Excludes::none()).unwrap();
+    assert_eq!(s.entries.len(), 62);
+    assert_eq!(s.entries.last().unwrap().rel.depth(), 62);
+    assert!(s.entries.windows(2).all(|w| w[0].rel < w[1].rel));
+}
+
+#[test]
+fn unicode_and_non_utf8_names_round_trip() {
+    let t = tempfile::tempdir().unwrap();
+    let top = t.path().join("top");
+    let names: [&[u8]; 4] = [
+        "café".as_bytes(),
+        "日本語.txt".as_bytes(),
+        b"bad\xff\xfename",
+        "e\u{301}".as_bytes(),
+    ];
+    for n in names {
+        touch(&top.join(OsStr::from_bytes(n)), n);
+    }
+    let s = scan(&[top], &Excludes::none()).unwrap();
+    for n in names {
+        let mut want = b"top/".to_vec();
+        want.extend_from_slice(n);
+        let e = s
+            .entries
+            .iter()
+            .find(|e| e.rel.as_bytes() == want)
+            .unwrap_or_else(|| panic!("missing {:?}", String::from_utf8_lossy(n)));
+        assert_eq!(fs::read(&e.abs).unwrap(), n);
+    }
+}
+
+#[test]
+fn excludes() {
+    let t = tempfile::tempdir().unwrap();
+    let top = t.path().join("top");
+    for f in [
+        "keep.txt",
+        "x.log",
+        "sub/y.log",
+        "sub/keep",
+        "build/out",
+        "sub/build/kept-not-anchored",
+        "cache/in-dir",
+        "sub/cache",
+        "a/b/c/secret",
+        "c/secret",
+    ] {
+        touch(&top.join(f), b"");
+    }
+    let s = scan(&[top], &ex(&["*.log", "/top/build", "cache/", "b/c/secret"])).unwrap();
+    assert_eq!(
+        rels(&s),
+        [
+            "top",
+            "top/a",
+            "top/a/b",
+            "top/a/b/c",
+            "top/c",
+            "top/c/secret",
+            "top/keep.txt",
+            "top/sub",
+            "top/sub/build",
+            "top/sub/build/kept-not-anchored",
+            "top/sub/cache",
+            "top/sub/keep",
+        ]
+    );
+    // `*` does not cross `/`; `**` does.
+    let e = ex(&["top/*.txt"]);
+    let rp = |s: &str| RelPath::parse(s.as_bytes()).unwrap();
+    assert!(e.is_excluded(&rp("top/a.txt"), false));
+    assert!(e.is_excluded(&rp("x/top/a.txt"), false), "unanchored");
+    assert!(!e.is_excluded(&rp("top/d/a.txt"), false));
+    assert!(ex(&["/top/**/*.o"]).is_excluded(&rp("top/d/e/f.o"), false));
+    assert!(!ex(&["/top/**/*.o"]).is_excluded(&rp("x/top/f.o"), false));
+    assert!(Excludes::new(&["a[".to_string()]).is_err());
+    assert!(Excludes::new(&["/".to_string()]).is_err());
+}
+
+#[test]
+fn symlinks_are_reported_not_followed() {
+    let t = tempfile::tempdir().unwrap();
+    let outside = t.path().join("outside");
+    touch(&outside.join("secret"), b"s");
+    let top = t.path().join("top");
+    fs::create_dir(&top).unwrap();
+    symlink(&outside, top.join("to-dir")).unwrap();
+    symlink("nowhere", top.join("dangling")).unwrap();
+    let s = scan(&[top], &Excludes::none()).unwrap();
+    assert_eq!(rels(&s), ["top", "top/dangling", "top/to-dir"]);
+    assert_eq!(
+        s.entries[1].kind,
+        EntryKind::Symlink {
+            target: b"nowhere".to_vec()
+        }
+    );
+    assert_eq!(
+        s.entries[2].kind,
+        EntryKind::Symlink {
+            target: outside.as_os_str().as_bytes().to_vec()
+        }
+    );
+}
+
+#[test]
+fn root_symlink_is_followed() {
+    let t = tempfile::tempdir().unwrap();
+    touch(&t.path().join("real/f"), b"f");
+    symlink(t.path().join("real"), t.path().join("link")).unwrap();
+    let s = scan(&[t.path().join("link")], &Excludes::none()).unwrap();
+    assert_eq!(rels(&s), ["link", "link/f"]);
+}
+
+#[test]
+fn special_files_are_skipped() {
+    let t = tempfile::tempdir().unwrap();
+    let top = t.path().join("top");
+    fs::create_dir(&top).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        top.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let _sock = std::os::unix::net::UnixListener::bind(top.join("sock")).unwrap();
+    touch(&top.join("file"), b"");
+    let s = scan(std::slice::from_ref(&top), &Excludes::none()).unwrap();
+    assert_eq!(rels(&s), ["top", "top/file"]);
+    let mut skipped: Vec<_> = s
+        .skipped
+        .iter()
+        .map(|k| (k.path.clone(), k.reason.to_string()))
+        .collect();
+    skipped.sort();
+    assert_eq!(skipped.len(), 2);
+    assert_eq!(skipped[0].0, top.join("fifo"));
+    assert!(matches!(
+        s.skipped
+            .iter()
+            .find(|k| k.path.ends_with("sock"))
+            .unwrap()
+            .reason,
+        SkipReason::Socket
+    ));
+    assert!(matches!(
+        s.skipped
+            .iter()
+            .find(|k| k.path.ends_with("fifo"))
+            .unwrap()
+            .reason,
+        SkipReason::Fifo
+    ));
+}
+
+#[test]
+fn roots() {
+    let t = tempfile::tempdir().unwrap();
+    touch(&t.path().join("one/f"), b"1");
+    touch(&t.path().join("two/f"), b"2");
+    touch(&t.path().join("x/f"), b"3");
+    touch(&t.path().join("file.bin"), b"4");
+    // A file root gives one entry; roots come out sorted by name.
+    let s = scan(
+        &[
+            t.path().join("two"),
+            t.path().join("file.bin"),
+            t.path().join("one"),
+        ],
+        &Excludes::none(),
+    )
+    .unwrap();
+    assert_eq!(rels(&s), ["file.bin", "one", "one/f", "two", "two/f"]);
+    // Two roots with one basename.
+    let e = scan(
+        &[t.path().join("one/f"), t.path().join("two/f")],
+        &Excludes::none(),
+    );
+    assert!(matches!(e, Err(SyncError::DuplicateRoot { .. })));
+    // `dir/.` is named like `dir`; `/` has no name.
+    let s = scan(&[t.path().join("x/.")], &Excludes::none()).unwrap();
+    assert_eq!(rels(&s), ["x", "x/f"]);
+    fs::create_dir(t.path().join("x/sub")).unwrap();
+    let s = scan(&[t.path().join("x/sub/..")], &Excludes::none()).unwrap();
+    assert_eq!(rels(&s), ["x", "x/f", "x/sub"]);
+    assert!(matches!(
+        scan(&["/".into()], &Excludes::none()),
+        Err(SyncError::UnnamedRoot { .. })
+    ));
+    assert!(matches!(
+        scan(&[t.path().join("missing")], &Excludes::none()),
+        Err(SyncError::Io { op: "stat", .. })
+    ));
+}
