@@ -65,6 +65,17 @@ pub fn process_usage() -> Usage {
     }
 }
 
+/// Resource usage of the reaped children of this process (`RUSAGE_CHILDREN`).
+pub fn children_usage() -> Usage {
+    let ru = rusage(libc::RUSAGE_CHILDREN);
+    Usage {
+        user_us: tv_us(ru.ru_utime),
+        sys_us: tv_us(ru.ru_stime),
+        nvcsw: ru.ru_nvcsw as u64,
+        nivcsw: ru.ru_nivcsw as u64,
+    }
+}
+
 /// Peak resident set size of the process, bytes.
 pub fn max_rss_bytes() -> u64 {
     (rusage(libc::RUSAGE_SELF).ru_maxrss as u64) * 1024

@@ -101,7 +101,9 @@ impl DestRoot {
             Mode::empty(),
             beneath(),
         );
-        let openat2 = !matches!(probe, Err(Errno::NOSYS) | Err(Errno::PERM));
+        // ENOSYS: kernel before 5.6; EPERM: a seccomp filter; EINVAL: flags
+        // unknown to this kernel. All mean: resolve component by component.
+        let openat2 = !matches!(probe, Err(Errno::NOSYS | Errno::PERM | Errno::INVAL));
         Ok(Self { root, path, openat2 })
     }
 
@@ -190,9 +192,28 @@ impl DestRoot {
     /// what the sender has. `None` if nothing is there, or something other
     /// than a regular file (a directory, a symlink, a symlink in the path).
     pub fn open_existing(&self, rel: &RelPath) -> Result<Option<(File, Metadata)>, SyncError> {
-        let fd = match self.open_beneath(rel.as_bytes(), OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty()) {
+        let dir = match self.parent_dir(rel) {
+            Ok(d) => d,
+            Err(SyncError::Path { .. }) => return Ok(None),
+            Err(SyncError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let name = rel.file_name();
+        // Look before opening: opening a device node can have side effects.
+        match rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {}
+            Ok(_) | Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(dest_err("stat", rel, e)),
+        }
+        let fd = match rfs::openat(
+            &dir,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
             Ok(fd) => fd,
-            Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR | Errno::XDEV | Errno::NXIO) => return Ok(None),
+            // Replaced since the stat.
+            Err(Errno::NOENT | Errno::LOOP | Errno::NXIO) => return Ok(None),
             Err(e) => return Err(dest_err("open", rel, e)),
         };
         let file = File::from(fd);
@@ -224,9 +245,10 @@ impl DestRoot {
         Err(dest_err("create symlink", rel, Errno::EXIST))
     }
 
-    /// Remove every `.pfs-tmp.*` regular file beneath the root, left behind by
-    /// a transfer that was killed; returns how many were removed. Does not
-    /// follow symlinks. Must not run while another transfer writes here.
+    /// Remove every `.pfs-tmp.*` regular file or symlink beneath the root,
+    /// left behind by a transfer that was killed; returns how many were
+    /// removed. Does not follow symlinks. Must not run while another transfer
+    /// writes here.
     pub fn remove_stale_temps(&self) -> Result<usize, SyncError> {
         let mut removed = 0;
         let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
@@ -272,7 +294,9 @@ impl DestRoot {
                     }
                     sub.extend_from_slice(name);
                     stack.push(sub);
-                } else if ft == FileType::RegularFile && name.starts_with(TEMP_PREFIX) {
+                } else if matches!(ft, FileType::RegularFile | FileType::Symlink)
+                    && name.starts_with(TEMP_PREFIX)
+                {
                     match rfs::unlinkat(&dir, name, AtFlags::empty()) {
                         Ok(()) => removed += 1,
                         Err(Errno::NOENT) => {}

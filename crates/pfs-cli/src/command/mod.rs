@@ -1,6 +1,6 @@
 //! One module per subcommand, plus the blob setup they share.
 
-mod bench;
+pub mod bench;
 pub mod bench_exec;
 pub mod bench_ipc;
 mod blob;
@@ -31,6 +31,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             Some(crate::args::BenchStudy::Exec(study)) => bench_exec::run(study),
             Some(crate::args::BenchStudy::Ipc(study)) => bench_ipc::run(study),
             Some(crate::args::BenchStudy::IpcPeer(peer)) => bench_ipc::run_peer(peer),
+            Some(crate::args::BenchStudy::Sync(study)) => bench::sync::run(study),
             None => bench::run(args),
         },
     }

@@ -17,7 +17,18 @@
 //! per parameter set, and the chunk's hash is known too. Checking for zeros
 //! runs at memory speed and gives up at the first non-zero word.
 
+use std::sync::OnceLock;
+
 use super::ChunkParams;
+
+/// A gear table: one random 64-bit value per byte value.
+type Gear = Box<[u64; 256]>;
+
+/// fastcdc's standard gear table and its left-shifted twin, copied once.
+fn gear_tables() -> &'static (Gear, Gear) {
+    static TABLES: OnceLock<(Gear, Gear)> = OnceLock::new();
+    TABLES.get_or_init(|| fastcdc::v2020::get_gear_with_seed(0))
+}
 
 /// Cut-point finder for one parameter set.
 #[derive(Debug, Clone)]
@@ -27,12 +38,12 @@ pub(crate) struct Cutter {
     max: usize,
     mask_s: u64,
     mask_l: u64,
-    gear: Box<[u64; 256]>,
-    gear_ls: Box<[u64; 256]>,
-    /// Length of the first chunk of `max` zero bytes.
-    zero_len: usize,
-    /// BLAKE3 of `zero_len` zero bytes.
-    zero_hash: [u8; 32],
+    gear: &'static [u64; 256],
+    gear_ls: &'static [u64; 256],
+    /// Length of the first chunk in `max` zero bytes and its BLAKE3 hash;
+    /// computed on the first zero run (so creating a cutter per small file
+    /// stays cheap).
+    zero: OnceLock<(u32, [u8; 32])>,
 }
 
 /// Flag in a chunk length (lengths are at most 16 MiB) marking a chunk found
@@ -41,11 +52,11 @@ pub(crate) const ZERO_FLAG: u32 = 1 << 31;
 
 impl Cutter {
     pub(crate) fn new(p: &ChunkParams) -> Self {
-        use fastcdc::v2020::{get_gear_with_seed, logarithm2, Normalization, MASKS};
+        use fastcdc::v2020::{logarithm2, Normalization, MASKS};
         let bits = logarithm2(p.avg());
         let level = Normalization::Level1.bits();
-        let (gear, gear_ls) = get_gear_with_seed(0);
-        let mut c = Self {
+        let (gear, gear_ls) = gear_tables();
+        Self {
             min: p.min() as usize,
             avg: p.avg() as usize,
             max: p.max() as usize,
@@ -53,18 +64,21 @@ impl Cutter {
             mask_l: MASKS[(bits - level) as usize],
             gear,
             gear_ls,
-            zero_len: 0,
-            zero_hash: [0; 32],
-        };
-        let zeros = vec![0u8; c.max];
-        c.zero_len = c.next_len(&zeros);
-        c.zero_hash = *blake3::hash(&zeros[..c.zero_len]).as_bytes();
-        c
+            zero: OnceLock::new(),
+        }
+    }
+
+    fn zero(&self) -> &(u32, [u8; 32]) {
+        self.zero.get_or_init(|| {
+            let zeros = vec![0u8; self.max];
+            let len = self.next_len(&zeros);
+            (len as u32, *blake3::hash(&zeros[..len]).as_bytes())
+        })
     }
 
     /// Hash of a chunk whose length carries [`ZERO_FLAG`].
     pub(crate) fn zero_hash(&self) -> &[u8; 32] {
-        &self.zero_hash
+        &self.zero().1
     }
 
     /// The next chunk length as [`next_len`](Self::next_len) computes it,
@@ -72,7 +86,7 @@ impl Cutter {
     #[inline]
     pub(crate) fn next(&self, data: &[u8]) -> u32 {
         if data.len() >= self.max && is_zero(&data[..self.max]) {
-            return self.zero_len as u32 | ZERO_FLAG;
+            return self.zero().0 | ZERO_FLAG;
         }
         self.next_len(data) as u32
     }
@@ -114,7 +128,7 @@ impl Cutter {
     /// (`mask << 1` for the first byte of each pair, as fastcdc does).
     #[inline(always)]
     fn scan(&self, data: &[u8], start: usize, end: usize, mut hash: u64, mask: u64) -> (u64, Option<usize>) {
-        let (g, gl) = (&*self.gear, &*self.gear_ls);
+        let (g, gl) = (self.gear, self.gear_ls);
         let mask_ls = mask << 1;
         let mut pos = start;
         let mut steps = data[start..end].chunks_exact(8);

@@ -26,7 +26,7 @@ const MAX_IN_FLIGHT: usize = 4;
 /// result is [`SyncError::Changed`]: the recipe would describe no single
 /// version of the file.
 ///
-/// Sparse files need no special handling: holes read as zeros.
+/// Holes of sparse files are not read (they are zeros); see the module docs.
 pub fn chunk_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<Recipe, SyncError> {
     chunk_file_windowed(path.as_ref(), params, params.window())
 }
@@ -88,6 +88,40 @@ fn read_full_at(file: &File, mut buf: &mut [u8], mut offset: u64, path: &Path) -
     Ok(())
 }
 
+/// Fill `buf` from `offset`, reading only the data regions the filesystem
+/// reports (`SEEK_DATA`/`SEEK_HOLE`) and zero-filling holes, so the holes of
+/// a sparse file cost neither disk reads nor page cache. Where the
+/// filesystem cannot tell, everything is read.
+fn read_sparse_at(file: &File, buf: &mut [u8], offset: u64, path: &Path) -> Result<(), SyncError> {
+    use rustix::fs::{seek, SeekFrom};
+    let end = offset + buf.len() as u64;
+    let mut pos = offset;
+    while pos < end {
+        let data = match seek(file, SeekFrom::Data(pos)) {
+            Ok(d) => d.clamp(pos, end),
+            // No data after `pos`: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => end,
+            Err(_) => pos,
+        };
+        buf[(pos - offset) as usize..(data - offset) as usize].fill(0);
+        if data == end {
+            break;
+        }
+        let hole = match seek(file, SeekFrom::Hole(data)) {
+            Ok(h) if h > data => h.min(end),
+            _ => end,
+        };
+        read_full_at(
+            file,
+            &mut buf[(data - offset) as usize..(hole - offset) as usize],
+            data,
+            path,
+        )?;
+        pos = hole;
+    }
+    Ok(())
+}
+
 /// Multi-window chunking. This thread finds cut points, window after
 /// window; meanwhile the next window is read by a rayon task (`join`), and
 /// each finished window goes to a rayon task that hashes its chunks and
@@ -114,7 +148,7 @@ fn pipeline(
     let window_len = |k: usize| (size - k as u64 * window as u64).min(window as u64) as usize;
     let read_window = |k: usize, mut buf: Vec<u8>| -> Result<Vec<u8>, SyncError> {
         let off = k as u64 * window as u64;
-        read_full_at(file, &mut buf[max..max + window_len(k)], off, path)?;
+        read_sparse_at(file, &mut buf[max..max + window_len(k)], off, path)?;
         Ok(buf)
     };
     let results = Mutex::new(Vec::with_capacity(n));
@@ -152,9 +186,9 @@ fn pipeline(
             let wstart = k as u64 * window as u64;
             in_flight.fetch_add(1, Ordering::AcqRel);
             let (spare, results, in_flight) = (&spare, &results, &in_flight);
-            let zero_hash = cutter.zero_hash();
+            let cutter = &cutter;
             s.spawn(move |_| {
-                let chunks = hash_chunks(&buf[start..start + pos], base, &lens, zero_hash);
+                let chunks = hash_chunks(&buf[start..start + pos], base, &lens, cutter);
                 let cv = tree::window_cv(&buf[max..end], wstart);
                 lock(results).push(super::WindowResult { k, chunks, cv });
                 lock(spare).push(buf);

@@ -334,3 +334,19 @@ fn missing_file_is_an_io_error() {
     let e = chunk_file("/nonexistent/pfs-sync-test", &ChunkParams::default()).unwrap_err();
     assert!(matches!(e, SyncError::Io { op: "open", .. }), "{e}");
 }
+
+#[test]
+fn sparse_file_equals_dense_bytes() {
+    let p = ChunkParams::default();
+    let len = 40u64 << 20;
+    let (f, writes) = sparse_file(len);
+    let mut dense = vec![0u8; len as usize];
+    for (off, bytes) in &writes {
+        dense[*off as usize..][..bytes.len()].copy_from_slice(bytes);
+    }
+    let want = chunk_bytes(&dense, &p);
+    check_recipe(&dense, &want, &p);
+    assert_eq!(chunk_file(f.path(), &p).unwrap(), want);
+    // Small windows: holes and data start and end inside windows.
+    assert_eq!(chunk_file_windowed(f.path(), &p, 1 << 18).unwrap(), want);
+}

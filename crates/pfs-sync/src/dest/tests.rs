@@ -84,6 +84,7 @@ fn temp_persist_mode_and_mtime() {
         assert_eq!(meta.len(), 6);
         assert!(root.open_existing(&dir).unwrap().is_none(), "a directory");
         assert!(root.open_existing(&rp("nope")).unwrap().is_none());
+        assert!(root.open_existing(&rp("nope/deeper")).unwrap().is_none());
         // Directory mode/mtime.
         root.set_dir_times_and_mode(&dir, mtime, 0o700).unwrap();
         let m = fs::metadata(fx.dest.join(dir.as_path())).unwrap();
@@ -208,6 +209,7 @@ fn stale_temps_are_removed() {
         fs::write(fx.dest.join(f), b"junk").unwrap();
     }
     fs::write(fx.dest.join("a/keep"), b"k").unwrap();
+    symlink("x", fx.dest.join("a/.pfs-tmp.link.5")).unwrap();
     fs::create_dir(fx.dest.join("a/.pfs-tmp.dir")).unwrap();
     // Temporaries behind a symlink are not ours to touch.
     fs::write(fx.outside.join(".pfs-tmp.out.4"), b"o").unwrap();
@@ -215,7 +217,7 @@ fn stale_temps_are_removed() {
     // A temp created through the API and leaked (as by a killed process).
     let leaked = root.create_temp(&rp("a/b/file")).unwrap();
     std::mem::forget(leaked);
-    assert_eq!(root.remove_stale_temps().unwrap(), 4);
+    assert_eq!(root.remove_stale_temps().unwrap(), 5);
     assert!(fx.dest.join("a/keep").exists());
     assert!(fx.dest.join("a/.pfs-tmp.dir").is_dir());
     assert!(fx.outside.join(".pfs-tmp.out.4").exists());
@@ -242,4 +244,23 @@ fn missing_destination() {
     let root = DestRoot::open(&fx.dest).unwrap();
     let e = root.create_temp(&rp("no/such/dir/f")).unwrap_err();
     assert!(matches!(e, SyncError::Io { .. }), "{e}");
+}
+
+#[test]
+fn open_existing_ignores_special_files() {
+    let fx = Fixture::new();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        fx.dest.join("fifo"),
+        FileType::Fifo,
+        Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    symlink(fx.outside.join("f"), fx.dest.join("link")).unwrap();
+    fs::write(fx.outside.join("f"), b"outside").unwrap();
+    for root in fx.roots() {
+        assert!(root.open_existing(&rp("fifo")).unwrap().is_none());
+        assert!(root.open_existing(&rp("link")).unwrap().is_none());
+    }
 }

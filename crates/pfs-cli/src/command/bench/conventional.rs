@@ -101,7 +101,12 @@ fn failed(label: &str, purpose: &str, e: &anyhow::Error) -> Row {
 }
 
 /// Waits until something accepts on `ip:port`, or the server died, or `timeout`.
-fn wait_listening(server: &mut ChildGuard, ip: &str, port: u16, timeout: Duration) -> anyhow::Result<()> {
+pub(crate) fn wait_listening(
+    server: &mut ChildGuard,
+    ip: &str,
+    port: u16,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     let addr = format!("{ip}:{port}");
     while Instant::now() < deadline {
@@ -118,7 +123,7 @@ fn wait_listening(server: &mut ChildGuard, ip: &str, port: u16, timeout: Duratio
 
 /// Runs a client command to completion within `timeout`, draining its
 /// stdout and stderr on threads so a chatty client never blocks on a pipe.
-fn run_client(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::process::Output> {
+pub(crate) fn run_client(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::process::Output> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -159,7 +164,7 @@ fn run_client(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::proces
 }
 
 /// CPU seconds (user, sys) of a process and of all its reaped descendants.
-fn tree_cpu(pid: u32) -> Option<(f64, f64)> {
+pub(crate) fn tree_cpu(pid: u32) -> Option<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesised command name: state is field 3.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -172,7 +177,7 @@ fn tree_cpu(pid: u32) -> Option<(f64, f64)> {
 
 /// Waits until `pid` has no children left (the per-connection processes
 /// were reaped, so their CPU shows in `tree_cpu`).
-fn wait_children_reaped(pid: u32, timeout: Duration) {
+pub(crate) fn wait_children_reaped(pid: u32, timeout: Duration) {
     let path = format!("/proc/{pid}/task/{pid}/children");
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
@@ -188,7 +193,7 @@ fn wait_children_reaped(pid: u32, timeout: Duration) {
     }
 }
 
-fn taskset(cmd: Command, cpu: Option<usize>) -> Command {
+pub(crate) fn taskset(cmd: Command, cpu: Option<usize>) -> Command {
     match cpu {
         Some(cpu) if have("taskset") => {
             let mut c = Command::new("taskset");
@@ -367,7 +372,7 @@ fn file_digest(path: &Path) -> anyhow::Result<u64> {
     Ok(d.value())
 }
 
-fn user_name() -> String {
+pub(crate) fn user_name() -> String {
     std::env::var("USER")
         .ok()
         .filter(|u| !u.is_empty())

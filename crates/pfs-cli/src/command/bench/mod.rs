@@ -29,6 +29,7 @@ mod conventional;
 mod netpath;
 mod report;
 mod row;
+pub mod sync;
 
 use conventional::{run_iperf3, run_rsync, run_scp, ChildGuard, FileJob};
 use netpath::NetPath;

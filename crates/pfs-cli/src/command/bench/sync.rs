@@ -1,0 +1,774 @@
+//! `pfs bench sync`: file transfer against the baselines people use, in one
+//! run, on loopback. Four PacketFS rows — a cold send of random data into an
+//! empty store, its unchanged re-send, version A of a real data set into an
+//! empty store, then version B over A — and the same version pair through
+//! an rsync daemon (delta transfer, B over A) and scp (full copy of B).
+//!
+//! Every row runs the real binaries as child processes: `pfs serve --store
+//! --dest` / `pfs send`, `rsync --daemon` / `rsync`, `sshd` / `scp -r`.
+//! Elapsed is the client's wall time; CPU is client + server (rusage of the
+//! reaped client, `/proc` of the server tree); wire bytes come from the
+//! loopback interface counters (TCP/IP headers included, for every row
+//! alike). Destinations and the store live on tmpfs so that the disk does
+//! not decide the comparison; each destination tree is compared with its
+//! source after the timed part.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use super::conventional::{
+    free_port, have, run_client, tool, tree_cpu, user_name, wait_children_reaped, wait_listening, ChildGuard,
+};
+use super::netpath::NetPath;
+use super::report::to_csv;
+use super::row::Row;
+use crate::exit;
+
+/// `pfs bench sync`
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  pfs bench sync                                  # fetch (once) the version pair, run every row
+  pfs bench sync --pair ./v1 ./v2 --out bench-sync
+  pfs bench sync --cold-size 256M --only pfs
+
+The version pair defaults to the one scripts/fetch-sync-pair.sh downloads and
+caches (two successive releases of a package from a package registry).")]
+pub struct BenchSyncArgs {
+    /// Version pair: two directories, A then B (default: fetched by scripts/fetch-sync-pair.sh).
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub pair: Option<Vec<PathBuf>>,
+    /// Bytes of random data for the cold send and the unchanged re-send.
+    #[arg(long, default_value = "1G", value_parser = crate::args::parse_size)]
+    pub cold_size: u64,
+    /// Only rows whose label contains this text (case-insensitive); repeatable.
+    #[arg(long, value_name = "TEXT")]
+    pub only: Vec<String>,
+    /// Write CSV, JSON and Markdown here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A data set on disk and its size.
+#[derive(Debug, Clone)]
+struct Tree {
+    dir: PathBuf,
+    bytes: u64,
+    files: u64,
+}
+
+fn tree_of(dir: &Path) -> anyhow::Result<Tree> {
+    let (mut bytes, mut files) = (0u64, 0u64);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let e = e?;
+            let t = e.file_type()?;
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                bytes += e.metadata()?.len();
+                files += 1;
+            }
+        }
+    }
+    Ok(Tree {
+        dir: dir.to_path_buf(),
+        bytes,
+        files,
+    })
+}
+
+/// Random, incompressible files (xorshift; no two blocks alike) of `total` bytes.
+fn make_cold_tree(dir: &Path, total: u64) -> anyhow::Result<Tree> {
+    std::fs::create_dir_all(dir)?;
+    let per_file = 64u64 << 20;
+    let mut left = total;
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0;
+    while left > 0 {
+        let size = left.min(per_file);
+        let path = dir.join(format!("part-{n:04}.bin"));
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        let mut written = 0u64;
+        while written < size {
+            for w in buf.chunks_exact_mut(8) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                w.copy_from_slice(&state.to_le_bytes());
+            }
+            let k = (size - written).min(buf.len() as u64) as usize;
+            std::io::Write::write_all(&mut f, &buf[..k])?;
+            written += k as u64;
+        }
+        left -= size;
+        n += 1;
+    }
+    tree_of(dir)
+}
+
+/// The version pair: given, or fetched (and cached) by the repository's script.
+fn version_pair(args: &BenchSyncArgs) -> anyhow::Result<(Tree, Tree)> {
+    if let Some(p) = &args.pair {
+        return Ok((tree_of(&p[0])?, tree_of(&p[1])?));
+    }
+    let script = std::env::var_os("PFS_SYNC_FETCH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-sync-pair.sh"));
+    if !script.exists() {
+        bail!(
+            "no --pair given and {} is missing (set PFS_SYNC_FETCH to the fetch script)",
+            script.display()
+        );
+    }
+    eprintln!(
+        "pfs bench sync: fetching the version pair with {} (cached after the first run)…",
+        script.display()
+    );
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed (see its messages above)", script.display());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let dirs: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if dirs.len() < 2 {
+        bail!(
+            "{} printed {} directories, expected 2",
+            script.display(),
+            dirs.len()
+        );
+    }
+    Ok((
+        tree_of(Path::new(dirs[0].trim()))?,
+        tree_of(Path::new(dirs[1].trim()))?,
+    ))
+}
+
+/// Copies `t` to `parent/tree` (outside the timed part).
+fn stage(t: &Tree, parent: &Path) -> anyhow::Result<Tree> {
+    std::fs::create_dir_all(parent)?;
+    let dst = parent.join("tree");
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(&t.dir)
+        .arg(&dst)
+        .output()
+        .context("running cp")?;
+    if !out.status.success() {
+        bail!(
+            "cp -a {}: {}",
+            t.dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    tree_of(&dst)
+}
+
+/// Compares two trees file by file (content, and that every file exists).
+fn same_tree(a: &Path, b: &Path) -> anyhow::Result<bool> {
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(a.join(&rel))? {
+            let e = e?;
+            let r = rel.join(e.file_name());
+            let t = e.file_type()?;
+            if t.is_dir() {
+                stack.push(r);
+            } else if t.is_file() {
+                let (x, y) = (a.join(&r), b.join(&r));
+                let (mx, my) = (std::fs::metadata(&x)?, std::fs::metadata(&y));
+                match my {
+                    Ok(my) if my.len() == mx.len() => {}
+                    _ => return Ok(false),
+                }
+                if !same_file(&x, &y)? {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+fn same_file(x: &Path, y: &Path) -> anyhow::Result<bool> {
+    let (mut fx, mut fy) = (std::fs::File::open(x)?, std::fs::File::open(y)?);
+    let (mut bx, mut by) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = read_full(&mut fx, &mut bx)?;
+        let m = read_full(&mut fy, &mut by)?;
+        if n != m || bx[..n] != by[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// CPU seconds of reaped children of this process so far.
+fn children_cpu() -> (f64, f64) {
+    let u = pfs_session::sys::children_usage();
+    (u.user_us as f64 / 1e6, u.sys_us as f64 / 1e6)
+}
+
+/// One timed client run against a running server; fills a row.
+struct Timed {
+    elapsed: f64,
+    wire: u64,
+    user: f64,
+    sys: f64,
+    stdout: String,
+}
+
+fn timed(server_pid: u32, client: Command, net: &NetPath) -> anyhow::Result<Timed> {
+    wait_children_reaped(server_pid, Duration::from_secs(5));
+    let (su0, ss0) = tree_cpu(server_pid).context("server CPU")?;
+    let (cu0, cs0) = children_cpu();
+    let program = client.get_program().to_string_lossy().into_owned();
+    let wire0 = net.wire_counter();
+    let t0 = Instant::now();
+    let out = run_client(client, Duration::from_secs(1800))?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let wire = net.wire_counter().saturating_sub(wire0);
+    if !out.status.success() {
+        bail!(
+            "{program} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    wait_children_reaped(server_pid, Duration::from_secs(5));
+    let (su1, ss1) = tree_cpu(server_pid).context("server CPU")?;
+    let (cu1, cs1) = children_cpu();
+    Ok(Timed {
+        elapsed,
+        wire,
+        user: (su1 - su0) + (cu1 - cu0),
+        sys: (ss1 - ss0) + (cs1 - cs0),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+    })
+}
+
+fn row_of(label: &str, data: &Tree, t: &Timed, same: bool, notes: String) -> Row {
+    let mut r = Row::measured(label, "Transfer", data.bytes, t.wire, t.elapsed, t.user, t.sys);
+    r.transport = "TCP".into();
+    r.integrity = if same { "OK" } else { "MISMATCH" }.into();
+    r.notes = notes;
+    r
+}
+
+fn failed_row(label: &str, e: &anyhow::Error) -> Row {
+    let mut r = Row::skipped(label, "Transfer", String::new());
+    r.notes = format!("failed: {e:#}");
+    r
+}
+
+/// A `pfs serve --store --dest` child on a free loopback port.
+struct PfsServer {
+    guard: ChildGuard,
+    addr: String,
+}
+
+fn start_pfs_server(store: &Path, dest: &Path) -> anyhow::Result<PfsServer> {
+    let exe = std::env::current_exe().context("locating the pfs binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--json", "--store"])
+        .arg(store)
+        .arg("--dest")
+        .arg(dest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().context("starting pfs serve")?;
+    let stdout = child.stdout.take().context("pfs serve stdout")?;
+    let guard = ChildGuard::new(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                // Keep draining so the server never blocks on stdout.
+                continue;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["event"] == "listening" {
+            let addr = v["addr"].as_str().context("listening without addr")?.to_string();
+            return Ok(PfsServer { guard, addr });
+        }
+    }
+    bail!("pfs serve did not start listening")
+}
+
+/// One `pfs send` of `src` (its contents land under `remote`).
+fn pfs_send(
+    server: &PfsServer,
+    src: &Path,
+    remote: &str,
+    cache: &Path,
+    net: &NetPath,
+) -> anyhow::Result<(Timed, serde_json::Value)> {
+    let exe = std::env::current_exe().context("locating the pfs binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("send")
+        .arg(src)
+        .arg("--to")
+        .arg(format!("{}:{remote}", server.addr))
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(["--json", "--progress", "never"]);
+    let t = timed(server.guard.id(), cmd, net)?;
+    let v: serde_json::Value = serde_json::from_str(&t.stdout).context("pfs send --json output")?;
+    Ok((t, v))
+}
+
+fn pfs_notes(v: &serde_json::Value) -> String {
+    let r = &v["receiver"];
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0) as f64 / 1e6;
+    format!(
+        "written {}, unchanged {}; literal {:.1} MB, matched {:.1} MB, repaired {:.1} MB; index fetched {} entries",
+        r["files_written"], r["files_unchanged"], n(&r["literal_bytes"]), n(&r["matched_bytes"]),
+        n(&r["repaired_bytes"]), v["index_entries_fetched"]
+    )
+}
+
+/// An rsync daemon serving one writable module.
+struct RsyncDaemon {
+    guard: ChildGuard,
+    port: u16,
+}
+
+fn start_rsyncd(dir: &Path, module: &Path) -> anyhow::Result<RsyncDaemon> {
+    let rsync = tool("rsync", "rsync");
+    let port = free_port()?;
+    let root = rustix::process::geteuid().is_root();
+    let config = format!(
+        "port = {port}\naddress = 127.0.0.1\nuse chroot = no\nlog file = {log}\n{ids}[pfs]\n    path = {path}\n    read only = no\n",
+        log = dir.join("rsyncd.log").display(),
+        ids = if root { "uid = root\ngid = root\n" } else { "" },
+        path = module.display(),
+    );
+    std::fs::create_dir_all(module)?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("rsyncd.conf"), config)?;
+    let mut cmd = Command::new(&rsync);
+    cmd.args(["--daemon", "--no-detach", "--config"])
+        .arg(dir.join("rsyncd.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut guard = ChildGuard::new(cmd.spawn().context("starting rsync --daemon")?);
+    wait_listening(&mut guard, "127.0.0.1", port, Duration::from_secs(10))?;
+    Ok(RsyncDaemon { guard, port })
+}
+
+/// `rsync -a --stats SRC/ rsync://…/pfs/REMOTE/` (delta transfer: the default).
+fn rsync_send(d: &RsyncDaemon, src: &Path, remote: &str, net: &NetPath) -> anyhow::Result<(Timed, String)> {
+    let mut cmd = Command::new(tool("rsync", "rsync"));
+    cmd.args(["-a", "--stats", "--no-compress"])
+        .arg(format!("{}/", src.display()))
+        .arg(format!("rsync://127.0.0.1:{}/pfs/{remote}/", d.port));
+    let t = timed(d.guard.id(), cmd, net)?;
+    let stats = t
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("Literal data") || l.starts_with("Matched data"))
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("; ");
+    Ok((t, stats))
+}
+
+/// scp -r of `src` to `dst` through a private sshd.
+fn scp_send(scratch: &Path, src: &Path, dst: &Path, net: &NetPath) -> anyhow::Result<Timed> {
+    let sshd = tool("sshd", "/usr/sbin/sshd");
+    let scp = tool("scp", "scp");
+    if !have(&sshd) || !have(&scp) || !have("ssh-keygen") {
+        bail!("sshd/scp not installed (apt-get install openssh-server openssh-client)");
+    }
+    if !rustix::process::geteuid().is_root() {
+        bail!("needs root to start a private sshd");
+    }
+    let dir = scratch.join("ssh");
+    std::fs::create_dir_all(&dir)?;
+    for key in ["host", "client"] {
+        let out = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(dir.join(key))
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            bail!("ssh-keygen: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+    }
+    std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys"))?;
+    std::fs::create_dir_all("/run/sshd")?;
+    let port = free_port()?;
+    let config = format!(
+        "Port {port}\nListenAddress 127.0.0.1\nHostKey {host}\nPidFile none\nAuthorizedKeysFile {auth}\n\
+         PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
+         UsePAM no\nStrictModes no\nCompression no\nSubsystem sftp internal-sftp\nLogLevel ERROR\n",
+        host = dir.join("host").display(),
+        auth = dir.join("authorized_keys").display(),
+    );
+    std::fs::write(dir.join("sshd_config"), config)?;
+    let mut server = Command::new(&sshd);
+    server
+        .arg("-D")
+        .arg("-e")
+        .arg("-f")
+        .arg(dir.join("sshd_config"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut guard = ChildGuard::new(server.spawn().context("starting sshd")?);
+    wait_listening(&mut guard, "127.0.0.1", port, Duration::from_secs(10))?;
+    let mut client = Command::new(&scp);
+    client
+        .args([
+            "-q",
+            "-r",
+            "-o",
+            "Compression=no",
+            "-o",
+            "StrictHostKeyChecking=no",
+        ])
+        .args(["-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"])
+        .args(["-P", &port.to_string(), "-i"])
+        .arg(dir.join("client"))
+        .arg(src)
+        .arg(format!("{}@127.0.0.1:{}", user_name(), dst.display()));
+    timed(guard.id(), client, net)
+}
+
+/// Scratch space on tmpfs, removed at the end (and on Ctrl-C).
+struct Scratch {
+    path: PathBuf,
+    ticket: u64,
+}
+
+impl Scratch {
+    fn new() -> anyhow::Result<Self> {
+        let base = if Path::new("/dev/shm").is_dir() {
+            Path::new("/dev/shm")
+        } else {
+            Path::new("/tmp")
+        };
+        let path = base.join(format!("pfs-bench-sync-{}", std::process::id()));
+        let ticket = crate::cleanup::on_interrupt(crate::cleanup::Undo::Dir(path.clone()));
+        std::fs::create_dir_all(&path)?;
+        Ok(Self { path, ticket })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        crate::cleanup::done(self.ticket);
+    }
+}
+
+/// Report header of this study.
+#[derive(Debug, Serialize)]
+struct SyncHeader {
+    tool: String,
+    git_revision: String,
+    kernel: String,
+    cpu_model: String,
+    cores: usize,
+    version_a: String,
+    version_b: String,
+    version_a_bytes: u64,
+    version_b_bytes: u64,
+    version_a_files: u64,
+    version_b_files: u64,
+    cold_bytes: u64,
+    placement: String,
+    units: String,
+}
+
+pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
+    let only: Vec<String> = args.only.iter().map(|s| s.to_lowercase()).collect();
+    let want = |label: &str| only.is_empty() || only.iter().any(|o| label.to_lowercase().contains(o));
+    let net = NetPath::Loopback;
+    let scratch = Scratch::new()?;
+    let (a, b) = version_pair(&args)?;
+    eprintln!(
+        "pfs bench sync: version A {} ({} files, {:.1} MB), version B {} ({} files, {:.1} MB)",
+        a.dir.display(),
+        a.files,
+        a.bytes as f64 / 1e6,
+        b.dir.display(),
+        b.files,
+        b.bytes as f64 / 1e6
+    );
+    // Both versions under one name ("tree") on tmpfs, so each tool writes B
+    // over A at the same place and reads its sources at memory speed.
+    let (a, b) = (
+        stage(&a, &scratch.path.join("a"))?,
+        stage(&b, &scratch.path.join("b"))?,
+    );
+    let cold = make_cold_tree(&scratch.path.join("cold-src").join("cold"), args.cold_size)?;
+    let mut rows: Vec<Row> = Vec::new();
+
+    // PacketFS: one server, one store, one destination for all four rows.
+    let store = scratch.path.join("pfs-store");
+    let dest = scratch.path.join("pfs-dest");
+    let cache = scratch.path.join("pfs-cache");
+    let pfs_rows = [
+        "PFS sync: cold send (random data, empty store)",
+        "PFS sync: unchanged re-send (quick check)",
+        "PFS sync: version A (store holds the cold data only)",
+        "PFS sync: version B over A",
+    ];
+    if pfs_rows.iter().any(|l| want(l)) {
+        match start_pfs_server(&store, &dest) {
+            Err(e) => rows.extend(pfs_rows.iter().map(|l| failed_row(l, &e))),
+            Ok(server) => {
+                let jobs: [(&str, &Tree, &str); 4] = [
+                    (pfs_rows[0], &cold, "cold"),
+                    (pfs_rows[1], &cold, "cold"),
+                    (pfs_rows[2], &a, "pair"),
+                    (pfs_rows[3], &b, "pair"),
+                ];
+                for (label, data, remote) in jobs {
+                    if !want(label) {
+                        continue;
+                    }
+                    eprintln!("pfs bench sync: {label} …");
+                    let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+                    let landed = dest.join(remote).join(name);
+                    let row = pfs_send(&server, &data.dir, remote, &cache, &net).and_then(|(t, v)| {
+                        let same = same_tree(&data.dir, &landed)?;
+                        Ok(row_of(label, data, &t, same, pfs_notes(&v)))
+                    });
+                    rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
+                }
+            }
+        }
+    }
+
+    // rsync daemon: A into an empty module, then B over it (delta transfer).
+    let rsync_rows = [
+        "Conventional (rsync): version A",
+        "Conventional (rsync): version B over A (delta)",
+    ];
+    if rsync_rows.iter().any(|l| want(l)) {
+        if !have(&tool("rsync", "rsync")) {
+            for l in rsync_rows {
+                rows.push(Row::skipped(
+                    l,
+                    "Transfer",
+                    "rsync not installed (apt-get install rsync)".into(),
+                ));
+            }
+        } else {
+            let module = scratch.path.join("rsync-module");
+            match start_rsyncd(&scratch.path.join("rsync"), &module) {
+                Err(e) => rows.extend(rsync_rows.iter().map(|l| failed_row(l, &e))),
+                Ok(d) => {
+                    for (label, data) in [(rsync_rows[0], &a), (rsync_rows[1], &b)] {
+                        eprintln!("pfs bench sync: {label} …");
+                        let row = rsync_send(&d, &data.dir, "tree", &net).and_then(|(t, stats)| {
+                            let same = same_tree(&data.dir, &module.join("tree"))?;
+                            Ok(row_of(
+                                label,
+                                data,
+                                &t,
+                                same,
+                                format!("daemon, -a (delta transfer); {stats}"),
+                            ))
+                        });
+                        rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
+                    }
+                }
+            }
+        }
+    }
+
+    let scp_label = "Conventional (scp): version B (full copy)";
+    if want(scp_label) {
+        eprintln!("pfs bench sync: {scp_label} …");
+        let dst = scratch.path.join("scp-dest");
+        let row = std::fs::create_dir_all(&dst)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| scp_send(&scratch.path, &b.dir, &dst, &net))
+            .and_then(|t| {
+                let landed = dst.join(b.dir.file_name().unwrap_or_default());
+                let same = same_tree(&b.dir, &landed)?;
+                Ok(row_of(
+                    scp_label,
+                    &b,
+                    &t,
+                    same,
+                    "scp -r, Compression=no; receiver CPU = sshd tree".into(),
+                ))
+            });
+        rows.push(row.unwrap_or_else(|e| {
+            if e.to_string().contains("not installed") || e.to_string().contains("needs root") {
+                Row::skipped(scp_label, "Transfer", format!("{e:#}"))
+            } else {
+                failed_row(scp_label, &e)
+            }
+        }));
+    }
+    add_ratios(&mut rows);
+
+    let header = SyncHeader {
+        tool: format!("pfs {}", env!("CARGO_PKG_VERSION")),
+        git_revision: env!("PFS_GIT_REV").into(),
+        kernel: crate::sysinfo::kernel(),
+        cpu_model: crate::sysinfo::cpu_model(),
+        cores: crate::sysinfo::cores(),
+        version_a: a.dir.display().to_string(),
+        version_b: b.dir.display().to_string(),
+        version_a_bytes: a.bytes,
+        version_b_bytes: b.bytes,
+        version_a_files: a.files,
+        version_b_files: b.files,
+        cold_bytes: cold.bytes,
+        placement: format!(
+            "sources on their own filesystem (page cache warm after the first read); stores and destinations on tmpfs ({})",
+            scratch.path.display()
+        ),
+        units: "MB = 10^6 bytes; elapsed = client wall time; CPU = client + server; wire = loopback interface bytes".into(),
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?
+        );
+    } else {
+        print!("{}", table(&header, &rows));
+    }
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("sync.csv"), to_csv(&rows))?;
+        std::fs::write(
+            dir.join("sync.json"),
+            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?,
+        )?;
+        std::fs::write(dir.join("sync.md"), markdown(&header, &rows))?;
+        eprintln!(
+            "pfs bench sync: wrote sync.csv, sync.json, sync.md to {}",
+            dir.display()
+        );
+    }
+    let failed = rows
+        .iter()
+        .any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
+    Ok(if failed { exit::FAILURE } else { exit::OK })
+}
+
+/// `B over A` against rsync's delta transfer, and `scp`: wire, elapsed, CPU.
+fn add_ratios(rows: &mut [Row]) {
+    let find = |rows: &[Row], l: &str| rows.iter().find(|r| r.label == l && r.ran()).cloned();
+    let Some(rsync) = find(rows, "Conventional (rsync): version B over A (delta)") else {
+        return;
+    };
+    let scp = find(rows, "Conventional (scp): version B (full copy)");
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.label == "PFS sync: version B over A" && r.ran())
+    {
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let mut s = format!(
+            "; vs rsync delta: wire {:.2}×, elapsed {:.2}×, CPU {:.2}×",
+            ratio(r.wire_mb, rsync.wire_mb),
+            ratio(r.elapsed_s, rsync.elapsed_s),
+            ratio(r.cpu_total_s, rsync.cpu_total_s)
+        );
+        if let Some(scp) = &scp {
+            s.push_str(&format!(
+                ", vs scp: elapsed {:.2}×",
+                ratio(r.elapsed_s, scp.elapsed_s)
+            ));
+        }
+        r.notes.push_str(&s);
+    }
+}
+
+fn cells(r: &Row) -> [String; 9] {
+    [
+        r.label.clone(),
+        format!("{:.1}", r.effective_mb),
+        format!("{:.3}", r.wire_mb),
+        format!("{:.4}", r.wire_ratio),
+        format!("{:.3}", r.elapsed_s),
+        format!("{:.1}", r.effective_mb_s),
+        format!("{:.2}", r.cpu_total_s),
+        r.integrity.clone(),
+        r.notes.clone(),
+    ]
+}
+
+const HEAD: [&str; 9] = [
+    "label", "eff_MB", "wire_MB", "wire/eff", "time_s", "eff_MB/s", "CPU_s", "check", "notes",
+];
+
+fn table(h: &SyncHeader, rows: &[Row]) -> String {
+    let mut s = format!(
+        "pfs bench sync — {} · kernel {} · {} · {} cores\nversion A {} ({} files, {:.1} MB) · version B {} ({} files, {:.1} MB) · cold {:.1} MB\n{}\n\n",
+        h.git_revision, h.kernel, h.cpu_model, h.cores, h.version_a, h.version_a_files, h.version_a_bytes as f64 / 1e6,
+        h.version_b, h.version_b_files, h.version_b_bytes as f64 / 1e6, h.cold_bytes as f64 / 1e6, h.placement
+    );
+    let widths = [52, 9, 10, 8, 8, 9, 7, 8];
+    let line = |c: &[String]| {
+        let mut l = String::new();
+        for (k, v) in c.iter().enumerate() {
+            match widths.get(k) {
+                Some(&w) if k == 0 || k == 7 => l.push_str(&format!("{v:<w$} ")),
+                Some(&w) => l.push_str(&format!("{v:>w$} ")),
+                None => l.push_str(v),
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    s.push_str(&line(&HEAD.map(String::from)));
+    for r in rows {
+        s.push_str(&line(&cells(r)));
+    }
+    s.push_str(&format!("\n{}\n", h.units));
+    s
+}
+
+fn markdown(h: &SyncHeader, rows: &[Row]) -> String {
+    let mut s = format!(
+        "Revision `{}` · {} cores · {} · kernel {}  \nVersion A `{}` ({} files, {:.1} MB); version B `{}` ({} files, {:.1} MB); cold data {:.1} MB  \n{}\n\n",
+        h.git_revision, h.cores, h.cpu_model, h.kernel, h.version_a, h.version_a_files, h.version_a_bytes as f64 / 1e6,
+        h.version_b, h.version_b_files, h.version_b_bytes as f64 / 1e6, h.cold_bytes as f64 / 1e6, h.placement
+    );
+    s.push_str(&format!("| {} |\n", HEAD.join(" | ")));
+    s.push_str(&format!("|{}\n", "---|".repeat(HEAD.len())));
+    for r in rows {
+        s.push_str(&format!("| {} |\n", cells(r).join(" | ")));
+    }
+    s.push_str(&format!("\n{}\n", h.units));
+    s
+}
