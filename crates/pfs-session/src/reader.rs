@@ -33,6 +33,18 @@ impl FrameReader {
         }
     }
 
+    /// A reader with no buffer (allocates nothing): a placeholder while the
+    /// real one is lent out.
+    pub fn empty() -> Self {
+        Self {
+            buf: Box::new([]),
+            start: 0,
+            end: 0,
+            wire_bytes: 0,
+            deadline: None,
+        }
+    }
+
     /// Fails reads that return after `deadline`: the socket's read timeout
     /// catches a silent peer, this catches one that trickles bytes to keep a
     /// frame (and a session slot) open.

@@ -73,14 +73,29 @@ pub struct SyncReceiveOutcome {
 #[derive(Debug)]
 struct Rebuild {
     temp: TempFile,
-    /// Bytes queued for the next write.
-    buf: Vec<u8>,
-    /// File offset of `buf[0]`.
-    buf_at: u64,
     /// Whole-file hash, while no chunk is missing.
     hasher: Option<blake3::Hasher>,
     /// Chunks to fill after REPAIR: (file offset, hash, len).
     holes: Vec<(u64, Hash, u32)>,
+}
+
+/// Chunk bytes of one frame waiting to be written with one `pwritev`:
+/// they stay where they are (frame body, store mapping), no copy.
+struct Pending<'b> {
+    slices: Vec<std::io::IoSlice<'b>>,
+    /// File offset of the first slice.
+    at: u64,
+    len: u64,
+}
+
+impl Pending<'_> {
+    fn new() -> Self {
+        Self {
+            slices: Vec::new(),
+            at: 0,
+            len: 0,
+        }
+    }
 }
 
 /// What happens to the current file's chunks.
@@ -323,8 +338,15 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                     self.begin_file(&body)?;
                 }
                 FrameType::Chunks => {
-                    let body = self.reader.take(self.t, h.length as usize, "CHUNKS")?.to_vec();
-                    self.chunks(&body)?;
+                    // The body is processed where it was received (the
+                    // reader is lent out of `self` meanwhile): no copy.
+                    let mut reader = std::mem::replace(&mut self.reader, FrameReader::empty());
+                    let result = match reader.take(self.t, h.length as usize, "CHUNKS") {
+                        Ok(body) => self.chunks(body),
+                        Err(e) => Err(e),
+                    };
+                    self.reader = reader;
+                    result?;
                 }
                 FrameType::SyncEnd if h.flags == 0 && h.length == 0 => break,
                 other => {
@@ -494,8 +516,6 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 Ok(_) => match self.dest.create_temp(&rel) {
                     Ok(temp) => Target::Rebuild(Box::new(Rebuild {
                         temp,
-                        buf: Vec::with_capacity(WRITE_BUF.min(f.size as usize)),
-                        buf_at: 0,
                         hasher: Some(blake3::Hasher::new()),
                         holes: Vec::new(),
                     })),
@@ -555,43 +575,62 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 format!("CHUNKS for file {} while file {no} is open", head.file_no),
             ));
         }
+        let mut pending = Pending::new();
+        let mut result = Ok(());
         for e in entries {
-            let e = e.map_err(wire("CHUNKS entry"))?;
-            self.chunk(&e)?;
+            result = e.map_err(wire("CHUNKS entry")).and_then(|e| self.chunk(&e, &mut pending));
+            if result.is_err() {
+                break;
+            }
         }
+        self.flush(&mut pending);
+        result?;
         if self.current.as_ref().is_some_and(|c| c.chunks_left == 0) {
             self.end_file()?;
         }
         Ok(())
     }
 
-    /// A literal entry: decompress (into `zbuf`), check against its hash,
-    /// append to the store, and queue it at `at` if the file is rebuilt.
-    /// Returns false if the bytes do not match their hash.
-    fn literal(&mut self, e: &ChunkEntry<'_>, at: u64, zbuf: &mut Vec<u8>) -> Result<bool, SessionError> {
-        let bytes: &[u8] = match e.data {
-            ChunkData::Literal(b) if b.len() == e.len as usize => b,
-            ChunkData::Zstd(c) => {
-                zbuf.clear();
-                zbuf.resize(e.len as usize, 0);
-                match zstd::bulk::decompress_to_buffer(c, &mut zbuf[..]) {
-                    Ok(n) if n == e.len as usize => {}
-                    _ => {
-                        return Err(reject(
-                            ErrorCode::BadFrame,
-                            "zstd chunk does not decompress to its stated length".into(),
-                        ))
-                    }
-                }
-                zbuf
-            }
+    /// A literal entry: decompress, check against its hash, append to the
+    /// store, and queue it at `at` if the file is rebuilt. Returns false if
+    /// the bytes do not match their hash.
+    fn literal<'b>(&mut self, e: &ChunkEntry<'b>, at: u64, pending: &mut Pending<'b>) -> Result<bool, SessionError> {
+        let compressed = match e.data {
+            ChunkData::Literal(b) if b.len() == e.len as usize => None,
+            ChunkData::Zstd(c) => Some(c),
             _ => return Err(reject(ErrorCode::BadFrame, "literal length mismatch".into())),
         };
-        self.report.literal_bytes += u64::from(e.len);
-        self.report.literal_wire_bytes += match e.data {
-            ChunkData::Zstd(c) => c.len() as u64,
-            _ => u64::from(e.len),
+        let mut zbuf = std::mem::take(&mut self.zbuf);
+        if let Some(c) = compressed {
+            zbuf.clear();
+            zbuf.resize(e.len as usize, 0);
+            if !matches!(zstd::bulk::decompress_to_buffer(c, &mut zbuf[..]), Ok(n) if n == e.len as usize) {
+                self.zbuf = zbuf;
+                return Err(reject(
+                    ErrorCode::BadFrame,
+                    "zstd chunk does not decompress to its stated length".into(),
+                ));
+            }
+        }
+        let result = self.take_literal(e, at, compressed, &zbuf, pending);
+        self.zbuf = zbuf;
+        result
+    }
+
+    fn take_literal<'b>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        at: u64,
+        compressed: Option<&[u8]>,
+        zbuf: &[u8],
+        pending: &mut Pending<'b>,
+    ) -> Result<bool, SessionError> {
+        let bytes: &[u8] = match (compressed, e.data) {
+            (None, ChunkData::Literal(b)) => b,
+            _ => zbuf,
         };
+        self.report.literal_bytes += u64::from(e.len);
+        self.report.literal_wire_bytes += compressed.map_or(u64::from(e.len), |c| c.len() as u64);
         if !hash_matches(bytes, e.hash) {
             return Ok(false);
         }
@@ -608,21 +647,29 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         if let Some(res) = self.res.as_mut() {
             res.append_unchecked(e.hash, bytes).map_err(store_err)?;
         }
-        self.put(at, bytes)?;
+        match (compressed, e.data) {
+            // Frame bytes outlive the pending write: queue them in place.
+            (None, ChunkData::Literal(b)) => self.put(pending, at, b),
+            // Decompressed bytes are overwritten by the next chunk: write now.
+            _ => {
+                self.flush(pending);
+                self.put_now(at, bytes);
+            }
+        }
         Ok(true)
     }
 
-    fn chunk(&mut self, e: &ChunkEntry<'_>) -> Result<(), SessionError> {
+    fn chunk<'b>(&mut self, e: &ChunkEntry<'b>, pending: &mut Pending<'b>) -> Result<(), SessionError>
+    where
+        'a: 'b,
+    {
         if e.len == 0 || e.len > MAX_CHUNK_LEN {
             return Err(reject(
                 ErrorCode::Limit,
                 format!("chunk of {} bytes (1 … {MAX_CHUNK_LEN} accepted)", e.len),
             ));
         }
-        let cur = self
-            .current
-            .as_mut()
-            .ok_or_else(|| reject(ErrorCode::Protocol, "no file".into()))?;
+        let cur = self.current.as_mut().ok_or_else(|| reject(ErrorCode::Protocol, "no file".into()))?;
         if cur.chunks_left == 0 || cur.seen + u64::from(e.len) > cur.size {
             return Err(reject(
                 ErrorCode::Protocol,
@@ -633,26 +680,21 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         let at = cur.seen;
         cur.seen += u64::from(e.len);
         let rebuilding = matches!(cur.target, Target::Rebuild(_));
+        let store: &'a Store = self.store;
         match e.data {
             ChunkData::Literal(_) | ChunkData::Zstd(_) => {
-                let mut zbuf = std::mem::take(&mut self.zbuf);
-                let ok = self.literal(e, at, &mut zbuf);
-                self.zbuf = zbuf;
-                if !ok? && rebuilding {
+                if !self.literal(e, at, pending)? && rebuilding {
+                    self.flush(pending);
                     if let Some(c) = self.current.as_mut() {
                         c.target = Target::Failed;
                     }
-                    let rel = self
-                        .current
-                        .as_ref()
-                        .map(|c| c.rel.as_bytes().to_vec())
-                        .unwrap_or_default();
+                    let rel = self.current.as_ref().map(|c| c.rel.as_bytes().to_vec()).unwrap_or_default();
                     self.fail(&rel, "a literal chunk does not match its hash (sender error)");
                 }
             }
             ChunkData::Ref { offset } => {
                 let loc = ChunkLoc { offset, len: e.len };
-                let bytes = self.store.bytes(loc).map_err(|_| {
+                let bytes = store.bytes(loc).map_err(|_| {
                     reject(
                         ErrorCode::OutOfBounds,
                         format!("descriptor {offset}+{} lies outside the store", e.len),
@@ -663,76 +705,101 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 }
                 if hash_matches(bytes, e.hash) {
                     self.report.matched_bytes += u64::from(e.len);
-                    self.put(at, bytes)?;
+                    self.put(pending, at, bytes);
                 } else {
-                    self.hole(at, e.hash, e.len);
+                    self.hole(pending, at, e.hash, e.len);
                 }
             }
             ChunkData::Known => {
                 if !rebuilding {
                     return Ok(());
                 }
-                let committed = self.store.lookup(e.hash).filter(|l| l.len == e.len);
-                // Taken out of `self` for the moment: its bytes are borrowed
-                // while the file buffer (in `self`) is written.
+                let committed = store
+                    .lookup(e.hash)
+                    .filter(|l| l.len == e.len)
+                    .and_then(|loc| store.bytes(loc).ok())
+                    .filter(|b| hash_matches(b, e.hash));
+                if let Some(b) = committed {
+                    self.report.matched_bytes += u64::from(e.len);
+                    self.put(pending, at, b);
+                    return Ok(());
+                }
+                // Written by this session, not committed yet: its bytes
+                // live in the reservation, which may change before the
+                // pending write; write them now.
+                self.flush(pending);
                 let res = self.res.take();
-                let bytes = match committed {
-                    Some(loc) => self.store.bytes(loc).ok().filter(|b| hash_matches(b, e.hash)),
-                    None => res.as_ref().and_then(|r| r.bytes_of(e.hash)),
-                };
-                let result = match bytes {
+                match res.as_ref().and_then(|r| r.bytes_of(e.hash)) {
                     Some(b) => {
                         self.report.matched_bytes += u64::from(e.len);
-                        self.put(at, b)
+                        self.put_now(at, b);
                     }
-                    None => {
-                        self.hole(at, e.hash, e.len);
-                        Ok(())
-                    }
-                };
+                    None => self.hole(pending, at, e.hash, e.len),
+                }
                 self.res = res;
-                result?;
             }
         }
         Ok(())
     }
 
-    /// Queues `bytes` at file offset `at` of the file being rebuilt.
-    fn put(&mut self, at: u64, bytes: &[u8]) -> Result<(), SessionError> {
-        let Some(cur) = self.current.as_mut() else {
-            return Ok(());
-        };
-        let Target::Rebuild(rb) = &mut cur.target else {
-            return Ok(());
+    /// Hashes `bytes` into the file being rebuilt and queues them at `at`.
+    fn put<'b>(&mut self, pending: &mut Pending<'b>, at: u64, bytes: &'b [u8]) {
+        let Some(Current {
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.current.as_mut()
+        else {
+            return;
         };
         if let Some(h) = rb.hasher.as_mut() {
             h.update(bytes);
         }
-        if rb.buf_at + rb.buf.len() as u64 != at || rb.buf.len() + bytes.len() > WRITE_BUF {
-            if let Err(e) = flush(rb) {
-                let rel = cur.rel.as_bytes().to_vec();
-                cur.target = Target::Failed;
-                self.fail(&rel, format!("write: {e}"));
-                return Ok(());
-            }
-            rb.buf_at = at;
+        if pending.len > 0 && pending.at + pending.len != at {
+            self.flush(pending);
         }
-        if bytes.len() >= WRITE_BUF {
-            if let Err(e) = rb.temp.file().write_all_at(bytes, at) {
-                let rel = cur.rel.as_bytes().to_vec();
-                cur.target = Target::Failed;
-                self.fail(&rel, format!("write: {e}"));
-            } else {
-                rb.buf_at = at + bytes.len() as u64;
-            }
-            return Ok(());
+        if pending.len == 0 {
+            pending.at = at;
         }
-        rb.buf.extend_from_slice(bytes);
-        Ok(())
+        pending.slices.push(std::io::IoSlice::new(bytes));
+        pending.len += bytes.len() as u64;
+        if pending.slices.len() >= pfs_transport::IOV_MAX {
+            self.flush(pending);
+        }
+    }
+
+    /// Hashes and writes `bytes` at `at` at once (bytes that will not stay put).
+    fn put_now(&mut self, at: u64, bytes: &[u8]) {
+        let mut one = Pending::new();
+        self.put(&mut one, at, bytes);
+        self.flush(&mut one);
+    }
+
+    /// Writes the pending bytes; a failed write fails the file.
+    fn flush(&mut self, pending: &mut Pending<'_>) {
+        if pending.len == 0 {
+            return;
+        }
+        let result = match self.current.as_mut() {
+            Some(Current {
+                target: Target::Rebuild(rb),
+                ..
+            }) => write_all_vectored_at(rb.temp.file(), &mut pending.slices, pending.at),
+            _ => Ok(()),
+        };
+        pending.slices.clear();
+        pending.len = 0;
+        if let Err(e) = result {
+            if let Some(c) = self.current.as_mut() {
+                c.target = Target::Failed;
+                let rel = c.rel.as_bytes().to_vec();
+                self.fail(&rel, format!("write: {e}"));
+            }
+        }
     }
 
     /// A chunk whose bytes are not (correctly) here: NAK it after the stream.
-    fn hole(&mut self, at: u64, hash: &Hash, len: u32) {
+    fn hole(&mut self, pending: &mut Pending<'_>, at: u64, hash: &Hash, len: u32) {
+        self.flush(pending);
         if let Some(Current {
             target: Target::Rebuild(rb),
             ..
@@ -766,11 +833,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 self.report.effective_bytes += cur.size;
             }
             Target::Failed => {}
-            Target::Rebuild(mut rb) => {
-                if let Err(e) = flush(&mut rb) {
-                    self.fail(cur.rel.as_bytes(), format!("write: {e}"));
-                    return Ok(());
-                }
+            Target::Rebuild(rb) => {
                 if !rb.holes.is_empty() {
                     self.waiting.push(Waiting {
                         rel: cur.rel,
@@ -922,11 +985,15 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
     }
 }
 
-fn flush(rb: &mut Rebuild) -> std::io::Result<()> {
-    if !rb.buf.is_empty() {
-        rb.temp.file().write_all_at(&rb.buf, rb.buf_at)?;
-        rb.buf_at += rb.buf.len() as u64;
-        rb.buf.clear();
+/// `pwritev` until every slice is written.
+fn write_all_vectored_at(f: &File, mut slices: &mut [std::io::IoSlice<'_>], mut at: u64) -> std::io::Result<()> {
+    while !slices.is_empty() {
+        let n = rustix::io::pwritev(f, slices, at)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        at += n as u64;
+        std::io::IoSlice::advance_slices(&mut slices, n);
     }
     Ok(())
 }
