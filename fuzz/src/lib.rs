@@ -73,6 +73,13 @@ pub fn frame_header(data: &[u8]) {
         FrameType::Nak => sync_body(8, frame.body),
         FrameType::SyncEnd if frame.header.flags & FLAG_SYNC_REPORT != 0 => sync_body(9, frame.body),
         FrameType::SyncEnd => {}
+        FrameType::Batch => {
+            if let Ok((raw, z)) = pfs_wire::sync::parse_batch(frame.body) {
+                let mut out = pfs_wire::sync::batch_head(raw).to_vec();
+                out.extend_from_slice(z);
+                assert_eq!(out, frame.body, "BATCH re-encode");
+            }
+        }
     }
 }
 

@@ -168,7 +168,8 @@ impl DestRoot {
             match rfs::openat(
                 &dir,
                 tmp_name.as_slice(),
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                // Readable too: a file completed by REPAIR is re-read to verify it.
+                OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o600),
             ) {
                 Ok(fd) => {

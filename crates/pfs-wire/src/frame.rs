@@ -55,6 +55,8 @@ pub enum FrameType {
     Chunks = 15,
     /// Sync: sender finished (empty), or (flag REPORT) the receiver's report.
     SyncEnd = 16,
+    /// Sync: a zstd-compressed run of FILE and CHUNKS frames (many small files per write).
+    Batch = 17,
 }
 
 impl FrameType {
@@ -77,6 +79,7 @@ impl FrameType {
             14 => Self::File,
             15 => Self::Chunks,
             16 => Self::SyncEnd,
+            17 => Self::Batch,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -84,7 +87,7 @@ impl FrameType {
     /// Types whose body may exceed [`MAX_CONTROL_BODY`] (bounded by the
     /// receiver's negotiated limits instead).
     pub fn is_bulk(self) -> bool {
-        matches!(self, Self::Gram | Self::Chunks | Self::Repair)
+        matches!(self, Self::Gram | Self::Chunks | Self::Repair | Self::Batch)
     }
 
     /// Upper-case name as used in docs and logs.
@@ -106,6 +109,7 @@ impl FrameType {
             Self::File => "FILE",
             Self::Chunks => "CHUNKS",
             Self::SyncEnd => "SYNC_END",
+            Self::Batch => "BATCH",
         }
     }
 }
@@ -213,7 +217,7 @@ mod tests {
 
     #[test]
     fn roundtrip_all_types() {
-        for t in 1..=16u8 {
+        for t in 1..=17u8 {
             let ft = FrameType::from_u8(t).unwrap();
             let flags = if ft == FrameType::Complete {
                 FLAG_COMPLETE_REPORT

@@ -583,6 +583,27 @@ pub fn emit_entry_head(out: &mut Vec<u8>, tag: u8, hash: &Hash, len: u32) {
     out.extend_from_slice(&len.to_le_bytes());
 }
 
+/// Fixed part of a BATCH body: raw length, reserved.
+pub const BATCH_FIXED_LEN: usize = 8;
+
+/// Decodes a BATCH body: the length the zstd frame decompresses to, and the
+/// frame. The decompressed bytes are whole FILE and CHUNKS frames, each with
+/// its own header, decoded as if they had arrived one by one.
+pub fn parse_batch(body: &[u8]) -> Result<(u32, &[u8]), WireError> {
+    let b = body.get(..BATCH_FIXED_LEN).ok_or(WireError::Truncated)?;
+    if rd_u32(b, 4) != 0 {
+        return Err(WireError::ReservedNonZero);
+    }
+    Ok((rd_u32(b, 0), &body[BATCH_FIXED_LEN..]))
+}
+
+/// Encodes the fixed part of a BATCH body (the zstd frame follows).
+pub fn batch_head(raw_len: u32) -> [u8; BATCH_FIXED_LEN] {
+    let mut b = [0u8; BATCH_FIXED_LEN];
+    b[..4].copy_from_slice(&raw_len.to_le_bytes());
+    b
+}
+
 /// Decodes a NAK body: the hashes of chunks the receiver found damaged.
 pub fn parse_nak(body: &[u8]) -> Result<impl Iterator<Item = &Hash> + '_, WireError> {
     if !body.len().is_multiple_of(32) {

@@ -604,7 +604,7 @@ const INVALID: &[(&str, As, WireError)] = &[
     (
         "invalid-unknown-frame-type",
         As::Frame,
-        WireError::UnknownFrameType(17),
+        WireError::UnknownFrameType(18),
     ),
     ("invalid-oversized-control", As::Frame, WireError::TooLarge),
     ("invalid-frame-flags", As::Frame, WireError::BadFlags),
@@ -685,6 +685,7 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
             SyncReport::parse(frame.body).map(drop)
         }
         FrameType::SyncEnd => Ok(()),
+        FrameType::Batch => pfs_wire::sync::parse_batch(frame.body).map(drop),
     }
 }
 

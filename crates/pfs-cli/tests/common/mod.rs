@@ -229,10 +229,13 @@ impl Server {
     }
 }
 
-/// The address in `pfs serve: listening on ADDR` or `{"event":"listening","addr":ADDR}`.
+/// The address in `pfs serve: listening on ADDR (TRANSPORT)` or
+/// `{"event":"listening","addr":ADDR}`.
 pub fn listening_addr(line: &str) -> Option<String> {
     if let Some(rest) = line.strip_prefix("pfs serve: listening on ") {
-        return Some(rest.trim().to_string());
+        let rest = rest.trim();
+        let addr = rest.rsplit_once(" (").map_or(rest, |(addr, _)| addr);
+        return Some(addr.to_string());
     }
     let v: Value = serde_json::from_str(line).ok()?;
     if v["event"] == "listening" {

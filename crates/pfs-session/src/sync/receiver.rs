@@ -18,10 +18,10 @@ use pfs_store::{ChunkLoc, Reservation, Store, StoreError};
 use pfs_sync::{DestRoot, RelPath, TempFile};
 use pfs_transport::Transport;
 use pfs_wire::sync::{
-    parse_chunks, parse_index_request, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash, IndexEntry, Plan,
+    parse_batch, parse_chunks, parse_index_request, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash, IndexEntry, Plan,
     PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, HELLO_DRY_RUN, MAX_REPORT_TEXT,
 };
-use pfs_wire::{ErrorCode, FrameHeader, FrameType};
+use pfs_wire::{ErrorCode, Frame, FrameHeader, FrameType};
 
 use super::{hash_matches, refused, reject, send_error, write_frame, INDEX_ENTRIES_PER_FRAME, MAX_CHUNK_LEN};
 use crate::reader::FrameReader;
@@ -158,6 +158,10 @@ struct Session<'a, T: Transport + ?Sized> {
     report: SyncReport<'static>,
     messages: String,
     zbuf: Vec<u8>,
+    /// Decompressed BATCH frames.
+    batch_buf: Vec<u8>,
+    /// Directories known to exist (created or checked this session).
+    dirs_made: std::collections::HashSet<Vec<u8>>,
     started: Instant,
 }
 
@@ -190,6 +194,8 @@ pub fn receive_sync<T: Transport + ?Sized>(
         report: SyncReport::default(),
         messages: String::new(),
         zbuf: Vec::new(),
+        batch_buf: Vec::new(),
+        dirs_made: std::collections::HashSet::new(),
         started: Instant::now(),
     };
     let result = s.run();
@@ -332,17 +338,13 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 during: "file stream",
             })?;
             match h.frame_type {
-                FrameType::File => {
-                    self.end_file()?;
-                    let body = self.reader.take(self.t, h.length as usize, "FILE")?.to_vec();
-                    self.begin_file(&body)?;
-                }
-                FrameType::Chunks => {
+                FrameType::File | FrameType::Chunks | FrameType::Batch => {
                     // The body is processed where it was received (the
                     // reader is lent out of `self` meanwhile): no copy.
                     let mut reader = std::mem::replace(&mut self.reader, FrameReader::empty());
-                    let result = match reader.take(self.t, h.length as usize, "CHUNKS") {
-                        Ok(body) => self.chunks(body),
+                    let result = match reader.take(self.t, h.length as usize, h.frame_type.name()) {
+                        Ok(body) if h.frame_type == FrameType::Batch => self.batch(body),
+                        Ok(body) => self.stream_frame(h.frame_type, body),
                         Err(e) => Err(e),
                     };
                     self.reader = reader;
@@ -374,6 +376,53 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         .emit(&mut body);
         write_frame(self.t, FrameType::SyncEnd, FLAG_SYNC_REPORT, &body, "SYNC_END")?;
         Ok(self.outcome(false, remote_dir))
+    }
+
+    /// One FILE or CHUNKS frame of the stream (arrived alone or in a BATCH).
+    fn stream_frame(&mut self, ty: FrameType, body: &[u8]) -> Result<(), SessionError> {
+        match ty {
+            FrameType::File => {
+                self.end_file()?;
+                self.begin_file(body)
+            }
+            FrameType::Chunks => self.chunks(body),
+            other => Err(reject(
+                ErrorCode::Protocol,
+                format!("{} is not allowed inside a BATCH", other.name()),
+            )),
+        }
+    }
+
+    /// A BATCH: decompress (bounded by `max_chunks_body`), then its frames in order.
+    fn batch(&mut self, body: &[u8]) -> Result<(), SessionError> {
+        let (raw_len, z) = parse_batch(body).map_err(wire("BATCH"))?;
+        if raw_len > self.cfg.max_chunks_body {
+            return Err(reject(
+                ErrorCode::Limit,
+                format!("BATCH of {raw_len} bytes exceeds this receiver's limit of {}", self.cfg.max_chunks_body),
+            ));
+        }
+        let mut buf = std::mem::take(&mut self.batch_buf);
+        buf.clear();
+        buf.resize(raw_len as usize, 0);
+        let result = match zstd::bulk::decompress_to_buffer(z, &mut buf[..]) {
+            Ok(n) if n == raw_len as usize => self.batch_frames(&buf),
+            _ => Err(reject(
+                ErrorCode::BadFrame,
+                "BATCH does not decompress to its stated length".into(),
+            )),
+        };
+        self.batch_buf = buf;
+        result
+    }
+
+    fn batch_frames(&mut self, mut raw: &[u8]) -> Result<(), SessionError> {
+        while !raw.is_empty() {
+            let (frame, used) = Frame::parse(raw).map_err(wire("frame in a BATCH"))?;
+            self.stream_frame(frame.header.frame_type, frame.body)?;
+            raw = &raw[used..];
+        }
+        Ok(())
     }
 
     fn outcome(&mut self, dry_run: bool, remote_dir: String) -> SyncReceiveOutcome {
@@ -491,15 +540,22 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             }
         };
         if let Some(parent) = rel.parent() {
-            if let Err(e) = self.dest.create_dir_all(&parent, 0o755) {
-                self.fail(f.path, e);
-                return self.start(&f, Some(rel), mtime_ns, Target::Failed);
+            // Once per directory: a tree's files mostly share their parent.
+            if !self.dirs_made.contains(parent.as_bytes()) {
+                if let Err(e) = self.dest.create_dir_all(&parent, 0o755) {
+                    self.fail(f.path, e);
+                    return self.start(&f, Some(rel), mtime_ns, Target::Failed);
+                }
+                self.dirs_made.insert(parent.as_bytes().to_vec());
             }
         }
         let target = match f.kind {
             EntryKind::Dir => {
                 match self.dest.create_dir_all(&rel, f.mode) {
-                    Ok(()) => self.report.dirs += 1,
+                    Ok(()) => {
+                        self.report.dirs += 1;
+                        self.dirs_made.insert(rel.as_bytes().to_vec());
+                    }
                     Err(e) => self.fail(f.path, e),
                 }
                 return Ok(());

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -186,13 +187,69 @@ struct Sender<'a, T: Transport + ?Sized> {
     reader: FrameReader,
     cfg: &'a SyncSendConfig,
     wire_sent: u64,
+    /// Small FILE/CHUNKS frames waiting to go out as one BATCH.
+    batch: Vec<u8>,
+    /// Compressed BATCH body.
+    zout: Vec<u8>,
 }
+
+/// Frames up to this size ride in a BATCH; larger ones go alone.
+const BATCH_FRAME_MAX: usize = 64 << 10;
+/// A BATCH is sent when its frames reach this size.
+const BATCH_TARGET: usize = 1 << 20;
 
 fn store_hex(id: &[u8; 16]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl<T: Transport + ?Sized> Sender<'_, T> {
+    /// Queues a FILE or CHUNKS frame: small ones are batched (many small
+    /// files per write, compressed), large ones flush the batch and go alone.
+    fn queue(&mut self, ty: FrameType, body: &[u8], during: &'static str) -> Result<(), SessionError> {
+        let len = pfs_wire::FRAME_HEADER_LEN + body.len();
+        if len > BATCH_FRAME_MAX {
+            self.flush_batch()?;
+            return self.send(ty, 0, body, during);
+        }
+        pfs_wire::put_frame(&mut self.batch, ty, 0, body);
+        if self.batch.len() >= BATCH_TARGET {
+            self.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the queued frames as one zstd-compressed BATCH.
+    fn flush_batch(&mut self) -> Result<(), SessionError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        // Level 1 unless the user asked for compression: the batch is mostly
+        // paths and descriptors, which compress at any level.
+        let level = self.cfg.compress.unwrap_or(1);
+        // `compress_to_buffer` writes into the slice, not the spare capacity.
+        self.zout.resize(zstd::zstd_safe::compress_bound(self.batch.len()), 0);
+        let n = zstd::bulk::compress_to_buffer(&self.batch, &mut self.zout[..], level)
+            .map_err(|e| SessionError::Local(format!("compressing a batch: {e}")))?;
+        self.zout.truncate(n);
+        let head = pfs_wire::sync::batch_head(self.batch.len() as u32);
+        let header = FrameHeader {
+            frame_type: FrameType::Batch,
+            flags: 0,
+            length: (head.len() + self.zout.len()) as u32,
+        }
+        .emit();
+        let parts = &mut [IoSlice::new(&header), IoSlice::new(&head), IoSlice::new(&self.zout)];
+        let sent = self.t.write_all_vectored(parts);
+        self.batch.clear();
+        match sent {
+            Ok(n) => {
+                self.wire_sent += n;
+                Ok(())
+            }
+            Err(e) => Err(self.explain(SessionError::io("BATCH", e), "BATCH")),
+        }
+    }
+
     fn send(
         &mut self,
         ty: FrameType,
@@ -271,6 +328,8 @@ pub fn send_sync<T: Transport + ?Sized>(
         reader: FrameReader::new(256 << 10),
         cfg,
         wire_sent: 0,
+        batch: Vec::with_capacity(BATCH_TARGET + BATCH_FRAME_MAX),
+        zout: Vec::new(),
     };
     let mut hello = Vec::new();
     SyncHello {
@@ -406,6 +465,7 @@ pub fn send_sync<T: Transport + ?Sized>(
         wire_bytes: s.wire_sent,
         elapsed: stream_start.elapsed(),
     });
+    s.flush_batch()?;
     s.send(FrameType::SyncEnd, 0, &[], "SYNC_END")?;
 
     // Corrections, then the report.
@@ -502,7 +562,7 @@ fn send_entry<T: Transport + ?Sized>(
         link_target: link,
     }
     .emit(frame);
-    s.send(FrameType::File, 0, frame, "FILE")?;
+    s.queue(FrameType::File, frame, "FILE")?;
     let Some(recipe) = &item.recipe else {
         return Ok(());
     };
@@ -552,7 +612,7 @@ fn send_entry<T: Transport + ?Sized>(
         }
         frame[..pfs_wire::sync::CHUNKS_FIXED_LEN]
             .copy_from_slice(&ChunksHeader { file_no: no, count }.emit());
-        s.send(FrameType::Chunks, 0, frame, "CHUNKS")?;
+        s.queue(FrameType::Chunks, frame, "CHUNKS")?;
     }
     Ok(())
 }
@@ -574,8 +634,9 @@ fn push_literal(
     frame.resize(start + len as usize, 0);
     f.read_exact_at(&mut frame[start..], offset)?;
     if let Some(level) = compress {
+        // `compress_to_buffer` writes into the slice, not the spare capacity.
         zbuf.clear();
-        zbuf.reserve(zstd::zstd_safe::compress_bound(len as usize));
+        zbuf.resize(zstd::zstd_safe::compress_bound(len as usize), 0);
         // Compression that saves nothing is not worth the receiver's time.
         if let Ok(n) = zstd::bulk::compress_to_buffer(&frame[start..], zbuf, level) {
             if n + 4 < len as usize {

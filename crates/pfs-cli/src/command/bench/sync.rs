@@ -369,7 +369,9 @@ fn start_rsyncd(dir: &Path, module: &Path) -> anyhow::Result<RsyncDaemon> {
     let port = free_port()?;
     let root = rustix::process::geteuid().is_root();
     let config = format!(
-        "port = {port}\naddress = 127.0.0.1\nuse chroot = no\nlog file = {log}\n{ids}[pfs]\n    path = {path}\n    read only = no\n",
+        "port = {port}\naddress = 127.0.0.1\nuse chroot = {chroot}\nmunge symlinks = no\nlog file = {log}\n{ids}[pfs]\n    path = {path}\n    read only = no\n",
+        // Symlinks arrive unmunged only in a chroot (which needs root).
+        chroot = if root { "yes" } else { "no" },
         log = dir.join("rsyncd.log").display(),
         ids = if root { "uid = root\ngid = root\n" } else { "" },
         path = module.display(),
