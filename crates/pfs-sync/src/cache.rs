@@ -45,7 +45,7 @@ pub const RACY_WINDOW_NS: i128 = 2_000_000_000;
 pub const EXPIRE_SECS: u64 = 30 * 24 * 3600;
 
 const RECIPE_MAGIC: &[u8; 8] = b"PFSRCPC\0";
-const INDEX_MAGIC: &[u8; 8] = b"PFSIDXC\0";
+const INDEX_MAGIC: &[u8; 8] = b"PFSIDX2\0";
 const VERSION: u32 = 1;
 const SUM_LEN: usize = 32;
 
@@ -275,7 +275,21 @@ pub struct IndexCache {
     path: PathBuf,
     store_id: [u8; 16],
     generation: u64,
-    map: HashMap<[u8; 32], (u64, u32)>,
+    map: IndexMap,
+}
+
+/// Bytes of a chunk hash the index keys on. A sender that finds a chunk
+/// under a prefix another chunk shares sends a descriptor to the wrong
+/// bytes; the receiver checks every descriptor against the full hash and
+/// asks for the right bytes (NAK/REPAIR), so a collision costs a repair,
+/// never a wrong file. With 2^64 prefixes that is practically never.
+pub const INDEX_PREFIX: usize = 8;
+
+/// The index key of a chunk hash.
+pub fn index_key(hash: &[u8; 32]) -> [u8; INDEX_PREFIX] {
+    let mut k = [0u8; INDEX_PREFIX];
+    k.copy_from_slice(&hash[..INDEX_PREFIX]);
+    k
 }
 
 impl IndexCache {
@@ -335,15 +349,20 @@ impl IndexCache {
         self.map.is_empty()
     }
 
-    /// Where the receiver holds the chunk with this hash, if it does.
+    /// Where the receiver holds the chunk with this hash, if it does (by
+    /// its [`INDEX_PREFIX`]-byte key; see [`index_key`]).
     pub fn lookup(&self, hash: &[u8; 32]) -> Option<(u64, u32)> {
-        self.map.get(hash).copied()
+        self.map.get(&index_key(hash)).copied()
     }
 
-    /// Add the receiver's entries `(hash, offset, len)` made after
+    /// Add the receiver's entries `(key, offset, len)` made after
     /// [`generation`](Self::generation), up to `generation` (which becomes
-    /// the new generation). A later entry for a known hash replaces it.
-    pub fn extend(&mut self, generation: u64, entries: impl IntoIterator<Item = ([u8; 32], u64, u32)>) {
+    /// the new generation). A later entry for a known key replaces it.
+    pub fn extend(
+        &mut self,
+        generation: u64,
+        entries: impl IntoIterator<Item = ([u8; INDEX_PREFIX], u64, u32)>,
+    ) {
         self.map
             .extend(entries.into_iter().map(|(h, off, len)| (h, (off, len))));
         self.generation = generation;
@@ -358,7 +377,7 @@ impl IndexCache {
 
     /// Write the cache atomically (temporary file + rename).
     pub fn save(&self) -> Result<(), SyncError> {
-        let mut body = Vec::with_capacity(16 + 16 + self.map.len() * 44);
+        let mut body = Vec::with_capacity(16 + 16 + self.map.len() * ENTRY_LEN as usize);
         body.extend_from_slice(&self.store_id);
         put_u64(&mut body, self.generation);
         put_u64(&mut body, self.map.len() as u64);
@@ -373,7 +392,10 @@ impl IndexCache {
     }
 }
 
-type IndexMap = HashMap<[u8; 32], (u64, u32)>;
+type IndexMap = HashMap<[u8; INDEX_PREFIX], (u64, u32)>;
+
+/// Bytes of one saved index entry: key, offset, length.
+const ENTRY_LEN: u64 = INDEX_PREFIX as u64 + 8 + 4;
 
 /// `Ok(None)`: a valid file for another store.
 fn decode_index(body: &[u8], want: &[u8; 16]) -> Result<Option<(u64, IndexMap)>, &'static str> {
@@ -384,7 +406,7 @@ fn decode_index(body: &[u8], want: &[u8; 16]) -> Result<Option<(u64, IndexMap)>,
     }
     let generation = r.u64()?;
     let n = r.u64()?;
-    if n.checked_mul(44) != Some(r.0.len() as u64) {
+    if n.checked_mul(ENTRY_LEN) != Some(r.0.len() as u64) {
         return Err("entry count does not match the file size");
     }
     let mut map = HashMap::with_capacity(n as usize);
@@ -399,7 +421,11 @@ fn decode_index(body: &[u8], want: &[u8; 16]) -> Result<Option<(u64, IndexMap)>,
 
 /// Read and check a cache file: `Ok(None)` if it does not exist, the body
 /// (between header and checksum) if it is valid.
-fn load(path: &Path, magic: &[u8; 8], kind: &'static str) -> Result<Option<Vec<u8>>, CacheWarning> {
+pub(crate) fn load(
+    path: &Path,
+    magic: &[u8; 8],
+    kind: &'static str,
+) -> Result<Option<Vec<u8>>, CacheWarning> {
     let mut bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -438,7 +464,7 @@ fn load(path: &Path, magic: &[u8; 8], kind: &'static str) -> Result<Option<Vec<u
 
 /// Write header + body + checksum to a temporary file beside `path`, fsync,
 /// and rename it over `path`.
-fn store(path: &Path, magic: &[u8; 8], body: &[u8]) -> Result<(), SyncError> {
+pub(crate) fn store(path: &Path, magic: &[u8; 8], body: &[u8]) -> Result<(), SyncError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -473,26 +499,26 @@ fn store(path: &Path, magic: &[u8; 8], body: &[u8]) -> Result<(), SyncError> {
     })
 }
 
-fn corrupt(path: &Path, detail: &'static str) -> CacheWarning {
+pub(crate) fn corrupt(path: &Path, detail: &'static str) -> CacheWarning {
     CacheWarning::Corrupt {
         path: path.into(),
         detail,
     }
 }
 
-fn put_u32(v: &mut Vec<u8>, x: u32) {
+pub(crate) fn put_u32(v: &mut Vec<u8>, x: u32) {
     v.extend_from_slice(&x.to_le_bytes());
 }
 
-fn put_u64(v: &mut Vec<u8>, x: u64) {
+pub(crate) fn put_u64(v: &mut Vec<u8>, x: u64) {
     v.extend_from_slice(&x.to_le_bytes());
 }
 
 /// Bounds-checked little-endian reader; every method fails instead of panicking.
-struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
         if self.0.len() < n {
             return Err("truncated");
         }
@@ -501,17 +527,17 @@ impl<'a> Reader<'a> {
         Ok(a)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], &'static str> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], &'static str> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.take(N)?);
         Ok(a)
     }
 
-    fn u32(&mut self) -> Result<u32, &'static str> {
+    pub(crate) fn u32(&mut self) -> Result<u32, &'static str> {
         self.array().map(u32::from_le_bytes)
     }
 
-    fn u64(&mut self) -> Result<u64, &'static str> {
+    pub(crate) fn u64(&mut self) -> Result<u64, &'static str> {
         self.array().map(u64::from_le_bytes)
     }
 }

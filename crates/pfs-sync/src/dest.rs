@@ -460,6 +460,12 @@ fn dir_flags() -> OFlags {
     OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
+/// Sets permission bits (`& 0o777`) and mtime (ns since the epoch) of an
+/// open file (one from [`DestRoot::open_existing`], say), leaving atime.
+pub fn set_file_times_and_mode(file: &File, mtime_ns: i128, mode: u32) -> std::io::Result<()> {
+    set_times_and_mode(file, mtime_ns, mode).map_err(Into::into)
+}
+
 fn set_times_and_mode(fd: impl AsFd, mtime_ns: i128, mode: u32) -> Result<(), Errno> {
     rfs::fchmod(&fd, Mode::from_raw_mode(mode & PERM_MASK))?;
     let secs = mtime_ns.div_euclid(1_000_000_000);

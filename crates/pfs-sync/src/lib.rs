@@ -12,6 +12,8 @@
 //! - [`path`] and [`dest`]: [`RelPath`], the only form a path takes between
 //!   peers, and [`DestRoot`], which confines every receiver-side write
 //!   beneath the destination directory;
+//! - [`manifest`]: the receiver's record of the files it wrote, so content
+//!   it already holds is not rewritten;
 //! - [`error`]: typed errors.
 //!
 //! ```no_run
@@ -47,12 +49,14 @@ pub mod cache;
 pub mod chunk;
 pub mod dest;
 pub mod error;
+pub mod manifest;
 pub mod path;
 pub mod walk;
 
-pub use cache::{default_cache_dir, IndexCache, RecipeCache};
+pub use cache::{default_cache_dir, index_key, IndexCache, RecipeCache, INDEX_PREFIX};
 pub use chunk::{chunk_bytes, chunk_file, chunk_files, chunk_lengths, ChunkParams, ChunkRef, Recipe};
-pub use dest::{check_symlink_target, DestRoot, TempFile};
+pub use dest::{check_symlink_target, set_file_times_and_mode, DestRoot, TempFile};
 pub use error::{CacheWarning, ChunkParamsError, PathError, SyncError};
+pub use manifest::{Manifest, Written};
 pub use path::RelPath;
 pub use walk::{scan, Entry, EntryKind, Excludes, Scan, SkipReason, Skipped};

@@ -37,8 +37,10 @@ pub const SYNC_HELLO_FIXED_LEN: usize = 32;
 pub const SYNC_ACCEPT_LEN: usize = 64;
 /// Body of INDEX_REQUEST.
 pub const INDEX_REQUEST_LEN: usize = 8;
-/// One INDEX entry: hash, offset, length.
-pub const INDEX_ENTRY_LEN: usize = 44;
+/// One INDEX entry: hash prefix, offset, length.
+pub const INDEX_ENTRY_LEN: usize = 20;
+/// Bytes of a chunk hash an INDEX entry carries.
+pub const INDEX_KEY_LEN: usize = 8;
 /// Body of PLAN.
 pub const PLAN_LEN: usize = 48;
 /// Body of the ACK that accepts a PLAN.
@@ -185,11 +187,14 @@ pub fn parse_index_request(body: &[u8]) -> Result<u64, WireError> {
     Ok(rd_u64(body, 0))
 }
 
-/// One chunk the receiver's store holds.
+/// One chunk the receiver's store holds, named by the first
+/// [`INDEX_KEY_LEN`] bytes of its hash (REF entries carry the whole hash,
+/// which the receiver checks: a prefix shared by two chunks costs a NAK and
+/// a REPAIR, never a wrong file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
-    /// BLAKE3 of the chunk.
-    pub hash: Hash,
+    /// The first bytes of the chunk's BLAKE3.
+    pub key: [u8; INDEX_KEY_LEN],
     /// Offset in the receiver's store blob.
     pub offset: u64,
     /// Length in bytes.
@@ -197,9 +202,9 @@ pub struct IndexEntry {
 }
 
 impl IndexEntry {
-    /// Appends the 44-byte encoding.
+    /// Appends the 20-byte encoding.
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.hash);
+        out.extend_from_slice(&self.key);
         out.extend_from_slice(&self.offset.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
     }
@@ -211,12 +216,12 @@ pub fn parse_index(body: &[u8]) -> Result<impl Iterator<Item = IndexEntry> + '_,
         return Err(WireError::LengthMismatch);
     }
     Ok(body.chunks_exact(INDEX_ENTRY_LEN).map(|e| {
-        let mut hash = [0u8; 32];
-        hash.copy_from_slice(&e[..32]);
+        let mut key = [0u8; INDEX_KEY_LEN];
+        key.copy_from_slice(&e[..INDEX_KEY_LEN]);
         IndexEntry {
-            hash,
-            offset: rd_u64(e, 32),
-            len: rd_u32(e, 40),
+            key,
+            offset: rd_u64(e, 8),
+            len: rd_u32(e, 16),
         }
     }))
 }
@@ -619,6 +624,9 @@ pub struct SyncReport<'a> {
     pub files_written: u64,
     /// Files left as they were: same size and mtime at the destination.
     pub files_unchanged: u64,
+    /// Files whose content the destination already held (the receiver's
+    /// manifest): only mode and mtime were set.
+    pub files_metadata_only: u64,
     /// Entries refused or failed (see `messages`).
     pub files_failed: u64,
     /// Directories created or present.
@@ -654,7 +662,7 @@ pub struct SyncReport<'a> {
 }
 
 impl<'a> SyncReport<'a> {
-    fn fields(&self) -> [u64; 17] {
+    fn fields(&self) -> [u64; 18] {
         [
             self.files_written,
             self.files_unchanged,
@@ -673,6 +681,7 @@ impl<'a> SyncReport<'a> {
             self.elapsed_ns,
             self.user_us,
             self.sys_us,
+            self.files_metadata_only,
         ]
     }
 
@@ -680,7 +689,7 @@ impl<'a> SyncReport<'a> {
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
         let b = body.get(..SYNC_REPORT_FIXED_LEN).ok_or(WireError::Truncated)?;
         let text_len = rd_u32(b, 152) as usize;
-        if rd_u32(b, 156) != 0 || b[136..152] != [0; 16] {
+        if rd_u32(b, 156) != 0 || b[144..152] != [0; 8] {
             return Err(WireError::ReservedNonZero);
         }
         if text_len > MAX_REPORT_TEXT {
@@ -710,6 +719,7 @@ impl<'a> SyncReport<'a> {
             elapsed_ns: f(14),
             user_us: f(15),
             sys_us: f(16),
+            files_metadata_only: f(17),
             messages,
         })
     }
@@ -792,7 +802,7 @@ mod tests {
         let mut body = Vec::new();
         for i in 0..3u8 {
             IndexEntry {
-                hash: [i; 32],
+                key: [i; 8],
                 offset: u64::from(i) * 100,
                 len: 10,
             }
@@ -801,7 +811,8 @@ mod tests {
         let got: Vec<_> = parse_index(&body).unwrap().collect();
         assert_eq!(got.len(), 3);
         assert_eq!(got[2].offset, 200);
-        assert!(parse_index(&body[..43]).is_err());
+        assert_eq!(got[2].key, [2; 8]);
+        assert!(parse_index(&body[..19]).is_err());
     }
 
     #[test]

@@ -200,6 +200,7 @@ fn to_json(out: &SyncSendOutcome, kind: &str, prep: Duration, remote_dir: &str) 
         serde_json::json!({
             "files_written": r.files_written,
             "files_unchanged": r.files_unchanged,
+            "files_metadata_only": r.files_metadata_only,
             "files_failed": r.files_failed,
             "dirs": r.dirs,
             "symlinks": r.symlinks,
@@ -272,11 +273,12 @@ fn human(out: &SyncSendOutcome, kind: &str, prep: Duration, stats: bool) -> Stri
         );
     };
     let mut s = format!(
-        "sent {} entries over {kind}: {} written, {} unchanged, {} failed; {:.1} MB effective, {:.3} MB wire \
-         ({:.1}× less), {:.1} MB/s effective in {:.2} s\n",
+        "sent {} entries over {kind}: {} written, {} unchanged, {} same content, {} failed; {:.1} MB effective, \
+         {:.3} MB wire ({:.1}× less), {:.1} MB/s effective in {:.2} s\n",
         p.entries,
         r.files_written,
         r.files_unchanged,
+        r.files_metadata_only,
         r.files_failed,
         mb(r.effective_bytes),
         mb(wire),
@@ -288,7 +290,7 @@ fn human(out: &SyncSendOutcome, kind: &str, prep: Duration, stats: bool) -> Stri
         let files_in = p.files;
         s.push_str(&format!(
             "\nNumber of entries: {} (files: {files_in}, dirs: {}, symlinks: {})\n\
-             Files written: {}, unchanged (quick check): {}, failed: {}\n\
+             Files written: {}, unchanged (quick check): {}, same content (metadata only): {}, failed: {}\n\
              Total file size: {} bytes\n\
              Matched data (descriptors into the receiver's store): {} bytes\n\
              Literal data: {} bytes ({} bytes on the wire)\n\
@@ -302,6 +304,7 @@ fn human(out: &SyncSendOutcome, kind: &str, prep: Duration, stats: bool) -> Stri
             r.symlinks,
             r.files_written,
             r.files_unchanged,
+            r.files_metadata_only,
             r.files_failed,
             p.total_bytes,
             r.matched_bytes,

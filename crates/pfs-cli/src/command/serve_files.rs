@@ -2,13 +2,13 @@
 //! root, deduplicated against a persistent store; one report per session.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use pfs_session::sync::SyncReceiverConfig;
 use pfs_session::{serve_sync, ServerConfig, ServerEvent, SessionError};
 use pfs_store::{Durability, Store, StoreOptions};
-use pfs_sync::DestRoot;
+use pfs_sync::{DestRoot, Manifest};
 
 use crate::args::ServeArgs;
 use crate::exit;
@@ -77,8 +77,15 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
         pin_cpu: args.run.pin,
         ..ServerConfig::default()
     };
+    // What this server wrote into --dest, kept beside the store.
+    let (manifest, warning) = Manifest::open(store_dir.join("dest-manifest"));
+    if let Some(w) = warning {
+        eprintln!("pfs: warning: {w}");
+    }
+    let manifest = Arc::new(manifest);
     let sync = SyncReceiverConfig {
         fsync_files: args.fsync,
+        manifest: Some(manifest.clone()),
         ..SyncReceiverConfig::default()
     };
     let last_status = Mutex::new(exit::OK);
@@ -90,6 +97,9 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
     let on_event = |ev: ServerEvent<'_>| match ev {
         ServerEvent::Accepted { peer } if !json => eprintln!("session from {peer}"),
         ServerEvent::SyncFinished { peer, outcome } => {
+            if let Err(e) = manifest.save() {
+                eprintln!("pfs: warning: destination manifest not saved: {e}");
+            }
             let r = &outcome.report;
             set(if r.files_failed > 0 {
                 exit::PARTIAL
@@ -105,6 +115,7 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
                         "remote_dir": outcome.remote_dir,
                         "files_written": r.files_written,
                         "files_unchanged": r.files_unchanged,
+                        "files_metadata_only": r.files_metadata_only,
                         "files_failed": r.files_failed,
                         "effective_bytes": r.effective_bytes,
                         "matched_bytes": r.matched_bytes,
@@ -125,10 +136,11 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
                 ));
             } else {
                 emit(&format!(
-                    "session from {peer} complete: {} written, {} unchanged, {} failed; {:.1} MB effective, \
-                     {:.3} MB wire, {:.1} MB matched in the store, {:.1} MB literal, {} chunks repaired; {:.2} s",
+                    "session from {peer} complete: {} written, {} unchanged, {} same content (metadata only), {} failed; \
+                     {:.1} MB effective, {:.3} MB wire, {:.1} MB matched in the store, {:.1} MB literal, {} chunks repaired; {:.2} s",
                     r.files_written,
                     r.files_unchanged,
+                    r.files_metadata_only,
                     r.files_failed,
                     r.effective_bytes as f64 / 1e6,
                     r.wire_bytes as f64 / 1e6,

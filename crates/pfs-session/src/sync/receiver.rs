@@ -15,11 +15,12 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use pfs_store::{ChunkLoc, Reservation, Store, StoreError};
-use pfs_sync::{DestRoot, RelPath, TempFile};
+use pfs_sync::{DestRoot, Manifest, RelPath, TempFile, Written};
 use pfs_transport::Transport;
 use pfs_wire::sync::{
-    parse_batch, parse_chunks, parse_index_request, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash, IndexEntry, Plan,
-    PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, HELLO_DRY_RUN, MAX_REPORT_TEXT,
+    parse_batch, parse_chunks, parse_index_request, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash,
+    IndexEntry, Plan, PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, HELLO_DRY_RUN,
+    MAX_REPORT_TEXT,
 };
 use pfs_wire::{ErrorCode, Frame, FrameHeader, FrameType};
 
@@ -42,6 +43,9 @@ pub struct SyncReceiverConfig {
     pub commit_every: u64,
     /// fsync each file before renaming it into place.
     pub fsync_files: bool,
+    /// Record of the files written into this destination: a file offered
+    /// again with the content it already has only gets its metadata set.
+    pub manifest: Option<std::sync::Arc<Manifest>>,
 }
 
 impl Default for SyncReceiverConfig {
@@ -52,6 +56,7 @@ impl Default for SyncReceiverConfig {
             max_chunks_body: super::DEFAULT_MAX_CHUNKS_BODY,
             commit_every: 256 << 20,
             fsync_files: false,
+            manifest: None,
         }
     }
 }
@@ -73,8 +78,11 @@ pub struct SyncReceiveOutcome {
 #[derive(Debug)]
 struct Rebuild {
     temp: TempFile,
-    /// Whole-file hash, while no chunk is missing.
+    /// Whole-file hash, while no chunk is missing (files of two or more chunks).
     hasher: Option<blake3::Hasher>,
+    /// A one-chunk file's content hash, once its chunk was verified: the
+    /// chunk's BLAKE3 *is* the whole-file BLAKE3, no second pass needed.
+    single: Option<Hash>,
     /// Chunks to fill after REPAIR: (file offset, hash, len).
     holes: Vec<(u64, Hash, u32)>,
 }
@@ -101,8 +109,12 @@ impl Pending<'_> {
 /// What happens to the current file's chunks.
 #[derive(Debug)]
 enum Target {
-    /// Unchanged at the destination: chunks are only checked and stored.
+    /// Unchanged at the destination (same size and mtime): chunks are only
+    /// checked and stored.
     Unchanged,
+    /// Same content at the destination (manifest), metadata already set:
+    /// chunks as for `Unchanged`.
+    SameContent,
     /// Rebuilt into a temporary file.
     Rebuild(Box<Rebuild>),
     /// Refused or failed: chunks are drained.
@@ -118,6 +130,7 @@ struct Current {
     mode: u32,
     mtime_ns: i128,
     file_hash: Hash,
+    chunk_count: u32,
     chunks_left: u32,
     seen: u64,
     target: Target,
@@ -163,6 +176,7 @@ struct Session<'a, T: Transport + ?Sized> {
     /// Directories known to exist (created or checked this session).
     dirs_made: std::collections::HashSet<Vec<u8>>,
     started: Instant,
+    usage0: crate::sys::Usage,
 }
 
 /// Runs one sync session on an accepted connection over `store` into
@@ -176,7 +190,6 @@ pub fn receive_sync<T: Transport + ?Sized>(
     dest: &DestRoot,
     cfg: &SyncReceiverConfig,
 ) -> Result<SyncReceiveOutcome, SessionError> {
-    let usage0 = thread_usage();
     let mut s = Session {
         t,
         reader: FrameReader::new(cfg.max_chunks_body as usize + pfs_wire::FRAME_HEADER_LEN + 4096),
@@ -197,16 +210,14 @@ pub fn receive_sync<T: Transport + ?Sized>(
         batch_buf: Vec::new(),
         dirs_made: std::collections::HashSet::new(),
         started: Instant::now(),
+        usage0: thread_usage(),
     };
     let result = s.run();
     // Whatever happened, keep the verified chunks that arrived.
     let salvage = s.commit();
     match result {
-        Ok(mut out) => {
+        Ok(out) => {
             salvage?;
-            let u = thread_usage().since(&usage0);
-            out.report.user_us = u.user_us;
-            out.report.sys_us = u.sys_us;
             Ok(out)
         }
         Err(e) => {
@@ -368,6 +379,9 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         self.report.wire_bytes = self.reader.wire_bytes();
         self.report.store_generation = self.store.identity().generation;
         self.report.elapsed_ns = self.started.elapsed().as_nanos() as u64;
+        let u = thread_usage().since(&self.usage0);
+        self.report.user_us = u.user_us;
+        self.report.sys_us = u.sys_us;
         let mut body = Vec::with_capacity(256 + self.messages.len());
         SyncReport {
             messages: &self.messages,
@@ -393,13 +407,26 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         }
     }
 
+    /// Whether the destination file (`meta`) is the one this receiver wrote
+    /// with content `hash` and nothing touched since (see [`Manifest`]).
+    fn holds_content(&self, rel: &RelPath, meta: &std::fs::Metadata, hash: &Hash) -> bool {
+        self.cfg
+            .manifest
+            .as_ref()
+            .and_then(|m| m.get(rel.as_bytes()))
+            .is_some_and(|w| &w.hash == hash && w.still(meta))
+    }
+
     /// A BATCH: decompress (bounded by `max_chunks_body`), then its frames in order.
     fn batch(&mut self, body: &[u8]) -> Result<(), SessionError> {
         let (raw_len, z) = parse_batch(body).map_err(wire("BATCH"))?;
         if raw_len > self.cfg.max_chunks_body {
             return Err(reject(
                 ErrorCode::Limit,
-                format!("BATCH of {raw_len} bytes exceeds this receiver's limit of {}", self.cfg.max_chunks_body),
+                format!(
+                    "BATCH of {raw_len} bytes exceeds this receiver's limit of {}",
+                    self.cfg.max_chunks_body
+                ),
             ));
         }
         let mut buf = std::mem::take(&mut self.batch_buf);
@@ -436,27 +463,45 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         }
     }
 
+    /// The index entries from `from` on: INDEX frames of 20-byte entries,
+    /// packed into zstd BATCH frames of up to 1 MiB (offsets and lengths
+    /// compress; the 8-byte keys do not).
     fn send_index(&mut self, from: u64) -> Result<(), SessionError> {
         let entries = self.store.entries_since(from);
+        let mut raw = Vec::with_capacity(1 << 20);
         let mut body = Vec::with_capacity(pfs_wire::frame::MAX_CONTROL_BODY as usize);
-        let mut batches = entries.chunks(INDEX_ENTRIES_PER_FRAME).peekable();
-        if batches.peek().is_none() {
-            return write_frame(self.t, FrameType::Index, FLAG_LAST, &[], "INDEX").map(drop);
-        }
-        while let Some(batch) = batches.next() {
+        let mut frames = entries.chunks(INDEX_ENTRIES_PER_FRAME).peekable();
+        loop {
             body.clear();
-            for e in batch {
+            for e in frames.next().unwrap_or_default() {
                 IndexEntry {
-                    hash: e.hash,
+                    key: pfs_sync::index_key(&e.hash),
                     offset: e.loc.offset,
                     len: e.loc.len,
                 }
                 .emit(&mut body);
             }
-            let flags = if batches.peek().is_none() { FLAG_LAST } else { 0 };
-            write_frame(self.t, FrameType::Index, flags, &body, "INDEX")?;
+            let last = frames.peek().is_none();
+            pfs_wire::put_frame(
+                &mut raw,
+                FrameType::Index,
+                if last { FLAG_LAST } else { 0 },
+                &body,
+            );
+            if last || raw.len() >= 1 << 20 {
+                let mut z = pfs_wire::sync::batch_head(raw.len() as u32).to_vec();
+                let head = z.len();
+                z.resize(head + zstd::zstd_safe::compress_bound(raw.len()), 0);
+                let n = zstd::bulk::compress_to_buffer(&raw, &mut z[head..], 1)
+                    .map_err(|e| SessionError::Local(format!("compressing the index: {e}")))?;
+                z.truncate(head + n);
+                write_frame(self.t, FrameType::Batch, 0, &z, "INDEX")?;
+                raw.clear();
+            }
+            if last {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// Reserves the plan's new bytes, or refuses before anything is written.
@@ -569,10 +614,28 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             }
             EntryKind::File => match self.dest.open_existing(&rel) {
                 Ok(Some((_, meta))) if unchanged(&meta, f.size, mtime_ns) => Target::Unchanged,
+                Ok(Some((file, meta))) if self.holds_content(&rel, &meta, &f.file_hash) => {
+                    // The content is already there: metadata only, no chunk read or written.
+                    match pfs_sync::set_file_times_and_mode(&file, mtime_ns, f.mode)
+                        .and_then(|()| file.metadata())
+                    {
+                        Ok(now) => {
+                            if let Some(m) = &self.cfg.manifest {
+                                m.insert(rel.as_bytes(), Written::of(&now, f.file_hash));
+                            }
+                            Target::SameContent
+                        }
+                        Err(e) => {
+                            self.fail(f.path, format!("set mode/mtime: {e}"));
+                            Target::Failed
+                        }
+                    }
+                }
                 Ok(_) => match self.dest.create_temp(&rel) {
                     Ok(temp) => Target::Rebuild(Box::new(Rebuild {
                         temp,
-                        hasher: Some(blake3::Hasher::new()),
+                        hasher: (f.chunk_count > 1).then(blake3::Hasher::new),
+                        single: None,
                         holes: Vec::new(),
                     })),
                     Err(e) => {
@@ -610,6 +673,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             mode: f.mode,
             mtime_ns,
             file_hash: f.file_hash,
+            chunk_count: f.chunk_count,
             chunks_left: f.chunk_count,
             seen: 0,
             target,
@@ -634,7 +698,9 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         let mut pending = Pending::new();
         let mut result = Ok(());
         for e in entries {
-            result = e.map_err(wire("CHUNKS entry")).and_then(|e| self.chunk(&e, &mut pending));
+            result = e
+                .map_err(wire("CHUNKS entry"))
+                .and_then(|e| self.chunk(&e, &mut pending));
             if result.is_err() {
                 break;
             }
@@ -650,7 +716,12 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
     /// A literal entry: decompress, check against its hash, append to the
     /// store, and queue it at `at` if the file is rebuilt. Returns false if
     /// the bytes do not match their hash.
-    fn literal<'b>(&mut self, e: &ChunkEntry<'b>, at: u64, pending: &mut Pending<'b>) -> Result<bool, SessionError> {
+    fn literal<'b>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        at: u64,
+        pending: &mut Pending<'b>,
+    ) -> Result<bool, SessionError> {
         let compressed = match e.data {
             ChunkData::Literal(b) if b.len() == e.len as usize => None,
             ChunkData::Zstd(c) => Some(c),
@@ -703,6 +774,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         if let Some(res) = self.res.as_mut() {
             res.append_unchecked(e.hash, bytes).map_err(store_err)?;
         }
+        self.verified(e.hash);
         match (compressed, e.data) {
             // Frame bytes outlive the pending write: queue them in place.
             (None, ChunkData::Literal(b)) => self.put(pending, at, b),
@@ -725,7 +797,10 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 format!("chunk of {} bytes (1 … {MAX_CHUNK_LEN} accepted)", e.len),
             ));
         }
-        let cur = self.current.as_mut().ok_or_else(|| reject(ErrorCode::Protocol, "no file".into()))?;
+        let cur = self
+            .current
+            .as_mut()
+            .ok_or_else(|| reject(ErrorCode::Protocol, "no file".into()))?;
         if cur.chunks_left == 0 || cur.seen + u64::from(e.len) > cur.size {
             return Err(reject(
                 ErrorCode::Protocol,
@@ -744,7 +819,11 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                     if let Some(c) = self.current.as_mut() {
                         c.target = Target::Failed;
                     }
-                    let rel = self.current.as_ref().map(|c| c.rel.as_bytes().to_vec()).unwrap_or_default();
+                    let rel = self
+                        .current
+                        .as_ref()
+                        .map(|c| c.rel.as_bytes().to_vec())
+                        .unwrap_or_default();
                     self.fail(&rel, "a literal chunk does not match its hash (sender error)");
                 }
             }
@@ -761,6 +840,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 }
                 if hash_matches(bytes, e.hash) {
                     self.report.matched_bytes += u64::from(e.len);
+                    self.verified(e.hash);
                     self.put(pending, at, bytes);
                 } else {
                     self.hole(pending, at, e.hash, e.len);
@@ -777,6 +857,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                     .filter(|b| hash_matches(b, e.hash));
                 if let Some(b) = committed {
                     self.report.matched_bytes += u64::from(e.len);
+                    self.verified(e.hash);
                     self.put(pending, at, b);
                     return Ok(());
                 }
@@ -788,6 +869,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 match res.as_ref().and_then(|r| r.bytes_of(e.hash)) {
                     Some(b) => {
                         self.report.matched_bytes += u64::from(e.len);
+                        self.verified(e.hash);
                         self.put_now(at, b);
                     }
                     None => self.hole(pending, at, e.hash, e.len),
@@ -796,6 +878,19 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             }
         }
         Ok(())
+    }
+
+    /// Notes that a chunk with `hash` was verified and placed: for a
+    /// one-chunk file that is the whole-file check.
+    fn verified(&mut self, hash: &Hash) {
+        if let Some(Current {
+            chunk_count: 1,
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.current.as_mut()
+        {
+            rb.single = Some(*hash);
+        }
     }
 
     /// Hashes `bytes` into the file being rebuilt and queues them at `at`.
@@ -888,6 +983,10 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 self.report.files_unchanged += 1;
                 self.report.effective_bytes += cur.size;
             }
+            Target::SameContent => {
+                self.report.files_metadata_only += 1;
+                self.report.effective_bytes += cur.size;
+            }
             Target::Failed => {}
             Target::Rebuild(rb) => {
                 if !rb.holes.is_empty() {
@@ -902,7 +1001,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                         broken: None,
                     });
                 } else {
-                    let digest = rb.hasher.map(|h| *h.finalize().as_bytes());
+                    let digest = rb.hasher.map(|h| *h.finalize().as_bytes()).or(rb.single);
                     self.land(
                         cur.rel,
                         rb.temp,
@@ -953,6 +1052,9 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             Ok(()) => {
                 self.report.files_written += 1;
                 self.report.effective_bytes += size;
+                if let (Some(m), Ok(Some((_, meta)))) = (&self.cfg.manifest, self.dest.open_existing(&rel)) {
+                    m.insert(rel.as_bytes(), Written::of(&meta, *want));
+                }
             }
             Err(e) => self.fail(rel.as_bytes(), e),
         }
@@ -1042,7 +1144,11 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
 }
 
 /// `pwritev` until every slice is written.
-fn write_all_vectored_at(f: &File, mut slices: &mut [std::io::IoSlice<'_>], mut at: u64) -> std::io::Result<()> {
+fn write_all_vectored_at(
+    f: &File,
+    mut slices: &mut [std::io::IoSlice<'_>],
+    mut at: u64,
+) -> std::io::Result<()> {
     while !slices.is_empty() {
         let n = rustix::io::pwritev(f, slices, at)?;
         if n == 0 {

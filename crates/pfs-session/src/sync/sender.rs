@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use pfs_sync::{Entry, EntryKind as LocalKind, IndexCache, Recipe};
 use pfs_transport::Transport;
 use pfs_wire::sync::{
-    emit_entry_head, parse_index, parse_nak, tag, ChunksHeader, EntryKind, FileEntry, Hash, Plan, PlanAck,
-    SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, HELLO_COMPRESS, HELLO_DRY_RUN,
-    INDEX_REQUEST_LEN,
+    emit_entry_head, parse_batch, parse_index, parse_nak, tag, ChunksHeader, EntryKind, FileEntry, Hash,
+    Plan, PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, HELLO_COMPRESS,
+    HELLO_DRY_RUN, INDEX_REQUEST_LEN,
 };
-use pfs_wire::{FrameHeader, FrameType};
+use pfs_wire::{Frame, FrameHeader, FrameType};
 
 use super::{refused, write_frame, SENDER_FRAME_TARGET};
 use crate::reader::FrameReader;
@@ -193,6 +193,27 @@ struct Sender<'a, T: Transport + ?Sized> {
     zout: Vec<u8>,
 }
 
+/// Largest index BATCH (compressed or not) a sender accepts.
+const MAX_INDEX_BATCH: u32 = 16 << 20;
+
+/// One INDEX body into the cache; returns whether it was the last.
+fn index_frame(
+    cache: &mut IndexCache,
+    from: u64,
+    fetched: &mut u64,
+    flags: u16,
+    body: &[u8],
+) -> Result<bool, SessionError> {
+    let entries = parse_index(body).map_err(|error| SessionError::Wire {
+        context: "INDEX",
+        error,
+    })?;
+    let batch: Vec<_> = entries.map(|e| (e.key, e.offset, e.len)).collect();
+    *fetched += batch.len() as u64;
+    cache.extend(from + *fetched, batch);
+    Ok(flags & FLAG_LAST != 0)
+}
+
 /// Frames up to this size ride in a BATCH; larger ones go alone.
 const BATCH_FRAME_MAX: usize = 64 << 10;
 /// A BATCH is sent when its frames reach this size.
@@ -227,7 +248,8 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
         // paths and descriptors, which compress at any level.
         let level = self.cfg.compress.unwrap_or(1);
         // `compress_to_buffer` writes into the slice, not the spare capacity.
-        self.zout.resize(zstd::zstd_safe::compress_bound(self.batch.len()), 0);
+        self.zout
+            .resize(zstd::zstd_safe::compress_bound(self.batch.len()), 0);
         let n = zstd::bulk::compress_to_buffer(&self.batch, &mut self.zout[..], level)
             .map_err(|e| SessionError::Local(format!("compressing a batch: {e}")))?;
         self.zout.truncate(n);
@@ -238,7 +260,11 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
             length: (head.len() + self.zout.len()) as u32,
         }
         .emit();
-        let parts = &mut [IoSlice::new(&header), IoSlice::new(&head), IoSlice::new(&self.zout)];
+        let parts = &mut [
+            IoSlice::new(&header),
+            IoSlice::new(&head),
+            IoSlice::new(&self.zout),
+        ];
         let sent = self.t.write_all_vectored(parts);
         self.batch.clear();
         match sent {
@@ -291,6 +317,72 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
             return Err(refused(&body));
         }
         Ok((hdr, body))
+    }
+
+    /// Reads the INDEX frames (alone or in BATCH frames) up to the one
+    /// flagged LAST into `cache`; returns the entries fetched.
+    fn read_index(&mut self, cache: &mut IndexCache, from: u64) -> Result<u64, SessionError> {
+        let mut fetched = 0u64;
+        let mut raw = Vec::new();
+        loop {
+            let hdr = self
+                .reader
+                .next_header(self.t)?
+                .ok_or(SessionError::PeerClosed { during: "INDEX" })?;
+            if hdr.length > MAX_INDEX_BATCH {
+                return Err(SessionError::Local(format!(
+                    "receiver sent a {}-byte {} frame",
+                    hdr.length,
+                    hdr.frame_type.name()
+                )));
+            }
+            let body = self.reader.take(self.t, hdr.length as usize, "INDEX")?;
+            let last = match hdr.frame_type {
+                FrameType::Error => return Err(refused(body)),
+                FrameType::Index => index_frame(cache, from, &mut fetched, hdr.flags, body)?,
+                FrameType::Batch => {
+                    let (raw_len, z) = parse_batch(body).map_err(|error| SessionError::Wire {
+                        context: "BATCH",
+                        error,
+                    })?;
+                    if raw_len > MAX_INDEX_BATCH {
+                        return Err(SessionError::Local(format!(
+                            "receiver sent an index batch of {raw_len} bytes"
+                        )));
+                    }
+                    raw.resize(raw_len as usize, 0);
+                    match zstd::bulk::decompress_to_buffer(z, &mut raw[..]) {
+                        Ok(n) if n == raw_len as usize => {}
+                        _ => return Err(SessionError::Local("receiver sent a corrupt index batch".into())),
+                    }
+                    let mut rest = &raw[..];
+                    let mut last = false;
+                    while !rest.is_empty() {
+                        let (f, used) = Frame::parse(rest).map_err(|error| SessionError::Wire {
+                            context: "frame in an index BATCH",
+                            error,
+                        })?;
+                        if f.header.frame_type != FrameType::Index || last {
+                            return Err(SessionError::Local(
+                                "receiver sent a malformed index batch".into(),
+                            ));
+                        }
+                        last = index_frame(cache, from, &mut fetched, f.header.flags, f.body)?;
+                        rest = &rest[used..];
+                    }
+                    last
+                }
+                other => {
+                    return Err(SessionError::Local(format!(
+                        "expected INDEX from the receiver, got {}",
+                        other.name()
+                    )))
+                }
+            };
+            if last {
+                return Ok(fetched);
+            }
+        }
     }
 
     fn expect(
@@ -370,20 +462,7 @@ pub fn send_sync<T: Transport + ?Sized>(
         &from.to_le_bytes()[..INDEX_REQUEST_LEN],
         "INDEX_REQUEST",
     )?;
-    let mut fetched = 0u64;
-    loop {
-        let (h, body) = s.expect(FrameType::Index, "INDEX")?;
-        let entries = parse_index(&body).map_err(|error| SessionError::Wire {
-            context: "INDEX",
-            error,
-        })?;
-        let batch: Vec<_> = entries.map(|e| (e.hash, e.offset, e.len)).collect();
-        fetched += batch.len() as u64;
-        cache.extend(from + fetched, batch);
-        if h.flags & FLAG_LAST != 0 {
-            break;
-        }
-    }
+    let fetched = s.read_index(&mut cache, from)?;
     if cfg.index_cache_dir.is_some() {
         if let Err(e) = cache.save() {
             warnings.push(format!("index cache not saved: {e}"));

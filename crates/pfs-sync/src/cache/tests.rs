@@ -149,8 +149,9 @@ fn index_cache_extend_and_reopen() {
     assert!(w.is_none());
     assert_eq!((c.generation(), c.len()), (0, 0));
     let h = |i: u8| [i; 32];
-    c.extend(3, [(h(1), 0, 100), (h(2), 100, 50)]);
-    c.extend(5, [(h(3), 150, 10), (h(2), 160, 50)]);
+    let k = |i: u8| index_key(&h(i));
+    c.extend(3, [(k(1), 0, 100), (k(2), 100, 50)]);
+    c.extend(5, [(k(3), 150, 10), (k(2), 160, 50)]);
     assert_eq!(c.generation(), 5);
     assert_eq!(c.lookup(&h(2)), Some((160, 50)));
     assert_eq!(c.lookup(&h(9)), None);

@@ -332,6 +332,7 @@ fn pfs_send(
     src: &Path,
     remote: &str,
     cache: &Path,
+    extra: &[&str],
     net: &NetPath,
 ) -> anyhow::Result<(Timed, serde_json::Value)> {
     let exe = std::env::current_exe().context("locating the pfs binary")?;
@@ -342,7 +343,8 @@ fn pfs_send(
         .arg(format!("{}:{remote}", server.addr))
         .arg("--cache-dir")
         .arg(cache)
-        .args(["--json", "--progress", "never"]);
+        .args(["--json", "--progress", "never"])
+        .args(extra);
     let t = timed(server.guard.id(), cmd, net)?;
     let v: serde_json::Value = serde_json::from_str(&t.stdout).context("pfs send --json output")?;
     Ok((t, v))
@@ -352,8 +354,8 @@ fn pfs_notes(v: &serde_json::Value) -> String {
     let r = &v["receiver"];
     let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0) as f64 / 1e6;
     format!(
-        "written {}, unchanged {}; literal {:.1} MB, matched {:.1} MB, repaired {:.1} MB; index fetched {} entries",
-        r["files_written"], r["files_unchanged"], n(&r["literal_bytes"]), n(&r["matched_bytes"]),
+        "written {}, unchanged {}, same content {}; literal {:.1} MB, matched {:.1} MB, repaired {:.1} MB; index fetched {} entries",
+        r["files_written"], r["files_unchanged"], r["files_metadata_only"], n(&r["literal_bytes"]), n(&r["matched_bytes"]),
         n(&r["repaired_bytes"]), v["index_entries_fetched"]
     )
 }
@@ -391,9 +393,15 @@ fn start_rsyncd(dir: &Path, module: &Path) -> anyhow::Result<RsyncDaemon> {
 }
 
 /// `rsync -a --stats SRC/ rsync://…/pfs/REMOTE/` (delta transfer: the default).
-fn rsync_send(d: &RsyncDaemon, src: &Path, remote: &str, net: &NetPath) -> anyhow::Result<(Timed, String)> {
+fn rsync_send(
+    d: &RsyncDaemon,
+    src: &Path,
+    remote: &str,
+    compress: bool,
+    net: &NetPath,
+) -> anyhow::Result<(Timed, String)> {
     let mut cmd = Command::new(tool("rsync", "rsync"));
-    cmd.args(["-a", "--stats", "--no-compress"])
+    cmd.args(["-a", "--stats", if compress { "-z" } else { "--no-compress" }])
         .arg(format!("{}/", src.display()))
         .arg(format!("rsync://127.0.0.1:{}/pfs/{remote}/", d.port));
     let t = timed(d.guard.id(), cmd, net)?;
@@ -453,8 +461,10 @@ fn scp_send(scratch: &Path, src: &Path, dst: &Path, net: &NetPath) -> anyhow::Re
     wait_listening(&mut guard, "127.0.0.1", port, Duration::from_secs(10))?;
     let mut client = Command::new(&scp);
     client
+        // Legacy protocol (-O): SFTP-mode scp refuses symlinks to directories.
         .args([
             "-q",
+            "-O",
             "-r",
             "-o",
             "Compression=no",
@@ -553,22 +563,29 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
         match start_pfs_server(&store, &dest) {
             Err(e) => rows.extend(pfs_rows.iter().map(|l| failed_row(l, &e))),
             Ok(server) => {
-                let jobs: [(&str, &Tree, &str); 4] = [
-                    (pfs_rows[0], &cold, "cold"),
-                    (pfs_rows[1], &cold, "cold"),
-                    (pfs_rows[2], &a, "pair"),
-                    (pfs_rows[3], &b, "pair"),
+                // Random data does not compress; source trees do (zstd level 3
+                // on literal chunks, kept only where it saves bytes).
+                let jobs: [(&str, &Tree, &str, &[&str]); 4] = [
+                    (pfs_rows[0], &cold, "cold", &[]),
+                    (pfs_rows[1], &cold, "cold", &[]),
+                    (pfs_rows[2], &a, "pair", &["--compress"]),
+                    (pfs_rows[3], &b, "pair", &["--compress"]),
                 ];
-                for (label, data, remote) in jobs {
+                for (label, data, remote, extra) in jobs {
                     if !want(label) {
                         continue;
                     }
                     eprintln!("pfs bench sync: {label} …");
                     let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
                     let landed = dest.join(remote).join(name);
-                    let row = pfs_send(&server, &data.dir, remote, &cache, &net).and_then(|(t, v)| {
+                    let row = pfs_send(&server, &data.dir, remote, &cache, extra, &net).and_then(|(t, v)| {
                         let same = same_tree(&data.dir, &landed)?;
-                        Ok(row_of(label, data, &t, same, pfs_notes(&v)))
+                        let flags = if extra.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{}; ", extra.join(" "))
+                        };
+                        Ok(row_of(label, data, &t, same, format!("{flags}{}", pfs_notes(&v))))
                     });
                     rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
                 }
@@ -580,6 +597,7 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
     let rsync_rows = [
         "Conventional (rsync): version A",
         "Conventional (rsync): version B over A (delta)",
+        "Conventional (rsync -z): version B over A (delta, compressed)",
     ];
     if rsync_rows.iter().any(|l| want(l)) {
         if !have(&tool("rsync", "rsync")) {
@@ -595,16 +613,31 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
             match start_rsyncd(&scratch.path.join("rsync"), &module) {
                 Err(e) => rows.extend(rsync_rows.iter().map(|l| failed_row(l, &e))),
                 Ok(d) => {
-                    for (label, data) in [(rsync_rows[0], &a), (rsync_rows[1], &b)] {
+                    let runs = [
+                        (rsync_rows[0], &a, false),
+                        (rsync_rows[1], &b, false),
+                        (rsync_rows[2], &b, true),
+                    ];
+                    for (label, data, z) in runs {
+                        if !want(label) {
+                            continue;
+                        }
                         eprintln!("pfs bench sync: {label} …");
-                        let row = rsync_send(&d, &data.dir, "tree", &net).and_then(|(t, stats)| {
-                            let same = same_tree(&data.dir, &module.join("tree"))?;
+                        // The compressed run starts from its own copy of A (not timed).
+                        let remote = if z { "treez" } else { "tree" };
+                        if z {
+                            let _ = stage(&a, &module.join("z"));
+                            let _ = std::fs::rename(module.join("z").join("tree"), module.join("treez"));
+                        }
+                        let row = rsync_send(&d, &data.dir, remote, z, &net).and_then(|(t, stats)| {
+                            let same = same_tree(&data.dir, &module.join(remote))?;
+                            let how = if z { "-a -z" } else { "-a" };
                             Ok(row_of(
                                 label,
                                 data,
                                 &t,
                                 same,
-                                format!("daemon, -a (delta transfer); {stats}"),
+                                format!("daemon, {how} (delta transfer); {stats}"),
                             ))
                         });
                         rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
@@ -629,7 +662,8 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
                     &b,
                     &t,
                     same,
-                    "scp -r, Compression=no; receiver CPU = sshd tree".into(),
+                    "scp -O -r (legacy protocol; follows symlinks), Compression=no; receiver CPU = sshd tree"
+                        .into(),
                 ))
             });
         rows.push(row.unwrap_or_else(|e| {
@@ -695,6 +729,7 @@ fn add_ratios(rows: &mut [Row]) {
         return;
     };
     let scp = find(rows, "Conventional (scp): version B (full copy)");
+    let snapshot = rows.to_vec();
     for r in rows
         .iter_mut()
         .filter(|r| r.label == "PFS sync: version B over A" && r.ran())
@@ -706,6 +741,15 @@ fn add_ratios(rows: &mut [Row]) {
             ratio(r.elapsed_s, rsync.elapsed_s),
             ratio(r.cpu_total_s, rsync.cpu_total_s)
         );
+        if let Some(z) = find(
+            &snapshot,
+            "Conventional (rsync -z): version B over A (delta, compressed)",
+        ) {
+            s.push_str(&format!(
+                ", vs rsync -z: wire {:.2}×",
+                ratio(r.wire_mb, z.wire_mb)
+            ));
+        }
         if let Some(scp) = &scp {
             s.push_str(&format!(
                 ", vs scp: elapsed {:.2}×",

@@ -1,0 +1,222 @@
+//! The receiver's record of the files it wrote: destination path → the
+//! file's identity when written (inode, size, ctime) and its content hash.
+//!
+//! When a sender offers a file whose BLAKE3 equals the recorded one and the
+//! destination file is still the one recorded (same inode, size and ctime:
+//! nothing wrote to it, renamed it or changed its metadata since), its
+//! content is already right: only mode and mtime need setting, no chunk is
+//! read or written. ctime cannot be set from user space, so a file edited
+//! and "restored" with `touch -d` no longer matches and is rebuilt; a stale
+//! or missing record only costs a rebuild, never a wrong file.
+//!
+//! Stored as one file in the cache format of [`crate::cache`] (magic,
+//! version, body, BLAKE3), rewritten atomically; a corrupt file is ignored
+//! with a warning.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::cache::{corrupt, load, put_u32, put_u64, store, Reader};
+use crate::error::{CacheWarning, SyncError};
+
+const MAGIC: &[u8; 8] = b"PFSDMAN\0";
+
+/// What was written at one destination path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Inode of the file.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// ctime (ns since the epoch) after the last metadata change we made.
+    pub ctime_ns: i128,
+    /// BLAKE3 of the content.
+    pub hash: [u8; 32],
+}
+
+impl Written {
+    /// The record for `meta` (of the file just written) with content `hash`.
+    pub fn of(meta: &std::fs::Metadata, hash: [u8; 32]) -> Self {
+        Self {
+            ino: meta.ino(),
+            size: meta.size(),
+            ctime_ns: ctime_ns(meta),
+            hash,
+        }
+    }
+
+    /// Whether `meta` still describes the file recorded.
+    pub fn still(&self, meta: &std::fs::Metadata) -> bool {
+        meta.is_file()
+            && meta.ino() == self.ino
+            && meta.size() == self.size
+            && ctime_ns(meta) == self.ctime_ns
+    }
+}
+
+fn ctime_ns(meta: &std::fs::Metadata) -> i128 {
+    i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
+}
+
+/// The manifest of one destination root, shared by concurrent sessions.
+#[derive(Debug)]
+pub struct Manifest {
+    path: PathBuf,
+    map: Mutex<HashMap<Vec<u8>, Written>>,
+}
+
+impl Manifest {
+    /// Loads `path` (missing: empty; unreadable or corrupt: empty plus a warning).
+    pub fn open(path: impl Into<PathBuf>) -> (Self, Option<CacheWarning>) {
+        let path = path.into();
+        let (map, warning) = match load(&path, MAGIC, "destination manifest") {
+            Ok(None) => (HashMap::new(), None),
+            Ok(Some(body)) => match decode(&body) {
+                Ok(m) => (m, None),
+                Err(detail) => (HashMap::new(), Some(corrupt(&path, detail))),
+            },
+            Err(w) => (HashMap::new(), Some(w)),
+        };
+        (
+            Self {
+                path,
+                map: Mutex::new(map),
+            },
+            warning,
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Written>> {
+        match self.map.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The record of destination path `rel`, if any.
+    pub fn get(&self, rel: &[u8]) -> Option<Written> {
+        self.lock().get(rel).copied()
+    }
+
+    /// Records (or replaces) what was written at `rel`.
+    pub fn insert(&self, rel: &[u8], w: Written) {
+        self.lock().insert(rel.to_vec(), w);
+    }
+
+    /// Records kept.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// No records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where it is saved.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes the manifest atomically (temporary file, fsync, rename).
+    pub fn save(&self) -> Result<(), SyncError> {
+        let body = {
+            let map = self.lock();
+            let mut body = Vec::with_capacity(8 + map.len() * 96);
+            put_u64(&mut body, map.len() as u64);
+            for (rel, w) in map.iter() {
+                put_u32(&mut body, rel.len() as u32);
+                body.extend_from_slice(rel);
+                put_u64(&mut body, w.ino);
+                put_u64(&mut body, w.size);
+                body.extend_from_slice(&w.ctime_ns.to_le_bytes());
+                body.extend_from_slice(&w.hash);
+            }
+            body
+        };
+        store(&self.path, MAGIC, &body)
+    }
+}
+
+fn decode(body: &[u8]) -> Result<HashMap<Vec<u8>, Written>, &'static str> {
+    let mut r = Reader(body);
+    let n = r.u64()?;
+    // Each record takes at least 68 bytes: a count larger than that is a lie.
+    if n > body.len() as u64 / 68 {
+        return Err("record count exceeds the file");
+    }
+    let mut map = HashMap::with_capacity(n as usize);
+    for _ in 0..n {
+        let len = r.u32()? as usize;
+        let rel = r.take(len)?.to_vec();
+        let ino = r.u64()?;
+        let size = r.u64()?;
+        let ctime_ns = i128::from_le_bytes(r.array()?);
+        let hash = r.array()?;
+        map.insert(
+            rel,
+            Written {
+                ino,
+                size,
+                ctime_ns,
+                hash,
+            },
+        );
+    }
+    if !r.0.is_empty() {
+        return Err("trailing bytes");
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_reopen_and_staleness() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"abc").unwrap();
+        let meta = std::fs::metadata(&file).unwrap();
+        let (m, w) = Manifest::open(dir.path().join("manifest"));
+        assert!(w.is_none() && m.is_empty());
+        m.insert(b"a/f", Written::of(&meta, [7; 32]));
+        m.save().unwrap();
+        let (m2, w) = Manifest::open(dir.path().join("manifest"));
+        assert!(w.is_none());
+        let rec = m2.get(b"a/f").unwrap();
+        assert_eq!(rec.hash, [7; 32]);
+        assert!(rec.still(&std::fs::metadata(&file).unwrap()));
+        // Any write changes ctime (and here the size): no longer the file recorded.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&file, b"abcd").unwrap();
+        assert!(!rec.still(&std::fs::metadata(&file).unwrap()));
+    }
+
+    #[test]
+    fn corrupt_manifest_is_ignored_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("manifest");
+        let (m, _) = Manifest::open(&p);
+        m.insert(
+            b"x",
+            Written {
+                ino: 1,
+                size: 2,
+                ctime_ns: 3,
+                hash: [0; 32],
+            },
+        );
+        m.save().unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 1;
+        std::fs::write(&p, bytes).unwrap();
+        let (m, w) = Manifest::open(&p);
+        assert!(m.is_empty());
+        assert!(w.is_some());
+    }
+}
