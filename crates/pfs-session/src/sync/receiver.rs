@@ -152,6 +152,9 @@ struct Waiting {
 
 const WRITE_BUF: usize = 1 << 20;
 
+/// Raw bytes of INDEX frames per BATCH: well inside a sender's receive buffer.
+const INDEX_BATCH_RAW: usize = 256 << 10;
+
 struct Session<'a, T: Transport + ?Sized> {
     t: &'a mut T,
     reader: FrameReader,
@@ -175,6 +178,9 @@ struct Session<'a, T: Transport + ?Sized> {
     batch_buf: Vec<u8>,
     /// Directories known to exist (created or checked this session).
     dirs_made: std::collections::HashSet<Vec<u8>>,
+    /// Directory entries received: mode and mtime are set at the end, once
+    /// nothing more is written into them (writing changes a directory's mtime).
+    dir_meta: Vec<(RelPath, i128, u32)>,
     started: Instant,
     usage0: crate::sys::Usage,
 }
@@ -209,6 +215,7 @@ pub fn receive_sync<T: Transport + ?Sized>(
         zbuf: Vec::new(),
         batch_buf: Vec::new(),
         dirs_made: std::collections::HashSet::new(),
+        dir_meta: Vec::new(),
         started: Instant::now(),
         usage0: thread_usage(),
     };
@@ -376,6 +383,13 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             self.corrections()?;
         }
         self.finish_waiting();
+        // Deepest first, so setting a child does not disturb its parent's mtime.
+        for (rel, mtime_ns, mode) in std::mem::take(&mut self.dir_meta).into_iter().rev() {
+            if let Err(e) = self.dest.set_dir_times_and_mode(&rel, mtime_ns, mode) {
+                self.messages
+                    .push_str(&format!("{rel}: directory mode/mtime: {e}\n"));
+            }
+        }
         self.report.wire_bytes = self.reader.wire_bytes();
         self.report.store_generation = self.store.identity().generation;
         self.report.elapsed_ns = self.started.elapsed().as_nanos() as u64;
@@ -464,8 +478,8 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
     }
 
     /// The index entries from `from` on: INDEX frames of 20-byte entries,
-    /// packed into zstd BATCH frames of up to 1 MiB (offsets and lengths
-    /// compress; the 8-byte keys do not).
+    /// packed into zstd BATCH frames of up to [`INDEX_BATCH_RAW`] bytes
+    /// (offsets and lengths compress; the 8-byte keys do not).
     fn send_index(&mut self, from: u64) -> Result<(), SessionError> {
         let entries = self.store.entries_since(from);
         let mut raw = Vec::with_capacity(1 << 20);
@@ -488,7 +502,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 if last { FLAG_LAST } else { 0 },
                 &body,
             );
-            if last || raw.len() >= 1 << 20 {
+            if last || raw.len() >= INDEX_BATCH_RAW {
                 let mut z = pfs_wire::sync::batch_head(raw.len() as u32).to_vec();
                 let head = z.len();
                 z.resize(head + zstd::zstd_safe::compress_bound(raw.len()), 0);
@@ -600,6 +614,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                     Ok(()) => {
                         self.report.dirs += 1;
                         self.dirs_made.insert(rel.as_bytes().to_vec());
+                        self.dir_meta.push((rel, mtime_ns, f.mode));
                     }
                     Err(e) => self.fail(f.path, e),
                 }

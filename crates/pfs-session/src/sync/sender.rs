@@ -194,7 +194,7 @@ struct Sender<'a, T: Transport + ?Sized> {
 }
 
 /// Largest index BATCH (compressed or not) a sender accepts.
-const MAX_INDEX_BATCH: u32 = 16 << 20;
+const MAX_INDEX_BATCH: u32 = 1 << 20;
 
 /// One INDEX body into the cache; returns whether it was the last.
 fn index_frame(
@@ -417,7 +417,7 @@ pub fn send_sync<T: Transport + ?Sized>(
         .map_err(|e| SessionError::io("setup", e))?;
     let mut s = Sender {
         t,
-        reader: FrameReader::new(256 << 10),
+        reader: FrameReader::new(MAX_INDEX_BATCH as usize + 64 * 1024),
         cfg,
         wire_sent: 0,
         batch: Vec::with_capacity(BATCH_TARGET + BATCH_FRAME_MAX),
