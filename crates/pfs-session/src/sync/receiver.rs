@@ -567,7 +567,13 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
 
     fn fail(&mut self, rel: &[u8], reason: impl std::fmt::Display) {
         self.report.files_failed += 1;
-        let line = format!("{}: {reason}\n", String::from_utf8_lossy(rel));
+        let (path, reason) = (String::from_utf8_lossy(rel), reason.to_string());
+        // Errors from the destination already name the path.
+        let line = if reason.starts_with(path.as_ref()) {
+            format!("{reason}\n")
+        } else {
+            format!("{path}: {reason}\n")
+        };
         if self.messages.len() + line.len() <= MAX_REPORT_TEXT {
             self.messages.push_str(&line);
         }

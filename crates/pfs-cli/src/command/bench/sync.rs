@@ -486,11 +486,21 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new() -> anyhow::Result<Self> {
-        let base = if Path::new("/dev/shm").is_dir() {
+    /// On tmpfs when it has `need` bytes free (it is memory), else on /var/tmp.
+    fn new(need: u64) -> anyhow::Result<Self> {
+        let free = |p: &str| {
+            rustix::fs::statvfs(p)
+                .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+                .unwrap_or(0)
+        };
+        let base = if Path::new("/dev/shm").is_dir() && free("/dev/shm") > need {
             Path::new("/dev/shm")
         } else {
-            Path::new("/tmp")
+            eprintln!(
+                "pfs bench sync: /dev/shm has less than {:.1} GB free; using /var/tmp (disk speed will show in the rows)",
+                need as f64 / 1e9
+            );
+            Path::new("/var/tmp")
         };
         let path = base.join(format!("pfs-bench-sync-{}", std::process::id()));
         let ticket = crate::cleanup::on_interrupt(crate::cleanup::Undo::Dir(path.clone()));
@@ -529,8 +539,11 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
     let only: Vec<String> = args.only.iter().map(|s| s.to_lowercase()).collect();
     let want = |label: &str| only.is_empty() || only.iter().any(|o| label.to_lowercase().contains(o));
     let net = NetPath::Loopback;
-    let scratch = Scratch::new()?;
     let (a, b) = version_pair(&args)?;
+    // Staged copies of A and B, the cold data, and at any time one tool's
+    // store and destinations (each is removed after its rows).
+    let need = 3 * (a.bytes + b.bytes) + 3 * args.cold_size + (1 << 30);
+    let scratch = Scratch::new(need)?;
     eprintln!(
         "pfs bench sync: version A {} ({} files, {:.1} MB), version B {} ({} files, {:.1} MB)",
         a.dir.display(),
@@ -547,6 +560,10 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
         stage(&b, &scratch.path.join("b"))?,
     );
     let cold = make_cold_tree(&scratch.path.join("cold-src").join("cold"), args.cold_size)?;
+    // The sender's quick-check cache ignores files modified within the last
+    // 2 s (their mtime could still change within one timestamp tick); data
+    // sent in practice is older than that, so let the fresh data age.
+    std::thread::sleep(Duration::from_millis(2100));
     let mut rows: Vec<Row> = Vec::new();
 
     // PacketFS: one server, one store, one destination for all four rows.
@@ -589,7 +606,12 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
                     });
                     rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
                 }
+                drop(server);
             }
+        }
+        // Memory back before the next tool (tmpfs).
+        for d in [&store, &dest, &cache] {
+            let _ = std::fs::remove_dir_all(d);
         }
     }
 
@@ -641,9 +663,14 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
                             ))
                         });
                         rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
+                        if z {
+                            let _ = std::fs::remove_dir_all(module.join("treez"));
+                        }
                     }
+                    drop(d);
                 }
             }
+            let _ = std::fs::remove_dir_all(&module);
         }
     }
 
