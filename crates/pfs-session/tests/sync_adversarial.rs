@@ -246,10 +246,26 @@ impl Peer {
             &0u64.to_le_bytes()[..INDEX_REQUEST_LEN],
         )
         .expect("send INDEX_REQUEST");
-        loop {
-            let (h, _) = self.expect(FrameType::Index);
-            if h.flags & FLAG_LAST != 0 {
-                break;
+        // INDEX frames, alone or inside zstd BATCH frames, up to the LAST one.
+        'index: loop {
+            let (h, body) = self.frame().expect("receiver closed during INDEX");
+            match h.frame_type {
+                FrameType::Index if h.flags & FLAG_LAST != 0 => break,
+                FrameType::Index => {}
+                FrameType::Batch => {
+                    let (raw_len, z) = pfs_wire::sync::parse_batch(&body).expect("BATCH body");
+                    let raw = zstd::bulk::decompress(z, raw_len as usize).expect("BATCH decompresses");
+                    let mut rest = &raw[..];
+                    while !rest.is_empty() {
+                        let (f, used) = pfs_wire::Frame::parse(rest).expect("frame in BATCH");
+                        assert_eq!(f.header.frame_type, FrameType::Index);
+                        if f.header.flags & FLAG_LAST != 0 {
+                            break 'index;
+                        }
+                        rest = &rest[used..];
+                    }
+                }
+                other => panic!("unexpected {} during INDEX", other.name()),
             }
         }
         let plan = Plan {

@@ -708,9 +708,32 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
     drop(receiver);
     drop(shm_receiver);
+
+    let b = opened.blob.backing().clone();
+    let (blob_len, sender_setup) = (opened.blob.len(), opened.describe());
+    if args.full {
+        // The file-transfer row group (`pfs bench sync`), with the memory of
+        // this suite's blobs and scratch file given back first.
+        drop(opened);
+        drop(scratch);
+        let sync_args = sync::BenchSyncArgs {
+            pair: None,
+            cold_size: 1 << 30,
+            only: args.only.clone(),
+            out: None,
+            json: false,
+        };
+        match sync::collect(&sync_args) {
+            Ok((_, sync_rows)) => rows.extend(sync_rows),
+            Err(e) => {
+                let mut r = Row::skipped("PFS sync (pfs bench sync rows)", "Transfer", String::new());
+                r.notes = format!("failed: {e:#}");
+                rows.push(r);
+            }
+        }
+    }
     add_ratios(&mut rows);
 
-    let b = opened.blob.backing();
     let header = Header {
         tool: format!("pfs {}", env!("CARGO_PKG_VERSION")),
         git_revision: env!("PFS_GIT_REV").into(),
@@ -720,8 +743,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         thp_mode: sysinfo::thp_mode(),
         sender_blob: format!("{} (page {} B)", b.kind.as_str(), b.page_size),
         receiver_blob,
-        blob_bytes: opened.blob.len(),
-        sender_setup: opened.describe(),
+        blob_bytes: blob_len,
+        sender_setup,
         receiver_setup,
         units: "MB = 10^6 bytes; rates MB/s; CPU from getrusage (receiver thread)".into(),
         path: net.name(),

@@ -518,7 +518,7 @@ impl Drop for Scratch {
 
 /// Report header of this study.
 #[derive(Debug, Serialize)]
-struct SyncHeader {
+pub struct SyncHeader {
     tool: String,
     git_revision: String,
     kernel: String,
@@ -536,10 +536,40 @@ struct SyncHeader {
 }
 
 pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
+    let (header, rows) = collect(&args)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?
+        );
+    } else {
+        print!("{}", table(&header, &rows));
+    }
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("sync.csv"), to_csv(&rows))?;
+        std::fs::write(
+            dir.join("sync.json"),
+            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?,
+        )?;
+        std::fs::write(dir.join("sync.md"), markdown(&header, &rows))?;
+        eprintln!(
+            "pfs bench sync: wrote sync.csv, sync.json, sync.md to {}",
+            dir.display()
+        );
+    }
+    let failed = rows
+        .iter()
+        .any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
+    Ok(if failed { exit::FAILURE } else { exit::OK })
+}
+
+/// The rows of the study (also the sync row group of `pfs bench --full`).
+pub fn collect(args: &BenchSyncArgs) -> anyhow::Result<(SyncHeader, Vec<Row>)> {
     let only: Vec<String> = args.only.iter().map(|s| s.to_lowercase()).collect();
     let want = |label: &str| only.is_empty() || only.iter().any(|o| label.to_lowercase().contains(o));
     let net = NetPath::Loopback;
-    let (a, b) = version_pair(&args)?;
+    let (a, b) = version_pair(args)?;
     // Staged copies of A and B, the cold data, and at any time one tool's
     // store and destinations (each is removed after its rows).
     let need = 3 * (a.bytes + b.bytes) + 3 * args.cold_size + (1 << 30);
@@ -722,31 +752,7 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
         ),
         units: "MB = 10^6 bytes; elapsed = client wall time; CPU = client + server; wire = loopback interface bytes".into(),
     };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?
-        );
-    } else {
-        print!("{}", table(&header, &rows));
-    }
-    if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("sync.csv"), to_csv(&rows))?;
-        std::fs::write(
-            dir.join("sync.json"),
-            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?,
-        )?;
-        std::fs::write(dir.join("sync.md"), markdown(&header, &rows))?;
-        eprintln!(
-            "pfs bench sync: wrote sync.csv, sync.json, sync.md to {}",
-            dir.display()
-        );
-    }
-    let failed = rows
-        .iter()
-        .any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
-    Ok(if failed { exit::FAILURE } else { exit::OK })
+    Ok((header, rows))
 }
 
 /// `B over A` against rsync's delta transfer, and `scp`: wire, elapsed, CPU.
