@@ -31,6 +31,11 @@ pub fn chunk_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<Recipe
     chunk_file_windowed(path.as_ref(), params, params.window())
 }
 
+thread_local! {
+    /// Read buffer for files that fit in one window.
+    static SMALL: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 pub(super) fn chunk_file_windowed(
     path: &Path,
     params: &ChunkParams,
@@ -42,31 +47,32 @@ pub(super) fn chunk_file_windowed(
         return Err(SyncError::NotAFile { path: path.into() });
     }
     let size = before.len();
-    // Advice only; a filesystem that does not take it changes nothing.
-    let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
     let recipe = if size <= window as u64 {
-        let mut buf = vec![0u8; size as usize];
-        read_full_at(&file, &mut buf, 0, path)?;
-        chunk_bytes_windowed(&buf, params, window)
+        // Trees are mostly small files: one reused buffer per thread, not a
+        // fresh zeroed allocation per file.
+        SMALL.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            if buf.len() < size as usize {
+                buf.resize(size as usize, 0);
+            }
+            let data = &mut buf[..size as usize];
+            read_full_at(&file, data, 0, path)?;
+            Ok::<_, SyncError>(chunk_bytes_windowed(data, params, window))
+        })?
     } else {
+        // Advice only; a filesystem that does not take it changes nothing.
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
         pipeline(&file, path, size, params, window)?
     };
-    // The file must still end where it ended and carry the same timestamps.
-    let mut probe = [0u8; 1];
-    let grew = loop {
-        match file.read_at(&mut probe, size) {
-            Ok(n) => break n != 0,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(SyncError::io("read", path, e)),
-        }
-    };
+    // The file must still have the size and timestamps it had (any write
+    // changes ctime; growth changes the size).
     let after = file.metadata().map_err(|e| SyncError::io("stat", path, e))?;
     let same = after.len() == size
         && after.mtime() == before.mtime()
         && after.mtime_nsec() == before.mtime_nsec()
         && after.ctime() == before.ctime()
         && after.ctime_nsec() == before.ctime_nsec();
-    if grew || !same {
+    if !same {
         return Err(SyncError::Changed { path: path.into() });
     }
     Ok(recipe)

@@ -230,9 +230,14 @@ fn chunk_bytes_windowed(data: &[u8], params: &ChunkParams, window: usize) -> Rec
             pos += (l & !ZERO_FLAG) as usize;
         }
         let chunks = hash_chunks(data, 0, &lens, &cutter);
+        // A one-chunk file's chunk hash is its file hash: no second pass.
+        let file_hash = match chunks.as_slice() {
+            [only] if only.len as usize == data.len() => only.hash,
+            _ => *blake3::hash(data).as_bytes(),
+        };
         return Recipe {
             size: data.len() as u64,
-            file_hash: *blake3::hash(data).as_bytes(),
+            file_hash,
             chunks,
         };
     }
