@@ -39,41 +39,33 @@ fn rusage(who: libc::c_int) -> libc::rusage {
     ru
 }
 
+fn usage_of(who: libc::c_int) -> Usage {
+    let ru = rusage(who);
+    Usage {
+        user_us: tv_us(ru.ru_utime),
+        sys_us: tv_us(ru.ru_stime),
+        nvcsw: ru.ru_nvcsw as u64,
+        nivcsw: ru.ru_nivcsw as u64,
+    }
+}
+
 fn tv_us(tv: libc::timeval) -> u64 {
     (tv.tv_sec as u64) * 1_000_000 + tv.tv_usec as u64
 }
 
 /// Resource usage of the calling thread (`RUSAGE_THREAD`).
 pub fn thread_usage() -> Usage {
-    let ru = rusage(libc::RUSAGE_THREAD);
-    Usage {
-        user_us: tv_us(ru.ru_utime),
-        sys_us: tv_us(ru.ru_stime),
-        nvcsw: ru.ru_nvcsw as u64,
-        nivcsw: ru.ru_nivcsw as u64,
-    }
+    usage_of(libc::RUSAGE_THREAD)
 }
 
 /// Resource usage of the whole process (`RUSAGE_SELF`).
 pub fn process_usage() -> Usage {
-    let ru = rusage(libc::RUSAGE_SELF);
-    Usage {
-        user_us: tv_us(ru.ru_utime),
-        sys_us: tv_us(ru.ru_stime),
-        nvcsw: ru.ru_nvcsw as u64,
-        nivcsw: ru.ru_nivcsw as u64,
-    }
+    usage_of(libc::RUSAGE_SELF)
 }
 
 /// Resource usage of the reaped children of this process (`RUSAGE_CHILDREN`).
 pub fn children_usage() -> Usage {
-    let ru = rusage(libc::RUSAGE_CHILDREN);
-    Usage {
-        user_us: tv_us(ru.ru_utime),
-        sys_us: tv_us(ru.ru_stime),
-        nvcsw: ru.ru_nvcsw as u64,
-        nivcsw: ru.ru_nivcsw as u64,
-    }
+    usage_of(libc::RUSAGE_CHILDREN)
 }
 
 /// Peak resident set size of the process, bytes.

@@ -25,7 +25,7 @@ fn is_loopback(addr: &str) -> bool {
 
 /// Writes a result line to stdout; a closed stdout (reader gone) must not
 /// take a session thread down with it.
-fn emit(line: &str) {
+pub(super) fn emit(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
@@ -198,23 +198,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 eprintln!("pfs: from {peer}: {}", stats.mismatch_line());
             }
         }
-        ServerEvent::Failed { peer, error } => {
-            if let Ok(mut st) = last_status.lock() {
-                *st = session_failure_status(error);
+        ServerEvent::Failed { .. } | ServerEvent::Busy { .. } | ServerEvent::AcceptFailed { .. } => {
+            if let (Some(code), Ok(mut st)) = (report_common(&ev, json, args.max_clients), last_status.lock())
+            {
+                *st = code;
             }
-            if json {
-                emit(
-                    &serde_json::json!({"event": "session_failed", "peer": peer, "error": error.to_string()})
-                        .to_string(),
-                );
-            }
-            eprintln!("pfs: session from {peer} failed: {error}");
         }
-        ServerEvent::Busy { peer } => eprintln!(
-            "pfs: refused {peer}: busy ({} sessions running)",
-            args.max_clients
-        ),
-        ServerEvent::AcceptFailed { error } => eprintln!("pfs: accept failed: {error}"),
         // Blob servers run no sync sessions.
         ServerEvent::SyncFinished { .. } => {}
     };
@@ -229,11 +218,33 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     Ok(if args.once { last } else { exit::OK })
 }
 
-/// Exit status for a session that ended in an error, seen from the receiver.
-fn session_failure_status(error: &SessionError) -> i32 {
-    match error {
-        SessionError::Rejected { .. } | SessionError::Refused { .. } => exit::REFUSED,
-        SessionError::Io { .. } | SessionError::PeerClosed { .. } => exit::TRANSPORT,
-        _ => exit::FAILURE,
+/// Reports the events every kind of server reports alike (a failed
+/// session, a busy refusal, a failed accept); for a failed session, returns
+/// the exit status it implies, seen from the receiver.
+pub(super) fn report_common(ev: &ServerEvent<'_>, json: bool, max_clients: usize) -> Option<i32> {
+    match ev {
+        ServerEvent::Failed { peer, error } => {
+            if json {
+                emit(
+                    &serde_json::json!({"event": "session_failed", "peer": peer, "error": error.to_string()})
+                        .to_string(),
+                );
+            }
+            eprintln!("pfs: session from {peer} failed: {error}");
+            Some(match error {
+                SessionError::Rejected { .. } | SessionError::Refused { .. } => exit::REFUSED,
+                SessionError::Io { .. } | SessionError::PeerClosed { .. } => exit::TRANSPORT,
+                _ => exit::FAILURE,
+            })
+        }
+        ServerEvent::Busy { peer } => {
+            eprintln!("pfs: refused {peer}: busy ({max_clients} sessions running)");
+            None
+        }
+        ServerEvent::AcceptFailed { error } => {
+            eprintln!("pfs: accept failed: {error}");
+            None
+        }
+        _ => None,
     }
 }

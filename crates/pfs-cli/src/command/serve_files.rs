@@ -6,19 +6,14 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use pfs_session::sync::SyncReceiverConfig;
-use pfs_session::{serve_sync, ServerConfig, ServerEvent, SessionError};
+use pfs_session::{serve_sync, ServerConfig, ServerEvent};
 use pfs_store::{Durability, Store, StoreOptions};
 use pfs_sync::{DestRoot, Manifest};
 
 use crate::args::ServeArgs;
 use crate::exit;
 
-use super::serve::{announce, bind_listener};
-
-fn emit(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout().lock(), "{line}");
-}
+use super::serve::{announce, bind_listener, emit, report_common};
 
 pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
     let dest_dir = args.dest.as_deref().context("--store needs --dest")?;
@@ -154,26 +149,11 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
                 }
             }
         }
-        ServerEvent::Failed { peer, error } => {
-            set(match error {
-                SessionError::Rejected { .. } | SessionError::Refused { .. } => exit::REFUSED,
-                SessionError::Io { .. } | SessionError::PeerClosed { .. } => exit::TRANSPORT,
-                _ => exit::FAILURE,
-            });
-            if json {
-                emit(
-                    &serde_json::json!({"event": "session_failed", "peer": peer, "error": error.to_string()})
-                        .to_string(),
-                );
+        ref other => {
+            if let Some(code) = report_common(other, json, args.max_clients) {
+                set(code);
             }
-            eprintln!("pfs: session from {peer} failed: {error}");
         }
-        ServerEvent::Busy { peer } => eprintln!(
-            "pfs: refused {peer}: busy ({} sessions running)",
-            args.max_clients
-        ),
-        ServerEvent::AcceptFailed { error } => eprintln!("pfs: accept failed: {error}"),
-        _ => {}
     };
     let (ok, failed) = serve_sync(&listener, &store, &dest, &cfg, &sync, &on_event);
     if !json {

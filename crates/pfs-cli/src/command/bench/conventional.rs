@@ -381,52 +381,20 @@ pub(crate) fn user_name() -> String {
 
 /// scp of a tmpfs file to an sshd the harness starts (compression off).
 pub fn run_scp(label: &str, job: &FileJob<'_>) -> Row {
-    let sshd = tool("sshd", "/usr/sbin/sshd");
-    let scp = tool("scp", "scp");
-    if !have(&sshd) || !have(&scp) || !have("ssh-keygen") {
-        return Row::skipped(
-            label,
-            "Transfer",
-            "sshd/scp not installed (apt-get install openssh-server openssh-client)".into(),
-        );
-    }
-    if !rustix::process::geteuid().is_root() {
-        return Row::skipped(label, "Transfer", "needs root to start a private sshd".into());
-    }
+    let (sshd, scp) = match sshd_tools() {
+        Ok(t) => t,
+        Err(why) => return Row::skipped(label, "Transfer", why),
+    };
     let attempt = || -> anyhow::Result<Row> {
         let dir = job.dst_dir("ssh")?;
         let dst = dir.join("dst.bin");
-        for key in ["host", "client"] {
-            let out = Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-                .arg(dir.join(key))
-                .stdin(Stdio::null())
-                .output()?;
-            if !out.status.success() {
-                bail!("ssh-keygen: {}", String::from_utf8_lossy(&out.stderr).trim());
-            }
-        }
-        std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys"))?;
-        // Privilege separation directory sshd insists on.
-        std::fs::create_dir_all("/run/sshd")?;
         let port = free_port()?;
         let ip = job.net.server_ip();
-        let config = format!(
-            "Port {port}\nListenAddress {ip}\nHostKey {host}\nPidFile none\nAuthorizedKeysFile {auth}\n\
-             PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
-             UsePAM no\nStrictModes no\nCompression no\nSubsystem sftp internal-sftp\nLogLevel ERROR\n",
-            host = dir.join("host").display(),
-            auth = dir.join("authorized_keys").display(),
-        );
-        std::fs::write(dir.join("sshd_config"), config)?;
+        prepare_sshd(&dir, ip, port)?;
         let mut server = job.net.receiver_command(&sshd);
         server.arg("-D").arg("-e").arg("-f").arg(dir.join("sshd_config"));
-        let mut client = Command::new(&scp);
+        let mut client = scp_command(&scp, &dir, port);
         client
-            .args(["-q", "-o", "Compression=no", "-o", "StrictHostKeyChecking=no"])
-            .args(["-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"])
-            .args(["-P", &port.to_string(), "-i"])
-            .arg(dir.join("client"))
             .arg(job.src)
             .arg(format!("{}@{ip}:{}", user_name(), dst.display()));
         job.copy(CopyRun {
@@ -440,6 +408,59 @@ pub fn run_scp(label: &str, job: &FileJob<'_>) -> Row {
         })
     };
     attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+}
+
+/// The sshd and scp programs, or why a private sshd cannot run here.
+pub(crate) fn sshd_tools() -> Result<(String, String), String> {
+    let sshd = tool("sshd", "/usr/sbin/sshd");
+    let scp = tool("scp", "scp");
+    if !have(&sshd) || !have(&scp) || !have("ssh-keygen") {
+        return Err("sshd/scp not installed (apt-get install openssh-server openssh-client)".into());
+    }
+    if !rustix::process::geteuid().is_root() {
+        return Err("needs root to start a private sshd".into());
+    }
+    Ok((sshd, scp))
+}
+
+/// Host and client keys, `authorized_keys` and an `sshd_config` in `dir`
+/// for a private sshd on `ip:port` (start it with `-D -e -f dir/sshd_config`).
+pub(crate) fn prepare_sshd(dir: &Path, ip: &str, port: u16) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for key in ["host", "client"] {
+        let out = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(dir.join(key))
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            bail!("ssh-keygen: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+    }
+    std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys"))?;
+    // Privilege separation directory sshd insists on.
+    std::fs::create_dir_all("/run/sshd")?;
+    let config = format!(
+        "Port {port}\nListenAddress {ip}\nHostKey {host}\nPidFile none\nAuthorizedKeysFile {auth}\n\
+         PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
+         UsePAM no\nStrictModes no\nCompression no\nSubsystem sftp internal-sftp\nLogLevel ERROR\n",
+        host = dir.join("host").display(),
+        auth = dir.join("authorized_keys").display(),
+    );
+    std::fs::write(dir.join("sshd_config"), config)?;
+    Ok(())
+}
+
+/// scp with the client key of [`prepare_sshd`], no compression, no prompts;
+/// the caller adds options, sources and the destination.
+pub(crate) fn scp_command(scp: &str, dir: &Path, port: u16) -> Command {
+    let mut client = Command::new(scp);
+    client
+        .args(["-q", "-o", "Compression=no", "-o", "StrictHostKeyChecking=no"])
+        .args(["-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"])
+        .args(["-P", &port.to_string(), "-i"])
+        .arg(dir.join("client"));
+    client
 }
 
 /// rsync (whole file) of a tmpfs file to an rsync daemon the harness starts.

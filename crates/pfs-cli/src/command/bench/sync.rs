@@ -22,7 +22,8 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::conventional::{
-    free_port, have, run_client, tool, tree_cpu, user_name, wait_children_reaped, wait_listening, ChildGuard,
+    free_port, have, prepare_sshd, run_client, scp_command, sshd_tools, tool, tree_cpu, user_name,
+    wait_children_reaped, wait_listening, ChildGuard,
 };
 use super::netpath::NetPath;
 use super::report::to_csv;
@@ -415,39 +416,12 @@ fn rsync_send(
     Ok((t, stats))
 }
 
-/// scp -r of `src` to `dst` through a private sshd.
+/// `scp -O -r` of `src` to `dst` through a private sshd.
 fn scp_send(scratch: &Path, src: &Path, dst: &Path, net: &NetPath) -> anyhow::Result<Timed> {
-    let sshd = tool("sshd", "/usr/sbin/sshd");
-    let scp = tool("scp", "scp");
-    if !have(&sshd) || !have(&scp) || !have("ssh-keygen") {
-        bail!("sshd/scp not installed (apt-get install openssh-server openssh-client)");
-    }
-    if !rustix::process::geteuid().is_root() {
-        bail!("needs root to start a private sshd");
-    }
+    let (sshd, scp) = sshd_tools().map_err(|why| anyhow::anyhow!(why))?;
     let dir = scratch.join("ssh");
-    std::fs::create_dir_all(&dir)?;
-    for key in ["host", "client"] {
-        let out = Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(dir.join(key))
-            .stdin(Stdio::null())
-            .output()?;
-        if !out.status.success() {
-            bail!("ssh-keygen: {}", String::from_utf8_lossy(&out.stderr).trim());
-        }
-    }
-    std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys"))?;
-    std::fs::create_dir_all("/run/sshd")?;
     let port = free_port()?;
-    let config = format!(
-        "Port {port}\nListenAddress 127.0.0.1\nHostKey {host}\nPidFile none\nAuthorizedKeysFile {auth}\n\
-         PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
-         UsePAM no\nStrictModes no\nCompression no\nSubsystem sftp internal-sftp\nLogLevel ERROR\n",
-        host = dir.join("host").display(),
-        auth = dir.join("authorized_keys").display(),
-    );
-    std::fs::write(dir.join("sshd_config"), config)?;
+    prepare_sshd(&dir, "127.0.0.1", port)?;
     let mut server = Command::new(&sshd);
     server
         .arg("-D")
@@ -459,21 +433,10 @@ fn scp_send(scratch: &Path, src: &Path, dst: &Path, net: &NetPath) -> anyhow::Re
         .stderr(Stdio::null());
     let mut guard = ChildGuard::new(server.spawn().context("starting sshd")?);
     wait_listening(&mut guard, "127.0.0.1", port, Duration::from_secs(10))?;
-    let mut client = Command::new(&scp);
+    let mut client = scp_command(&scp, &dir, port);
+    // Legacy protocol (-O): SFTP-mode scp refuses symlinks to directories.
     client
-        // Legacy protocol (-O): SFTP-mode scp refuses symlinks to directories.
-        .args([
-            "-q",
-            "-O",
-            "-r",
-            "-o",
-            "Compression=no",
-            "-o",
-            "StrictHostKeyChecking=no",
-        ])
-        .args(["-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"])
-        .args(["-P", &port.to_string(), "-i"])
-        .arg(dir.join("client"))
+        .args(["-O", "-r"])
         .arg(src)
         .arg(format!("{}@127.0.0.1:{}", user_name(), dst.display()));
     timed(guard.id(), client, net)
