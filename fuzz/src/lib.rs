@@ -72,6 +72,8 @@ pub fn frame_header(data: &[u8]) {
         FrameType::Chunks | FrameType::Repair => sync_body(7, frame.body),
         FrameType::Nak => sync_body(8, frame.body),
         FrameType::SyncEnd if frame.header.flags & FLAG_SYNC_REPORT != 0 => sync_body(9, frame.body),
+        FrameType::Probe => sync_body(10, frame.body),
+        FrameType::ProbeReply => sync_body(11, frame.body),
         FrameType::SyncEnd => {}
         FrameType::Batch => {
             if let Ok((raw, z)) = pfs_wire::sync::parse_batch(frame.body) {
@@ -191,10 +193,10 @@ pub fn varint(data: &[u8]) {
     }
 }
 
-/// First byte: which sync body (mod 10); the rest: that body.
+/// First byte: which sync body (mod 12); the rest: that body.
 pub fn sync(data: &[u8]) {
     if let Some((&which, body)) = data.split_first() {
-        sync_body(which % 10, body);
+        sync_body(which % 12, body);
     }
 }
 
@@ -248,6 +250,26 @@ fn sync_body(which: u8, body: &[u8]) {
             if let Ok(hashes) = parse_nak(body) {
                 let out: Vec<u8> = hashes.flatten().copied().collect();
                 assert_eq!(out, body, "NAK re-encode");
+            }
+        }
+        10 => {
+            if let Ok((head, entries)) = pfs_wire::sync::parse_probe(body) {
+                let mut out = head.emit().to_vec();
+                let mut n = 0u32;
+                for e in entries {
+                    let Ok(e) = e else { return };
+                    e.emit(&mut out);
+                    n += 1;
+                }
+                assert_eq!(n, head.count, "PROBE entry count");
+                assert_eq!(out, body, "PROBE re-encode");
+            }
+        }
+        11 => {
+            if let Ok((head, bits)) = pfs_wire::sync::parse_probe_reply(body) {
+                let mut out = head.emit().to_vec();
+                out.extend_from_slice(bits);
+                assert_eq!(out, body, "PROBE_REPLY re-encode");
             }
         }
         _ => {

@@ -331,6 +331,11 @@ pub struct FileSendArgs {
     /// Re-read every file and fetch the whole receiver index (no quick-check or index cache).
     #[arg(long, requires = "paths")]
     pub no_cache: bool,
+    /// Chunk every file before asking the receiver anything (by default files
+    /// not in the quick-check cache are first hashed whole and the receiver
+    /// asked which it already holds; only the rest are chunked).
+    #[arg(long, requires = "paths")]
+    pub no_probe: bool,
     /// Cache directory [default: $XDG_CACHE_HOME/pfs or ~/.cache/pfs].
     #[arg(long, value_name = "DIR", requires = "paths")]
     pub cache_dir: Option<PathBuf>,

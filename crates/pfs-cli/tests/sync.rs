@@ -501,6 +501,53 @@ fn second_send_moves_almost_nothing() {
     assert_same_tree(&tree, &d.dest.join("data"));
 }
 
+/// A new release of a tree (every mtime new, a few files changed) over the
+/// old one: the unchanged files are hashed whole and found held (PROBE), so
+/// only the changed ones are chunked; with `--no-probe` every file is.
+#[test]
+fn new_version_of_a_tree_chunks_only_the_changed_files() {
+    let d = dirs();
+    let total = make_data_tree(&d.src.join("v1/data"), 10);
+    let files = 13;
+    let server = serve(&d.store, &d.dest, &[]);
+    good(
+        &send(&[&d.src.join("v1/data")], &server.addr, &d.cache, &[]),
+        "version 1",
+    );
+
+    // Version 2: a copy (new mtimes, so no quick check), one file changed.
+    for (no_probe, name, flip) in [(false, "v2", 0x5a), (true, "v3", 0x33)] {
+        let v = d.src.join(name).join("data");
+        make_data_tree(&v, 10);
+        let changed = v.join("f03.bin");
+        let mut bytes = fs::read(&changed).expect("read");
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= flip;
+        write(&changed, &bytes);
+        let extra: &[&str] = if no_probe { &["--no-probe"] } else { &[] };
+        let out = good(&send(&[&v], &server.addr, &d.cache, extra), name);
+        assert_eq!(num(&out, "/receiver/files_written"), 1, "{out:#}");
+        assert_eq!(num(&out, "/receiver/files_metadata_only"), files - 1, "{out:#}");
+        assert_eq!(num(&out, "/receiver/files_failed"), 0, "{out:#}");
+        if no_probe {
+            assert_eq!(num(&out, "/sender/files_probed"), 0, "{out:#}");
+            assert_eq!(num(&out, "/sender/files_chunked"), files, "{out:#}");
+            assert_eq!(num(&out, "/plan/held_files"), 0, "{out:#}");
+        } else {
+            assert_eq!(num(&out, "/sender/files_probed"), files, "{out:#}");
+            assert_eq!(num(&out, "/sender/files_hashed_whole"), files, "{out:#}");
+            assert_eq!(num(&out, "/sender/files_chunked"), 1, "{out:#}");
+            assert_eq!(num(&out, "/plan/held_files"), files - 1, "{out:#}");
+        }
+        assert!(
+            wire(&out) * 20 <= total,
+            "{name}: {} wire bytes for {total}",
+            wire(&out)
+        );
+        assert_same_tree(&v, &d.dest.join("data"));
+    }
+}
+
 #[test]
 fn one_changed_byte_moves_at_most_two_chunks() {
     let d = dirs();
@@ -934,7 +981,11 @@ fn dry_run_sends_no_file_data() {
     let v = out.json("dry run");
     assert_eq!(v["dry_run"], true, "{v:#}");
     assert!(v["receiver"].is_null(), "{v:#}");
-    assert!(num(&v, "/plan/matched_bytes") >= 2 << 20, "{v:#}");
+    // a.bin is unchanged: held by the receiver (PROBE), so neither
+    // descriptors nor literals would travel for it.
+    assert_eq!(num(&v, "/plan/held_files"), 1, "{v:#}");
+    assert_eq!(num(&v, "/plan/held_bytes"), 2 << 20, "{v:#}");
+    assert_eq!(num(&v, "/plan/matched_bytes"), 0, "{v:#}");
     assert!(num(&v, "/plan/literal_bytes") >= 1_500_000, "{v:#}");
     assert_eq!(num(&v, "/plan/total_bytes"), (3 << 20) + 500_000, "{v:#}");
     // Only the handshake and the index crossed: far less than the new data.

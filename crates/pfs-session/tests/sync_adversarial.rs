@@ -13,15 +13,15 @@ use std::thread;
 use std::time::Duration;
 
 use pfs_session::sync::{
-    receive_sync, send_sync, SyncItem, SyncReceiveOutcome, SyncReceiverConfig, SyncSendConfig,
+    receive_sync, send_sync, LocalPrepare, SyncItem, SyncReceiveOutcome, SyncReceiverConfig, SyncSendConfig,
 };
 use pfs_session::SessionError;
 use pfs_store::{Durability, Store, StoreOptions};
 use pfs_sync::{chunk_file, scan, ChunkParams, DestRoot, EntryKind as LocalKind, Excludes};
 use pfs_transport::{Transport, UnixTransport};
 use pfs_wire::sync::{
-    batch_head, emit_entry_head, tag, ChunksHeader, EntryKind, FileEntry, Plan, SyncAccept, SyncHello,
-    SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, INDEX_REQUEST_LEN,
+    batch_head, emit_entry_head, parse_probe_reply, tag, ChunksHeader, EntryKind, FileEntry, Plan,
+    ProbeEntry, ProbeHead, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, INDEX_REQUEST_LEN,
 };
 use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
@@ -132,7 +132,7 @@ impl Fixture {
             .map(|e| {
                 let recipe = matches!(e.kind, LocalKind::File { .. })
                     .then(|| chunk_file(&e.abs, &params).expect("chunk"));
-                SyncItem { entry: e, recipe }
+                SyncItem::new(e, recipe)
             })
             .collect();
         for (round, remote) in ["", "again"].into_iter().enumerate() {
@@ -144,8 +144,18 @@ impl Fixture {
                 index_cache_dir: None,
                 reply_timeout: TIMEOUT,
                 session_nonce: 7,
+                probe: true,
             };
-            let (received, sent) = self.session(|p| send_sync(&mut p.t, &items, &cfg, &mut |_| {}));
+            let mut items = items.clone();
+            let (received, sent) = self.session(|p| {
+                send_sync(
+                    &mut p.t,
+                    &mut items,
+                    &cfg,
+                    &mut LocalPrepare::new(params, 1),
+                    &mut |_| {},
+                )
+            });
             let received = received.expect("well-behaved session (receiver)");
             let sent = sent.expect("well-behaved session (sender)");
             let r = sent.report.expect("a report");
@@ -376,6 +386,7 @@ fn file_body(
         file_hash,
         path,
         link_target,
+        held: false,
     }
     .emit(&mut body);
     body
@@ -551,6 +562,104 @@ fn hostile_paths_and_symlinks_are_refused_and_contained() {
     fx.assert_store_still_serves("after-paths");
 }
 
+/// A PROBE body asking about `paths` (size 12, mtime 0, key zero), from entry `first`.
+fn probe_body(first: u64, paths: &[&[u8]]) -> Vec<u8> {
+    let mut body = ProbeHead {
+        first_no: first,
+        count: paths.len() as u32,
+    }
+    .emit()
+    .to_vec();
+    for path in paths {
+        ProbeEntry {
+            size: 12,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            key: [0; 8],
+            path,
+        }
+        .emit(&mut body);
+    }
+    body
+}
+
+#[test]
+fn hostile_probes_and_held_files_are_refused_or_fail_alone() {
+    let fx = Fixture::new();
+    // Hostile paths are simply not held; the answer comes in order.
+    let (result, bits) = fx.session(|p| {
+        p.hello(b"").expect("send SYNC_HELLO");
+        p.expect(FrameType::SyncAccept);
+        let abs = fx.outside.join("x");
+        let paths: [&[u8]; 4] = [b"../escape", abs.as_os_str().as_bytes(), b"a//b", b"fine/missing"];
+        p.send(FrameType::Probe, FLAG_LAST, &probe_body(0, &paths))
+            .expect("send PROBE");
+        let (h, body) = p.expect(FrameType::ProbeReply);
+        assert_eq!(h.flags, FLAG_LAST);
+        let (head, bits) = parse_probe_reply(&body).expect("PROBE_REPLY");
+        assert_eq!((head.first_no, head.count), (0, 4));
+        bits.to_vec()
+    });
+    assert_eq!(bits, [0]);
+    // The sender closed after the probe: a session without files.
+    assert!(result.is_ok(), "{result:?}");
+    // PROBE entries out of order, and a FILE smuggled into a BATCH of probes.
+    let out_of_order = probe_body(5, &[b"a"]);
+    let mut mixed = Vec::new();
+    put_frame(&mut mixed, FrameType::Probe, 0, &probe_body(0, &[b"a"]));
+    put_frame(
+        &mut mixed,
+        FrameType::File,
+        0,
+        &file_body(0, EntryKind::Dir, b"d", &[], (0, 0, [0; 32]), 0o755),
+    );
+    for (ty, body) in [
+        (FrameType::Probe, out_of_order),
+        (FrameType::Batch, batch_of(&mixed)),
+    ] {
+        let (result, (code, _)) = fx.session(|p| {
+            p.hello(b"").expect("send SYNC_HELLO");
+            p.expect(FrameType::SyncAccept);
+            let _ = p.send(ty, 0, &body);
+            p.error()
+        });
+        let (rcode, message) = rejected(result);
+        assert_eq!(rcode, ErrorCode::Protocol, "{message}");
+        assert_eq!(code, ErrorCode::Protocol as u16);
+    }
+    // FILE marked HELD for content the destination does not have: that
+    // entry fails with a reason, the session goes on, nothing is written.
+    let (result, report) = fx.session(|p| {
+        p.handshake(b"", 0);
+        let mut body = Vec::new();
+        FileEntry {
+            file_no: 0,
+            kind: EntryKind::File,
+            mode: 0o644,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 0,
+            size: 12,
+            chunk_count: 0,
+            file_hash: *blake3::hash(b"well behaved").as_bytes(),
+            path: b"claimed.txt",
+            link_target: &[],
+            held: true,
+        }
+        .emit(&mut body);
+        p.send(FrameType::File, 0, &body).expect("send FILE");
+        p.whole_file(1, b"real.txt", b"real").expect("send FILE");
+        p.end()
+    });
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(report.report.files_failed, 1);
+    assert_eq!(report.report.files_written, 1);
+    assert!(report.messages.contains("claimed.txt"), "{}", report.messages);
+    assert!(!fx.dest_dir.join("claimed.txt").exists());
+    assert_eq!(fs::read(fx.dest_dir.join("real.txt")).expect("read"), b"real");
+    fx.assert_contained();
+    fx.assert_store_still_serves("after-probes");
+}
+
 #[test]
 fn remote_dir_that_escapes_is_refused() {
     let fx = Fixture::new();
@@ -709,6 +818,7 @@ fn garbage_and_truncated_frames_end_the_session_cleanly() {
             file_hash: [0; 32],
             path: b"f",
             link_target: &[],
+            held: false,
         }
         .emit(&mut body);
         body[2] = 200;

@@ -57,6 +57,10 @@ pub enum FrameType {
     SyncEnd = 16,
     /// Sync: a zstd-compressed run of FILE and CHUNKS frames (many small files per write).
     Batch = 17,
+    /// Sync: files the sender asks about before chunking them (optional).
+    Probe = 18,
+    /// Sync: which probed files the receiver already holds (a bitmap).
+    ProbeReply = 19,
 }
 
 impl FrameType {
@@ -80,6 +84,8 @@ impl FrameType {
             15 => Self::Chunks,
             16 => Self::SyncEnd,
             17 => Self::Batch,
+            18 => Self::Probe,
+            19 => Self::ProbeReply,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -110,6 +116,8 @@ impl FrameType {
             Self::Chunks => "CHUNKS",
             Self::SyncEnd => "SYNC_END",
             Self::Batch => "BATCH",
+            Self::Probe => "PROBE",
+            Self::ProbeReply => "PROBE_REPLY",
         }
     }
 }
@@ -153,7 +161,11 @@ impl FrameHeader {
         }
         let allowed_flags = match frame_type {
             FrameType::Complete => FLAG_COMPLETE_REPORT,
-            FrameType::Index | FrameType::Nak | FrameType::Repair => crate::sync::FLAG_LAST,
+            FrameType::Index
+            | FrameType::Nak
+            | FrameType::Repair
+            | FrameType::Probe
+            | FrameType::ProbeReply => crate::sync::FLAG_LAST,
             FrameType::SyncEnd => crate::sync::FLAG_SYNC_REPORT,
             _ => 0,
         };

@@ -5,6 +5,7 @@
 //! Session (sender S, receiver R; every frame in the usual envelope):
 //! ```text
 //! S: SYNC_HELLO                 R: SYNC_ACCEPT (store id, generation)
+//! S: (PROBE* with LAST          R: PROBE_REPLY* with LAST)?   optional
 //! S: INDEX_REQUEST (from gen)   R: INDEX* (entries since gen; last has LAST)
 //! S: PLAN (totals)              R: ACK (space reserved) | ERROR
 //! S: (FILE CHUNKS*)* SYNC_END
@@ -57,6 +58,13 @@ pub const MAX_PATH_LEN: usize = 4095;
 pub const MAX_REMOTE_DIR_LEN: usize = 4095;
 /// Longest message list in a report.
 pub const MAX_REPORT_TEXT: usize = 32 * 1024;
+/// FILE `file_flags` bit: the receiver answered PROBE that it holds this
+/// file's content; no CHUNKS follow (`chunk_count` = 0, `size` > 0).
+pub const FILE_HELD: u8 = 0x01;
+/// PROBE and PROBE_REPLY head: `first_no` u64, `count` u32, reserved u32.
+pub const PROBE_HEAD_LEN: usize = 16;
+/// Fixed part of one PROBE entry (the path follows).
+pub const PROBE_ENTRY_FIXED_LEN: usize = 32;
 
 /// The sender's opening frame of a sync session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -356,6 +364,8 @@ pub struct FileEntry<'a> {
     pub path: &'a [u8],
     /// Symlink target bytes (empty unless a symlink).
     pub link_target: &'a [u8],
+    /// The receiver said (PROBE_REPLY) it holds this content: no CHUNKS follow.
+    pub held: bool,
 }
 
 impl<'a> FileEntry<'a> {
@@ -363,9 +373,13 @@ impl<'a> FileEntry<'a> {
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
         let b = body.get(..FILE_FIXED_LEN).ok_or(WireError::Truncated)?;
         let kind = EntryKind::from_u8(b[0])?;
-        if b[1] != 0 || rd_u32(b, 76) != 0 {
+        if b[1] & !FILE_HELD != 0 {
+            return Err(WireError::BadFlags);
+        }
+        if rd_u32(b, 76) != 0 {
             return Err(WireError::ReservedNonZero);
         }
+        let held = b[1] & FILE_HELD != 0;
         let path_len = rd_u16(b, 2) as usize;
         let link_len = rd_u32(b, 72) as usize;
         if path_len > MAX_PATH_LEN || link_len > MAX_PATH_LEN {
@@ -379,9 +393,10 @@ impl<'a> FileEntry<'a> {
         let chunk_count = rd_u32(b, 20);
         let consistent = mtime_nsec < 1_000_000_000
             && match kind {
+                EntryKind::File if held => link_len == 0 && size > 0 && chunk_count == 0,
                 EntryKind::File => link_len == 0 && (chunk_count == 0) == (size == 0),
-                EntryKind::Dir => link_len == 0 && size == 0 && chunk_count == 0,
-                EntryKind::Symlink => link_len > 0 && size == 0 && chunk_count == 0,
+                EntryKind::Dir => !held && link_len == 0 && size == 0 && chunk_count == 0,
+                EntryKind::Symlink => !held && link_len > 0 && size == 0 && chunk_count == 0,
             };
         if !consistent {
             return Err(WireError::LengthMismatch);
@@ -400,6 +415,7 @@ impl<'a> FileEntry<'a> {
             file_hash,
             path: &rest[..path_len],
             link_target: &rest[path_len..],
+            held,
         })
     }
 
@@ -409,6 +425,7 @@ impl<'a> FileEntry<'a> {
         let link = &self.link_target[..self.link_target.len().min(MAX_PATH_LEN)];
         let mut b = [0u8; FILE_FIXED_LEN];
         b[0] = self.kind as u8;
+        b[1] = if self.held { FILE_HELD } else { 0 };
         b[2..4].copy_from_slice(&(path.len() as u16).to_le_bytes());
         b[4..8].copy_from_slice(&self.mode.to_le_bytes());
         b[8..16].copy_from_slice(&self.mtime_sec.to_le_bytes());
@@ -607,6 +624,163 @@ pub fn batch_head(raw_len: u32) -> [u8; BATCH_FIXED_LEN] {
     let mut b = [0u8; BATCH_FIXED_LEN];
     b[..4].copy_from_slice(&raw_len.to_le_bytes());
     b
+}
+
+/// One file the sender asks about before chunking it (PROBE): does the
+/// receiver already hold this content at this path?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeEntry<'a> {
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, seconds since the epoch.
+    pub mtime_sec: i64,
+    /// Nanoseconds part of the modification time (< 10^9).
+    pub mtime_nsec: u32,
+    /// First 8 bytes of the file's BLAKE3.
+    pub key: [u8; INDEX_KEY_LEN],
+    /// Relative path, as in FILE.
+    pub path: &'a [u8],
+}
+
+impl ProbeEntry<'_> {
+    /// Appends the encoded entry (path cut at [`MAX_PATH_LEN`]).
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        let path = &self.path[..self.path.len().min(MAX_PATH_LEN)];
+        let mut b = [0u8; PROBE_ENTRY_FIXED_LEN];
+        b[0..8].copy_from_slice(&self.size.to_le_bytes());
+        b[8..16].copy_from_slice(&self.mtime_sec.to_le_bytes());
+        b[16..20].copy_from_slice(&self.mtime_nsec.to_le_bytes());
+        b[20..22].copy_from_slice(&(path.len() as u16).to_le_bytes());
+        b[24..32].copy_from_slice(&self.key);
+        out.extend_from_slice(&b);
+        out.extend_from_slice(path);
+    }
+}
+
+/// Head of PROBE and PROBE_REPLY: the number of the first entry (entries
+/// are numbered 0, 1, 2, … across the session's PROBE frames) and the count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeHead {
+    /// Number of the first entry in this frame.
+    pub first_no: u64,
+    /// Entries in this frame.
+    pub count: u32,
+}
+
+impl ProbeHead {
+    /// Encodes the head.
+    pub fn emit(&self) -> [u8; PROBE_HEAD_LEN] {
+        let mut b = [0u8; PROBE_HEAD_LEN];
+        b[..8].copy_from_slice(&self.first_no.to_le_bytes());
+        b[8..12].copy_from_slice(&self.count.to_le_bytes());
+        b
+    }
+
+    fn parse(body: &[u8]) -> Result<Self, WireError> {
+        let b = body.get(..PROBE_HEAD_LEN).ok_or(WireError::Truncated)?;
+        if rd_u32(b, 12) != 0 {
+            return Err(WireError::ReservedNonZero);
+        }
+        Ok(Self {
+            first_no: rd_u64(b, 0),
+            count: rd_u32(b, 8),
+        })
+    }
+}
+
+/// Decodes a PROBE body: its head and an iterator over its entries (each
+/// bounds-checked as it is read; bytes left after `count` entries are
+/// `TrailingBytes`).
+pub fn parse_probe(body: &[u8]) -> Result<(ProbeHead, ProbeIter<'_>), WireError> {
+    let head = ProbeHead::parse(body)?;
+    Ok((
+        head,
+        ProbeIter {
+            rest: &body[PROBE_HEAD_LEN..],
+            left: head.count,
+        },
+    ))
+}
+
+/// Entries of a PROBE body.
+#[derive(Debug, Clone)]
+pub struct ProbeIter<'a> {
+    rest: &'a [u8],
+    left: u32,
+}
+
+impl<'a> ProbeIter<'a> {
+    fn entry(&mut self) -> Result<ProbeEntry<'a>, WireError> {
+        let b = self
+            .rest
+            .get(..PROBE_ENTRY_FIXED_LEN)
+            .ok_or(WireError::TableTruncated)?;
+        if rd_u16(b, 22) != 0 {
+            return Err(WireError::ReservedNonZero);
+        }
+        let mtime_nsec = rd_u32(b, 16);
+        if mtime_nsec >= 1_000_000_000 {
+            return Err(WireError::LengthMismatch);
+        }
+        let path_len = rd_u16(b, 20) as usize;
+        if path_len > MAX_PATH_LEN {
+            return Err(WireError::TooLarge);
+        }
+        let end = PROBE_ENTRY_FIXED_LEN + path_len;
+        let path = self
+            .rest
+            .get(PROBE_ENTRY_FIXED_LEN..end)
+            .ok_or(WireError::TableTruncated)?;
+        let mut key = [0u8; INDEX_KEY_LEN];
+        key.copy_from_slice(&b[24..32]);
+        let e = ProbeEntry {
+            size: rd_u64(b, 0),
+            mtime_sec: rd_u64(b, 8) as i64,
+            mtime_nsec,
+            key,
+            path,
+        };
+        self.rest = &self.rest[end..];
+        Ok(e)
+    }
+}
+
+impl<'a> Iterator for ProbeIter<'a> {
+    type Item = Result<ProbeEntry<'a>, WireError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            if self.rest.is_empty() {
+                return None;
+            }
+            self.rest = &[];
+            return Some(Err(WireError::TrailingBytes));
+        }
+        self.left -= 1;
+        let r = self.entry();
+        if r.is_err() {
+            // One error ends the iteration.
+            self.left = 0;
+            self.rest = &[];
+        }
+        Some(r)
+    }
+}
+
+/// Decodes a PROBE_REPLY body: its head and the bitmap (bit `i % 8` of byte
+/// `i / 8` set = the receiver holds entry `first_no + i`). The bitmap is
+/// exactly `ceil(count / 8)` bytes and its unused high bits are zero.
+pub fn parse_probe_reply(body: &[u8]) -> Result<(ProbeHead, &[u8]), WireError> {
+    let head = ProbeHead::parse(body)?;
+    let bits = &body[PROBE_HEAD_LEN..];
+    if bits.len() != (head.count as usize).div_ceil(8) {
+        return Err(WireError::LengthMismatch);
+    }
+    let spare = head.count % 8;
+    if spare != 0 && bits.last().is_some_and(|&b| b >> spare != 0) {
+        return Err(WireError::ReservedNonZero);
+    }
+    Ok((head, bits))
 }
 
 /// Decodes a NAK body: the hashes of chunks the receiver found damaged.
@@ -828,6 +1002,7 @@ mod tests {
             file_hash: [9; 32],
             path: "dir/ünï".as_bytes(),
             link_target: b"",
+            held: false,
         };
         let mut out = Vec::new();
         f.emit(&mut out);

@@ -16,8 +16,9 @@ use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME
 use pfs_wire::gram::{Gram, GramHeader, GRAM_FLAG_PAYLOAD};
 use pfs_wire::hello::{Hello, HelloAck};
 use pfs_wire::sync::{
-    parse_chunks, parse_index, parse_index_request, parse_nak, ChunkData, EntryKind, FileEntry, Plan,
-    PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT,
+    parse_chunks, parse_index, parse_index_request, parse_nak, parse_probe, parse_probe_reply, ChunkData,
+    EntryKind, FileEntry, Plan, PlanAck, ProbeEntry, ProbeHead, SyncAccept, SyncHello, SyncReport, FLAG_LAST,
+    FLAG_SYNC_REPORT,
 };
 use pfs_wire::varint::{get_varint, put_varint, zigzag_decode, zigzag_encode};
 use pfs_wire::{put_frame, IntegrityAlg, Mode, WireError};
@@ -604,7 +605,7 @@ const INVALID: &[(&str, As, WireError)] = &[
     (
         "invalid-unknown-frame-type",
         As::Frame,
-        WireError::UnknownFrameType(18),
+        WireError::UnknownFrameType(20),
     ),
     ("invalid-oversized-control", As::Frame, WireError::TooLarge),
     ("invalid-frame-flags", As::Frame, WireError::BadFlags),
@@ -651,6 +652,18 @@ const INVALID: &[(&str, As, WireError)] = &[
         WireError::TableTruncated,
     ),
     ("invalid-sync-file-nsec", As::Frame, WireError::LengthMismatch),
+    ("invalid-sync-probe-trailing", As::Frame, WireError::TrailingBytes),
+    (
+        "invalid-sync-probe-reply-bits",
+        As::Frame,
+        WireError::ReservedNonZero,
+    ),
+    (
+        "invalid-sync-file-held-chunks",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
+    ("invalid-sync-file-flags", As::Frame, WireError::BadFlags),
 ];
 
 /// The full decode path of docs/wire.md §9 for one frame.
@@ -686,6 +699,11 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
         }
         FrameType::SyncEnd => Ok(()),
         FrameType::Batch => pfs_wire::sync::parse_batch(frame.body).map(drop),
+        FrameType::Probe => {
+            let (_, mut entries) = pfs_wire::sync::parse_probe(frame.body)?;
+            entries.try_for_each(|e| e.map(drop))
+        }
+        FrameType::ProbeReply => pfs_wire::sync::parse_probe_reply(frame.body).map(drop),
     }
 }
 
@@ -721,6 +739,7 @@ fn sync_vectors() {
         file_hash: hash,
         path: b"docs/read me.txt",
         link_target: b"",
+        held: false,
     };
     assert_eq!(f, expected);
     let mut out = Vec::new();
@@ -744,6 +763,92 @@ fn sync_vectors() {
     let body = sync_frame("sync-nak", FrameType::Nak, FLAG_LAST);
     let hashes: Vec<_> = parse_nak(&body).unwrap().collect();
     assert_eq!(hashes, [&[0xaa; 32]]);
+}
+
+#[test]
+fn sync_probe_vectors() {
+    let body = sync_frame("sync-probe", FrameType::Probe, FLAG_LAST);
+    let (head, entries) = parse_probe(&body).unwrap();
+    assert_eq!(
+        head,
+        ProbeHead {
+            first_no: 0,
+            count: 2
+        }
+    );
+    let entries: Vec<_> = entries.collect::<Result<_, _>>().unwrap();
+    let expected = [
+        ProbeEntry {
+            size: 70_000,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 500,
+            key: [0, 1, 2, 3, 4, 5, 6, 7],
+            path: b"docs/read me.txt",
+        },
+        ProbeEntry {
+            size: 5,
+            mtime_sec: 1_600_000_000,
+            mtime_nsec: 999_999_999,
+            key: [0xf0, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7],
+            path: b"bin/x",
+        },
+    ];
+    assert_eq!(entries, expected);
+    let mut out = head.emit().to_vec();
+    expected.iter().for_each(|e| e.emit(&mut out));
+    assert_eq!(out, body, "sync-probe body re-encode");
+    assert_eq!(
+        frame_bytes(FrameType::Probe, FLAG_LAST, &out),
+        bytes("sync-probe"),
+        "sync-probe re-encode"
+    );
+
+    let body = sync_frame("sync-probe-reply", FrameType::ProbeReply, FLAG_LAST);
+    let (head, bits) = parse_probe_reply(&body).unwrap();
+    assert_eq!(
+        head,
+        ProbeHead {
+            first_no: 0,
+            count: 10
+        }
+    );
+    assert_eq!(bits, [0x09, 0x02]);
+    let held: Vec<u32> = (0..head.count)
+        .filter(|&i| bits[i as usize / 8] >> (i % 8) & 1 != 0)
+        .collect();
+    assert_eq!(held, [0, 3, 9]);
+    let mut out = head.emit().to_vec();
+    out.extend_from_slice(bits);
+    assert_eq!(
+        frame_bytes(FrameType::ProbeReply, FLAG_LAST, &out),
+        bytes("sync-probe-reply"),
+        "sync-probe-reply re-encode"
+    );
+
+    let body = sync_frame("sync-file-held", FrameType::File, 0);
+    let f = FileEntry::parse(&body).unwrap();
+    let expected = FileEntry {
+        file_no: 3,
+        kind: EntryKind::File,
+        mode: 0o644,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 500,
+        size: 70_000,
+        chunk_count: 0,
+        file_hash: std::array::from_fn(|i| i as u8),
+        path: b"docs/read me.txt",
+        link_target: b"",
+        held: true,
+    };
+    assert_eq!(f, expected);
+    assert!(f.held);
+    let mut out = Vec::new();
+    expected.emit(&mut out);
+    assert_eq!(
+        frame_bytes(FrameType::File, 0, &out),
+        bytes("sync-file-held"),
+        "sync-file-held re-encode"
+    );
 }
 
 #[test]
@@ -785,6 +890,7 @@ fn vector_names_match_the_document() {
     expected.extend(["hello", "hello-ack", "complete-summary", "complete-report"]);
     expected.push("error-out-of-bounds");
     expected.extend(["sync-file", "sync-chunks", "sync-nak"]);
+    expected.extend(["sync-probe", "sync-probe-reply", "sync-file-held"]);
     expected.extend(VARINTS.iter().map(|c| c.0));
     expected.extend(ZIGZAGS.iter().map(|c| c.0));
     expected.extend(INVALID.iter().map(|c| c.0));

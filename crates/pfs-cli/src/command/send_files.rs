@@ -7,8 +7,10 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use pfs_session::sync::{send_sync, SyncItem, SyncSendConfig, SyncSendOutcome, SyncSendProgress};
-use pfs_sync::{chunk_files, default_cache_dir, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
+use pfs_session::sync::{
+    send_sync, LocalPrepare, SyncItem, SyncSendConfig, SyncSendOutcome, SyncSendProgress,
+};
+use pfs_sync::{default_cache_dir, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
 
 use crate::args::{ProgressArg, SendArgs, TransportArg};
 use crate::exit;
@@ -39,8 +41,18 @@ fn mb(b: u64) -> f64 {
     b as f64 / 1e6
 }
 
-/// Scans and chunks the paths; returns the items and warnings.
-fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<(Vec<SyncItem>, Vec<String>, Duration)> {
+/// What the scan found, with the quick-check cache's recipes filled in.
+struct Prepared {
+    items: Vec<SyncItem>,
+    warnings: Vec<String>,
+    /// The recipe cache (`None` with `--no-cache`).
+    cache: Option<RecipeCache>,
+    scan_time: Duration,
+}
+
+/// Scans the paths and takes what the quick-check cache knows; chunking
+/// waits for the session (files the receiver holds are never chunked).
+fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<Prepared> {
     let t0 = Instant::now();
     let f = &args.files;
     let excludes = Excludes::new(&f.exclude).context("--exclude")?;
@@ -50,58 +62,49 @@ fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<(Vec<SyncIte
         .iter()
         .map(|s| format!("skipping {}: {}", s.path.display(), s.reason))
         .collect();
-    let cache_path = match (&f.cache_dir, f.no_cache) {
-        (_, true) => None,
-        (Some(d), false) => Some(d.join("recipes")),
-        (None, false) => Some(RecipeCache::default_path()?),
-    };
-    let (mut cache, warning) = match &cache_path {
-        Some(p) => RecipeCache::open(p.clone()),
-        None => RecipeCache::open(std::env::temp_dir().join("pfs-unused-recipe-cache")),
-    };
-    if let Some(w) = warning {
-        warnings.push(w.to_string());
-    }
-    let mut items: Vec<SyncItem> = Vec::with_capacity(tree.entries.len());
-    let mut todo = Vec::new();
-    for e in tree.entries {
-        let recipe = match e.kind {
-            EntryKind::File { .. } if cache_path.is_some() => cache.get(&e, params).cloned(),
-            _ => None,
+    let mut cache = if f.no_cache {
+        None
+    } else {
+        let path = match &f.cache_dir {
+            Some(d) => d.join("recipes"),
+            None => RecipeCache::default_path()?,
         };
-        if matches!(e.kind, EntryKind::File { .. }) && recipe.is_none() {
-            todo.push(items.len());
+        let (cache, warning) = RecipeCache::open(path);
+        if let Some(w) = warning {
+            warnings.push(w.to_string());
         }
-        items.push(SyncItem { entry: e, recipe });
+        Some(cache)
+    };
+    let items = tree
+        .entries
+        .into_iter()
+        .map(|e| {
+            let recipe = match (&e.kind, &mut cache) {
+                (EntryKind::File { .. }, Some(c)) => c.get(&e, params).cloned(),
+                _ => None,
+            };
+            SyncItem::new(e, recipe)
+        })
+        .collect();
+    Ok(Prepared {
+        items,
+        warnings,
+        cache,
+        scan_time: t0.elapsed(),
+    })
+}
+
+/// Remembers the recipes of this send for the next one.
+fn save_recipes(cache: &mut RecipeCache, items: &[SyncItem], params: &ChunkParams) -> Option<String> {
+    for it in items {
+        if let Some(r) = &it.recipe {
+            cache.put(&it.entry, params, r.clone());
+        }
     }
-    if !todo.is_empty() {
-        let entries: Vec<&pfs_sync::Entry> = todo.iter().map(|&i| &items[i].entry).collect();
-        let recipes = chunk_files(&entries, params, f.threads)?;
-        let mut failed = Vec::new();
-        for (&i, r) in todo.iter().zip(recipes) {
-            match r {
-                Ok(r) => items[i].recipe = Some(r),
-                Err(e) => {
-                    warnings.push(format!("skipping {}: {e}", items[i].entry.abs.display()));
-                    failed.push(i);
-                }
-            }
-        }
-        for i in failed.into_iter().rev() {
-            items.remove(i);
-        }
-    }
-    if cache_path.is_some() {
-        for it in &items {
-            if let Some(r) = &it.recipe {
-                cache.put(&it.entry, params, r.clone());
-            }
-        }
-        if let Err(e) = cache.save() {
-            warnings.push(format!("quick-check cache not saved: {e}"));
-        }
-    }
-    Ok((items, warnings, t0.elapsed()))
+    cache
+        .save()
+        .err()
+        .map(|e| format!("quick-check cache not saved: {e}"))
 }
 
 pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
@@ -109,7 +112,12 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     let json = args.run.json;
     let params = ChunkParams::new(f.chunk_avg).map_err(|e| anyhow::anyhow!("--chunk-avg: {e}"))?;
     let (addr, remote_dir) = split_target(&args.to, args.transport.transport);
-    let (items, warnings, prep) = prepare(args, &params)?;
+    let Prepared {
+        mut items,
+        warnings,
+        mut cache,
+        scan_time,
+    } = prepare(args, &params)?;
     for w in &warnings {
         eprintln!("pfs: warning: {w}");
     }
@@ -132,6 +140,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1),
+        probe: !f.no_probe,
     };
     let target = Target::from_args(&addr, &args.transport, args.run.sock_buf);
     let mut t = target.connect()?;
@@ -144,8 +153,10 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     let bar = show_bar.then(|| {
         let total: u64 = items
             .iter()
-            .filter_map(|i| i.recipe.as_ref())
-            .map(|r| r.size)
+            .map(|i| match i.entry.kind {
+                EntryKind::File { size } => size,
+                _ => 0,
+            })
             .sum();
         let pb = indicatif::ProgressBar::new(total);
         pb.set_style(
@@ -167,10 +178,20 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             ));
         }
     };
-    let out = send_sync(&mut *t, &items, &cfg, &mut on_progress)?;
+    let mut local = LocalPrepare::new(params, f.threads);
+    let out = send_sync(&mut *t, &mut items, &cfg, &mut local, &mut on_progress)?;
     if let Some(pb) = &bar {
         pb.finish_and_clear();
     }
+    if let Some(c) = &mut cache {
+        if let Some(w) = save_recipes(c, &items, &params) {
+            eprintln!("pfs: warning: {w}");
+        }
+    }
+    let prep = Prep {
+        scan: scan_time,
+        local: &local,
+    };
     for w in &out.warnings {
         eprintln!("pfs: warning: {w}");
     }
@@ -181,10 +202,10 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&out, kind, prep, &remote_dir))?
+            serde_json::to_string_pretty(&to_json(&out, kind, &prep, &remote_dir))?
         );
     } else {
-        print!("{}", human(&out, kind, prep, f.stats));
+        print!("{}", human(&out, kind, &prep, f.stats));
     }
     if !out.messages.is_empty() {
         for line in out.messages.lines() {
@@ -194,8 +215,16 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     Ok(code)
 }
 
+/// Where the sender's time went before and during the session.
+struct Prep<'a> {
+    /// Scan and quick-check cache lookups, before connecting.
+    scan: Duration,
+    /// Hashing and chunking, inside the session.
+    local: &'a LocalPrepare,
+}
+
 /// The session as JSON: sender's plan and counters beside the receiver's report.
-fn to_json(out: &SyncSendOutcome, kind: &str, prep: Duration, remote_dir: &str) -> serde_json::Value {
+fn to_json(out: &SyncSendOutcome, kind: &str, prep: &Prep<'_>, remote_dir: &str) -> serde_json::Value {
     let report = out.report.map(|r| {
         serde_json::json!({
             "files_written": r.files_written,
@@ -237,12 +266,18 @@ fn to_json(out: &SyncSendOutcome, kind: &str, prep: Duration, remote_dir: &str) 
             "wire_bytes_received": out.wire_bytes_received,
             "repaired_chunks": out.repaired_chunks,
             "repaired_bytes": out.repaired_bytes,
-            "scan_and_chunk_s": prep.as_secs_f64(),
+            "scan_s": prep.scan.as_secs_f64(),
+            "hash_and_chunk_s": prep.local.spent.as_secs_f64(),
+            "files_hashed_whole": prep.local.hashed.0,
+            "bytes_hashed_whole": prep.local.hashed.1,
+            "files_chunked": prep.local.chunked.0,
+            "bytes_chunked": prep.local.chunked.1,
+            "files_probed": out.probed,
             "session_s": out.elapsed.as_secs_f64(),
             "user_s": out.usage.user_us as f64 / 1e6,
             "sys_s": out.usage.sys_us as f64 / 1e6,
         },
-        "effective_mb_s": mb(effective) / (elapsed + prep.as_secs_f64()),
+        "effective_mb_s": mb(effective) / (elapsed + prep.scan.as_secs_f64()),
         "wire_bytes": wire,
         "speedup_effective_over_wire": if wire > 0 { effective as f64 / wire as f64 } else { 0.0 },
         "warnings": out.warnings,
@@ -250,19 +285,21 @@ fn to_json(out: &SyncSendOutcome, kind: &str, prep: Duration, remote_dir: &str) 
 }
 
 /// One summary line, or rsync-style statistics with `--stats`.
-fn human(out: &SyncSendOutcome, kind: &str, prep: Duration, stats: bool) -> String {
+fn human(out: &SyncSendOutcome, kind: &str, prep: &Prep<'_>, stats: bool) -> String {
     let p = &out.plan;
-    let wall = out.elapsed + prep;
+    let wall = out.elapsed + prep.scan;
     let secs = wall.as_secs_f64().max(1e-9);
     let wire = out.wire_bytes_sent + out.wire_bytes_received;
     let Some(r) = out.report else {
         return format!(
-            "dry run over {kind}: {} entries, {} files, {:.1} MB; would send {:.1} MB as descriptors into the \
-             receiver's store, {:.1} MB as repeats of chunks sent earlier in the run, {:.1} MB literal \
-             ({} of {} chunks); index: {} entries cached, {} fetched\n",
+            "dry run over {kind}: {} entries, {} files, {:.1} MB; {} files ({:.1} MB) already at the receiver; \
+             would send {:.1} MB as descriptors into the receiver's store, {:.1} MB as repeats of chunks sent \
+             earlier in the run, {:.1} MB literal ({} of {} chunks); index: {} entries cached, {} fetched\n",
             p.entries,
             p.files,
             mb(p.total_bytes),
+            p.held_files,
+            mb(p.held_bytes),
             mb(p.matched_bytes),
             mb(p.known_bytes),
             mb(p.literal_bytes),
@@ -296,8 +333,10 @@ fn human(out: &SyncSendOutcome, kind: &str, prep: Duration, stats: bool) -> Stri
              Literal data: {} bytes ({} bytes on the wire)\n\
              Repaired (NAK/REPAIR): {} chunks, {} bytes\n\
              Index: {} entries from cache, {} fetched (store {}, generation {})\n\
+             Probe: {} files asked about, {} held by the receiver ({} bytes): not chunked, no chunk entries sent\n\
              Total bytes sent: {}, received: {}\n\
-             Scan + chunk: {:.3} s; session: {:.3} s; sender CPU {:.2} s; receiver CPU {:.2} s\n\
+             Scan: {:.3} s; hash + chunk: {:.3} s ({} files / {} bytes hashed whole, {} files / {} bytes chunked); \
+             session: {:.3} s; sender CPU {:.2} s; receiver CPU {:.2} s\n\
              Effective: {:.1} MB/s; wire: {:.1} MB/s; speed-up (effective/wire): {:.1}×\n",
             p.entries,
             r.dirs,
@@ -316,9 +355,17 @@ fn human(out: &SyncSendOutcome, kind: &str, prep: Duration, stats: bool) -> Stri
             out.index_entries_fetched,
             out.store_id,
             out.store_generation,
+            out.probed,
+            p.held_files,
+            p.held_bytes,
             out.wire_bytes_sent,
             out.wire_bytes_received,
-            prep.as_secs_f64(),
+            prep.scan.as_secs_f64(),
+            prep.local.spent.as_secs_f64(),
+            prep.local.hashed.0,
+            prep.local.hashed.1,
+            prep.local.chunked.0,
+            prep.local.chunked.1,
             out.elapsed.as_secs_f64(),
             (out.usage.user_us + out.usage.sys_us) as f64 / 1e6,
             (r.user_us + r.sys_us) as f64 / 1e6,

@@ -20,8 +20,8 @@ use crate::SessionError;
 
 pub use receiver::{receive_sync, SyncReceiveOutcome, SyncReceiverConfig};
 pub use sender::{
-    classify, send_sync, ChunkPlan, SyncItem, SyncPlanSummary, SyncSendConfig, SyncSendOutcome,
-    SyncSendProgress,
+    classify, send_sync, ChunkPlan, LocalPrepare, SyncItem, SyncPlanSummary, SyncPrepare, SyncSendConfig,
+    SyncSendOutcome, SyncSendProgress,
 };
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.

@@ -18,9 +18,9 @@ use pfs_store::{ChunkLoc, Reservation, Store, StoreError};
 use pfs_sync::{DestRoot, Manifest, RelPath, TempFile, Written};
 use pfs_transport::Transport;
 use pfs_wire::sync::{
-    parse_batch, parse_chunks, parse_index_request, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash,
-    IndexEntry, Plan, PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, HELLO_DRY_RUN,
-    MAX_REPORT_TEXT,
+    parse_batch, parse_chunks, parse_index_request, parse_probe, ChunkData, ChunkEntry, EntryKind, FileEntry,
+    Hash, IndexEntry, Plan, PlanAck, ProbeEntry, ProbeHead, SyncAccept, SyncHello, SyncReport, FLAG_LAST,
+    FLAG_SYNC_REPORT, HELLO_DRY_RUN, MAX_REPORT_TEXT, PROBE_HEAD_LEN,
 };
 use pfs_wire::{ErrorCode, Frame, FrameHeader, FrameType};
 
@@ -28,6 +28,10 @@ use super::{hash_matches, refused, reject, send_error, write_frame, INDEX_ENTRIE
 use crate::reader::FrameReader;
 use crate::sys::thread_usage;
 use crate::SessionError;
+
+/// Most PROBE entries one session may ask about (the answers are kept
+/// until the last PROBE: one byte each).
+const MAX_PROBE_ENTRIES: usize = 16 << 20;
 
 /// Receiver settings of sync sessions.
 #[derive(Debug, Clone)]
@@ -174,8 +178,15 @@ struct Session<'a, T: Transport + ?Sized> {
     report: SyncReport<'static>,
     messages: String,
     zbuf: Vec<u8>,
+    /// One decompression context per session (a context per chunk costs
+    /// more than decompressing a small chunk).
+    dctx: zstd::bulk::Decompressor<'static>,
     /// Decompressed BATCH frames.
     batch_buf: Vec<u8>,
+    /// Answers to the PROBE entries so far.
+    probe_held: Vec<bool>,
+    /// The PROBE flagged LAST arrived.
+    probe_last: bool,
     /// Directories known to exist (created or checked this session).
     dirs_made: std::collections::HashSet<Vec<u8>>,
     /// Directory entries received: mode and mtime are set at the end, once
@@ -213,7 +224,10 @@ pub fn receive_sync<T: Transport + ?Sized>(
         report: SyncReport::default(),
         messages: String::new(),
         zbuf: Vec::new(),
+        dctx: zstd::bulk::Decompressor::new().map_err(|e| SessionError::Local(format!("zstd: {e}")))?,
         batch_buf: Vec::new(),
+        probe_held: Vec::new(),
+        probe_last: false,
         dirs_made: std::collections::HashSet::new(),
         dir_meta: Vec::new(),
         started: Instant::now(),
@@ -332,8 +346,48 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         };
         write_frame(self.t, FrameType::SyncAccept, 0, &accept.emit(), "SYNC_ACCEPT")?;
 
-        let Some(body) = self.expect(FrameType::IndexRequest, "INDEX_REQUEST")? else {
-            return Ok(self.outcome(true, remote_dir));
+        // An optional PROBE phase (alone or in BATCH frames), then INDEX_REQUEST.
+        let mut probe_done = false;
+        let body = loop {
+            let Some(h) = self.next("INDEX_REQUEST")? else {
+                return Ok(self.outcome(true, remote_dir));
+            };
+            match h.frame_type {
+                FrameType::Probe | FrameType::Batch if !probe_done => {
+                    let mut reader = std::mem::replace(&mut self.reader, FrameReader::empty());
+                    let result = match reader.take(self.t, h.length as usize, h.frame_type.name()) {
+                        Ok(body) if h.frame_type == FrameType::Batch => {
+                            self.batch(body, |s, fh, b| match fh.frame_type {
+                                FrameType::Probe => s.probe_frame(fh.flags, b),
+                                other => Err(reject(
+                                    ErrorCode::Protocol,
+                                    format!("{} is not allowed in a BATCH of PROBE frames", other.name()),
+                                )),
+                            })
+                        }
+                        Ok(body) => self.probe_frame(h.flags, body),
+                        Err(e) => Err(e),
+                    };
+                    self.reader = reader;
+                    result?;
+                    if self.probe_last {
+                        self.probe_reply()?;
+                        probe_done = true;
+                    }
+                }
+                FrameType::IndexRequest => {
+                    break self
+                        .reader
+                        .take(self.t, h.length as usize, "INDEX_REQUEST")?
+                        .to_vec();
+                }
+                other => {
+                    return Err(reject(
+                        ErrorCode::Protocol,
+                        format!("expected INDEX_REQUEST, got {}", other.name()),
+                    ))
+                }
+            }
         };
         let from = parse_index_request(&body).map_err(wire("INDEX_REQUEST"))?;
         self.send_index(from)?;
@@ -361,7 +415,9 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                     // reader is lent out of `self` meanwhile): no copy.
                     let mut reader = std::mem::replace(&mut self.reader, FrameReader::empty());
                     let result = match reader.take(self.t, h.length as usize, h.frame_type.name()) {
-                        Ok(body) if h.frame_type == FrameType::Batch => self.batch(body),
+                        Ok(body) if h.frame_type == FrameType::Batch => {
+                            self.batch(body, |s, fh, b| s.stream_frame(fh.frame_type, b))
+                        }
                         Ok(body) => self.stream_frame(h.frame_type, body),
                         Err(e) => Err(e),
                     };
@@ -431,8 +487,13 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             .is_some_and(|w| &w.hash == hash && w.still(meta))
     }
 
-    /// A BATCH: decompress (bounded by `max_chunks_body`), then its frames in order.
-    fn batch(&mut self, body: &[u8]) -> Result<(), SessionError> {
+    /// A BATCH: decompress (bounded by `max_chunks_body`), then its frames
+    /// in order, each handed to `each`.
+    fn batch(
+        &mut self,
+        body: &[u8],
+        mut each: impl FnMut(&mut Self, FrameHeader, &[u8]) -> Result<(), SessionError>,
+    ) -> Result<(), SessionError> {
         let (raw_len, z) = parse_batch(body).map_err(wire("BATCH"))?;
         if raw_len > self.cfg.max_chunks_body {
             return Err(reject(
@@ -446,8 +507,21 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         let mut buf = std::mem::take(&mut self.batch_buf);
         buf.clear();
         buf.resize(raw_len as usize, 0);
-        let result = match zstd::bulk::decompress_to_buffer(z, &mut buf[..]) {
-            Ok(n) if n == raw_len as usize => self.batch_frames(&buf),
+        let result = match self.dctx.decompress_to_buffer(z, &mut buf[..]) {
+            Ok(n) if n == raw_len as usize => {
+                let mut raw = &buf[..];
+                let mut result = Ok(());
+                while !raw.is_empty() && result.is_ok() {
+                    match Frame::parse(raw) {
+                        Ok((frame, used)) => {
+                            result = each(self, frame.header, frame.body);
+                            raw = &raw[used..];
+                        }
+                        Err(error) => result = Err(wire("frame in a BATCH")(error)),
+                    }
+                }
+                result
+            }
             _ => Err(reject(
                 ErrorCode::BadFrame,
                 "BATCH does not decompress to its stated length".into(),
@@ -455,15 +529,6 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         };
         self.batch_buf = buf;
         result
-    }
-
-    fn batch_frames(&mut self, mut raw: &[u8]) -> Result<(), SessionError> {
-        while !raw.is_empty() {
-            let (frame, used) = Frame::parse(raw).map_err(wire("frame in a BATCH"))?;
-            self.stream_frame(frame.header.frame_type, frame.body)?;
-            raw = &raw[used..];
-        }
-        Ok(())
     }
 
     fn outcome(&mut self, dry_run: bool, remote_dir: String) -> SyncReceiveOutcome {
@@ -474,6 +539,96 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             messages: self.messages.clone(),
             dry_run,
             remote_dir,
+        }
+    }
+
+    /// One PROBE body: whether this receiver holds each file (§10.10).
+    fn probe_frame(&mut self, flags: u16, body: &[u8]) -> Result<(), SessionError> {
+        if self.probe_last {
+            return Err(reject(ErrorCode::Protocol, "PROBE after the last one".into()));
+        }
+        let (head, entries) = parse_probe(body).map_err(wire("PROBE"))?;
+        if head.first_no != self.probe_held.len() as u64 {
+            return Err(reject(
+                ErrorCode::Protocol,
+                format!(
+                    "PROBE from entry {} (expected {})",
+                    head.first_no,
+                    self.probe_held.len()
+                ),
+            ));
+        }
+        if self.probe_held.len() + head.count as usize > MAX_PROBE_ENTRIES {
+            return Err(reject(
+                ErrorCode::Limit,
+                format!("more than {MAX_PROBE_ENTRIES} PROBE entries in one session"),
+            ));
+        }
+        for e in entries {
+            let e = e.map_err(wire("PROBE entry"))?;
+            let held = self.holds(&e);
+            self.probe_held.push(held);
+        }
+        self.probe_last = flags & FLAG_LAST != 0;
+        Ok(())
+    }
+
+    /// Whether the destination already has the probed file: quick check, or
+    /// the manifest names this very file with a hash starting with `key`.
+    /// Read-only; a path that is not valid is not held.
+    fn holds(&self, e: &ProbeEntry<'_>) -> bool {
+        let Ok(rel) = self.full_path(e.path) else {
+            return false;
+        };
+        let mtime_ns = i128::from(e.mtime_sec) * 1_000_000_000 + i128::from(e.mtime_nsec);
+        match self.dest.open_existing(&rel) {
+            Ok(Some((_, meta))) => {
+                unchanged(&meta, e.size, mtime_ns)
+                    || self
+                        .cfg
+                        .manifest
+                        .as_ref()
+                        .and_then(|m| m.get(rel.as_bytes()))
+                        .is_some_and(|w| w.hash[..e.key.len()] == e.key && w.still(&meta))
+            }
+            _ => false,
+        }
+    }
+
+    /// PROBE_REPLY frames: the bitmap of held entries, in order.
+    fn probe_reply(&mut self) -> Result<(), SessionError> {
+        let per_frame = (pfs_wire::frame::MAX_CONTROL_BODY as usize - PROBE_HEAD_LEN) * 8;
+        let held = std::mem::take(&mut self.probe_held);
+        let mut body = Vec::with_capacity(pfs_wire::frame::MAX_CONTROL_BODY as usize);
+        let mut first = 0usize;
+        loop {
+            let part = &held[first..(first + per_frame).min(held.len())];
+            body.clear();
+            body.extend_from_slice(
+                &ProbeHead {
+                    first_no: first as u64,
+                    count: part.len() as u32,
+                }
+                .emit(),
+            );
+            body.resize(PROBE_HEAD_LEN + part.len().div_ceil(8), 0);
+            for (j, &h) in part.iter().enumerate() {
+                if h {
+                    body[PROBE_HEAD_LEN + j / 8] |= 1 << (j % 8);
+                }
+            }
+            first += part.len();
+            let last = first == held.len();
+            write_frame(
+                self.t,
+                FrameType::ProbeReply,
+                if last { FLAG_LAST } else { 0 },
+                &body,
+                "PROBE_REPLY",
+            )?;
+            if last {
+                return Ok(());
+            }
         }
     }
 
@@ -652,6 +807,13 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                         }
                     }
                 }
+                Ok(_) if f.held => {
+                    self.fail(
+                        f.path,
+                        "changed at the destination after the sender asked about it (PROBE); send again",
+                    );
+                    Target::Failed
+                }
                 Ok(_) => match self.dest.create_temp(&rel) {
                     Ok(temp) => Target::Rebuild(Box::new(Rebuild {
                         temp,
@@ -696,7 +858,8 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             file_hash: f.file_hash,
             chunk_count: f.chunk_count,
             chunks_left: f.chunk_count,
-            seen: 0,
+            // A held file has no CHUNKS: nothing more to see.
+            seen: if f.held { f.size } else { 0 },
             target,
         });
         if f.chunk_count == 0 {
@@ -752,7 +915,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         if let Some(c) = compressed {
             zbuf.clear();
             zbuf.resize(e.len as usize, 0);
-            if !matches!(zstd::bulk::decompress_to_buffer(c, &mut zbuf[..]), Ok(n) if n == e.len as usize) {
+            if !matches!(self.dctx.decompress_to_buffer(c, &mut zbuf[..]), Ok(n) if n == e.len as usize) {
                 self.zbuf = zbuf;
                 return Err(reject(
                     ErrorCode::BadFrame,

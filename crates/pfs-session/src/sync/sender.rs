@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use pfs_sync::{Entry, EntryKind as LocalKind, IndexCache, Recipe};
 use pfs_transport::Transport;
 use pfs_wire::sync::{
-    emit_entry_head, parse_batch, parse_index, parse_nak, tag, ChunksHeader, EntryKind, FileEntry, Hash,
-    Plan, PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, HELLO_COMPRESS,
-    HELLO_DRY_RUN, INDEX_REQUEST_LEN,
+    emit_entry_head, parse_batch, parse_index, parse_nak, parse_probe_reply, tag, ChunksHeader, EntryKind,
+    FileEntry, Hash, Plan, PlanAck, ProbeEntry, ProbeHead, SyncAccept, SyncHello, SyncReport, FLAG_LAST,
+    FLAG_SYNC_REPORT, HELLO_COMPRESS, HELLO_DRY_RUN, INDEX_KEY_LEN, INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN,
+    PROBE_HEAD_LEN,
 };
 use pfs_wire::{Frame, FrameHeader, FrameType};
 
@@ -30,8 +31,128 @@ use crate::SessionError;
 pub struct SyncItem {
     /// What and where.
     pub entry: Entry,
-    /// The file's chunks (regular files only).
+    /// The file's chunks (regular files; `None` until it is chunked).
     pub recipe: Option<Recipe>,
+    /// Size and whole-file BLAKE3 known without a recipe (the probe pass).
+    pub digest: Option<(u64, Hash)>,
+    /// The receiver said it holds this file: FILE with HELD, no CHUNKS.
+    pub held: bool,
+}
+
+impl SyncItem {
+    /// An entry with no work done on it yet.
+    pub fn new(entry: Entry, recipe: Option<Recipe>) -> Self {
+        Self {
+            entry,
+            recipe,
+            digest: None,
+            held: false,
+        }
+    }
+
+    fn is_file(&self) -> bool {
+        matches!(self.entry.kind, LocalKind::File { .. })
+    }
+
+    /// Size and whole-file hash, from the recipe or the probe pass.
+    fn size_and_hash(&self) -> Option<(u64, Hash)> {
+        self.recipe
+            .as_ref()
+            .map(|r| (r.size, r.file_hash))
+            .or(self.digest)
+    }
+}
+
+/// The reading a sender defers until it knows what the receiver holds:
+/// whole-file hashes for the probe, then chunking of the files the receiver
+/// lacks. Items that cannot be read are returned with the reason; the
+/// session leaves them out.
+pub trait SyncPrepare {
+    /// Sets `digest` of `items[i]` for each `i` in `which`.
+    fn hash(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)>;
+    /// Sets `recipe` of `items[i]` for each `i` in `which`.
+    fn chunk(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)>;
+}
+
+/// [`SyncPrepare`] on this machine's files with [`pfs_sync::hash_files`]
+/// and [`pfs_sync::chunk_files`]; counts the time it spends.
+#[derive(Debug, Clone)]
+pub struct LocalPrepare {
+    /// Chunking parameters.
+    pub params: pfs_sync::ChunkParams,
+    /// Worker threads (0 = one per core).
+    pub threads: usize,
+    /// Time spent hashing and chunking.
+    pub spent: Duration,
+    /// Files hashed whole for the probe, and their bytes.
+    pub hashed: (u64, u64),
+    /// Files chunked, and their bytes.
+    pub chunked: (u64, u64),
+}
+
+impl LocalPrepare {
+    /// A preparer with these parameters.
+    pub fn new(params: pfs_sync::ChunkParams, threads: usize) -> Self {
+        Self {
+            params,
+            threads,
+            spent: Duration::ZERO,
+            hashed: (0, 0),
+            chunked: (0, 0),
+        }
+    }
+
+    fn run<R>(
+        &mut self,
+        items: &mut [SyncItem],
+        which: &[usize],
+        work: impl FnOnce(
+            &[&Entry],
+            &pfs_sync::ChunkParams,
+            usize,
+        ) -> Result<Vec<Result<R, pfs_sync::SyncError>>, pfs_sync::SyncError>,
+        mut put: impl FnMut(&mut SyncItem, R),
+    ) -> Vec<(usize, String)> {
+        let t0 = Instant::now();
+        let entries: Vec<&Entry> = which.iter().map(|&i| &items[i].entry).collect();
+        let results = match work(&entries, &self.params, self.threads) {
+            Ok(r) => r,
+            Err(e) => return which.iter().map(|&i| (i, e.to_string())).collect(),
+        };
+        let mut failed = Vec::new();
+        for (&i, r) in which.iter().zip(results) {
+            match r {
+                Ok(r) => put(&mut items[i], r),
+                Err(e) => failed.push((i, e.to_string())),
+            }
+        }
+        self.spent += t0.elapsed();
+        failed
+    }
+}
+
+impl SyncPrepare for LocalPrepare {
+    fn hash(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)> {
+        let mut done = (0, 0);
+        let failed = self.run(items, which, pfs_sync::hash_files, |it, d| {
+            done.0 += 1;
+            done.1 += d.0;
+            it.digest = Some(d);
+        });
+        self.hashed = (self.hashed.0 + done.0, self.hashed.1 + done.1);
+        failed
+    }
+
+    fn chunk(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)> {
+        let mut done = (0, 0);
+        let failed = self.run(items, which, pfs_sync::chunk_files, |it, r| {
+            done.0 += 1;
+            done.1 += r.size;
+            it.recipe = Some(r);
+        });
+        self.chunked = (self.chunked.0 + done.0, self.chunked.1 + done.1);
+        failed
+    }
 }
 
 /// Sender settings of a sync session.
@@ -51,6 +172,8 @@ pub struct SyncSendConfig {
     pub reply_timeout: Duration,
     /// Session identifier.
     pub session_nonce: u64,
+    /// Ask the receiver which files it holds before chunking them (PROBE).
+    pub probe: bool,
 }
 
 /// How one chunk travels.
@@ -86,6 +209,10 @@ pub struct SyncPlanSummary {
     pub chunks: u64,
     /// Literal chunks.
     pub literal_chunks: u64,
+    /// Files the receiver already holds (PROBE): no chunks sent.
+    pub held_files: u64,
+    /// Their bytes.
+    pub held_bytes: u64,
 }
 
 /// Sender-side progress.
@@ -116,6 +243,8 @@ pub struct SyncSendOutcome {
     pub index_entries_fetched: u64,
     /// Index entries known from the cache before the fetch.
     pub index_entries_cached: u64,
+    /// Files asked about with PROBE.
+    pub probed: u64,
     /// The receiver's report (`None` for a dry run).
     pub report: Option<SyncReport<'static>>,
     /// The report's messages (failed entries).
@@ -149,6 +278,14 @@ pub fn classify(
         .iter()
         .map(|item| {
             sum.entries += 1;
+            if item.held {
+                let size = item.size_and_hash().map_or(0, |(n, _)| n);
+                sum.files += 1;
+                sum.total_bytes += size;
+                sum.held_files += 1;
+                sum.held_bytes += size;
+                return Vec::new();
+            }
             let Some(recipe) = &item.recipe else {
                 return Vec::new();
             };
@@ -191,6 +328,11 @@ struct Sender<'a, T: Transport + ?Sized> {
     batch: Vec<u8>,
     /// Compressed BATCH body.
     zout: Vec<u8>,
+    /// One compression context for the whole session: creating one per
+    /// call costs more than compressing a small batch or chunk.
+    zctx: zstd::bulk::Compressor<'static>,
+    /// Level the context is set to.
+    zlevel: i32,
 }
 
 /// Largest index BATCH (compressed or not) a sender accepts.
@@ -227,16 +369,32 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
     /// Queues a FILE or CHUNKS frame: small ones are batched (many small
     /// files per write, compressed), large ones flush the batch and go alone.
     fn queue(&mut self, ty: FrameType, body: &[u8], during: &'static str) -> Result<(), SessionError> {
+        self.queue_flagged(ty, 0, body, during)
+    }
+
+    fn queue_flagged(
+        &mut self,
+        ty: FrameType,
+        flags: u16,
+        body: &[u8],
+        during: &'static str,
+    ) -> Result<(), SessionError> {
         let len = pfs_wire::FRAME_HEADER_LEN + body.len();
         if len > BATCH_FRAME_MAX {
             self.flush_batch()?;
-            return self.send(ty, 0, body, during);
+            return self.send(ty, flags, body, during);
         }
-        pfs_wire::put_frame(&mut self.batch, ty, 0, body);
+        pfs_wire::put_frame(&mut self.batch, ty, flags, body);
         if self.batch.len() >= BATCH_TARGET {
             self.flush_batch()?;
         }
         Ok(())
+    }
+
+    /// The compression context and level for literal chunks, if wanted.
+    fn zstd_for_literals(&mut self) -> Option<(&mut zstd::bulk::Compressor<'static>, &mut i32, i32)> {
+        let level = self.cfg.compress?;
+        Some((&mut self.zctx, &mut self.zlevel, level))
     }
 
     /// Sends the queued frames as one zstd-compressed BATCH.
@@ -247,12 +405,14 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
         // Level 1 unless the user asked for compression: the batch is mostly
         // paths and descriptors, which compress at any level.
         let level = self.cfg.compress.unwrap_or(1);
-        // `compress_to_buffer` writes into the slice, not the spare capacity.
-        self.zout
-            .resize(zstd::zstd_safe::compress_bound(self.batch.len()), 0);
-        let n = zstd::bulk::compress_to_buffer(&self.batch, &mut self.zout[..], level)
-            .map_err(|e| SessionError::Local(format!("compressing a batch: {e}")))?;
-        self.zout.truncate(n);
+        compress_into(
+            &mut self.zctx,
+            &mut self.zlevel,
+            level,
+            &self.batch,
+            &mut self.zout,
+        )
+        .map_err(|e| SessionError::Local(format!("compressing a batch: {e}")))?;
         let head = pfs_wire::sync::batch_head(self.batch.len() as u32);
         let header = FrameHeader {
             frame_type: FrameType::Batch,
@@ -402,12 +562,113 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
     }
 }
 
-/// Runs one sync session over `t`: handshake, index, plan, stream,
-/// corrections, report. `items` come from a scan with their recipes.
+/// Asks the receiver which regular files it already holds (PROBE), marks
+/// them `held`; returns how many entries were probed.
+fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [SyncItem]) -> Result<u64, SessionError> {
+    let asked: Vec<usize> = (0..items.len())
+        .filter(|&i| items[i].is_file() && items[i].size_and_hash().is_some_and(|(n, _)| n > 0))
+        .collect();
+    if asked.is_empty() {
+        return Ok(0);
+    }
+    let max_body = pfs_wire::frame::MAX_CONTROL_BODY as usize;
+    let mut body = Vec::with_capacity(max_body);
+    let mut first = 0usize;
+    let mut k = 0usize;
+    while k < asked.len() {
+        body.clear();
+        body.extend_from_slice(&[0; PROBE_HEAD_LEN]);
+        while k < asked.len() {
+            let it = &items[asked[k]];
+            let path = it.entry.rel.as_bytes();
+            if body.len() + PROBE_ENTRY_FIXED_LEN + path.len() > max_body {
+                break;
+            }
+            let Some((size, hash)) = it.size_and_hash() else {
+                unreachable!("only items with a hash are asked about")
+            };
+            let mut key = [0u8; INDEX_KEY_LEN];
+            key.copy_from_slice(&hash[..INDEX_KEY_LEN]);
+            ProbeEntry {
+                size,
+                mtime_sec: it.entry.mtime_ns.div_euclid(1_000_000_000) as i64,
+                mtime_nsec: it.entry.mtime_ns.rem_euclid(1_000_000_000) as u32,
+                key,
+                path,
+            }
+            .emit(&mut body);
+            k += 1;
+        }
+        let head = ProbeHead {
+            first_no: first as u64,
+            count: (k - first) as u32,
+        };
+        body[..PROBE_HEAD_LEN].copy_from_slice(&head.emit());
+        let flags = if k == asked.len() { FLAG_LAST } else { 0 };
+        s.queue_flagged(FrameType::Probe, flags, &body, "PROBE")?;
+        first = k;
+    }
+    s.flush_batch()?;
+    // The receiver answers after the last PROBE, in order.
+    let mut next = 0usize;
+    loop {
+        let (h, body) = s.expect(FrameType::ProbeReply, "PROBE_REPLY")?;
+        let (head, bits) = parse_probe_reply(&body).map_err(|error| SessionError::Wire {
+            context: "PROBE_REPLY",
+            error,
+        })?;
+        let count = head.count as usize;
+        if head.first_no != next as u64 || next + count > asked.len() {
+            return Err(SessionError::Local(format!(
+                "receiver answered PROBE entries {}..+{count}, expected from {next} of {}",
+                head.first_no,
+                asked.len()
+            )));
+        }
+        for j in 0..count {
+            items[asked[next + j]].held = bits[j / 8] & (1 << (j % 8)) != 0;
+        }
+        next += count;
+        if h.flags & FLAG_LAST != 0 {
+            break;
+        }
+    }
+    if next != asked.len() {
+        return Err(SessionError::Local(format!(
+            "receiver answered {next} of {} PROBE entries",
+            asked.len()
+        )));
+    }
+    Ok(asked.len() as u64)
+}
+
+/// Leaves out the items `prep` could not read, with a warning each.
+fn drop_failed(items: &mut Vec<SyncItem>, failed: Vec<(usize, String)>, warnings: &mut Vec<String>) {
+    if failed.is_empty() {
+        return;
+    }
+    let mut gone = vec![false; items.len()];
+    for (i, why) in failed {
+        warnings.push(format!("skipping {}: {why}", items[i].entry.abs.display()));
+        gone[i] = true;
+    }
+    let mut k = 0;
+    items.retain(|_| {
+        k += 1;
+        !gone[k - 1]
+    });
+}
+
+/// Runs one sync session over `t`: handshake, probe, index, plan, stream,
+/// corrections, report. Regular files in `items` without a recipe are
+/// hashed and asked about (PROBE) when the receiver's store is not empty,
+/// then those the receiver lacks are chunked, all through `prep`; items
+/// that cannot be read are left out with a warning.
 pub fn send_sync<T: Transport + ?Sized>(
     t: &mut T,
-    items: &[SyncItem],
+    items: &mut Vec<SyncItem>,
     cfg: &SyncSendConfig,
+    prep: &mut dyn SyncPrepare,
     progress: &mut dyn FnMut(&SyncSendProgress),
 ) -> Result<SyncSendOutcome, SessionError> {
     let started = Instant::now();
@@ -422,6 +683,8 @@ pub fn send_sync<T: Transport + ?Sized>(
         wire_sent: 0,
         batch: Vec::with_capacity(BATCH_TARGET + BATCH_FRAME_MAX),
         zout: Vec::new(),
+        zctx: zstd::bulk::Compressor::new(1).map_err(|e| SessionError::Local(format!("zstd: {e}")))?,
+        zlevel: 1,
     };
     let mut hello = Vec::new();
     SyncHello {
@@ -440,6 +703,25 @@ pub fn send_sync<T: Transport + ?Sized>(
         context: "SYNC_ACCEPT",
         error,
     })?;
+
+    // Whole files first: with a store that holds anything, files not yet
+    // chunked are hashed whole and the receiver asked which it holds; only
+    // the rest are chunked. An empty store holds nothing to ask about.
+    let unchunked = |items: &[SyncItem]| -> Vec<usize> {
+        (0..items.len())
+            .filter(|&i| items[i].is_file() && items[i].recipe.is_none() && !items[i].held)
+            .collect()
+    };
+    let mut probed = 0;
+    if accept.generation > 0 && cfg.probe {
+        let todo = unchunked(items);
+        let failed = prep.hash(items, &todo);
+        drop_failed(items, failed, &mut warnings);
+        probed = probe(&mut s, items)?;
+    }
+    let todo = unchunked(items);
+    let failed = prep.chunk(items, &todo);
+    drop_failed(items, failed, &mut warnings);
 
     // The index: cached per store id, fetched from the cached generation on.
     let (mut cache, warning) = match &cfg.index_cache_dir {
@@ -476,6 +758,7 @@ pub fn send_sync<T: Transport + ?Sized>(
         store_generation: accept.generation,
         index_entries_fetched: fetched,
         index_entries_cached: cached,
+        probed,
         report: None,
         messages: String::new(),
         wire_bytes_sent: 0,
@@ -515,6 +798,7 @@ pub fn send_sync<T: Transport + ?Sized>(
     let mut zbuf = Vec::new();
     let mut done_bytes = 0u64;
     let mut last_progress = Instant::now();
+    let items: &[SyncItem] = items;
     for (no, (item, plan)) in items.iter().zip(&plans).enumerate() {
         send_entry(
             &mut s,
@@ -621,9 +905,10 @@ fn send_entry<T: Transport + ?Sized>(
 ) -> Result<(), SessionError> {
     let e = &item.entry;
     let (kind, link) = entry_kind(e);
-    let (size, file_hash, chunk_count) = match &item.recipe {
-        Some(r) => (r.size, r.file_hash, r.chunks.len() as u32),
-        None => (0, [0; 32], 0),
+    let (size, file_hash, chunk_count) = match (&item.recipe, item.size_and_hash()) {
+        (_, Some((size, hash))) if item.held => (size, hash, 0),
+        (Some(r), _) => (r.size, r.file_hash, r.chunks.len() as u32),
+        _ => (0, [0; 32], 0),
     };
     let mtime_sec = e.mtime_ns.div_euclid(1_000_000_000) as i64;
     let mtime_nsec = e.mtime_ns.rem_euclid(1_000_000_000) as u32;
@@ -639,10 +924,11 @@ fn send_entry<T: Transport + ?Sized>(
         file_hash,
         path: e.rel.as_bytes(),
         link_target: link,
+        held: item.held,
     }
     .emit(frame);
     s.queue(FrameType::File, frame, "FILE")?;
-    let Some(recipe) = &item.recipe else {
+    let Some(recipe) = item.recipe.as_ref().filter(|_| !item.held) else {
         return Ok(());
     };
     if recipe.chunks.is_empty() {
@@ -682,7 +968,7 @@ fn send_entry<T: Transport + ?Sized>(
                     let f = file
                         .as_ref()
                         .ok_or_else(|| SessionError::Local("file not open".into()))?;
-                    push_literal(frame, zbuf, f, c.offset, c.len, &c.hash, s.cfg.compress)
+                    push_literal(frame, zbuf, f, c.offset, c.len, &c.hash, s.zstd_for_literals())
                         .map_err(|err| io_local("read", &e.abs, err))?;
                 }
             }
@@ -705,19 +991,16 @@ fn push_literal(
     offset: u64,
     len: u32,
     hash: &Hash,
-    compress: Option<i32>,
+    compress: Option<(&mut zstd::bulk::Compressor<'static>, &mut i32, i32)>,
 ) -> std::io::Result<()> {
     let head = frame.len();
     emit_entry_head(frame, tag::LITERAL, hash, len);
     let start = frame.len();
     frame.resize(start + len as usize, 0);
     f.read_exact_at(&mut frame[start..], offset)?;
-    if let Some(level) = compress {
-        // `compress_to_buffer` writes into the slice, not the spare capacity.
-        zbuf.clear();
-        zbuf.resize(zstd::zstd_safe::compress_bound(len as usize), 0);
+    if let Some((zctx, zlevel, level)) = compress {
         // Compression that saves nothing is not worth the receiver's time.
-        if let Ok(n) = zstd::bulk::compress_to_buffer(&frame[start..], zbuf, level) {
+        if let Ok(n) = compress_into(zctx, zlevel, level, &frame[start..], zbuf) {
             if n + 4 < len as usize {
                 frame.truncate(head);
                 emit_entry_head(frame, tag::ZSTD, hash, len);
@@ -727,6 +1010,24 @@ fn push_literal(
         }
     }
     Ok(())
+}
+
+/// Compresses `src` into `dst` (replacing its contents) with the session's
+/// context, switching its level only when it changes.
+fn compress_into(
+    zctx: &mut zstd::bulk::Compressor<'static>,
+    current: &mut i32,
+    level: i32,
+    src: &[u8],
+    dst: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    if *current != level {
+        zctx.set_compression_level(level)?;
+        *current = level;
+    }
+    dst.clear();
+    dst.reserve(zstd::zstd_safe::compress_bound(src.len()));
+    zctx.compress_to_buffer(src, dst)
 }
 
 /// Answers a NAK: the named chunks' bytes, read again from the files.
@@ -760,7 +1061,7 @@ fn repair<T: Transport + ?Sized>(
             let (hash, (i, off, len)) = &list[k];
             let path = &items[*i].entry.abs;
             let f = File::open(path).map_err(|e| io_local("open", path, e))?;
-            push_literal(frame, &mut zbuf, &f, *off, *len, hash, s.cfg.compress)
+            push_literal(frame, &mut zbuf, &f, *off, *len, hash, s.zstd_for_literals())
                 .map_err(|e| io_local("read", path, e))?;
             chunks += 1;
             bytes += u64::from(*len);

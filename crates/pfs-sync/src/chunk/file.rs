@@ -64,10 +64,15 @@ pub(super) fn chunk_file_windowed(
         let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
         pipeline(&file, path, size, params, window)?
     };
-    // The file must still have the size and timestamps it had (any write
-    // changes ctime; growth changes the size).
+    unchanged_since(&file, &before, path)?;
+    Ok(recipe)
+}
+
+/// The file must still have the size and timestamps it had when it was
+/// opened (any write changes ctime; growth changes the size).
+fn unchanged_since(file: &File, before: &std::fs::Metadata, path: &Path) -> Result<(), SyncError> {
     let after = file.metadata().map_err(|e| SyncError::io("stat", path, e))?;
-    let same = after.len() == size
+    let same = after.len() == before.len()
         && after.mtime() == before.mtime()
         && after.mtime_nsec() == before.mtime_nsec()
         && after.ctime() == before.ctime()
@@ -75,7 +80,61 @@ pub(super) fn chunk_file_windowed(
     if !same {
         return Err(SyncError::Changed { path: path.into() });
     }
-    Ok(recipe)
+    Ok(())
+}
+
+/// Size and whole-file BLAKE3 of one regular file, without cutting it into
+/// chunks: what a sender needs to ask the receiver whether it already holds
+/// the file. Read as [`chunk_file`] reads (holes skipped); windows of a
+/// large file are hashed in parallel on the current rayon pool while the
+/// next one is read. A file that changes while read is [`SyncError::Changed`].
+pub fn hash_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, [u8; 32]), SyncError> {
+    let path = path.as_ref();
+    let window = params.window();
+    let file = File::open(path).map_err(|e| SyncError::io("open", path, e))?;
+    let before = file.metadata().map_err(|e| SyncError::io("stat", path, e))?;
+    if !before.is_file() {
+        return Err(SyncError::NotAFile { path: path.into() });
+    }
+    let size = before.len();
+    let hash = if size <= window as u64 {
+        SMALL.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            if buf.len() < size as usize {
+                buf.resize(size as usize, 0);
+            }
+            let data = &mut buf[..size as usize];
+            read_full_at(&file, data, 0, path)?;
+            Ok::<_, SyncError>(*blake3::hash(data).as_bytes())
+        })?
+    } else {
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
+        let n = size.div_ceil(window as u64) as usize;
+        let window_len = |k: usize| (size - k as u64 * window as u64).min(window as u64) as usize;
+        let mut cvs = Vec::with_capacity(n);
+        let (mut cur, mut next) = (vec![0u8; window], vec![0u8; window]);
+        read_sparse_at(&file, &mut cur[..window_len(0)], 0, path)?;
+        for k in 0..n {
+            let (cv, read) = rayon::join(
+                || tree::window_cv(&cur[..window_len(k)], k as u64 * window as u64),
+                || match k + 1 < n {
+                    true => read_sparse_at(
+                        &file,
+                        &mut next[..window_len(k + 1)],
+                        (k as u64 + 1) * window as u64,
+                        path,
+                    ),
+                    false => Ok(()),
+                },
+            );
+            read?;
+            cvs.push(cv);
+            std::mem::swap(&mut cur, &mut next);
+        }
+        tree::root_hash(&cvs)
+    };
+    unchanged_since(&file, &before, path)?;
+    Ok((size, hash))
 }
 
 /// Fill `buf` from `offset`; a file that ends early has changed.

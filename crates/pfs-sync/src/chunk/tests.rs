@@ -350,3 +350,84 @@ fn sparse_file_equals_dense_bytes() {
     // Small windows: holes and data start and end inside windows.
     assert_eq!(chunk_file_windowed(f.path(), &p, 1 << 18).unwrap(), want);
 }
+
+#[test]
+fn hash_file_equals_blake3_of_the_content() {
+    let p = small_params();
+    let w = p.window();
+    assert!(w >= 2 * p.max() as usize);
+    let data = random_bytes(3 * w + 17, 30);
+    for len in [0, 1, w - 1, w, w + 1, 3 * w + 17] {
+        let f = write_temp(&data[..len]);
+        let (size, hash) = hash_file(f.path(), &p).unwrap();
+        assert_eq!(size, len as u64, "len {len}");
+        assert_eq!(hash, *blake3::hash(&data[..len]).as_bytes(), "len {len}");
+        let r = chunk_file(f.path(), &p).unwrap();
+        assert_eq!((r.size, r.file_hash), (size, hash), "len {len}: chunk_file");
+    }
+}
+
+#[test]
+fn hash_file_of_a_sparse_file() {
+    let p = ChunkParams::default();
+    // Holes span whole windows and start and end inside them.
+    let len = 5 * p.window() as u64 + 4321;
+    let (f, writes) = sparse_file(len);
+    let (size, hash) = hash_file(f.path(), &p).unwrap();
+    assert_eq!(size, len);
+    assert_eq!(hash, sparse_hash(len, &writes));
+    assert_eq!(hash, chunk_file(f.path(), &p).unwrap().file_hash);
+}
+
+#[test]
+fn hash_file_errors() {
+    let p = ChunkParams::default();
+    let e = hash_file("/nonexistent/pfs-sync-test", &p).unwrap_err();
+    assert!(matches!(e, SyncError::Io { op: "open", .. }), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let e = hash_file(dir.path(), &p).unwrap_err();
+    assert!(matches!(e, SyncError::NotAFile { .. }), "{e}");
+}
+
+#[test]
+fn hash_files_in_order_with_errors() {
+    let p = small_params();
+    let dir = tempfile::tempdir().unwrap();
+    let entry = |name: &str, kind: EntryKind, abs: std::path::PathBuf| Entry {
+        rel: RelPath::parse(name.as_bytes()).unwrap(),
+        kind,
+        mode: 0o644,
+        mtime_ns: 0,
+        dev: 0,
+        ino: 0,
+        abs,
+    };
+    let mut entries = Vec::new();
+    let mut datas = Vec::new();
+    for (i, len) in [0usize, 5000, p.window() + 3].into_iter().enumerate() {
+        let data = random_bytes(len, 40 + i as u64);
+        let path = dir.path().join(format!("f{i}"));
+        std::fs::write(&path, &data).unwrap();
+        entries.push(entry(
+            &format!("f{i}"),
+            EntryKind::File { size: len as u64 },
+            path,
+        ));
+        datas.push(data);
+    }
+    entries.insert(1, entry("d", EntryKind::Dir, dir.path().to_path_buf()));
+    datas.insert(1, Vec::new());
+    let refs: Vec<&Entry> = entries.iter().collect();
+    for threads in [1, 2, 0] {
+        let out = hash_files(&refs, &p, threads).unwrap();
+        assert_eq!(out.len(), entries.len());
+        for (i, (data, r)) in datas.iter().zip(&out).enumerate() {
+            if i == 1 {
+                assert!(matches!(r, Err(SyncError::NotAFile { .. })), "{r:?}");
+            } else {
+                let want = (data.len() as u64, *blake3::hash(data).as_bytes());
+                assert_eq!(r.as_ref().unwrap(), &want, "entry {i}");
+            }
+        }
+    }
+}
