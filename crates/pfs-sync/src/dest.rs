@@ -83,6 +83,38 @@ pub struct TempFile {
     persisted: bool,
 }
 
+/// The open parent directory of the last [`DestRoot::stat_existing`].
+#[derive(Debug, Default)]
+pub struct StatCache {
+    dir: Option<(Vec<u8>, OwnedFd)>,
+}
+
+/// What [`DestRoot::stat_existing`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// Inode number.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, ns since the epoch.
+    pub mtime_ns: i128,
+    /// Status change time, ns since the epoch.
+    pub ctime_ns: i128,
+}
+
+impl FileStat {
+    /// The same fields of `meta`.
+    pub fn of(meta: &Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        }
+    }
+}
+
 impl DestRoot {
     /// Open `dir` (which must exist; symlinks in `dir` itself are followed)
     /// as a destination root.
@@ -222,6 +254,45 @@ impl DestRoot {
             .metadata()
             .map_err(|e| SyncError::io("stat", rel.as_path(), e))?;
         Ok(meta.is_file().then_some((file, meta)))
+    }
+
+    /// Size, inode and times of the regular file `rel`, without opening it:
+    /// `None` if it is missing, not a regular file, or its path does not
+    /// resolve beneath the root without symlinks. Changes nothing. The
+    /// parent directory stays open in `cache` for the next lookup in the
+    /// same directory (a tree's files arrive directory by directory).
+    pub fn stat_existing(&self, cache: &mut StatCache, rel: &RelPath) -> Result<Option<FileStat>, SyncError> {
+        let parent = rel.parent();
+        let key = parent.as_ref().map_or(&b""[..], |p| p.as_bytes());
+        let stale = match &cache.dir {
+            Some((k, _)) => k.as_slice() != key,
+            None => true,
+        };
+        if stale {
+            cache.dir = None;
+            let dir = match self.parent_dir(rel) {
+                Ok(d) => d,
+                Err(SyncError::Path { .. }) => return Ok(None),
+                Err(SyncError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            };
+            cache.dir = Some((key.to_vec(), dir));
+        }
+        let Some((_, dir)) = &cache.dir else {
+            return Ok(None);
+        };
+        match rfs::statat(dir, rel.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => Ok(Some(FileStat {
+                ino: st.st_ino,
+                size: st.st_size as u64,
+                mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+                ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+            })),
+            Ok(_) | Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(dest_err("stat", rel, e)),
+        }
     }
 
     /// Create (or atomically replace) the symlink `rel` pointing to `target`,

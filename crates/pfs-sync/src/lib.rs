@@ -55,9 +55,10 @@ pub mod walk;
 
 pub use cache::{default_cache_dir, index_key, IndexCache, RecipeCache, INDEX_PREFIX};
 pub use chunk::{
-    chunk_bytes, chunk_file, chunk_files, chunk_lengths, hash_file, hash_files, ChunkParams, ChunkRef, Recipe,
+    chunk_bytes, chunk_file, chunk_files, chunk_lengths, digest_file, digest_files, quick_digest,
+    ChunkParams, ChunkRef, QuickDigest, Recipe,
 };
-pub use dest::{check_symlink_target, set_file_times_and_mode, DestRoot, TempFile};
+pub use dest::{check_symlink_target, set_file_times_and_mode, DestRoot, FileStat, StatCache, TempFile};
 pub use error::{CacheWarning, ChunkParamsError, PathError, SyncError};
 pub use manifest::{Manifest, Written};
 pub use path::RelPath;

@@ -1,6 +1,9 @@
 //! The receiver's record of the files it wrote: destination path → the
 //! file's identity when written (inode, size, ctime) and its content hash.
 //!
+//! Each record also keeps the file's XXH3-128 ([`crate::QuickDigest`]),
+//! which is what a sender asks about before it chunks (PROBE).
+//!
 //! When a sender offers a file whose BLAKE3 equals the recorded one and the
 //! destination file is still the one recorded (same inode, size and ctime:
 //! nothing wrote to it, renamed it or changed its metadata since), its
@@ -20,8 +23,9 @@ use std::sync::Mutex;
 
 use crate::cache::{corrupt, load, put_u32, put_u64, store, Reader};
 use crate::error::{CacheWarning, SyncError};
+use crate::QuickDigest;
 
-const MAGIC: &[u8; 8] = b"PFSDMAN\0";
+const MAGIC: &[u8; 8] = b"PFSDMAN2";
 
 /// What was written at one destination path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,25 +38,31 @@ pub struct Written {
     pub ctime_ns: i128,
     /// BLAKE3 of the content.
     pub hash: [u8; 32],
+    /// XXH3-128 of the content.
+    pub digest: QuickDigest,
 }
 
 impl Written {
-    /// The record for `meta` (of the file just written) with content `hash`.
-    pub fn of(meta: &std::fs::Metadata, hash: [u8; 32]) -> Self {
+    /// The record for `meta` (of the file just written) with content `hash`
+    /// and `digest`.
+    pub fn of(meta: &std::fs::Metadata, hash: [u8; 32], digest: QuickDigest) -> Self {
         Self {
             ino: meta.ino(),
             size: meta.size(),
             ctime_ns: ctime_ns(meta),
             hash,
+            digest,
         }
     }
 
     /// Whether `meta` still describes the file recorded.
     pub fn still(&self, meta: &std::fs::Metadata) -> bool {
-        meta.is_file()
-            && meta.ino() == self.ino
-            && meta.size() == self.size
-            && ctime_ns(meta) == self.ctime_ns
+        meta.is_file() && self.still_stat(&crate::FileStat::of(meta))
+    }
+
+    /// [`Written::still`] for a regular file's [`crate::FileStat`].
+    pub fn still_stat(&self, st: &crate::FileStat) -> bool {
+        st.ino == self.ino && st.size == self.size && st.ctime_ns == self.ctime_ns
     }
 }
 
@@ -60,11 +70,15 @@ fn ctime_ns(meta: &std::fs::Metadata) -> i128 {
     i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
 }
 
+/// Paths are not attacker-chosen keys in any way that matters here (one
+/// sender fills its own records), so a fast hash beats SipHash's defence.
+type PathMap = HashMap<Vec<u8>, Written, std::hash::BuildHasherDefault<twox_hash::XxHash3_64>>;
+
 /// The manifest of one destination root, shared by concurrent sessions.
 #[derive(Debug)]
 pub struct Manifest {
     path: PathBuf,
-    map: Mutex<HashMap<Vec<u8>, Written>>,
+    map: Mutex<PathMap>,
 }
 
 impl Manifest {
@@ -72,12 +86,12 @@ impl Manifest {
     pub fn open(path: impl Into<PathBuf>) -> (Self, Option<CacheWarning>) {
         let path = path.into();
         let (map, warning) = match load(&path, MAGIC, "destination manifest") {
-            Ok(None) => (HashMap::new(), None),
+            Ok(None) => (PathMap::default(), None),
             Ok(Some(body)) => match decode(&body) {
                 Ok(m) => (m, None),
-                Err(detail) => (HashMap::new(), Some(corrupt(&path, detail))),
+                Err(detail) => (PathMap::default(), Some(corrupt(&path, detail))),
             },
-            Err(w) => (HashMap::new(), Some(w)),
+            Err(w) => (PathMap::default(), Some(w)),
         };
         (
             Self {
@@ -88,7 +102,7 @@ impl Manifest {
         )
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Written>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PathMap> {
         match self.map.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -133,6 +147,7 @@ impl Manifest {
                 put_u64(&mut body, w.size);
                 body.extend_from_slice(&w.ctime_ns.to_le_bytes());
                 body.extend_from_slice(&w.hash);
+                body.extend_from_slice(&w.digest);
             }
             body
         };
@@ -140,14 +155,14 @@ impl Manifest {
     }
 }
 
-fn decode(body: &[u8]) -> Result<HashMap<Vec<u8>, Written>, &'static str> {
+fn decode(body: &[u8]) -> Result<PathMap, &'static str> {
     let mut r = Reader(body);
     let n = r.u64()?;
-    // Each record takes at least 68 bytes: a count larger than that is a lie.
-    if n > body.len() as u64 / 68 {
+    // Each record takes at least 84 bytes: a count larger than that is a lie.
+    if n > body.len() as u64 / 84 {
         return Err("record count exceeds the file");
     }
-    let mut map = HashMap::with_capacity(n as usize);
+    let mut map = PathMap::with_capacity_and_hasher(n as usize, Default::default());
     for _ in 0..n {
         let len = r.u32()? as usize;
         let rel = r.take(len)?.to_vec();
@@ -155,6 +170,7 @@ fn decode(body: &[u8]) -> Result<HashMap<Vec<u8>, Written>, &'static str> {
         let size = r.u64()?;
         let ctime_ns = i128::from_le_bytes(r.array()?);
         let hash = r.array()?;
+        let digest = r.array()?;
         map.insert(
             rel,
             Written {
@@ -162,6 +178,7 @@ fn decode(body: &[u8]) -> Result<HashMap<Vec<u8>, Written>, &'static str> {
                 size,
                 ctime_ns,
                 hash,
+                digest,
             },
         );
     }
@@ -183,12 +200,12 @@ mod tests {
         let meta = std::fs::metadata(&file).unwrap();
         let (m, w) = Manifest::open(dir.path().join("manifest"));
         assert!(w.is_none() && m.is_empty());
-        m.insert(b"a/f", Written::of(&meta, [7; 32]));
+        m.insert(b"a/f", Written::of(&meta, [7; 32], [9; 16]));
         m.save().unwrap();
         let (m2, w) = Manifest::open(dir.path().join("manifest"));
         assert!(w.is_none());
         let rec = m2.get(b"a/f").unwrap();
-        assert_eq!(rec.hash, [7; 32]);
+        assert_eq!((rec.hash, rec.digest), ([7; 32], [9; 16]));
         assert!(rec.still(&std::fs::metadata(&file).unwrap()));
         // Any write changes ctime (and here the size): no longer the file recorded.
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -208,6 +225,7 @@ mod tests {
                 size: 2,
                 ctime_ns: 3,
                 hash: [0; 32],
+                digest: [0; 16],
             },
         );
         m.save().unwrap();

@@ -15,7 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use pfs_store::{ChunkLoc, Reservation, Store, StoreError};
-use pfs_sync::{DestRoot, Manifest, RelPath, TempFile, Written};
+use pfs_sync::{DestRoot, Manifest, QuickDigest, RelPath, TempFile, Written};
 use pfs_transport::Transport;
 use pfs_wire::sync::{
     parse_batch, parse_chunks, parse_index_request, parse_probe, ChunkData, ChunkEntry, EntryKind, FileEntry,
@@ -89,6 +89,18 @@ struct Rebuild {
     single: Option<Hash>,
     /// Chunks to fill after REPAIR: (file offset, hash, len).
     holes: Vec<(u64, Hash, u32)>,
+    /// XXH3-128 of the content for the manifest, while no chunk is missing.
+    quick: Option<Box<QuickHasher>>,
+}
+
+/// Streaming XXH3-128 (the hasher itself has no `Debug`).
+#[derive(Default)]
+struct QuickHasher(twox_hash::XxHash3_128);
+
+impl std::fmt::Debug for QuickHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuickHasher")
+    }
 }
 
 /// Chunk bytes of one frame waiting to be written with one `pwritev`:
@@ -187,6 +199,8 @@ struct Session<'a, T: Transport + ?Sized> {
     probe_held: Vec<bool>,
     /// The PROBE flagged LAST arrived.
     probe_last: bool,
+    /// Open directory of the last probed path.
+    probe_dir: pfs_sync::StatCache,
     /// Directories known to exist (created or checked this session).
     dirs_made: std::collections::HashSet<Vec<u8>>,
     /// Directory entries received: mode and mtime are set at the end, once
@@ -228,6 +242,7 @@ pub fn receive_sync<T: Transport + ?Sized>(
         batch_buf: Vec::new(),
         probe_held: Vec::new(),
         probe_last: false,
+        probe_dir: pfs_sync::StatCache::default(),
         dirs_made: std::collections::HashSet::new(),
         dir_meta: Vec::new(),
         started: Instant::now(),
@@ -479,12 +494,21 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
 
     /// Whether the destination file (`meta`) is the one this receiver wrote
     /// with content `hash` and nothing touched since (see [`Manifest`]).
-    fn holds_content(&self, rel: &RelPath, meta: &std::fs::Metadata, hash: &Hash) -> bool {
-        self.cfg
-            .manifest
-            .as_ref()
-            .and_then(|m| m.get(rel.as_bytes()))
-            .is_some_and(|w| &w.hash == hash && w.still(meta))
+    /// For a HELD file (§10.10) `hash` is its XXH3-128 and 16 zero bytes.
+    fn holds_content(
+        &self,
+        rel: &RelPath,
+        meta: &std::fs::Metadata,
+        hash: &Hash,
+        held: bool,
+    ) -> Option<Written> {
+        let w = self.cfg.manifest.as_ref()?.get(rel.as_bytes())?;
+        let same = if held {
+            hash[..16] == w.digest && hash[16..] == [0; 16]
+        } else {
+            &w.hash == hash
+        };
+        (same && w.still(meta)).then_some(w)
     }
 
     /// A BATCH: decompress (bounded by `max_chunks_body`), then its frames
@@ -570,26 +594,29 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             self.probe_held.push(held);
         }
         self.probe_last = flags & FLAG_LAST != 0;
+        if self.probe_last {
+            self.probe_dir = pfs_sync::StatCache::default();
+        }
         Ok(())
     }
 
     /// Whether the destination already has the probed file: quick check, or
     /// the manifest names this very file with a hash starting with `key`.
     /// Read-only; a path that is not valid is not held.
-    fn holds(&self, e: &ProbeEntry<'_>) -> bool {
+    fn holds(&mut self, e: &ProbeEntry<'_>) -> bool {
         let Ok(rel) = self.full_path(e.path) else {
             return false;
         };
         let mtime_ns = i128::from(e.mtime_sec) * 1_000_000_000 + i128::from(e.mtime_nsec);
-        match self.dest.open_existing(&rel) {
-            Ok(Some((_, meta))) => {
-                unchanged(&meta, e.size, mtime_ns)
+        match self.dest.stat_existing(&mut self.probe_dir, &rel) {
+            Ok(Some(st)) => {
+                (st.size == e.size && st.mtime_ns == mtime_ns)
                     || self
                         .cfg
                         .manifest
                         .as_ref()
                         .and_then(|m| m.get(rel.as_bytes()))
-                        .is_some_and(|w| w.hash[..e.key.len()] == e.key && w.still(&meta))
+                        .is_some_and(|w| w.digest[..e.key.len()] == e.key && w.still_stat(&st))
             }
             _ => false,
         }
@@ -788,51 +815,68 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 }
                 return Ok(());
             }
-            EntryKind::File => match self.dest.open_existing(&rel) {
-                Ok(Some((_, meta))) if unchanged(&meta, f.size, mtime_ns) => Target::Unchanged,
-                Ok(Some((file, meta))) if self.holds_content(&rel, &meta, &f.file_hash) => {
-                    // The content is already there: metadata only, no chunk read or written.
-                    match pfs_sync::set_file_times_and_mode(&file, mtime_ns, f.mode)
-                        .and_then(|()| file.metadata())
-                    {
-                        Ok(now) => {
-                            if let Some(m) = &self.cfg.manifest {
-                                m.insert(rel.as_bytes(), Written::of(&now, f.file_hash));
-                            }
-                            Target::SameContent
-                        }
-                        Err(e) => {
-                            self.fail(f.path, format!("set mode/mtime: {e}"));
-                            Target::Failed
-                        }
-                    }
-                }
-                Ok(_) if f.held => {
-                    self.fail(
-                        f.path,
-                        "changed at the destination after the sender asked about it (PROBE); send again",
-                    );
-                    Target::Failed
-                }
-                Ok(_) => match self.dest.create_temp(&rel) {
-                    Ok(temp) => Target::Rebuild(Box::new(Rebuild {
-                        temp,
-                        hasher: (f.chunk_count > 1).then(blake3::Hasher::new),
-                        single: None,
-                        holes: Vec::new(),
-                    })),
-                    Err(e) => {
-                        self.fail(f.path, e);
-                        Target::Failed
-                    }
-                },
-                Err(e) => {
-                    self.fail(f.path, e);
-                    Target::Failed
-                }
-            },
+            EntryKind::File => self.file_target(&f, &rel, mtime_ns),
         };
         self.start(&f, Some(rel), mtime_ns, target)
+    }
+
+    /// What to do with a regular file's destination: leave it, set its
+    /// metadata only, rebuild it, or (failed) nothing.
+    fn file_target(&mut self, f: &FileEntry<'_>, rel: &RelPath, mtime_ns: i128) -> Target {
+        let (file, meta) = match self.dest.open_existing(rel) {
+            Ok(Some((file, meta))) => (Some(file), Some(meta)),
+            Ok(None) => (None, None),
+            Err(e) => {
+                self.fail(f.path, e);
+                return Target::Failed;
+            }
+        };
+        if meta.as_ref().is_some_and(|m| unchanged(m, f.size, mtime_ns)) {
+            return Target::Unchanged;
+        }
+        let held = match (&file, &meta) {
+            (Some(file), Some(meta)) => self
+                .holds_content(rel, meta, &f.file_hash, f.held)
+                .map(|w| (file, w)),
+            _ => None,
+        };
+        if let Some((file, w)) = held {
+            // The content is already there: metadata only, no chunk read or written.
+            return match pfs_sync::set_file_times_and_mode(file, mtime_ns, f.mode)
+                .and_then(|()| file.metadata())
+            {
+                Ok(now) => {
+                    if let Some(m) = &self.cfg.manifest {
+                        m.insert(rel.as_bytes(), Written::of(&now, w.hash, w.digest));
+                    }
+                    Target::SameContent
+                }
+                Err(e) => {
+                    self.fail(f.path, format!("set mode/mtime: {e}"));
+                    Target::Failed
+                }
+            };
+        }
+        if f.held {
+            self.fail(
+                f.path,
+                "changed at the destination after the sender asked about it (PROBE); send again",
+            );
+            return Target::Failed;
+        }
+        match self.dest.create_temp(rel) {
+            Ok(temp) => Target::Rebuild(Box::new(Rebuild {
+                temp,
+                hasher: (f.chunk_count > 1).then(blake3::Hasher::new),
+                single: None,
+                holes: Vec::new(),
+                quick: self.cfg.manifest.is_some().then(Box::default),
+            })),
+            Err(e) => {
+                self.fail(f.path, e);
+                Target::Failed
+            }
+        }
     }
 
     fn start(
@@ -1089,6 +1133,9 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         if let Some(h) = rb.hasher.as_mut() {
             h.update(bytes);
         }
+        if let Some(q) = rb.quick.as_mut() {
+            q.0.write(bytes);
+        }
         if pending.len > 0 && pending.at + pending.len != at {
             self.flush(pending);
         }
@@ -1141,6 +1188,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         }) = self.current.as_mut()
         {
             rb.hasher = None;
+            rb.quick = None;
             rb.holes.push((at, *hash, len));
         }
         if self.nak_seen.insert(*hash, ()).is_none() {
@@ -1186,6 +1234,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                     });
                 } else {
                     let digest = rb.hasher.map(|h| *h.finalize().as_bytes()).or(rb.single);
+                    let quick = rb.quick.map(|q| q.0.finish_128().to_le_bytes());
                     self.land(
                         cur.rel,
                         rb.temp,
@@ -1193,7 +1242,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                         cur.mode,
                         cur.mtime_ns,
                         &cur.file_hash,
-                        digest,
+                        (digest, quick),
                     );
                 }
             }
@@ -1209,6 +1258,9 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
     }
 
     /// Checks the whole-file hash, sets mode and mtime, renames into place.
+    /// `digests` are the BLAKE3 and XXH3-128 computed while the file was
+    /// written; a missing one (chunks written out of order) is computed by
+    /// reading the file back.
     #[allow(clippy::too_many_arguments)]
     fn land(
         &mut self,
@@ -1218,26 +1270,29 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         mode: u32,
         mtime_ns: i128,
         want: &Hash,
-        digest: Option<Hash>,
+        digests: (Option<Hash>, Option<QuickDigest>),
     ) {
-        let digest = match digest {
-            Some(d) => Ok(d),
-            None => hash_file(temp.file(), size),
+        let need_quick = self.cfg.manifest.is_some();
+        let digests = match digests {
+            (Some(d), Some(q)) => Ok((d, q)),
+            (Some(d), None) if !need_quick => Ok((d, [0; 16])),
+            _ => hash_file(temp.file(), size),
         };
-        let result = match digest {
-            Ok(d) if &d == want => temp
+        let result = match digests {
+            Ok((d, q)) if &d == want => temp
                 .set_times_and_mode(mtime_ns, mode)
                 .and_then(|()| temp.persist(self.cfg.fsync_files))
+                .map(|()| q)
                 .map_err(|e| e.to_string()),
             Ok(_) => Err("content does not match the sender's BLAKE3 (file changed while sent?)".into()),
             Err(e) => Err(format!("re-reading to verify: {e}")),
         };
         match result {
-            Ok(()) => {
+            Ok(quick) => {
                 self.report.files_written += 1;
                 self.report.effective_bytes += size;
                 if let (Some(m), Ok(Some((_, meta)))) = (&self.cfg.manifest, self.dest.open_existing(&rel)) {
-                    m.insert(rel.as_bytes(), Written::of(&meta, *want));
+                    m.insert(rel.as_bytes(), Written::of(&meta, *want, quick));
                 }
             }
             Err(e) => self.fail(rel.as_bytes(), e),
@@ -1317,9 +1372,15 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
     fn finish_waiting(&mut self) {
         for w in std::mem::take(&mut self.waiting) {
             match w.broken {
-                None if w.holes.is_empty() => {
-                    self.land(w.rel, w.temp, w.size, w.mode, w.mtime_ns, &w.file_hash, None)
-                }
+                None if w.holes.is_empty() => self.land(
+                    w.rel,
+                    w.temp,
+                    w.size,
+                    w.mode,
+                    w.mtime_ns,
+                    &w.file_hash,
+                    (None, None),
+                ),
                 None => self.fail(w.rel.as_bytes(), "chunks damaged in the store were not repaired"),
                 Some(why) => self.fail(w.rel.as_bytes(), why),
             }
@@ -1352,15 +1413,17 @@ fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {
         && i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()) == mtime_ns
 }
 
-fn hash_file(f: &File, size: u64) -> std::io::Result<Hash> {
+fn hash_file(f: &File, size: u64) -> std::io::Result<(Hash, QuickDigest)> {
     let mut h = blake3::Hasher::new();
+    let mut q = twox_hash::XxHash3_128::new();
     let mut buf = vec![0u8; WRITE_BUF];
     let mut at = 0u64;
     while at < size {
         let n = (size - at).min(buf.len() as u64) as usize;
         f.read_exact_at(&mut buf[..n], at)?;
         h.update(&buf[..n]);
+        q.write(&buf[..n]);
         at += n as u64;
     }
-    Ok(*h.finalize().as_bytes())
+    Ok((*h.finalize().as_bytes(), q.finish_128().to_le_bytes()))
 }

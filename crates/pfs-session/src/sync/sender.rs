@@ -33,8 +33,9 @@ pub struct SyncItem {
     pub entry: Entry,
     /// The file's chunks (regular files; `None` until it is chunked).
     pub recipe: Option<Recipe>,
-    /// Size and whole-file BLAKE3 known without a recipe (the probe pass).
-    pub digest: Option<(u64, Hash)>,
+    /// Size and XXH3-128 of the whole file, from the probe pass (files
+    /// without a cached recipe, when the receiver's store is not empty).
+    pub digest: Option<(u64, pfs_sync::QuickDigest)>,
     /// The receiver said it holds this file: FILE with HELD, no CHUNKS.
     pub held: bool,
 }
@@ -54,12 +55,16 @@ impl SyncItem {
         matches!(self.entry.kind, LocalKind::File { .. })
     }
 
-    /// Size and whole-file hash, from the recipe or the probe pass.
+    /// Size and the `file_hash` field of its FILE frame: the BLAKE3 from
+    /// the recipe, or for a HELD file its XXH3-128 and 16 zero bytes.
     fn size_and_hash(&self) -> Option<(u64, Hash)> {
-        self.recipe
-            .as_ref()
-            .map(|r| (r.size, r.file_hash))
-            .or(self.digest)
+        if self.held {
+            let (size, digest) = self.digest?;
+            let mut h = [0u8; 32];
+            h[..16].copy_from_slice(&digest);
+            return Some((size, h));
+        }
+        self.recipe.as_ref().map(|r| (r.size, r.file_hash))
     }
 }
 
@@ -68,13 +73,13 @@ impl SyncItem {
 /// lacks. Items that cannot be read are returned with the reason; the
 /// session leaves them out.
 pub trait SyncPrepare {
-    /// Sets `digest` of `items[i]` for each `i` in `which`.
+    /// Sets `digest` (size and XXH3-128) of `items[i]` for each `i` in `which`.
     fn hash(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)>;
     /// Sets `recipe` of `items[i]` for each `i` in `which`.
     fn chunk(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)>;
 }
 
-/// [`SyncPrepare`] on this machine's files with [`pfs_sync::hash_files`]
+/// [`SyncPrepare`] on this machine's files with [`pfs_sync::digest_files`]
 /// and [`pfs_sync::chunk_files`]; counts the time it spends.
 #[derive(Debug, Clone)]
 pub struct LocalPrepare {
@@ -134,7 +139,7 @@ impl LocalPrepare {
 impl SyncPrepare for LocalPrepare {
     fn hash(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)> {
         let mut done = (0, 0);
-        let failed = self.run(items, which, pfs_sync::hash_files, |it, d| {
+        let failed = self.run(items, which, pfs_sync::digest_files, |it, d| {
             done.0 += 1;
             done.1 += d.0;
             it.digest = Some(d);
@@ -565,8 +570,9 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
 /// Asks the receiver which regular files it already holds (PROBE), marks
 /// them `held`; returns how many entries were probed.
 fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [SyncItem]) -> Result<u64, SessionError> {
+    // Files hashed whole in this session (a cached recipe has only BLAKE3).
     let asked: Vec<usize> = (0..items.len())
-        .filter(|&i| items[i].is_file() && items[i].size_and_hash().is_some_and(|(n, _)| n > 0))
+        .filter(|&i| items[i].is_file() && items[i].digest.is_some_and(|(n, _)| n > 0))
         .collect();
     if asked.is_empty() {
         return Ok(0);
@@ -584,11 +590,11 @@ fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [SyncItem]) -
             if body.len() + PROBE_ENTRY_FIXED_LEN + path.len() > max_body {
                 break;
             }
-            let Some((size, hash)) = it.size_and_hash() else {
-                unreachable!("only items with a hash are asked about")
+            let Some((size, digest)) = it.digest else {
+                unreachable!("only items with a digest are asked about")
             };
             let mut key = [0u8; INDEX_KEY_LEN];
-            key.copy_from_slice(&hash[..INDEX_KEY_LEN]);
+            key.copy_from_slice(&digest[..INDEX_KEY_LEN]);
             ProbeEntry {
                 size,
                 mtime_sec: it.entry.mtime_ns.div_euclid(1_000_000_000) as i64,

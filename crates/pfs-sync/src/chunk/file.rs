@@ -83,12 +83,23 @@ fn unchanged_since(file: &File, before: &std::fs::Metadata, path: &Path) -> Resu
     Ok(())
 }
 
-/// Size and whole-file BLAKE3 of one regular file, without cutting it into
+/// XXH3-128 of a file's content, little-endian: the quick whole-file digest
+/// a sender asks the receiver about (PROBE) before it chunks anything.
+pub type QuickDigest = [u8; 16];
+
+/// XXH3-128 of `data`.
+pub fn quick_digest(data: &[u8]) -> QuickDigest {
+    twox_hash::XxHash3_128::oneshot(data).to_le_bytes()
+}
+
+/// Size and [`QuickDigest`] of one regular file, without cutting it into
 /// chunks: what a sender needs to ask the receiver whether it already holds
-/// the file. Read as [`chunk_file`] reads (holes skipped); windows of a
-/// large file are hashed in parallel on the current rayon pool while the
-/// next one is read. A file that changes while read is [`SyncError::Changed`].
-pub fn hash_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, [u8; 32]), SyncError> {
+/// the file. XXH3-128 rather than BLAKE3 because it costs a fraction of the
+/// CPU and only decides whether a file the receiver itself wrote (and
+/// checked with BLAKE3 then) may be left as it is. Read as [`chunk_file`]
+/// reads (holes skipped), the next window while the current one is hashed.
+/// A file that changes while read is [`SyncError::Changed`].
+pub fn digest_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, QuickDigest), SyncError> {
     let path = path.as_ref();
     let window = params.window();
     let file = File::open(path).map_err(|e| SyncError::io("open", path, e))?;
@@ -97,7 +108,7 @@ pub fn hash_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, [
         return Err(SyncError::NotAFile { path: path.into() });
     }
     let size = before.len();
-    let hash = if size <= window as u64 {
+    let digest = if size <= window as u64 {
         SMALL.with(|cell| {
             let mut buf = cell.borrow_mut();
             if buf.len() < size as usize {
@@ -105,18 +116,18 @@ pub fn hash_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, [
             }
             let data = &mut buf[..size as usize];
             read_full_at(&file, data, 0, path)?;
-            Ok::<_, SyncError>(*blake3::hash(data).as_bytes())
+            Ok::<_, SyncError>(quick_digest(data))
         })?
     } else {
         let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
         let n = size.div_ceil(window as u64) as usize;
         let window_len = |k: usize| (size - k as u64 * window as u64).min(window as u64) as usize;
-        let mut cvs = Vec::with_capacity(n);
+        let mut h = twox_hash::XxHash3_128::new();
         let (mut cur, mut next) = (vec![0u8; window], vec![0u8; window]);
         read_sparse_at(&file, &mut cur[..window_len(0)], 0, path)?;
         for k in 0..n {
-            let (cv, read) = rayon::join(
-                || tree::window_cv(&cur[..window_len(k)], k as u64 * window as u64),
+            let ((), read) = rayon::join(
+                || h.write(&cur[..window_len(k)]),
                 || match k + 1 < n {
                     true => read_sparse_at(
                         &file,
@@ -128,13 +139,12 @@ pub fn hash_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, [
                 },
             );
             read?;
-            cvs.push(cv);
             std::mem::swap(&mut cur, &mut next);
         }
-        tree::root_hash(&cvs)
+        h.finish_128().to_le_bytes()
     };
     unchanged_since(&file, &before, path)?;
-    Ok((size, hash))
+    Ok((size, digest))
 }
 
 /// Fill `buf` from `offset`; a file that ends early has changed.

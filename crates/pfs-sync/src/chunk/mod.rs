@@ -48,7 +48,7 @@ use crate::error::{ChunkParamsError, SyncError};
 use crate::walk::{Entry, EntryKind};
 
 use cdc::{Cutter, ZERO_FLAG};
-pub use file::{chunk_file, hash_file};
+pub use file::{chunk_file, digest_file, quick_digest, QuickDigest};
 
 /// Default average chunk size: 32 KiB.
 pub const DEFAULT_AVG: u32 = 32 * 1024;
@@ -330,14 +330,14 @@ pub fn chunk_files(
     }))
 }
 
-/// [`hash_file`] for many entries on `threads` threads (0 = one per core):
-/// one result per entry, in order, as [`chunk_files`].
+/// [`digest_file`] for many entries on `threads` threads (0 = one per
+/// core): one result per entry, in order, as [`chunk_files`].
 #[allow(clippy::type_complexity)]
-pub fn hash_files(
+pub fn digest_files(
     entries: &[&Entry],
     params: &ChunkParams,
     threads: usize,
-) -> Result<Vec<Result<(u64, [u8; 32]), SyncError>>, SyncError> {
+) -> Result<Vec<Result<(u64, QuickDigest), SyncError>>, SyncError> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("pfs-hash-{i}"))
@@ -351,7 +351,7 @@ pub fn hash_files(
             .par_iter()
             .with_max_len(1)
             .map(|e| match e.kind {
-                EntryKind::File { .. } => hash_file(&e.abs, params),
+                EntryKind::File { .. } => digest_file(&e.abs, params),
                 _ => Err(SyncError::NotAFile { path: e.abs.clone() }),
             })
             .collect()

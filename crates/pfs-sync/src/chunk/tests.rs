@@ -352,45 +352,51 @@ fn sparse_file_equals_dense_bytes() {
 }
 
 #[test]
-fn hash_file_equals_blake3_of_the_content() {
+fn digest_file_equals_xxh3_of_the_content() {
     let p = small_params();
     let w = p.window();
     assert!(w >= 2 * p.max() as usize);
     let data = random_bytes(3 * w + 17, 30);
     for len in [0, 1, w - 1, w, w + 1, 3 * w + 17] {
         let f = write_temp(&data[..len]);
-        let (size, hash) = hash_file(f.path(), &p).unwrap();
+        let (size, digest) = digest_file(f.path(), &p).unwrap();
         assert_eq!(size, len as u64, "len {len}");
-        assert_eq!(hash, *blake3::hash(&data[..len]).as_bytes(), "len {len}");
-        let r = chunk_file(f.path(), &p).unwrap();
-        assert_eq!((r.size, r.file_hash), (size, hash), "len {len}: chunk_file");
+        assert_eq!(digest, quick_digest(&data[..len]), "len {len}");
+        assert_eq!(
+            chunk_file(f.path(), &p).unwrap().size,
+            size,
+            "len {len}: chunk_file"
+        );
     }
 }
 
 #[test]
-fn hash_file_of_a_sparse_file() {
+fn digest_file_of_a_sparse_file() {
     let p = ChunkParams::default();
     // Holes span whole windows and start and end inside them.
     let len = 5 * p.window() as u64 + 4321;
     let (f, writes) = sparse_file(len);
-    let (size, hash) = hash_file(f.path(), &p).unwrap();
+    let mut dense = vec![0u8; len as usize];
+    for (off, bytes) in &writes {
+        dense[*off as usize..][..bytes.len()].copy_from_slice(bytes);
+    }
+    let (size, digest) = digest_file(f.path(), &p).unwrap();
     assert_eq!(size, len);
-    assert_eq!(hash, sparse_hash(len, &writes));
-    assert_eq!(hash, chunk_file(f.path(), &p).unwrap().file_hash);
+    assert_eq!(digest, quick_digest(&dense));
 }
 
 #[test]
-fn hash_file_errors() {
+fn digest_file_errors() {
     let p = ChunkParams::default();
-    let e = hash_file("/nonexistent/pfs-sync-test", &p).unwrap_err();
+    let e = digest_file("/nonexistent/pfs-sync-test", &p).unwrap_err();
     assert!(matches!(e, SyncError::Io { op: "open", .. }), "{e}");
     let dir = tempfile::tempdir().unwrap();
-    let e = hash_file(dir.path(), &p).unwrap_err();
+    let e = digest_file(dir.path(), &p).unwrap_err();
     assert!(matches!(e, SyncError::NotAFile { .. }), "{e}");
 }
 
 #[test]
-fn hash_files_in_order_with_errors() {
+fn digest_files_in_order_with_errors() {
     let p = small_params();
     let dir = tempfile::tempdir().unwrap();
     let entry = |name: &str, kind: EntryKind, abs: std::path::PathBuf| Entry {
@@ -419,13 +425,13 @@ fn hash_files_in_order_with_errors() {
     datas.insert(1, Vec::new());
     let refs: Vec<&Entry> = entries.iter().collect();
     for threads in [1, 2, 0] {
-        let out = hash_files(&refs, &p, threads).unwrap();
+        let out = digest_files(&refs, &p, threads).unwrap();
         assert_eq!(out.len(), entries.len());
         for (i, (data, r)) in datas.iter().zip(&out).enumerate() {
             if i == 1 {
                 assert!(matches!(r, Err(SyncError::NotAFile { .. })), "{r:?}");
             } else {
-                let want = (data.len() as u64, *blake3::hash(data).as_bytes());
+                let want = (data.len() as u64, quick_digest(data));
                 assert_eq!(r.as_ref().unwrap(), &want, "entry {i}");
             }
         }
