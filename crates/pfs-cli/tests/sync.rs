@@ -524,6 +524,9 @@ fn new_version_of_a_tree_chunks_only_the_changed_files() {
         let mid = bytes.len() / 2;
         bytes[mid] ^= flip;
         write(&changed, &bytes);
+        // An unchanged file whose permission bits change: still held, new mode.
+        let mode = if no_probe { 0o644 } else { 0o600 };
+        fs::set_permissions(v.join("f05.bin"), fs::Permissions::from_mode(mode)).expect("chmod");
         let extra: &[&str] = if no_probe { &["--no-probe"] } else { &[] };
         let out = good(&send(&[&v], &server.addr, &d.cache, extra), name);
         assert_eq!(num(&out, "/receiver/files_written"), 1, "{out:#}");

@@ -83,7 +83,11 @@ pub struct TempFile {
     persisted: bool,
 }
 
-/// The open parent directory of the last [`DestRoot::stat_existing`].
+/// The open parent directory of the last [`DestRoot::stat_existing`] or
+/// [`DestRoot::set_existing_times_and_mode`], for the next file in the same
+/// directory. Like a process's working directory (rsync works from one),
+/// it keeps naming the directory it resolved even if that is renamed
+/// meanwhile; keep one per session and drop it when the session ends.
 #[derive(Debug, Default)]
 pub struct StatCache {
     dir: Option<(Vec<u8>, OwnedFd)>,
@@ -100,6 +104,8 @@ pub struct FileStat {
     pub mtime_ns: i128,
     /// Status change time, ns since the epoch.
     pub ctime_ns: i128,
+    /// Mode bits (`st_mode & 0o7777`).
+    pub mode: u32,
 }
 
 impl FileStat {
@@ -111,6 +117,17 @@ impl FileStat {
             size: meta.size(),
             mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
             ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+            mode: meta.mode() & 0o7777,
+        }
+    }
+
+    fn of_stat(st: &rfs::Stat) -> Self {
+        Self {
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+            ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+            mode: st.st_mode & 0o7777,
         }
     }
 }
@@ -262,6 +279,71 @@ impl DestRoot {
     /// parent directory stays open in `cache` for the next lookup in the
     /// same directory (a tree's files arrive directory by directory).
     pub fn stat_existing(&self, cache: &mut StatCache, rel: &RelPath) -> Result<Option<FileStat>, SyncError> {
+        let Some(dir) = self.cached_parent(cache, rel)? else {
+            return Ok(None);
+        };
+        match rfs::statat(dir, rel.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
+                Ok(Some(FileStat::of_stat(&st)))
+            }
+            Ok(_) | Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(dest_err("stat", rel, e)),
+        }
+    }
+
+    /// Sets mtime and permission bits of the regular file `rel`, found by
+    /// [`DestRoot::stat_existing`] as `before`, through the parent directory
+    /// open in `cache`, and returns its stat afterwards (`None` if it is no
+    /// longer a regular file). The mtime is set without opening the file;
+    /// permission bits only when they differ, through the file opened
+    /// without following symlinks (`chmod` by name would follow one).
+    pub fn set_existing_times_and_mode(
+        &self,
+        cache: &mut StatCache,
+        rel: &RelPath,
+        before: &FileStat,
+        mtime_ns: i128,
+        mode: u32,
+    ) -> Result<Option<FileStat>, SyncError> {
+        let Some(dir) = self.cached_parent(cache, rel)? else {
+            return Ok(None);
+        };
+        let name = rel.file_name();
+        if before.mode & PERM_MASK != mode & PERM_MASK {
+            let fd = match rfs::openat(
+                dir,
+                name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT | Errno::LOOP | Errno::NXIO) => return Ok(None),
+                Err(e) => return Err(dest_err("open", rel, e)),
+            };
+            let st = rfs::fstat(&fd).map_err(|e| dest_err("stat", rel, e))?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_ino != before.ino {
+                return Ok(None);
+            }
+            set_times_and_mode(&fd, mtime_ns, mode).map_err(|e| dest_err("set mode/mtime", rel, e))?;
+        } else {
+            let times = mtime_only(mtime_ns).map_err(|e| dest_err("set mtime", rel, e))?;
+            match rfs::utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(()) => {}
+                Err(Errno::NOENT) => return Ok(None),
+                Err(e) => return Err(dest_err("set mtime", rel, e)),
+            }
+        }
+        self.stat_existing(cache, rel)
+    }
+
+    /// The parent directory of `rel`, from `cache` or opened beneath the
+    /// root into it; `None` if it does not resolve (missing, or a symlink
+    /// on the way).
+    fn cached_parent<'c>(
+        &self,
+        cache: &'c mut StatCache,
+        rel: &RelPath,
+    ) -> Result<Option<&'c OwnedFd>, SyncError> {
         let parent = rel.parent();
         let key = parent.as_ref().map_or(&b""[..], |p| p.as_bytes());
         let stale = match &cache.dir {
@@ -280,19 +362,7 @@ impl DestRoot {
             };
             cache.dir = Some((key.to_vec(), dir));
         }
-        let Some((_, dir)) = &cache.dir else {
-            return Ok(None);
-        };
-        match rfs::statat(dir, rel.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => Ok(Some(FileStat {
-                ino: st.st_ino,
-                size: st.st_size as u64,
-                mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
-                ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
-            })),
-            Ok(_) | Err(Errno::NOENT) => Ok(None),
-            Err(e) => Err(dest_err("stat", rel, e)),
-        }
+        Ok(cache.dir.as_ref().map(|(_, d)| d))
     }
 
     /// Create (or atomically replace) the symlink `rel` pointing to `target`,
@@ -539,10 +609,15 @@ pub fn set_file_times_and_mode(file: &File, mtime_ns: i128, mode: u32) -> std::i
 
 fn set_times_and_mode(fd: impl AsFd, mtime_ns: i128, mode: u32) -> Result<(), Errno> {
     rfs::fchmod(&fd, Mode::from_raw_mode(mode & PERM_MASK))?;
+    rfs::futimens(&fd, &mtime_only(mtime_ns)?)
+}
+
+/// Timestamps that set mtime (ns since the epoch) and leave atime.
+fn mtime_only(mtime_ns: i128) -> Result<Timestamps, Errno> {
     let secs = mtime_ns.div_euclid(1_000_000_000);
     let nanos = mtime_ns.rem_euclid(1_000_000_000);
     let secs = i64::try_from(secs).map_err(|_| Errno::INVAL)?;
-    let times = Timestamps {
+    Ok(Timestamps {
         last_access: rfs::Timespec {
             tv_sec: 0,
             tv_nsec: rfs::UTIME_OMIT,
@@ -551,8 +626,7 @@ fn set_times_and_mode(fd: impl AsFd, mtime_ns: i128, mode: u32) -> Result<(), Er
             tv_sec: secs,
             tv_nsec: nanos as _,
         },
-    };
-    rfs::futimens(&fd, &times)
+    })
 }
 
 /// `.pfs-tmp.<name, truncated to fit>.<16 hex digits>`.

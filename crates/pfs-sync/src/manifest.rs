@@ -55,6 +55,17 @@ impl Written {
         }
     }
 
+    /// The record for the file just found as `st` with content `hash` and `digest`.
+    pub fn of_stat(st: &crate::FileStat, hash: [u8; 32], digest: QuickDigest) -> Self {
+        Self {
+            ino: st.ino,
+            size: st.size,
+            ctime_ns: st.ctime_ns,
+            hash,
+            digest,
+        }
+    }
+
     /// Whether `meta` still describes the file recorded.
     pub fn still(&self, meta: &std::fs::Metadata) -> bool {
         meta.is_file() && self.still_stat(&crate::FileStat::of(meta))

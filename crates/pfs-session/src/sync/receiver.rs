@@ -199,8 +199,8 @@ struct Session<'a, T: Transport + ?Sized> {
     probe_held: Vec<bool>,
     /// The PROBE flagged LAST arrived.
     probe_last: bool,
-    /// Open directory of the last probed path.
-    probe_dir: pfs_sync::StatCache,
+    /// Open directory of the last path probed or set by name.
+    dir_cache: pfs_sync::StatCache,
     /// Directories known to exist (created or checked this session).
     dirs_made: std::collections::HashSet<Vec<u8>>,
     /// Directory entries received: mode and mtime are set at the end, once
@@ -242,7 +242,7 @@ pub fn receive_sync<T: Transport + ?Sized>(
         batch_buf: Vec::new(),
         probe_held: Vec::new(),
         probe_last: false,
-        probe_dir: pfs_sync::StatCache::default(),
+        dir_cache: pfs_sync::StatCache::default(),
         dirs_made: std::collections::HashSet::new(),
         dir_meta: Vec::new(),
         started: Instant::now(),
@@ -492,23 +492,12 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         }
     }
 
-    /// Whether the destination file (`meta`) is the one this receiver wrote
-    /// with content `hash` and nothing touched since (see [`Manifest`]).
-    /// For a HELD file (§10.10) `hash` is its XXH3-128 and 16 zero bytes.
-    fn holds_content(
-        &self,
-        rel: &RelPath,
-        meta: &std::fs::Metadata,
-        hash: &Hash,
-        held: bool,
-    ) -> Option<Written> {
+    /// The manifest record, if the destination file (`meta`) is the one this
+    /// receiver wrote with content `hash` and nothing touched since (see
+    /// [`Manifest`]).
+    fn holds_content(&self, rel: &RelPath, meta: &std::fs::Metadata, hash: &Hash) -> Option<Written> {
         let w = self.cfg.manifest.as_ref()?.get(rel.as_bytes())?;
-        let same = if held {
-            hash[..16] == w.digest && hash[16..] == [0; 16]
-        } else {
-            &w.hash == hash
-        };
-        (same && w.still(meta)).then_some(w)
+        (&w.hash == hash && w.still(meta)).then_some(w)
     }
 
     /// A BATCH: decompress (bounded by `max_chunks_body`), then its frames
@@ -594,9 +583,6 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             self.probe_held.push(held);
         }
         self.probe_last = flags & FLAG_LAST != 0;
-        if self.probe_last {
-            self.probe_dir = pfs_sync::StatCache::default();
-        }
         Ok(())
     }
 
@@ -608,7 +594,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             return false;
         };
         let mtime_ns = i128::from(e.mtime_sec) * 1_000_000_000 + i128::from(e.mtime_nsec);
-        match self.dest.stat_existing(&mut self.probe_dir, &rel) {
+        match self.dest.stat_existing(&mut self.dir_cache, &rel) {
             Ok(Some(st)) => {
                 (st.size == e.size && st.mtime_ns == mtime_ns)
                     || self
@@ -823,6 +809,9 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
     /// What to do with a regular file's destination: leave it, set its
     /// metadata only, rebuild it, or (failed) nothing.
     fn file_target(&mut self, f: &FileEntry<'_>, rel: &RelPath, mtime_ns: i128) -> Target {
+        if f.held {
+            return self.held_target(f, rel, mtime_ns);
+        }
         let (file, meta) = match self.dest.open_existing(rel) {
             Ok(Some((file, meta))) => (Some(file), Some(meta)),
             Ok(None) => (None, None),
@@ -835,9 +824,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             return Target::Unchanged;
         }
         let held = match (&file, &meta) {
-            (Some(file), Some(meta)) => self
-                .holds_content(rel, meta, &f.file_hash, f.held)
-                .map(|w| (file, w)),
+            (Some(file), Some(meta)) => self.holds_content(rel, meta, &f.file_hash).map(|w| (file, w)),
             _ => None,
         };
         if let Some((file, w)) = held {
@@ -874,6 +861,56 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             })),
             Err(e) => {
                 self.fail(f.path, e);
+                Target::Failed
+            }
+        }
+    }
+
+    /// [`Self::file_target`] for a HELD file (§10.10): by name in the
+    /// directory the probe looked in, without opening the file unless its
+    /// permission bits change.
+    fn held_target(&mut self, f: &FileEntry<'_>, rel: &RelPath, mtime_ns: i128) -> Target {
+        let changed = "changed at the destination after the sender asked about it (PROBE); send again";
+        let st = match self.dest.stat_existing(&mut self.dir_cache, rel) {
+            Ok(Some(st)) => st,
+            Ok(None) => {
+                self.fail(f.path, changed);
+                return Target::Failed;
+            }
+            Err(e) => {
+                self.fail(f.path, e);
+                return Target::Failed;
+            }
+        };
+        if st.size == f.size && st.mtime_ns == mtime_ns {
+            return Target::Unchanged;
+        }
+        let record = self
+            .cfg
+            .manifest
+            .as_ref()
+            .and_then(|m| m.get(rel.as_bytes()))
+            .filter(|w| f.file_hash[..16] == w.digest && f.file_hash[16..] == [0; 16] && w.still_stat(&st));
+        let Some(w) = record else {
+            self.fail(f.path, changed);
+            return Target::Failed;
+        };
+        match self
+            .dest
+            .set_existing_times_and_mode(&mut self.dir_cache, rel, &st, mtime_ns, f.mode)
+        {
+            Ok(Some(now)) => {
+                if let Some(m) = &self.cfg.manifest {
+                    m.insert(rel.as_bytes(), Written::of_stat(&now, w.hash, w.digest));
+                }
+                Target::SameContent
+            }
+            Ok(None) => {
+                self.fail(f.path, changed);
+                Target::Failed
+            }
+            Err(e) => {
+                self.fail(f.path, format!("set mode/mtime: {e}"));
                 Target::Failed
             }
         }

@@ -1,9 +1,11 @@
 //! Content-defined chunking: bytes and files → [`Recipe`]s.
 //!
 //! This module owns the chunk parameters ([`ChunkParams`]), the recipe types
-//! ([`ChunkRef`], [`Recipe`]) and the three entry points: [`chunk_bytes`] for
-//! data in memory, [`chunk_file`] for one file and [`chunk_files`] for many in
-//! parallel.
+//! ([`ChunkRef`], [`Recipe`]) and the entry points: [`chunk_bytes`] for data
+//! in memory, [`chunk_file`] for one file and [`chunk_files`] for many in
+//! parallel; and, for a sender that first asks the receiver which whole files
+//! it holds, [`digest_file`] / [`digest_files`]: the file's XXH3-128 only, no
+//! cut points, no BLAKE3.
 //!
 //! Cut points come from FastCDC (the 2020 variant, normalization level 1,
 //! the crate's standard gear table; the loop is our own, see `cdc.rs`), so

@@ -264,3 +264,54 @@ fn open_existing_ignores_special_files() {
         assert!(root.open_existing(&rp("link")).unwrap().is_none());
     }
 }
+
+#[test]
+fn stat_and_set_by_name_stay_beneath_and_refuse_symlinks() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new();
+    fs::create_dir_all(fx.dest.join("d")).unwrap();
+    fs::write(fx.dest.join("d/a"), b"aaaa").unwrap();
+    fs::write(fx.dest.join("d/b"), b"bb").unwrap();
+    fs::write(fx.outside.join("secret"), b"s").unwrap();
+    symlink(fx.outside.join("secret"), fx.dest.join("d/link")).unwrap();
+    symlink(&fx.outside, fx.dest.join("via")).unwrap();
+    for root in fx.roots() {
+        let mut cache = StatCache::default();
+        let a = root.stat_existing(&mut cache, &rp("d/a")).unwrap().expect("d/a");
+        assert_eq!(a, FileStat::of(&fs::metadata(fx.dest.join("d/a")).unwrap()));
+        // Same directory: the cached parent serves the next name.
+        assert_eq!(
+            root.stat_existing(&mut cache, &rp("d/b")).unwrap().unwrap().size,
+            2
+        );
+        // Symlinks, as the file or on the way, and missing names are not found.
+        for p in ["d/link", "via/secret", "d/missing", "nodir/x"] {
+            assert_eq!(root.stat_existing(&mut cache, &rp(p)).unwrap(), None, "{p}");
+        }
+        // mtime only (mode unchanged), then a mode change too.
+        let t = 1_600_000_000_123_456_789i128;
+        let now = root
+            .set_existing_times_and_mode(&mut cache, &rp("d/a"), &a, t, a.mode)
+            .unwrap()
+            .expect("still there");
+        assert_eq!((now.mtime_ns, now.mode), (t, a.mode));
+        let now = root
+            .set_existing_times_and_mode(&mut cache, &rp("d/a"), &now, t + 1, 0o600)
+            .unwrap()
+            .expect("still there");
+        assert_eq!((now.mtime_ns, now.mode), (t + 1, 0o600));
+        fs::set_permissions(fx.dest.join("d/a"), fs::Permissions::from_mode(0o644)).unwrap();
+        // A symlink swapped in after the stat: nothing outside changes.
+        let before = fs::metadata(fx.outside.join("secret")).unwrap();
+        let swapped = root.stat_existing(&mut cache, &rp("d/b")).unwrap().unwrap();
+        fs::remove_file(fx.dest.join("d/b")).unwrap();
+        symlink(fx.outside.join("secret"), fx.dest.join("d/b")).unwrap();
+        let r = root.set_existing_times_and_mode(&mut cache, &rp("d/b"), &swapped, t, 0o777);
+        assert!(matches!(r, Ok(None) | Err(_)), "{r:?}");
+        let after = fs::metadata(fx.outside.join("secret")).unwrap();
+        assert_eq!((after.mode(), after.mtime()), (before.mode(), before.mtime()));
+        fs::remove_file(fx.dest.join("d/b")).unwrap();
+        fs::write(fx.dest.join("d/b"), b"bb").unwrap();
+    }
+    assert_eq!(fs::read_dir(&fx.outside).unwrap().count(), 1);
+}
