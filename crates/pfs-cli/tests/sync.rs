@@ -551,6 +551,41 @@ fn new_version_of_a_tree_chunks_only_the_changed_files() {
     }
 }
 
+/// The whole-file digests of a held tree are cached by the sender: sending
+/// the same tree again reads nothing and chunks nothing.
+#[test]
+fn a_held_tree_sent_again_is_not_read_again() {
+    let d = dirs();
+    make_data_tree(&d.src.join("v1/data"), 20);
+    let server = serve(&d.store, &d.dest, &[]);
+    good(
+        &send(&[&d.src.join("v1/data")], &server.addr, &d.cache, &[]),
+        "version 1",
+    );
+    // The same content elsewhere, with old mtimes (the cache skips files
+    // modified in the last 2 s).
+    let v2 = d.src.join("v2/data");
+    make_data_tree(&v2, 20);
+    let names: Vec<String> = (0..12)
+        .map(|i| format!("f{i:02}.bin"))
+        .chain(["sub/nested.bin".into()])
+        .collect();
+    for (i, n) in names.iter().enumerate() {
+        set_mtime(&v2.join(n), 1_500_000_000 + i as u64, 0);
+    }
+    let files = names.len() as u64;
+    let first = good(&send(&[&v2], &server.addr, &d.cache, &[]), "copy, first send");
+    assert_eq!(num(&first, "/receiver/files_metadata_only"), files, "{first:#}");
+    assert_eq!(num(&first, "/sender/files_hashed_whole"), files, "{first:#}");
+    assert_eq!(num(&first, "/sender/files_chunked"), 0, "{first:#}");
+    let again = good(&send(&[&v2], &server.addr, &d.cache, &[]), "copy, again");
+    assert_eq!(num(&again, "/receiver/files_unchanged"), files, "{again:#}");
+    assert_eq!(num(&again, "/sender/files_probed"), files, "{again:#}");
+    assert_eq!(num(&again, "/sender/files_hashed_whole"), 0, "{again:#}");
+    assert_eq!(num(&again, "/sender/files_chunked"), 0, "{again:#}");
+    assert_same_tree(&v2, &d.dest.join("data"));
+}
+
 #[test]
 fn one_changed_byte_moves_at_most_two_chunks() {
     let d = dirs();

@@ -38,13 +38,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::chunk::{ChunkParams, ChunkRef, Recipe};
 use crate::error::{CacheWarning, SyncError};
 use crate::walk::{Entry, EntryKind};
+use crate::QuickDigest;
 
 /// Files modified this recently (nanoseconds) are not cached; see the module docs.
 pub const RACY_WINDOW_NS: i128 = 2_000_000_000;
 /// Recipe-cache entries unused for this long (seconds) are dropped on save.
 pub const EXPIRE_SECS: u64 = 30 * 24 * 3600;
 
-const RECIPE_MAGIC: &[u8; 8] = b"PFSRCPC\0";
+const RECIPE_MAGIC: &[u8; 8] = b"PFSRCPC2";
 const INDEX_MAGIC: &[u8; 8] = b"PFSIDX2\0";
 const VERSION: u32 = 1;
 const SUM_LEN: usize = 32;
@@ -82,8 +83,15 @@ struct Cached {
     mtime_ns: i128,
     params: ChunkParams,
     last_used_s: u64,
-    recipe: Recipe,
+    /// The chunks, if the file was chunked.
+    recipe: Option<Recipe>,
+    /// Its XXH3-128, if it was digested whole (see [`crate::digest_file`]).
+    digest: Option<QuickDigest>,
 }
+
+/// Record flags in the cache file.
+const HAS_RECIPE: u8 = 1;
+const HAS_DIGEST: u8 = 2;
 
 impl Cached {
     fn matches(&self, e: &Entry, size: u64, params: &ChunkParams) -> bool {
@@ -150,7 +158,52 @@ impl RecipeCache {
             return None;
         }
         c.last_used_s = self.now_s;
-        Some(&c.recipe)
+        c.recipe.as_ref()
+    }
+
+    /// The cached whole-file XXH3-128 for `entry`, under the same conditions
+    /// as [`RecipeCache::get`].
+    pub fn get_digest(&mut self, entry: &Entry, params: &ChunkParams) -> Option<QuickDigest> {
+        let EntryKind::File { size } = entry.kind else {
+            return None;
+        };
+        let c = self.map.get_mut(entry.abs.as_os_str().as_bytes())?;
+        if !c.matches(entry, size, params) {
+            return None;
+        }
+        c.last_used_s = self.now_s;
+        c.digest
+    }
+
+    /// Remember the whole-file XXH3-128 of `entry` (beside its recipe, if
+    /// one is cached for the same stat; else alone). Same rules as
+    /// [`RecipeCache::put`].
+    pub fn put_digest(&mut self, entry: &Entry, params: &ChunkParams, digest: QuickDigest) {
+        let EntryKind::File { size } = entry.kind else {
+            return;
+        };
+        if entry.mtime_ns > unix_now_ns() - RACY_WINDOW_NS {
+            return;
+        }
+        let key = entry.abs.as_os_str().as_bytes();
+        if let Some(c) = self.map.get_mut(key).filter(|c| c.matches(entry, size, params)) {
+            c.digest = Some(digest);
+            c.last_used_s = self.now_s;
+            return;
+        }
+        self.map.insert(
+            key.to_vec(),
+            Cached {
+                dev: entry.dev,
+                ino: entry.ino,
+                size,
+                mtime_ns: entry.mtime_ns,
+                params: *params,
+                last_used_s: self.now_s,
+                recipe: None,
+                digest: Some(digest),
+            },
+        );
     }
 
     /// Remember `recipe` for `entry` (replacing what was cached for its
@@ -172,7 +225,8 @@ impl RecipeCache {
                 mtime_ns: entry.mtime_ns,
                 params: *params,
                 last_used_s: self.now_s,
-                recipe,
+                recipe: Some(recipe),
+                digest: None,
             },
         );
     }
@@ -198,11 +252,19 @@ impl RecipeCache {
             put_u32(&mut body, c.params.avg());
             put_u32(&mut body, c.params.max());
             put_u64(&mut body, c.last_used_s);
-            body.extend_from_slice(&c.recipe.file_hash);
-            put_u64(&mut body, c.recipe.chunks.len() as u64);
-            for ch in &c.recipe.chunks {
-                body.extend_from_slice(&ch.hash);
-                put_u32(&mut body, ch.len);
+            let flags = if c.recipe.is_some() { HAS_RECIPE } else { 0 }
+                | if c.digest.is_some() { HAS_DIGEST } else { 0 };
+            body.push(flags);
+            if let Some(d) = &c.digest {
+                body.extend_from_slice(d);
+            }
+            if let Some(recipe) = &c.recipe {
+                body.extend_from_slice(&recipe.file_hash);
+                put_u64(&mut body, recipe.chunks.len() as u64);
+                for ch in &recipe.chunks {
+                    body.extend_from_slice(&ch.hash);
+                    put_u32(&mut body, ch.len);
+                }
             }
         }
         store(&self.path, RECIPE_MAGIC, &body)
@@ -212,8 +274,8 @@ impl RecipeCache {
 fn decode_recipes(body: &[u8]) -> Result<HashMap<Vec<u8>, Cached>, &'static str> {
     let mut r = Reader(body);
     let n = r.u64()?;
-    // Smallest possible record: see `save`.
-    const MIN_RECORD: u64 = 4 + 8 * 3 + 16 + 12 + 8 + 32 + 8;
+    // Smallest possible record (a digest alone): see `save`.
+    const MIN_RECORD: u64 = 4 + 8 * 3 + 16 + 12 + 8 + 1 + 16;
     if n > body.len() as u64 / MIN_RECORD {
         return Err("entry count larger than the file");
     }
@@ -228,29 +290,42 @@ fn decode_recipes(body: &[u8]) -> Result<HashMap<Vec<u8>, Cached>, &'static str>
         let (min, avg, max) = (r.u32()?, r.u32()?, r.u32()?);
         let params = ChunkParams::with_bounds(min, avg, max).map_err(|_| "bad chunk parameters")?;
         let last_used_s = r.u64()?;
-        let file_hash = r.array()?;
-        let nchunks = r.u64()?;
-        if nchunks > r.0.len() as u64 / 36 {
-            return Err("chunk count larger than the file");
+        let flags = r.array::<1>()?[0];
+        if flags & !(HAS_RECIPE | HAS_DIGEST) != 0 || flags == 0 {
+            return Err("bad record flags");
         }
-        let mut chunks = Vec::with_capacity(nchunks as usize);
-        let mut offset = 0u64;
-        for _ in 0..nchunks {
-            let hash = r.array()?;
-            let len = r.u32()?;
-            if len == 0 || len > params.max() {
-                return Err("chunk length out of range");
+        let digest = if flags & HAS_DIGEST != 0 {
+            Some(r.array()?)
+        } else {
+            None
+        };
+        let recipe = if flags & HAS_RECIPE != 0 {
+            let file_hash = r.array()?;
+            let nchunks = r.u64()?;
+            if nchunks > r.0.len() as u64 / 36 {
+                return Err("chunk count larger than the file");
             }
-            chunks.push(ChunkRef { hash, offset, len });
-            offset += u64::from(len);
-        }
-        if offset != size {
-            return Err("chunks do not add up to the file size");
-        }
-        let recipe = Recipe {
-            size,
-            file_hash,
-            chunks,
+            let mut chunks = Vec::with_capacity(nchunks as usize);
+            let mut offset = 0u64;
+            for _ in 0..nchunks {
+                let hash = r.array()?;
+                let len = r.u32()?;
+                if len == 0 || len > params.max() {
+                    return Err("chunk length out of range");
+                }
+                chunks.push(ChunkRef { hash, offset, len });
+                offset += u64::from(len);
+            }
+            if offset != size {
+                return Err("chunks do not add up to the file size");
+            }
+            Some(Recipe {
+                size,
+                file_hash,
+                chunks,
+            })
+        } else {
+            None
         };
         let c = Cached {
             dev,
@@ -260,6 +335,7 @@ fn decode_recipes(body: &[u8]) -> Result<HashMap<Vec<u8>, Cached>, &'static str>
             params,
             last_used_s,
             recipe,
+            digest,
         };
         map.insert(key, c);
     }

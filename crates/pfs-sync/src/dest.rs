@@ -524,7 +524,8 @@ impl TempFile {
     /// Rename the file into place, replacing any file or symlink there (not a
     /// directory). With `fsync`, the content and then the directory entry are
     /// flushed to disk first/after, so a crash leaves the old or the new file.
-    pub fn persist(mut self, fsync: bool) -> Result<(), SyncError> {
+    /// Returns the file's metadata after the rename (which changes its ctime).
+    pub fn persist(mut self, fsync: bool) -> Result<Metadata, SyncError> {
         if fsync {
             self.file
                 .sync_all()
@@ -549,7 +550,9 @@ impl TempFile {
             .map_err(|e| dest_err("fsync directory of", &self.rel, e));
             d?;
         }
-        Ok(())
+        self.file
+            .metadata()
+            .map_err(|e| SyncError::io("stat", self.rel.as_path(), e))
     }
 }
 

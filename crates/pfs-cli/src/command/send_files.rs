@@ -79,11 +79,16 @@ fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<Prepared> {
         .entries
         .into_iter()
         .map(|e| {
-            let recipe = match (&e.kind, &mut cache) {
-                (EntryKind::File { .. }, Some(c)) => c.get(&e, params).cloned(),
-                _ => None,
+            let (recipe, digest) = match (&e.kind, &mut cache) {
+                (EntryKind::File { size }, Some(c)) => (
+                    c.get(&e, params).cloned(),
+                    c.get_digest(&e, params).map(|d| (*size, d)),
+                ),
+                _ => (None, None),
             };
-            SyncItem::new(e, recipe)
+            let mut item = SyncItem::new(e, recipe);
+            item.digest = digest;
+            item
         })
         .collect();
     Ok(Prepared {
@@ -94,11 +99,14 @@ fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<Prepared> {
     })
 }
 
-/// Remembers the recipes of this send for the next one.
+/// Remembers the recipes and whole-file digests of this send for the next one.
 fn save_recipes(cache: &mut RecipeCache, items: &[SyncItem], params: &ChunkParams) -> Option<String> {
     for it in items {
         if let Some(r) = &it.recipe {
             cache.put(&it.entry, params, r.clone());
+        }
+        if let Some((_, d)) = it.digest {
+            cache.put_digest(&it.entry, params, d);
         }
     }
     cache

@@ -1319,16 +1319,16 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             Ok((d, q)) if &d == want => temp
                 .set_times_and_mode(mtime_ns, mode)
                 .and_then(|()| temp.persist(self.cfg.fsync_files))
-                .map(|()| q)
+                .map(|meta| (meta, q))
                 .map_err(|e| e.to_string()),
             Ok(_) => Err("content does not match the sender's BLAKE3 (file changed while sent?)".into()),
             Err(e) => Err(format!("re-reading to verify: {e}")),
         };
         match result {
-            Ok(quick) => {
+            Ok((meta, quick)) => {
                 self.report.files_written += 1;
                 self.report.effective_bytes += size;
-                if let (Some(m), Ok(Some((_, meta)))) = (&self.cfg.manifest, self.dest.open_existing(&rel)) {
+                if let Some(m) = &self.cfg.manifest {
                     m.insert(rel.as_bytes(), Written::of(&meta, *want, quick));
                 }
             }

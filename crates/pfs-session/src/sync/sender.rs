@@ -33,8 +33,9 @@ pub struct SyncItem {
     pub entry: Entry,
     /// The file's chunks (regular files; `None` until it is chunked).
     pub recipe: Option<Recipe>,
-    /// Size and XXH3-128 of the whole file, from the probe pass (files
-    /// without a cached recipe, when the receiver's store is not empty).
+    /// Size and XXH3-128 of the whole file: cached, or from the probe pass
+    /// (files without a cached recipe, when the receiver's store is not
+    /// empty). Files with a digest are asked about (PROBE).
     pub digest: Option<(u64, pfs_sync::QuickDigest)>,
     /// The receiver said it holds this file: FILE with HELD, no CHUNKS.
     pub held: bool,
@@ -118,6 +119,9 @@ impl LocalPrepare {
         ) -> Result<Vec<Result<R, pfs_sync::SyncError>>, pfs_sync::SyncError>,
         mut put: impl FnMut(&mut SyncItem, R),
     ) -> Vec<(usize, String)> {
+        if which.is_empty() {
+            return Vec::new();
+        }
         let t0 = Instant::now();
         let entries: Vec<&Entry> = which.iter().map(|&i| &items[i].entry).collect();
         let results = match work(&entries, &self.params, self.threads) {
@@ -720,7 +724,10 @@ pub fn send_sync<T: Transport + ?Sized>(
     };
     let mut probed = 0;
     if accept.generation > 0 && cfg.probe {
-        let todo = unchunked(items);
+        let todo: Vec<usize> = unchunked(items)
+            .into_iter()
+            .filter(|&i| items[i].digest.is_none())
+            .collect();
         let failed = prep.hash(items, &todo);
         drop_failed(items, failed, &mut warnings);
         probed = probe(&mut s, items)?;

@@ -197,3 +197,36 @@ fn cache_dir_resolution() {
     assert!(matches!(cache_dir_from(None, None), Err(SyncError::NoCacheDir)));
     assert!(matches!(cache_dir_from(None, os("")), Err(SyncError::NoCacheDir)));
 }
+
+#[test]
+fn digests_are_cached_alone_or_beside_recipes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("recipes.bin");
+    let p = ChunkParams::new(256).unwrap();
+    let (mut c, _) = RecipeCache::open(&path);
+    let alone = entry("/data/alone", 5000, OLD_MTIME);
+    let both = entry("/data/both", 4000, OLD_MTIME);
+    let r = recipe(4000);
+    c.put_digest(&alone, &p, [1; 16]);
+    c.put(&both, &p, r.clone());
+    c.put_digest(&both, &p, [2; 16]);
+    // A digest for another version of the file replaces the stale record.
+    let newer = entry("/data/both", 4000, OLD_MTIME + 5);
+    c.save().unwrap();
+
+    let (mut c, w) = RecipeCache::open(&path);
+    assert!(w.is_none(), "{w:?}");
+    assert_eq!(c.get_digest(&alone, &p), Some([1; 16]));
+    assert!(c.get(&alone, &p).is_none(), "no recipe was cached for it");
+    assert_eq!(c.get_digest(&both, &p), Some([2; 16]));
+    assert_eq!(c.get(&both, &p), Some(&r));
+    assert!(c.get_digest(&alone, &ChunkParams::default()).is_none());
+    c.put_digest(&newer, &p, [3; 16]);
+    assert!(c.get(&newer, &p).is_none());
+    assert_eq!(c.get_digest(&newer, &p), Some([3; 16]));
+    assert!(c.get_digest(&both, &p).is_none());
+    // Racy files are not cached.
+    let racy = entry("/data/racy", 10, unix_now_ns());
+    c.put_digest(&racy, &p, [4; 16]);
+    assert!(c.get_digest(&racy, &p).is_none());
+}
