@@ -66,11 +66,16 @@ fn cache_dir_from(xdg: Option<OsString>, home: Option<OsString>) -> Result<PathB
     }
 }
 
+/// Keys are this machine's own paths and BLAKE3 prefixes: a fast hash is
+/// enough (nothing hostile chooses them).
+type FastHash = std::hash::BuildHasherDefault<twox_hash::XxHash3_64>;
+type RecipeMap = HashMap<Vec<u8>, Cached, FastHash>;
+
 /// Quick-check cache of file recipes (see the module docs).
 #[derive(Debug)]
 pub struct RecipeCache {
     path: PathBuf,
-    map: HashMap<Vec<u8>, Cached>,
+    map: RecipeMap,
     now_s: u64,
 }
 
@@ -110,7 +115,7 @@ impl RecipeCache {
         let path = path.into();
         let mut cache = Self {
             path,
-            map: HashMap::new(),
+            map: RecipeMap::default(),
             now_s: unix_now_s(),
         };
         let warning = match load(&cache.path, RECIPE_MAGIC, "recipe") {
@@ -236,12 +241,25 @@ impl RecipeCache {
     pub fn save(&mut self) -> Result<(), SyncError> {
         let cutoff = self.now_s.saturating_sub(EXPIRE_SECS);
         self.map.retain(|_, c| c.last_used_s >= cutoff);
-        let mut body = Vec::new();
+        // Exact size first: one allocation for a body of many megabytes.
+        let len: usize = 8 + self
+            .map
+            .iter()
+            .map(|(k, c)| {
+                4 + k.len()
+                    + 8 * 3
+                    + 16
+                    + 12
+                    + 8
+                    + 1
+                    + c.digest.map_or(0, |d| d.len())
+                    + c.recipe.as_ref().map_or(0, |r| 32 + 8 + r.chunks.len() * 36)
+            })
+            .sum::<usize>();
+        let mut body = Vec::with_capacity(len);
         put_u64(&mut body, self.map.len() as u64);
-        let mut keys: Vec<&Vec<u8>> = self.map.keys().collect();
-        keys.sort_unstable();
-        for k in keys {
-            let c = &self.map[k];
+        // Map order: the file is a snapshot, not a canonical encoding.
+        for (k, c) in &self.map {
             put_u32(&mut body, k.len() as u32);
             body.extend_from_slice(k);
             put_u64(&mut body, c.dev);
@@ -271,7 +289,7 @@ impl RecipeCache {
     }
 }
 
-fn decode_recipes(body: &[u8]) -> Result<HashMap<Vec<u8>, Cached>, &'static str> {
+fn decode_recipes(body: &[u8]) -> Result<RecipeMap, &'static str> {
     let mut r = Reader(body);
     let n = r.u64()?;
     // Smallest possible record (a digest alone): see `save`.
@@ -279,7 +297,7 @@ fn decode_recipes(body: &[u8]) -> Result<HashMap<Vec<u8>, Cached>, &'static str>
     if n > body.len() as u64 / MIN_RECORD {
         return Err("entry count larger than the file");
     }
-    let mut map = HashMap::with_capacity(n as usize);
+    let mut map = RecipeMap::with_capacity_and_hasher(n as usize, FastHash::default());
     for _ in 0..n {
         let klen = r.u32()? as usize;
         let key = r.take(klen)?.to_vec();
@@ -379,7 +397,7 @@ impl IndexCache {
             path,
             store_id,
             generation: 0,
-            map: HashMap::new(),
+            map: IndexMap::default(),
         };
         let warning = match load(&cache.path, INDEX_MAGIC, "index") {
             Ok(None) => None,
@@ -468,7 +486,7 @@ impl IndexCache {
     }
 }
 
-type IndexMap = HashMap<[u8; INDEX_PREFIX], (u64, u32)>;
+type IndexMap = HashMap<[u8; INDEX_PREFIX], (u64, u32), FastHash>;
 
 /// Bytes of one saved index entry: key, offset, length.
 const ENTRY_LEN: u64 = INDEX_PREFIX as u64 + 8 + 4;
@@ -485,7 +503,7 @@ fn decode_index(body: &[u8], want: &[u8; 16]) -> Result<Option<(u64, IndexMap)>,
     if n.checked_mul(ENTRY_LEN) != Some(r.0.len() as u64) {
         return Err("entry count does not match the file size");
     }
-    let mut map = HashMap::with_capacity(n as usize);
+    let mut map = IndexMap::with_capacity_and_hasher(n as usize, FastHash::default());
     for _ in 0..n {
         let h = r.array()?;
         let off = r.u64()?;
@@ -566,7 +584,8 @@ pub(crate) fn store(path: &Path, magic: &[u8; 8], body: &[u8]) -> Result<(), Syn
         f.write_all(&header)?;
         f.write_all(body)?;
         f.write_all(sum.as_bytes())?;
-        f.sync_all()?;
+        // No fsync: after a crash a torn file fails its checksum and is
+        // ignored with a warning, which only costs a re-read.
         fs::rename(&tmp, path)
     };
     write().map_err(|e| {
