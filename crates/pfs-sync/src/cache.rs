@@ -241,25 +241,16 @@ impl RecipeCache {
     pub fn save(&mut self) -> Result<(), SyncError> {
         let cutoff = self.now_s.saturating_sub(EXPIRE_SECS);
         self.map.retain(|_, c| c.last_used_s >= cutoff);
-        // Exact size first: one allocation for a body of many megabytes.
-        let len: usize = 8 + self
-            .map
-            .iter()
-            .map(|(k, c)| {
-                4 + k.len()
-                    + 8 * 3
-                    + 16
-                    + 12
-                    + 8
-                    + 1
-                    + c.digest.map_or(0, |d| d.len())
-                    + c.recipe.as_ref().map_or(0, |r| 32 + 8 + r.chunks.len() * 36)
-            })
-            .sum::<usize>();
-        let mut body = Vec::with_capacity(len);
+        // Encoded a piece at a time: no buffer the size of the file.
+        let mut w = CacheWriter::create(&self.path, RECIPE_MAGIC)?;
+        let mut body = Vec::with_capacity(1 << 20);
         put_u64(&mut body, self.map.len() as u64);
         // Map order: the file is a snapshot, not a canonical encoding.
         for (k, c) in &self.map {
+            if body.len() >= 1 << 20 {
+                w.write(&body)?;
+                body.clear();
+            }
             put_u32(&mut body, k.len() as u32);
             body.extend_from_slice(k);
             put_u64(&mut body, c.dev);
@@ -285,7 +276,8 @@ impl RecipeCache {
                 }
             }
         }
-        store(&self.path, RECIPE_MAGIC, &body)
+        w.write(&body)?;
+        w.finish()
     }
 }
 
@@ -559,39 +551,87 @@ pub(crate) fn load(
 /// Write header + body + checksum to a temporary file beside `path`, fsync,
 /// and rename it over `path`.
 pub(crate) fn store(path: &Path, magic: &[u8; 8], body: &[u8]) -> Result<(), SyncError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    fs::create_dir_all(dir).map_err(|e| SyncError::io("create cache directory", dir, e))?;
-    let mut header = Vec::with_capacity(12);
-    header.extend_from_slice(magic);
-    put_u32(&mut header, VERSION);
-    let mut h = blake3::Hasher::new();
-    h.update(&header);
-    h.update(body);
-    let sum = h.finalize();
-    static SAVES: AtomicU64 = AtomicU64::new(0);
-    let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
-    tmp_name.push(format!(
-        ".tmp.{}.{}",
-        std::process::id(),
-        SAVES.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp = dir.join(tmp_name);
-    let write = || -> io::Result<()> {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&header)?;
-        f.write_all(body)?;
-        f.write_all(sum.as_bytes())?;
-        // No fsync: after a crash a torn file fails its checksum and is
-        // ignored with a warning, which only costs a re-read.
-        fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        SyncError::io("write cache", path, e)
-    })
+    let mut w = CacheWriter::create(path, magic)?;
+    w.write(body)?;
+    w.finish()
+}
+
+/// A cache file written piece by piece (no whole-file buffer): header,
+/// body, BLAKE3 of both; to a temporary name, renamed into place at the end.
+pub(crate) struct CacheWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    file: Option<io::BufWriter<fs::File>>,
+    sum: blake3::Hasher,
+}
+
+impl CacheWriter {
+    pub(crate) fn create(path: &Path, magic: &[u8; 8]) -> Result<Self, SyncError> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        fs::create_dir_all(dir).map_err(|e| SyncError::io("create cache directory", dir, e))?;
+        static SAVES: AtomicU64 = AtomicU64::new(0);
+        let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
+        tmp_name.push(format!(
+            ".tmp.{}.{}",
+            std::process::id(),
+            SAVES.fetch_add(1, Ordering::Relaxed)
+        ));
+        let tmp = dir.join(tmp_name);
+        let file = fs::File::create(&tmp).map_err(|e| SyncError::io("write cache", path, e))?;
+        let mut w = Self {
+            path: path.to_path_buf(),
+            tmp,
+            file: Some(io::BufWriter::with_capacity(1 << 20, file)),
+            sum: blake3::Hasher::new(),
+        };
+        let mut header = Vec::with_capacity(12);
+        header.extend_from_slice(magic);
+        put_u32(&mut header, VERSION);
+        w.write(&header)?;
+        Ok(w)
+    }
+
+    pub(crate) fn write(&mut self, piece: &[u8]) -> Result<(), SyncError> {
+        self.sum.update(piece);
+        let result = match self.file.as_mut() {
+            Some(f) => f.write_all(piece),
+            None => Err(io::Error::other("cache writer already failed")),
+        };
+        result.map_err(|e| self.fail(e))
+    }
+
+    /// Checksum, then rename into place. No fsync: after a crash a torn
+    /// file fails its checksum and is ignored with a warning, which only
+    /// costs a re-read.
+    pub(crate) fn finish(mut self) -> Result<(), SyncError> {
+        let sum = self.sum.finalize();
+        let result = match self.file.take() {
+            Some(mut f) => f
+                .write_all(sum.as_bytes())
+                .and_then(|()| f.flush())
+                .and_then(|()| fs::rename(&self.tmp, &self.path)),
+            None => Err(io::Error::other("cache writer already failed")),
+        };
+        result.map_err(|e| self.fail(e))
+    }
+
+    fn fail(&mut self, e: io::Error) -> SyncError {
+        self.file = None;
+        let _ = fs::remove_file(&self.tmp);
+        SyncError::io("write cache", &self.path, e)
+    }
+}
+
+impl Drop for CacheWriter {
+    fn drop(&mut self) {
+        // Not finished: leave no temporary behind.
+        if self.file.take().is_some() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 pub(crate) fn corrupt(path: &Path, detail: &'static str) -> CacheWarning {
