@@ -33,8 +33,10 @@ impl FrameReader {
         }
     }
 
-    /// A reader with no buffer (allocates nothing): a placeholder while the
-    /// real one is lent out.
+    /// A reader with no buffer (allocates nothing). It is what a session
+    /// holds while its real reader is taken out with `std::mem::replace` to
+    /// process a frame body in place (the body borrows the reader, the
+    /// processing borrows the session); nothing reads from it.
     pub fn empty() -> Self {
         Self {
             buf: Box::new([]),

@@ -155,85 +155,73 @@ impl RecipeCache {
     /// The cached recipe for `entry` if its path, device, inode, size and
     /// mtime all match and it was made with `params`.
     pub fn get(&mut self, entry: &Entry, params: &ChunkParams) -> Option<&Recipe> {
-        let EntryKind::File { size } = entry.kind else {
-            return None;
-        };
-        let c = self.map.get_mut(entry.abs.as_os_str().as_bytes())?;
-        if !c.matches(entry, size, params) {
-            return None;
-        }
-        c.last_used_s = self.now_s;
-        c.recipe.as_ref()
+        self.valid(entry, params)?.recipe.as_ref()
     }
 
     /// The cached whole-file XXH3-128 for `entry`, under the same conditions
     /// as [`RecipeCache::get`].
     pub fn get_digest(&mut self, entry: &Entry, params: &ChunkParams) -> Option<QuickDigest> {
+        self.valid(entry, params)?.digest
+    }
+
+    /// The record for `entry`'s path if it still describes `entry`; marks it used.
+    fn valid(&mut self, entry: &Entry, params: &ChunkParams) -> Option<&mut Cached> {
         let EntryKind::File { size } = entry.kind else {
             return None;
         };
-        let c = self.map.get_mut(entry.abs.as_os_str().as_bytes())?;
-        if !c.matches(entry, size, params) {
-            return None;
-        }
+        let c = self
+            .map
+            .get_mut(entry.abs.as_os_str().as_bytes())
+            .filter(|c| c.matches(entry, size, params))?;
         c.last_used_s = self.now_s;
-        c.digest
+        Some(c)
     }
 
     /// Remember the whole-file XXH3-128 of `entry` (beside its recipe, if
     /// one is cached for the same stat; else alone). Same rules as
     /// [`RecipeCache::put`].
     pub fn put_digest(&mut self, entry: &Entry, params: &ChunkParams, digest: QuickDigest) {
-        let EntryKind::File { size } = entry.kind else {
-            return;
+        if let Some(c) = self.record_for(entry, params, None) {
+            c.digest = Some(digest);
+        }
+    }
+
+    /// The record to fill for `entry`: the one cached for its path if it
+    /// still describes `entry`, else a new empty one replacing it. `None`
+    /// (nothing is cached) for non-files, a size other than `size`, and
+    /// files modified less than [`RACY_WINDOW_NS`] ago.
+    fn record_for(&mut self, entry: &Entry, params: &ChunkParams, size: Option<u64>) -> Option<&mut Cached> {
+        let EntryKind::File { size: now } = entry.kind else {
+            return None;
         };
-        if entry.mtime_ns > unix_now_ns() - RACY_WINDOW_NS {
-            return;
+        if size.is_some_and(|s| s != now) || entry.mtime_ns > unix_now_ns() - RACY_WINDOW_NS {
+            return None;
         }
         let key = entry.abs.as_os_str().as_bytes();
-        if let Some(c) = self.map.get_mut(key).filter(|c| c.matches(entry, size, params)) {
-            c.digest = Some(digest);
-            c.last_used_s = self.now_s;
-            return;
-        }
-        self.map.insert(
-            key.to_vec(),
-            Cached {
+        if self.valid(entry, params).is_none() {
+            let fresh = Cached {
                 dev: entry.dev,
                 ino: entry.ino,
-                size,
+                size: now,
                 mtime_ns: entry.mtime_ns,
                 params: *params,
                 last_used_s: self.now_s,
                 recipe: None,
-                digest: Some(digest),
-            },
-        );
+                digest: None,
+            };
+            self.map.insert(key.to_vec(), fresh);
+        }
+        self.map.get_mut(key)
     }
 
     /// Remember `recipe` for `entry` (replacing what was cached for its
-    /// path). Ignored for non-files, for a recipe whose size differs from the
+    /// path; a digest cached for the same version of the file stays).
+    /// Ignored for non-files, for a recipe whose size differs from the
     /// entry's, and for files modified less than [`RACY_WINDOW_NS`] ago.
     pub fn put(&mut self, entry: &Entry, params: &ChunkParams, recipe: Recipe) {
-        let EntryKind::File { size } = entry.kind else {
-            return;
-        };
-        if recipe.size != size || entry.mtime_ns > unix_now_ns() - RACY_WINDOW_NS {
-            return;
+        if let Some(c) = self.record_for(entry, params, Some(recipe.size)) {
+            c.recipe = Some(recipe);
         }
-        self.map.insert(
-            entry.abs.as_os_str().as_bytes().to_vec(),
-            Cached {
-                dev: entry.dev,
-                ino: entry.ino,
-                size,
-                mtime_ns: entry.mtime_ns,
-                params: *params,
-                last_used_s: self.now_s,
-                recipe: Some(recipe),
-                digest: None,
-            },
-        );
     }
 
     /// Write the cache atomically (temporary file + rename), dropping entries

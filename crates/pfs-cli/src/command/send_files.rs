@@ -231,30 +231,34 @@ struct Prep<'a> {
     local: &'a LocalPrepare,
 }
 
+/// A receiver's report as JSON (here under `receiver`, and in the server's
+/// `sync_report` events).
+pub(crate) fn report_json(r: &pfs_wire::sync::SyncReport<'_>) -> serde_json::Value {
+    serde_json::json!({
+        "files_written": r.files_written,
+        "files_unchanged": r.files_unchanged,
+        "files_metadata_only": r.files_metadata_only,
+        "files_failed": r.files_failed,
+        "dirs": r.dirs,
+        "symlinks": r.symlinks,
+        "effective_bytes": r.effective_bytes,
+        "matched_bytes": r.matched_bytes,
+        "literal_bytes": r.literal_bytes,
+        "literal_wire_bytes": r.literal_wire_bytes,
+        "wire_bytes": r.wire_bytes,
+        "nak_chunks": r.nak_chunks,
+        "repaired_bytes": r.repaired_bytes,
+        "store_appended": r.store_appended,
+        "store_generation": r.store_generation,
+        "elapsed_s": r.elapsed_ns as f64 / 1e9,
+        "user_s": r.user_us as f64 / 1e6,
+        "sys_s": r.sys_us as f64 / 1e6,
+    })
+}
+
 /// The session as JSON: sender's plan and counters beside the receiver's report.
 fn to_json(out: &SyncSendOutcome, kind: &str, prep: &Prep<'_>, remote_dir: &str) -> serde_json::Value {
-    let report = out.report.map(|r| {
-        serde_json::json!({
-            "files_written": r.files_written,
-            "files_unchanged": r.files_unchanged,
-            "files_metadata_only": r.files_metadata_only,
-            "files_failed": r.files_failed,
-            "dirs": r.dirs,
-            "symlinks": r.symlinks,
-            "effective_bytes": r.effective_bytes,
-            "matched_bytes": r.matched_bytes,
-            "literal_bytes": r.literal_bytes,
-            "literal_wire_bytes": r.literal_wire_bytes,
-            "wire_bytes": r.wire_bytes,
-            "nak_chunks": r.nak_chunks,
-            "repaired_bytes": r.repaired_bytes,
-            "store_appended": r.store_appended,
-            "store_generation": r.store_generation,
-            "elapsed_s": r.elapsed_ns as f64 / 1e9,
-            "user_s": r.user_us as f64 / 1e6,
-            "sys_s": r.sys_us as f64 / 1e6,
-        })
-    });
+    let report = out.report.as_ref().map(report_json);
     let elapsed = out.elapsed.as_secs_f64().max(1e-9);
     let effective = out.report.map_or(0, |r| r.effective_bytes);
     let wire = out.wire_bytes_sent + out.wire_bytes_received;

@@ -102,29 +102,13 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
                 exit::OK
             });
             if json {
-                emit(
-                    &serde_json::json!({
-                        "event": "sync_report",
-                        "peer": peer,
-                        "dry_run": outcome.dry_run,
-                        "remote_dir": outcome.remote_dir,
-                        "files_written": r.files_written,
-                        "files_unchanged": r.files_unchanged,
-                        "files_metadata_only": r.files_metadata_only,
-                        "files_failed": r.files_failed,
-                        "effective_bytes": r.effective_bytes,
-                        "matched_bytes": r.matched_bytes,
-                        "literal_bytes": r.literal_bytes,
-                        "wire_bytes": r.wire_bytes,
-                        "nak_chunks": r.nak_chunks,
-                        "repaired_bytes": r.repaired_bytes,
-                        "store_appended": r.store_appended,
-                        "store_generation": r.store_generation,
-                        "elapsed_s": r.elapsed_ns as f64 / 1e9,
-                        "messages": outcome.messages,
-                    })
-                    .to_string(),
-                );
+                let mut v = super::send_files::report_json(r);
+                v["event"] = "sync_report".into();
+                v["peer"] = peer.to_string().into();
+                v["dry_run"] = outcome.dry_run.into();
+                v["remote_dir"] = outcome.remote_dir.clone().into();
+                v["messages"] = outcome.messages.clone().into();
+                emit(&v.to_string());
             } else if outcome.dry_run {
                 emit(&format!(
                     "session from {peer}: dry run (index sent, nothing written)"

@@ -369,22 +369,13 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             };
             match h.frame_type {
                 FrameType::Probe | FrameType::Batch if !probe_done => {
-                    let mut reader = std::mem::replace(&mut self.reader, FrameReader::empty());
-                    let result = match reader.take(self.t, h.length as usize, h.frame_type.name()) {
-                        Ok(body) if h.frame_type == FrameType::Batch => {
-                            self.batch(body, |s, fh, b| match fh.frame_type {
-                                FrameType::Probe => s.probe_frame(fh.flags, b),
-                                other => Err(reject(
-                                    ErrorCode::Protocol,
-                                    format!("{} is not allowed in a BATCH of PROBE frames", other.name()),
-                                )),
-                            })
-                        }
-                        Ok(body) => self.probe_frame(h.flags, body),
-                        Err(e) => Err(e),
-                    };
-                    self.reader = reader;
-                    result?;
+                    self.frames_in_place(h, |s, fh, b| match fh.frame_type {
+                        FrameType::Probe => s.probe_frame(fh.flags, b),
+                        other => Err(reject(
+                            ErrorCode::Protocol,
+                            format!("{} is not allowed in a BATCH of PROBE frames", other.name()),
+                        )),
+                    })?;
                     if self.probe_last {
                         self.probe_reply()?;
                         probe_done = true;
@@ -426,18 +417,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             })?;
             match h.frame_type {
                 FrameType::File | FrameType::Chunks | FrameType::Batch => {
-                    // The body is processed where it was received (the
-                    // reader is lent out of `self` meanwhile): no copy.
-                    let mut reader = std::mem::replace(&mut self.reader, FrameReader::empty());
-                    let result = match reader.take(self.t, h.length as usize, h.frame_type.name()) {
-                        Ok(body) if h.frame_type == FrameType::Batch => {
-                            self.batch(body, |s, fh, b| s.stream_frame(fh.frame_type, b))
-                        }
-                        Ok(body) => self.stream_frame(h.frame_type, body),
-                        Err(e) => Err(e),
-                    };
-                    self.reader = reader;
-                    result?;
+                    self.frames_in_place(h, |s, fh, b| s.stream_frame(fh.frame_type, b))?;
                 }
                 FrameType::SyncEnd if h.flags == 0 && h.length == 0 => break,
                 other => {
@@ -498,6 +478,24 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
     fn holds_content(&self, rel: &RelPath, meta: &std::fs::Metadata, hash: &Hash) -> Option<Written> {
         let w = self.cfg.manifest.as_ref()?.get(rel.as_bytes())?;
         (&w.hash == hash && w.still(meta)).then_some(w)
+    }
+
+    /// The body of the frame `h` is processed where it was received, no copy
+    /// (the reader is lent out of `self` meanwhile): a BATCH's frames one by
+    /// one, any other frame whole, each given to `each`.
+    fn frames_in_place(
+        &mut self,
+        h: FrameHeader,
+        mut each: impl FnMut(&mut Self, FrameHeader, &[u8]) -> Result<(), SessionError>,
+    ) -> Result<(), SessionError> {
+        let mut reader = std::mem::replace(&mut self.reader, FrameReader::empty());
+        let result = match reader.take(self.t, h.length as usize, h.frame_type.name()) {
+            Ok(body) if h.frame_type == FrameType::Batch => self.batch(body, &mut each),
+            Ok(body) => each(self, h, body),
+            Err(e) => Err(e),
+        };
+        self.reader = reader;
+        result
     }
 
     /// A BATCH: decompress (bounded by `max_chunks_body`), then its frames

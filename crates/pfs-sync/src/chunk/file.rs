@@ -41,13 +41,31 @@ pub(super) fn chunk_file_windowed(
     params: &ChunkParams,
     window: usize,
 ) -> Result<Recipe, SyncError> {
+    read_file(
+        path,
+        window,
+        |data| chunk_bytes_windowed(data, params, window),
+        |file, size| pipeline(file, path, size, params, window),
+    )
+}
+
+/// Opens the regular file `path`; a file of at most `window` bytes is read
+/// whole into this thread's reused buffer and given to `small`, a larger one
+/// goes to `large` (with its size). Either way the file must still have the
+/// size and timestamps it had when opened ([`SyncError::Changed`]).
+fn read_file<R>(
+    path: &Path,
+    window: usize,
+    small: impl FnOnce(&[u8]) -> R,
+    large: impl FnOnce(&File, u64) -> Result<R, SyncError>,
+) -> Result<R, SyncError> {
     let file = File::open(path).map_err(|e| SyncError::io("open", path, e))?;
     let before = file.metadata().map_err(|e| SyncError::io("stat", path, e))?;
     if !before.is_file() {
         return Err(SyncError::NotAFile { path: path.into() });
     }
     let size = before.len();
-    let recipe = if size <= window as u64 {
+    let result = if size <= window as u64 {
         // Trees are mostly small files: one reused buffer per thread, not a
         // fresh zeroed allocation per file.
         SMALL.with(|cell| {
@@ -57,15 +75,15 @@ pub(super) fn chunk_file_windowed(
             }
             let data = &mut buf[..size as usize];
             read_full_at(&file, data, 0, path)?;
-            Ok::<_, SyncError>(chunk_bytes_windowed(data, params, window))
+            Ok::<_, SyncError>(small(data))
         })?
     } else {
         // Advice only; a filesystem that does not take it changes nothing.
         let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
-        pipeline(&file, path, size, params, window)?
+        large(&file, size)?
     };
     unchanged_since(&file, &before, path)?;
-    Ok(recipe)
+    Ok(result)
 }
 
 /// The file must still have the size and timestamps it had when it was
@@ -102,49 +120,35 @@ pub fn quick_digest(data: &[u8]) -> QuickDigest {
 pub fn digest_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, QuickDigest), SyncError> {
     let path = path.as_ref();
     let window = params.window();
-    let file = File::open(path).map_err(|e| SyncError::io("open", path, e))?;
-    let before = file.metadata().map_err(|e| SyncError::io("stat", path, e))?;
-    if !before.is_file() {
-        return Err(SyncError::NotAFile { path: path.into() });
-    }
-    let size = before.len();
-    let digest = if size <= window as u64 {
-        SMALL.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            if buf.len() < size as usize {
-                buf.resize(size as usize, 0);
+    read_file(
+        path,
+        window,
+        |data| (data.len() as u64, quick_digest(data)),
+        |file, size| {
+            let n = size.div_ceil(window as u64) as usize;
+            let window_len = |k: usize| (size - k as u64 * window as u64).min(window as u64) as usize;
+            let mut h = twox_hash::XxHash3_128::new();
+            let (mut cur, mut next) = (vec![0u8; window], vec![0u8; window]);
+            read_sparse_at(file, &mut cur[..window_len(0)], 0, path)?;
+            for k in 0..n {
+                let ((), read) = rayon::join(
+                    || h.write(&cur[..window_len(k)]),
+                    || match k + 1 < n {
+                        true => read_sparse_at(
+                            file,
+                            &mut next[..window_len(k + 1)],
+                            (k as u64 + 1) * window as u64,
+                            path,
+                        ),
+                        false => Ok(()),
+                    },
+                );
+                read?;
+                std::mem::swap(&mut cur, &mut next);
             }
-            let data = &mut buf[..size as usize];
-            read_full_at(&file, data, 0, path)?;
-            Ok::<_, SyncError>(quick_digest(data))
-        })?
-    } else {
-        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
-        let n = size.div_ceil(window as u64) as usize;
-        let window_len = |k: usize| (size - k as u64 * window as u64).min(window as u64) as usize;
-        let mut h = twox_hash::XxHash3_128::new();
-        let (mut cur, mut next) = (vec![0u8; window], vec![0u8; window]);
-        read_sparse_at(&file, &mut cur[..window_len(0)], 0, path)?;
-        for k in 0..n {
-            let ((), read) = rayon::join(
-                || h.write(&cur[..window_len(k)]),
-                || match k + 1 < n {
-                    true => read_sparse_at(
-                        &file,
-                        &mut next[..window_len(k + 1)],
-                        (k as u64 + 1) * window as u64,
-                        path,
-                    ),
-                    false => Ok(()),
-                },
-            );
-            read?;
-            std::mem::swap(&mut cur, &mut next);
-        }
-        h.finish_128().to_le_bytes()
-    };
-    unchanged_since(&file, &before, path)?;
-    Ok((size, digest))
+            Ok((size, h.finish_128().to_le_bytes()))
+        },
+    )
 }
 
 /// Fill `buf` from `offset`; a file that ends early has changed.

@@ -312,24 +312,7 @@ pub fn chunk_files(
     params: &ChunkParams,
     threads: usize,
 ) -> Result<Vec<Result<Recipe, SyncError>>, SyncError> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("pfs-chunk-{i}"))
-        .build()
-        .map_err(|e| SyncError::ThreadPool {
-            threads,
-            message: e.to_string(),
-        })?;
-    Ok(pool.install(|| {
-        entries
-            .par_iter()
-            .with_max_len(1)
-            .map(|e| match e.kind {
-                EntryKind::File { .. } => chunk_file(&e.abs, params),
-                _ => Err(SyncError::NotAFile { path: e.abs.clone() }),
-            })
-            .collect()
-    }))
+    on_files(entries, threads, "pfs-chunk", |path| chunk_file(path, params))
 }
 
 /// [`digest_file`] for many entries on `threads` threads (0 = one per
@@ -340,9 +323,20 @@ pub fn digest_files(
     params: &ChunkParams,
     threads: usize,
 ) -> Result<Vec<Result<(u64, QuickDigest), SyncError>>, SyncError> {
+    on_files(entries, threads, "pfs-hash", |path| digest_file(path, params))
+}
+
+/// `work` on every regular file of `entries`, one file per task, on a pool
+/// of `threads` threads named `name-N`; [`SyncError::NotAFile`] for the rest.
+fn on_files<R: Send>(
+    entries: &[&Entry],
+    threads: usize,
+    name: &'static str,
+    work: impl Fn(&std::path::Path) -> Result<R, SyncError> + Sync,
+) -> Result<Vec<Result<R, SyncError>>, SyncError> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
-        .thread_name(|i| format!("pfs-hash-{i}"))
+        .thread_name(move |i| format!("{name}-{i}"))
         .build()
         .map_err(|e| SyncError::ThreadPool {
             threads,
@@ -353,7 +347,7 @@ pub fn digest_files(
             .par_iter()
             .with_max_len(1)
             .map(|e| match e.kind {
-                EntryKind::File { .. } => digest_file(&e.abs, params),
+                EntryKind::File { .. } => work(&e.abs),
                 _ => Err(SyncError::NotAFile { path: e.abs.clone() }),
             })
             .collect()
