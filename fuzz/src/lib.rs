@@ -9,13 +9,13 @@
 
 use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary};
 use pfs_wire::desc::{encode_table, DescIter, Encoding};
+use pfs_wire::files::{
+    emit_entry_head, parse_chunks, parse_index, parse_index_request, parse_nak, tag, ChunkData, ChunksHeader,
+    FileEntry, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck, FLAG_FILES_REPORT,
+};
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GRAM_HEADER_LEN};
 use pfs_wire::hello::{Hello, HelloAck};
-use pfs_wire::sync::{
-    emit_entry_head, parse_chunks, parse_index, parse_index_request, parse_nak, tag, ChunkData, ChunksHeader,
-    FileEntry, IndexEntry, Plan, PlanAck, SyncAccept, SyncHello, SyncReport, FLAG_SYNC_REPORT,
-};
 use pfs_wire::varint::{get_varint, put_varint, varint_len, zigzag_decode, zigzag_encode, MAX_VARINT_LEN};
 use pfs_wire::WireError;
 
@@ -32,7 +32,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("hello_ack", hello_ack),
     ("control", control),
     ("varint", varint),
-    ("sync", sync),
+    ("files", files),
 ];
 
 /// Bytes at the start of a stream: the frame header alone, then the whole
@@ -62,22 +62,22 @@ pub fn frame_header(data: &[u8]) {
             }
         }
         FrameType::Error => control(frame.body),
-        FrameType::Ack => sync_body(0, frame.body),
-        FrameType::SyncHello => sync_body(1, frame.body),
-        FrameType::SyncAccept => sync_body(2, frame.body),
-        FrameType::IndexRequest => sync_body(3, frame.body),
-        FrameType::Index => sync_body(4, frame.body),
-        FrameType::Plan => sync_body(5, frame.body),
-        FrameType::File => sync_body(6, frame.body),
-        FrameType::Chunks | FrameType::Repair => sync_body(7, frame.body),
-        FrameType::Nak => sync_body(8, frame.body),
-        FrameType::SyncEnd if frame.header.flags & FLAG_SYNC_REPORT != 0 => sync_body(9, frame.body),
-        FrameType::Probe => sync_body(10, frame.body),
-        FrameType::ProbeReply => sync_body(11, frame.body),
-        FrameType::SyncEnd => {}
+        FrameType::Ack => files_body(0, frame.body),
+        FrameType::FilesHello => files_body(1, frame.body),
+        FrameType::FilesAccept => files_body(2, frame.body),
+        FrameType::IndexRequest => files_body(3, frame.body),
+        FrameType::Index => files_body(4, frame.body),
+        FrameType::Plan => files_body(5, frame.body),
+        FrameType::File => files_body(6, frame.body),
+        FrameType::Chunks | FrameType::Repair => files_body(7, frame.body),
+        FrameType::Nak => files_body(8, frame.body),
+        FrameType::FilesEnd if frame.header.flags & FLAG_FILES_REPORT != 0 => files_body(9, frame.body),
+        FrameType::Probe => files_body(10, frame.body),
+        FrameType::ProbeReply => files_body(11, frame.body),
+        FrameType::FilesEnd => {}
         FrameType::Batch => {
-            if let Ok((raw, z)) = pfs_wire::sync::parse_batch(frame.body) {
-                let mut out = pfs_wire::sync::batch_head(raw).to_vec();
+            if let Ok((raw, z)) = pfs_wire::files::parse_batch(frame.body) {
+                let mut out = pfs_wire::files::batch_head(raw).to_vec();
                 out.extend_from_slice(z);
                 assert_eq!(out, frame.body, "BATCH re-encode");
             }
@@ -193,16 +193,16 @@ pub fn varint(data: &[u8]) {
     }
 }
 
-/// First byte: which sync body (mod 12); the rest: that body.
-pub fn sync(data: &[u8]) {
+/// First byte: which files body (mod 12); the rest: that body.
+pub fn files(data: &[u8]) {
     if let Some((&which, body)) = data.split_first() {
-        sync_body(which % 12, body);
+        files_body(which % 12, body);
     }
 }
 
-/// One sync frame body: decodes without panicking and re-encodes to the
+/// One files frame body: decodes without panicking and re-encodes to the
 /// same bytes.
-fn sync_body(which: u8, body: &[u8]) {
+fn files_body(which: u8, body: &[u8]) {
     match which {
         0 => {
             if let Ok(a) = PlanAck::parse(body) {
@@ -210,15 +210,15 @@ fn sync_body(which: u8, body: &[u8]) {
             }
         }
         1 => {
-            if let Ok(h) = SyncHello::parse(body) {
+            if let Ok(h) = FilesHello::parse(body) {
                 let mut out = Vec::new();
                 h.emit(&mut out);
-                assert_eq!(out, body, "SYNC_HELLO re-encode");
+                assert_eq!(out, body, "FILES_HELLO re-encode");
             }
         }
         2 => {
-            if let Ok(a) = SyncAccept::parse(body) {
-                assert_eq!(a.emit()[..], *body, "SYNC_ACCEPT re-encode");
+            if let Ok(a) = FilesAccept::parse(body) {
+                assert_eq!(a.emit()[..], *body, "FILES_ACCEPT re-encode");
             }
         }
         3 => {
@@ -253,7 +253,7 @@ fn sync_body(which: u8, body: &[u8]) {
             }
         }
         10 => {
-            if let Ok((head, entries)) = pfs_wire::sync::parse_probe(body) {
+            if let Ok((head, entries)) = pfs_wire::files::parse_probe(body) {
                 let mut out = head.emit().to_vec();
                 let mut n = 0u32;
                 for e in entries {
@@ -266,17 +266,17 @@ fn sync_body(which: u8, body: &[u8]) {
             }
         }
         11 => {
-            if let Ok((head, bits)) = pfs_wire::sync::parse_probe_reply(body) {
+            if let Ok((head, bits)) = pfs_wire::files::parse_probe_reply(body) {
                 let mut out = head.emit().to_vec();
                 out.extend_from_slice(bits);
                 assert_eq!(out, body, "PROBE_REPLY re-encode");
             }
         }
         _ => {
-            if let Ok(r) = SyncReport::parse(body) {
+            if let Ok(r) = FilesReport::parse(body) {
                 let mut out = Vec::new();
                 r.emit(&mut out);
-                assert_eq!(out, body, "SYNC_END report re-encode");
+                assert_eq!(out, body, "FILES_END report re-encode");
             }
         }
     }

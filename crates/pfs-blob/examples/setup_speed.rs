@@ -3,18 +3,18 @@
 //! `cargo run --release -p pfs-blob --example setup_speed [SIZE_MIB] [THREADS] [NAME]`
 //! Defaults: 1024 MiB, all cores, anonymous. Rates are decimal MB/s.
 
-use pfs_blob::{Blob, BlobOptions};
+use pfs_blob::{Blob, BlobConfig};
 
 fn main() -> Result<(), pfs_blob::BlobError> {
     let mut args = std::env::args().skip(1);
     let mib: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1024);
     let threads: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     let name = args.next();
-    let opts = BlobOptions {
+    let opts = BlobConfig {
         size: mib << 20,
         threads,
         name,
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     };
     let (blob, setup) = Blob::open_or_create(&opts)?;
     let mb = blob.len() as f64 / 1e6;

@@ -24,7 +24,7 @@ use crate::error::BlobError;
 use crate::fill::{fill_seeded, resolve_threads};
 use crate::fingerprint::Fingerprint;
 use crate::map::{self, PrefaultMethod};
-use crate::store::{
+use crate::named::{
     blob_file_name, find_meta, load_fingerprint, remove_meta, validate_name, write_meta, BlobMeta, Dirs,
     NameLock,
 };
@@ -61,7 +61,7 @@ impl Fill {
 
 /// How to open or create a blob.
 #[derive(Debug, Clone)]
-pub struct BlobOptions {
+pub struct BlobConfig {
     /// `None`: anonymous, process-private, gone at exit. `Some`: a named blob
     /// file other processes can map.
     pub name: Option<String>,
@@ -87,9 +87,9 @@ pub struct BlobOptions {
     pub dir: Option<PathBuf>,
 }
 
-impl Default for BlobOptions {
+impl Default for BlobConfig {
     fn default() -> Self {
-        BlobOptions {
+        BlobConfig {
             name: None,
             size: 1 << 30,
             fill: Fill::Seed(0x5EED),
@@ -166,7 +166,7 @@ impl Drop for TmpGuard {
 impl Blob {
     /// Map the blob described by `opts`: reuse an existing named blob that
     /// matches, or create (map, prefault, fill, fingerprint) a new one.
-    pub fn open_or_create(opts: &BlobOptions) -> Result<(Blob, SetupReport), BlobError> {
+    pub fn open_or_create(opts: &BlobConfig) -> Result<(Blob, SetupReport), BlobError> {
         if opts.size == 0 {
             return Err(BlobError::ZeroSize);
         }
@@ -270,7 +270,7 @@ fn round_up(size: u64, page: u64) -> Result<u64, BlobError> {
 
 /// `Some((dir, page size))` if `huge_dir` is a hugetlbfs mount; otherwise a
 /// warning naming `fallback`.
-fn probe_huge_dir(opts: &BlobOptions, fallback: &str, warnings: &mut Vec<String>) -> Option<(PathBuf, u64)> {
+fn probe_huge_dir(opts: &BlobConfig, fallback: &str, warnings: &mut Vec<String>) -> Option<(PathBuf, u64)> {
     let dir = opts.huge_dir.as_ref()?;
     match statfs_type(dir) {
         Ok((HUGETLBFS_MAGIC, page)) => Some((dir.clone(), page)),
@@ -321,7 +321,7 @@ fn create_hugetlbfs_file(path: &Path, page: u64, size: u64) -> Result<(MmapMut, 
     Ok((map, len))
 }
 
-fn create_anon(opts: &BlobOptions) -> Result<(Blob, SetupReport), BlobError> {
+fn create_anon(opts: &BlobConfig) -> Result<(Blob, SetupReport), BlobError> {
     let threads = resolve_threads(opts.threads);
     let mut warnings = Vec::new();
     let mut report = SetupReport::default();
@@ -382,7 +382,7 @@ fn create_anon(opts: &BlobOptions) -> Result<(Blob, SetupReport), BlobError> {
     Ok((blob, report))
 }
 
-fn open_named(name: &str, opts: &BlobOptions) -> Result<(Blob, SetupReport), BlobError> {
+fn open_named(name: &str, opts: &BlobConfig) -> Result<(Blob, SetupReport), BlobError> {
     validate_name(name)?;
     let dirs = Dirs::new(opts.dir.as_deref());
     fs::create_dir_all(&dirs.blob_dir).map_err(|e| BlobError::io("create dir", &dirs.blob_dir, e))?;
@@ -412,11 +412,7 @@ fn open_named(name: &str, opts: &BlobOptions) -> Result<(Blob, SetupReport), Blo
     create_named(name, opts, &dirs)
 }
 
-fn reuse_named(
-    meta: BlobMeta,
-    meta_dir: &Path,
-    opts: &BlobOptions,
-) -> Result<(Blob, SetupReport), BlobError> {
+fn reuse_named(meta: BlobMeta, meta_dir: &Path, opts: &BlobConfig) -> Result<(Blob, SetupReport), BlobError> {
     let name = meta.name.clone();
     let threads = resolve_threads(opts.threads);
     let mut warnings = Vec::new();
@@ -457,7 +453,7 @@ fn reuse_named(
         .len();
     if file_len != meta.size {
         return Err(BlobError::CorruptMeta {
-            path: crate::store::json_path(meta_dir, &name),
+            path: crate::named::json_path(meta_dir, &name),
             detail: format!("blob file is {file_len} bytes, metadata says {}", meta.size),
         });
     }
@@ -515,7 +511,7 @@ fn reuse_named(
     Ok((blob, report))
 }
 
-fn create_named(name: &str, opts: &BlobOptions, dirs: &Dirs) -> Result<(Blob, SetupReport), BlobError> {
+fn create_named(name: &str, opts: &BlobConfig, dirs: &Dirs) -> Result<(Blob, SetupReport), BlobError> {
     let threads = resolve_threads(opts.threads);
     let mut warnings = Vec::new();
     let mut report = SetupReport::default();
@@ -656,7 +652,7 @@ fn note_rounding(requested: u64, mapped: &Mapped, warnings: &mut Vec<String>) {
 }
 
 fn prefault(
-    opts: &BlobOptions,
+    opts: &BlobConfig,
     mapped: &mut Mapped,
     threads: usize,
     fresh: bool,
@@ -687,7 +683,7 @@ fn prefault(
 
 /// Write the initial content of a fresh mapping (all zeros before this).
 fn fill(
-    opts: &BlobOptions,
+    opts: &BlobConfig,
     map: &mut MmapMut,
     threads: usize,
     report: &mut SetupReport,

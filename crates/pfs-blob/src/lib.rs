@@ -11,8 +11,8 @@
 //!   ([`info`], [`verify`], [`list`], [`remove`]).
 //!
 //! ```no_run
-//! use pfs_blob::{Blob, BlobOptions};
-//! let opts = BlobOptions { size: 64 << 20, ..BlobOptions::default() };
+//! use pfs_blob::{Blob, BlobConfig};
+//! let opts = BlobConfig { size: 64 << 20, ..BlobConfig::default() };
 //! let (blob, setup) = Blob::open_or_create(&opts)?;
 //! println!("{} {} fill {:.3}s", blob.backing().kind, blob.fingerprint().short(), setup.fill_s);
 //! # Ok::<(), pfs_blob::BlobError>(())
@@ -24,14 +24,14 @@ mod error;
 mod fill;
 mod fingerprint;
 mod map;
-mod store;
+mod named;
 
 pub use backing::{hugetlbfs_page_size, BackingKind, BackingReport, HUGETLBFS_MAGIC};
-pub use blob::{Blob, BlobOptions, Fill, SetupReport};
+pub use blob::{Blob, BlobConfig, Fill, SetupReport};
 pub use error::{BlobError, FingerprintMismatch};
 pub use fill::{fill_seeded, fill_seeded_word};
 pub use fingerprint::Fingerprint;
-pub use store::{
+pub use named::{
     info, info_in, list, list_in, remove, remove_in, validate_name, verify, verify_in, BlobMeta,
     VerifyReport, ENV_BLOB_DIR, ENV_META_DIR,
 };

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use pfs_blob::{BackingKind, Blob, BlobOptions};
+use pfs_blob::{BackingKind, Blob, BlobConfig};
 
 const MIB: u64 = 1 << 20;
 
@@ -17,10 +17,10 @@ fn mode(file: &str) -> Option<String> {
 
 #[test]
 fn anonymous_blob_reports_thp_consistent_with_policy() {
-    let opts = BlobOptions {
+    let opts = BlobConfig {
         size: 64 * MIB,
         threads: 2,
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     };
     let (blob, setup) = Blob::open_or_create(&opts).unwrap();
     assert!(!setup.reused_existing);
@@ -57,10 +57,10 @@ fn anonymous_blob_reports_thp_consistent_with_policy() {
 fn non_hugetlbfs_huge_dir_falls_back_with_warning() {
     let tmp = tempfile::tempdir().unwrap();
     // Anonymous.
-    let opts = BlobOptions {
+    let opts = BlobConfig {
         size: 4 * MIB,
         huge_dir: Some(tmp.path().to_path_buf()),
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     };
     let (blob, _) = Blob::open_or_create(&opts).unwrap();
     let b = blob.backing();
@@ -74,7 +74,7 @@ fn non_hugetlbfs_huge_dir_falls_back_with_warning() {
 
     // Named: falls back to the blob dir and says so.
     let store = tempfile::tempdir().unwrap();
-    let named = BlobOptions {
+    let named = BlobConfig {
         name: Some("fallback".into()),
         dir: Some(store.path().to_path_buf()),
         ..opts
@@ -98,11 +98,11 @@ fn named_blob_on_tmpfs_reports_shmem_policy() {
         .prefix("pfs-blob-test")
         .tempdir_in("/dev/shm")
         .unwrap();
-    let opts = BlobOptions {
+    let opts = BlobConfig {
         name: Some("shm".into()),
         size: 16 * MIB,
         dir: Some(tmp.path().to_path_buf()),
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     };
     let (blob, _) = Blob::open_or_create(&opts).unwrap();
     let b = blob.backing();
@@ -126,15 +126,15 @@ fn named_blob_on_tmpfs_reports_shmem_policy() {
 
 #[test]
 fn zero_sizes_are_refused() {
-    let r = Blob::open_or_create(&BlobOptions {
+    let r = Blob::open_or_create(&BlobConfig {
         size: 0,
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     });
     assert!(matches!(r, Err(pfs_blob::BlobError::ZeroSize)));
-    let r = Blob::open_or_create(&BlobOptions {
+    let r = Blob::open_or_create(&BlobConfig {
         size: 4096,
         region_size: 0,
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     });
     assert!(matches!(r, Err(pfs_blob::BlobError::ZeroRegionSize)));
 }

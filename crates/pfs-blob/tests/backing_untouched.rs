@@ -3,17 +3,17 @@
 //! THP-advised anonymous mappings, so a concurrently created blob in the same
 //! process could lend this one its huge-page counters.
 
-use pfs_blob::{BackingKind, Blob, BlobOptions, Fill};
+use pfs_blob::{BackingKind, Blob, BlobConfig, Fill};
 
 const MIB: u64 = 1 << 20;
 
 #[test]
 fn untouched_blob_says_why_it_is_small() {
-    let opts = BlobOptions {
+    let opts = BlobConfig {
         size: 8 * MIB,
         prefault: false,
         fill: Fill::None,
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     };
     let (blob, setup) = Blob::open_or_create(&opts).unwrap();
     assert_eq!(setup.prefault_s, 0.0);

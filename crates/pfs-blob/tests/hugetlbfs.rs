@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use pfs_blob::{hugetlbfs_page_size, info_in, remove_in, verify_in, BackingKind, Blob, BlobOptions};
+use pfs_blob::{hugetlbfs_page_size, info_in, remove_in, verify_in, BackingKind, Blob, BlobConfig};
 
 const MIB: u64 = 1 << 20;
 const NR: &str = "/proc/sys/vm/nr_hugepages";
@@ -65,13 +65,13 @@ fn hugetlbfs_named_and_anonymous() {
     assert_eq!(hugetlbfs_page_size(huge).unwrap(), Some(2 * MIB));
 
     let meta = tempfile::tempdir().unwrap();
-    let opts = BlobOptions {
+    let opts = BlobConfig {
         name: Some("huge".into()),
         size: 64 * MIB,
         huge_dir: Some(huge.to_path_buf()),
         dir: Some(meta.path().to_path_buf()),
         threads: 2,
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     };
     {
         let (a, setup_a) = Blob::open_or_create(&opts).unwrap();
@@ -102,7 +102,7 @@ fn hugetlbfs_named_and_anonymous() {
         if free > 36 {
             println!("SKIP pool-exhaustion check: {free} huge pages were free (another pool is configured)");
         } else {
-            let big = BlobOptions {
+            let big = BlobConfig {
                 name: Some("toobig".into()),
                 size: 128 * MIB,
                 ..opts.clone()
@@ -123,10 +123,10 @@ fn hugetlbfs_named_and_anonymous() {
     assert!(remove_in("huge", Some(huge), meta.path()).is_err());
 
     // Anonymous blob on hugetlbfs: its file is unlinked at once.
-    let anon = BlobOptions {
+    let anon = BlobConfig {
         size: 8 * MIB,
         huge_dir: Some(huge.to_path_buf()),
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     };
     let (d, _) = Blob::open_or_create(&anon).unwrap();
     assert_eq!(d.backing().kind, BackingKind::HugeTlbFs);

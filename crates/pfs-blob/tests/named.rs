@@ -1,12 +1,12 @@
 //! Named blobs: create, reuse, mismatch, verify, remove, drop semantics.
-//! Every test uses its own directory through `BlobOptions::dir` and the
+//! Every test uses its own directory through `BlobConfig::dir` and the
 //! `*_in` functions, so nothing touches the process environment.
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use pfs_blob::{
-    fill_seeded, info_in, list_in, remove_in, verify_in, Blob, BlobError, BlobOptions, Fill, Fingerprint,
+    fill_seeded, info_in, list_in, remove_in, verify_in, Blob, BlobConfig, BlobError, Fill, Fingerprint,
 };
 use tempfile::TempDir;
 
@@ -25,14 +25,14 @@ fn scratch() -> TempDir {
     tempfile::tempdir().unwrap()
 }
 
-fn opts(dir: &Path, name: &str, size: u64) -> BlobOptions {
-    BlobOptions {
+fn opts(dir: &Path, name: &str, size: u64) -> BlobConfig {
+    BlobConfig {
         name: Some(name.to_owned()),
         size,
         dir: Some(dir.to_path_buf()),
         threads: 2,
         region_size: 64 << 10,
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     }
 }
 
@@ -85,7 +85,7 @@ fn lifecycle_create_reuse_mismatch_verify_remove() {
     assert_eq!(b.fingerprint(), a.fingerprint());
     assert!(b.as_slice() == a.as_slice());
     // Fill::None matches any existing content.
-    let (c, setup) = Blob::open_or_create(&BlobOptions {
+    let (c, setup) = Blob::open_or_create(&BlobConfig {
         fill: Fill::None,
         ..o.clone()
     })
@@ -97,11 +97,11 @@ fn lifecycle_create_reuse_mismatch_verify_remove() {
     // Size and seed mismatches are refused and leave the file untouched.
     let before = std::fs::read(&path).unwrap();
     for bad in [
-        BlobOptions {
+        BlobConfig {
             size: 8 * MIB,
             ..o.clone()
         },
-        BlobOptions {
+        BlobConfig {
             fill: Fill::Seed(1),
             ..o.clone()
         },
@@ -169,7 +169,7 @@ fn drop_unlinks_unless_keep() {
     assert!(!dir.join("pfs-gone.json").exists());
     assert!(!dir.join("pfs-gone.fp").exists());
 
-    let keep = BlobOptions {
+    let keep = BlobConfig {
         keep: true,
         ..opts(dir, "kept", MIB)
     };
@@ -250,7 +250,7 @@ fn fill_from_file() {
     let src = dir.join("src.bin");
     let content: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(&src, &content).unwrap();
-    let o = BlobOptions {
+    let o = BlobConfig {
         fill: Fill::File(src.clone()),
         ..opts(dir, "fromfile", 16384)
     };
@@ -269,7 +269,7 @@ fn fill_from_file() {
         Err(BlobError::Mismatch { .. })
     ));
 
-    let small = BlobOptions {
+    let small = BlobConfig {
         fill: Fill::File(src),
         ..opts(dir, "toosmall", 4096)
     };
@@ -301,7 +301,7 @@ fn concurrent_open_creates_once() {
 fn stored_fingerprint_corruption_is_detected() {
     let tmp = scratch();
     let dir = tmp.path();
-    let o = BlobOptions {
+    let o = BlobConfig {
         keep: true,
         ..opts(dir, "fpbad", MIB)
     };

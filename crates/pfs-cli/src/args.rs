@@ -612,7 +612,8 @@ pub enum BenchStudy {
     /// IPC latency study: 32-byte messages between two processes, one-way TSC latency per method vs Unix socket + epoll.
     Ipc(crate::command::bench_ipc::IpcArgs),
     /// File transfer: cold send, unchanged re-send and a real version pair, against rsync (delta) and scp.
-    Sync(crate::command::bench::sync::BenchSyncArgs),
+    #[command(alias = "sync")]
+    Files(crate::command::bench::files::BenchFilesArgs),
     /// The server side of one `pfs bench ipc` row (started by the study itself).
     #[command(hide = true)]
     IpcPeer(crate::command::bench_ipc::IpcPeerArgs),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::error::IpcError;
 use crate::mem::{Mapping, ShmRing};
 use crate::ring::{Consumer, Producer, Record, RingError, RingMem, Slot, KIND_DATA, KIND_REF};
-use crate::wait::{self, PeerWatch, WaitOptions, WaitStrategy, Waitable};
+use crate::wait::{self, PeerWatch, WaitConfig, WaitStrategy, Waitable};
 
 /// What both halves of a connection share: mappings and the peer watch.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ pub struct Sender {
     link: Arc<Link>,
     ring: usize,
     prod: Producer,
-    wait: WaitOptions,
+    wait: WaitConfig,
     peer_sleeps: bool,
     poisoned: Option<RingError>,
 }
@@ -47,7 +47,7 @@ pub struct Receiver {
     link: Arc<Link>,
     ring: usize,
     cons: Consumer,
-    wait: WaitOptions,
+    wait: WaitConfig,
     peer_sleeps: bool,
     poisoned: Option<RingError>,
     /// A data record partly consumed by [`Receiver::read_stream`].
@@ -57,9 +57,9 @@ pub struct Receiver {
 /// A connected endpoint: one sender, one receiver, a shared blob.
 ///
 /// ```no_run
-/// use pfs_ipc::{Endpoint, WaitOptions, WaitStrategy};
+/// use pfs_ipc::{Endpoint, WaitConfig, WaitStrategy};
 ///
-/// let mut ep = Endpoint::connect("/tmp/pfs.sock".as_ref(), WaitOptions::with(WaitStrategy::SpinFutex))?;
+/// let mut ep = Endpoint::connect("/tmp/pfs.sock".as_ref(), WaitConfig::with(WaitStrategy::SpinFutex))?;
 /// ep.send(b"hello")?;                       // one copy into the ring
 /// let mut loan = ep.loan(64)?;              // zero copy: write in place…
 /// loan.copy_from_slice(&[7u8; 64]);
@@ -209,7 +209,7 @@ impl Waitable for Space<'_> {
 }
 
 impl Sender {
-    pub(crate) fn new(link: Arc<Link>, ring: usize, key: u64, wait: WaitOptions, peer: WaitStrategy) -> Self {
+    pub(crate) fn new(link: Arc<Link>, ring: usize, key: u64, wait: WaitConfig, peer: WaitStrategy) -> Self {
         let cap = link.cap;
         Self {
             link,
@@ -370,7 +370,7 @@ impl Waitable for Data<'_> {
 }
 
 impl Receiver {
-    pub(crate) fn new(link: Arc<Link>, ring: usize, key: u64, wait: WaitOptions, peer: WaitStrategy) -> Self {
+    pub(crate) fn new(link: Arc<Link>, ring: usize, key: u64, wait: WaitConfig, peer: WaitStrategy) -> Self {
         let cap = link.cap;
         Self {
             link,

@@ -12,21 +12,21 @@
 //!   on or reported ([`IpcError::WouldBlock`]), never overwritten.
 //! - [`WaitStrategy`]: busy-spin, spin-then-yield, spin-then-futex.
 //! - A peer that dies is noticed (pidfd, socket) within
-//!   [`WaitOptions::liveness`]; a peer that writes garbage into the rings
+//!   [`WaitConfig::liveness`]; a peer that writes garbage into the rings
 //!   gets [`IpcError::Protocol`] on our side, never a crash or a hang.
 //!
 //! ```no_run
-//! use pfs_ipc::{Endpoint, IpcListener, ServerOptions, WaitOptions, WaitStrategy};
+//! use pfs_ipc::{Endpoint, IpcListener, RendezvousConfig, WaitConfig, WaitStrategy};
 //!
 //! // Server: echo every request.
-//! let listener = IpcListener::bind("/tmp/echo.sock".as_ref(), ServerOptions::default())?;
+//! let listener = IpcListener::bind("/tmp/echo.sock".as_ref(), RendezvousConfig::default())?;
 //! std::thread::spawn(move || {
 //!     while let Ok(mut ep) = listener.accept() {
 //!         while ep.serve_one(|req, tx| tx.send(req)).is_ok() {}
 //!     }
 //! });
 //! // Client.
-//! let mut ep = Endpoint::connect("/tmp/echo.sock".as_ref(), WaitOptions::with(WaitStrategy::Spin))?;
+//! let mut ep = Endpoint::connect("/tmp/echo.sock".as_ref(), WaitConfig::with(WaitStrategy::Spin))?;
 //! assert_eq!(ep.call(b"hi")?.bytes(), b"hi");
 //! # Ok::<(), pfs_ipc::IpcError>(())
 //! ```
@@ -36,8 +36,8 @@
 //! strategies and liveness, `endpoint` the message API, `rendezvous` the
 //! socket exchange.
 
+mod atomics;
 pub mod ring;
-mod sync;
 
 #[cfg(not(loom))]
 mod endpoint;
@@ -62,6 +62,6 @@ pub use endpoint::{Endpoint, Loan, Msg, MsgKind, Receiver, Sender};
 #[cfg(not(loom))]
 pub use error::IpcError;
 #[cfg(not(loom))]
-pub use rendezvous::{Allow, IpcListener, ServerOptions};
+pub use rendezvous::{Allow, IpcListener, RendezvousConfig};
 #[cfg(not(loom))]
-pub use wait::{WaitOptions, WaitStrategy};
+pub use wait::{WaitConfig, WaitStrategy};

@@ -37,7 +37,7 @@ use crate::endpoint::{Endpoint, Link, Receiver, Sender};
 use crate::error::IpcError;
 use crate::layout;
 use crate::mem::Mapping;
-use crate::wait::{PeerWatch, WaitOptions, WaitStrategy};
+use crate::wait::{PeerWatch, WaitConfig, WaitStrategy};
 
 const MAGIC: [u8; 8] = *b"PFS-IPC1";
 const VERSION: u16 = 1;
@@ -69,7 +69,7 @@ impl Allow {
 
 /// Server-side settings.
 #[derive(Debug, Clone)]
-pub struct ServerOptions {
+pub struct RendezvousConfig {
     /// Bytes of each ring's data area (power of two, 4 KiB … 1 GiB).
     pub ring_bytes: usize,
     /// Bytes of the shared blob (0: none). One blob per server, shared by
@@ -85,10 +85,10 @@ pub struct ServerOptions {
     /// How long a connecting client may take to send its request.
     pub handshake_timeout: Duration,
     /// The server's wait strategy and timings.
-    pub wait: WaitOptions,
+    pub wait: WaitConfig,
 }
 
-impl Default for ServerOptions {
+impl Default for RendezvousConfig {
     fn default() -> Self {
         Self {
             ring_bytes: 1 << 20,
@@ -97,7 +97,7 @@ impl Default for ServerOptions {
             allow: Allow::SameUser,
             socket_mode: 0o600,
             handshake_timeout: Duration::from_secs(5),
-            wait: WaitOptions::default(),
+            wait: WaitConfig::default(),
         }
     }
 }
@@ -132,7 +132,7 @@ fn random_u64() -> u64 {
 pub struct IpcListener {
     sock: UnixListener,
     path: PathBuf,
-    opts: ServerOptions,
+    opts: RendezvousConfig,
     blob: Option<(OwnedFd, Arc<Mapping>)>,
     own_uid: u32,
 }
@@ -141,7 +141,7 @@ impl IpcListener {
     /// Binds `path` (replacing a stale socket nobody listens on; refusing
     /// if a server answers there or the path is not a socket) and creates
     /// the shared blob.
-    pub fn bind(path: &Path, opts: ServerOptions) -> Result<Self, IpcError> {
+    pub fn bind(path: &Path, opts: RendezvousConfig) -> Result<Self, IpcError> {
         if !opts.ring_bytes.is_power_of_two()
             || !(layout::MIN_RING..=layout::MAX_RING).contains(&opts.ring_bytes)
         {
@@ -385,12 +385,12 @@ fn check_fd(fd: &OwnedFd, want: u64, what: &str) -> Result<(), IpcError> {
 
 impl Endpoint {
     /// Connects to the IPC server at `path`.
-    pub fn connect(path: &Path, wait: WaitOptions) -> Result<Self, IpcError> {
+    pub fn connect(path: &Path, wait: WaitConfig) -> Result<Self, IpcError> {
         Self::connect_timeout(path, wait, Duration::from_secs(5))
     }
 
     /// [`Endpoint::connect`] waiting at most `timeout` for the server's answer.
-    pub fn connect_timeout(path: &Path, wait: WaitOptions, timeout: Duration) -> Result<Self, IpcError> {
+    pub fn connect_timeout(path: &Path, wait: WaitConfig, timeout: Duration) -> Result<Self, IpcError> {
         let mut stream =
             UnixStream::connect(path).map_err(|e| IpcError::io(format!("connect {}", path.display()), e))?;
         stream

@@ -30,7 +30,7 @@
 
 use std::fmt;
 
-use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::atomics::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Record start alignment: one cache line, so a small message and its
 /// header arrive in one transfer.

@@ -3,8 +3,8 @@
 //! both. Payload words are written with Relaxed stores, so a missing
 //! happens-before shows up as a stale value.
 
+use crate::atomics::{AtomicU32, AtomicU64};
 use crate::ring::RingMem;
-use crate::sync::{AtomicU32, AtomicU64};
 
 pub struct WordRing {
     pub words: Vec<AtomicU64>,

@@ -90,7 +90,7 @@ impl FromStr for WaitStrategy {
 
 /// Wait strategy and its timings, for one endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitOptions {
+pub struct WaitConfig {
     /// The strategy.
     pub strategy: WaitStrategy,
     /// How long yield and futex strategies poll before giving the CPU away.
@@ -100,7 +100,7 @@ pub struct WaitOptions {
     pub liveness: Duration,
 }
 
-impl Default for WaitOptions {
+impl Default for WaitConfig {
     fn default() -> Self {
         Self {
             strategy: WaitStrategy::SpinFutex,
@@ -110,7 +110,7 @@ impl Default for WaitOptions {
     }
 }
 
-impl WaitOptions {
+impl WaitConfig {
     /// Defaults with `strategy`.
     pub fn with(strategy: WaitStrategy) -> Self {
         Self {
@@ -183,7 +183,7 @@ pub(crate) trait Waitable {
 /// Waits for `w` per `opts`, up to `timeout`, watching `peer`.
 pub(crate) fn wait_for<W: Waitable>(
     w: &mut W,
-    opts: &WaitOptions,
+    opts: &WaitConfig,
     timeout: Option<Duration>,
 ) -> Result<W::Out, IpcError> {
     let start = Instant::now();

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use pfs_ipc::{
-    layout, Allow, Endpoint, IpcError, IpcListener, MsgKind, ServerOptions, WaitOptions, WaitStrategy,
+    layout, Allow, Endpoint, IpcError, IpcListener, MsgKind, RendezvousConfig, WaitConfig, WaitStrategy,
 };
 
 const CHILD_ENV: &str = "PFS_IPC_CHILD";
@@ -106,7 +106,7 @@ fn child_entry() {
 }
 
 fn connect(path: &Path) -> Endpoint {
-    Endpoint::connect(path, WaitOptions::with(strategy())).unwrap()
+    Endpoint::connect(path, WaitConfig::with(strategy())).unwrap()
 }
 
 /// Sends N messages of random sizes, mixing send and loan.
@@ -217,9 +217,9 @@ fn child_corrupt(path: &Path) -> i32 {
 
 /// An echo server (for client-side death detection).
 fn child_server(path: &Path) -> i32 {
-    let opts = ServerOptions {
-        wait: WaitOptions::with(strategy()),
-        ..ServerOptions::default()
+    let opts = RendezvousConfig {
+        wait: WaitConfig::with(strategy()),
+        ..RendezvousConfig::default()
     };
     let listener = IpcListener::bind(path, opts).unwrap();
     println!("READY");
@@ -232,10 +232,10 @@ fn child_server(path: &Path) -> i32 {
 }
 
 fn listener(dir: &Path, ring: usize, blob: usize) -> IpcListener {
-    let opts = ServerOptions {
+    let opts = RendezvousConfig {
         ring_bytes: ring,
         blob_bytes: blob,
-        ..ServerOptions::default()
+        ..RendezvousConfig::default()
     };
     IpcListener::bind(&dir.join("ipc.sock"), opts).unwrap()
 }
@@ -461,15 +461,15 @@ fn blob_references_are_read_in_place() {
 fn socket_is_private_and_credentials_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("priv.sock");
-    let opts = ServerOptions {
+    let opts = RendezvousConfig {
         allow: Allow::Uids(vec![4_000_000]),
-        ..ServerOptions::default()
+        ..RendezvousConfig::default()
     };
     let l = IpcListener::bind(&path, opts).unwrap();
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let server = std::thread::spawn(move || l.accept().map(|_| ()));
-    let err = Endpoint::connect(&path, WaitOptions::default()).unwrap_err();
+    let err = Endpoint::connect(&path, WaitConfig::default()).unwrap_err();
     assert!(
         matches!(err, IpcError::Refused(ref r) if r.contains("not allowed")),
         "{err}"
@@ -478,7 +478,7 @@ fn socket_is_private_and_credentials_are_checked() {
     // A second server on a live path is refused; a non-socket path is never removed.
     let file = dir.path().join("plain");
     std::fs::write(&file, b"keep").unwrap();
-    assert!(IpcListener::bind(&file, ServerOptions::default()).is_err());
+    assert!(IpcListener::bind(&file, RendezvousConfig::default()).is_err());
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
 }
 

@@ -10,18 +10,18 @@
 //! tests run sessions over plain `Vec`s.
 
 mod error;
+pub mod files;
 pub mod reader;
 pub mod receiver;
 pub mod sender;
 pub mod server;
 pub mod stats;
-pub mod sync;
 pub mod sys;
 
 pub use error::SessionError;
 pub use receiver::{receive_session, ReceiverConfig, ReceiverOutcome};
 pub use sender::{send_session, SendOutcome, SenderConfig, DEFAULT_PAYLOAD_BUDGET};
-pub use server::{serve, serve_sync, ServerConfig, ServerEvent};
+pub use server::{serve, serve_files, ServerConfig, ServerEvent};
 pub use stats::SessionStats;
 
 /// Receiver limits, advertised in HELLO_ACK and enforced on every gram.

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use pfs_transport::{Listener, Transport};
 use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameType};
 
+use crate::files::{receive_files, FilesReceiveOutcome, FilesReceiverConfig};
 use crate::receiver::{receive_session, Progress, ReceiverConfig, ReceiverOutcome};
-use crate::sync::{receive_sync, SyncReceiveOutcome, SyncReceiverConfig};
 use crate::sys::pin_current_thread;
 use crate::{BlobView, SessionError};
+use pfs_files::DestRoot;
 use pfs_store::Store;
-use pfs_sync::DestRoot;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -60,12 +60,12 @@ pub enum ServerEvent<'a> {
         /// The outcome.
         outcome: &'a ReceiverOutcome,
     },
-    /// A file-sync session completed with a report.
-    SyncFinished {
+    /// A file-files session completed with a report.
+    FilesFinished {
         /// Peer address.
         peer: &'a str,
         /// The outcome.
-        outcome: &'a SyncReceiveOutcome,
+        outcome: &'a FilesReceiveOutcome,
     },
     /// A session ended in an error; the server goes on.
     Failed {
@@ -105,20 +105,20 @@ pub fn serve<L: Listener>(
     })
 }
 
-/// Serves file-sync sessions (docs/wire.md §10) into `dest`, deduplicated
+/// Serves file-files sessions (docs/wire.md §10) into `dest`, deduplicated
 /// against `store`, until `max_sessions` have ended. Returns (completed,
 /// failed). Sessions run concurrently on one store.
-pub fn serve_sync<L: Listener>(
+pub fn serve_files<L: Listener>(
     listener: &L,
     store: &Store,
     dest: &DestRoot,
     cfg: &ServerConfig,
-    sync: &SyncReceiverConfig,
+    files_cfg: &FilesReceiverConfig,
     on_event: &(dyn Fn(ServerEvent<'_>) + Sync),
 ) -> (u64, u64) {
     serve_loop(listener, cfg, on_event, &|conn, peer| {
-        let outcome = receive_sync(conn, store, dest, sync)?;
-        on_event(ServerEvent::SyncFinished {
+        let outcome = receive_files(conn, store, dest, files_cfg)?;
+        on_event(ServerEvent::FilesFinished {
             peer,
             outcome: &outcome,
         });

@@ -18,7 +18,7 @@
 //!   [`Store::entries_since`]), integrity checks ([`Store::verify`],
 //!   [`Store::verify_all`]) and the corrections plane's [`Store::repair`].
 //!
-//! It does not chunk files or speak the wire protocol (`pfs-sync`,
+//! It does not chunk files or speak the wire protocol (`pfs-files`,
 //! `pfs-session` do).
 //!
 //! # Files
@@ -28,7 +28,7 @@
 //! | `DIR/lock` | empty; `flock`ed exclusively while a store is open ([`StoreError::Locked`]) |
 //! | `DIR/index` | header + append-only records (below) |
 //! | `DIR/blob` | the blob, a regular file (base pages; persists, until reboot on tmpfs) |
-//! | `HUGE/pfs-store-<id>.blob` | instead of `DIR/blob` when created with a hugetlbfs [`StoreOptions::huge_dir`]: huge pages, the file grows in huge-page steps, and it **persists until reboot or unmount** while the index in `DIR` persists; a store whose blob vanished reopens empty (under a new identity) |
+//! | `HUGE/pfs-store-<id>.blob` | instead of `DIR/blob` when created with a hugetlbfs [`StoreConfig::huge_dir`]: huge pages, the file grows in huge-page steps, and it **persists until reboot or unmount** while the index in `DIR` persists; a store whose blob vanished reopens empty (under a new identity) |
 //!
 //! The blob file is mapped `MAP_SHARED | MAP_NORESERVE` for the whole
 //! capacity (rounded up to the growth step: 1 MiB, or the huge page); its
@@ -100,9 +100,9 @@
 //! # Example
 //!
 //! ```no_run
-//! use pfs_store::{Store, StoreOptions};
+//! use pfs_store::{Store, StoreConfig};
 //!
-//! let store = Store::open("/srv/pfs-store".as_ref(), &StoreOptions::with_capacity(64 << 30))?;
+//! let store = Store::open("/srv/pfs-store".as_ref(), &StoreConfig::with_capacity(64 << 30))?;
 //! let chunks: Vec<&[u8]> = vec![b"first chunk", b"second chunk"];
 //! let mut r = store.reserve(chunks.iter().map(|c| c.len() as u64).sum())?;
 //! for c in &chunks {
@@ -125,8 +125,8 @@ mod store;
 pub use backing::{Backing, BackingKind};
 pub use error::StoreError;
 pub use store::{
-    ChunkHash, ChunkLoc, Durability, IndexEntry, RecoveryReport, Reservation, Store, StoreIdentity,
-    StoreOptions, StoreStats, DEFAULT_CAPACITY,
+    ChunkHash, ChunkLoc, Durability, IndexEntry, RecoveryReport, Reservation, Store, StoreConfig,
+    StoreIdentity, StoreStats, DEFAULT_CAPACITY,
 };
 
 /// Index format version this crate reads and writes.

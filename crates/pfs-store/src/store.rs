@@ -63,7 +63,7 @@ pub const DEFAULT_CAPACITY: u64 = 16 << 30;
 
 /// How to open a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreOptions {
+pub struct StoreConfig {
     /// Most bytes the blob may hold. A reservation that would go beyond it
     /// fails with [`StoreError::Full`] before anything is written. May differ
     /// between opens; lowering it below what is used only stops new data.
@@ -77,9 +77,9 @@ pub struct StoreOptions {
     pub durability: Durability,
 }
 
-impl Default for StoreOptions {
+impl Default for StoreConfig {
     fn default() -> Self {
-        StoreOptions {
+        StoreConfig {
             capacity: DEFAULT_CAPACITY,
             huge_dir: None,
             durability: Durability::Fsync,
@@ -87,12 +87,12 @@ impl Default for StoreOptions {
     }
 }
 
-impl StoreOptions {
+impl StoreConfig {
     /// Default options with the given capacity.
     pub fn with_capacity(capacity: u64) -> Self {
-        StoreOptions {
+        StoreConfig {
             capacity,
-            ..StoreOptions::default()
+            ..StoreConfig::default()
         }
     }
 }
@@ -283,7 +283,7 @@ impl Store {
     /// records whose bytes are not in the blob file (see
     /// [`Store::recovery`]). Takes an exclusive `flock` on `DIR/lock`: a
     /// second open of the same directory fails with [`StoreError::Locked`].
-    pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+    pub fn open(dir: &Path, opts: &StoreConfig) -> Result<Store, StoreError> {
         if opts.capacity == 0 {
             return Err(StoreError::InvalidInput {
                 reason: "store capacity must be greater than zero".into(),
@@ -407,11 +407,7 @@ impl Store {
     }
 
     /// The header of a store about to be created in `dir`.
-    fn new_header(
-        dir: &Path,
-        opts: &StoreOptions,
-        report: &mut RecoveryReport,
-    ) -> Result<Header, StoreError> {
+    fn new_header(dir: &Path, opts: &StoreConfig, report: &mut RecoveryReport) -> Result<Header, StoreError> {
         report.created = true;
         let blob = dir.join(BLOB_FILE);
         if let Ok(m) = fs::metadata(&blob) {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{assert_all_present, chunk, open, put};
-use pfs_store::{BackingKind, StoreError, StoreOptions};
+use pfs_store::{BackingKind, StoreConfig, StoreError};
 
 /// Unmounts on drop.
 struct TempMount {
@@ -83,9 +83,9 @@ fn store_on_hugetlbfs() {
         }
     };
     let dir = tempfile::tempdir().unwrap();
-    let opts = StoreOptions {
+    let opts = StoreConfig {
         huge_dir: Some(mount.clone()),
-        ..StoreOptions::with_capacity(64 << 20)
+        ..StoreConfig::with_capacity(64 << 20)
     };
     let (page, blob_path) = {
         let store = open(dir.path(), &opts);

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 
 use common::{assert_all_present, chunk, fast_opts, hash, open, opts, put};
-use pfs_store::{ChunkLoc, Store, StoreError, StoreOptions};
+use pfs_store::{ChunkLoc, Store, StoreConfig, StoreError};
 
 const HEADER: u64 = 512;
 const RECORD: u64 = 48;
@@ -276,7 +276,7 @@ fn blob_file_missing_reopens_empty() {
 fn capacity_is_checked_before_writing() {
     let dir = tempfile::tempdir().unwrap();
     let cap = 1 << 20;
-    let store = open(dir.path(), &StoreOptions::with_capacity(cap));
+    let store = open(dir.path(), &StoreConfig::with_capacity(cap));
     let e = store.reserve(cap + 1).unwrap_err();
     match &e {
         StoreError::Full { need, free, capacity } => {
@@ -514,12 +514,12 @@ fn foreign_files_are_refused_and_left_alone() {
 #[test]
 fn options_and_fallbacks() {
     let dir = tempfile::tempdir().unwrap();
-    let e = Store::open(dir.path(), &StoreOptions::with_capacity(0)).unwrap_err();
+    let e = Store::open(dir.path(), &StoreConfig::with_capacity(0)).unwrap_err();
     assert!(matches!(e, StoreError::InvalidInput { .. }), "{e}");
 
     // A huge_dir that is not hugetlbfs: regular blob, with a note.
     let other = tempfile::tempdir().unwrap();
-    let o = StoreOptions {
+    let o = StoreConfig {
         huge_dir: Some(other.path().to_path_buf()),
         ..fast_opts()
     };
@@ -537,7 +537,7 @@ fn options_and_fallbacks() {
     let a = chunk(1, 10_000);
     put(&store, std::slice::from_ref(&a));
     drop(store);
-    let store = open(dir.path(), &StoreOptions::with_capacity(4096));
+    let store = open(dir.path(), &StoreConfig::with_capacity(4096));
     assert_all_present(&store, &[a]);
     assert_eq!(store.stats().free, 0);
     assert!(matches!(store.reserve(1), Err(StoreError::Full { .. })));

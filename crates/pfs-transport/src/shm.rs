@@ -12,7 +12,7 @@ use std::io::{self, IoSlice};
 use std::path::Path;
 use std::time::Duration;
 
-use pfs_ipc::{Endpoint, IpcError, IpcListener, ServerOptions, WaitOptions, WaitStrategy};
+use pfs_ipc::{Endpoint, IpcError, IpcListener, RendezvousConfig, WaitConfig, WaitStrategy};
 
 use crate::{Listener, Transport, TransportError};
 
@@ -37,8 +37,8 @@ impl Default for ShmConfig {
 }
 
 impl ShmConfig {
-    fn wait_options(&self) -> WaitOptions {
-        WaitOptions::with(self.wait)
+    fn wait_options(&self) -> WaitConfig {
+        WaitConfig::with(self.wait)
     }
 }
 
@@ -148,10 +148,10 @@ impl ShmListener {
     /// Binds the rendezvous socket at `path` (a stale socket is replaced;
     /// a live server or a non-socket path is refused).
     pub fn bind(path: &Path, cfg: &ShmConfig) -> Result<Self, TransportError> {
-        let opts = ServerOptions {
+        let opts = RendezvousConfig {
             ring_bytes: cfg.ring_bytes,
             wait: cfg.wait_options(),
-            ..ServerOptions::default()
+            ..RendezvousConfig::default()
         };
         let inner = IpcListener::bind(path, opts).map_err(|e| TransportError::Listen {
             addr: path.display().to_string(),

@@ -33,33 +33,33 @@ pub enum FrameType {
     Complete = 4,
     /// A refusal or failure with a code and a message; the connection closes after it.
     Error = 5,
-    /// Receiver status: in a sync session, the PLAN is accepted and store space reserved.
+    /// Receiver status: in a files session, the PLAN is accepted and store space reserved.
     Ack = 6,
     /// Negative acknowledgement (corrections plane): hashes of chunks whose bytes did not match.
     Nak = 7,
     /// Repair gram answering a NAK: the chunks' bytes.
     Repair = 8,
-    /// Sync: sender opens a file-transfer session.
-    SyncHello = 9,
-    /// Sync: receiver accepts, naming its store and generation.
-    SyncAccept = 10,
-    /// Sync: sender asks for the store index from a generation on.
+    /// Files: sender opens a file-transfer session.
+    FilesHello = 9,
+    /// Files: receiver accepts, naming its store and generation.
+    FilesAccept = 10,
+    /// Files: sender asks for the store index from a generation on.
     IndexRequest = 11,
-    /// Sync: a batch of store index entries.
+    /// Files: a batch of store index entries.
     Index = 12,
-    /// Sync: totals of what the sender will send.
+    /// Files: totals of what the sender will send.
     Plan = 13,
-    /// Sync: one file, directory or symlink.
+    /// Files: one file, directory or symlink.
     File = 14,
-    /// Sync: chunk entries of the current file (descriptors and literals).
+    /// Files: chunk entries of the current file (descriptors and literals).
     Chunks = 15,
-    /// Sync: sender finished (empty), or (flag REPORT) the receiver's report.
-    SyncEnd = 16,
-    /// Sync: a zstd-compressed run of FILE and CHUNKS frames (many small files per write).
+    /// Files: sender finished (empty), or (flag REPORT) the receiver's report.
+    FilesEnd = 16,
+    /// Files: a zstd-compressed run of FILE and CHUNKS frames (many small files per write).
     Batch = 17,
-    /// Sync: files the sender asks about before chunking them (optional).
+    /// Files: files the sender asks about before chunking them (optional).
     Probe = 18,
-    /// Sync: which probed files the receiver already holds (a bitmap).
+    /// Files: which probed files the receiver already holds (a bitmap).
     ProbeReply = 19,
 }
 
@@ -75,14 +75,14 @@ impl FrameType {
             6 => Self::Ack,
             7 => Self::Nak,
             8 => Self::Repair,
-            9 => Self::SyncHello,
-            10 => Self::SyncAccept,
+            9 => Self::FilesHello,
+            10 => Self::FilesAccept,
             11 => Self::IndexRequest,
             12 => Self::Index,
             13 => Self::Plan,
             14 => Self::File,
             15 => Self::Chunks,
-            16 => Self::SyncEnd,
+            16 => Self::FilesEnd,
             17 => Self::Batch,
             18 => Self::Probe,
             19 => Self::ProbeReply,
@@ -107,14 +107,14 @@ impl FrameType {
             Self::Ack => "ACK",
             Self::Nak => "NAK",
             Self::Repair => "REPAIR",
-            Self::SyncHello => "SYNC_HELLO",
-            Self::SyncAccept => "SYNC_ACCEPT",
+            Self::FilesHello => "FILES_HELLO",
+            Self::FilesAccept => "FILES_ACCEPT",
             Self::IndexRequest => "INDEX_REQUEST",
             Self::Index => "INDEX",
             Self::Plan => "PLAN",
             Self::File => "FILE",
             Self::Chunks => "CHUNKS",
-            Self::SyncEnd => "SYNC_END",
+            Self::FilesEnd => "FILES_END",
             Self::Batch => "BATCH",
             Self::Probe => "PROBE",
             Self::ProbeReply => "PROBE_REPLY",
@@ -165,8 +165,8 @@ impl FrameHeader {
             | FrameType::Nak
             | FrameType::Repair
             | FrameType::Probe
-            | FrameType::ProbeReply => crate::sync::FLAG_LAST,
-            FrameType::SyncEnd => crate::sync::FLAG_SYNC_REPORT,
+            | FrameType::ProbeReply => crate::files::FLAG_LAST,
+            FrameType::FilesEnd => crate::files::FLAG_FILES_REPORT,
             _ => 0,
         };
         if flags & !allowed_flags != 0 {

@@ -12,10 +12,10 @@
 pub mod control;
 pub mod desc;
 mod error;
+pub mod files;
 pub mod frame;
 pub mod gram;
 pub mod hello;
-pub mod sync;
 pub mod varint;
 
 pub use control::{ErrorCode, ErrorFrame, Report, SenderSummary};

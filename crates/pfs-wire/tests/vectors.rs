@@ -12,14 +12,14 @@ use std::sync::OnceLock;
 
 use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary, NO_MISMATCH};
 use pfs_wire::desc::{encode_table, Descriptor, Encoding};
+use pfs_wire::files::{
+    parse_chunks, parse_index, parse_index_request, parse_nak, parse_probe, parse_probe_reply, ChunkData,
+    EntryKind, FileEntry, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, ProbeEntry, ProbeHead,
+    FLAG_FILES_REPORT, FLAG_LAST,
+};
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GramHeader, GRAM_FLAG_PAYLOAD};
 use pfs_wire::hello::{Hello, HelloAck};
-use pfs_wire::sync::{
-    parse_chunks, parse_index, parse_index_request, parse_nak, parse_probe, parse_probe_reply, ChunkData,
-    EntryKind, FileEntry, Plan, PlanAck, ProbeEntry, ProbeHead, SyncAccept, SyncHello, SyncReport, FLAG_LAST,
-    FLAG_SYNC_REPORT,
-};
 use pfs_wire::varint::{get_varint, put_varint, zigzag_decode, zigzag_encode};
 use pfs_wire::{put_frame, IntegrityAlg, Mode, WireError};
 
@@ -647,23 +647,27 @@ const INVALID: &[(&str, As, WireError)] = &[
     ("invalid-varint-overflow", As::Varint, WireError::VarintOverflow),
     ("invalid-varint-truncated", As::Varint, WireError::Truncated),
     (
-        "invalid-sync-chunks-truncated",
+        "invalid-files-chunks-truncated",
         As::Frame,
         WireError::TableTruncated,
     ),
-    ("invalid-sync-file-nsec", As::Frame, WireError::LengthMismatch),
-    ("invalid-sync-probe-trailing", As::Frame, WireError::TrailingBytes),
+    ("invalid-files-file-nsec", As::Frame, WireError::LengthMismatch),
     (
-        "invalid-sync-probe-reply-bits",
+        "invalid-files-probe-trailing",
+        As::Frame,
+        WireError::TrailingBytes,
+    ),
+    (
+        "invalid-files-probe-reply-bits",
         As::Frame,
         WireError::ReservedNonZero,
     ),
     (
-        "invalid-sync-file-held-chunks",
+        "invalid-files-file-held-chunks",
         As::Frame,
         WireError::LengthMismatch,
     ),
-    ("invalid-sync-file-flags", As::Frame, WireError::BadFlags),
+    ("invalid-files-file-flags", As::Frame, WireError::BadFlags),
 ];
 
 /// The full decode path of docs/wire.md §9 for one frame.
@@ -688,22 +692,22 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
             let (_, mut entries) = parse_chunks(frame.body)?;
             entries.try_for_each(|e| e.map(drop))
         }
-        FrameType::SyncHello => SyncHello::parse(frame.body).map(drop),
-        FrameType::SyncAccept => SyncAccept::parse(frame.body).map(drop),
+        FrameType::FilesHello => FilesHello::parse(frame.body).map(drop),
+        FrameType::FilesAccept => FilesAccept::parse(frame.body).map(drop),
         FrameType::IndexRequest => parse_index_request(frame.body).map(drop),
         FrameType::Index => parse_index(frame.body).map(drop),
         FrameType::Plan => Plan::parse(frame.body).map(drop),
         FrameType::File => FileEntry::parse(frame.body).map(drop),
-        FrameType::SyncEnd if frame.header.flags & FLAG_SYNC_REPORT != 0 => {
-            SyncReport::parse(frame.body).map(drop)
+        FrameType::FilesEnd if frame.header.flags & FLAG_FILES_REPORT != 0 => {
+            FilesReport::parse(frame.body).map(drop)
         }
-        FrameType::SyncEnd => Ok(()),
-        FrameType::Batch => pfs_wire::sync::parse_batch(frame.body).map(drop),
+        FrameType::FilesEnd => Ok(()),
+        FrameType::Batch => pfs_wire::files::parse_batch(frame.body).map(drop),
         FrameType::Probe => {
-            let (_, mut entries) = pfs_wire::sync::parse_probe(frame.body)?;
+            let (_, mut entries) = pfs_wire::files::parse_probe(frame.body)?;
             entries.try_for_each(|e| e.map(drop))
         }
-        FrameType::ProbeReply => pfs_wire::sync::parse_probe_reply(frame.body).map(drop),
+        FrameType::ProbeReply => pfs_wire::files::parse_probe_reply(frame.body).map(drop),
     }
 }
 
@@ -713,8 +717,8 @@ fn decode_varint(b: &[u8]) -> Result<(), WireError> {
     Ok(())
 }
 
-/// One whole frame of a valid sync vector: header, body, nothing after.
-fn sync_frame(name: &str, t: FrameType, flags: u16) -> Vec<u8> {
+/// One whole frame of a valid files vector: header, body, nothing after.
+fn files_frame(name: &str, t: FrameType, flags: u16) -> Vec<u8> {
     let b = bytes(name).to_vec();
     let (frame, used) = Frame::parse(&b).unwrap_or_else(|e| panic!("vector {name}: {e}"));
     assert_eq!(used, b.len(), "vector {name}: bytes after the frame");
@@ -724,8 +728,8 @@ fn sync_frame(name: &str, t: FrameType, flags: u16) -> Vec<u8> {
 }
 
 #[test]
-fn sync_vectors() {
-    let body = sync_frame("sync-file", FrameType::File, 0);
+fn files_vectors() {
+    let body = files_frame("files-file", FrameType::File, 0);
     let f = FileEntry::parse(&body).unwrap();
     let hash: [u8; 32] = std::array::from_fn(|i| i as u8);
     let expected = FileEntry {
@@ -748,9 +752,9 @@ fn sync_vectors() {
         expected.emit(&mut b);
         b
     });
-    assert_eq!(out, bytes("sync-file"), "sync-file re-encode");
+    assert_eq!(out, bytes("files-file"), "files-file re-encode");
 
-    let body = sync_frame("sync-chunks", FrameType::Chunks, 0);
+    let body = files_frame("files-chunks", FrameType::Chunks, 0);
     let (head, entries) = parse_chunks(&body).unwrap();
     assert_eq!((head.file_no, head.count), (3, 2));
     let entries: Vec<_> = entries.collect::<Result<_, _>>().unwrap();
@@ -760,14 +764,14 @@ fn sync_vectors() {
     assert_eq!(entries[1].hash, &[0xbb; 32]);
     assert_eq!(entries[1].data, ChunkData::Literal(b"PFS!"));
 
-    let body = sync_frame("sync-nak", FrameType::Nak, FLAG_LAST);
+    let body = files_frame("files-nak", FrameType::Nak, FLAG_LAST);
     let hashes: Vec<_> = parse_nak(&body).unwrap().collect();
     assert_eq!(hashes, [&[0xaa; 32]]);
 }
 
 #[test]
-fn sync_probe_vectors() {
-    let body = sync_frame("sync-probe", FrameType::Probe, FLAG_LAST);
+fn files_probe_vectors() {
+    let body = files_frame("files-probe", FrameType::Probe, FLAG_LAST);
     let (head, entries) = parse_probe(&body).unwrap();
     assert_eq!(
         head,
@@ -796,14 +800,14 @@ fn sync_probe_vectors() {
     assert_eq!(entries, expected);
     let mut out = head.emit().to_vec();
     expected.iter().for_each(|e| e.emit(&mut out));
-    assert_eq!(out, body, "sync-probe body re-encode");
+    assert_eq!(out, body, "files-probe body re-encode");
     assert_eq!(
         frame_bytes(FrameType::Probe, FLAG_LAST, &out),
-        bytes("sync-probe"),
-        "sync-probe re-encode"
+        bytes("files-probe"),
+        "files-probe re-encode"
     );
 
-    let body = sync_frame("sync-probe-reply", FrameType::ProbeReply, FLAG_LAST);
+    let body = files_frame("files-probe-reply", FrameType::ProbeReply, FLAG_LAST);
     let (head, bits) = parse_probe_reply(&body).unwrap();
     assert_eq!(
         head,
@@ -821,11 +825,11 @@ fn sync_probe_vectors() {
     out.extend_from_slice(bits);
     assert_eq!(
         frame_bytes(FrameType::ProbeReply, FLAG_LAST, &out),
-        bytes("sync-probe-reply"),
-        "sync-probe-reply re-encode"
+        bytes("files-probe-reply"),
+        "files-probe-reply re-encode"
     );
 
-    let body = sync_frame("sync-file-held", FrameType::File, 0);
+    let body = files_frame("files-file-held", FrameType::File, 0);
     let f = FileEntry::parse(&body).unwrap();
     let expected = FileEntry {
         file_no: 3,
@@ -846,8 +850,8 @@ fn sync_probe_vectors() {
     expected.emit(&mut out);
     assert_eq!(
         frame_bytes(FrameType::File, 0, &out),
-        bytes("sync-file-held"),
-        "sync-file-held re-encode"
+        bytes("files-file-held"),
+        "files-file-held re-encode"
     );
 }
 
@@ -889,8 +893,8 @@ fn vector_names_match_the_document() {
     expected.extend(gram_cases().iter().map(|c| c.name));
     expected.extend(["hello", "hello-ack", "complete-summary", "complete-report"]);
     expected.push("error-out-of-bounds");
-    expected.extend(["sync-file", "sync-chunks", "sync-nak"]);
-    expected.extend(["sync-probe", "sync-probe-reply", "sync-file-held"]);
+    expected.extend(["files-file", "files-chunks", "files-nak"]);
+    expected.extend(["files-probe", "files-probe-reply", "files-file-held"]);
     expected.extend(VARINTS.iter().map(|c| c.0));
     expected.extend(ZIGZAGS.iter().map(|c| c.0));
     expected.extend(INVALID.iter().map(|c| c.0));

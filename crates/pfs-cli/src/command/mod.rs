@@ -14,7 +14,7 @@ mod serve_files;
 use std::time::Duration;
 
 use anyhow::Context;
-use pfs_blob::{Blob, BlobOptions, Fill, SetupReport};
+use pfs_blob::{Blob, BlobConfig, Fill, SetupReport};
 use pfs_session::{BlobView, SetupTimes};
 
 use crate::args::{BlobArgs, Cli, Command};
@@ -31,7 +31,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             Some(crate::args::BenchStudy::Exec(study)) => bench_exec::run(study),
             Some(crate::args::BenchStudy::Ipc(study)) => bench_ipc::run(study),
             Some(crate::args::BenchStudy::IpcPeer(peer)) => bench_ipc::run_peer(peer),
-            Some(crate::args::BenchStudy::Sync(study)) => bench::sync::run(study),
+            Some(crate::args::BenchStudy::Files(study)) => bench::files::run(study),
             None => bench::run(args),
         },
     }
@@ -95,7 +95,7 @@ impl OpenedBlob {
 }
 
 /// Blob options from the command line.
-pub fn blob_options(args: &BlobArgs) -> BlobOptions {
+pub fn blob_options(args: &BlobArgs) -> BlobConfig {
     let fill = if args.no_fill {
         Fill::None
     } else if let Some(path) = &args.fill_file {
@@ -103,7 +103,7 @@ pub fn blob_options(args: &BlobArgs) -> BlobOptions {
     } else {
         Fill::Seed(args.seed)
     };
-    BlobOptions {
+    BlobConfig {
         name: args.blob_name.clone(),
         size: args.size,
         fill,
@@ -111,7 +111,7 @@ pub fn blob_options(args: &BlobArgs) -> BlobOptions {
         prefault: !args.no_prefault,
         keep: args.blob_keep,
         threads: args.setup_threads,
-        ..BlobOptions::default()
+        ..BlobConfig::default()
     }
 }
 

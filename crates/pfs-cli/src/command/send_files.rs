@@ -1,5 +1,5 @@
 //! `pfs send PATH… --to ADDR[:REMOTE_DIR]`: scan, chunk (in parallel, with
-//! the quick-check recipe cache), then one sync session; prints the
+//! the quick-check recipe cache), then one files session; prints the
 //! receiver's report, rsync-style statistics with `--stats`, JSON with
 //! `--json`.
 
@@ -7,10 +7,10 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use pfs_session::sync::{
-    send_sync, LocalPrepare, SyncItem, SyncSendConfig, SyncSendOutcome, SyncSendProgress,
+use pfs_files::{default_cache_dir, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
+use pfs_session::files::{
+    send_files, FilesItem, FilesSendConfig, FilesSendOutcome, FilesSendProgress, LocalPrepare,
 };
-use pfs_sync::{default_cache_dir, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
 
 use crate::args::{ProgressArg, SendArgs, TransportArg};
 use crate::exit;
@@ -43,7 +43,7 @@ fn mb(b: u64) -> f64 {
 
 /// What the scan found, with the quick-check cache's recipes filled in.
 struct Prepared {
-    items: Vec<SyncItem>,
+    items: Vec<FilesItem>,
     warnings: Vec<String>,
     /// The recipe cache (`None` with `--no-cache`).
     cache: Option<RecipeCache>,
@@ -86,7 +86,7 @@ fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<Prepared> {
                 ),
                 _ => (None, None),
             };
-            let mut item = SyncItem::new(e, recipe);
+            let mut item = FilesItem::new(e, recipe);
             item.digest = digest;
             item
         })
@@ -100,7 +100,7 @@ fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<Prepared> {
 }
 
 /// Remembers the recipes and whole-file digests of this send for the next one.
-fn save_recipes(cache: &mut RecipeCache, items: &[SyncItem], params: &ChunkParams) -> Option<String> {
+fn save_recipes(cache: &mut RecipeCache, items: &[FilesItem], params: &ChunkParams) -> Option<String> {
     for it in items {
         if let Some(r) = &it.recipe {
             cache.put(&it.entry, params, r.clone());
@@ -137,7 +137,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         (Some(d), false) => Some(d.join("index")),
         (None, false) => Some(default_cache_dir()?.join("index")),
     };
-    let cfg = SyncSendConfig {
+    let cfg = FilesSendConfig {
         remote_dir: remote_dir.clone().into_bytes(),
         dry_run: f.dry_run,
         compress: f.compress.then_some(f.compress_level),
@@ -176,7 +176,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         );
         pb
     });
-    let mut on_progress = |p: &SyncSendProgress| {
+    let mut on_progress = |p: &FilesSendProgress| {
         if let Some(pb) = &bar {
             pb.set_position(p.bytes);
             pb.set_message(format!(
@@ -187,7 +187,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         }
     };
     let mut local = LocalPrepare::new(params, f.threads);
-    let out = send_sync(&mut *t, &mut items, &cfg, &mut local, &mut on_progress)?;
+    let out = send_files(&mut *t, &mut items, &cfg, &mut local, &mut on_progress)?;
     if let Some(pb) = &bar {
         pb.finish_and_clear();
     }
@@ -232,8 +232,8 @@ struct Prep<'a> {
 }
 
 /// A receiver's report as JSON (here under `receiver`, and in the server's
-/// `sync_report` events).
-pub(crate) fn report_json(r: &pfs_wire::sync::SyncReport<'_>) -> serde_json::Value {
+/// `files_report` events).
+pub(crate) fn report_json(r: &pfs_wire::files::FilesReport<'_>) -> serde_json::Value {
     serde_json::json!({
         "files_written": r.files_written,
         "files_unchanged": r.files_unchanged,
@@ -257,7 +257,7 @@ pub(crate) fn report_json(r: &pfs_wire::sync::SyncReport<'_>) -> serde_json::Val
 }
 
 /// The session as JSON: sender's plan and counters beside the receiver's report.
-fn to_json(out: &SyncSendOutcome, kind: &str, prep: &Prep<'_>, remote_dir: &str) -> serde_json::Value {
+fn to_json(out: &FilesSendOutcome, kind: &str, prep: &Prep<'_>, remote_dir: &str) -> serde_json::Value {
     let report = out.report.as_ref().map(report_json);
     let elapsed = out.elapsed.as_secs_f64().max(1e-9);
     let effective = out.report.map_or(0, |r| r.effective_bytes);
@@ -297,7 +297,7 @@ fn to_json(out: &SyncSendOutcome, kind: &str, prep: &Prep<'_>, remote_dir: &str)
 }
 
 /// One summary line, or rsync-style statistics with `--stats`.
-fn human(out: &SyncSendOutcome, kind: &str, prep: &Prep<'_>, stats: bool) -> String {
+fn human(out: &FilesSendOutcome, kind: &str, prep: &Prep<'_>, stats: bool) -> String {
     let p = &out.plan;
     let wall = out.elapsed + prep.scan;
     let secs = wall.as_secs_f64().max(1e-9);

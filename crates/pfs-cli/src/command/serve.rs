@@ -204,8 +204,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 *st = code;
             }
         }
-        // Blob servers run no sync sessions.
-        ServerEvent::SyncFinished { .. } => {}
+        // Blob servers run no files sessions.
+        ServerEvent::FilesFinished { .. } => {}
     };
     let listener = bind_listener(&args)?;
     announce(&listener, json);

@@ -5,10 +5,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use pfs_session::sync::SyncReceiverConfig;
-use pfs_session::{serve_sync, ServerConfig, ServerEvent};
-use pfs_store::{Durability, Store, StoreOptions};
-use pfs_sync::{DestRoot, Manifest};
+use pfs_files::{DestRoot, Manifest};
+use pfs_session::files::FilesReceiverConfig;
+use pfs_session::{serve_files, ServerConfig, ServerEvent};
+use pfs_store::{Durability, Store, StoreConfig};
 
 use crate::args::ServeArgs;
 use crate::exit;
@@ -19,7 +19,7 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
     let dest_dir = args.dest.as_deref().context("--store needs --dest")?;
     std::fs::create_dir_all(store_dir).with_context(|| format!("--store {}", store_dir.display()))?;
     std::fs::create_dir_all(dest_dir).with_context(|| format!("--dest {}", dest_dir.display()))?;
-    let opts = StoreOptions {
+    let opts = StoreConfig {
         capacity: args.store_capacity,
         huge_dir: args.blob.huge_dir.clone(),
         // Chunk bytes reach the disk before the index names them, always:
@@ -78,10 +78,10 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
         eprintln!("pfs: warning: {w}");
     }
     let manifest = Arc::new(manifest);
-    let sync = SyncReceiverConfig {
+    let files_cfg = FilesReceiverConfig {
         fsync_files: args.fsync,
         manifest: Some(manifest.clone()),
-        ..SyncReceiverConfig::default()
+        ..FilesReceiverConfig::default()
     };
     let last_status = Mutex::new(exit::OK);
     let set = |code: i32| {
@@ -91,7 +91,7 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
     };
     let on_event = |ev: ServerEvent<'_>| match ev {
         ServerEvent::Accepted { peer } if !json => eprintln!("session from {peer}"),
-        ServerEvent::SyncFinished { peer, outcome } => {
+        ServerEvent::FilesFinished { peer, outcome } => {
             if let Err(e) = manifest.save() {
                 eprintln!("pfs: warning: destination manifest not saved: {e}");
             }
@@ -103,7 +103,7 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
             });
             if json {
                 let mut v = super::send_files::report_json(r);
-                v["event"] = "sync_report".into();
+                v["event"] = "files_report".into();
                 v["peer"] = peer.to_string().into();
                 v["dry_run"] = outcome.dry_run.into();
                 v["remote_dir"] = outcome.remote_dir.clone().into();
@@ -139,7 +139,7 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
             }
         }
     };
-    let (ok, failed) = serve_sync(&listener, &store, &dest, &cfg, &sync, &on_event);
+    let (ok, failed) = serve_files(&listener, &store, &dest, &cfg, &files_cfg, &on_event);
     if !json {
         eprintln!("pfs serve: {ok} session(s) completed, {failed} failed");
     }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use pfs_store::{ChunkHash, ChunkLoc, Durability, Store, StoreOptions};
+use pfs_store::{ChunkHash, ChunkLoc, Durability, Store, StoreConfig};
 
 /// `len` deterministic pseudo-random bytes from `seed`.
 pub fn chunk(seed: u64, len: usize) -> Vec<u8> {
@@ -20,13 +20,13 @@ pub fn hash(data: &[u8]) -> ChunkHash {
 }
 
 /// 64 MiB, fsync on commit.
-pub fn opts() -> StoreOptions {
-    StoreOptions::with_capacity(64 << 20)
+pub fn opts() -> StoreConfig {
+    StoreConfig::with_capacity(64 << 20)
 }
 
 /// 64 MiB, no flushes.
-pub fn fast_opts() -> StoreOptions {
-    StoreOptions {
+pub fn fast_opts() -> StoreConfig {
+    StoreConfig {
         durability: Durability::None,
         ..opts()
     }
@@ -43,7 +43,7 @@ pub fn put(store: &Store, chunks: &[Vec<u8>]) -> Vec<ChunkLoc> {
 }
 
 /// Open, panicking with the error.
-pub fn open(dir: &Path, opts: &StoreOptions) -> Store {
+pub fn open(dir: &Path, opts: &StoreConfig) -> Store {
     Store::open(dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
 }
 

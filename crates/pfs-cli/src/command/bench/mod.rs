@@ -26,10 +26,10 @@ use super::send::{send_once, sender_config, Target};
 use super::{open_blob, OpenedBlob};
 
 mod conventional;
+pub mod files;
 mod netpath;
 mod report;
 mod row;
-pub mod sync;
 
 use conventional::{run_iperf3, run_rsync, run_scp, ChildGuard, FileJob};
 use netpath::NetPath;
@@ -712,21 +712,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let b = opened.blob.backing().clone();
     let (blob_len, sender_setup) = (opened.blob.len(), opened.describe());
     if args.full {
-        // The file-transfer row group (`pfs bench sync`), with the memory of
+        // The file-transfer row group (`pfs bench files`), with the memory of
         // this suite's blobs and scratch file given back first.
         drop(opened);
         drop(scratch);
-        let sync_args = sync::BenchSyncArgs {
+        let files_args = files::BenchFilesArgs {
             pair: None,
             cold_size: 1 << 30,
             only: args.only.clone(),
             out: None,
             json: false,
         };
-        match sync::collect(&sync_args) {
-            Ok((_, sync_rows)) => rows.extend(sync_rows),
+        match files::collect(&files_args) {
+            Ok((_, files_rows)) => rows.extend(files_rows),
             Err(e) => {
-                let mut r = Row::skipped("PFS sync (pfs bench sync rows)", "Transfer", String::new());
+                let mut r = Row::skipped("PFS files (pfs bench files rows)", "Transfer", String::new());
                 r.notes = format!("failed: {e:#}");
                 rows.push(r);
             }

@@ -456,9 +456,9 @@ impl<W: RingWait> Connect for Ring<W> {
 
     fn listen(dir: &Path) -> anyhow::Result<(pfs_ipc::IpcListener, String)> {
         let path = dir.join("ring.sock");
-        let opts = pfs_ipc::ServerOptions {
-            wait: pfs_ipc::WaitOptions::with(W::STRATEGY),
-            ..pfs_ipc::ServerOptions::default()
+        let opts = pfs_ipc::RendezvousConfig {
+            wait: pfs_ipc::WaitConfig::with(W::STRATEGY),
+            ..pfs_ipc::RendezvousConfig::default()
         };
         let l =
             pfs_ipc::IpcListener::bind(&path, opts).with_context(|| format!("binding {}", path.display()))?;
@@ -479,7 +479,7 @@ impl<W: RingWait> Connect for Ring<W> {
             .max(Duration::from_millis(1));
         let ep = pfs_ipc::Endpoint::connect_timeout(
             Path::new(address),
-            pfs_ipc::WaitOptions::with(W::STRATEGY),
+            pfs_ipc::WaitConfig::with(W::STRATEGY),
             left,
         )
         .with_context(|| format!("connecting to {address}"))?;

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 
 use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::error::{PathError, SyncError};
+use crate::error::{FilesError, PathError};
 use crate::path::RelPath;
 
 /// One file, directory or symlink to send.
@@ -127,7 +127,7 @@ pub struct Excludes {
 
 impl Excludes {
     /// Compile `patterns`.
-    pub fn new(patterns: &[String]) -> Result<Self, SyncError> {
+    pub fn new(patterns: &[String]) -> Result<Self, FilesError> {
         let mut any = GlobSetBuilder::new();
         let mut dirs_only = GlobSetBuilder::new();
         for pat in patterns {
@@ -142,7 +142,7 @@ impl Excludes {
                 vec![body.to_owned(), format!("**/{body}")]
             };
             if body.is_empty() || body == "/" {
-                return Err(SyncError::BadExclude {
+                return Err(FilesError::BadExclude {
                     pattern: pat.clone(),
                     message: "empty pattern".into(),
                 });
@@ -152,7 +152,7 @@ impl Excludes {
                     .literal_separator(true)
                     .backslash_escape(true)
                     .build()
-                    .map_err(|e| SyncError::BadExclude {
+                    .map_err(|e| FilesError::BadExclude {
                         pattern: pat.clone(),
                         message: e.kind().to_string(),
                     })?;
@@ -164,7 +164,7 @@ impl Excludes {
             }
         }
         let build = |b: GlobSetBuilder| {
-            b.build().map_err(|e| SyncError::BadExclude {
+            b.build().map_err(|e| FilesError::BadExclude {
                 pattern: patterns.join(" "),
                 message: e.to_string(),
             })
@@ -202,14 +202,14 @@ impl Default for Excludes {
 /// Walk `roots` (see the module docs). Fails only for problems with a root
 /// itself (missing, unnamed, two roots with one name); problems below a root
 /// land in [`Scan::skipped`].
-pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, SyncError> {
+pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> {
     let mut tops: Vec<(RelPath, PathBuf, Metadata)> = Vec::with_capacity(roots.len());
     for root in roots {
-        let abs = std::path::absolute(root).map_err(|e| SyncError::io("resolve", root, e))?;
-        let meta = fs::metadata(&abs).map_err(|e| SyncError::io("stat", root, e))?;
+        let abs = std::path::absolute(root).map_err(|e| FilesError::io("resolve", root, e))?;
+        let meta = fs::metadata(&abs).map_err(|e| FilesError::io("stat", root, e))?;
         let rel = root_name(root, &abs)?;
         if tops.iter().any(|(r, _, _)| *r == rel) {
-            return Err(SyncError::DuplicateRoot {
+            return Err(FilesError::DuplicateRoot {
                 name: rel.to_string(),
             });
         }
@@ -303,17 +303,17 @@ fn skip(scan: &mut Scan, path: PathBuf, reason: SkipReason) {
 
 /// The top-level name for a root: its basename, or the basename of its
 /// absolute form for `.`/`..`-like roots.
-fn root_name(given: &Path, abs: &Path) -> Result<RelPath, SyncError> {
+fn root_name(given: &Path, abs: &Path) -> Result<RelPath, FilesError> {
     let name = match given.file_name() {
         Some(n) => Some(n.to_owned()),
         None => fs::canonicalize(abs)
             .ok()
             .and_then(|c| c.file_name().map(OsStr::to_owned)),
     };
-    let name = name.ok_or_else(|| SyncError::UnnamedRoot {
+    let name = name.ok_or_else(|| FilesError::UnnamedRoot {
         path: given.to_path_buf(),
     })?;
-    RelPath::parse(name.as_bytes()).map_err(|source| SyncError::Path {
+    RelPath::parse(name.as_bytes()).map_err(|source| FilesError::Path {
         path: given.display().to_string(),
         source,
     })

@@ -1,41 +1,41 @@
-//! Bodies of the file-sync frames: a sender moves files and trees into a
+//! Bodies of the files frames: a sender moves files and trees into a
 //! receiver's destination, sending descriptors `(offset, len)` into the
 //! receiver's store blob for chunks it holds and literal bytes for the rest.
 //!
 //! Session (sender S, receiver R; every frame in the usual envelope):
 //! ```text
-//! S: SYNC_HELLO                 R: SYNC_ACCEPT (store id, generation)
+//! S: FILES_HELLO                 R: FILES_ACCEPT (store id, generation)
 //! S: (PROBE* with LAST          R: PROBE_REPLY* with LAST)?   optional
 //! S: INDEX_REQUEST (from gen)   R: INDEX* (entries since gen; last has LAST)
 //! S: PLAN (totals)              R: ACK (space reserved) | ERROR
-//! S: (FILE CHUNKS*)* SYNC_END
+//! S: (FILE CHUNKS*)* FILES_END
 //!                               R: (NAK* with LAST, S: REPAIR* with LAST)?
-//!                               R: SYNC_END with REPORT
+//!                               R: FILES_END with REPORT
 //! ```
 //! Every decoder here is zero-copy (views into the body), bounds-checked and
 //! panic-free; the receiver applies its own limits on top.
 
 use crate::{rd_u16, rd_u32, rd_u64, WireError};
 
-/// Version of the sync exchange carried in SYNC_HELLO.
-pub const SYNC_VERSION: u16 = 1;
+/// Version of the files exchange carried in FILES_HELLO.
+pub const FILES_VERSION: u16 = 1;
 /// Flag on INDEX, NAK and REPAIR: the last frame of its series.
 pub const FLAG_LAST: u16 = 0x0001;
-/// Flag on SYNC_END: the body is the receiver's report (else empty).
-pub const FLAG_SYNC_REPORT: u16 = 0x0001;
+/// Flag on FILES_END: the body is the receiver's report (else empty).
+pub const FLAG_FILES_REPORT: u16 = 0x0001;
 
-/// SYNC_HELLO flag: plan only; nothing will be written.
+/// FILES_HELLO flag: plan only; nothing will be written.
 pub const HELLO_DRY_RUN: u8 = 0x01;
-/// SYNC_HELLO flag: literal chunks may arrive zstd-compressed.
+/// FILES_HELLO flag: literal chunks may arrive zstd-compressed.
 pub const HELLO_COMPRESS: u8 = 0x02;
 
 /// BLAKE3 digest of a chunk or file.
 pub type Hash = [u8; 32];
 
-/// Fixed part of SYNC_HELLO.
-pub const SYNC_HELLO_FIXED_LEN: usize = 32;
-/// Body of SYNC_ACCEPT.
-pub const SYNC_ACCEPT_LEN: usize = 64;
+/// Fixed part of FILES_HELLO.
+pub const FILES_HELLO_FIXED_LEN: usize = 32;
+/// Body of FILES_ACCEPT.
+pub const FILES_ACCEPT_LEN: usize = 64;
 /// Body of INDEX_REQUEST.
 pub const INDEX_REQUEST_LEN: usize = 8;
 /// One INDEX entry: hash prefix, offset, length.
@@ -50,11 +50,11 @@ pub const PLAN_ACK_LEN: usize = 16;
 pub const FILE_FIXED_LEN: usize = 80;
 /// Fixed part of CHUNKS and REPAIR.
 pub const CHUNKS_FIXED_LEN: usize = 16;
-/// Fixed part of the SYNC_END report.
-pub const SYNC_REPORT_FIXED_LEN: usize = 160;
+/// Fixed part of the FILES_END report.
+pub const FILES_REPORT_FIXED_LEN: usize = 160;
 /// Longest path or symlink target in a FILE frame.
 pub const MAX_PATH_LEN: usize = 4095;
-/// Longest remote directory in SYNC_HELLO.
+/// Longest remote directory in FILES_HELLO.
 pub const MAX_REMOTE_DIR_LEN: usize = 4095;
 /// Longest message list in a report.
 pub const MAX_REPORT_TEXT: usize = 32 * 1024;
@@ -66,9 +66,9 @@ pub const PROBE_HEAD_LEN: usize = 16;
 /// Fixed part of one PROBE entry (the path follows).
 pub const PROBE_ENTRY_FIXED_LEN: usize = 32;
 
-/// The sender's opening frame of a sync session.
+/// The sender's opening frame of a files session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SyncHello<'a> {
+pub struct FilesHello<'a> {
     /// [`HELLO_DRY_RUN`], [`HELLO_COMPRESS`].
     pub flags: u8,
     /// Authentication method (0 = none).
@@ -84,11 +84,11 @@ pub struct SyncHello<'a> {
     pub auth: &'a [u8],
 }
 
-impl<'a> SyncHello<'a> {
-    /// Decodes a SYNC_HELLO body.
+impl<'a> FilesHello<'a> {
+    /// Decodes a FILES_HELLO body.
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
-        let b = body.get(..SYNC_HELLO_FIXED_LEN).ok_or(WireError::Truncated)?;
-        if rd_u16(b, 0) != SYNC_VERSION {
+        let b = body.get(..FILES_HELLO_FIXED_LEN).ok_or(WireError::Truncated)?;
+        if rd_u16(b, 0) != FILES_VERSION {
             return Err(WireError::UnsupportedVersion(b[0]));
         }
         let flags = b[2];
@@ -103,10 +103,10 @@ impl<'a> SyncHello<'a> {
         if dir_len > MAX_REMOTE_DIR_LEN || auth_len > crate::hello::MAX_AUTH_LEN {
             return Err(WireError::TooLarge);
         }
-        if body.len() != SYNC_HELLO_FIXED_LEN + dir_len + auth_len {
+        if body.len() != FILES_HELLO_FIXED_LEN + dir_len + auth_len {
             return Err(WireError::LengthMismatch);
         }
-        let rest = &body[SYNC_HELLO_FIXED_LEN..];
+        let rest = &body[FILES_HELLO_FIXED_LEN..];
         Ok(Self {
             flags,
             auth_method: b[3],
@@ -121,8 +121,8 @@ impl<'a> SyncHello<'a> {
     pub fn emit(&self, out: &mut Vec<u8>) {
         let dir = &self.remote_dir[..self.remote_dir.len().min(MAX_REMOTE_DIR_LEN)];
         let auth = &self.auth[..self.auth.len().min(crate::hello::MAX_AUTH_LEN)];
-        let mut b = [0u8; SYNC_HELLO_FIXED_LEN];
-        b[0..2].copy_from_slice(&SYNC_VERSION.to_le_bytes());
+        let mut b = [0u8; FILES_HELLO_FIXED_LEN];
+        b[0..2].copy_from_slice(&FILES_VERSION.to_le_bytes());
         b[2] = self.flags;
         b[3] = self.auth_method;
         b[4..6].copy_from_slice(&(dir.len() as u16).to_le_bytes());
@@ -135,9 +135,9 @@ impl<'a> SyncHello<'a> {
     }
 }
 
-/// The receiver's answer to SYNC_HELLO: which store it holds.
+/// The receiver's answer to FILES_HELLO: which store it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SyncAccept {
+pub struct FilesAccept {
     /// Random identity of the receiver's store (a new store, a new id).
     pub store_id: [u8; 16],
     /// Index entries committed so far.
@@ -152,10 +152,10 @@ pub struct SyncAccept {
     pub auth_method: u8,
 }
 
-impl SyncAccept {
-    /// Decodes a SYNC_ACCEPT body.
+impl FilesAccept {
+    /// Decodes a FILES_ACCEPT body.
     pub fn parse(body: &[u8]) -> Result<Self, WireError> {
-        if body.len() != SYNC_ACCEPT_LEN {
+        if body.len() != FILES_ACCEPT_LEN {
             return Err(WireError::LengthMismatch);
         }
         if body[45..48] != [0; 3] || rd_u64(body, 48) != 0 || rd_u64(body, 56) != 0 {
@@ -174,8 +174,8 @@ impl SyncAccept {
     }
 
     /// Encodes the body.
-    pub fn emit(&self) -> [u8; SYNC_ACCEPT_LEN] {
-        let mut b = [0u8; SYNC_ACCEPT_LEN];
+    pub fn emit(&self) -> [u8; FILES_ACCEPT_LEN] {
+        let mut b = [0u8; FILES_ACCEPT_LEN];
         b[..16].copy_from_slice(&self.store_id);
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
         b[24..32].copy_from_slice(&self.capacity.to_le_bytes());
@@ -791,9 +791,9 @@ pub fn parse_nak(body: &[u8]) -> Result<impl Iterator<Item = &Hash> + '_, WireEr
     Ok(body.chunks_exact(32).filter_map(|h| h.try_into().ok()))
 }
 
-/// The receiver's account of a sync session (SYNC_END with REPORT).
+/// The receiver's account of a files session (FILES_END with REPORT).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SyncReport<'a> {
+pub struct FilesReport<'a> {
     /// Files written (new or changed), verified and renamed into place.
     pub files_written: u64,
     /// Files left as they were: same size and mtime at the destination.
@@ -825,7 +825,7 @@ pub struct SyncReport<'a> {
     pub store_appended: u64,
     /// Store generation after the session.
     pub store_generation: u64,
-    /// Receiver elapsed nanoseconds, from SYNC_HELLO to the report.
+    /// Receiver elapsed nanoseconds, from FILES_HELLO to the report.
     pub elapsed_ns: u64,
     /// Receiver user CPU, microseconds.
     pub user_us: u64,
@@ -835,7 +835,7 @@ pub struct SyncReport<'a> {
     pub messages: &'a str,
 }
 
-impl<'a> SyncReport<'a> {
+impl<'a> FilesReport<'a> {
     fn fields(&self) -> [u64; 18] {
         [
             self.files_written,
@@ -861,7 +861,7 @@ impl<'a> SyncReport<'a> {
 
     /// Decodes a report body.
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
-        let b = body.get(..SYNC_REPORT_FIXED_LEN).ok_or(WireError::Truncated)?;
+        let b = body.get(..FILES_REPORT_FIXED_LEN).ok_or(WireError::Truncated)?;
         let text_len = rd_u32(b, 152) as usize;
         if rd_u32(b, 156) != 0 || b[144..152] != [0; 8] {
             return Err(WireError::ReservedNonZero);
@@ -869,11 +869,11 @@ impl<'a> SyncReport<'a> {
         if text_len > MAX_REPORT_TEXT {
             return Err(WireError::TooLarge);
         }
-        if body.len() != SYNC_REPORT_FIXED_LEN + text_len {
+        if body.len() != FILES_REPORT_FIXED_LEN + text_len {
             return Err(WireError::LengthMismatch);
         }
         let messages =
-            core::str::from_utf8(&body[SYNC_REPORT_FIXED_LEN..]).map_err(|_| WireError::BadUtf8)?;
+            core::str::from_utf8(&body[FILES_REPORT_FIXED_LEN..]).map_err(|_| WireError::BadUtf8)?;
         let f = |i: usize| rd_u64(b, i * 8);
         Ok(Self {
             files_written: f(0),
@@ -905,7 +905,7 @@ impl<'a> SyncReport<'a> {
         while !self.messages.is_char_boundary(end) {
             end -= 1;
         }
-        let mut b = [0u8; SYNC_REPORT_FIXED_LEN];
+        let mut b = [0u8; FILES_REPORT_FIXED_LEN];
         for (i, v) in self.fields().into_iter().enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
@@ -921,7 +921,7 @@ mod tests {
 
     #[test]
     fn hello_roundtrip_and_limits() {
-        let h = SyncHello {
+        let h = FilesHello {
             flags: HELLO_COMPRESS,
             auth_method: 0,
             chunk_avg: 32 << 10,
@@ -931,25 +931,25 @@ mod tests {
         };
         let mut out = Vec::new();
         h.emit(&mut out);
-        assert_eq!(SyncHello::parse(&out), Ok(h));
+        assert_eq!(FilesHello::parse(&out), Ok(h));
         assert_eq!(
-            SyncHello::parse(&out[..out.len() - 1]),
+            FilesHello::parse(&out[..out.len() - 1]),
             Err(WireError::LengthMismatch)
         );
         let mut bad = out.clone();
         bad[2] = 0x80;
-        assert_eq!(SyncHello::parse(&bad), Err(WireError::BadFlags));
+        assert_eq!(FilesHello::parse(&bad), Err(WireError::BadFlags));
         let mut bad = out;
         bad[0] = 9;
         assert!(matches!(
-            SyncHello::parse(&bad),
+            FilesHello::parse(&bad),
             Err(WireError::UnsupportedVersion(_))
         ));
     }
 
     #[test]
     fn accept_plan_ack_roundtrip() {
-        let a = SyncAccept {
+        let a = FilesAccept {
             store_id: [3; 16],
             generation: 12,
             capacity: 1 << 40,
@@ -957,7 +957,7 @@ mod tests {
             max_chunks_body: 4 << 20,
             auth_method: 0,
         };
-        assert_eq!(SyncAccept::parse(&a.emit()), Ok(a));
+        assert_eq!(FilesAccept::parse(&a.emit()), Ok(a));
         let p = Plan {
             entries: 5,
             files: 3,
@@ -1060,17 +1060,17 @@ mod tests {
 
     #[test]
     fn report_roundtrip() {
-        let r = SyncReport {
+        let r = FilesReport {
             files_written: 1,
             files_unchanged: 2,
             effective_bytes: 3,
             sys_us: 17,
             messages: "a/b: refused\n",
-            ..SyncReport::default()
+            ..FilesReport::default()
         };
         let mut out = Vec::new();
         r.emit(&mut out);
-        assert_eq!(SyncReport::parse(&out), Ok(r));
+        assert_eq!(FilesReport::parse(&out), Ok(r));
         let nak: Vec<u8> = [[5u8; 32], [6u8; 32]].concat();
         assert_eq!(parse_nak(&nak).unwrap().count(), 2);
         assert!(parse_nak(&nak[..33]).is_err());

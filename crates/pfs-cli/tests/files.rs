@@ -1,4 +1,4 @@
-//! End-to-end tests of file sync: `pfs send PATH… --to ADDR[:DIR]` into a
+//! End-to-end tests of file transfer: `pfs send PATH… --to ADDR[:DIR]` into a
 //! `pfs serve --store DIR --dest DIR` (docs/wire.md §10), run as a user would.
 //!
 //! Every child is bounded (see `common`): senders run to completion within
@@ -273,7 +273,7 @@ fn temp_files(root: &Path) -> Vec<PathBuf> {
 
 /// Opens a store the server has released and checks every chunk's bytes.
 fn assert_store_verifies(store: &Path) -> pfs_store::StoreStats {
-    let s = pfs_store::Store::open(store, &pfs_store::StoreOptions::default()).expect("open the store");
+    let s = pfs_store::Store::open(store, &pfs_store::StoreConfig::default()).expect("open the store");
     let bad = s.verify_all(0);
     assert!(bad.is_empty(), "store chunks whose bytes do not match: {bad:?}");
     s.stats()
@@ -361,7 +361,7 @@ fn round_trip_of_a_varied_tree() {
     assert_eq!(num(&v, "/receiver/symlinks"), 3, "{v:#}");
     assert_eq!(num(&v, "/receiver/effective_bytes"), total, "{v:#}");
     assert_eq!(num(&v, "/plan/total_bytes"), total, "{v:#}");
-    let report = server.wait_event("sync_report");
+    let report = server.wait_event("files_report");
     assert_eq!(num(&report, "/files_written"), files.len() as u64);
     // Names, contents, file modes and mtimes (to the nanosecond), directory
     // modes, link targets. Directory mtimes are not compared: the receiver
@@ -639,7 +639,7 @@ fn symlinks_follow_the_documented_policy() {
     // Escaping links: sent as symlinks, refused by the receiver.
     symlink("../../outside", tree.join("esc")).expect("symlink");
     symlink(&outside, tree.join("abs")).expect("symlink");
-    // A root argument that is a symlink is followed (pfs-sync walk docs:
+    // A root argument that is a symlink is followed (pfs-files walk docs:
     // "the user named it"): its target's contents arrive under its name.
     let rootlink = d.src.join("rootlink");
     symlink(&outside, &rootlink).expect("symlink");
@@ -800,10 +800,10 @@ fn damaged_store_chunks_are_naked_and_repaired() {
     server.finish().expect_code(0, "server after one session");
 
     // Flip bytes in the middle of the store region of a chunk in the middle of the file.
-    let recipe = pfs_sync::chunk_bytes(&data, &pfs_sync::ChunkParams::new(32 << 10).expect("params"));
+    let recipe = pfs_files::chunk_bytes(&data, &pfs_files::ChunkParams::new(32 << 10).expect("params"));
     let mid = &recipe.chunks[recipe.chunks.len() / 2];
     let loc = {
-        let s = pfs_store::Store::open(&d.store, &pfs_store::StoreOptions::default()).expect("open store");
+        let s = pfs_store::Store::open(&d.store, &pfs_store::StoreConfig::default()).expect("open store");
         s.lookup(&mid.hash).expect("the middle chunk is in the store")
     };
     {
@@ -822,7 +822,7 @@ fn damaged_store_chunks_are_naked_and_repaired() {
         blob.sync_all().expect("fsync");
     }
     {
-        let s = pfs_store::Store::open(&d.store, &pfs_store::StoreOptions::default()).expect("open store");
+        let s = pfs_store::Store::open(&d.store, &pfs_store::StoreConfig::default()).expect("open store");
         let bad = s.verify_all(0);
         assert_eq!(bad.len(), 1, "exactly the damaged chunk fails: {bad:?}");
         assert_eq!(bad[0].hash, mid.hash);
@@ -896,7 +896,7 @@ fn two_concurrent_senders_share_one_store() {
     let done = server.finish();
     done.expect_code(0, "server after two sessions");
     assert_eq!(
-        done.stdout.matches("\"sync_report\"").count(),
+        done.stdout.matches("\"files_report\"").count(),
         2,
         "{}",
         done.stdout
@@ -1009,7 +1009,7 @@ fn dry_run_sends_no_file_data() {
     write(&tree.join("b.bin"), &random_bytes(2, 1 << 20));
     let mut server = serve(&d.store, &d.dest, &[]);
     good(&send(&[&tree], &server.addr, &d.cache, &[]), "first send");
-    server.wait_event("sync_report");
+    server.wait_event("files_report");
     let before = snapshot(&d.dest);
 
     write(&tree.join("b.bin"), &random_bytes(3, 1 << 20));
@@ -1028,7 +1028,7 @@ fn dry_run_sends_no_file_data() {
     assert_eq!(num(&v, "/plan/total_bytes"), (3 << 20) + 500_000, "{v:#}");
     // Only the handshake and the index crossed: far less than the new data.
     assert!(wire(&v) < 100_000, "{v:#}");
-    let report = server.wait_event("sync_report");
+    let report = server.wait_event("files_report");
     assert_eq!(report["dry_run"], true, "{report}");
     assert_eq!(snapshot(&d.dest), before, "the destination changed");
 }

@@ -1,4 +1,4 @@
-//! `pfs bench sync`: file transfer against the baselines people use, in one
+//! `pfs bench files`: file transfer against the baselines people use, in one
 //! run, on loopback. Four PacketFS rows — a cold send of random data into an
 //! empty store, its unchanged re-send, version A of a real data set into an
 //! empty store, then version B over A — and the same version pair through
@@ -30,17 +30,17 @@ use super::report::to_csv;
 use super::row::Row;
 use crate::exit;
 
-/// `pfs bench sync`
+/// `pfs bench files`
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
-  pfs bench sync                                  # fetch (once) the version pair, run every row
-  pfs bench sync --pair ./v1 ./v2 --out bench-sync
-  pfs bench sync --cold-size 256M --only pfs
+  pfs bench files                                  # fetch (once) the version pair, run every row
+  pfs bench files --pair ./v1 ./v2 --out bench-files
+  pfs bench files --cold-size 256M --only pfs
 
-The version pair defaults to the one scripts/fetch-sync-pair.sh downloads and
+The version pair defaults to the one scripts/fetch-version-pair.sh downloads and
 caches (two successive releases of a package from a package registry).")]
-pub struct BenchSyncArgs {
-    /// Version pair: two directories, A then B (default: fetched by scripts/fetch-sync-pair.sh).
+pub struct BenchFilesArgs {
+    /// Version pair: two directories, A then B (default: fetched by scripts/fetch-version-pair.sh).
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
     pub pair: Option<Vec<PathBuf>>,
     /// Bytes of random data for the cold send and the unchanged re-send.
@@ -118,21 +118,21 @@ fn make_cold_tree(dir: &Path, total: u64) -> anyhow::Result<Tree> {
 }
 
 /// The version pair: given, or fetched (and cached) by the repository's script.
-fn version_pair(args: &BenchSyncArgs) -> anyhow::Result<(Tree, Tree)> {
+fn version_pair(args: &BenchFilesArgs) -> anyhow::Result<(Tree, Tree)> {
     if let Some(p) = &args.pair {
         return Ok((tree_of(&p[0])?, tree_of(&p[1])?));
     }
-    let script = std::env::var_os("PFS_SYNC_FETCH")
+    let script = std::env::var_os("PFS_FILES_FETCH")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-sync-pair.sh"));
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-version-pair.sh"));
     if !script.exists() {
         bail!(
-            "no --pair given and {} is missing (set PFS_SYNC_FETCH to the fetch script)",
+            "no --pair given and {} is missing (set PFS_FILES_FETCH to the fetch script)",
             script.display()
         );
     }
     eprintln!(
-        "pfs bench sync: fetching the version pair with {} (cached after the first run)…",
+        "pfs bench files: fetching the version pair with {} (cached after the first run)…",
         script.display()
     );
     let out = Command::new("bash")
@@ -462,12 +462,12 @@ impl Scratch {
             Path::new("/dev/shm")
         } else {
             eprintln!(
-                "pfs bench sync: /dev/shm has less than {:.1} GB free; using /var/tmp (disk speed will show in the rows)",
+                "pfs bench files: /dev/shm has less than {:.1} GB free; using /var/tmp (disk speed will show in the rows)",
                 need as f64 / 1e9
             );
             Path::new("/var/tmp")
         };
-        let path = base.join(format!("pfs-bench-sync-{}", std::process::id()));
+        let path = base.join(format!("pfs-bench-files-{}", std::process::id()));
         let ticket = crate::cleanup::on_interrupt(crate::cleanup::Undo::Dir(path.clone()));
         std::fs::create_dir_all(&path)?;
         Ok(Self { path, ticket })
@@ -483,7 +483,7 @@ impl Drop for Scratch {
 
 /// Report header of this study.
 #[derive(Debug, Serialize)]
-pub struct SyncHeader {
+pub struct FilesHeader {
     tool: String,
     git_revision: String,
     kernel: String,
@@ -500,7 +500,7 @@ pub struct SyncHeader {
     units: String,
 }
 
-pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
+pub fn run(args: BenchFilesArgs) -> anyhow::Result<i32> {
     let (header, rows) = collect(&args)?;
     if args.json {
         println!(
@@ -512,14 +512,14 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("sync.csv"), to_csv(&rows))?;
+        std::fs::write(dir.join("files.csv"), to_csv(&rows))?;
         std::fs::write(
-            dir.join("sync.json"),
+            dir.join("files.json"),
             serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?,
         )?;
-        std::fs::write(dir.join("sync.md"), markdown(&header, &rows))?;
+        std::fs::write(dir.join("files.md"), markdown(&header, &rows))?;
         eprintln!(
-            "pfs bench sync: wrote sync.csv, sync.json, sync.md to {}",
+            "pfs bench files: wrote files.csv, files.json, files.md to {}",
             dir.display()
         );
     }
@@ -529,8 +529,8 @@ pub fn run(args: BenchSyncArgs) -> anyhow::Result<i32> {
     Ok(if failed { exit::FAILURE } else { exit::OK })
 }
 
-/// The rows of the study (also the sync row group of `pfs bench --full`).
-pub fn collect(args: &BenchSyncArgs) -> anyhow::Result<(SyncHeader, Vec<Row>)> {
+/// The rows of the study (also the files row group of `pfs bench --full`).
+pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)> {
     let only: Vec<String> = args.only.iter().map(|s| s.to_lowercase()).collect();
     let want = |label: &str| only.is_empty() || only.iter().any(|o| label.to_lowercase().contains(o));
     let net = NetPath::Loopback;
@@ -540,7 +540,7 @@ pub fn collect(args: &BenchSyncArgs) -> anyhow::Result<(SyncHeader, Vec<Row>)> {
     let need = 3 * (a.bytes + b.bytes) + 3 * args.cold_size + (1 << 30);
     let scratch = Scratch::new(need)?;
     eprintln!(
-        "pfs bench sync: version A {} ({} files, {:.1} MB), version B {} ({} files, {:.1} MB)",
+        "pfs bench files: version A {} ({} files, {:.1} MB), version B {} ({} files, {:.1} MB)",
         a.dir.display(),
         a.files,
         a.bytes as f64 / 1e6,
@@ -566,10 +566,10 @@ pub fn collect(args: &BenchSyncArgs) -> anyhow::Result<(SyncHeader, Vec<Row>)> {
     let dest = scratch.path.join("pfs-dest");
     let cache = scratch.path.join("pfs-cache");
     let pfs_rows = [
-        "PFS sync: cold send (random data, empty store)",
-        "PFS sync: unchanged re-send (quick check)",
-        "PFS sync: version A (store holds the cold data only)",
-        "PFS sync: version B over A",
+        "PFS files: cold send (random data, empty store)",
+        "PFS files: unchanged re-send (quick check)",
+        "PFS files: version A (store holds the cold data only)",
+        "PFS files: version B over A",
     ];
     if pfs_rows.iter().any(|l| want(l)) {
         match start_pfs_server(&store, &dest) {
@@ -587,7 +587,7 @@ pub fn collect(args: &BenchSyncArgs) -> anyhow::Result<(SyncHeader, Vec<Row>)> {
                     if !want(label) {
                         continue;
                     }
-                    eprintln!("pfs bench sync: {label} …");
+                    eprintln!("pfs bench files: {label} …");
                     let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
                     let landed = dest.join(remote).join(name);
                     let row = pfs_send(&server, &data.dir, remote, &cache, extra, &net).and_then(|(t, v)| {
@@ -639,7 +639,7 @@ pub fn collect(args: &BenchSyncArgs) -> anyhow::Result<(SyncHeader, Vec<Row>)> {
                         if !want(label) {
                             continue;
                         }
-                        eprintln!("pfs bench sync: {label} …");
+                        eprintln!("pfs bench files: {label} …");
                         // The compressed run starts from its own copy of A (not timed).
                         let remote = if z { "treez" } else { "tree" };
                         if z {
@@ -671,7 +671,7 @@ pub fn collect(args: &BenchSyncArgs) -> anyhow::Result<(SyncHeader, Vec<Row>)> {
 
     let scp_label = "Conventional (scp): version B (full copy)";
     if want(scp_label) {
-        eprintln!("pfs bench sync: {scp_label} …");
+        eprintln!("pfs bench files: {scp_label} …");
         let dst = scratch.path.join("scp-dest");
         let row = std::fs::create_dir_all(&dst)
             .map_err(anyhow::Error::from)
@@ -698,7 +698,7 @@ pub fn collect(args: &BenchSyncArgs) -> anyhow::Result<(SyncHeader, Vec<Row>)> {
     }
     add_ratios(&mut rows);
 
-    let header = SyncHeader {
+    let header = FilesHeader {
         tool: format!("pfs {}", env!("CARGO_PKG_VERSION")),
         git_revision: env!("PFS_GIT_REV").into(),
         kernel: crate::sysinfo::kernel(),
@@ -730,7 +730,7 @@ fn add_ratios(rows: &mut [Row]) {
     let snapshot = rows.to_vec();
     for r in rows
         .iter_mut()
-        .filter(|r| r.label == "PFS sync: version B over A" && r.ran())
+        .filter(|r| r.label == "PFS files: version B over A" && r.ran())
     {
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         let mut s = format!(
@@ -776,9 +776,9 @@ const HEAD: [&str; 9] = [
     "label", "eff_MB", "wire_MB", "wire/eff", "time_s", "eff_MB/s", "CPU_s", "check", "notes",
 ];
 
-fn table(h: &SyncHeader, rows: &[Row]) -> String {
+fn table(h: &FilesHeader, rows: &[Row]) -> String {
     let mut s = format!(
-        "pfs bench sync — {} · kernel {} · {} · {} cores\nversion A {} ({} files, {:.1} MB) · version B {} ({} files, {:.1} MB) · cold {:.1} MB\n{}\n\n",
+        "pfs bench files — {} · kernel {} · {} · {} cores\nversion A {} ({} files, {:.1} MB) · version B {} ({} files, {:.1} MB) · cold {:.1} MB\n{}\n\n",
         h.git_revision, h.kernel, h.cpu_model, h.cores, h.version_a, h.version_a_files, h.version_a_bytes as f64 / 1e6,
         h.version_b, h.version_b_files, h.version_b_bytes as f64 / 1e6, h.cold_bytes as f64 / 1e6, h.placement
     );
@@ -802,7 +802,7 @@ fn table(h: &SyncHeader, rows: &[Row]) -> String {
     s
 }
 
-fn markdown(h: &SyncHeader, rows: &[Row]) -> String {
+fn markdown(h: &FilesHeader, rows: &[Row]) -> String {
     let mut s = format!(
         "Revision `{}` · {} cores · {} · kernel {}  \nVersion A `{}` ({} files, {:.1} MB); version B `{}` ({} files, {:.1} MB); cold data {:.1} MB  \n{}\n\n",
         h.git_revision, h.cores, h.cpu_model, h.kernel, h.version_a, h.version_a_files, h.version_a_bytes as f64 / 1e6,

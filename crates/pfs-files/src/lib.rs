@@ -1,4 +1,4 @@
-//! PacketFS sync layer: files and trees ↔ chunk recipes.
+//! PacketFS files layer: files and trees ↔ chunk recipes.
 //!
 //! A sender describes each file as a [`Recipe`]: content-defined chunks, each
 //! named by its BLAKE3 hash, plus the hash of the whole file. The receiver
@@ -17,7 +17,7 @@
 //! - [`error`]: typed errors.
 //!
 //! ```no_run
-//! use pfs_sync::{chunk_files, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
+//! use pfs_files::{chunk_files, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let params = ChunkParams::default();
 //! let excludes = Excludes::new(&["*.tmp".to_string(), "target/".to_string()])?;
@@ -59,7 +59,7 @@ pub use chunk::{
     ChunkParams, ChunkRef, QuickDigest, Recipe,
 };
 pub use dest::{check_symlink_target, set_file_times_and_mode, DestRoot, FileStat, StatCache, TempFile};
-pub use error::{CacheWarning, ChunkParamsError, PathError, SyncError};
+pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};
 pub use path::RelPath;
 pub use walk::{scan, Entry, EntryKind, Excludes, Scan, SkipReason, Skipped};

@@ -1,4 +1,4 @@
-//! A hostile sync sender against `receive_sync` (docs/wire.md §10): frames
+//! A hostile files sender against `receive_files` (docs/wire.md §10): frames
 //! written by hand over a Unix socket pair, as a malicious or broken peer
 //! would. Whatever arrives, the receiver must not panic, must not create
 //! anything outside its destination root, must answer protocol violations
@@ -12,16 +12,17 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Duration;
 
-use pfs_session::sync::{
-    receive_sync, send_sync, LocalPrepare, SyncItem, SyncReceiveOutcome, SyncReceiverConfig, SyncSendConfig,
+use pfs_files::{chunk_file, scan, ChunkParams, DestRoot, EntryKind as LocalKind, Excludes};
+use pfs_session::files::{
+    receive_files, send_files, FilesItem, FilesReceiveOutcome, FilesReceiverConfig, FilesSendConfig,
+    LocalPrepare,
 };
 use pfs_session::SessionError;
-use pfs_store::{Durability, Store, StoreOptions};
-use pfs_sync::{chunk_file, scan, ChunkParams, DestRoot, EntryKind as LocalKind, Excludes};
+use pfs_store::{Durability, Store, StoreConfig};
 use pfs_transport::{Transport, UnixTransport};
-use pfs_wire::sync::{
-    batch_head, emit_entry_head, parse_probe_reply, tag, ChunksHeader, EntryKind, FileEntry, Plan,
-    ProbeEntry, ProbeHead, SyncAccept, SyncHello, SyncReport, FLAG_LAST, FLAG_SYNC_REPORT, INDEX_REQUEST_LEN,
+use pfs_wire::files::{
+    batch_head, emit_entry_head, parse_probe_reply, tag, ChunksHeader, EntryKind, FileEntry, FilesAccept,
+    FilesHello, FilesReport, Plan, ProbeEntry, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST, INDEX_REQUEST_LEN,
 };
 use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
@@ -48,7 +49,7 @@ impl Fixture {
         for d in [&dest_dir, &outside, &src] {
             fs::create_dir(d).expect("mkdir");
         }
-        let opts = StoreOptions {
+        let opts = StoreConfig {
             capacity: 256 << 20,
             huge_dir: None,
             durability: Durability::None,
@@ -65,20 +66,23 @@ impl Fixture {
         }
     }
 
-    /// Runs `receive_sync` on one end of a socket pair while `peer` drives
+    /// Runs `receive_files` on one end of a socket pair while `peer` drives
     /// the other; returns both results. Fails the test if the receiver panics.
-    fn session<R>(&self, peer: impl FnOnce(&mut Peer) -> R) -> (Result<SyncReceiveOutcome, SessionError>, R) {
+    fn session<R>(
+        &self,
+        peer: impl FnOnce(&mut Peer) -> R,
+    ) -> (Result<FilesReceiveOutcome, SessionError>, R) {
         let (ours, theirs) = UnixTransport::pair().expect("socket pair");
-        let cfg = SyncReceiverConfig {
+        let cfg = FilesReceiverConfig {
             handshake_timeout: TIMEOUT,
             idle_timeout: TIMEOUT,
-            ..SyncReceiverConfig::default()
+            ..FilesReceiverConfig::default()
         };
         thread::scope(|s| {
             let receiver = s.spawn(|| {
                 // Owned here: the socket closes as soon as the receiver returns.
                 let mut t = theirs;
-                receive_sync(&mut t, &self.store, &self.dest, &cfg)
+                receive_files(&mut t, &self.store, &self.dest, &cfg)
             });
             let mut p = Peer { t: ours };
             p.t.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
@@ -125,18 +129,18 @@ impl Fixture {
         fs::write(root.join("sub/data.bin"), &data).expect("write");
         fs::write(root.join("small.txt"), b"well behaved").expect("write");
         let params = ChunkParams::default();
-        let items: Vec<SyncItem> = scan(std::slice::from_ref(&root), &Excludes::none())
+        let items: Vec<FilesItem> = scan(std::slice::from_ref(&root), &Excludes::none())
             .expect("scan")
             .entries
             .into_iter()
             .map(|e| {
                 let recipe = matches!(e.kind, LocalKind::File { .. })
                     .then(|| chunk_file(&e.abs, &params).expect("chunk"));
-                SyncItem::new(e, recipe)
+                FilesItem::new(e, recipe)
             })
             .collect();
         for (round, remote) in ["", "again"].into_iter().enumerate() {
-            let cfg = SyncSendConfig {
+            let cfg = FilesSendConfig {
                 remote_dir: remote.as_bytes().to_vec(),
                 dry_run: false,
                 compress: None,
@@ -148,7 +152,7 @@ impl Fixture {
             };
             let mut items = items.clone();
             let (received, sent) = self.session(|p| {
-                send_sync(
+                send_files(
                     &mut p.t,
                     &mut items,
                     &cfg,
@@ -195,7 +199,7 @@ struct Peer {
 
 /// The report and its messages, owned.
 struct Report {
-    report: SyncReport<'static>,
+    report: FilesReport<'static>,
     messages: String,
 }
 
@@ -245,11 +249,11 @@ impl Peer {
         panic!("the receiver closed without an ERROR frame");
     }
 
-    /// SYNC_HELLO … ACK, with `remote_dir` and a plan of `literal` new bytes.
-    fn handshake(&mut self, remote_dir: &[u8], literal: u64) -> SyncAccept {
-        self.hello(remote_dir).expect("send SYNC_HELLO");
-        let (_, body) = self.expect(FrameType::SyncAccept);
-        let accept = SyncAccept::parse(&body).expect("SYNC_ACCEPT");
+    /// FILES_HELLO … ACK, with `remote_dir` and a plan of `literal` new bytes.
+    fn handshake(&mut self, remote_dir: &[u8], literal: u64) -> FilesAccept {
+        self.hello(remote_dir).expect("send FILES_HELLO");
+        let (_, body) = self.expect(FrameType::FilesAccept);
+        let accept = FilesAccept::parse(&body).expect("FILES_ACCEPT");
         self.send(
             FrameType::IndexRequest,
             0,
@@ -263,7 +267,7 @@ impl Peer {
                 FrameType::Index if h.flags & FLAG_LAST != 0 => break,
                 FrameType::Index => {}
                 FrameType::Batch => {
-                    let (raw_len, z) = pfs_wire::sync::parse_batch(&body).expect("BATCH body");
+                    let (raw_len, z) = pfs_wire::files::parse_batch(&body).expect("BATCH body");
                     let raw = zstd::bulk::decompress(z, raw_len as usize).expect("BATCH decompresses");
                     let mut rest = &raw[..];
                     while !rest.is_empty() {
@@ -292,7 +296,7 @@ impl Peer {
 
     fn hello(&mut self, remote_dir: &[u8]) -> std::io::Result<()> {
         let mut body = Vec::new();
-        SyncHello {
+        FilesHello {
             flags: 0,
             auth_method: 0,
             chunk_avg: 32 << 10,
@@ -301,7 +305,7 @@ impl Peer {
             auth: &[],
         }
         .emit(&mut body);
-        self.send(FrameType::SyncHello, 0, &body)
+        self.send(FrameType::FilesHello, 0, &body)
     }
 
     /// FILE for a regular file of `data` in one chunk (none if empty).
@@ -352,15 +356,15 @@ impl Peer {
         self.literals(no, &[(data, data)])
     }
 
-    /// SYNC_END, answering no NAK; the receiver's report.
+    /// FILES_END, answering no NAK; the receiver's report.
     fn end(&mut self) -> Report {
-        self.send(FrameType::SyncEnd, 0, &[]).expect("send SYNC_END");
-        let (h, body) = self.expect(FrameType::SyncEnd);
-        assert_eq!(h.flags, FLAG_SYNC_REPORT);
-        let r = SyncReport::parse(&body).expect("report");
+        self.send(FrameType::FilesEnd, 0, &[]).expect("send FILES_END");
+        let (h, body) = self.expect(FrameType::FilesEnd);
+        assert_eq!(h.flags, FLAG_FILES_REPORT);
+        let r = FilesReport::parse(&body).expect("report");
         Report {
             messages: r.messages.to_string(),
-            report: SyncReport { messages: "", ..r },
+            report: FilesReport { messages: "", ..r },
         }
     }
 }
@@ -447,7 +451,7 @@ fn batch_of(frames: &[u8]) -> Vec<u8> {
 }
 
 /// The error a rejected session ended with.
-fn rejected(result: Result<SyncReceiveOutcome, SessionError>) -> (ErrorCode, String) {
+fn rejected(result: Result<FilesReceiveOutcome, SessionError>) -> (ErrorCode, String) {
     match result {
         Err(SessionError::Rejected { code, message }) => (code, message),
         Err(SessionError::Wire { error, .. }) => (ErrorCode::BadFrame, error.to_string()),
@@ -588,8 +592,8 @@ fn hostile_probes_and_held_files_are_refused_or_fail_alone() {
     let fx = Fixture::new();
     // Hostile paths are simply not held; the answer comes in order.
     let (result, bits) = fx.session(|p| {
-        p.hello(b"").expect("send SYNC_HELLO");
-        p.expect(FrameType::SyncAccept);
+        p.hello(b"").expect("send FILES_HELLO");
+        p.expect(FrameType::FilesAccept);
         let abs = fx.outside.join("x");
         let paths: [&[u8]; 4] = [b"../escape", abs.as_os_str().as_bytes(), b"a//b", b"fine/missing"];
         p.send(FrameType::Probe, FLAG_LAST, &probe_body(0, &paths))
@@ -618,8 +622,8 @@ fn hostile_probes_and_held_files_are_refused_or_fail_alone() {
         (FrameType::Batch, batch_of(&mixed)),
     ] {
         let (result, (code, _)) = fx.session(|p| {
-            p.hello(b"").expect("send SYNC_HELLO");
-            p.expect(FrameType::SyncAccept);
+            p.hello(b"").expect("send FILES_HELLO");
+            p.expect(FrameType::FilesAccept);
             let _ = p.send(ty, 0, &body);
             p.error()
         });
@@ -666,7 +670,7 @@ fn remote_dir_that_escapes_is_refused() {
     let abs = fx.outside.as_os_str().as_bytes().to_vec();
     for dir in [&b"../up"[..], &abs, b"a/../..", b"a//b", b"x\0y"] {
         let (result, (code, _)) = fx.session(|p| {
-            p.hello(dir).expect("send SYNC_HELLO");
+            p.hello(dir).expect("send FILES_HELLO");
             p.error()
         });
         let (rcode, message) = rejected(result);
@@ -711,7 +715,7 @@ fn descriptor_beyond_the_store_ends_the_session_out_of_bounds() {
         let mut body = ChunksHeader { file_no: 0, count: 1 }.emit().to_vec();
         emit_entry_head(&mut body, tag::KNOWN, &hash, data.len() as u32);
         p.send(FrameType::Chunks, 0, &body).expect("send CHUNKS");
-        p.send(FrameType::SyncEnd, 0, &[]).expect("send SYNC_END");
+        p.send(FrameType::FilesEnd, 0, &[]).expect("send FILES_END");
         let (_, nak) = p.expect(FrameType::Nak);
         assert_eq!(nak, hash, "the missing chunk is NAKed");
     });
@@ -771,7 +775,7 @@ fn chunks_that_do_not_fit_their_file_are_protocol_errors() {
 fn garbage_and_truncated_frames_end_the_session_cleanly() {
     let fx = Fixture::new();
     let data = vec![3u8; 5000];
-    // Garbage instead of SYNC_HELLO, and garbage in the middle of the stream.
+    // Garbage instead of FILES_HELLO, and garbage in the middle of the stream.
     let (result, (code, _)) = fx.session(|p| {
         let _ = p.raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         p.error()
@@ -903,7 +907,7 @@ fn hostile_batches_are_bounded_and_checked() {
     let mut nested = Vec::new();
     put_frame(&mut nested, FrameType::Batch, 0, &batch_of(&one_file));
     let mut end_inside = Vec::new();
-    put_frame(&mut end_inside, FrameType::SyncEnd, 0, &[]);
+    put_frame(&mut end_inside, FrameType::FilesEnd, 0, &[]);
     end_inside.extend_from_slice(&one_file);
     let bomb = zstd::bulk::compress(&vec![0u8; 4 << 20], 3).expect("zstd");
     let cases: [(&str, Vec<u8>, ErrorCode); 7] = [
@@ -925,7 +929,7 @@ fn hostile_batches_are_bounded_and_checked() {
         ("not zstd", batch_body(100, &[0xa5; 60]), ErrorCode::BadFrame),
         ("a BATCH inside a BATCH", batch_of(&nested), ErrorCode::Protocol),
         (
-            "SYNC_END inside a BATCH",
+            "FILES_END inside a BATCH",
             batch_of(&end_inside),
             ErrorCode::Protocol,
         ),

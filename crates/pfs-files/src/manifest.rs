@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::cache::{corrupt, load, put_u32, put_u64, store, Reader};
-use crate::error::{CacheWarning, SyncError};
+use crate::error::{CacheWarning, FilesError};
 use crate::QuickDigest;
 
 const MAGIC: &[u8; 8] = b"PFSDMAN2";
@@ -146,7 +146,7 @@ impl Manifest {
     }
 
     /// Writes the manifest atomically (temporary file, fsync, rename).
-    pub fn save(&self) -> Result<(), SyncError> {
+    pub fn save(&self) -> Result<(), FilesError> {
         let body = {
             let map = self.lock();
             let mut body = Vec::with_capacity(8 + map.len() * 96);

@@ -194,8 +194,11 @@ fn cache_dir_resolution() {
         cache_dir_from(os(""), os("/home/u")).unwrap(),
         PathBuf::from("/home/u/.cache/pfs")
     );
-    assert!(matches!(cache_dir_from(None, None), Err(SyncError::NoCacheDir)));
-    assert!(matches!(cache_dir_from(None, os("")), Err(SyncError::NoCacheDir)));
+    assert!(matches!(cache_dir_from(None, None), Err(FilesError::NoCacheDir)));
+    assert!(matches!(
+        cache_dir_from(None, os("")),
+        Err(FilesError::NoCacheDir)
+    ));
 }
 
 #[test]

@@ -325,14 +325,14 @@ fn chunk_files_in_order_with_errors() {
         for (data, r) in datas.iter().zip(&out) {
             assert_eq!(r.as_ref().unwrap(), &chunk_bytes(data, &p));
         }
-        assert!(matches!(out.last(), Some(Err(SyncError::NotAFile { .. }))));
+        assert!(matches!(out.last(), Some(Err(FilesError::NotAFile { .. }))));
     }
 }
 
 #[test]
 fn missing_file_is_an_io_error() {
-    let e = chunk_file("/nonexistent/pfs-sync-test", &ChunkParams::default()).unwrap_err();
-    assert!(matches!(e, SyncError::Io { op: "open", .. }), "{e}");
+    let e = chunk_file("/nonexistent/pfs-files-test", &ChunkParams::default()).unwrap_err();
+    assert!(matches!(e, FilesError::Io { op: "open", .. }), "{e}");
 }
 
 #[test]
@@ -388,11 +388,11 @@ fn digest_file_of_a_sparse_file() {
 #[test]
 fn digest_file_errors() {
     let p = ChunkParams::default();
-    let e = digest_file("/nonexistent/pfs-sync-test", &p).unwrap_err();
-    assert!(matches!(e, SyncError::Io { op: "open", .. }), "{e}");
+    let e = digest_file("/nonexistent/pfs-files-test", &p).unwrap_err();
+    assert!(matches!(e, FilesError::Io { op: "open", .. }), "{e}");
     let dir = tempfile::tempdir().unwrap();
     let e = digest_file(dir.path(), &p).unwrap_err();
-    assert!(matches!(e, SyncError::NotAFile { .. }), "{e}");
+    assert!(matches!(e, FilesError::NotAFile { .. }), "{e}");
 }
 
 #[test]
@@ -429,7 +429,7 @@ fn digest_files_in_order_with_errors() {
         assert_eq!(out.len(), entries.len());
         for (i, (data, r)) in datas.iter().zip(&out).enumerate() {
             if i == 1 {
-                assert!(matches!(r, Err(SyncError::NotAFile { .. })), "{r:?}");
+                assert!(matches!(r, Err(FilesError::NotAFile { .. })), "{r:?}");
             } else {
                 let want = (data.len() as u64, quick_digest(data));
                 assert_eq!(r.as_ref().unwrap(), &want, "entry {i}");

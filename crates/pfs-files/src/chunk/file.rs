@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::{
     assemble, chunk_bytes_windowed, hash_chunks, lock, tree, ChunkParams, Cutter, Recipe, ZERO_FLAG,
 };
-use crate::error::SyncError;
+use crate::error::FilesError;
 
 /// Windows read but not yet hashed, per file. Bounds memory at
 /// `MAX_IN_FLIGHT * (window + max)` bytes per file being chunked.
@@ -23,11 +23,11 @@ const MAX_IN_FLIGHT: usize = 4;
 /// The file is read once, sequentially. Files larger than one window (8 MiB)
 /// are hashed in parallel on the current rayon pool. If the file's size,
 /// mtime or ctime changes while it is read, or it ends early or grows, the
-/// result is [`SyncError::Changed`]: the recipe would describe no single
+/// result is [`FilesError::Changed`]: the recipe would describe no single
 /// version of the file.
 ///
 /// Holes of sparse files are not read (they are zeros); see the module docs.
-pub fn chunk_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<Recipe, SyncError> {
+pub fn chunk_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<Recipe, FilesError> {
     chunk_file_windowed(path.as_ref(), params, params.window())
 }
 
@@ -40,7 +40,7 @@ pub(super) fn chunk_file_windowed(
     path: &Path,
     params: &ChunkParams,
     window: usize,
-) -> Result<Recipe, SyncError> {
+) -> Result<Recipe, FilesError> {
     read_file(
         path,
         window,
@@ -52,17 +52,17 @@ pub(super) fn chunk_file_windowed(
 /// Opens the regular file `path`; a file of at most `window` bytes is read
 /// whole into this thread's reused buffer and given to `small`, a larger one
 /// goes to `large` (with its size). Either way the file must still have the
-/// size and timestamps it had when opened ([`SyncError::Changed`]).
+/// size and timestamps it had when opened ([`FilesError::Changed`]).
 fn read_file<R>(
     path: &Path,
     window: usize,
     small: impl FnOnce(&[u8]) -> R,
-    large: impl FnOnce(&File, u64) -> Result<R, SyncError>,
-) -> Result<R, SyncError> {
-    let file = File::open(path).map_err(|e| SyncError::io("open", path, e))?;
-    let before = file.metadata().map_err(|e| SyncError::io("stat", path, e))?;
+    large: impl FnOnce(&File, u64) -> Result<R, FilesError>,
+) -> Result<R, FilesError> {
+    let file = File::open(path).map_err(|e| FilesError::io("open", path, e))?;
+    let before = file.metadata().map_err(|e| FilesError::io("stat", path, e))?;
     if !before.is_file() {
-        return Err(SyncError::NotAFile { path: path.into() });
+        return Err(FilesError::NotAFile { path: path.into() });
     }
     let size = before.len();
     let result = if size <= window as u64 {
@@ -75,7 +75,7 @@ fn read_file<R>(
             }
             let data = &mut buf[..size as usize];
             read_full_at(&file, data, 0, path)?;
-            Ok::<_, SyncError>(small(data))
+            Ok::<_, FilesError>(small(data))
         })?
     } else {
         // Advice only; a filesystem that does not take it changes nothing.
@@ -88,15 +88,15 @@ fn read_file<R>(
 
 /// The file must still have the size and timestamps it had when it was
 /// opened (any write changes ctime; growth changes the size).
-fn unchanged_since(file: &File, before: &std::fs::Metadata, path: &Path) -> Result<(), SyncError> {
-    let after = file.metadata().map_err(|e| SyncError::io("stat", path, e))?;
+fn unchanged_since(file: &File, before: &std::fs::Metadata, path: &Path) -> Result<(), FilesError> {
+    let after = file.metadata().map_err(|e| FilesError::io("stat", path, e))?;
     let same = after.len() == before.len()
         && after.mtime() == before.mtime()
         && after.mtime_nsec() == before.mtime_nsec()
         && after.ctime() == before.ctime()
         && after.ctime_nsec() == before.ctime_nsec();
     if !same {
-        return Err(SyncError::Changed { path: path.into() });
+        return Err(FilesError::Changed { path: path.into() });
     }
     Ok(())
 }
@@ -116,8 +116,8 @@ pub fn quick_digest(data: &[u8]) -> QuickDigest {
 /// CPU and only decides whether a file the receiver itself wrote (and
 /// checked with BLAKE3 then) may be left as it is. Read as [`chunk_file`]
 /// reads (holes skipped), the next window while the current one is hashed.
-/// A file that changes while read is [`SyncError::Changed`].
-pub fn digest_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, QuickDigest), SyncError> {
+/// A file that changes while read is [`FilesError::Changed`].
+pub fn digest_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, QuickDigest), FilesError> {
     let path = path.as_ref();
     let window = params.window();
     read_file(
@@ -152,16 +152,16 @@ pub fn digest_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64,
 }
 
 /// Fill `buf` from `offset`; a file that ends early has changed.
-fn read_full_at(file: &File, mut buf: &mut [u8], mut offset: u64, path: &Path) -> Result<(), SyncError> {
+fn read_full_at(file: &File, mut buf: &mut [u8], mut offset: u64, path: &Path) -> Result<(), FilesError> {
     while !buf.is_empty() {
         match file.read_at(buf, offset) {
-            Ok(0) => return Err(SyncError::Changed { path: path.into() }),
+            Ok(0) => return Err(FilesError::Changed { path: path.into() }),
             Ok(n) => {
                 buf = &mut buf[n..];
                 offset += n as u64;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(SyncError::io("read", path, e)),
+            Err(e) => return Err(FilesError::io("read", path, e)),
         }
     }
     Ok(())
@@ -171,7 +171,7 @@ fn read_full_at(file: &File, mut buf: &mut [u8], mut offset: u64, path: &Path) -
 /// reports (`SEEK_DATA`/`SEEK_HOLE`) and zero-filling holes, so the holes of
 /// a sparse file cost neither disk reads nor page cache. Where the
 /// filesystem cannot tell, everything is read.
-fn read_sparse_at(file: &File, buf: &mut [u8], offset: u64, path: &Path) -> Result<(), SyncError> {
+fn read_sparse_at(file: &File, buf: &mut [u8], offset: u64, path: &Path) -> Result<(), FilesError> {
     use rustix::fs::{seek, SeekFrom};
     let end = offset + buf.len() as u64;
     let mut pos = offset;
@@ -217,7 +217,7 @@ fn pipeline(
     size: u64,
     params: &ChunkParams,
     window: usize,
-) -> Result<Recipe, SyncError> {
+) -> Result<Recipe, FilesError> {
     let cutter = Cutter::new(params);
     let max = cutter.max();
     let n = size.div_ceil(window as u64) as usize;
@@ -225,7 +225,7 @@ fn pipeline(
     let spare: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
     let take_buf = || lock(&spare).pop().unwrap_or_else(|| vec![0u8; buf_len]);
     let window_len = |k: usize| (size - k as u64 * window as u64).min(window as u64) as usize;
-    let read_window = |k: usize, mut buf: Vec<u8>| -> Result<Vec<u8>, SyncError> {
+    let read_window = |k: usize, mut buf: Vec<u8>| -> Result<Vec<u8>, FilesError> {
         let off = k as u64 * window as u64;
         read_sparse_at(file, &mut buf[max..max + window_len(k)], off, path)?;
         Ok(buf)
@@ -236,7 +236,7 @@ fn pipeline(
     let in_flight = AtomicUsize::new(0);
     let mut carry: Vec<u8> = Vec::with_capacity(max);
     let mut carry_off = 0u64;
-    rayon::scope(|s| -> Result<(), SyncError> {
+    rayon::scope(|s| -> Result<(), FilesError> {
         let mut next = Some(read_window(0, take_buf())?);
         for k in 0..n {
             let Some(mut buf) = next.take() else {

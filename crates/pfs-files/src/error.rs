@@ -1,8 +1,8 @@
-//! Typed errors for the sync layer.
+//! Typed errors for the files layer.
 //!
 //! [`PathError`] is a small `Copy` error for everything that is wrong with a
 //! *name* (a relative path from a peer, a symlink target): the receiver hits
-//! it on every entry and must be able to return it cheaply. [`SyncError`]
+//! it on every entry and must be able to return it cheaply. [`FilesError`]
 //! covers the operations that touch the filesystem (scan, chunk, place files,
 //! caches) and carries the path and OS error. [`ChunkParamsError`] says which
 //! chunk-size bound was violated. [`CacheWarning`] is not an error: a cache
@@ -65,7 +65,7 @@ pub struct ChunkParamsError {
 /// Everything that can go wrong scanning, chunking, placing files or saving caches.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SyncError {
+pub enum FilesError {
     /// A filesystem operation on a path failed.
     #[error("{op} {path}: {source}")]
     Io {
@@ -145,9 +145,9 @@ pub enum SyncError {
     NoCacheDir,
 }
 
-impl SyncError {
+impl FilesError {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        SyncError::Io {
+        FilesError::Io {
             op,
             path: path.into(),
             source,

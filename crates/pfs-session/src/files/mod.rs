@@ -1,4 +1,4 @@
-//! File sync sessions (docs/wire.md §10): a sender moves files and trees
+//! File files sessions (docs/wire.md §10): a sender moves files and trees
 //! into a receiver's destination directory, deduplicated against the
 //! receiver's store. The sender sends descriptors `(offset, len)` into the
 //! store blob for chunks the store holds and literal bytes for the rest; the
@@ -18,10 +18,10 @@ use pfs_wire::{ErrorFrame, FrameHeader, FrameType};
 pub(crate) use crate::receiver::{code_name, reject, send_error};
 use crate::SessionError;
 
-pub use receiver::{receive_sync, SyncReceiveOutcome, SyncReceiverConfig};
+pub use receiver::{receive_files, FilesReceiveOutcome, FilesReceiverConfig};
 pub use sender::{
-    classify, send_sync, ChunkPlan, LocalPrepare, SyncItem, SyncPlanSummary, SyncPrepare, SyncSendConfig,
-    SyncSendOutcome, SyncSendProgress,
+    classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesSendConfig,
+    FilesSendOutcome, FilesSendProgress, LocalPrepare,
 };
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.
@@ -33,7 +33,7 @@ pub const SENDER_FRAME_TARGET: usize = 4 << 20;
 pub const MAX_CHUNK_LEN: u32 = 16 << 20;
 /// INDEX entries per frame: as many as fit in a control frame.
 pub const INDEX_ENTRIES_PER_FRAME: usize =
-    pfs_wire::frame::MAX_CONTROL_BODY as usize / pfs_wire::sync::INDEX_ENTRY_LEN;
+    pfs_wire::frame::MAX_CONTROL_BODY as usize / pfs_wire::files::INDEX_ENTRY_LEN;
 
 /// Writes one frame (header and body) with one vectored write.
 pub(crate) fn write_frame<T: Transport + ?Sized>(

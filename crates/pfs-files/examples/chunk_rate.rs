@@ -15,22 +15,22 @@
 //! the work costs and is less disturbed by other load on the machine.
 //!
 //! ```text
-//! cargo run -p pfs-sync --release --example chunk_rate -- --mib 1024
-//! cargo run -p pfs-sync --release --example chunk_rate -- --file /path/to/big.iso
+//! cargo run -p pfs-files --release --example chunk_rate -- --mib 1024
+//! cargo run -p pfs-files --release --example chunk_rate -- --file /path/to/big.iso
 //! ```
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use pfs_sync::{chunk_bytes, chunk_file, chunk_lengths, ChunkParams};
+use pfs_files::{chunk_bytes, chunk_file, chunk_lengths, ChunkParams};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut mib = 1024usize;
     let mut file: Option<PathBuf> = None;
     let mut threads = 0usize;
     let mut reps = 3usize;
-    let mut avg = pfs_sync::chunk::DEFAULT_AVG;
+    let mut avg = pfs_files::chunk::DEFAULT_AVG;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::chunk::{ChunkParams, ChunkRef, Recipe};
-use crate::error::{CacheWarning, SyncError};
+use crate::error::{CacheWarning, FilesError};
 use crate::walk::{Entry, EntryKind};
 use crate::QuickDigest;
 
@@ -52,17 +52,17 @@ const SUM_LEN: usize = 32;
 
 /// The per-user cache directory: `$XDG_CACHE_HOME/pfs`, else `$HOME/.cache/pfs`.
 /// A relative or empty `XDG_CACHE_HOME` is ignored, as the XDG spec says.
-pub fn default_cache_dir() -> Result<PathBuf, SyncError> {
+pub fn default_cache_dir() -> Result<PathBuf, FilesError> {
     cache_dir_from(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
 }
 
-fn cache_dir_from(xdg: Option<OsString>, home: Option<OsString>) -> Result<PathBuf, SyncError> {
+fn cache_dir_from(xdg: Option<OsString>, home: Option<OsString>) -> Result<PathBuf, FilesError> {
     if let Some(x) = xdg.filter(|v| Path::new(v).is_absolute()) {
         return Ok(PathBuf::from(x).join("pfs"));
     }
     match home.filter(|v| !v.is_empty()) {
         Some(h) => Ok(PathBuf::from(h).join(".cache").join("pfs")),
-        None => Err(SyncError::NoCacheDir),
+        None => Err(FilesError::NoCacheDir),
     }
 }
 
@@ -133,7 +133,7 @@ impl RecipeCache {
     }
 
     /// `default_cache_dir()/recipes.bin`.
-    pub fn default_path() -> Result<PathBuf, SyncError> {
+    pub fn default_path() -> Result<PathBuf, FilesError> {
         Ok(default_cache_dir()?.join("recipes.bin"))
     }
 
@@ -226,7 +226,7 @@ impl RecipeCache {
 
     /// Write the cache atomically (temporary file + rename), dropping entries
     /// unused for [`EXPIRE_SECS`]. Creates the directory if needed.
-    pub fn save(&mut self) -> Result<(), SyncError> {
+    pub fn save(&mut self) -> Result<(), FilesError> {
         let cutoff = self.now_s.saturating_sub(EXPIRE_SECS);
         self.map.retain(|_, c| c.last_used_s >= cutoff);
         // Encoded a piece at a time: no buffer the size of the file.
@@ -450,7 +450,7 @@ impl IndexCache {
     }
 
     /// Write the cache atomically (temporary file + rename).
-    pub fn save(&self) -> Result<(), SyncError> {
+    pub fn save(&self) -> Result<(), FilesError> {
         let mut body = Vec::with_capacity(16 + 16 + self.map.len() * ENTRY_LEN as usize);
         body.extend_from_slice(&self.store_id);
         put_u64(&mut body, self.generation);
@@ -538,7 +538,7 @@ pub(crate) fn load(
 
 /// Write header + body + checksum to a temporary file beside `path`, fsync,
 /// and rename it over `path`.
-pub(crate) fn store(path: &Path, magic: &[u8; 8], body: &[u8]) -> Result<(), SyncError> {
+pub(crate) fn store(path: &Path, magic: &[u8; 8], body: &[u8]) -> Result<(), FilesError> {
     let mut w = CacheWriter::create(path, magic)?;
     w.write(body)?;
     w.finish()
@@ -554,12 +554,12 @@ pub(crate) struct CacheWriter {
 }
 
 impl CacheWriter {
-    pub(crate) fn create(path: &Path, magic: &[u8; 8]) -> Result<Self, SyncError> {
+    pub(crate) fn create(path: &Path, magic: &[u8; 8]) -> Result<Self, FilesError> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
-        fs::create_dir_all(dir).map_err(|e| SyncError::io("create cache directory", dir, e))?;
+        fs::create_dir_all(dir).map_err(|e| FilesError::io("create cache directory", dir, e))?;
         static SAVES: AtomicU64 = AtomicU64::new(0);
         let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
         tmp_name.push(format!(
@@ -568,7 +568,7 @@ impl CacheWriter {
             SAVES.fetch_add(1, Ordering::Relaxed)
         ));
         let tmp = dir.join(tmp_name);
-        let file = fs::File::create(&tmp).map_err(|e| SyncError::io("write cache", path, e))?;
+        let file = fs::File::create(&tmp).map_err(|e| FilesError::io("write cache", path, e))?;
         let mut w = Self {
             path: path.to_path_buf(),
             tmp,
@@ -582,7 +582,7 @@ impl CacheWriter {
         Ok(w)
     }
 
-    pub(crate) fn write(&mut self, piece: &[u8]) -> Result<(), SyncError> {
+    pub(crate) fn write(&mut self, piece: &[u8]) -> Result<(), FilesError> {
         self.sum.update(piece);
         let result = match self.file.as_mut() {
             Some(f) => f.write_all(piece),
@@ -594,7 +594,7 @@ impl CacheWriter {
     /// Checksum, then rename into place. No fsync: after a crash a torn
     /// file fails its checksum and is ignored with a warning, which only
     /// costs a re-read.
-    pub(crate) fn finish(mut self) -> Result<(), SyncError> {
+    pub(crate) fn finish(mut self) -> Result<(), FilesError> {
         let sum = self.sum.finalize();
         let result = match self.file.take() {
             Some(mut f) => f
@@ -606,10 +606,10 @@ impl CacheWriter {
         result.map_err(|e| self.fail(e))
     }
 
-    fn fail(&mut self, e: io::Error) -> SyncError {
+    fn fail(&mut self, e: io::Error) -> FilesError {
         self.file = None;
         let _ = fs::remove_file(&self.tmp);
-        SyncError::io("write cache", &self.path, e)
+        FilesError::io("write cache", &self.path, e)
     }
 }
 

@@ -242,7 +242,7 @@ fn roots() {
         &[t.path().join("one/f"), t.path().join("two/f")],
         &Excludes::none(),
     );
-    assert!(matches!(e, Err(SyncError::DuplicateRoot { .. })));
+    assert!(matches!(e, Err(FilesError::DuplicateRoot { .. })));
     // `dir/.` is named like `dir`; `/` has no name.
     let s = scan(&[t.path().join("x/.")], &Excludes::none()).unwrap();
     assert_eq!(rels(&s), ["x", "x/f"]);
@@ -251,10 +251,10 @@ fn roots() {
     assert_eq!(rels(&s), ["x", "x/f", "x/sub"]);
     assert!(matches!(
         scan(&["/".into()], &Excludes::none()),
-        Err(SyncError::UnnamedRoot { .. })
+        Err(FilesError::UnnamedRoot { .. })
     ));
     assert!(matches!(
         scan(&[t.path().join("missing")], &Excludes::none()),
-        Err(SyncError::Io { op: "stat", .. })
+        Err(FilesError::Io { op: "stat", .. })
     ));
 }

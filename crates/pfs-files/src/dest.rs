@@ -54,7 +54,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags, Timestamps};
 use rustix::io::Errno;
 
-use crate::error::{PathError, SyncError};
+use crate::error::{FilesError, PathError};
 use crate::path::{RelPath, MAX_COMPONENT, MAX_PATH};
 
 /// Prefix of every temporary file name.
@@ -135,14 +135,14 @@ impl FileStat {
 impl DestRoot {
     /// Open `dir` (which must exist; symlinks in `dir` itself are followed)
     /// as a destination root.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Self, SyncError> {
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, FilesError> {
         let path = dir.as_ref().to_path_buf();
         let root = rfs::open(
             &path,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| SyncError::io("open destination", &path, e.into()))?;
+        .map_err(|e| FilesError::io("open destination", &path, e.into()))?;
         let probe = rfs::openat2(
             &root,
             ".",
@@ -171,7 +171,7 @@ impl DestRoot {
     /// mode with [`set_dir_times_and_mode`](Self::set_dir_times_and_mode)
     /// after the contents. Existing directories are left as they are; a
     /// symlink or file in the way is [`PathError::NotADirectory`].
-    pub fn create_dir_all(&self, rel: &RelPath, mode: u32) -> Result<(), SyncError> {
+    pub fn create_dir_all(&self, rel: &RelPath, mode: u32) -> Result<(), FilesError> {
         let mode = Mode::from_raw_mode((mode & PERM_MASK) | 0o700);
         match self.open_beneath(rel.as_bytes(), dir_flags(), Mode::empty()) {
             Ok(_) => return Ok(()),
@@ -200,7 +200,7 @@ impl DestRoot {
     /// Set mode (`& 0o777`) and mtime (nanoseconds since the epoch) of the
     /// existing directory `rel`. Call after its contents are written, since
     /// adding entries updates a directory's mtime.
-    pub fn set_dir_times_and_mode(&self, rel: &RelPath, mtime_ns: i128, mode: u32) -> Result<(), SyncError> {
+    pub fn set_dir_times_and_mode(&self, rel: &RelPath, mtime_ns: i128, mode: u32) -> Result<(), FilesError> {
         let fd = self
             .open_beneath(rel.as_bytes(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| dest_err("open directory", rel, e))?;
@@ -209,7 +209,7 @@ impl DestRoot {
 
     /// Create a temporary file in `rel`'s directory (which must exist) that
     /// [`TempFile::persist`] will rename to `rel`.
-    pub fn create_temp(&self, rel: &RelPath) -> Result<TempFile, SyncError> {
+    pub fn create_temp(&self, rel: &RelPath) -> Result<TempFile, FilesError> {
         let dir = self.parent_dir(rel)?;
         let name = rel.file_name();
         for _ in 0..16 {
@@ -241,11 +241,13 @@ impl DestRoot {
     /// Open the regular file at `rel` for reading, for a quick check against
     /// what the sender has. `None` if nothing is there, or something other
     /// than a regular file (a directory, a symlink, a symlink in the path).
-    pub fn open_existing(&self, rel: &RelPath) -> Result<Option<(File, Metadata)>, SyncError> {
+    pub fn open_existing(&self, rel: &RelPath) -> Result<Option<(File, Metadata)>, FilesError> {
         let dir = match self.parent_dir(rel) {
             Ok(d) => d,
-            Err(SyncError::Path { .. }) => return Ok(None),
-            Err(SyncError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(FilesError::Path { .. }) => return Ok(None),
+            Err(FilesError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                return Ok(None)
+            }
             Err(e) => return Err(e),
         };
         let name = rel.file_name();
@@ -269,7 +271,7 @@ impl DestRoot {
         let file = File::from(fd);
         let meta = file
             .metadata()
-            .map_err(|e| SyncError::io("stat", rel.as_path(), e))?;
+            .map_err(|e| FilesError::io("stat", rel.as_path(), e))?;
         Ok(meta.is_file().then_some((file, meta)))
     }
 
@@ -278,7 +280,11 @@ impl DestRoot {
     /// resolve beneath the root without symlinks. Changes nothing. The
     /// parent directory stays open in `cache` for the next lookup in the
     /// same directory (a tree's files arrive directory by directory).
-    pub fn stat_existing(&self, cache: &mut StatCache, rel: &RelPath) -> Result<Option<FileStat>, SyncError> {
+    pub fn stat_existing(
+        &self,
+        cache: &mut StatCache,
+        rel: &RelPath,
+    ) -> Result<Option<FileStat>, FilesError> {
         let Some(dir) = self.cached_parent(cache, rel)? else {
             return Ok(None);
         };
@@ -304,7 +310,7 @@ impl DestRoot {
         before: &FileStat,
         mtime_ns: i128,
         mode: u32,
-    ) -> Result<Option<FileStat>, SyncError> {
+    ) -> Result<Option<FileStat>, FilesError> {
         let Some(dir) = self.cached_parent(cache, rel)? else {
             return Ok(None);
         };
@@ -343,7 +349,7 @@ impl DestRoot {
         &self,
         cache: &'c mut StatCache,
         rel: &RelPath,
-    ) -> Result<Option<&'c OwnedFd>, SyncError> {
+    ) -> Result<Option<&'c OwnedFd>, FilesError> {
         let parent = rel.parent();
         let key = parent.as_ref().map_or(&b""[..], |p| p.as_bytes());
         let stale = match &cache.dir {
@@ -354,8 +360,8 @@ impl DestRoot {
             cache.dir = None;
             let dir = match self.parent_dir(rel) {
                 Ok(d) => d,
-                Err(SyncError::Path { .. }) => return Ok(None),
-                Err(SyncError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                Err(FilesError::Path { .. }) => return Ok(None),
+                Err(FilesError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                     return Ok(None)
                 }
                 Err(e) => return Err(e),
@@ -368,7 +374,7 @@ impl DestRoot {
     /// Create (or atomically replace) the symlink `rel` pointing to `target`,
     /// if the target passes the symlink policy (module docs); otherwise
     /// [`PathError::SymlinkEscapes`] and nothing is created.
-    pub fn create_symlink(&self, rel: &RelPath, target: &[u8]) -> Result<(), SyncError> {
+    pub fn create_symlink(&self, rel: &RelPath, target: &[u8]) -> Result<(), FilesError> {
         check_symlink_target(rel, target).map_err(|source| path_err(rel, source))?;
         let dir = self.parent_dir(rel)?;
         for _ in 0..16 {
@@ -391,7 +397,7 @@ impl DestRoot {
     /// left behind by a transfer that was killed; returns how many were
     /// removed. Does not follow symlinks. Must not run while another transfer
     /// writes here.
-    pub fn remove_stale_temps(&self) -> Result<usize, SyncError> {
+    pub fn remove_stale_temps(&self) -> Result<usize, FilesError> {
         let mut removed = 0;
         let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
         while let Some(dir_rel) = stack.pop() {
@@ -405,7 +411,7 @@ impl DestRoot {
                 Ok(d) => d,
                 // Replaced or removed while we walked: nothing of ours there.
                 Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => continue,
-                Err(e) => return Err(SyncError::io("open directory", shown(), e.into())),
+                Err(e) => return Err(FilesError::io("open directory", shown(), e.into())),
             };
             let readable = rfs::openat(
                 &dir,
@@ -413,11 +419,11 @@ impl DestRoot {
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
                 Mode::empty(),
             )
-            .map_err(|e| SyncError::io("read directory", shown(), e.into()))?;
+            .map_err(|e| FilesError::io("read directory", shown(), e.into()))?;
             let mut entries =
-                rfs::Dir::new(readable).map_err(|e| SyncError::io("read directory", shown(), e.into()))?;
+                rfs::Dir::new(readable).map_err(|e| FilesError::io("read directory", shown(), e.into()))?;
             while let Some(ent) = entries.read() {
-                let ent = ent.map_err(|e| SyncError::io("read directory", shown(), e.into()))?;
+                let ent = ent.map_err(|e| FilesError::io("read directory", shown(), e.into()))?;
                 let name = ent.file_name().to_bytes();
                 if name == b"." || name == b".." {
                     continue;
@@ -442,7 +448,7 @@ impl DestRoot {
                     match rfs::unlinkat(&dir, name, AtFlags::empty()) {
                         Ok(()) => removed += 1,
                         Err(Errno::NOENT) => {}
-                        Err(e) => return Err(SyncError::io("remove temporary file in", shown(), e.into())),
+                        Err(e) => return Err(FilesError::io("remove temporary file in", shown(), e.into())),
                     }
                 }
             }
@@ -456,7 +462,7 @@ impl DestRoot {
     }
 
     /// Descriptor of `rel`'s parent directory (the root for a one-component path).
-    fn parent_dir(&self, rel: &RelPath) -> Result<OwnedFd, SyncError> {
+    fn parent_dir(&self, rel: &RelPath) -> Result<OwnedFd, FilesError> {
         match rel.parent() {
             None => self.root_dup(),
             Some(p) => self.open_beneath(p.as_bytes(), dir_flags(), Mode::empty()),
@@ -517,7 +523,7 @@ impl TempFile {
 
     /// Set the final mode (`& 0o777`) and mtime (nanoseconds since the
     /// epoch; the access time is left alone). Call after the last write.
-    pub fn set_times_and_mode(&self, mtime_ns: i128, mode: u32) -> Result<(), SyncError> {
+    pub fn set_times_and_mode(&self, mtime_ns: i128, mode: u32) -> Result<(), FilesError> {
         set_times_and_mode(&self.file, mtime_ns, mode).map_err(|e| dest_err("set mode/mtime", &self.rel, e))
     }
 
@@ -525,11 +531,11 @@ impl TempFile {
     /// directory). With `fsync`, the content and then the directory entry are
     /// flushed to disk first/after, so a crash leaves the old or the new file.
     /// Returns the file's metadata after the rename (which changes its ctime).
-    pub fn persist(mut self, fsync: bool) -> Result<Metadata, SyncError> {
+    pub fn persist(mut self, fsync: bool) -> Result<Metadata, FilesError> {
         if fsync {
             self.file
                 .sync_all()
-                .map_err(|e| SyncError::io("fsync", self.rel.as_path(), e))?;
+                .map_err(|e| FilesError::io("fsync", self.rel.as_path(), e))?;
         }
         rfs::renameat(
             &self.dir,
@@ -552,7 +558,7 @@ impl TempFile {
         }
         self.file
             .metadata()
-            .map_err(|e| SyncError::io("stat", self.rel.as_path(), e))
+            .map_err(|e| FilesError::io("stat", self.rel.as_path(), e))
     }
 }
 
@@ -648,15 +654,15 @@ fn temp_name(name: &[u8]) -> Vec<u8> {
 
 /// An error for a destination operation: symlink/non-directory problems
 /// become [`PathError::NotADirectory`], the rest keep their OS error.
-fn dest_err(op: &'static str, rel: &RelPath, e: Errno) -> SyncError {
+fn dest_err(op: &'static str, rel: &RelPath, e: Errno) -> FilesError {
     match e {
         Errno::LOOP | Errno::NOTDIR | Errno::XDEV => path_err(rel, PathError::NotADirectory),
-        e => SyncError::io(op, rel.as_path(), io::Error::from(e)),
+        e => FilesError::io(op, rel.as_path(), io::Error::from(e)),
     }
 }
 
-fn path_err(rel: &RelPath, source: PathError) -> SyncError {
-    SyncError::Path {
+fn path_err(rel: &RelPath, source: PathError) -> FilesError {
+    FilesError::Path {
         path: rel.to_string(),
         source,
     }

@@ -1,4 +1,4 @@
-//! The receiving side of a sync session: answer with the store's identity
+//! The receiving side of a files session: answer with the store's identity
 //! and index delta, reserve store space for the plan (or refuse before any
 //! destination file is touched), rebuild each file from store chunks and
 //! literals under a temporary name, verify, rename into place; NAK damaged
@@ -14,13 +14,13 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
+use pfs_files::{DestRoot, Manifest, QuickDigest, RelPath, TempFile, Written};
 use pfs_store::{ChunkLoc, Reservation, Store, StoreError};
-use pfs_sync::{DestRoot, Manifest, QuickDigest, RelPath, TempFile, Written};
 use pfs_transport::Transport;
-use pfs_wire::sync::{
+use pfs_wire::files::{
     parse_batch, parse_chunks, parse_index_request, parse_probe, ChunkData, ChunkEntry, EntryKind, FileEntry,
-    Hash, IndexEntry, Plan, PlanAck, ProbeEntry, ProbeHead, SyncAccept, SyncHello, SyncReport, FLAG_LAST,
-    FLAG_SYNC_REPORT, HELLO_DRY_RUN, MAX_REPORT_TEXT, PROBE_HEAD_LEN,
+    FilesAccept, FilesHello, FilesReport, Hash, IndexEntry, Plan, PlanAck, ProbeEntry, ProbeHead,
+    FLAG_FILES_REPORT, FLAG_LAST, HELLO_DRY_RUN, MAX_REPORT_TEXT, PROBE_HEAD_LEN,
 };
 use pfs_wire::{ErrorCode, Frame, FrameHeader, FrameType};
 
@@ -33,10 +33,10 @@ use crate::SessionError;
 /// until the last PROBE: one byte each).
 const MAX_PROBE_ENTRIES: usize = 16 << 20;
 
-/// Receiver settings of sync sessions.
+/// Receiver settings of files sessions.
 #[derive(Debug, Clone)]
-pub struct SyncReceiverConfig {
-    /// Longest wait for SYNC_HELLO, INDEX_REQUEST and PLAN.
+pub struct FilesReceiverConfig {
+    /// Longest wait for FILES_HELLO, INDEX_REQUEST and PLAN.
     pub handshake_timeout: Duration,
     /// Longest silence tolerated while files stream.
     pub idle_timeout: Duration,
@@ -52,7 +52,7 @@ pub struct SyncReceiverConfig {
     pub manifest: Option<std::sync::Arc<Manifest>>,
 }
 
-impl Default for SyncReceiverConfig {
+impl Default for FilesReceiverConfig {
     fn default() -> Self {
         Self {
             handshake_timeout: Duration::from_secs(30),
@@ -65,11 +65,11 @@ impl Default for SyncReceiverConfig {
     }
 }
 
-/// A finished sync session, from the receiver's side.
+/// A finished files session, from the receiver's side.
 #[derive(Debug, Clone)]
-pub struct SyncReceiveOutcome {
+pub struct FilesReceiveOutcome {
     /// The report sent to the sender (its `messages` are in `messages`).
-    pub report: SyncReport<'static>,
+    pub report: FilesReport<'static>,
     /// One `path: reason` line per failed entry.
     pub messages: String,
     /// The sender only planned (`--dry-run`); nothing was written.
@@ -176,7 +176,7 @@ struct Session<'a, T: Transport + ?Sized> {
     reader: FrameReader,
     store: &'a Store,
     dest: &'a DestRoot,
-    cfg: &'a SyncReceiverConfig,
+    cfg: &'a FilesReceiverConfig,
     base: Option<RelPath>,
     res: Option<Reservation<'a>>,
     /// Bytes of the reservation still unused after the last commit.
@@ -187,7 +187,7 @@ struct Session<'a, T: Transport + ?Sized> {
     /// Hashes to NAK, once each.
     nak: Vec<Hash>,
     nak_seen: HashMap<Hash, ()>,
-    report: SyncReport<'static>,
+    report: FilesReport<'static>,
     messages: String,
     zbuf: Vec<u8>,
     /// One decompression context per session (a context per chunk costs
@@ -200,7 +200,7 @@ struct Session<'a, T: Transport + ?Sized> {
     /// The PROBE flagged LAST arrived.
     probe_last: bool,
     /// Open directory of the last path probed or set by name.
-    dir_cache: pfs_sync::StatCache,
+    dir_cache: pfs_files::StatCache,
     /// Directories known to exist (created or checked this session).
     dirs_made: std::collections::HashSet<Vec<u8>>,
     /// Directory entries received: mode and mtime are set at the end, once
@@ -210,17 +210,17 @@ struct Session<'a, T: Transport + ?Sized> {
     usage0: crate::sys::Usage,
 }
 
-/// Runs one sync session on an accepted connection over `store` into
+/// Runs one files session on an accepted connection over `store` into
 /// `dest`. A protocol violation sends ERROR and returns the error; entries
 /// that cannot be written (refused path, disk full) fail individually and
 /// are listed in the report. Chunks that arrived before the session ended,
 /// however it ended, are committed to the store.
-pub fn receive_sync<T: Transport + ?Sized>(
+pub fn receive_files<T: Transport + ?Sized>(
     t: &mut T,
     store: &Store,
     dest: &DestRoot,
-    cfg: &SyncReceiverConfig,
-) -> Result<SyncReceiveOutcome, SessionError> {
+    cfg: &FilesReceiverConfig,
+) -> Result<FilesReceiveOutcome, SessionError> {
     let mut s = Session {
         t,
         reader: FrameReader::new(cfg.max_chunks_body as usize + pfs_wire::FRAME_HEADER_LEN + 4096),
@@ -235,14 +235,14 @@ pub fn receive_sync<T: Transport + ?Sized>(
         waiting: Vec::new(),
         nak: Vec::new(),
         nak_seen: HashMap::new(),
-        report: SyncReport::default(),
+        report: FilesReport::default(),
         messages: String::new(),
         zbuf: Vec::new(),
         dctx: zstd::bulk::Decompressor::new().map_err(|e| SessionError::Local(format!("zstd: {e}")))?,
         batch_buf: Vec::new(),
         probe_held: Vec::new(),
         probe_last: false,
-        dir_cache: pfs_sync::StatCache::default(),
+        dir_cache: pfs_files::StatCache::default(),
         dirs_made: std::collections::HashSet::new(),
         dir_meta: Vec::new(),
         started: Instant::now(),
@@ -321,14 +321,16 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         ))
     }
 
-    fn run(&mut self) -> Result<SyncReceiveOutcome, SessionError> {
+    fn run(&mut self) -> Result<FilesReceiveOutcome, SessionError> {
         self.t
             .set_read_timeout(Some(self.cfg.handshake_timeout))
             .map_err(|e| SessionError::io("setup", e))?;
         let body = self
-            .expect(FrameType::SyncHello, "SYNC_HELLO")?
-            .ok_or(SessionError::PeerClosed { during: "SYNC_HELLO" })?;
-        let hello = SyncHello::parse(&body).map_err(wire("SYNC_HELLO"))?;
+            .expect(FrameType::FilesHello, "FILES_HELLO")?
+            .ok_or(SessionError::PeerClosed {
+                during: "FILES_HELLO",
+            })?;
+        let hello = FilesHello::parse(&body).map_err(wire("FILES_HELLO"))?;
         if hello.auth_method != 0 || !hello.auth.is_empty() {
             return Err(reject(
                 ErrorCode::Auth,
@@ -351,7 +353,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         let dry_run = hello.flags & HELLO_DRY_RUN != 0;
         let ident = self.store.identity();
         let stats = self.store.stats();
-        let accept = SyncAccept {
+        let accept = FilesAccept {
             store_id: ident.id,
             generation: ident.generation,
             capacity: stats.capacity,
@@ -359,7 +361,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             max_chunks_body: self.cfg.max_chunks_body,
             auth_method: 0,
         };
-        write_frame(self.t, FrameType::SyncAccept, 0, &accept.emit(), "SYNC_ACCEPT")?;
+        write_frame(self.t, FrameType::FilesAccept, 0, &accept.emit(), "FILES_ACCEPT")?;
 
         // An optional PROBE phase (alone or in BATCH frames), then INDEX_REQUEST.
         let mut probe_done = false;
@@ -419,7 +421,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 FrameType::File | FrameType::Chunks | FrameType::Batch => {
                     self.frames_in_place(h, |s, fh, b| s.stream_frame(fh.frame_type, b))?;
                 }
-                FrameType::SyncEnd if h.flags == 0 && h.length == 0 => break,
+                FrameType::FilesEnd if h.flags == 0 && h.length == 0 => break,
                 other => {
                     return Err(reject(
                         ErrorCode::Protocol,
@@ -448,12 +450,12 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         self.report.user_us = u.user_us;
         self.report.sys_us = u.sys_us;
         let mut body = Vec::with_capacity(256 + self.messages.len());
-        SyncReport {
+        FilesReport {
             messages: &self.messages,
             ..self.report
         }
         .emit(&mut body);
-        write_frame(self.t, FrameType::SyncEnd, FLAG_SYNC_REPORT, &body, "SYNC_END")?;
+        write_frame(self.t, FrameType::FilesEnd, FLAG_FILES_REPORT, &body, "FILES_END")?;
         Ok(self.outcome(false, remote_dir))
     }
 
@@ -542,10 +544,10 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         result
     }
 
-    fn outcome(&mut self, dry_run: bool, remote_dir: String) -> SyncReceiveOutcome {
+    fn outcome(&mut self, dry_run: bool, remote_dir: String) -> FilesReceiveOutcome {
         self.report.wire_bytes = self.reader.wire_bytes();
         self.report.elapsed_ns = self.started.elapsed().as_nanos() as u64;
-        SyncReceiveOutcome {
+        FilesReceiveOutcome {
             report: self.report,
             messages: self.messages.clone(),
             dry_run,
@@ -655,7 +657,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
             body.clear();
             for e in frames.next().unwrap_or_default() {
                 IndexEntry {
-                    key: pfs_sync::index_key(&e.hash),
+                    key: pfs_files::index_key(&e.hash),
                     offset: e.loc.offset,
                     len: e.loc.len,
                 }
@@ -669,7 +671,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 &body,
             );
             if last || raw.len() >= INDEX_BATCH_RAW {
-                let mut z = pfs_wire::sync::batch_head(raw.len() as u32).to_vec();
+                let mut z = pfs_wire::files::batch_head(raw.len() as u32).to_vec();
                 let head = z.len();
                 z.resize(head + zstd::zstd_safe::compress_bound(raw.len()), 0);
                 let n = zstd::bulk::compress_to_buffer(&raw, &mut z[head..], 1)
@@ -745,7 +747,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         }
     }
 
-    fn full_path(&self, path: &[u8]) -> Result<RelPath, pfs_sync::PathError> {
+    fn full_path(&self, path: &[u8]) -> Result<RelPath, pfs_files::PathError> {
         let rel = RelPath::parse(path)?;
         match &self.base {
             None => Ok(rel),
@@ -827,7 +829,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         };
         if let Some((file, w)) = held {
             // The content is already there: metadata only, no chunk read or written.
-            return match pfs_sync::set_file_times_and_mode(file, mtime_ns, f.mode)
+            return match pfs_files::set_file_times_and_mode(file, mtime_ns, f.mode)
                 .and_then(|()| file.metadata())
             {
                 Ok(now) => {

@@ -29,7 +29,7 @@
 //! Files are read with `pread(2)` into recycled buffers rather than mapped:
 //! a file truncated by another process while mapped would raise SIGBUS and
 //! kill the sender, while `pread` merely returns less data, which is reported
-//! as [`SyncError::Changed`]. The copy costs a few percent of the chunking
+//! as [`FilesError::Changed`]. The copy costs a few percent of the chunking
 //! time.
 //!
 //! # Sparse files and zeros
@@ -46,7 +46,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::error::{ChunkParamsError, SyncError};
+use crate::error::{ChunkParamsError, FilesError};
 use crate::walk::{Entry, EntryKind};
 
 use cdc::{Cutter, ZERO_FLAG};
@@ -304,14 +304,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Chunk many files in parallel on a pool of `threads` threads (0 = one per core).
 ///
 /// Returns one result per entry, in the order given. Entries that are not
-/// regular files get [`SyncError::NotAFile`]. Large files are additionally
+/// regular files get [`FilesError::NotAFile`]. Large files are additionally
 /// hashed in parallel internally, so one big file still uses every thread.
 /// Fails as a whole only if the thread pool cannot be started.
 pub fn chunk_files(
     entries: &[&Entry],
     params: &ChunkParams,
     threads: usize,
-) -> Result<Vec<Result<Recipe, SyncError>>, SyncError> {
+) -> Result<Vec<Result<Recipe, FilesError>>, FilesError> {
     on_files(entries, threads, "pfs-chunk", |path| chunk_file(path, params))
 }
 
@@ -322,23 +322,23 @@ pub fn digest_files(
     entries: &[&Entry],
     params: &ChunkParams,
     threads: usize,
-) -> Result<Vec<Result<(u64, QuickDigest), SyncError>>, SyncError> {
+) -> Result<Vec<Result<(u64, QuickDigest), FilesError>>, FilesError> {
     on_files(entries, threads, "pfs-hash", |path| digest_file(path, params))
 }
 
 /// `work` on every regular file of `entries`, one file per task, on a pool
-/// of `threads` threads named `name-N`; [`SyncError::NotAFile`] for the rest.
+/// of `threads` threads named `name-N`; [`FilesError::NotAFile`] for the rest.
 fn on_files<R: Send>(
     entries: &[&Entry],
     threads: usize,
     name: &'static str,
-    work: impl Fn(&std::path::Path) -> Result<R, SyncError> + Sync,
-) -> Result<Vec<Result<R, SyncError>>, SyncError> {
+    work: impl Fn(&std::path::Path) -> Result<R, FilesError> + Sync,
+) -> Result<Vec<Result<R, FilesError>>, FilesError> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(move |i| format!("{name}-{i}"))
         .build()
-        .map_err(|e| SyncError::ThreadPool {
+        .map_err(|e| FilesError::ThreadPool {
             threads,
             message: e.to_string(),
         })?;
@@ -348,7 +348,7 @@ fn on_files<R: Send>(
             .with_max_len(1)
             .map(|e| match e.kind {
                 EntryKind::File { .. } => work(&e.abs),
-                _ => Err(SyncError::NotAFile { path: e.abs.clone() }),
+                _ => Err(FilesError::NotAFile { path: e.abs.clone() }),
             })
             .collect()
     }))

@@ -39,10 +39,10 @@ impl Fixture {
     }
 }
 
-fn is_not_a_dir(r: Result<impl std::fmt::Debug, SyncError>) -> bool {
+fn is_not_a_dir(r: Result<impl std::fmt::Debug, FilesError>) -> bool {
     matches!(
         r,
-        Err(SyncError::Path {
+        Err(FilesError::Path {
             source: PathError::NotADirectory,
             ..
         })
@@ -181,7 +181,7 @@ fn symlink_policy() {
             assert!(
                 matches!(
                     e,
-                    SyncError::Path {
+                    FilesError::Path {
                         source: PathError::SymlinkEscapes,
                         ..
                     }
@@ -239,11 +239,11 @@ fn long_names_get_short_temps() {
 #[test]
 fn missing_destination() {
     let e = DestRoot::open("/nonexistent/pfs-dest").unwrap_err();
-    assert!(matches!(e, SyncError::Io { .. }), "{e}");
+    assert!(matches!(e, FilesError::Io { .. }), "{e}");
     let fx = Fixture::new();
     let root = DestRoot::open(&fx.dest).unwrap();
     let e = root.create_temp(&rp("no/such/dir/f")).unwrap_err();
-    assert!(matches!(e, SyncError::Io { .. }), "{e}");
+    assert!(matches!(e, FilesError::Io { .. }), "{e}");
 }
 
 #[test]

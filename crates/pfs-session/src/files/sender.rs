@@ -1,4 +1,4 @@
-//! The sending side of a sync session: learn the receiver's store index
+//! The sending side of a files session: learn the receiver's store index
 //! (cached per store id and generation, so a second send fetches only the
 //! delta), decide per chunk between a descriptor into the store and literal
 //! bytes, announce the totals, stream FILE and CHUNKS frames, answer NAKs
@@ -11,13 +11,13 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pfs_sync::{Entry, EntryKind as LocalKind, IndexCache, Recipe};
+use pfs_files::{Entry, EntryKind as LocalKind, IndexCache, Recipe};
 use pfs_transport::Transport;
-use pfs_wire::sync::{
+use pfs_wire::files::{
     emit_entry_head, parse_batch, parse_index, parse_nak, parse_probe_reply, tag, ChunksHeader, EntryKind,
-    FileEntry, Hash, Plan, PlanAck, ProbeEntry, ProbeHead, SyncAccept, SyncHello, SyncReport, FLAG_LAST,
-    FLAG_SYNC_REPORT, HELLO_COMPRESS, HELLO_DRY_RUN, INDEX_KEY_LEN, INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN,
-    PROBE_HEAD_LEN,
+    FileEntry, FilesAccept, FilesHello, FilesReport, Hash, Plan, PlanAck, ProbeEntry, ProbeHead,
+    FLAG_FILES_REPORT, FLAG_LAST, HELLO_COMPRESS, HELLO_DRY_RUN, INDEX_KEY_LEN, INDEX_REQUEST_LEN,
+    PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
 };
 use pfs_wire::{Frame, FrameHeader, FrameType};
 
@@ -28,7 +28,7 @@ use crate::SessionError;
 
 /// One entry to send, with its recipe if it is a regular file.
 #[derive(Debug, Clone)]
-pub struct SyncItem {
+pub struct FilesItem {
     /// What and where.
     pub entry: Entry,
     /// The file's chunks (regular files; `None` until it is chunked).
@@ -36,12 +36,12 @@ pub struct SyncItem {
     /// Size and XXH3-128 of the whole file: cached, or from the probe pass
     /// (files without a cached recipe, when the receiver's store is not
     /// empty). Files with a digest are asked about (PROBE).
-    pub digest: Option<(u64, pfs_sync::QuickDigest)>,
+    pub digest: Option<(u64, pfs_files::QuickDigest)>,
     /// The receiver said it holds this file: FILE with HELD, no CHUNKS.
     pub held: bool,
 }
 
-impl SyncItem {
+impl FilesItem {
     /// An entry with no work done on it yet.
     pub fn new(entry: Entry, recipe: Option<Recipe>) -> Self {
         Self {
@@ -73,19 +73,19 @@ impl SyncItem {
 /// whole-file hashes for the probe, then chunking of the files the receiver
 /// lacks. Items that cannot be read are returned with the reason; the
 /// session leaves them out.
-pub trait SyncPrepare {
+pub trait FilesPrepare {
     /// Sets `digest` (size and XXH3-128) of `items[i]` for each `i` in `which`.
-    fn hash(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)>;
+    fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
     /// Sets `recipe` of `items[i]` for each `i` in `which`.
-    fn chunk(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)>;
+    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
 }
 
-/// [`SyncPrepare`] on this machine's files with [`pfs_sync::digest_files`]
-/// and [`pfs_sync::chunk_files`]; counts the time it spends.
+/// [`FilesPrepare`] on this machine's files with [`pfs_files::digest_files`]
+/// and [`pfs_files::chunk_files`]; counts the time it spends.
 #[derive(Debug, Clone)]
 pub struct LocalPrepare {
     /// Chunking parameters.
-    pub params: pfs_sync::ChunkParams,
+    pub params: pfs_files::ChunkParams,
     /// Worker threads (0 = one per core).
     pub threads: usize,
     /// Time spent hashing and chunking.
@@ -98,7 +98,7 @@ pub struct LocalPrepare {
 
 impl LocalPrepare {
     /// A preparer with these parameters.
-    pub fn new(params: pfs_sync::ChunkParams, threads: usize) -> Self {
+    pub fn new(params: pfs_files::ChunkParams, threads: usize) -> Self {
         Self {
             params,
             threads,
@@ -110,14 +110,14 @@ impl LocalPrepare {
 
     fn run<R>(
         &mut self,
-        items: &mut [SyncItem],
+        items: &mut [FilesItem],
         which: &[usize],
         work: impl FnOnce(
             &[&Entry],
-            &pfs_sync::ChunkParams,
+            &pfs_files::ChunkParams,
             usize,
-        ) -> Result<Vec<Result<R, pfs_sync::SyncError>>, pfs_sync::SyncError>,
-        mut put: impl FnMut(&mut SyncItem, R),
+        ) -> Result<Vec<Result<R, pfs_files::FilesError>>, pfs_files::FilesError>,
+        mut put: impl FnMut(&mut FilesItem, R),
     ) -> Vec<(usize, String)> {
         if which.is_empty() {
             return Vec::new();
@@ -140,10 +140,10 @@ impl LocalPrepare {
     }
 }
 
-impl SyncPrepare for LocalPrepare {
-    fn hash(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)> {
+impl FilesPrepare for LocalPrepare {
+    fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
         let mut done = (0, 0);
-        let failed = self.run(items, which, pfs_sync::digest_files, |it, d| {
+        let failed = self.run(items, which, pfs_files::digest_files, |it, d| {
             done.0 += 1;
             done.1 += d.0;
             it.digest = Some(d);
@@ -152,9 +152,9 @@ impl SyncPrepare for LocalPrepare {
         failed
     }
 
-    fn chunk(&mut self, items: &mut [SyncItem], which: &[usize]) -> Vec<(usize, String)> {
+    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
         let mut done = (0, 0);
-        let failed = self.run(items, which, pfs_sync::chunk_files, |it, r| {
+        let failed = self.run(items, which, pfs_files::chunk_files, |it, r| {
             done.0 += 1;
             done.1 += r.size;
             it.recipe = Some(r);
@@ -164,9 +164,9 @@ impl SyncPrepare for LocalPrepare {
     }
 }
 
-/// Sender settings of a sync session.
+/// Sender settings of a files session.
 #[derive(Debug, Clone)]
-pub struct SyncSendConfig {
+pub struct FilesSendConfig {
     /// Sub-directory of the receiver's destination (relative; empty = root).
     pub remote_dir: Vec<u8>,
     /// Plan only: learn the index, classify, send nothing else.
@@ -201,7 +201,7 @@ pub enum ChunkPlan {
 
 /// What a send will move, decided before anything is sent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SyncPlanSummary {
+pub struct FilesPlanSummary {
     /// Entries (files, directories, symlinks).
     pub entries: u64,
     /// Regular files.
@@ -226,7 +226,7 @@ pub struct SyncPlanSummary {
 
 /// Sender-side progress.
 #[derive(Debug, Clone, Copy)]
-pub struct SyncSendProgress {
+pub struct FilesSendProgress {
     /// Entries sent.
     pub entries: u64,
     /// File bytes described so far (effective bytes on their way).
@@ -239,14 +239,14 @@ pub struct SyncSendProgress {
     pub elapsed: Duration,
 }
 
-/// A finished (or planned) sync session, from the sender's side.
+/// A finished (or planned) files session, from the sender's side.
 #[derive(Debug, Clone)]
-pub struct SyncSendOutcome {
+pub struct FilesSendOutcome {
     /// The classification.
-    pub plan: SyncPlanSummary,
+    pub plan: FilesPlanSummary,
     /// Receiver store identity (hex) and generation when we connected.
     pub store_id: String,
-    /// Store generation reported in SYNC_ACCEPT.
+    /// Store generation reported in FILES_ACCEPT.
     pub store_generation: u64,
     /// Index entries fetched this time (the rest came from the cache).
     pub index_entries_fetched: u64,
@@ -255,7 +255,7 @@ pub struct SyncSendOutcome {
     /// Files asked about with PROBE.
     pub probed: u64,
     /// The receiver's report (`None` for a dry run).
-    pub report: Option<SyncReport<'static>>,
+    pub report: Option<FilesReport<'static>>,
     /// The report's messages (failed entries).
     pub messages: String,
     /// Bytes this side wrote to the transport.
@@ -278,10 +278,10 @@ pub struct SyncSendOutcome {
 /// `lookup` knows it (with the same length), a known-hash reference when
 /// an earlier chunk of this send carries it, literal bytes otherwise.
 pub fn classify(
-    items: &[SyncItem],
+    items: &[FilesItem],
     lookup: impl Fn(&Hash) -> Option<(u64, u32)>,
-) -> (Vec<Vec<ChunkPlan>>, SyncPlanSummary) {
-    let mut sum = SyncPlanSummary::default();
+) -> (Vec<Vec<ChunkPlan>>, FilesPlanSummary) {
+    let mut sum = FilesPlanSummary::default();
     let mut sent: HashMap<Hash, ()> = HashMap::new();
     let plans = items
         .iter()
@@ -331,7 +331,7 @@ pub fn classify(
 struct Sender<'a, T: Transport + ?Sized> {
     t: &'a mut T,
     reader: FrameReader,
-    cfg: &'a SyncSendConfig,
+    cfg: &'a FilesSendConfig,
     wire_sent: u64,
     /// Small FILE/CHUNKS frames waiting to go out as one BATCH.
     batch: Vec<u8>,
@@ -422,7 +422,7 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
             &mut self.zout,
         )
         .map_err(|e| SessionError::Local(format!("compressing a batch: {e}")))?;
-        let head = pfs_wire::sync::batch_head(self.batch.len() as u32);
+        let head = pfs_wire::files::batch_head(self.batch.len() as u32);
         let header = FrameHeader {
             frame_type: FrameType::Batch,
             flags: 0,
@@ -573,7 +573,7 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
 
 /// Asks the receiver which regular files it already holds (PROBE), marks
 /// them `held`; returns how many entries were probed.
-fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [SyncItem]) -> Result<u64, SessionError> {
+fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [FilesItem]) -> Result<u64, SessionError> {
     // Files hashed whole in this session (a cached recipe has only BLAKE3).
     let asked: Vec<usize> = (0..items.len())
         .filter(|&i| items[i].is_file() && items[i].digest.is_some_and(|(n, _)| n > 0))
@@ -653,7 +653,7 @@ fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [SyncItem]) -
 }
 
 /// Leaves out the items `prep` could not read, with a warning each.
-fn drop_failed(items: &mut Vec<SyncItem>, failed: Vec<(usize, String)>, warnings: &mut Vec<String>) {
+fn drop_failed(items: &mut Vec<FilesItem>, failed: Vec<(usize, String)>, warnings: &mut Vec<String>) {
     if failed.is_empty() {
         return;
     }
@@ -669,18 +669,18 @@ fn drop_failed(items: &mut Vec<SyncItem>, failed: Vec<(usize, String)>, warnings
     });
 }
 
-/// Runs one sync session over `t`: handshake, probe, index, plan, stream,
+/// Runs one files session over `t`: handshake, probe, index, plan, stream,
 /// corrections, report. Regular files in `items` without a recipe are
 /// hashed and asked about (PROBE) when the receiver's store is not empty,
 /// then those the receiver lacks are chunked, all through `prep`; items
 /// that cannot be read are left out with a warning.
-pub fn send_sync<T: Transport + ?Sized>(
+pub fn send_files<T: Transport + ?Sized>(
     t: &mut T,
-    items: &mut Vec<SyncItem>,
-    cfg: &SyncSendConfig,
-    prep: &mut dyn SyncPrepare,
-    progress: &mut dyn FnMut(&SyncSendProgress),
-) -> Result<SyncSendOutcome, SessionError> {
+    items: &mut Vec<FilesItem>,
+    cfg: &FilesSendConfig,
+    prep: &mut dyn FilesPrepare,
+    progress: &mut dyn FnMut(&FilesSendProgress),
+) -> Result<FilesSendOutcome, SessionError> {
     let started = Instant::now();
     let usage0 = thread_usage();
     let mut warnings = Vec::new();
@@ -697,7 +697,7 @@ pub fn send_sync<T: Transport + ?Sized>(
         zlevel: 1,
     };
     let mut hello = Vec::new();
-    SyncHello {
+    FilesHello {
         flags: if cfg.dry_run { HELLO_DRY_RUN } else { 0 }
             | if cfg.compress.is_some() { HELLO_COMPRESS } else { 0 },
         auth_method: 0,
@@ -707,17 +707,17 @@ pub fn send_sync<T: Transport + ?Sized>(
         auth: &[],
     }
     .emit(&mut hello);
-    s.send(FrameType::SyncHello, 0, &hello, "SYNC_HELLO")?;
-    let (_, body) = s.expect(FrameType::SyncAccept, "SYNC_ACCEPT")?;
-    let accept = SyncAccept::parse(&body).map_err(|error| SessionError::Wire {
-        context: "SYNC_ACCEPT",
+    s.send(FrameType::FilesHello, 0, &hello, "FILES_HELLO")?;
+    let (_, body) = s.expect(FrameType::FilesAccept, "FILES_ACCEPT")?;
+    let accept = FilesAccept::parse(&body).map_err(|error| SessionError::Wire {
+        context: "FILES_ACCEPT",
         error,
     })?;
 
     // Whole files first: with a store that holds anything, files not yet
     // chunked are hashed whole and the receiver asked which it holds; only
     // the rest are chunked. An empty store holds nothing to ask about.
-    let unchunked = |items: &[SyncItem]| -> Vec<usize> {
+    let unchunked = |items: &[FilesItem]| -> Vec<usize> {
         (0..items.len())
             .filter(|&i| items[i].is_file() && items[i].recipe.is_none() && !items[i].held)
             .collect()
@@ -765,7 +765,7 @@ pub fn send_sync<T: Transport + ?Sized>(
     }
 
     let (plans, summary) = classify(items, |h| cache.lookup(h));
-    let mut outcome = SyncSendOutcome {
+    let mut outcome = FilesSendOutcome {
         plan: summary,
         store_id: store_hex(&accept.store_id),
         store_generation: accept.generation,
@@ -811,7 +811,7 @@ pub fn send_sync<T: Transport + ?Sized>(
     let mut zbuf = Vec::new();
     let mut done_bytes = 0u64;
     let mut last_progress = Instant::now();
-    let items: &[SyncItem] = items;
+    let items: &[FilesItem] = items;
     for (no, (item, plan)) in items.iter().zip(&plans).enumerate() {
         send_entry(
             &mut s,
@@ -825,7 +825,7 @@ pub fn send_sync<T: Transport + ?Sized>(
         done_bytes += item.recipe.as_ref().map_or(0, |r| r.size);
         if last_progress.elapsed() >= Duration::from_millis(200) {
             last_progress = Instant::now();
-            progress(&SyncSendProgress {
+            progress(&FilesSendProgress {
                 entries: no as u64 + 1,
                 bytes: done_bytes,
                 total_bytes: summary.total_bytes,
@@ -834,7 +834,7 @@ pub fn send_sync<T: Transport + ?Sized>(
             });
         }
     }
-    progress(&SyncSendProgress {
+    progress(&FilesSendProgress {
         entries: items.len() as u64,
         bytes: done_bytes,
         total_bytes: summary.total_bytes,
@@ -842,7 +842,7 @@ pub fn send_sync<T: Transport + ?Sized>(
         elapsed: stream_start.elapsed(),
     });
     s.flush_batch()?;
-    s.send(FrameType::SyncEnd, 0, &[], "SYNC_END")?;
+    s.send(FrameType::FilesEnd, 0, &[], "FILES_END")?;
 
     // Corrections, then the report.
     let report = loop {
@@ -869,13 +869,13 @@ pub fn send_sync<T: Transport + ?Sized>(
                 outcome.repaired_chunks += chunks;
                 outcome.repaired_bytes += bytes;
             }
-            FrameType::SyncEnd if h.flags & FLAG_SYNC_REPORT != 0 => {
-                let r = SyncReport::parse(&body).map_err(|error| SessionError::Wire {
-                    context: "SYNC_END report",
+            FrameType::FilesEnd if h.flags & FLAG_FILES_REPORT != 0 => {
+                let r = FilesReport::parse(&body).map_err(|error| SessionError::Wire {
+                    context: "FILES_END report",
                     error,
                 })?;
                 outcome.messages = r.messages.to_string();
-                break SyncReport { messages: "", ..r };
+                break FilesReport { messages: "", ..r };
             }
             other => {
                 return Err(SessionError::Local(format!(
@@ -910,7 +910,7 @@ fn io_local(what: &str, path: &std::path::Path, e: std::io::Error) -> SessionErr
 fn send_entry<T: Transport + ?Sized>(
     s: &mut Sender<'_, T>,
     no: u64,
-    item: &SyncItem,
+    item: &FilesItem,
     plan: &[ChunkPlan],
     frame: &mut Vec<u8>,
     zbuf: &mut Vec<u8>,
@@ -967,7 +967,7 @@ fn send_entry<T: Transport + ?Sized>(
     let mut i = 0;
     while i < recipe.chunks.len() {
         frame.clear();
-        frame.extend_from_slice(&[0; pfs_wire::sync::CHUNKS_FIXED_LEN]);
+        frame.extend_from_slice(&[0; pfs_wire::files::CHUNKS_FIXED_LEN]);
         let mut count = 0u32;
         while i < recipe.chunks.len() && frame.len() < SENDER_FRAME_TARGET {
             let c = &recipe.chunks[i];
@@ -988,7 +988,7 @@ fn send_entry<T: Transport + ?Sized>(
             count += 1;
             i += 1;
         }
-        frame[..pfs_wire::sync::CHUNKS_FIXED_LEN]
+        frame[..pfs_wire::files::CHUNKS_FIXED_LEN]
             .copy_from_slice(&ChunksHeader { file_no: no, count }.emit());
         s.queue(FrameType::Chunks, frame, "CHUNKS")?;
     }
@@ -1046,7 +1046,7 @@ fn compress_into(
 /// Answers a NAK: the named chunks' bytes, read again from the files.
 fn repair<T: Transport + ?Sized>(
     s: &mut Sender<'_, T>,
-    items: &[SyncItem],
+    items: &[FilesItem],
     wanted: &[Hash],
     frame: &mut Vec<u8>,
 ) -> Result<(u64, u64), SessionError> {
@@ -1068,7 +1068,7 @@ fn repair<T: Transport + ?Sized>(
     let mut k = 0;
     loop {
         frame.clear();
-        frame.extend_from_slice(&[0; pfs_wire::sync::CHUNKS_FIXED_LEN]);
+        frame.extend_from_slice(&[0; pfs_wire::files::CHUNKS_FIXED_LEN]);
         let mut count = 0u32;
         while k < list.len() && frame.len() < SENDER_FRAME_TARGET {
             let (hash, (i, off, len)) = &list[k];
@@ -1081,7 +1081,7 @@ fn repair<T: Transport + ?Sized>(
             count += 1;
             k += 1;
         }
-        frame[..pfs_wire::sync::CHUNKS_FIXED_LEN].copy_from_slice(
+        frame[..pfs_wire::files::CHUNKS_FIXED_LEN].copy_from_slice(
             &ChunksHeader {
                 file_no: ChunksHeader::REPAIR,
                 count,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# fetch-sync-pair.sh - fetch, verify, unpack and cache the version pair used
-# by `pfs bench sync`.
+# fetch-version-pair.sh - fetch, verify, unpack and cache the version pair used
+# by `pfs bench files`.
 #
 # Run with --help for usage. Progress goes to stderr; stdout carries only the
 # two unpacked tree paths (line 1 = version A, line 2 = version B).
@@ -44,7 +44,7 @@ usage() {
 Usage: $PROG [--refresh] [--versions A B] [--cache DIR]
        $PROG --help
 
-Prepares the realistic version pair for 'pfs bench sync' and prints the two
+Prepares the realistic version pair for 'pfs bench files' and prints the two
 unpacked source trees, one per line on stdout: line 1 = version A (the old
 release), line 2 = version B (the new release that is sent over A).
 
@@ -62,7 +62,7 @@ its SHA256 matches the pinned value. The tree is the .deb's inner
 linux-source-6.1.tar.xz, unpacked with the archive's file times.
 
 Cache (idempotent; each step is done once and marked complete):
-  \${PFS_SYNC_CACHE:-\$HOME/.cache/pfs/sync-pair}/$PKG-VERSION/
+  \${PFS_PAIR_CACHE:-\$HOME/.cache/pfs/version-pair}/$PKG-VERSION/
       ${PKG}_VERSION_all.deb   downloaded package (kept)
       $TREE_NAME/              unpacked tree (the path printed)
       .complete                marker written after a verified unpack
@@ -75,12 +75,12 @@ was modified).
 Options:
   --versions A B  use these two $PKG versions instead of the default pair
                   (must be in the apt index: 'apt-cache madison $PKG')
-  --cache DIR     cache directory (overrides \$PFS_SYNC_CACHE)
+  --cache DIR     cache directory (overrides \$PFS_PAIR_CACHE)
   --refresh       delete and re-unpack the two trees from the cached .debs
   -h, --help      show this help
 
 Environment:
-  PFS_SYNC_CACHE     cache directory (default \$HOME/.cache/pfs/sync-pair)
+  PFS_PAIR_CACHE     cache directory (default \$HOME/.cache/pfs/version-pair)
   PFS_SYNC_POOL_URL  pool directory URL for versions no longer in the apt index
 
 Missing tools (apt, dpkg-deb, tar, xz, sha256sum) are installed with apt-get
@@ -94,7 +94,7 @@ die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
 # --- arguments ----------------------------------------------------------------
 VERSION_A=$DEFAULT_VERSION_A
 VERSION_B=$DEFAULT_VERSION_B
-CACHE=${PFS_SYNC_CACHE:-${HOME:-/root}/.cache/pfs/sync-pair}
+CACHE=${PFS_PAIR_CACHE:-${HOME:-/root}/.cache/pfs/version-pair}
 REFRESH=0
 while [ $# -gt 0 ]; do
     case $1 in
