@@ -17,13 +17,25 @@ pub const REFUSED: i32 = 4;
 pub const TRANSPORT: i32 = 5;
 /// A file transfer ran but some entries were not written (listed in the report).
 pub const PARTIAL: i32 = 6;
+/// The peer broke the protocol (undecodable or out-of-order frames).
+pub const PROTOCOL: i32 = 7;
+
+/// The exit code of a session that ended in `e`.
+pub fn of_session(e: &SessionError) -> i32 {
+    match e {
+        SessionError::Refused { .. } | SessionError::Rejected(_) | SessionError::Limit(_) => REFUSED,
+        SessionError::Transport { .. } | SessionError::PeerClosed { .. } | SessionError::TimedOut { .. } => {
+            TRANSPORT
+        }
+        SessionError::Malformed { .. } | SessionError::Violation(_) => PROTOCOL,
+        SessionError::Local(_) | SessionError::Exec(_) => FAILURE,
+    }
+}
 
 /// Maps an error to its exit code.
 pub fn classify(e: &anyhow::Error) -> i32 {
     match e.downcast_ref::<SessionError>() {
-        Some(SessionError::Refused { .. }) => REFUSED,
-        Some(SessionError::Io { .. } | SessionError::PeerClosed { .. }) => TRANSPORT,
-        Some(_) => FAILURE,
+        Some(s) => of_session(s),
         None => match e.downcast_ref::<pfs_transport::TransportError>() {
             Some(_) => TRANSPORT,
             None => FAILURE,

@@ -1,28 +1,36 @@
-//! PacketFS sessions over a byte-stream transport.
+//! PacketFS sessions: the two protocols' state machines and the drivers
+//! that run them over a transport.
 //!
-//! Owns the protocol logic of one transfer: the HELLO negotiation (version,
-//! mode, encoding, integrity, blob identity, limits), the sender loop (build
-//! a gram from a schedule, digest it, emit it with one vectored write), the
-//! receiver loop (decode, bounds-check, execute over its own blob, compare
-//! digests), the end-of-session exchange of a summary and the receiver's
-//! authoritative [`pfs_wire::Report`], and a small multi-client server. The
-//! blob itself is passed in as bytes plus its identity ([`BlobView`]), so
-//! tests run sessions over plain `Vec`s.
+//! - [`gram`]: the gram protocol (HELLO negotiation, grams executed over
+//!   the receiver's own blob, summary and the receiver's authoritative
+//!   [`pfs_wire::Report`]); sans-I/O cores plus blocking drivers.
+//! - [`files`]: the files protocol (trees deduplicated against the
+//!   receiver's store).
+//! - [`framing`]: what both share: whole frames from bytes, ERROR frames,
+//!   the drivers' receive buffer.
+//! - [`server`]: the accept loop, one thread per session.
+//!
+//! The blob is passed in as bytes plus its identity ([`BlobView`]), so
+//! tests run sessions over plain `Vec`s, and the cores run with no socket.
 
 mod error;
 pub mod files;
+pub mod framing;
+pub mod gram;
 pub mod reader;
-pub mod receiver;
-pub mod sender;
 pub mod server;
 pub mod stats;
 pub mod sys;
 
-pub use error::SessionError;
-pub use receiver::{receive_session, ReceiverConfig, ReceiverOutcome};
-pub use sender::{send_session, SendOutcome, SenderConfig, DEFAULT_PAYLOAD_BUDGET};
+pub use error::{code_name, LimitExceeded, LocalError, SessionError, Timeout, Violation};
+pub use gram::{
+    receive_session, send_session, GramViolation, HelloRejection, ReceiverConfig, ReceiverOutcome,
+    SendOutcome, SenderConfig, DEFAULT_PAYLOAD_BUDGET,
+};
 pub use server::{serve, serve_files, ServerConfig, ServerEvent};
 pub use stats::SessionStats;
+
+use pfs_blob::BackingKind;
 
 /// Receiver limits, advertised in HELLO_ACK and enforced on every gram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,8 +91,8 @@ pub struct BlobView<'a> {
     pub fingerprint: [u8; 32],
     /// Fingerprint region size.
     pub region_size: u32,
-    /// Backing code (0 hugetlbfs, 1 THP, 2 4 KiB).
-    pub backing: u8,
+    /// What backs the mapping.
+    pub backing: BackingKind,
     /// Page size obtained.
     pub page_size: u64,
     /// Setup times of this blob.
@@ -96,12 +104,7 @@ pub fn short_hex(root: &[u8; 32]) -> String {
     root[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Name of a backing code.
+/// Name of a backing code as carried in HELLO_ACK and REPORT.
 pub fn backing_name(code: u8) -> &'static str {
-    match code {
-        0 => "hugetlbfs",
-        1 => "thp",
-        2 => "4k",
-        _ => "unknown",
-    }
+    BackingKind::from_code(code).map_or("unknown", |b| b.as_str())
 }

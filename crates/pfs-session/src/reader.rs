@@ -104,7 +104,11 @@ impl FrameReader {
         debug_assert!(n <= self.buf.len());
         while self.buffered() < n {
             let need = n - self.buffered();
-            if self.read_more(t, need).map_err(|e| SessionError::io(what, e))? == 0 {
+            if self
+                .read_more(t, need)
+                .map_err(|e| SessionError::transport(what, e))?
+                == 0
+            {
                 return Err(SessionError::PeerClosed { during: what });
             }
         }
@@ -121,16 +125,17 @@ impl FrameReader {
         if at_boundary
             && self
                 .read_more(t, FRAME_HEADER_LEN)
-                .map_err(|e| SessionError::io("frame header", e))?
+                .map_err(|e| SessionError::transport("frame header", e))?
                 == 0
         {
             return Ok(None);
         }
         self.ensure(t, FRAME_HEADER_LEN, "frame header")?;
-        let hdr = FrameHeader::parse(&self.buf[self.start..self.end]).map_err(|e| SessionError::Wire {
-            context: "frame header",
-            error: e,
-        })?;
+        let hdr =
+            FrameHeader::parse(&self.buf[self.start..self.end]).map_err(|e| SessionError::Malformed {
+                context: "frame header",
+                error: e,
+            })?;
         self.start += FRAME_HEADER_LEN;
         Ok(Some(hdr))
     }
@@ -143,7 +148,7 @@ impl FrameReader {
         what: &'static str,
     ) -> Result<&[u8], SessionError> {
         if n > self.buf.len() {
-            return Err(SessionError::Wire {
+            return Err(SessionError::Malformed {
                 context: what,
                 error: WireError::TooLarge,
             });
@@ -166,7 +171,11 @@ impl FrameReader {
             if self.buffered() == 0 {
                 self.start = 0;
                 self.end = 0;
-                if self.read_more(t, 1).map_err(|e| SessionError::io(what, e))? == 0 {
+                if self
+                    .read_more(t, 1)
+                    .map_err(|e| SessionError::transport(what, e))?
+                    == 0
+                {
                     return Err(SessionError::PeerClosed { during: what });
                 }
             }

@@ -8,17 +8,15 @@ use pfs_transport::{Listener, Transport};
 use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameType};
 
 use crate::files::{receive_files, FilesReceiveOutcome, FilesReceiverConfig};
-use crate::receiver::{receive_session, Progress, ReceiverConfig, ReceiverOutcome};
+use crate::gram::{receive_session, Progress, ReceiverConfig, ReceiverOutcome};
 use crate::sys::pin_current_thread;
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
 use pfs_store::Store;
 
-/// Server settings.
+/// Server settings, whichever protocol it serves.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Per-session settings.
-    pub receiver: ReceiverConfig,
     /// Sessions served at once; more are refused with ERROR(BUSY).
     pub max_clients: usize,
     /// Stop after this many sessions (successful or not); `None` = forever.
@@ -30,7 +28,6 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            receiver: ReceiverConfig::default(),
             max_clients: 4,
             max_sessions: None,
             pin_cpu: None,
@@ -38,9 +35,10 @@ impl Default for ServerConfig {
     }
 }
 
-/// What the server reports as it runs.
+/// What the server reports as it runs; `O` is a finished session's outcome
+/// ([`ReceiverOutcome`] or [`FilesReceiveOutcome`]).
 #[derive(Debug)]
-pub enum ServerEvent<'a> {
+pub enum ServerEvent<'a, O> {
     /// A connection was accepted.
     Accepted {
         /// Peer address.
@@ -58,14 +56,7 @@ pub enum ServerEvent<'a> {
         /// Peer address.
         peer: &'a str,
         /// The outcome.
-        outcome: &'a ReceiverOutcome,
-    },
-    /// A file-files session completed with a report.
-    FilesFinished {
-        /// Peer address.
-        peer: &'a str,
-        /// The outcome.
-        outcome: &'a FilesReceiveOutcome,
+        outcome: &'a O,
     },
     /// A session ended in an error; the server goes on.
     Failed {
@@ -86,17 +77,18 @@ pub enum ServerEvent<'a> {
     },
 }
 
-/// Serves sessions on `listener` over `blob` until `max_sessions` have ended.
-/// Returns (sessions that completed, sessions that failed).
+/// Serves gram sessions on `listener` over `blob` until `max_sessions` have
+/// ended. Returns (sessions that completed, sessions that failed).
 pub fn serve<L: Listener>(
     listener: &L,
     blob: &BlobView<'_>,
     cfg: &ServerConfig,
-    on_event: &(dyn Fn(ServerEvent<'_>) + Sync),
+    receiver: &ReceiverConfig,
+    on_event: &(dyn Fn(ServerEvent<'_, ReceiverOutcome>) + Sync),
 ) -> (u64, u64) {
     serve_loop(listener, cfg, on_event, &|conn, peer| {
         let mut progress = |p: &Progress| on_event(ServerEvent::Progress { peer, progress: p });
-        let outcome = receive_session(conn, blob, &cfg.receiver, &mut progress)?;
+        let outcome = receive_session(conn, blob, receiver, &mut progress)?;
         on_event(ServerEvent::Finished {
             peer,
             outcome: &outcome,
@@ -105,7 +97,7 @@ pub fn serve<L: Listener>(
     })
 }
 
-/// Serves file-files sessions (docs/wire.md §10) into `dest`, deduplicated
+/// Serves files sessions (docs/wire.md §10) into `dest`, deduplicated
 /// against `store`, until `max_sessions` have ended. Returns (completed,
 /// failed). Sessions run concurrently on one store.
 pub fn serve_files<L: Listener>(
@@ -114,11 +106,11 @@ pub fn serve_files<L: Listener>(
     dest: &DestRoot,
     cfg: &ServerConfig,
     files_cfg: &FilesReceiverConfig,
-    on_event: &(dyn Fn(ServerEvent<'_>) + Sync),
+    on_event: &(dyn Fn(ServerEvent<'_, FilesReceiveOutcome>) + Sync),
 ) -> (u64, u64) {
     serve_loop(listener, cfg, on_event, &|conn, peer| {
         let outcome = receive_files(conn, store, dest, files_cfg)?;
-        on_event(ServerEvent::FilesFinished {
+        on_event(ServerEvent::Finished {
             peer,
             outcome: &outcome,
         });
@@ -132,10 +124,10 @@ type SessionFn<'a, C> = dyn Fn(&mut C, &str) -> Result<(), SessionError> + Sync 
 /// The accept loop shared by both kinds of server: one thread per session,
 /// at most `max_clients` at once (more get ERROR BUSY), `session` run on
 /// each connection; its error is reported as [`ServerEvent::Failed`].
-fn serve_loop<L: Listener>(
+fn serve_loop<L: Listener, O>(
     listener: &L,
     cfg: &ServerConfig,
-    on_event: &(dyn Fn(ServerEvent<'_>) + Sync),
+    on_event: &(dyn Fn(ServerEvent<'_, O>) + Sync),
     session: &SessionFn<'_, L::Conn>,
 ) -> (u64, u64) {
     let active = AtomicUsize::new(0);

@@ -453,8 +453,9 @@ fn batch_of(frames: &[u8]) -> Vec<u8> {
 /// The error a rejected session ended with.
 fn rejected(result: Result<FilesReceiveOutcome, SessionError>) -> (ErrorCode, String) {
     match result {
-        Err(SessionError::Rejected { code, message }) => (code, message),
-        Err(SessionError::Wire { error, .. }) => (ErrorCode::BadFrame, error.to_string()),
+        Err(SessionError::Violation(v)) => (v.code(), v.to_string()),
+        Err(SessionError::Rejected(r)) => (r.code(), r.to_string()),
+        Err(SessionError::Malformed { error, .. }) => (ErrorCode::BadFrame, error.to_string()),
         Err(other) => panic!("expected a rejection, got {other}"),
         Ok(o) => panic!("expected a rejection, the session succeeded: {:?}", o.report),
     }
@@ -871,7 +872,7 @@ fn garbage_and_truncated_frames_end_the_session_cleanly() {
             // Then the sender is gone.
         });
         match result {
-            Err(SessionError::PeerClosed { .. } | SessionError::Io { .. }) => {}
+            Err(SessionError::PeerClosed { .. } | SessionError::Transport { .. }) => {}
             other => panic!("{what}: expected the peer-closed error, got {other:?}"),
         }
         assert!(!fx.dest_dir.join("f").exists(), "{what}");

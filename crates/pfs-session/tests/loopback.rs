@@ -37,7 +37,7 @@ fn view(data: &[u8]) -> BlobView<'_> {
         data,
         fingerprint: [7; 32],
         region_size: 1 << 20,
-        backing: 2,
+        backing: pfs_blob::BackingKind::SmallPages,
         page_size: 4096,
         setup: Default::default(),
     }
@@ -83,11 +83,17 @@ fn with_server<F: FnOnce(&str)>(
     };
     let counts = std::thread::scope(|s| {
         let server = s.spawn(|| {
-            serve(&listener, &view(receiver_blob), &cfg, &|ev| {
-                if let ServerEvent::Failed { error, .. } = ev {
-                    failures.lock().unwrap().push(error.to_string());
-                }
-            })
+            serve(
+                &listener,
+                &view(receiver_blob),
+                &cfg,
+                &Default::default(),
+                &|ev| {
+                    if let ServerEvent::Failed { error, .. } = ev {
+                        failures.lock().unwrap().push(error.to_string());
+                    }
+                },
+            )
         });
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| clients(&addr)));
         if let Err(panic) = result {
@@ -438,7 +444,7 @@ fn sender_reports_a_refusal_clearly() {
         s.spawn(|| {
             let mut v = view(&other);
             v.fingerprint = [9; 32];
-            serve(&listener, &v, &cfg, &|_| {})
+            serve(&listener, &v, &cfg, &Default::default(), &|_| {})
         });
         let err = send(
             &addr,
@@ -477,16 +483,16 @@ fn a_trickling_client_loses_its_slot_at_the_handshake_deadline() {
     let addr = listener.socket_addr().unwrap().to_string();
     let cfg = ServerConfig {
         max_sessions: Some(1),
-        receiver: pfs_session::ReceiverConfig {
-            handshake_timeout: Duration::from_millis(600),
-            ..Default::default()
-        },
         ..ServerConfig::default()
+    };
+    let receiver = pfs_session::ReceiverConfig {
+        handshake_timeout: Duration::from_millis(600),
+        ..Default::default()
     };
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         let server = s.spawn(|| {
-            serve(&listener, &view(&blob), &cfg, &|ev| {
+            serve(&listener, &view(&blob), &cfg, &receiver, &|ev| {
                 if let ServerEvent::Failed { error, .. } = ev {
                     failures.lock().unwrap().push(error.to_string());
                 }

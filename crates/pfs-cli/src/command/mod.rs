@@ -54,7 +54,7 @@ impl OpenedBlob {
             data: self.blob.as_slice(),
             fingerprint: fp.root,
             region_size: fp.region_size,
-            backing: self.blob.backing().kind.code(),
+            backing: self.blob.backing().kind,
             page_size: self.blob.backing().page_size,
             setup: SetupTimes {
                 map_s: self.setup.map_s,

@@ -129,7 +129,7 @@ pub fn send_once(
 ) -> anyhow::Result<(SendOutcome, &'static str)> {
     let mut t = target.connect()?;
     let kind = t.kind();
-    let mut progress = |p: &pfs_session::sender::SendProgress| {
+    let mut progress = |p: &pfs_session::gram::SendProgress| {
         eprintln!(
             "{}",
             progress_line(

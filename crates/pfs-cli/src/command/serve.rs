@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use pfs_session::{serve, Limits, ReceiverConfig, ServerConfig, ServerEvent, SessionError, SessionStats};
+use pfs_session::{serve, Limits, ReceiverConfig, ReceiverOutcome, ServerConfig, ServerEvent, SessionStats};
 use pfs_transport::{AnyListener, Listener, ShmListener, TcpConfig, TcpListener, UnixListener};
 
 use crate::args::{ServeArgs, TransportArg};
@@ -132,18 +132,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         eprintln!("blob verified: fingerprint {}", actual.short());
     }
     let kind = transport_label(args.transport.transport);
-    let cfg = ServerConfig {
-        receiver: ReceiverConfig {
-            limits: Limits {
-                max_desc_count: args.max_desc_per_gram,
-                max_payload_len: args.max_payload,
-                ..Limits::default()
-            },
-            log_interval: log,
-            exec,
-            record_dir: args.record.clone(),
-            ..ReceiverConfig::default()
+    let receiver = ReceiverConfig {
+        limits: Limits {
+            max_desc_count: args.max_desc_per_gram,
+            max_payload_len: args.max_payload,
+            ..Limits::default()
         },
+        log_interval: log,
+        exec,
+        record_dir: args.record.clone(),
+        ..ReceiverConfig::default()
+    };
+    let cfg = ServerConfig {
         max_clients: args.max_clients.max(1),
         max_sessions: if args.once { Some(1) } else { args.max_sessions },
         pin_cpu: args.run.pin,
@@ -151,7 +151,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     let json = args.run.json;
     // Exit status of the last session, for --once.
     let last_status = Mutex::new(exit::OK);
-    let on_event = |ev: ServerEvent<'_>| match ev {
+    let on_event = |ev: ServerEvent<'_, ReceiverOutcome>| match ev {
         ServerEvent::Accepted { peer } => {
             if !json {
                 eprintln!("session from {peer}");
@@ -204,12 +204,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 *st = code;
             }
         }
-        // Blob servers run no files sessions.
-        ServerEvent::FilesFinished { .. } => {}
     };
     let listener = bind_listener(&args)?;
     announce(&listener, json);
-    let (ok, failed) = serve(&listener, &opened.view(), &cfg, &on_event);
+    let (ok, failed) = serve(&listener, &opened.view(), &cfg, &receiver, &on_event);
     if !json {
         eprintln!("pfs serve: {ok} session(s) completed, {failed} failed");
     }
@@ -221,7 +219,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
 /// Reports the events every kind of server reports alike (a failed
 /// session, a busy refusal, a failed accept); for a failed session, returns
 /// the exit status it implies, seen from the receiver.
-pub(super) fn report_common(ev: &ServerEvent<'_>, json: bool, max_clients: usize) -> Option<i32> {
+pub(super) fn report_common<O>(ev: &ServerEvent<'_, O>, json: bool, max_clients: usize) -> Option<i32> {
     match ev {
         ServerEvent::Failed { peer, error } => {
             if json {
@@ -231,11 +229,7 @@ pub(super) fn report_common(ev: &ServerEvent<'_>, json: bool, max_clients: usize
                 );
             }
             eprintln!("pfs: session from {peer} failed: {error}");
-            Some(match error {
-                SessionError::Rejected { .. } | SessionError::Refused { .. } => exit::REFUSED,
-                SessionError::Io { .. } | SessionError::PeerClosed { .. } => exit::TRANSPORT,
-                _ => exit::FAILURE,
-            })
+            Some(exit::of_session(error))
         }
         ServerEvent::Busy { peer } => {
             eprintln!("pfs: refused {peer}: busy ({max_clients} sessions running)");

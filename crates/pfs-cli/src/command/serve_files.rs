@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use pfs_files::{DestRoot, Manifest};
-use pfs_session::files::FilesReceiverConfig;
+use pfs_session::files::{FilesReceiveOutcome, FilesReceiverConfig};
 use pfs_session::{serve_files, ServerConfig, ServerEvent};
 use pfs_store::{Durability, Store, StoreConfig};
 
@@ -70,7 +70,6 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
         max_clients: args.max_clients.max(1),
         max_sessions: if args.once { Some(1) } else { args.max_sessions },
         pin_cpu: args.run.pin,
-        ..ServerConfig::default()
     };
     // What this server wrote into --dest, kept beside the store.
     let (manifest, warning) = Manifest::open(store_dir.join("dest-manifest"));
@@ -89,9 +88,9 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
             *s = code;
         }
     };
-    let on_event = |ev: ServerEvent<'_>| match ev {
+    let on_event = |ev: ServerEvent<'_, FilesReceiveOutcome>| match ev {
         ServerEvent::Accepted { peer } if !json => eprintln!("session from {peer}"),
-        ServerEvent::FilesFinished { peer, outcome } => {
+        ServerEvent::Finished { peer, outcome } => {
             if let Err(e) = manifest.save() {
                 eprintln!("pfs: warning: destination manifest not saved: {e}");
             }

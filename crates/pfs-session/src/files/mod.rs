@@ -1,4 +1,4 @@
-//! File files sessions (docs/wire.md §10): a sender moves files and trees
+//! File-transfer sessions (docs/wire.md §10): a sender moves files and trees
 //! into a receiver's destination directory, deduplicated against the
 //! receiver's store. The sender sends descriptors `(offset, len)` into the
 //! store blob for chunks the store holds and literal bytes for the rest; the
@@ -7,16 +7,19 @@
 //! Chunks whose stored bytes turn out damaged are NAKed after the stream and
 //! REPAIRed by the sender (the corrections plane).
 
+mod error;
 mod receiver;
 mod sender;
 
 use std::io::IoSlice;
 
 use pfs_transport::Transport;
-use pfs_wire::{ErrorFrame, FrameHeader, FrameType};
+use pfs_wire::{FrameHeader, FrameType};
 
-pub(crate) use crate::receiver::{code_name, reject, send_error};
+pub(crate) use crate::framing::send_error;
 use crate::SessionError;
+pub use error::FilesViolation;
+pub(crate) use error::{local, reject};
 
 pub use receiver::{receive_files, FilesReceiveOutcome, FilesReceiverConfig};
 pub use sender::{
@@ -46,25 +49,16 @@ pub(crate) fn write_frame<T: Transport + ?Sized>(
     let header = FrameHeader {
         frame_type,
         flags,
-        length: u32::try_from(body.len())
-            .map_err(|_| SessionError::Local(format!("{during}: frame too large")))?,
+        length: u32::try_from(body.len()).map_err(|_| local(format!("{during}: frame too large")))?,
     }
     .emit();
     t.write_all_vectored(&mut [IoSlice::new(&header), IoSlice::new(body)])
-        .map_err(|e| SessionError::io(during, e))
+        .map_err(|e| SessionError::transport(during, e))
 }
 
 /// The ERROR frame body received from the peer, as an error.
 pub(crate) fn refused(body: &[u8]) -> SessionError {
-    let (code, message) = match ErrorFrame::parse(body) {
-        Ok(f) => (f.code, f.message.to_string()),
-        Err(e) => (0, format!("undecodable ERROR frame: {e}")),
-    };
-    SessionError::Refused {
-        code,
-        code_name: code_name(code),
-        message,
-    }
+    crate::framing::refusal(body)
 }
 
 /// BLAKE3 of `bytes` equals `hash`.

@@ -24,7 +24,9 @@ use pfs_wire::files::{
 };
 use pfs_wire::{ErrorCode, Frame, FrameHeader, FrameType};
 
-use super::{hash_matches, refused, reject, send_error, write_frame, INDEX_ENTRIES_PER_FRAME, MAX_CHUNK_LEN};
+use super::{
+    hash_matches, local, refused, reject, send_error, write_frame, INDEX_ENTRIES_PER_FRAME, MAX_CHUNK_LEN,
+};
 use crate::reader::FrameReader;
 use crate::sys::thread_usage;
 use crate::SessionError;
@@ -238,7 +240,7 @@ pub fn receive_files<T: Transport + ?Sized>(
         report: FilesReport::default(),
         messages: String::new(),
         zbuf: Vec::new(),
-        dctx: zstd::bulk::Decompressor::new().map_err(|e| SessionError::Local(format!("zstd: {e}")))?,
+        dctx: zstd::bulk::Decompressor::new().map_err(|e| local(format!("zstd: {e}")))?,
         batch_buf: Vec::new(),
         probe_held: Vec::new(),
         probe_last: false,
@@ -258,7 +260,9 @@ pub fn receive_files<T: Transport + ?Sized>(
         }
         Err(e) => {
             match &e {
-                SessionError::PeerClosed { .. } | SessionError::Refused { .. } | SessionError::Io { .. } => {}
+                SessionError::PeerClosed { .. }
+                | SessionError::Refused { .. }
+                | SessionError::Transport { .. } => {}
                 _ => send_error(s.t, &e),
             }
             Err(e)
@@ -267,7 +271,7 @@ pub fn receive_files<T: Transport + ?Sized>(
 }
 
 fn wire(context: &'static str) -> impl FnOnce(pfs_wire::WireError) -> SessionError {
-    move |error| SessionError::Wire { context, error }
+    move |error| SessionError::Malformed { context, error }
 }
 
 fn store_err(e: StoreError) -> SessionError {
@@ -324,7 +328,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
     fn run(&mut self) -> Result<FilesReceiveOutcome, SessionError> {
         self.t
             .set_read_timeout(Some(self.cfg.handshake_timeout))
-            .map_err(|e| SessionError::io("setup", e))?;
+            .map_err(|e| SessionError::transport("setup", e))?;
         let body = self
             .expect(FrameType::FilesHello, "FILES_HELLO")?
             .ok_or(SessionError::PeerClosed {
@@ -412,7 +416,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
 
         self.t
             .set_read_timeout(Some(self.cfg.idle_timeout))
-            .map_err(|e| SessionError::io("setup", e))?;
+            .map_err(|e| SessionError::transport("setup", e))?;
         loop {
             let h = self.next("FILE/CHUNKS")?.ok_or(SessionError::PeerClosed {
                 during: "file stream",
@@ -675,7 +679,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
                 let head = z.len();
                 z.resize(head + zstd::zstd_safe::compress_bound(raw.len()), 0);
                 let n = zstd::bulk::compress_to_buffer(&raw, &mut z[head..], 1)
-                    .map_err(|e| SessionError::Local(format!("compressing the index: {e}")))?;
+                    .map_err(|e| local(format!("compressing the index: {e}")))?;
                 z.truncate(head + n);
                 write_frame(self.t, FrameType::Batch, 0, &z, "INDEX")?;
                 raw.clear();
@@ -928,7 +932,7 @@ impl<'a, T: Transport + ?Sized> Session<'a, T> {
         }
         let rel = match rel {
             Some(r) => r,
-            None => RelPath::parse(b"refused").map_err(|e| SessionError::Local(e.to_string()))?,
+            None => RelPath::parse(b"refused").map_err(|e| local(e.to_string()))?,
         };
         self.current = Some(Current {
             no: f.file_no,

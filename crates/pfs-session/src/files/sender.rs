@@ -21,7 +21,7 @@ use pfs_wire::files::{
 };
 use pfs_wire::{Frame, FrameHeader, FrameType};
 
-use super::{refused, write_frame, SENDER_FRAME_TARGET};
+use super::{local, refused, write_frame, SENDER_FRAME_TARGET};
 use crate::reader::FrameReader;
 use crate::sys::{thread_usage, Usage};
 use crate::SessionError;
@@ -355,7 +355,7 @@ fn index_frame(
     flags: u16,
     body: &[u8],
 ) -> Result<bool, SessionError> {
-    let entries = parse_index(body).map_err(|error| SessionError::Wire {
+    let entries = parse_index(body).map_err(|error| SessionError::Malformed {
         context: "INDEX",
         error,
     })?;
@@ -421,7 +421,7 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
             &self.batch,
             &mut self.zout,
         )
-        .map_err(|e| SessionError::Local(format!("compressing a batch: {e}")))?;
+        .map_err(|e| local(format!("compressing a batch: {e}")))?;
         let head = pfs_wire::files::batch_head(self.batch.len() as u32);
         let header = FrameHeader {
             frame_type: FrameType::Batch,
@@ -441,7 +441,7 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
                 self.wire_sent += n;
                 Ok(())
             }
-            Err(e) => Err(self.explain(SessionError::io("BATCH", e), "BATCH")),
+            Err(e) => Err(self.explain(SessionError::transport("BATCH", e), "BATCH")),
         }
     }
 
@@ -476,7 +476,7 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
             .next_header(self.t)?
             .ok_or(SessionError::PeerClosed { during })?;
         if hdr.frame_type.is_bulk() || hdr.length > pfs_wire::frame::MAX_CONTROL_BODY {
-            return Err(SessionError::Local(format!(
+            return Err(local(format!(
                 "receiver sent a {} frame during {during}",
                 hdr.frame_type.name()
             )));
@@ -499,7 +499,7 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
                 .next_header(self.t)?
                 .ok_or(SessionError::PeerClosed { during: "INDEX" })?;
             if hdr.length > MAX_INDEX_BATCH {
-                return Err(SessionError::Local(format!(
+                return Err(local(format!(
                     "receiver sent a {}-byte {} frame",
                     hdr.length,
                     hdr.frame_type.name()
@@ -510,31 +510,27 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
                 FrameType::Error => return Err(refused(body)),
                 FrameType::Index => index_frame(cache, from, &mut fetched, hdr.flags, body)?,
                 FrameType::Batch => {
-                    let (raw_len, z) = parse_batch(body).map_err(|error| SessionError::Wire {
+                    let (raw_len, z) = parse_batch(body).map_err(|error| SessionError::Malformed {
                         context: "BATCH",
                         error,
                     })?;
                     if raw_len > MAX_INDEX_BATCH {
-                        return Err(SessionError::Local(format!(
-                            "receiver sent an index batch of {raw_len} bytes"
-                        )));
+                        return Err(local(format!("receiver sent an index batch of {raw_len} bytes")));
                     }
                     raw.resize(raw_len as usize, 0);
                     match zstd::bulk::decompress_to_buffer(z, &mut raw[..]) {
                         Ok(n) if n == raw_len as usize => {}
-                        _ => return Err(SessionError::Local("receiver sent a corrupt index batch".into())),
+                        _ => return Err(local("receiver sent a corrupt index batch".into())),
                     }
                     let mut rest = &raw[..];
                     let mut last = false;
                     while !rest.is_empty() {
-                        let (f, used) = Frame::parse(rest).map_err(|error| SessionError::Wire {
+                        let (f, used) = Frame::parse(rest).map_err(|error| SessionError::Malformed {
                             context: "frame in an index BATCH",
                             error,
                         })?;
                         if f.header.frame_type != FrameType::Index || last {
-                            return Err(SessionError::Local(
-                                "receiver sent a malformed index batch".into(),
-                            ));
+                            return Err(local("receiver sent a malformed index batch".into()));
                         }
                         last = index_frame(cache, from, &mut fetched, f.header.flags, f.body)?;
                         rest = &rest[used..];
@@ -542,7 +538,7 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
                     last
                 }
                 other => {
-                    return Err(SessionError::Local(format!(
+                    return Err(local(format!(
                         "expected INDEX from the receiver, got {}",
                         other.name()
                     )))
@@ -561,7 +557,7 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
     ) -> Result<(FrameHeader, Vec<u8>), SessionError> {
         let (h, body) = self.reply(during)?;
         if h.frame_type != want {
-            return Err(SessionError::Local(format!(
+            return Err(local(format!(
                 "expected {} from the receiver, got {}",
                 want.name(),
                 h.frame_type.name()
@@ -623,13 +619,13 @@ fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [FilesItem]) 
     let mut next = 0usize;
     loop {
         let (h, body) = s.expect(FrameType::ProbeReply, "PROBE_REPLY")?;
-        let (head, bits) = parse_probe_reply(&body).map_err(|error| SessionError::Wire {
+        let (head, bits) = parse_probe_reply(&body).map_err(|error| SessionError::Malformed {
             context: "PROBE_REPLY",
             error,
         })?;
         let count = head.count as usize;
         if head.first_no != next as u64 || next + count > asked.len() {
-            return Err(SessionError::Local(format!(
+            return Err(local(format!(
                 "receiver answered PROBE entries {}..+{count}, expected from {next} of {}",
                 head.first_no,
                 asked.len()
@@ -644,7 +640,7 @@ fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [FilesItem]) 
         }
     }
     if next != asked.len() {
-        return Err(SessionError::Local(format!(
+        return Err(local(format!(
             "receiver answered {next} of {} PROBE entries",
             asked.len()
         )));
@@ -685,7 +681,7 @@ pub fn send_files<T: Transport + ?Sized>(
     let usage0 = thread_usage();
     let mut warnings = Vec::new();
     t.set_read_timeout(Some(cfg.reply_timeout))
-        .map_err(|e| SessionError::io("setup", e))?;
+        .map_err(|e| SessionError::transport("setup", e))?;
     let mut s = Sender {
         t,
         reader: FrameReader::new(MAX_INDEX_BATCH as usize + 64 * 1024),
@@ -693,7 +689,7 @@ pub fn send_files<T: Transport + ?Sized>(
         wire_sent: 0,
         batch: Vec::with_capacity(BATCH_TARGET + BATCH_FRAME_MAX),
         zout: Vec::new(),
-        zctx: zstd::bulk::Compressor::new(1).map_err(|e| SessionError::Local(format!("zstd: {e}")))?,
+        zctx: zstd::bulk::Compressor::new(1).map_err(|e| local(format!("zstd: {e}")))?,
         zlevel: 1,
     };
     let mut hello = Vec::new();
@@ -709,7 +705,7 @@ pub fn send_files<T: Transport + ?Sized>(
     .emit(&mut hello);
     s.send(FrameType::FilesHello, 0, &hello, "FILES_HELLO")?;
     let (_, body) = s.expect(FrameType::FilesAccept, "FILES_ACCEPT")?;
-    let accept = FilesAccept::parse(&body).map_err(|error| SessionError::Wire {
+    let accept = FilesAccept::parse(&body).map_err(|error| SessionError::Malformed {
         context: "FILES_ACCEPT",
         error,
     })?;
@@ -800,7 +796,7 @@ pub fn send_files<T: Transport + ?Sized>(
     };
     s.send(FrameType::Plan, 0, &plan.emit(), "PLAN")?;
     let (_, body) = s.expect(FrameType::Ack, "PLAN acknowledgement")?;
-    PlanAck::parse(&body).map_err(|error| SessionError::Wire {
+    PlanAck::parse(&body).map_err(|error| SessionError::Malformed {
         context: "ACK",
         error,
     })?;
@@ -851,7 +847,7 @@ pub fn send_files<T: Transport + ?Sized>(
             FrameType::Nak => {
                 let mut wanted: Vec<Hash> = Vec::new();
                 let mut last = h.flags & FLAG_LAST != 0;
-                let hashes = parse_nak(&body).map_err(|error| SessionError::Wire {
+                let hashes = parse_nak(&body).map_err(|error| SessionError::Malformed {
                     context: "NAK",
                     error,
                 })?;
@@ -859,7 +855,7 @@ pub fn send_files<T: Transport + ?Sized>(
                 while !last {
                     let (h, body) = s.expect(FrameType::Nak, "NAK")?;
                     last = h.flags & FLAG_LAST != 0;
-                    let hashes = parse_nak(&body).map_err(|error| SessionError::Wire {
+                    let hashes = parse_nak(&body).map_err(|error| SessionError::Malformed {
                         context: "NAK",
                         error,
                     })?;
@@ -870,19 +866,14 @@ pub fn send_files<T: Transport + ?Sized>(
                 outcome.repaired_bytes += bytes;
             }
             FrameType::FilesEnd if h.flags & FLAG_FILES_REPORT != 0 => {
-                let r = FilesReport::parse(&body).map_err(|error| SessionError::Wire {
+                let r = FilesReport::parse(&body).map_err(|error| SessionError::Malformed {
                     context: "FILES_END report",
                     error,
                 })?;
                 outcome.messages = r.messages.to_string();
                 break FilesReport { messages: "", ..r };
             }
-            other => {
-                return Err(SessionError::Local(format!(
-                    "unexpected {} from the receiver",
-                    other.name()
-                )))
-            }
+            other => return Err(local(format!("unexpected {} from the receiver", other.name()))),
         }
     };
     outcome.report = Some(report);
@@ -902,7 +893,7 @@ fn entry_kind(e: &Entry) -> (EntryKind, &[u8]) {
 }
 
 fn io_local(what: &str, path: &std::path::Path, e: std::io::Error) -> SessionError {
-    SessionError::Local(format!("{what} {}: {e}", path.display()))
+    local(format!("{what} {}: {e}", path.display()))
 }
 
 /// FILE, then its CHUNKS frames (entries and literal bytes read straight
@@ -978,9 +969,7 @@ fn send_entry<T: Transport + ?Sized>(
                 }
                 ChunkPlan::Known => emit_entry_head(frame, tag::KNOWN, &c.hash, c.len),
                 ChunkPlan::Literal => {
-                    let f = file
-                        .as_ref()
-                        .ok_or_else(|| SessionError::Local("file not open".into()))?;
+                    let f = file.as_ref().ok_or_else(|| local("file not open".into()))?;
                     push_literal(frame, zbuf, f, c.offset, c.len, &c.hash, s.zstd_for_literals())
                         .map_err(|err| io_local("read", &e.abs, err))?;
                 }

@@ -1,0 +1,171 @@
+//! Framing shared by both protocols, sans I/O: whole frames out of a byte
+//! slice, ERROR frames in and out, and the receive buffer the drivers fill
+//! from a transport and hand to a core.
+
+use std::io;
+use std::time::Instant;
+
+use pfs_transport::Transport;
+use pfs_wire::{put_frame, ErrorFrame, FrameHeader, FrameType, FRAME_HEADER_LEN};
+
+use crate::SessionError;
+
+/// One whole frame at the front of a byte slice.
+#[derive(Debug, Clone, Copy)]
+pub struct WholeFrame<'a> {
+    /// Its header.
+    pub header: FrameHeader,
+    /// Its body.
+    pub body: &'a [u8],
+    /// Bytes it spans, header included.
+    pub len: usize,
+}
+
+/// The first whole frame in `input`; `None` while it is incomplete. A body
+/// longer than `max_body` is an error (it could never fit the receive buffer).
+pub fn split_frame(input: &[u8], max_body: usize) -> Result<Option<WholeFrame<'_>>, SessionError> {
+    if input.len() < FRAME_HEADER_LEN {
+        return Ok(None);
+    }
+    let header = FrameHeader::parse(input).map_err(SessionError::malformed("frame header"))?;
+    let len = header.length as usize;
+    if len > max_body {
+        return Err(SessionError::Malformed {
+            context: header.frame_type.name(),
+            error: pfs_wire::WireError::TooLarge,
+        });
+    }
+    let end = FRAME_HEADER_LEN + len;
+    Ok((input.len() >= end).then(|| WholeFrame {
+        header,
+        body: &input[FRAME_HEADER_LEN..end],
+        len: end,
+    }))
+}
+
+/// Bytes [`split_frame`] needs before it can return the frame that starts `input`.
+pub fn frame_want(input: &[u8]) -> usize {
+    match FrameHeader::parse(input) {
+        Ok(h) => FRAME_HEADER_LEN + h.length as usize,
+        Err(_) => FRAME_HEADER_LEN,
+    }
+}
+
+/// The peer's ERROR frame body, as an error.
+pub fn refusal(body: &[u8]) -> SessionError {
+    match ErrorFrame::parse(body) {
+        Ok(f) => SessionError::Refused {
+            code: f.code,
+            message: f.message.to_string(),
+        },
+        Err(e) => SessionError::Refused {
+            code: 0,
+            message: format!("undecodable ERROR frame: {e}"),
+        },
+    }
+}
+
+/// Appends the ERROR frame that tells the peer about `err`.
+pub fn put_error(out: &mut Vec<u8>, err: &SessionError) {
+    let message = match err {
+        SessionError::Violation(v) => v.to_string(),
+        SessionError::Rejected(r) => r.to_string(),
+        other => other.to_string(),
+    };
+    let mut body = Vec::with_capacity(message.len() + 8);
+    ErrorFrame {
+        code: err.code() as u16,
+        message: &message,
+    }
+    .emit(&mut body);
+    put_frame(out, FrameType::Error, 0, &body);
+}
+
+/// Sends an ERROR frame about `err`, best effort (the peer may be gone).
+pub fn send_error<T: Transport + ?Sized>(t: &mut T, err: &SessionError) {
+    let mut frame = Vec::with_capacity(128);
+    put_error(&mut frame, err);
+    let _ = t.write_all(&frame);
+}
+
+/// The receive buffer of a driver: one `read` fills as much of it as the
+/// kernel has, so small frames are batched; a core consumes from the front
+/// in place. Counts every byte read.
+#[derive(Debug)]
+pub struct RecvBuf {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    read_bytes: u64,
+}
+
+impl RecvBuf {
+    /// A buffer whose largest contiguous unit is `capacity` bytes.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            buf: vec![0u8; capacity.max(64 * 1024)].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            read_bytes: 0,
+        }
+    }
+
+    /// Bytes waiting to be consumed.
+    pub fn filled(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// The first `n` waiting bytes were consumed.
+    pub fn consume(&mut self, n: usize) {
+        debug_assert!(n <= self.end - self.start);
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Bytes read from the transport so far.
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes
+    }
+
+    /// One read, after making room for `want` contiguous bytes from the
+    /// front (compacting when the tail is too small). Returns bytes read;
+    /// 0 is end of stream. `want` beyond the capacity is the caller's bug
+    /// and reads nothing more than fits.
+    pub fn read_from<T: Transport + ?Sized>(&mut self, t: &mut T, want: usize) -> io::Result<usize> {
+        if self.buf.len() - self.start < want || self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        loop {
+            match t.read(&mut self.buf[self.end..]) {
+                Ok(n) => {
+                    self.end += n;
+                    self.read_bytes += n as u64;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Largest contiguous unit.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Whether an I/O error is a read timeout.
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+/// `now`, for drivers (cores never read the clock).
+#[inline]
+pub fn now() -> Instant {
+    Instant::now()
+}

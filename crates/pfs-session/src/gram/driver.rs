@@ -1,0 +1,294 @@
+//! Blocking drivers of the gram cores over a byte-stream [`Transport`]: they
+//! own the socket, the clock, CPU accounting and the recording file; the
+//! cores own the protocol.
+
+use std::io::{BufWriter, IoSlice, Write};
+use std::time::Duration;
+
+use pfs_transport::{Transport, IOV_MAX};
+use pfs_wire::{FrameHeader, FrameType, GramHeader};
+
+use super::receiver::{GramReceiver, GramSink, Progress, ReceiverConfig, ReceiverEvent, ReceiverOutcome};
+use super::sender::{GramSender, SendOutcome, SendProgress, SenderConfig, SenderEvent, Transmit};
+use crate::error::LocalError;
+use crate::framing::{is_timeout, now, send_error, RecvBuf};
+use crate::sys::{max_rss_bytes, thread_usage, Usage};
+use crate::{BlobView, SessionError};
+
+/// Runs one sending session: handshake, grams, summary, report.
+pub fn send_session<T: Transport + ?Sized>(
+    t: &mut T,
+    blob: &BlobView<'_>,
+    cfg: &SenderConfig,
+    on_progress: &mut dyn FnMut(&SendProgress),
+) -> Result<SendOutcome, SessionError> {
+    let mut core = GramSender::new(*blob, cfg)?;
+    let mut buf = RecvBuf::new(core.buffer_capacity());
+    t.set_read_timeout(Some(cfg.reply_timeout))
+        .map_err(|e| SessionError::transport("setup", e))?;
+    let mut usage0 = Usage::default();
+    let mut usage = Usage::default();
+    loop {
+        let clock = now();
+        match core.poll_transmit(clock)? {
+            Some(Transmit::Bytes { bytes, what }) => {
+                if let Err(e) = t.write_all(bytes) {
+                    return Err(explain_write_failure(t, &mut core, &mut buf, e, what));
+                }
+            }
+            Some(Transmit::Gram {
+                frame_header,
+                gram_header,
+                table,
+                blob,
+                ranges,
+            }) => {
+                if let Err(e) = write_gram(t, frame_header, gram_header, table, blob, ranges) {
+                    return Err(explain_write_failure(t, &mut core, &mut buf, e, "GRAM"));
+                }
+            }
+            None => {}
+        }
+        while let Some(event) = core.poll_event() {
+            match event {
+                SenderEvent::Started => usage0 = thread_usage(),
+                SenderEvent::Progress(p) => on_progress(&p),
+                SenderEvent::Sent => usage = thread_usage().since(&usage0),
+                SenderEvent::Finished => {}
+            }
+        }
+        if core.is_done() {
+            break;
+        }
+        if core.wants_input() {
+            let want = core.want(buf.filled());
+            read_into(t, &mut buf, want, "reply").map_err(|e| match e {
+                SessionError::Transport { source, .. } if is_timeout(&source) => core.timed_out(),
+                other => other,
+            })?;
+            let used = core.handle_input(now(), buf.filled())?;
+            buf.consume(used);
+            core.handle_timeout(now())?;
+        }
+    }
+    core.outcome(usage).ok_or(SessionError::PeerClosed {
+        during: "COMPLETE report",
+    })
+}
+
+/// One read into `buf`; end of stream is [`SessionError::PeerClosed`].
+fn read_into<T: Transport + ?Sized>(
+    t: &mut T,
+    buf: &mut RecvBuf,
+    want: usize,
+    during: &'static str,
+) -> Result<(), SessionError> {
+    match buf.read_from(t, want.min(buf.capacity())) {
+        Ok(0) => Err(SessionError::PeerClosed { during }),
+        Ok(_) => Ok(()),
+        Err(e) => Err(SessionError::transport(during, e)),
+    }
+}
+
+/// After a failed write the receiver has usually said why in an ERROR
+/// frame before closing; prefer that message to a bare EPIPE.
+fn explain_write_failure<T: Transport + ?Sized>(
+    t: &mut T,
+    core: &mut GramSender<'_>,
+    buf: &mut RecvBuf,
+    err: std::io::Error,
+    during: &'static str,
+) -> SessionError {
+    let _ = t.set_read_timeout(Some(Duration::from_secs(2)));
+    loop {
+        match core.handle_input(now(), buf.filled()) {
+            Err(refused @ SessionError::Refused { .. }) => return refused,
+            Err(_) => break,
+            Ok(used) => buf.consume(used),
+        }
+        let want = core.want(buf.filled());
+        if read_into(t, buf, want, during).is_err() {
+            break;
+        }
+    }
+    SessionError::transport(during, err)
+}
+
+/// Emits one gram: headers, table and payload ranges as one iovec list
+/// (split only where it exceeds `IOV_MAX`).
+fn write_gram<T: Transport + ?Sized>(
+    t: &mut T,
+    frame_header: &[u8],
+    gram_header: &[u8],
+    table: &[u8],
+    blob: &[u8],
+    ranges: &[(usize, usize)],
+) -> std::io::Result<u64> {
+    let mut iov = [IoSlice::new(&[]); IOV_MAX];
+    iov[0] = IoSlice::new(frame_header);
+    iov[1] = IoSlice::new(gram_header);
+    iov[2] = IoSlice::new(table);
+    let mut n = 3;
+    let mut written = 0u64;
+    for &(s, e) in ranges {
+        if n == IOV_MAX {
+            written += t.write_all_vectored(&mut iov[..n])?;
+            n = 0;
+        }
+        iov[n] = IoSlice::new(&blob[s..e]);
+        n += 1;
+    }
+    written += t.write_all_vectored(&mut iov[..n])?;
+    Ok(written)
+}
+
+/// Records every received gram's header and table (no payload) as
+/// payload-free GRAM frames: what `pfs exec --gram-file` reads.
+#[derive(Debug)]
+pub struct GramRecorder {
+    out: Option<BufWriter<std::fs::File>>,
+}
+
+impl GramRecorder {
+    fn open(dir: &std::path::Path, nonce: u64) -> Result<Self, LocalError> {
+        let path = dir.join(format!("session-{nonce:016x}.grams"));
+        let file = std::fs::File::create(&path).map_err(|source| LocalError::Io {
+            what: "cannot record grams to",
+            path,
+            source,
+        })?;
+        Ok(Self {
+            out: Some(BufWriter::new(file)),
+        })
+    }
+
+    fn none() -> Self {
+        Self { out: None }
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        match self.out.as_mut() {
+            Some(w) => w.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl GramSink for GramRecorder {
+    fn gram(&mut self, gh: &GramHeader, table: &[u8]) -> std::io::Result<()> {
+        let Some(out) = self.out.as_mut() else {
+            return Ok(());
+        };
+        let header = GramHeader {
+            payload_len: 0,
+            flags: 0,
+            ..*gh
+        };
+        let length = (pfs_wire::GRAM_HEADER_LEN + table.len()) as u32;
+        out.write_all(
+            &FrameHeader {
+                frame_type: FrameType::Gram,
+                flags: 0,
+                length,
+            }
+            .emit(),
+        )?;
+        out.write_all(&header.emit())?;
+        out.write_all(table)
+    }
+}
+
+/// Runs one receiving session on an accepted connection. On a protocol
+/// violation the peer gets an ERROR frame and the error is returned.
+pub fn receive_session<T: Transport + ?Sized>(
+    t: &mut T,
+    blob: &BlobView<'_>,
+    cfg: &ReceiverConfig,
+    on_progress: &mut dyn FnMut(&Progress),
+) -> Result<ReceiverOutcome, SessionError> {
+    let mut core = GramReceiver::new(*blob, cfg, now());
+    match receive(t, &mut core, cfg, on_progress) {
+        Ok(o) => Ok(o),
+        Err(e) => {
+            if e.tell_peer() {
+                send_error(t, &e);
+            } else if let SessionError::Transport { source, .. } = &e {
+                if is_timeout(source) {
+                    send_error(t, &core.timed_out());
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+fn receive<T: Transport + ?Sized>(
+    t: &mut T,
+    core: &mut GramReceiver<'_>,
+    cfg: &ReceiverConfig,
+    on_progress: &mut dyn FnMut(&Progress),
+) -> Result<ReceiverOutcome, SessionError> {
+    let mut buf = RecvBuf::new(core.buffer_capacity());
+    let mut recorder = GramRecorder::none();
+    let mut usage0 = Usage::default();
+    t.set_read_timeout(Some(cfg.handshake_timeout))
+        .map_err(|e| SessionError::transport("setup", e))?;
+    loop {
+        if buf.filled().len() < core.want() {
+            match buf.read_from(t, core.want()) {
+                Ok(0) => {
+                    return Err(SessionError::PeerClosed {
+                        during: core.awaiting(),
+                    })
+                }
+                Ok(_) => {}
+                Err(e) if is_timeout(&e) => return Err(core.timed_out()),
+                Err(e) => return Err(SessionError::transport(core.awaiting(), e)),
+            }
+            // A peer that trickles bytes keeps the socket busy but not the
+            // session: the core's deadline catches it.
+            core.handle_timeout(now())?;
+        }
+        let used = core.handle_input(now(), buf.filled(), &mut recorder)?;
+        buf.consume(used);
+        if let Some(bytes) = core.poll_transmit() {
+            t.write_all(bytes)
+                .map_err(|e| SessionError::transport("HELLO_ACK", e))?;
+            core.transmitted();
+        }
+        while let Some(event) = core.poll_event() {
+            match event {
+                ReceiverEvent::Accepted { nonce } => {
+                    t.set_read_timeout(Some(cfg.idle_timeout))
+                        .map_err(|e| SessionError::transport("setup", e))?;
+                    if let Some(dir) = &cfg.record_dir {
+                        recorder = GramRecorder::open(dir, nonce)?;
+                    }
+                }
+                ReceiverEvent::Started => usage0 = thread_usage(),
+                ReceiverEvent::Progress(p) => on_progress(&p),
+                ReceiverEvent::Summary => {
+                    let usage = thread_usage().since(&usage0);
+                    core.finish(now(), usage, max_rss_bytes());
+                }
+            }
+        }
+        if core.is_done() {
+            break;
+        }
+    }
+    if let Some(bytes) = core.poll_transmit() {
+        t.write_all(bytes)
+            .map_err(|e| SessionError::transport("COMPLETE report", e))?;
+        core.transmitted();
+    }
+    let _ = t.shutdown_write();
+    recorder.finish().map_err(|source| LocalError::Io {
+        what: "recording grams to",
+        path: cfg.record_dir.clone().unwrap_or_default(),
+        source,
+    })?;
+    core.outcome()
+        .cloned()
+        .ok_or(SessionError::PeerClosed { during: "COMPLETE" })
+}

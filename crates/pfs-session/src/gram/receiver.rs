@@ -1,0 +1,867 @@
+//! The receiving side of the gram protocol as a sans-I/O state machine:
+//! negotiate, then execute every gram over the receiver's own blob and
+//! compare digests; answer the sender's summary with the authoritative
+//! report.
+//!
+//! The host feeds bytes as they arrive ([`GramReceiver::handle_input`]) with
+//! the current time, sends what [`GramReceiver::poll_transmit`] returns,
+//! calls [`GramReceiver::handle_timeout`] once [`GramReceiver::poll_timeout`]
+//! passes, and answers the events ([`ReceiverEvent`]). The core consumes
+//! only whole units (a frame header, a control body, a gram header, a
+//! descriptor table; payload in any amount), so it works in place on the
+//! host's receive buffer: [`GramReceiver::want`] says how many contiguous
+//! bytes the next unit needs.
+//!
+//! Everything the peer sends is checked before use: frame and gram headers
+//! by the wire crate, counts and sizes against [`Limits`], every descriptor
+//! against this blob's length. A violation is an error the host reports to
+//! the peer in an ERROR frame; nothing here panics or reads outside the blob.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use pfs_exec::execute::resolve;
+use pfs_exec::kernel::{Acc, Kernel, Output, CHUNK_DESCS};
+use pfs_exec::{e2e_chain, execute_gram, Digest, GramLimits};
+use pfs_wire::control::{NO_MISMATCH, SENDER_SUMMARY_LEN};
+use pfs_wire::frame::FLAG_COMPLETE_REPORT;
+use pfs_wire::{
+    put_frame, DescIter, Descriptor, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode,
+    Report, SenderSummary, FRAME_HEADER_LEN, GRAM_HEADER_LEN,
+};
+
+use super::{GramViolation, HelloRejection};
+use crate::error::{Timeout, Violation};
+use crate::sys::Usage;
+use crate::{BlobView, Limits, SessionError};
+
+/// Receiver settings.
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    /// Limits enforced and advertised.
+    pub limits: Limits,
+    /// Longest wait for HELLO after accept.
+    pub handshake_timeout: Duration,
+    /// Longest silence tolerated mid-session.
+    pub idle_timeout: Duration,
+    /// Progress event interval (`None` = never).
+    pub log_interval: Option<Duration>,
+    /// A read-only pCPU kernel to run over every received gram's
+    /// descriptors (on this blob), besides the integrity check.
+    pub exec: Option<Kernel>,
+    /// Record every received gram's header and descriptor table (no
+    /// payload) to `<dir>/session-<nonce>.grams`, for `pfs exec --gram-file`.
+    /// Done by the driver; the core only hands it each gram.
+    pub record_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            log_interval: None,
+            exec: None,
+            record_dir: None,
+        }
+    }
+}
+
+/// Progress while receiving.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Grams executed so far.
+    pub grams: u64,
+    /// Effective bytes so far.
+    pub effective_bytes: u64,
+    /// Wire bytes so far.
+    pub wire_bytes: u64,
+    /// Time since the first frame after the handshake.
+    pub elapsed: Duration,
+    /// Effective bytes the sender announced (0 = unknown).
+    pub planned_bytes: u64,
+}
+
+/// A finished session, from the receiver's side.
+#[derive(Debug, Clone)]
+pub struct ReceiverOutcome {
+    /// The report sent to the sender.
+    pub report: Report,
+    /// Mode negotiated.
+    pub mode: Mode,
+    /// Integrity negotiated.
+    pub integrity: IntegrityAlg,
+    /// What the sender said it sent.
+    pub summary: SenderSummary,
+    /// Result of the `exec` kernel over the whole session, when one was set.
+    pub exec_output: Option<Output>,
+}
+
+/// What the receiver core asks of its host.
+#[derive(Debug, Clone, Copy)]
+pub enum ReceiverEvent {
+    /// HELLO accepted (HELLO_ACK queued): the session's nonce, for naming
+    /// a recording.
+    Accepted {
+        /// The sender's session nonce.
+        nonce: u64,
+    },
+    /// The first frame after the handshake arrived: steady state starts
+    /// now (the host samples its CPU counters).
+    Started,
+    /// Periodic progress.
+    Progress(Progress),
+    /// The sender's summary arrived: the host measures the steady state and
+    /// calls [`GramReceiver::finish`], which queues the report.
+    Summary,
+}
+
+/// Receives each gram's header and descriptor table as it is executed (the
+/// host records it, or ignores it).
+pub trait GramSink {
+    /// One gram, before its payload.
+    fn gram(&mut self, header: &GramHeader, table: &[u8]) -> std::io::Result<()>;
+}
+
+/// A sink that keeps nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Discard;
+
+impl GramSink for Discard {
+    fn gram(&mut self, _: &GramHeader, _: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A pCPU kernel run across a session's grams with the executor's chunking
+/// (fixed runs of `CHUNK_DESCS` descriptors, crossing gram boundaries), so the
+/// result equals `pfs exec` over the same schedule.
+struct SessionExec {
+    kernel: Kernel,
+    total: Acc,
+    chunk: Acc,
+    in_chunk: usize,
+}
+
+impl std::fmt::Debug for SessionExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionExec")
+            .field("kernel", &self.kernel.id)
+            .finish()
+    }
+}
+
+impl SessionExec {
+    fn new(kernel: Kernel) -> Self {
+        Self {
+            kernel,
+            total: kernel.acc(),
+            chunk: kernel.acc(),
+            in_chunk: 0,
+        }
+    }
+
+    #[inline]
+    fn update(&mut self, bytes: &[u8]) {
+        if !self.kernel.id.shardable() {
+            // Stream kernels (FNV-1a) run one state over everything.
+            self.kernel.update(&mut self.total, bytes);
+            return;
+        }
+        self.kernel.update(&mut self.chunk, bytes);
+        self.in_chunk += 1;
+        if self.in_chunk == CHUNK_DESCS {
+            let done = std::mem::replace(&mut self.chunk, self.kernel.acc());
+            self.kernel.combine(&mut self.total, done);
+            self.in_chunk = 0;
+        }
+    }
+
+    fn finish(mut self) -> Output {
+        if self.in_chunk > 0 {
+            self.kernel.combine(&mut self.total, self.chunk);
+        }
+        self.kernel.finish(self.total)
+    }
+}
+
+/// The next unit of input.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// A frame header.
+    Header,
+    /// The body of a control frame.
+    Body(FrameHeader),
+    /// The gram header of a GRAM frame.
+    GramHeader(FrameHeader),
+    /// The descriptor table of a gram.
+    Table(GramHeader),
+    /// A payload slab: descriptor `desc` of the decoded table, `at` bytes
+    /// of it done.
+    Payload { gram: GramHeader, desc: usize, at: u32 },
+    /// The summary arrived; waiting for [`GramReceiver::finish`].
+    Finishing,
+    /// Report queued; the session is over.
+    Done,
+}
+
+/// The negotiated session (after HELLO).
+#[derive(Debug)]
+struct Negotiated {
+    mode: Mode,
+    integrity: IntegrityAlg,
+    planned_bytes: u64,
+    gram_limits: GramLimits,
+}
+
+/// One receiving session, sans I/O.
+#[derive(Debug)]
+pub struct GramReceiver<'b> {
+    blob: BlobView<'b>,
+    limits: Limits,
+    idle_timeout: Duration,
+    log_interval: Option<Duration>,
+    step: Step,
+    session: Option<Negotiated>,
+    out: Vec<u8>,
+    events: VecDeque<ReceiverEvent>,
+    /// Bytes consumed from the peer (the receiver's wire bytes in).
+    wire_in: u64,
+    /// Bytes this side has queued to the peer, report included.
+    wire_out: u64,
+    deadline: Instant,
+    awaiting: &'static str,
+    awaiting_for: Duration,
+    started: Option<Instant>,
+    next_log: Option<Instant>,
+    digest: Digest,
+    /// Payload mode: the table's descriptors, decoded and checked.
+    descs: Vec<Descriptor>,
+    differs: bool,
+    report: Report,
+    next_seq: u64,
+    exec: Option<SessionExec>,
+    summary: Option<SenderSummary>,
+    outcome: Option<ReceiverOutcome>,
+}
+
+/// Size of the COMPLETE(REPORT) frame this side sends last.
+const REPORT_FRAME_LEN: u64 = (FRAME_HEADER_LEN + pfs_wire::control::REPORT_LEN) as u64;
+
+impl<'b> GramReceiver<'b> {
+    /// A session on a new connection, accepted at `now`.
+    pub fn new(blob: BlobView<'b>, cfg: &ReceiverConfig, now: Instant) -> Self {
+        Self {
+            blob,
+            limits: cfg.limits,
+            idle_timeout: cfg.idle_timeout,
+            log_interval: cfg.log_interval,
+            step: Step::Header,
+            session: None,
+            out: Vec::with_capacity(256),
+            events: VecDeque::with_capacity(4),
+            wire_in: 0,
+            wire_out: 0,
+            deadline: now + cfg.handshake_timeout,
+            awaiting: "HELLO",
+            awaiting_for: cfg.handshake_timeout,
+            started: None,
+            next_log: None,
+            digest: Digest::new(IntegrityAlg::None),
+            descs: Vec::new(),
+            differs: false,
+            report: Report::default(),
+            next_seq: 0,
+            exec: cfg.exec.map(SessionExec::new),
+            summary: None,
+            outcome: None,
+        }
+    }
+
+    /// The receive buffer the host needs: the largest unit plus room to batch.
+    pub fn buffer_capacity(&self) -> usize {
+        self.limits.max_table_len as usize + 64 * 1024
+    }
+
+    /// Contiguous bytes the next unit needs (at least 1 while input is expected).
+    pub fn want(&self) -> usize {
+        match self.step {
+            Step::Header => FRAME_HEADER_LEN,
+            Step::Body(fh) => fh.length as usize,
+            Step::GramHeader(_) => GRAM_HEADER_LEN,
+            Step::Table(gh) => gh.table_len as usize,
+            Step::Payload { .. } => 1,
+            Step::Finishing | Step::Done => 0,
+        }
+        .max(1)
+    }
+
+    /// What the core waits for (for error messages).
+    pub fn awaiting(&self) -> &'static str {
+        self.awaiting
+    }
+
+    /// Whether the report has been queued: nothing more to read.
+    pub fn is_done(&self) -> bool {
+        matches!(self.step, Step::Done)
+    }
+
+    /// Bytes to send to the peer, if any; call [`Self::transmitted`] once sent.
+    pub fn poll_transmit(&self) -> Option<&[u8]> {
+        (!self.out.is_empty()).then_some(&self.out[..])
+    }
+
+    /// The bytes of [`Self::poll_transmit`] were sent.
+    pub fn transmitted(&mut self) {
+        self.out.clear();
+    }
+
+    /// The next event for the host.
+    pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`Self::handle_timeout`] must run if no input arrives.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        (!matches!(self.step, Step::Finishing | Step::Done)).then_some(self.deadline)
+    }
+
+    /// The deadline passed: a silent or trickling peer loses its session.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        match self.poll_timeout() {
+            Some(d) if now >= d => Err(self.timed_out()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The error for a peer that let the current deadline pass.
+    pub fn timed_out(&self) -> SessionError {
+        SessionError::TimedOut {
+            what: Timeout::Idle {
+                during: self.awaiting,
+                after: self.awaiting_for,
+            },
+        }
+    }
+
+    /// Wire bytes of the session so far, both directions.
+    pub fn wire_bytes(&self) -> u64 {
+        self.wire_in + self.wire_out
+    }
+
+    /// Consumes what it can of `input` (bytes that arrived, in order) and
+    /// returns how many bytes it used. It stops early after an event the
+    /// host must act on at once ([`ReceiverEvent::Started`],
+    /// [`ReceiverEvent::Summary`]), and when the next unit is not all in
+    /// `input` ([`Self::want`]).
+    pub fn handle_input(
+        &mut self,
+        now: Instant,
+        input: &[u8],
+        sink: &mut dyn GramSink,
+    ) -> Result<usize, SessionError> {
+        let mut used = 0;
+        loop {
+            let rest = &input[used..];
+            let n = match self.step {
+                Step::Header => {
+                    if rest.len() < FRAME_HEADER_LEN {
+                        break;
+                    }
+                    let fh = FrameHeader::parse(rest).map_err(SessionError::malformed("frame header"))?;
+                    let first_after_handshake = self.session.is_some() && self.started.is_none();
+                    self.begin_frame(now, fh)?;
+                    used += FRAME_HEADER_LEN;
+                    self.wire_in += FRAME_HEADER_LEN as u64;
+                    if first_after_handshake {
+                        // Steady state starts with the first frame after the
+                        // handshake: setup, the handshake and the sender's
+                        // time to build its first gram are outside the window.
+                        self.started = Some(now);
+                        self.next_log = self.log_interval.map(|i| now + i);
+                        self.events.push_back(ReceiverEvent::Started);
+                        break;
+                    }
+                    continue;
+                }
+                Step::Body(fh) => {
+                    let len = fh.length as usize;
+                    if rest.len() < len {
+                        break;
+                    }
+                    self.control(now, fh, &rest[..len])?;
+                    len
+                }
+                Step::GramHeader(fh) => {
+                    if rest.len() < GRAM_HEADER_LEN {
+                        break;
+                    }
+                    let gh = GramHeader::parse(&rest[..GRAM_HEADER_LEN])
+                        .map_err(SessionError::malformed("gram header"))?;
+                    gh.check_body_len(fh.length)
+                        .map_err(SessionError::malformed("gram header"))?;
+                    self.check_gram(&gh)?;
+                    self.step = Step::Table(gh);
+                    GRAM_HEADER_LEN
+                }
+                Step::Table(gh) => {
+                    let len = gh.table_len as usize;
+                    if rest.len() < len {
+                        break;
+                    }
+                    let table = &rest[..len];
+                    sink.gram(&gh, table)
+                        .map_err(|e| SessionError::transport("recording grams", e))?;
+                    if gh.payload_len == 0 {
+                        self.execute(&gh, table)?;
+                        self.end_frame(now);
+                    } else {
+                        self.prepare_payload(&gh, table)?;
+                        self.step = Step::Payload {
+                            gram: gh,
+                            desc: 0,
+                            at: 0,
+                        };
+                    }
+                    len
+                }
+                Step::Payload { gram, desc, at } => {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    self.payload(now, gram, desc, at, rest)
+                }
+                Step::Finishing | Step::Done => break,
+            };
+            used += n;
+            self.wire_in += n as u64;
+            if matches!(self.step, Step::Finishing) {
+                break;
+            }
+        }
+        self.progress(now);
+        Ok(used)
+    }
+
+    /// The outcome, once [`Self::finish`] ran.
+    pub fn outcome(&self) -> Option<&ReceiverOutcome> {
+        self.outcome.as_ref()
+    }
+
+    /// The sender's summary was answered: `usage` is this side's CPU over
+    /// the steady state (the host measures it), `max_rss_bytes` its peak
+    /// memory. Queues the report; the session is over.
+    pub fn finish(&mut self, now: Instant, usage: Usage, max_rss_bytes: u64) -> &ReceiverOutcome {
+        let elapsed = self
+            .started
+            .map(|s| now.saturating_duration_since(s))
+            .unwrap_or_default();
+        let summary = self.summary.unwrap_or_default();
+        let r = &mut self.report;
+        r.elapsed_ns = elapsed.as_nanos() as u64;
+        // Both directions of the whole session: everything read (HELLO
+        // included) plus what this side writes (HELLO_ACK, report).
+        r.wire_bytes = self.wire_in + self.wire_out + REPORT_FRAME_LEN;
+        r.user_us = usage.user_us;
+        r.sys_us = usage.sys_us;
+        r.nvcsw = usage.nvcsw;
+        r.nivcsw = usage.nivcsw;
+        r.max_rss_bytes = max_rss_bytes;
+        let counts_match = summary.grams == r.grams
+            && summary.descriptors == r.descriptors
+            && summary.effective_bytes == r.effective_bytes
+            && summary.e2e_digest == r.e2e_digest;
+        r.integrity_ok = u8::from(r.mismatched_grams == 0 && counts_match);
+        put_frame(
+            &mut self.out,
+            FrameType::Complete,
+            FLAG_COMPLETE_REPORT,
+            &self.report.emit(),
+        );
+        self.wire_out += REPORT_FRAME_LEN;
+        self.step = Step::Done;
+        let outcome = ReceiverOutcome {
+            report: self.report,
+            mode: self.session.as_ref().map_or(Mode::Payload, |s| s.mode),
+            integrity: self.session.as_ref().map_or(IntegrityAlg::None, |s| s.integrity),
+            summary,
+            exec_output: self.exec.take().map(SessionExec::finish),
+        };
+        self.outcome.insert(outcome)
+    }
+
+    fn begin_frame(&mut self, now: Instant, fh: FrameHeader) -> Result<(), SessionError> {
+        match (fh.frame_type, self.session.is_some()) {
+            (FrameType::Hello, false) => {
+                self.check_capacity(fh, "HELLO")?;
+                self.step = Step::Body(fh);
+            }
+            (_, false) => {
+                return Err(Violation::UnexpectedFrame {
+                    expected: "HELLO",
+                    got: fh.frame_type,
+                }
+                .into())
+            }
+            (FrameType::Gram, true) => {
+                if (fh.length as usize) < GRAM_HEADER_LEN {
+                    return Err(Violation::from(GramViolation::ShortBody { len: fh.length }).into());
+                }
+                // A big gram may take a while at a modest rate: idle timeout
+                // plus 1 s per MB of frame.
+                let allowance = Duration::from_secs(u64::from(fh.length) / 1_000_000);
+                self.set_deadline(now, "GRAM", self.idle_timeout + allowance);
+                self.step = Step::GramHeader(fh);
+            }
+            (FrameType::Complete, true) if fh.flags & FLAG_COMPLETE_REPORT == 0 => {
+                if fh.length as usize != SENDER_SUMMARY_LEN {
+                    return Err(Violation::BodyLength {
+                        frame: "COMPLETE",
+                        len: fh.length,
+                    }
+                    .into());
+                }
+                self.step = Step::Body(fh);
+            }
+            (FrameType::Error, true) => {
+                self.check_capacity(fh, "ERROR")?;
+                self.step = Step::Body(fh);
+            }
+            (other, true) => {
+                return Err(Violation::UnexpectedFrame {
+                    expected: "GRAM or COMPLETE",
+                    got: other,
+                }
+                .into())
+            }
+        }
+        Ok(())
+    }
+
+    fn check_capacity(&self, fh: FrameHeader, context: &'static str) -> Result<(), SessionError> {
+        if fh.length as usize > self.buffer_capacity() {
+            return Err(SessionError::Malformed {
+                context,
+                error: pfs_wire::WireError::TooLarge,
+            });
+        }
+        Ok(())
+    }
+
+    fn set_deadline(&mut self, now: Instant, awaiting: &'static str, after: Duration) {
+        self.deadline = now + after;
+        self.awaiting = awaiting;
+        self.awaiting_for = after;
+    }
+
+    /// A frame is complete: the next one has the idle timeout to arrive.
+    fn end_frame(&mut self, now: Instant) {
+        self.step = Step::Header;
+        self.set_deadline(now, "frame", self.idle_timeout);
+    }
+
+    fn control(&mut self, now: Instant, fh: FrameHeader, body: &[u8]) -> Result<(), SessionError> {
+        match fh.frame_type {
+            FrameType::Hello => {
+                let hello = Hello::parse(body).map_err(SessionError::malformed("HELLO"))?;
+                self.accept(&hello)?;
+                self.end_frame(now);
+            }
+            FrameType::Complete => {
+                self.summary = Some(SenderSummary::parse(body).map_err(SessionError::malformed("COMPLETE"))?);
+                self.step = Step::Finishing;
+                self.events.push_back(ReceiverEvent::Summary);
+            }
+            FrameType::Error => return Err(crate::framing::refusal(body)),
+            other => {
+                return Err(Violation::UnexpectedFrame {
+                    expected: "a control frame",
+                    got: other,
+                }
+                .into())
+            }
+        }
+        Ok(())
+    }
+
+    fn accept(&mut self, hello: &Hello<'_>) -> Result<(), SessionError> {
+        check_hello(hello, &self.blob, &self.limits, self.exec.is_some())?;
+        let limits = self.limits;
+        let (mode, integrity) = (hello.mode, hello.integrity);
+        let mut ack = Vec::with_capacity(64);
+        HelloAck {
+            max_gram_body: limits.max_gram_body(),
+            max_desc_count: limits.max_desc_count,
+            max_table_len: limits.max_table_len,
+            max_payload_len: limits.max_payload_len,
+            blob_len: self.blob.data.len() as u64,
+            page_size: self.blob.page_size,
+            backing: self.blob.backing.code(),
+            auth_method: 0,
+            session_nonce: hello.session_nonce,
+            auth: &[],
+        }
+        .emit(&mut ack);
+        let before = self.out.len();
+        put_frame(&mut self.out, FrameType::HelloAck, 0, &ack);
+        self.wire_out += (self.out.len() - before) as u64;
+        self.digest = Digest::new(integrity);
+        self.descs = Vec::with_capacity(limits.max_desc_count.min(1 << 16) as usize);
+        let setup = &self.blob.setup;
+        self.report = Report {
+            first_mismatch_seq: NO_MISMATCH,
+            mode: mode as u8,
+            encoding: mode.encoding() as u8,
+            integrity: integrity as u8,
+            backing: self.blob.backing.code(),
+            page_size: self.blob.page_size,
+            setup_map_ns: secs_ns(setup.map_s),
+            setup_prefault_ns: secs_ns(setup.prefault_s),
+            setup_fill_ns: secs_ns(setup.fill_s),
+            setup_fingerprint_ns: secs_ns(setup.fingerprint_s),
+            ..Report::default()
+        };
+        self.session = Some(Negotiated {
+            mode,
+            integrity,
+            planned_bytes: hello.planned_bytes,
+            gram_limits: GramLimits {
+                max_desc_len: hello.max_desc_len.min(limits.max_desc_len),
+                max_effective: limits.max_gram_effective,
+            },
+        });
+        self.events.push_back(ReceiverEvent::Accepted {
+            nonce: hello.session_nonce,
+        });
+        Ok(())
+    }
+
+    fn negotiated(&self) -> &Negotiated {
+        // Grams are only accepted after HELLO (begin_frame).
+        self.session.as_ref().expect("gram before HELLO")
+    }
+
+    fn check_gram(&self, gh: &GramHeader) -> Result<(), SessionError> {
+        let s = self.negotiated();
+        let seq = gh.seq;
+        let limits = &self.limits;
+        let violation = if seq != self.next_seq {
+            GramViolation::Sequence {
+                got: seq,
+                expected: self.next_seq,
+            }
+        } else if gh.encoding != s.mode.encoding() || gh.integrity != s.integrity {
+            GramViolation::NotNegotiated {
+                seq,
+                encoding: gh.encoding,
+                integrity: gh.integrity,
+                session_encoding: s.mode.encoding(),
+                session_integrity: s.integrity,
+            }
+        } else if gh.desc_count > limits.max_desc_count || gh.table_len > limits.max_table_len {
+            GramViolation::TableLimit {
+                seq,
+                count: gh.desc_count,
+                table_len: gh.table_len,
+                max_count: limits.max_desc_count,
+                max_table_len: limits.max_table_len,
+            }
+        } else if gh.payload_len > limits.max_payload_len {
+            GramViolation::PayloadLimit {
+                seq,
+                len: gh.payload_len,
+                max: limits.max_payload_len,
+            }
+        } else if s.mode.carries_payload() != (gh.payload_len > 0) && gh.desc_count > 0 {
+            GramViolation::PayloadInMode {
+                seq,
+                len: gh.payload_len,
+                mode: s.mode,
+            }
+        } else {
+            return Ok(());
+        };
+        Err(Violation::from(violation).into())
+    }
+
+    fn descriptor_violation(seq: u64, error: pfs_exec::ExecError) -> SessionError {
+        Violation::from(GramViolation::Descriptor { seq, error }).into()
+    }
+
+    /// Offset-only and arithmetic grams: execute the table over this blob.
+    fn execute(&mut self, gh: &GramHeader, table: &[u8]) -> Result<(), SessionError> {
+        let limits = self.negotiated().gram_limits;
+        let descs = DescIter::new(table, gh.encoding, gh.desc_count);
+        let out = execute_gram(self.blob.data, descs, &mut self.digest, limits)
+            .map_err(|e| Self::descriptor_violation(gh.seq, e))?;
+        if let Some(exec) = self.exec.as_mut() {
+            // Already bounds-checked by execute_gram above.
+            for d in DescIter::new(table, gh.encoding, gh.desc_count).flatten() {
+                exec.update(&self.blob.data[d.offset as usize..d.offset as usize + d.len as usize]);
+            }
+        }
+        self.account(gh, out.digest, out.effective_bytes, out.descriptors, false);
+        Ok(())
+    }
+
+    /// Payload mode: decode and check every descriptor before the slab
+    /// streams in, so the slab is compared range by range as it arrives.
+    fn prepare_payload(&mut self, gh: &GramHeader, table: &[u8]) -> Result<(), SessionError> {
+        let limits = self.negotiated().gram_limits;
+        let seq = gh.seq;
+        self.descs.clear();
+        self.digest.reset();
+        self.differs = false;
+        let mut effective = 0u64;
+        for (i, d) in DescIter::new(table, gh.encoding, gh.desc_count).enumerate() {
+            let d = d.map_err(|e| Self::descriptor_violation(seq, e.into()))?;
+            let index = i as u32;
+            limits
+                .check(index, d.len, effective)
+                .map_err(|e| Self::descriptor_violation(seq, e))?;
+            resolve(self.blob.data, d, index).map_err(|e| Self::descriptor_violation(seq, e))?;
+            effective += u64::from(d.len);
+            if effective > u64::from(gh.payload_len) {
+                return Err(Violation::from(GramViolation::PayloadShort {
+                    seq,
+                    len: gh.payload_len,
+                })
+                .into());
+            }
+            self.descs.push(d);
+        }
+        if effective < u64::from(gh.payload_len) {
+            return Err(Violation::from(GramViolation::PayloadLeftOver {
+                seq,
+                left: u64::from(gh.payload_len) - effective,
+            })
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Takes slab bytes for descriptor `desc` onwards; returns bytes used.
+    fn payload(&mut self, now: Instant, gh: GramHeader, mut desc: usize, mut at: u32, input: &[u8]) -> usize {
+        let mut used = 0;
+        while used < input.len() && desc < self.descs.len() {
+            let d = self.descs[desc];
+            let k = ((d.len - at) as usize).min(input.len() - used);
+            let chunk = &input[used..used + k];
+            // In bounds: checked against this blob in prepare_payload.
+            let start = d.offset as usize + at as usize;
+            self.differs |= chunk != &self.blob.data[start..start + k];
+            self.digest.update(chunk);
+            used += k;
+            at += k as u32;
+            if at == d.len {
+                desc += 1;
+                at = 0;
+            }
+        }
+        if desc < self.descs.len() {
+            self.step = Step::Payload { gram: gh, desc, at };
+            return used;
+        }
+        if let Some(exec) = self.exec.as_mut() {
+            for d in &self.descs {
+                exec.update(&self.blob.data[d.offset as usize..d.offset as usize + d.len as usize]);
+            }
+        }
+        let effective = u64::from(gh.payload_len);
+        let (digest, count, differs) = (self.digest.value(), self.descs.len() as u32, self.differs);
+        // A payload that differs from this blob is a mismatch even when the
+        // sender's digest agrees with the bytes that arrived.
+        self.account(&gh, digest, effective, count, differs);
+        self.end_frame(now);
+        used
+    }
+
+    fn account(&mut self, gh: &GramHeader, digest: u64, effective: u64, count: u32, differs: bool) {
+        let seq = gh.seq;
+        let r = &mut self.report;
+        if digest != gh.integrity_value || differs {
+            r.mismatched_grams += 1;
+            if r.first_mismatch_seq == NO_MISMATCH {
+                r.first_mismatch_seq = seq;
+            }
+        }
+        r.e2e_digest = e2e_chain(r.e2e_digest, seq, digest);
+        r.grams += 1;
+        r.descriptors += u64::from(count);
+        r.effective_bytes += effective;
+        r.payload_bytes += u64::from(gh.payload_len);
+        self.next_seq += 1;
+    }
+
+    fn progress(&mut self, now: Instant) {
+        let (Some(at), Some(interval), Some(started)) = (self.next_log, self.log_interval, self.started)
+        else {
+            return;
+        };
+        if now < at || matches!(self.step, Step::Finishing | Step::Done) {
+            return;
+        }
+        self.events.push_back(ReceiverEvent::Progress(Progress {
+            grams: self.report.grams,
+            effective_bytes: self.report.effective_bytes,
+            wire_bytes: self.wire_bytes(),
+            elapsed: now - started,
+            planned_bytes: self.session.as_ref().map_or(0, |s| s.planned_bytes),
+        }));
+        self.next_log = Some(now + interval);
+    }
+}
+
+fn check_hello(
+    hello: &Hello<'_>,
+    blob: &BlobView<'_>,
+    limits: &Limits,
+    has_exec: bool,
+) -> Result<(), SessionError> {
+    let rejection = if hello.integrity == IntegrityAlg::None && !hello.mode.carries_payload() && !has_exec {
+        HelloRejection::NothingToExecute { mode: hello.mode }
+    } else if hello.auth_method == 0 && !hello.auth.is_empty() {
+        HelloRejection::AuthData {
+            len: hello.auth.len(),
+        }
+    } else if hello.encoding != hello.mode.encoding() {
+        HelloRejection::Encoding {
+            mode: hello.mode,
+            encoding: hello.encoding,
+        }
+    } else if hello.auth_method != 0 {
+        HelloRejection::AuthMethod {
+            method: hello.auth_method,
+        }
+    } else if hello.blob_len != blob.data.len() as u64 {
+        HelloRejection::BlobSize {
+            sender: hello.blob_len,
+            receiver: blob.data.len() as u64,
+        }
+    } else if hello.region_size != blob.region_size || hello.fingerprint != blob.fingerprint {
+        HelloRejection::Fingerprint {
+            sender: hello.fingerprint,
+            sender_region: hello.region_size,
+            receiver: blob.fingerprint,
+            receiver_region: blob.region_size,
+        }
+    } else if hello.max_desc_per_gram > limits.max_desc_count {
+        HelloRejection::DescPerGram {
+            asked: hello.max_desc_per_gram,
+            limit: limits.max_desc_count,
+        }
+    } else if hello.max_desc_len > limits.max_desc_len {
+        HelloRejection::DescLen {
+            asked: hello.max_desc_len,
+            limit: limits.max_desc_len,
+        }
+    } else {
+        return Ok(());
+    };
+    Err(rejection.into())
+}
+
+fn secs_ns(s: f64) -> u64 {
+    (s * 1e9) as u64
+}

@@ -1,0 +1,517 @@
+//! The sending side of the gram protocol as a sans-I/O state machine: HELLO,
+//! then grams built from a schedule, then the summary; the receiver's
+//! report ends it.
+//!
+//! [`GramSender::poll_transmit`] yields what to send next: a control frame,
+//! or a gram as its headers, descriptor table and the blob ranges of its
+//! payload (the host writes them with one vectored write straight from the
+//! mapping, no copy). Replies go in through [`GramSender::handle_input`];
+//! [`GramSender::poll_timeout`] says how long a reply may take.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use pfs_exec::execute::resolve;
+use pfs_exec::{e2e_chain, Digest, Schedule, ScheduleSpec};
+use pfs_wire::frame::FLAG_COMPLETE_REPORT;
+use pfs_wire::{
+    put_frame, Descriptor, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode, Report,
+    SenderSummary, TableWriter, FRAME_HEADER_LEN, GRAM_FLAG_PAYLOAD, GRAM_HEADER_LEN,
+};
+
+use crate::error::{LimitExceeded, LocalError, Timeout, Violation};
+use crate::framing::{frame_want, refusal, split_frame};
+use crate::sys::Usage;
+use crate::{BlobView, SessionError};
+
+/// Sender settings.
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// Transfer mode.
+    pub mode: Mode,
+    /// Integrity algorithm.
+    pub integrity: IntegrityAlg,
+    /// The schedule to send.
+    pub spec: ScheduleSpec,
+    /// Longest wait for HELLO_ACK and for the final report.
+    pub reply_timeout: Duration,
+    /// Progress event interval (`None` = never).
+    pub log_interval: Option<Duration>,
+    /// Session nonce (any value; identifies the session in logs).
+    pub session_nonce: u64,
+    /// Payload mode: most payload bytes per gram (a schedule batch is split
+    /// into several grams). Cache-sized by default; see [`DEFAULT_PAYLOAD_BUDGET`].
+    pub payload_budget: u64,
+}
+
+/// Default payload bytes per gram: half of a typical 2 MiB L2, so the
+/// digest pass leaves the bytes cached for the kernel's copy.
+pub const DEFAULT_PAYLOAD_BUDGET: u64 = 1 << 20;
+
+/// Sender-side progress.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SendProgress {
+    /// Grams sent.
+    pub grams: u64,
+    /// Effective bytes sent.
+    pub effective_bytes: u64,
+    /// Wire bytes written.
+    pub wire_bytes: u64,
+    /// Since HELLO_ACK.
+    pub elapsed: Duration,
+    /// Planned effective bytes (0 = unknown).
+    pub planned_bytes: u64,
+}
+
+/// A finished session, from the sender's side.
+#[derive(Debug, Clone)]
+pub struct SendOutcome {
+    /// The receiver's authoritative report.
+    pub report: Report,
+    /// What this side sent.
+    pub summary: SenderSummary,
+    /// Descriptor-table bytes sent (for bytes per descriptor).
+    pub table_bytes: u64,
+    /// Sender thread CPU and context switches over the steady state.
+    pub sender_usage: Usage,
+    /// Sender steady-state wall time.
+    pub sender_elapsed: Duration,
+    /// Receiver backing code from HELLO_ACK.
+    pub receiver_backing: u8,
+}
+
+/// What the sender core tells its host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SenderEvent {
+    /// HELLO_ACK accepted: steady state starts (the host samples its CPU counters).
+    Started,
+    /// Periodic progress.
+    Progress(SendProgress),
+    /// The summary is queued: steady state ends (the host samples again).
+    Sent,
+    /// The receiver's report arrived: the session is over.
+    Finished,
+}
+
+/// What to send next.
+#[derive(Debug)]
+pub enum Transmit<'a> {
+    /// Whole control frames.
+    Bytes {
+        /// The frames.
+        bytes: &'a [u8],
+        /// Which frame, for error messages.
+        what: &'static str,
+    },
+    /// One gram: frame header, gram header and descriptor table, then
+    /// `ranges` of `blob` as the payload slab, in order.
+    Gram {
+        /// Frame header.
+        frame_header: &'a [u8; FRAME_HEADER_LEN],
+        /// Gram header.
+        gram_header: &'a [u8; GRAM_HEADER_LEN],
+        /// Descriptor table.
+        table: &'a [u8],
+        /// The blob the ranges index.
+        blob: &'a [u8],
+        /// Payload ranges `(start, end)`, adjacent ones merged.
+        ranges: &'a [(usize, usize)],
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Hello,
+    AwaitAck,
+    Sending,
+    AwaitReport,
+    Done,
+}
+
+/// What HELLO_ACK granted.
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    max_table_len: u32,
+    backing: u8,
+}
+
+/// One sending session, sans I/O.
+#[derive(Debug)]
+pub struct GramSender<'b> {
+    blob: BlobView<'b>,
+    cfg: SenderConfig,
+    schedule: Schedule,
+    state: State,
+    out: Vec<u8>,
+    granted: Option<Granted>,
+    digest: Digest,
+    /// The current schedule batch and how much of it has been sent.
+    descs: Vec<Descriptor>,
+    first: usize,
+    table: TableWriter,
+    ranges: Vec<(usize, usize)>,
+    frame_header: [u8; FRAME_HEADER_LEN],
+    gram_header: [u8; GRAM_HEADER_LEN],
+    budget: u64,
+    summary: SenderSummary,
+    table_bytes: u64,
+    wire_bytes: u64,
+    seq: u64,
+    deadline: Option<Instant>,
+    started: Option<Instant>,
+    elapsed: Duration,
+    next_log: Option<Instant>,
+    events: VecDeque<SenderEvent>,
+    report: Option<Report>,
+}
+
+impl<'b> GramSender<'b> {
+    /// A session over `blob` sending `cfg.spec`.
+    pub fn new(blob: BlobView<'b>, cfg: &SenderConfig) -> Result<Self, SessionError> {
+        let schedule = Schedule::new(cfg.spec).map_err(LocalError::from)?;
+        if cfg.spec.blob_len != blob.data.len() as u64 {
+            return Err(LocalError::ScheduleBlobLength {
+                schedule: cfg.spec.blob_len,
+                blob: blob.data.len() as u64,
+            }
+            .into());
+        }
+        let per_gram = cfg.spec.desc_per_gram as usize;
+        Ok(Self {
+            blob,
+            schedule,
+            state: State::Hello,
+            out: Vec::with_capacity(256),
+            granted: None,
+            digest: Digest::new(cfg.integrity),
+            descs: Vec::with_capacity(per_gram),
+            first: 0,
+            table: TableWriter::new(cfg.mode.encoding(), per_gram),
+            ranges: Vec::with_capacity(per_gram),
+            frame_header: [0; FRAME_HEADER_LEN],
+            gram_header: [0; GRAM_HEADER_LEN],
+            budget: if cfg.mode.carries_payload() {
+                cfg.payload_budget.max(1)
+            } else {
+                u64::MAX
+            },
+            summary: SenderSummary::default(),
+            table_bytes: 0,
+            wire_bytes: 0,
+            seq: 0,
+            deadline: None,
+            started: None,
+            elapsed: Duration::ZERO,
+            next_log: None,
+            events: VecDeque::with_capacity(4),
+            report: None,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Receive buffer the host needs for replies.
+    pub fn buffer_capacity(&self) -> usize {
+        64 * 1024
+    }
+
+    /// Whether the host should read: a reply is awaited.
+    pub fn wants_input(&self) -> bool {
+        matches!(self.state, State::AwaitAck | State::AwaitReport)
+    }
+
+    /// Whether the report arrived.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// When [`Self::handle_timeout`] must run if no reply arrives.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// A reply deadline passed.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        match self.deadline {
+            Some(d) if now >= d => Err(self.timed_out()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The error for a reply that did not come in time.
+    pub fn timed_out(&self) -> SessionError {
+        let after = self.cfg.reply_timeout;
+        let what = match self.state {
+            State::AwaitReport => Timeout::Report { after },
+            _ => Timeout::Reply {
+                during: "HELLO_ACK",
+                after,
+            },
+        };
+        SessionError::TimedOut { what }
+    }
+
+    /// The next event for the host.
+    pub fn poll_event(&mut self) -> Option<SenderEvent> {
+        self.events.pop_front()
+    }
+
+    /// Contiguous bytes the next reply needs.
+    pub fn want(&self, input: &[u8]) -> usize {
+        frame_want(input)
+    }
+
+    /// What to send next, or `None` while a reply is awaited or at the end.
+    /// Each transmit must be sent whole before the next call.
+    pub fn poll_transmit(&mut self, now: Instant) -> Result<Option<Transmit<'_>>, SessionError> {
+        self.out.clear();
+        match self.state {
+            State::Hello => {
+                self.hello();
+                self.state = State::AwaitAck;
+                self.deadline = Some(now + self.cfg.reply_timeout);
+                Ok(Some(Transmit::Bytes {
+                    bytes: &self.out,
+                    what: "HELLO",
+                }))
+            }
+            State::Sending => {
+                if self.next_gram()? {
+                    self.progress(now);
+                    return Ok(Some(Transmit::Gram {
+                        frame_header: &self.frame_header,
+                        gram_header: &self.gram_header,
+                        table: self.table.as_bytes(),
+                        blob: self.blob.data,
+                        ranges: &self.ranges,
+                    }));
+                }
+                self.elapsed = self
+                    .started
+                    .map(|s| now.saturating_duration_since(s))
+                    .unwrap_or_default();
+                self.summary.wire_bytes_sent = self.wire_bytes;
+                put_frame(&mut self.out, FrameType::Complete, 0, &self.summary.emit());
+                self.state = State::AwaitReport;
+                self.deadline = Some(now + self.cfg.reply_timeout);
+                self.events.push_back(SenderEvent::Sent);
+                Ok(Some(Transmit::Bytes {
+                    bytes: &self.out,
+                    what: "COMPLETE",
+                }))
+            }
+            State::AwaitAck | State::AwaitReport | State::Done => Ok(None),
+        }
+    }
+
+    /// Consumes the first reply in `input` if it is whole; returns the bytes used.
+    pub fn handle_input(&mut self, now: Instant, input: &[u8]) -> Result<usize, SessionError> {
+        let Some(frame) = split_frame(input, self.buffer_capacity())? else {
+            return Ok(0);
+        };
+        let (header, body) = (frame.header, frame.body);
+        let unexpected = |expected| -> SessionError {
+            Violation::UnexpectedFrame {
+                expected,
+                got: header.frame_type,
+            }
+            .into()
+        };
+        if header.frame_type == FrameType::Error {
+            return Err(refusal(body));
+        }
+        match self.state {
+            State::AwaitAck if header.frame_type == FrameType::HelloAck => {
+                let ack = HelloAck::parse(body).map_err(SessionError::malformed("HELLO_ACK"))?;
+                self.check_ack(&ack)?;
+                self.granted = Some(Granted {
+                    max_table_len: ack.max_table_len,
+                    backing: ack.backing,
+                });
+                self.state = State::Sending;
+                self.deadline = None;
+                self.started = Some(now);
+                self.next_log = self.cfg.log_interval.map(|i| now + i);
+                self.events.push_back(SenderEvent::Started);
+            }
+            State::AwaitAck => return Err(unexpected("HELLO_ACK")),
+            State::AwaitReport
+                if header.frame_type == FrameType::Complete && header.flags & FLAG_COMPLETE_REPORT != 0 =>
+            {
+                self.report = Some(Report::parse(body).map_err(SessionError::malformed("COMPLETE report"))?);
+                self.state = State::Done;
+                self.deadline = None;
+                self.events.push_back(SenderEvent::Finished);
+            }
+            State::AwaitReport => return Err(unexpected("the receiver's report")),
+            // Only an ERROR is meaningful while sending or after the end.
+            State::Hello | State::Sending | State::Done => return Err(unexpected("no frame while sending")),
+        }
+        Ok(frame.len)
+    }
+
+    /// The finished session; `usage` is the host's CPU over the steady state.
+    pub fn outcome(&self, usage: Usage) -> Option<SendOutcome> {
+        Some(SendOutcome {
+            report: self.report?,
+            summary: self.summary,
+            table_bytes: self.table_bytes,
+            sender_usage: usage,
+            sender_elapsed: self.elapsed,
+            receiver_backing: self.granted.map_or(0, |g| g.backing),
+        })
+    }
+
+    fn hello(&mut self) {
+        let spec = &self.cfg.spec;
+        let mut body = Vec::with_capacity(128);
+        Hello {
+            mode: self.cfg.mode,
+            encoding: self.cfg.mode.encoding(),
+            integrity: self.cfg.integrity,
+            auth_method: 0,
+            max_desc_per_gram: spec.desc_per_gram,
+            max_desc_len: spec.max_len,
+            blob_len: self.blob.data.len() as u64,
+            region_size: self.blob.region_size,
+            fingerprint: self.blob.fingerprint,
+            session_nonce: self.cfg.session_nonce,
+            planned_bytes: spec.planned_bytes().unwrap_or(0),
+            planned_grams: spec.planned_grams().unwrap_or(0),
+            auth: &[],
+        }
+        .emit(&mut body);
+        put_frame(&mut self.out, FrameType::Hello, 0, &body);
+        self.wire_bytes += self.out.len() as u64;
+    }
+
+    fn check_ack(&self, ack: &HelloAck<'_>) -> Result<(), SessionError> {
+        let spec = &self.cfg.spec;
+        let max_payload = (u64::from(spec.desc_per_gram) * u64::from(spec.max_len))
+            .min(self.cfg.payload_budget.max(u64::from(spec.max_len)));
+        if self.cfg.mode.carries_payload() && max_payload > u64::from(ack.max_payload_len) {
+            return Err(LimitExceeded::Receiver {
+                what: "payload bytes per gram",
+                asked: max_payload,
+                limit: u64::from(ack.max_payload_len),
+                hint: "; lower --gram-payload-max or --max-len",
+            }
+            .into());
+        }
+        if spec.desc_per_gram > ack.max_desc_count {
+            return Err(LimitExceeded::Receiver {
+                what: "--desc-per-gram",
+                asked: u64::from(spec.desc_per_gram),
+                limit: u64::from(ack.max_desc_count),
+                hint: "",
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Builds the next gram into the reusable buffers; `false` at the end
+    /// of the schedule.
+    fn next_gram(&mut self) -> Result<bool, SessionError> {
+        if self.first == self.descs.len() {
+            if !self.schedule.next_gram(&mut self.descs) {
+                return Ok(false);
+            }
+            self.first = 0;
+            if self.descs.is_empty() {
+                return self.next_gram();
+            }
+        }
+        // In payload mode a schedule batch is cut into cache-sized grams:
+        // the digest pass leaves each range in L2 just before the kernel
+        // copies it, which roughly halves the copy's cost.
+        let first = self.first;
+        let mut last = first + 1;
+        let mut bytes = u64::from(self.descs[first].len);
+        while last < self.descs.len() && bytes + u64::from(self.descs[last].len) <= self.budget {
+            bytes += u64::from(self.descs[last].len);
+            last += 1;
+        }
+        self.first = last;
+        let payload = self.cfg.mode.carries_payload();
+        self.table.clear();
+        self.ranges.clear();
+        self.digest.reset();
+        for (i, &d) in self.descs[first..last].iter().enumerate() {
+            let bytes = resolve(self.blob.data, d, i as u32)?;
+            self.digest.update(bytes);
+            self.table.push(d).map_err(|error| LocalError::Encode {
+                offset: d.offset,
+                len: d.len,
+                error,
+            })?;
+            if payload {
+                let (s, e) = (d.offset as usize, d.offset as usize + d.len as usize);
+                match self.ranges.last_mut() {
+                    Some(last) if last.1 == s => last.1 = e,
+                    _ => self.ranges.push((s, e)),
+                }
+            }
+        }
+        let payload_len = if payload { self.table.total_len() } else { 0 };
+        let payload_len =
+            u32::try_from(payload_len).map_err(|_| LocalError::FrameTooLarge { what: "gram payload" })?;
+        let value = self.digest.value();
+        let gh = GramHeader {
+            seq: self.seq,
+            desc_count: self.table.count(),
+            table_len: self.table.as_bytes().len() as u32,
+            payload_len,
+            encoding: self.table.encoding(),
+            integrity: self.cfg.integrity,
+            flags: if payload_len > 0 { GRAM_FLAG_PAYLOAD } else { 0 },
+            integrity_value: value,
+        };
+        let max_table_len = self.granted.map_or(u32::MAX, |g| g.max_table_len);
+        if gh.table_len > max_table_len {
+            return Err(LimitExceeded::Receiver {
+                what: "descriptor table bytes",
+                asked: u64::from(gh.table_len),
+                limit: u64::from(max_table_len),
+                hint: "; lower --desc-per-gram",
+            }
+            .into());
+        }
+        let length = u32::try_from(gh.body_len()).map_err(|_| LocalError::FrameTooLarge { what: "gram" })?;
+        self.frame_header = FrameHeader {
+            frame_type: FrameType::Gram,
+            flags: 0,
+            length,
+        }
+        .emit();
+        self.gram_header = gh.emit();
+        let table_len = self.table.as_bytes().len() as u64;
+        self.wire_bytes += (FRAME_HEADER_LEN + GRAM_HEADER_LEN) as u64 + table_len + u64::from(payload_len);
+        self.table_bytes += table_len;
+        let s = &mut self.summary;
+        s.grams += 1;
+        s.descriptors += u64::from(self.table.count());
+        s.effective_bytes += self.table.total_len();
+        s.payload_bytes += u64::from(payload_len);
+        s.e2e_digest = e2e_chain(s.e2e_digest, self.seq, value);
+        self.seq += 1;
+        Ok(true)
+    }
+
+    fn progress(&mut self, now: Instant) {
+        let (Some(at), Some(interval), Some(started)) = (self.next_log, self.cfg.log_interval, self.started)
+        else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        self.events.push_back(SenderEvent::Progress(SendProgress {
+            grams: self.summary.grams,
+            effective_bytes: self.summary.effective_bytes,
+            wire_bytes: self.wire_bytes,
+            elapsed: now - started,
+            planned_bytes: self.cfg.spec.planned_bytes().unwrap_or(0),
+        }));
+        self.next_log = Some(now + interval);
+    }
+}
