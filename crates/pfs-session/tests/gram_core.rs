@@ -1,0 +1,515 @@
+//! The gram protocol's sans-I/O cores without sockets: sender and receiver
+//! wired to each other in one thread, every byte delivered in pieces down to
+//! one byte, and hostile input fed straight to the receiver. Time is a
+//! value the test moves, so deadlines are tested without waiting.
+
+use std::time::{Duration, Instant};
+
+use pfs_exec::{Pattern, ScheduleSpec, Total};
+use pfs_session::gram::receiver::Discard;
+use pfs_session::gram::{
+    GramReceiver, GramSender, GramViolation, ReceiverConfig, ReceiverEvent, SenderConfig, SenderEvent,
+    Transmit,
+};
+use pfs_session::sys::Usage;
+use pfs_session::{BlobView, HelloRejection, SessionError, Timeout, Violation};
+use pfs_wire::desc::encode_table;
+use pfs_wire::{
+    put_frame, Descriptor, Encoding, ErrorCode, FrameType, GramHeader, Hello, IntegrityAlg, Mode,
+    GRAM_FLAG_PAYLOAD,
+};
+
+const BLOB_LEN: usize = 1 << 20;
+
+fn blob_bytes(seed: u64) -> Vec<u8> {
+    let mut x = seed;
+    (0..BLOB_LEN)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as u8
+        })
+        .collect()
+}
+
+fn view(data: &[u8]) -> BlobView<'_> {
+    BlobView {
+        data,
+        fingerprint: [7; 32],
+        region_size: 1 << 20,
+        backing: pfs_blob::BackingKind::SmallPages,
+        page_size: 4096,
+        setup: Default::default(),
+    }
+}
+
+fn sender_cfg(mode: Mode, integrity: IntegrityAlg, grams: u64) -> SenderConfig {
+    SenderConfig {
+        mode,
+        integrity,
+        spec: ScheduleSpec {
+            seed: 3,
+            desc_per_gram: 16,
+            max_len: 4096,
+            align: 64,
+            pattern: if mode == Mode::Arith {
+                Pattern::Sequential
+            } else {
+                Pattern::Random
+            },
+            total: Total::Grams(grams),
+            blob_len: BLOB_LEN as u64,
+        },
+        reply_timeout: Duration::from_secs(5),
+        log_interval: None,
+        session_nonce: 42,
+        // Small, so payload-mode batches are cut into several grams.
+        payload_budget: 8192,
+    }
+}
+
+/// Bytes of a transmit, as a socket would carry them.
+fn flatten(tx: Transmit<'_>, out: &mut Vec<u8>) {
+    match tx {
+        Transmit::Bytes { bytes, .. } => out.extend_from_slice(bytes),
+        Transmit::Gram {
+            frame_header,
+            gram_header,
+            table,
+            blob,
+            ranges,
+        } => {
+            out.extend_from_slice(frame_header);
+            out.extend_from_slice(gram_header);
+            out.extend_from_slice(table);
+            for &(s, e) in ranges {
+                out.extend_from_slice(&blob[s..e]);
+            }
+        }
+    }
+}
+
+/// Delivers `wire` to the receiver `piece` bytes at a time, keeping what it
+/// did not consume (as a receive buffer would).
+fn feed_receiver(
+    rx: &mut GramReceiver<'_>,
+    now: Instant,
+    pending: &mut Vec<u8>,
+    wire: &mut Vec<u8>,
+    piece: usize,
+) -> Result<(), SessionError> {
+    while !wire.is_empty() {
+        let k = piece.min(wire.len());
+        pending.extend(wire.drain(..k));
+        let used = rx.handle_input(now, pending, &mut Discard)?;
+        pending.drain(..used);
+        while let Some(ev) = rx.poll_event() {
+            if let ReceiverEvent::Summary = ev {
+                rx.finish(now, Usage::default(), 0);
+            }
+        }
+        // A unit may complete with bytes to spare: keep consuming them.
+        loop {
+            if pending.is_empty() || rx.is_done() {
+                break;
+            }
+            let used = rx.handle_input(now, pending, &mut Discard)?;
+            if used == 0 {
+                break;
+            }
+            pending.drain(..used);
+            while let Some(ev) = rx.poll_event() {
+                if let ReceiverEvent::Summary = ev {
+                    rx.finish(now, Usage::default(), 0);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs a whole session between the two cores with `piece`-byte delivery.
+fn run_pair(
+    sender_blob: &[u8],
+    receiver_blob: &[u8],
+    cfg: &SenderConfig,
+    piece: usize,
+) -> Result<(pfs_session::SendOutcome, pfs_session::ReceiverOutcome), SessionError> {
+    let now = Instant::now();
+    let mut tx = GramSender::new(view(sender_blob), cfg)?;
+    let mut rx = GramReceiver::new(view(receiver_blob), &ReceiverConfig::default(), now);
+    let (mut s2r, mut r2s) = (Vec::new(), Vec::new());
+    let (mut rx_pending, mut tx_pending) = (Vec::new(), Vec::new());
+    for _ in 0..100_000 {
+        while let Some(t) = tx.poll_transmit(now)? {
+            flatten(t, &mut s2r);
+        }
+        while tx.poll_event().is_some() {}
+        feed_receiver(&mut rx, now, &mut rx_pending, &mut s2r, piece)?;
+        if let Some(bytes) = rx.poll_transmit() {
+            r2s.extend_from_slice(bytes);
+            rx.transmitted();
+        }
+        while !r2s.is_empty() {
+            let k = piece.min(r2s.len());
+            tx_pending.extend(r2s.drain(..k));
+            let used = tx.handle_input(now, &tx_pending)?;
+            tx_pending.drain(..used);
+        }
+        if tx.is_done() {
+            let sent = tx.outcome(Usage::default()).expect("outcome after the report");
+            let received = rx.outcome().cloned().expect("receiver outcome");
+            return Ok((sent, received));
+        }
+    }
+    panic!("the session did not finish");
+}
+
+#[test]
+fn cores_complete_every_mode_with_any_delivery() {
+    let blob = blob_bytes(1);
+    for mode in [Mode::Payload, Mode::Offset, Mode::Arith] {
+        for alg in [IntegrityAlg::Xxh3, IntegrityAlg::Fnv1a] {
+            let cfg = sender_cfg(mode, alg, 6);
+            let mut reports = Vec::new();
+            for piece in [1, 7, 4096, usize::MAX] {
+                let (sent, received) = run_pair(&blob, &blob, &cfg, piece).unwrap();
+                let r = sent.report;
+                assert_eq!(r, received.report, "{mode:?} {alg:?} piece {piece}");
+                assert_eq!(r.integrity_ok, 1, "{mode:?} {alg:?} piece {piece}");
+                assert_eq!(r.grams, sent.summary.grams);
+                assert_eq!(r.descriptors, sent.summary.descriptors);
+                assert_eq!(r.effective_bytes, sent.summary.effective_bytes);
+                assert_eq!(r.e2e_digest, sent.summary.e2e_digest);
+                assert_eq!(r.mismatched_grams, 0);
+                if mode == Mode::Payload {
+                    assert_eq!(r.payload_bytes, r.effective_bytes);
+                    // The 8 KiB budget cuts each 16-descriptor batch into several grams.
+                    assert!(r.grams > 6, "{} grams", r.grams);
+                } else {
+                    assert_eq!(r.payload_bytes, 0);
+                    assert_eq!(r.grams, 6);
+                }
+                // Wire bytes: both directions, the same however they were cut.
+                reports.push((r.wire_bytes, r.e2e_digest));
+            }
+            assert!(reports.windows(2).all(|w| w[0] == w[1]), "{reports:?}");
+        }
+    }
+}
+
+#[test]
+fn a_flipped_receiver_byte_is_a_mismatch_in_every_mode() {
+    let blob = blob_bytes(2);
+    for mode in [Mode::Payload, Mode::Offset, Mode::Arith] {
+        let cfg = sender_cfg(mode, IntegrityAlg::Xxh3, 8);
+        // Every descriptor of a sequential schedule starts at or after 0:
+        // flip a byte each gram will have touched somewhere in the blob.
+        let (clean, _) = run_pair(&blob, &blob, &cfg, 1 << 16).unwrap();
+        assert_eq!(clean.report.mismatched_grams, 0);
+        let mut damaged = blob.clone();
+        for b in damaged.iter_mut() {
+            *b ^= 0x5a;
+        }
+        let (sent, received) = run_pair(&blob, &damaged, &cfg, 1 << 16).unwrap();
+        assert_eq!(sent.report.integrity_ok, 0, "{mode:?}");
+        assert_eq!(
+            received.report.mismatched_grams, received.report.grams,
+            "{mode:?}"
+        );
+        assert_eq!(received.report.first_mismatch_seq, 0);
+    }
+}
+
+fn hello(mode: Mode, blob_len: u64, fingerprint: [u8; 32]) -> Vec<u8> {
+    let mut body = Vec::new();
+    Hello {
+        mode,
+        encoding: mode.encoding(),
+        integrity: IntegrityAlg::Xxh3,
+        auth_method: 0,
+        max_desc_per_gram: 64,
+        max_desc_len: 65536,
+        blob_len,
+        region_size: 1 << 20,
+        fingerprint,
+        session_nonce: 9,
+        planned_bytes: 0,
+        planned_grams: 0,
+        auth: &[],
+    }
+    .emit(&mut body);
+    let mut f = Vec::new();
+    put_frame(&mut f, FrameType::Hello, 0, &body);
+    f
+}
+
+fn gram(descs: &[Descriptor], payload: &[u8], seq: u64) -> Vec<u8> {
+    let table = encode_table(Encoding::Absolute, descs).unwrap();
+    let gh = GramHeader {
+        seq,
+        desc_count: descs.len() as u32,
+        table_len: table.len() as u32,
+        payload_len: payload.len() as u32,
+        encoding: Encoding::Absolute,
+        integrity: IntegrityAlg::Xxh3,
+        flags: if payload.is_empty() { 0 } else { GRAM_FLAG_PAYLOAD },
+        integrity_value: 0,
+    };
+    let mut body = gh.emit().to_vec();
+    body.extend_from_slice(&table);
+    body.extend_from_slice(payload);
+    let mut f = Vec::new();
+    put_frame(&mut f, FrameType::Gram, 0, &body);
+    f
+}
+
+/// Feeds `bytes` one at a time to a fresh receiver; returns the error it ends with.
+fn hostile(blob: &[u8], bytes: &[u8]) -> SessionError {
+    let now = Instant::now();
+    let mut rx = GramReceiver::new(view(blob), &ReceiverConfig::default(), now);
+    let mut pending = Vec::new();
+    for &b in bytes {
+        pending.push(b);
+        match rx.handle_input(now, &pending, &mut Discard) {
+            Ok(used) => {
+                pending.drain(..used);
+            }
+            Err(e) => return e,
+        }
+        while rx.poll_event().is_some() {}
+    }
+    panic!("the receiver accepted every byte");
+}
+
+fn code(e: &SessionError) -> ErrorCode {
+    e.code()
+}
+
+#[test]
+fn hostile_input_ends_the_session_with_the_right_error() {
+    let blob = blob_bytes(3);
+    let ok_hello = hello(Mode::Offset, BLOB_LEN as u64, [7; 32]);
+
+    // Garbage instead of a frame header.
+    let e = hostile(&blob, &[0xAB; 64]);
+    assert!(
+        matches!(
+            e,
+            SessionError::Malformed {
+                context: "frame header",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(code(&e), ErrorCode::BadFrame);
+
+    // A gram before HELLO.
+    let e = hostile(&blob, &gram(&[Descriptor { offset: 0, len: 8 }], &[], 0));
+    assert!(
+        matches!(
+            e,
+            SessionError::Violation(Violation::UnexpectedFrame {
+                expected: "HELLO",
+                got: FrameType::Gram
+            })
+        ),
+        "{e}"
+    );
+    assert_eq!(code(&e), ErrorCode::Protocol);
+
+    // Another blob.
+    let e = hostile(&blob, &hello(Mode::Offset, BLOB_LEN as u64, [8; 32]));
+    assert!(
+        matches!(e, SessionError::Rejected(HelloRejection::Fingerprint { .. })),
+        "{e}"
+    );
+    assert_eq!(code(&e), ErrorCode::BlobMismatch);
+    let e = hostile(&blob, &hello(Mode::Offset, 4096, [7; 32]));
+    assert!(
+        matches!(
+            e,
+            SessionError::Rejected(HelloRejection::BlobSize { sender: 4096, .. })
+        ),
+        "{e}"
+    );
+
+    // A descriptor past the end of the blob.
+    let mut bytes = ok_hello.clone();
+    bytes.extend(gram(
+        &[Descriptor {
+            offset: BLOB_LEN as u64 - 4,
+            len: 8,
+        }],
+        &[],
+        0,
+    ));
+    let e = hostile(&blob, &bytes);
+    assert!(
+        matches!(
+            e,
+            SessionError::Violation(Violation::Gram(GramViolation::Descriptor { seq: 0, .. }))
+        ),
+        "{e}"
+    );
+    assert_eq!(code(&e), ErrorCode::OutOfBounds);
+
+    // Out of sequence.
+    let mut bytes = ok_hello.clone();
+    bytes.extend(gram(&[Descriptor { offset: 0, len: 8 }], &[], 0));
+    bytes.extend(gram(&[Descriptor { offset: 0, len: 8 }], &[], 5));
+    let e = hostile(&blob, &bytes);
+    assert!(
+        matches!(
+            e,
+            SessionError::Violation(Violation::Gram(GramViolation::Sequence { got: 5, expected: 1 }))
+        ),
+        "{e}"
+    );
+
+    // Payload in offset-only mode.
+    let mut bytes = ok_hello.clone();
+    bytes.extend(gram(&[Descriptor { offset: 0, len: 8 }], &[1; 8], 0));
+    let e = hostile(&blob, &bytes);
+    assert!(
+        matches!(
+            e,
+            SessionError::Violation(Violation::Gram(GramViolation::PayloadInMode { .. }))
+        ),
+        "{e}"
+    );
+
+    // Payload mode: descriptors naming more bytes than the slab, and fewer.
+    let payload_hello = hello(Mode::Payload, BLOB_LEN as u64, [7; 32]);
+    let mut bytes = payload_hello.clone();
+    bytes.extend(gram(&[Descriptor { offset: 0, len: 16 }], &[0; 8], 0));
+    let e = hostile(&blob, &bytes);
+    assert!(
+        matches!(
+            e,
+            SessionError::Violation(Violation::Gram(GramViolation::PayloadShort { seq: 0, len: 8 }))
+        ),
+        "{e}"
+    );
+    let mut bytes = payload_hello;
+    bytes.extend(gram(&[Descriptor { offset: 0, len: 8 }], &[0; 16], 0));
+    let e = hostile(&blob, &bytes);
+    assert!(
+        matches!(
+            e,
+            SessionError::Violation(Violation::Gram(GramViolation::PayloadLeftOver {
+                seq: 0,
+                left: 8
+            }))
+        ),
+        "{e}"
+    );
+
+    // A frame type that has no place in a gram session.
+    let mut bytes = ok_hello;
+    put_frame(&mut bytes, FrameType::Nak, 0, &[]);
+    let e = hostile(&blob, &bytes);
+    assert!(
+        matches!(e, SessionError::Violation(Violation::UnexpectedFrame { .. })),
+        "{e}"
+    );
+}
+
+#[test]
+fn deadlines_are_the_cores_and_need_no_clock() {
+    let blob = blob_bytes(4);
+    let t0 = Instant::now();
+    let cfg = ReceiverConfig {
+        handshake_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(60),
+        ..ReceiverConfig::default()
+    };
+    let mut rx = GramReceiver::new(view(&blob), &cfg, t0);
+    assert_eq!(rx.poll_timeout(), Some(t0 + Duration::from_secs(10)));
+    // Half a HELLO arrives: the handshake deadline still holds.
+    let h = hello(Mode::Offset, BLOB_LEN as u64, [7; 32]);
+    let used = rx
+        .handle_input(t0 + Duration::from_secs(1), &h[..20], &mut Discard)
+        .unwrap();
+    assert_eq!(used, 16, "the frame header is consumed, the body waits");
+    assert!(rx.handle_timeout(t0 + Duration::from_secs(9)).is_ok());
+    let e = rx.handle_timeout(t0 + Duration::from_secs(10)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SessionError::TimedOut {
+                what: Timeout::Idle { during: "HELLO", .. }
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("deadline"), "{e}");
+
+    // After HELLO the idle timeout runs from the end of each frame; a gram
+    // gets one more second per MB of frame.
+    let mut rx = GramReceiver::new(view(&blob), &cfg, t0);
+    let t1 = t0 + Duration::from_secs(2);
+    assert_eq!(rx.handle_input(t1, &h, &mut Discard).unwrap(), h.len());
+    assert!(matches!(
+        rx.poll_event(),
+        Some(ReceiverEvent::Accepted { nonce: 9 })
+    ));
+    assert!(rx.poll_transmit().is_some(), "HELLO_ACK queued");
+    assert_eq!(rx.poll_timeout(), Some(t1 + Duration::from_secs(60)));
+
+    // The sender's reply deadline.
+    let scfg = sender_cfg(Mode::Offset, IntegrityAlg::Xxh3, 1);
+    let mut tx = GramSender::new(view(&blob), &scfg).unwrap();
+    assert!(tx.poll_transmit(t0).unwrap().is_some());
+    assert!(
+        tx.poll_transmit(t0).unwrap().is_none(),
+        "nothing more before HELLO_ACK"
+    );
+    assert!(tx.handle_timeout(t0 + Duration::from_secs(4)).is_ok());
+    let e = tx.handle_timeout(t0 + Duration::from_secs(5)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SessionError::TimedOut {
+                what: Timeout::Reply {
+                    during: "HELLO_ACK",
+                    ..
+                }
+            }
+        ),
+        "{e}"
+    );
+    assert!(matches!(tx.poll_event(), None | Some(SenderEvent::Progress(_))));
+}
+
+#[test]
+fn the_receivers_error_frame_reaches_the_sender_as_a_refusal() {
+    let blob = blob_bytes(5);
+    let other = {
+        let mut b = blob.clone();
+        b[0] ^= 1;
+        b
+    };
+    let now = Instant::now();
+    let cfg = sender_cfg(Mode::Offset, IntegrityAlg::Xxh3, 2);
+    let mut tx = GramSender::new(view(&blob), &cfg).unwrap();
+    let mut rv = view(&other);
+    rv.fingerprint = [9; 32];
+    let mut rx = GramReceiver::new(rv, &ReceiverConfig::default(), now);
+    let mut wire = Vec::new();
+    flatten(tx.poll_transmit(now).unwrap().unwrap(), &mut wire);
+    let err = rx.handle_input(now, &wire, &mut Discard).unwrap_err();
+    assert!(err.tell_peer());
+    let mut frame = Vec::new();
+    pfs_session::framing::put_error(&mut frame, &err);
+    let refused = tx.handle_input(now, &frame).unwrap_err();
+    match refused {
+        SessionError::Refused { code, message } => {
+            assert_eq!(code, ErrorCode::BlobMismatch as u16);
+            assert!(message.contains("fingerprint differs"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+}
