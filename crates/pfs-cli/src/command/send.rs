@@ -127,7 +127,16 @@ pub fn send_once(
     view: &pfs_session::BlobView<'_>,
     cfg: &SenderConfig,
 ) -> anyhow::Result<(SendOutcome, &'static str)> {
-    let mut t = target.connect()?;
+    let t = target.connect()?;
+    send_on(t, view, cfg)
+}
+
+/// Runs one session on an open connection.
+pub fn send_on(
+    mut t: Box<dyn Transport>,
+    view: &pfs_session::BlobView<'_>,
+    cfg: &SenderConfig,
+) -> anyhow::Result<(SendOutcome, &'static str)> {
     let kind = t.kind();
     let mut progress = |p: &pfs_session::gram::SendProgress| {
         eprintln!(
@@ -151,6 +160,12 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
         return super::send_files::run(&args);
     }
     let log = interval(args.run.log_interval, args.run.json)?;
+    // Connect before the blob is set up: an unreachable or refusing peer
+    // fails in milliseconds, not after seconds of mapping and filling. The
+    // receiver gives a connection its idle timeout for the first byte of
+    // HELLO, so the setup fits.
+    let target = Target::from_args(&args.to, &args.transport, args.run.sock_buf);
+    let conn = target.connect()?;
     let opened = open_blob(&args.blob, false)?;
     if let Some(cpu) = args.run.pin {
         pin_current_thread(cpu).map_err(|e| anyhow::anyhow!("--pin {cpu}: {e}"))?;
@@ -160,8 +175,7 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     let mode = args.mode.mode();
     let mut cfg = sender_config(mode, args.integrity.alg(), spec, args.schedule.gram_payload_max);
     cfg.log_interval = log;
-    let target = Target::from_args(&args.to, &args.transport, args.run.sock_buf);
-    let (out, kind) = send_once(&target, &opened.view(), &cfg)?;
+    let (out, kind) = send_on(conn, &opened.view(), &cfg)?;
 
     let stats = SessionStats::from_report(&out.report, kind);
     if args.run.json {

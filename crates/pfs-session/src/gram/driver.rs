@@ -231,7 +231,7 @@ fn receive<T: Transport + ?Sized>(
     let mut buf = RecvBuf::new(core.buffer_capacity());
     let mut recorder = GramRecorder::none();
     let mut usage0 = Usage::default();
-    t.set_read_timeout(Some(cfg.handshake_timeout))
+    t.set_read_timeout(Some(cfg.idle_timeout))
         .map_err(|e| SessionError::transport("setup", e))?;
     loop {
         if buf.filled().len() < core.want() {
@@ -259,8 +259,6 @@ fn receive<T: Transport + ?Sized>(
         while let Some(event) = core.poll_event() {
             match event {
                 ReceiverEvent::Accepted { nonce } => {
-                    t.set_read_timeout(Some(cfg.idle_timeout))
-                        .map_err(|e| SessionError::transport("setup", e))?;
                     if let Some(dir) = &cfg.record_dir {
                         recorder = GramRecorder::open(dir, nonce)?;
                     }

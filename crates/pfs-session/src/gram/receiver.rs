@@ -40,7 +40,9 @@ use crate::{BlobView, Limits, SessionError};
 pub struct ReceiverConfig {
     /// Limits enforced and advertised.
     pub limits: Limits,
-    /// Longest wait for HELLO after accept.
+    /// Longest time HELLO may take once its first byte arrived (the first
+    /// byte itself may take the idle timeout: a sender sets up its blob
+    /// after connecting).
     pub handshake_timeout: Duration,
     /// Longest silence tolerated mid-session.
     pub idle_timeout: Duration,
@@ -221,6 +223,7 @@ pub struct GramReceiver<'b> {
     blob: BlobView<'b>,
     limits: Limits,
     idle_timeout: Duration,
+    handshake_timeout: Duration,
     log_interval: Option<Duration>,
     step: Step,
     session: Option<Negotiated>,
@@ -256,6 +259,7 @@ impl<'b> GramReceiver<'b> {
             blob,
             limits: cfg.limits,
             idle_timeout: cfg.idle_timeout,
+            handshake_timeout: cfg.handshake_timeout,
             log_interval: cfg.log_interval,
             step: Step::Header,
             session: None,
@@ -263,9 +267,9 @@ impl<'b> GramReceiver<'b> {
             events: VecDeque::with_capacity(4),
             wire_in: 0,
             wire_out: 0,
-            deadline: now + cfg.handshake_timeout,
+            deadline: now + cfg.idle_timeout,
             awaiting: "HELLO",
-            awaiting_for: cfg.handshake_timeout,
+            awaiting_for: cfg.idle_timeout,
             started: None,
             next_log: None,
             digest: Digest::new(IntegrityAlg::None),
@@ -361,6 +365,11 @@ impl<'b> GramReceiver<'b> {
         input: &[u8],
         sink: &mut dyn GramSink,
     ) -> Result<usize, SessionError> {
+        if self.wire_in == 0 && !input.is_empty() && self.session.is_none() {
+            // HELLO has begun: from its first byte it has the handshake
+            // timeout, so a peer trickling bytes cannot hold the slot.
+            self.set_deadline(now, "HELLO", self.handshake_timeout);
+        }
         let mut used = 0;
         loop {
             let rest = &input[used..];
