@@ -16,6 +16,7 @@ pub mod files;
 pub mod frame;
 pub mod gram;
 pub mod hello;
+mod layout;
 pub mod varint;
 
 pub use control::{ErrorCode, ErrorFrame, Report, SenderSummary};
