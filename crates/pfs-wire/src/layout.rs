@@ -133,6 +133,12 @@ impl<'a, const N: usize> Reader<'a, N> {
     pub fn u64(&self, f: Field) -> u64 {
         u64::from_le_bytes(self.array(f))
     }
+
+    /// A little-endian two's-complement `i64` field.
+    #[inline]
+    pub fn i64(&self, f: Field) -> i64 {
+        i64::from_le_bytes(self.array(f))
+    }
 }
 
 /// A fixed layout being encoded: `N` zero bytes (so reserved fields need no
@@ -180,6 +186,12 @@ impl<const N: usize> Writer<N> {
         self.put(f, &v.to_le_bytes())
     }
 
+    /// A little-endian two's-complement `i64` field.
+    #[inline]
+    pub fn i64(&mut self, f: Field, v: i64) -> &mut Self {
+        self.put(f, &v.to_le_bytes())
+    }
+
     /// Every byte before the field (what a trailing checksum covers).
     #[inline]
     pub fn before(&self, f: Field) -> &[u8] {
@@ -215,7 +227,7 @@ mod tests {
     fn reader_checks_length_then_reads_fields() {
         assert_eq!(Reader::<14>::new(&[0; 13]).map(|_| ()), Err(WireError::Truncated));
         let mut w = Writer::<14>::new();
-        w.u16(A, 0x0102).u32(B, 0x0304_0506).u64(C, u64::MAX - 1);
+        w.u16(A, 0x0102).u32(B, 0x0304_0506).i64(C, -2);
         let bytes = w.finish();
         assert_eq!(bytes[..6], [2, 1, 6, 5, 4, 3]);
         let mut long = bytes.to_vec();
@@ -223,6 +235,7 @@ mod tests {
         let r = Reader::<14>::new(&long).unwrap();
         assert_eq!(r.u16(A), 0x0102);
         assert_eq!(r.u32(B), 0x0304_0506);
+        assert_eq!(r.i64(C), -2);
         assert_eq!(r.u64(C), u64::MAX - 1);
         assert_eq!(r.bytes(A), &[2, 1]);
         assert!(!r.is_zero(B));

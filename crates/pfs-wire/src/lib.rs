@@ -114,29 +114,6 @@ impl IntegrityAlg {
     }
 }
 
-// Little-endian readers. Callers have already checked `buf.len() >= at + N`
-// (every call site slices a checked fixed-size header first).
-#[inline]
-pub(crate) fn rd_u16(buf: &[u8], at: usize) -> u16 {
-    let mut b = [0u8; 2];
-    b.copy_from_slice(&buf[at..at + 2]);
-    u16::from_le_bytes(b)
-}
-
-#[inline]
-pub(crate) fn rd_u32(buf: &[u8], at: usize) -> u32 {
-    let mut b = [0u8; 4];
-    b.copy_from_slice(&buf[at..at + 4]);
-    u32::from_le_bytes(b)
-}
-
-#[inline]
-pub(crate) fn rd_u64(buf: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&buf[at..at + 8]);
-    u64::from_le_bytes(b)
-}
-
 /// Appends one complete frame (header + `body`) to `out`. For control frames;
 /// grams go out as an iovec of their parts instead.
 pub fn put_frame(out: &mut Vec<u8>, frame_type: FrameType, flags: u16, body: &[u8]) {
