@@ -403,6 +403,7 @@ impl<'a> ErrorFrame<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn summary_and_report_roundtrip() {
@@ -456,5 +457,59 @@ mod tests {
         }
         .emit(&mut b);
         assert!(ErrorFrame::parse(&b).unwrap().message.len() <= MAX_ERROR_MSG);
+    }
+
+    proptest! {
+        #[test]
+        fn summary_parse_emit(v: [u64; 6]) {
+            let s = SenderSummary {
+                grams: v[0],
+                descriptors: v[1],
+                effective_bytes: v[2],
+                e2e_digest: v[3],
+                wire_bytes_sent: v[4],
+                payload_bytes: v[5],
+            };
+            prop_assert_eq!(SenderSummary::parse(&s.emit()), Ok(s));
+        }
+
+        #[test]
+        fn report_parse_emit(v: [u64; 19], b: [u8; 5]) {
+            let r = Report {
+                effective_bytes: v[0],
+                wire_bytes: v[1],
+                grams: v[2],
+                descriptors: v[3],
+                payload_bytes: v[4],
+                elapsed_ns: v[5],
+                user_us: v[6],
+                sys_us: v[7],
+                max_rss_bytes: v[8],
+                nvcsw: v[9],
+                nivcsw: v[10],
+                mismatched_grams: v[11],
+                first_mismatch_seq: v[12],
+                e2e_digest: v[13],
+                page_size: v[14],
+                setup_map_ns: v[15],
+                setup_prefault_ns: v[16],
+                setup_fill_ns: v[17],
+                setup_fingerprint_ns: v[18],
+                mode: b[0],
+                encoding: b[1],
+                integrity: b[2],
+                integrity_ok: b[3],
+                backing: b[4],
+            };
+            prop_assert_eq!(Report::parse(&r.emit()), Ok(r));
+        }
+
+        #[test]
+        fn error_parse_emit(code: u16, message in "\\PC{0,64}") {
+            let e = ErrorFrame { code, message: &message };
+            let mut body = Vec::new();
+            e.emit(&mut body);
+            prop_assert_eq!(ErrorFrame::parse(&body), Ok(e));
+        }
     }
 }

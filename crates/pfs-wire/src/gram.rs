@@ -156,6 +156,7 @@ impl<'a> Gram<'a> {
 mod tests {
     use super::*;
     use crate::desc::{encode_table, Descriptor};
+    use proptest::prelude::*;
 
     #[test]
     fn header_roundtrip_and_flag_checks() {
@@ -210,5 +211,30 @@ mod tests {
             Gram::parse(&body[..body.len() - 1]).map(|_| ()),
             Err(WireError::LengthMismatch)
         );
+    }
+
+    proptest! {
+        #[test]
+        fn header_parse_emit(
+            seq: u64,
+            desc_count: u32,
+            table_len: u32,
+            payload_len: u32,
+            arithmetic: bool,
+            integrity in 0u8..3,
+            integrity_value: u64,
+        ) {
+            let h = GramHeader {
+                seq,
+                desc_count,
+                table_len,
+                payload_len,
+                encoding: if arithmetic { Encoding::Arithmetic } else { Encoding::Absolute },
+                integrity: IntegrityAlg::from_u8(integrity).unwrap(),
+                flags: if payload_len == 0 { 0 } else { GRAM_FLAG_PAYLOAD },
+                integrity_value,
+            };
+            prop_assert_eq!(GramHeader::parse(&h.emit()), Ok(h));
+        }
     }
 }

@@ -266,6 +266,7 @@ impl<'a> HelloAck<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn sample() -> Hello<'static> {
         Hello {
@@ -337,5 +338,67 @@ mod tests {
         let mut bad = body;
         bad[37] = 1;
         assert_eq!(HelloAck::parse(&bad), Err(WireError::ReservedNonZero));
+    }
+
+    proptest! {
+        #[test]
+        fn hello_parse_emit(
+            mode in 0u8..3,
+            arithmetic: bool,
+            integrity in 0u8..3,
+            auth_method: u8,
+            limits: (u32, u32, u64, u32),
+            fingerprint: [u8; 32],
+            plan: (u64, u64, u64),
+            auth in proptest::collection::vec(any::<u8>(), 0..48),
+        ) {
+            let h = Hello {
+                mode: Mode::from_u8(mode).unwrap(),
+                encoding: if arithmetic { Encoding::Arithmetic } else { Encoding::Absolute },
+                integrity: IntegrityAlg::from_u8(integrity).unwrap(),
+                auth_method,
+                max_desc_per_gram: limits.0,
+                max_desc_len: limits.1,
+                blob_len: limits.2,
+                region_size: limits.3,
+                fingerprint,
+                session_nonce: plan.0,
+                planned_bytes: plan.1,
+                planned_grams: plan.2,
+                auth: &auth,
+            };
+            let mut body = Vec::new();
+            h.emit(&mut body);
+            prop_assert_eq!(body.len(), HELLO_FIXED_LEN + auth.len());
+            prop_assert_eq!(Hello::parse(&body), Ok(h));
+        }
+
+        #[test]
+        fn ack_parse_emit(
+            limits: (u32, u32, u32, u32),
+            blob_len: u64,
+            page_size: u64,
+            backing: u8,
+            auth_method: u8,
+            session_nonce: u64,
+            auth in proptest::collection::vec(any::<u8>(), 0..48),
+        ) {
+            let a = HelloAck {
+                max_gram_body: limits.0,
+                max_desc_count: limits.1,
+                max_table_len: limits.2,
+                max_payload_len: limits.3,
+                blob_len,
+                page_size,
+                backing,
+                auth_method,
+                session_nonce,
+                auth: &auth,
+            };
+            let mut body = Vec::new();
+            a.emit(&mut body);
+            prop_assert_eq!(body.len(), HELLO_ACK_FIXED_LEN + auth.len());
+            prop_assert_eq!(HelloAck::parse(&body), Ok(a));
+        }
     }
 }

@@ -128,3 +128,39 @@ pub fn put_frame(out: &mut Vec<u8>, frame_type: FrameType, flags: u16, body: &[u
     );
     out.extend_from_slice(body);
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use crate::{control, files, frame, gram, hello};
+
+    proptest! {
+        /// Every body decoder takes any bytes, short or long, without
+        /// panicking; iterators are drained so their entries are read too.
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let b = &bytes[..];
+            let _ = frame::Frame::parse(b);
+            let _ = gram::Gram::parse(b).map(|g| g.descriptors().count());
+            let _ = hello::Hello::parse(b);
+            let _ = hello::HelloAck::parse(b);
+            let _ = control::SenderSummary::parse(b);
+            let _ = control::Report::parse(b);
+            let _ = control::ErrorFrame::parse(b);
+            let _ = files::FilesHello::parse(b);
+            let _ = files::FilesAccept::parse(b);
+            let _ = files::FilesReport::parse(b);
+            let _ = files::parse_index_request(b);
+            let _ = files::parse_index(b).map(Iterator::count);
+            let _ = files::Plan::parse(b);
+            let _ = files::PlanAck::parse(b);
+            let _ = files::FileEntry::parse(b);
+            let _ = files::parse_chunks(b).map(|(_, it)| it.count());
+            let _ = files::parse_batch(b);
+            let _ = files::parse_probe(b).map(|(_, it)| it.count());
+            let _ = files::parse_probe_reply(b);
+            let _ = files::parse_nak(b).map(Iterator::count);
+        }
+    }
+}
