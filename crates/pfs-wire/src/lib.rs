@@ -2,12 +2,20 @@
 //!
 //! Owns the byte layout of everything that crosses a transport: the frame
 //! envelope ([`frame`]), the gram header and view ([`gram`]), the descriptor
-//! codecs ([`desc`], [`varint`]) and the control frames ([`hello`],
-//! [`control`]). No sockets, no clocks, no allocation on the decode path.
+//! codecs ([`desc`], [`varint`]), the control frames ([`hello`],
+//! [`control`]) and the files-session frames ([`files`], one file per frame
+//! group). No sockets, no clocks, no allocation on the decode path.
 //! Every decoder takes untrusted `&[u8]`, checks lengths before reading, and
 //! returns a typed [`WireError`] instead of panicking. The byte-level spec,
 //! with test vectors, is `docs/wire.md`; the vectors are checked by
 //! `tests/vectors.rs`.
+//!
+//! Each fixed layout (a header, a fixed body, the fixed head of a variable
+//! body) is written down once, as a private `field` table of byte ranges
+//! beside its codec, and both `parse` and `emit` use only those names. The
+//! private `layout` module holds the table type, the compile-time check that
+//! a table covers its structure exactly, and the bounds-checked reader and
+//! the writer built on it.
 
 pub mod control;
 pub mod desc;
