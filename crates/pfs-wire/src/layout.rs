@@ -113,7 +113,8 @@ impl<'a, const N: usize> Reader<'a, N> {
     /// A one-byte field.
     #[inline]
     pub fn u8(&self, f: Field) -> u8 {
-        self.array::<1>(f)[0]
+        let [b] = self.array(f);
+        b
     }
 
     /// A little-endian `u16` field.
@@ -239,5 +240,15 @@ mod tests {
         assert_eq!(r.u64(C), u64::MAX - 1);
         assert_eq!(r.bytes(A), &[2, 1]);
         assert!(!r.is_zero(B));
+        assert_eq!(r.before(B), &[2, 1]);
+        assert_eq!(
+            Reader::<14>::exact(&long).map(|_| ()),
+            Err(WireError::LengthMismatch)
+        );
+        assert_eq!(
+            Reader::<14>::exact(&long[..13]).map(|_| ()),
+            Err(WireError::Truncated)
+        );
+        assert!(Reader::<14>::exact(&bytes).is_ok());
     }
 }
