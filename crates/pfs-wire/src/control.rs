@@ -4,8 +4,12 @@
 //! (what it sent, its end-to-end digest), then the receiver's report (flag
 //! `REPORT`): the receiver-side, authoritative statistics that the sender
 //! prints.
+//!
+//! Each fixed layout (summary, report, ERROR head) has its byte ranges once,
+//! in the private `field` tables.
 
-use crate::{rd_u16, rd_u32, rd_u64, WireError};
+use crate::layout::{tiles, Field, Reader, Writer};
+use crate::WireError;
 
 /// Size of a sender summary body.
 pub const SENDER_SUMMARY_LEN: usize = 48;
@@ -15,6 +19,111 @@ pub const REPORT_LEN: usize = 160;
 pub const MAX_ERROR_MSG: usize = 4096;
 /// `first_mismatch_seq` when no gram mismatched.
 pub const NO_MISMATCH: u64 = u64::MAX;
+
+/// Byte ranges of the COMPLETE and ERROR bodies (`docs/wire.md` §4.3–§4.5).
+mod field {
+    use super::{tiles, Field};
+
+    /// COMPLETE, sender summary: six u64.
+    pub mod summary {
+        use super::{tiles, Field};
+        use crate::control::SENDER_SUMMARY_LEN as LEN;
+
+        pub const GRAMS: Field = Field::new(0, 8);
+        pub const DESCRIPTORS: Field = Field::new(8, 8);
+        pub const EFFECTIVE_BYTES: Field = Field::new(16, 8);
+        pub const E2E_DIGEST: Field = Field::new(24, 8);
+        pub const WIRE_BYTES_SENT: Field = Field::new(32, 8);
+        pub const PAYLOAD_BYTES: Field = Field::new(40, 8);
+
+        const _: () = assert!(tiles(
+            &[
+                GRAMS,
+                DESCRIPTORS,
+                EFFECTIVE_BYTES,
+                E2E_DIGEST,
+                WIRE_BYTES_SENT,
+                PAYLOAD_BYTES
+            ],
+            LEN
+        ));
+    }
+
+    /// COMPLETE with REPORT: nineteen u64, five u8, three reserved bytes.
+    pub mod report {
+        use super::{tiles, Field};
+        use crate::control::REPORT_LEN as LEN;
+
+        pub const EFFECTIVE_BYTES: Field = Field::new(0, 8);
+        pub const WIRE_BYTES: Field = Field::new(8, 8);
+        pub const GRAMS: Field = Field::new(16, 8);
+        pub const DESCRIPTORS: Field = Field::new(24, 8);
+        pub const PAYLOAD_BYTES: Field = Field::new(32, 8);
+        pub const ELAPSED_NS: Field = Field::new(40, 8);
+        pub const USER_US: Field = Field::new(48, 8);
+        pub const SYS_US: Field = Field::new(56, 8);
+        pub const MAX_RSS_BYTES: Field = Field::new(64, 8);
+        pub const NVCSW: Field = Field::new(72, 8);
+        pub const NIVCSW: Field = Field::new(80, 8);
+        pub const MISMATCHED_GRAMS: Field = Field::new(88, 8);
+        pub const FIRST_MISMATCH_SEQ: Field = Field::new(96, 8);
+        pub const E2E_DIGEST: Field = Field::new(104, 8);
+        pub const PAGE_SIZE: Field = Field::new(112, 8);
+        pub const SETUP_MAP_NS: Field = Field::new(120, 8);
+        pub const SETUP_PREFAULT_NS: Field = Field::new(128, 8);
+        pub const SETUP_FILL_NS: Field = Field::new(136, 8);
+        pub const SETUP_FINGERPRINT_NS: Field = Field::new(144, 8);
+        pub const MODE: Field = Field::new(152, 1);
+        pub const ENCODING: Field = Field::new(153, 1);
+        pub const INTEGRITY: Field = Field::new(154, 1);
+        pub const INTEGRITY_OK: Field = Field::new(155, 1);
+        pub const BACKING: Field = Field::new(156, 1);
+        pub const RESERVED: Field = Field::new(157, 3);
+
+        const _: () = assert!(tiles(
+            &[
+                EFFECTIVE_BYTES,
+                WIRE_BYTES,
+                GRAMS,
+                DESCRIPTORS,
+                PAYLOAD_BYTES,
+                ELAPSED_NS,
+                USER_US,
+                SYS_US,
+                MAX_RSS_BYTES,
+                NVCSW,
+                NIVCSW,
+                MISMATCHED_GRAMS,
+                FIRST_MISMATCH_SEQ,
+                E2E_DIGEST,
+                PAGE_SIZE,
+                SETUP_MAP_NS,
+                SETUP_PREFAULT_NS,
+                SETUP_FILL_NS,
+                SETUP_FINGERPRINT_NS,
+                MODE,
+                ENCODING,
+                INTEGRITY,
+                INTEGRITY_OK,
+                BACKING,
+                RESERVED,
+            ],
+            LEN
+        ));
+    }
+
+    /// ERROR head; the message follows.
+    pub mod error {
+        use super::{tiles, Field};
+
+        pub const CODE: Field = Field::new(0, 2);
+        pub const RESERVED: Field = Field::new(2, 2);
+        pub const MSG_LEN: Field = Field::new(4, 4);
+        pub const LEN: usize = 8;
+
+        const _: () = assert!(tiles(&[CODE, RESERVED, MSG_LEN], LEN));
+    }
+}
 
 /// The sender's end-of-session summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,38 +145,29 @@ pub struct SenderSummary {
 impl SenderSummary {
     /// Decodes a sender summary body.
     pub fn parse(body: &[u8]) -> Result<Self, WireError> {
-        if body.len() != SENDER_SUMMARY_LEN {
-            return Err(if body.len() < SENDER_SUMMARY_LEN {
-                WireError::Truncated
-            } else {
-                WireError::LengthMismatch
-            });
-        }
+        use field::summary as f;
+        let b = Reader::<SENDER_SUMMARY_LEN>::exact(body)?;
         Ok(Self {
-            grams: rd_u64(body, 0),
-            descriptors: rd_u64(body, 8),
-            effective_bytes: rd_u64(body, 16),
-            e2e_digest: rd_u64(body, 24),
-            wire_bytes_sent: rd_u64(body, 32),
-            payload_bytes: rd_u64(body, 40),
+            grams: b.u64(f::GRAMS),
+            descriptors: b.u64(f::DESCRIPTORS),
+            effective_bytes: b.u64(f::EFFECTIVE_BYTES),
+            e2e_digest: b.u64(f::E2E_DIGEST),
+            wire_bytes_sent: b.u64(f::WIRE_BYTES_SENT),
+            payload_bytes: b.u64(f::PAYLOAD_BYTES),
         })
     }
 
     /// Encodes the body.
     pub fn emit(&self) -> [u8; SENDER_SUMMARY_LEN] {
-        let mut b = [0u8; SENDER_SUMMARY_LEN];
-        let fields = [
-            self.grams,
-            self.descriptors,
-            self.effective_bytes,
-            self.e2e_digest,
-            self.wire_bytes_sent,
-            self.payload_bytes,
-        ];
-        for (i, v) in fields.iter().enumerate() {
-            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-        }
-        b
+        use field::summary as f;
+        let mut w = Writer::<SENDER_SUMMARY_LEN>::new();
+        w.u64(f::GRAMS, self.grams)
+            .u64(f::DESCRIPTORS, self.descriptors)
+            .u64(f::EFFECTIVE_BYTES, self.effective_bytes)
+            .u64(f::E2E_DIGEST, self.e2e_digest)
+            .u64(f::WIRE_BYTES_SENT, self.wire_bytes_sent)
+            .u64(f::PAYLOAD_BYTES, self.payload_bytes);
+        w.finish()
     }
 }
 
@@ -127,78 +227,68 @@ pub struct Report {
 impl Report {
     /// Decodes a report body.
     pub fn parse(body: &[u8]) -> Result<Self, WireError> {
-        if body.len() != REPORT_LEN {
-            return Err(if body.len() < REPORT_LEN {
-                WireError::Truncated
-            } else {
-                WireError::LengthMismatch
-            });
-        }
-        if body[157..160] != [0, 0, 0] {
+        use field::report as f;
+        let b = Reader::<REPORT_LEN>::exact(body)?;
+        if !b.is_zero(f::RESERVED) {
             return Err(WireError::ReservedNonZero);
         }
-        let u = |i: usize| rd_u64(body, i * 8);
         Ok(Self {
-            effective_bytes: u(0),
-            wire_bytes: u(1),
-            grams: u(2),
-            descriptors: u(3),
-            payload_bytes: u(4),
-            elapsed_ns: u(5),
-            user_us: u(6),
-            sys_us: u(7),
-            max_rss_bytes: u(8),
-            nvcsw: u(9),
-            nivcsw: u(10),
-            mismatched_grams: u(11),
-            first_mismatch_seq: u(12),
-            e2e_digest: u(13),
-            page_size: u(14),
-            setup_map_ns: u(15),
-            setup_prefault_ns: u(16),
-            setup_fill_ns: u(17),
-            setup_fingerprint_ns: u(18),
-            mode: body[152],
-            encoding: body[153],
-            integrity: body[154],
-            integrity_ok: body[155],
-            backing: body[156],
+            effective_bytes: b.u64(f::EFFECTIVE_BYTES),
+            wire_bytes: b.u64(f::WIRE_BYTES),
+            grams: b.u64(f::GRAMS),
+            descriptors: b.u64(f::DESCRIPTORS),
+            payload_bytes: b.u64(f::PAYLOAD_BYTES),
+            elapsed_ns: b.u64(f::ELAPSED_NS),
+            user_us: b.u64(f::USER_US),
+            sys_us: b.u64(f::SYS_US),
+            max_rss_bytes: b.u64(f::MAX_RSS_BYTES),
+            nvcsw: b.u64(f::NVCSW),
+            nivcsw: b.u64(f::NIVCSW),
+            mismatched_grams: b.u64(f::MISMATCHED_GRAMS),
+            first_mismatch_seq: b.u64(f::FIRST_MISMATCH_SEQ),
+            e2e_digest: b.u64(f::E2E_DIGEST),
+            page_size: b.u64(f::PAGE_SIZE),
+            setup_map_ns: b.u64(f::SETUP_MAP_NS),
+            setup_prefault_ns: b.u64(f::SETUP_PREFAULT_NS),
+            setup_fill_ns: b.u64(f::SETUP_FILL_NS),
+            setup_fingerprint_ns: b.u64(f::SETUP_FINGERPRINT_NS),
+            mode: b.u8(f::MODE),
+            encoding: b.u8(f::ENCODING),
+            integrity: b.u8(f::INTEGRITY),
+            integrity_ok: b.u8(f::INTEGRITY_OK),
+            backing: b.u8(f::BACKING),
         })
     }
 
     /// Encodes the body.
     pub fn emit(&self) -> [u8; REPORT_LEN] {
-        let mut b = [0u8; REPORT_LEN];
-        let fields = [
-            self.effective_bytes,
-            self.wire_bytes,
-            self.grams,
-            self.descriptors,
-            self.payload_bytes,
-            self.elapsed_ns,
-            self.user_us,
-            self.sys_us,
-            self.max_rss_bytes,
-            self.nvcsw,
-            self.nivcsw,
-            self.mismatched_grams,
-            self.first_mismatch_seq,
-            self.e2e_digest,
-            self.page_size,
-            self.setup_map_ns,
-            self.setup_prefault_ns,
-            self.setup_fill_ns,
-            self.setup_fingerprint_ns,
-        ];
-        for (i, v) in fields.iter().enumerate() {
-            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-        }
-        b[152] = self.mode;
-        b[153] = self.encoding;
-        b[154] = self.integrity;
-        b[155] = self.integrity_ok;
-        b[156] = self.backing;
-        b
+        use field::report as f;
+        let mut w = Writer::<REPORT_LEN>::new();
+        w.u64(f::EFFECTIVE_BYTES, self.effective_bytes)
+            .u64(f::WIRE_BYTES, self.wire_bytes)
+            .u64(f::GRAMS, self.grams)
+            .u64(f::DESCRIPTORS, self.descriptors)
+            .u64(f::PAYLOAD_BYTES, self.payload_bytes)
+            .u64(f::ELAPSED_NS, self.elapsed_ns)
+            .u64(f::USER_US, self.user_us)
+            .u64(f::SYS_US, self.sys_us)
+            .u64(f::MAX_RSS_BYTES, self.max_rss_bytes)
+            .u64(f::NVCSW, self.nvcsw)
+            .u64(f::NIVCSW, self.nivcsw)
+            .u64(f::MISMATCHED_GRAMS, self.mismatched_grams)
+            .u64(f::FIRST_MISMATCH_SEQ, self.first_mismatch_seq)
+            .u64(f::E2E_DIGEST, self.e2e_digest)
+            .u64(f::PAGE_SIZE, self.page_size)
+            .u64(f::SETUP_MAP_NS, self.setup_map_ns)
+            .u64(f::SETUP_PREFAULT_NS, self.setup_prefault_ns)
+            .u64(f::SETUP_FILL_NS, self.setup_fill_ns)
+            .u64(f::SETUP_FINGERPRINT_NS, self.setup_fingerprint_ns)
+            .u8(f::MODE, self.mode)
+            .u8(f::ENCODING, self.encoding)
+            .u8(f::INTEGRITY, self.integrity)
+            .u8(f::INTEGRITY_OK, self.integrity_ok)
+            .u8(f::BACKING, self.backing);
+        w.finish()
     }
 }
 
@@ -275,20 +365,22 @@ pub struct ErrorFrame<'a> {
 impl<'a> ErrorFrame<'a> {
     /// Decodes an ERROR body.
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
-        let b = body.get(..8).ok_or(WireError::Truncated)?;
-        if rd_u16(b, 2) != 0 {
+        use field::error as f;
+        let b = Reader::<{ f::LEN }>::new(body)?;
+        if !b.is_zero(f::RESERVED) {
             return Err(WireError::ReservedNonZero);
         }
-        let len = rd_u32(b, 4) as usize;
+        let len = b.u32(f::MSG_LEN) as usize;
         if len > MAX_ERROR_MSG {
             return Err(WireError::TooLarge);
         }
-        if body.len() != 8 + len {
+        if body.len() != f::LEN + len {
             return Err(WireError::LengthMismatch);
         }
-        let message = core::str::from_utf8(&body[8..]).map_err(|_| WireError::BadUtf8)?;
+        let text = body.get(f::LEN..).ok_or(WireError::Truncated)?;
+        let message = core::str::from_utf8(text).map_err(|_| WireError::BadUtf8)?;
         Ok(Self {
-            code: rd_u16(b, 0),
+            code: b.u16(f::CODE),
             message,
         })
     }
@@ -300,9 +392,10 @@ impl<'a> ErrorFrame<'a> {
         while !self.message.is_char_boundary(end) {
             end -= 1;
         }
-        out.extend_from_slice(&self.code.to_le_bytes());
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&(end as u32).to_le_bytes());
+        use field::error as f;
+        let mut w = Writer::<{ f::LEN }>::new();
+        w.u16(f::CODE, self.code).u32(f::MSG_LEN, end as u32);
+        out.extend_from_slice(&w.finish());
         out.extend_from_slice(&self.message.as_bytes()[..end]);
     }
 }
@@ -310,6 +403,7 @@ impl<'a> ErrorFrame<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn summary_and_report_roundtrip() {
@@ -363,5 +457,59 @@ mod tests {
         }
         .emit(&mut b);
         assert!(ErrorFrame::parse(&b).unwrap().message.len() <= MAX_ERROR_MSG);
+    }
+
+    proptest! {
+        #[test]
+        fn summary_parse_emit(v: [u64; 6]) {
+            let s = SenderSummary {
+                grams: v[0],
+                descriptors: v[1],
+                effective_bytes: v[2],
+                e2e_digest: v[3],
+                wire_bytes_sent: v[4],
+                payload_bytes: v[5],
+            };
+            prop_assert_eq!(SenderSummary::parse(&s.emit()), Ok(s));
+        }
+
+        #[test]
+        fn report_parse_emit(v: [u64; 19], b: [u8; 5]) {
+            let r = Report {
+                effective_bytes: v[0],
+                wire_bytes: v[1],
+                grams: v[2],
+                descriptors: v[3],
+                payload_bytes: v[4],
+                elapsed_ns: v[5],
+                user_us: v[6],
+                sys_us: v[7],
+                max_rss_bytes: v[8],
+                nvcsw: v[9],
+                nivcsw: v[10],
+                mismatched_grams: v[11],
+                first_mismatch_seq: v[12],
+                e2e_digest: v[13],
+                page_size: v[14],
+                setup_map_ns: v[15],
+                setup_prefault_ns: v[16],
+                setup_fill_ns: v[17],
+                setup_fingerprint_ns: v[18],
+                mode: b[0],
+                encoding: b[1],
+                integrity: b[2],
+                integrity_ok: b[3],
+                backing: b[4],
+            };
+            prop_assert_eq!(Report::parse(&r.emit()), Ok(r));
+        }
+
+        #[test]
+        fn error_parse_emit(code: u16, message in "\\PC{0,64}") {
+            let e = ErrorFrame { code, message: &message };
+            let mut body = Vec::new();
+            e.emit(&mut body);
+            prop_assert_eq!(ErrorFrame::parse(&body), Ok(e));
+        }
     }
 }

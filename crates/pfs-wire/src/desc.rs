@@ -9,13 +9,33 @@
 //!
 //! Decoding is a lazy, allocation-free iterator over the table bytes; every
 //! error is typed and no input makes it panic. Bounds against a blob are the
-//! receiver's business (it owns the blob), not the codec's.
+//! receiver's business (it owns the blob), not the codec's. The fixed
+//! pieces (an absolute descriptor, the arithmetic table's first offset) have
+//! their byte ranges in the private `field` table.
 
+use crate::layout::{tiles, Field, Reader, Writer};
 use crate::varint::{get_varint, put_varint, zigzag_decode, zigzag_encode};
-use crate::{rd_u32, rd_u64, WireError};
+use crate::WireError;
 
 /// Size of one absolute descriptor.
 pub const ABSOLUTE_DESC_LEN: usize = 12;
+
+/// Byte ranges of the fixed pieces of a table (`docs/wire.md` §3.3, §3.4).
+mod field {
+    use super::{tiles, Field, ABSOLUTE_DESC_LEN};
+
+    /// An absolute descriptor: offset, then length.
+    pub const OFFSET: Field = Field::new(0, 8);
+    pub const LEN: Field = Field::new(8, 4);
+
+    const _: () = assert!(tiles(&[OFFSET, LEN], ABSOLUTE_DESC_LEN));
+
+    /// An arithmetic table opens with its first offset, absolute.
+    pub const FIRST_OFFSET: Field = Field::new(0, 8);
+    pub const FIRST_OFFSET_LEN: usize = 8;
+
+    const _: () = assert!(tiles(&[FIRST_OFFSET], FIRST_OFFSET_LEN));
+}
 
 /// One reference into the blob.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -96,13 +116,11 @@ impl<'a> DescIter<'a> {
 
     #[inline]
     fn next_absolute(&mut self) -> Result<Descriptor, WireError> {
-        let bytes = self
-            .table
-            .get(self.pos..self.pos + ABSOLUTE_DESC_LEN)
-            .ok_or(WireError::TableTruncated)?;
+        let rest = self.table.get(self.pos..).unwrap_or_default();
+        let b = Reader::<ABSOLUTE_DESC_LEN>::new(rest).map_err(|_| WireError::TableTruncated)?;
         let d = Descriptor {
-            offset: rd_u64(bytes, 0),
-            len: rd_u32(bytes, 8),
+            offset: b.u64(field::OFFSET),
+            len: b.u32(field::LEN),
         };
         d.end().ok_or(WireError::DescriptorOverflow)?;
         self.pos += ABSOLUTE_DESC_LEN;
@@ -111,11 +129,12 @@ impl<'a> DescIter<'a> {
 
     #[inline]
     fn next_arithmetic(&mut self) -> Result<Descriptor, WireError> {
-        let rest = &self.table[self.pos..];
+        let rest = self.table.get(self.pos..).unwrap_or_default();
         let (offset, used) = match self.prev_end {
             None => {
-                let b = rest.get(..8).ok_or(WireError::TableTruncated)?;
-                (rd_u64(b, 0), 8)
+                let b = Reader::<{ field::FIRST_OFFSET_LEN }>::new(rest)
+                    .map_err(|_| WireError::TableTruncated)?;
+                (b.u64(field::FIRST_OFFSET), field::FIRST_OFFSET_LEN)
             }
             Some(prev_end) => {
                 let (zz, used) = get_varint(rest).map_err(truncated_as_table)?;
@@ -124,7 +143,8 @@ impl<'a> DescIter<'a> {
                 (offset, used)
             }
         };
-        let (len, used_len) = get_varint(&rest[used..]).map_err(truncated_as_table)?;
+        let after = rest.get(used..).unwrap_or_default();
+        let (len, used_len) = get_varint(after).map_err(truncated_as_table)?;
         let len = u32::try_from(len).map_err(|_| WireError::DescriptorOverflow)?;
         let d = Descriptor { offset, len };
         self.prev_end = Some(d.end().ok_or(WireError::DescriptorOverflow)?);
@@ -235,14 +255,15 @@ impl TableWriter {
         match self.encoding {
             Encoding::Absolute => {
                 // One 12-byte append: a single capacity check per descriptor.
-                let mut b = [0u8; ABSOLUTE_DESC_LEN];
-                b[..8].copy_from_slice(&d.offset.to_le_bytes());
-                b[8..].copy_from_slice(&d.len.to_le_bytes());
-                self.buf.extend_from_slice(&b);
+                let mut w = Writer::<ABSOLUTE_DESC_LEN>::new();
+                w.u64(field::OFFSET, d.offset).u32(field::LEN, d.len);
+                self.buf.extend_from_slice(&w.finish());
             }
             Encoding::Arithmetic => {
                 if self.count == 1 {
-                    self.buf.extend_from_slice(&d.offset.to_le_bytes());
+                    let mut w = Writer::<{ field::FIRST_OFFSET_LEN }>::new();
+                    w.u64(field::FIRST_OFFSET, d.offset);
+                    self.buf.extend_from_slice(&w.finish());
                 } else {
                     let delta = i128::from(d.offset) - i128::from(self.prev_end);
                     let delta = i64::try_from(delta).map_err(|_| {

@@ -5,9 +5,12 @@
 //! 0      4       5      6       8        12       16
 //! | magic | version | type | flags | length | hdr_crc |
 //! ```
-//! `hdr_crc` is CRC32C over bytes 0..12. All integers little-endian.
+//! `hdr_crc` is CRC32C over bytes 0..12. All integers little-endian. The
+//! byte ranges live once, in the private `field` table, which both
+//! [`FrameHeader::parse`] and [`FrameHeader::emit`] use.
 
-use crate::{rd_u16, rd_u32, WireError};
+use crate::layout::{tiles, Field, Reader, Writer};
+use crate::WireError;
 
 /// `PFSG`.
 pub const MAGIC: [u8; 4] = *b"PFSG";
@@ -17,6 +20,24 @@ pub const VERSION: u8 = 1;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Upper bound on the body of any non-GRAM frame; receivers reject larger.
 pub const MAX_CONTROL_BODY: u32 = 64 * 1024;
+
+/// Byte ranges of the frame header (`docs/wire.md` §2.1).
+mod field {
+    use super::{tiles, Field, FRAME_HEADER_LEN};
+
+    pub const MAGIC: Field = Field::new(0, 4);
+    pub const VERSION: Field = Field::new(4, 1);
+    pub const TYPE: Field = Field::new(5, 1);
+    pub const FLAGS: Field = Field::new(6, 2);
+    pub const LENGTH: Field = Field::new(8, 4);
+    /// CRC32C of every byte before it.
+    pub const HDR_CRC: Field = Field::new(12, 4);
+
+    const _: () = assert!(tiles(
+        &[MAGIC, VERSION, TYPE, FLAGS, LENGTH, HDR_CRC],
+        FRAME_HEADER_LEN
+    ));
+}
 
 /// Frame type numbers. ACK, NAK and REPAIR are reserved for the reliable
 /// transports and the corrections plane.
@@ -143,19 +164,20 @@ impl FrameHeader {
     /// type but the bulk ones (GRAM, CHUNKS, REPAIR), whose limits the
     /// receiver applies.
     pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
-        let hdr = buf.get(..FRAME_HEADER_LEN).ok_or(WireError::Truncated)?;
-        if hdr[0..4] != MAGIC {
+        let hdr = Reader::<FRAME_HEADER_LEN>::new(buf)?;
+        if hdr.bytes(field::MAGIC) != MAGIC {
             return Err(WireError::BadMagic);
         }
-        if crc32c::crc32c(&hdr[0..12]) != rd_u32(hdr, 12) {
+        if crc32c::crc32c(hdr.before(field::HDR_CRC)) != hdr.u32(field::HDR_CRC) {
             return Err(WireError::BadHeaderCrc);
         }
-        if hdr[4] != VERSION {
-            return Err(WireError::UnsupportedVersion(hdr[4]));
+        let version = hdr.u8(field::VERSION);
+        if version != VERSION {
+            return Err(WireError::UnsupportedVersion(version));
         }
-        let frame_type = FrameType::from_u8(hdr[5])?;
-        let flags = rd_u16(hdr, 6);
-        let length = rd_u32(hdr, 8);
+        let frame_type = FrameType::from_u8(hdr.u8(field::TYPE))?;
+        let flags = hdr.u16(field::FLAGS);
+        let length = hdr.u32(field::LENGTH);
         if !frame_type.is_bulk() && length > MAX_CONTROL_BODY {
             return Err(WireError::TooLarge);
         }
@@ -181,15 +203,15 @@ impl FrameHeader {
 
     /// Encodes into a 16-byte array (CRC included).
     pub fn emit(&self) -> [u8; FRAME_HEADER_LEN] {
-        let mut out = [0u8; FRAME_HEADER_LEN];
-        out[0..4].copy_from_slice(&MAGIC);
-        out[4] = VERSION;
-        out[5] = self.frame_type as u8;
-        out[6..8].copy_from_slice(&self.flags.to_le_bytes());
-        out[8..12].copy_from_slice(&self.length.to_le_bytes());
-        let crc = crc32c::crc32c(&out[0..12]);
-        out[12..16].copy_from_slice(&crc.to_le_bytes());
-        out
+        let mut w = Writer::<FRAME_HEADER_LEN>::new();
+        w.put(field::MAGIC, &MAGIC)
+            .u8(field::VERSION, VERSION)
+            .u8(field::TYPE, self.frame_type as u8)
+            .u16(field::FLAGS, self.flags)
+            .u32(field::LENGTH, self.length);
+        let crc = crc32c::crc32c(w.before(field::HDR_CRC));
+        w.u32(field::HDR_CRC, crc);
+        w.finish()
     }
 }
 
@@ -217,6 +239,7 @@ impl<'a> Frame<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn hdr(t: FrameType, flags: u16, length: u32) -> [u8; 16] {
         FrameHeader {
@@ -295,5 +318,24 @@ mod tests {
         let (f, used) = Frame::parse(&buf).unwrap();
         assert_eq!(used, 20);
         assert_eq!(f.body, &[1, 2, 3, 4]);
+    }
+
+    proptest! {
+        /// Every header the parser accepts comes back from `emit` unchanged:
+        /// any type, any length a non-bulk type may carry, the flags it allows.
+        #[test]
+        fn header_parse_emit(t in 1u8..=19, length: u32, flag: bool) {
+            let frame_type = FrameType::from_u8(t).unwrap();
+            let length = if frame_type.is_bulk() { length } else { length % (MAX_CONTROL_BODY + 1) };
+            let bytes = hdr(frame_type, 0, length);
+            let h = FrameHeader::parse(&bytes).unwrap();
+            prop_assert_eq!(h, FrameHeader { frame_type, flags: 0, length });
+            prop_assert_eq!(h.emit(), bytes);
+            // A header with its only defined flag set, where the type has one.
+            let with_flag = hdr(frame_type, u16::from(flag), length);
+            if let Ok(h) = FrameHeader::parse(&with_flag) {
+                prop_assert_eq!(h.emit(), with_flag);
+            }
+        }
     }
 }

@@ -5,14 +5,44 @@
 //! 0     8          12          16            20      21        22      24               32
 //! | seq | desc_count | table_len | payload_len | enc | integrity | gflags | integrity_value |
 //! ```
+//! The header's byte ranges live once, in the private `field` table.
 
 use crate::desc::{DescIter, Encoding};
-use crate::{rd_u16, rd_u32, rd_u64, IntegrityAlg, WireError};
+use crate::layout::{tiles, Field, Reader, Writer};
+use crate::{IntegrityAlg, WireError};
 
 /// Size of the gram header.
 pub const GRAM_HEADER_LEN: usize = 32;
 /// Gram flag: a payload slab follows the table.
 pub const GRAM_FLAG_PAYLOAD: u16 = 0x0001;
+
+/// Byte ranges of the gram header (`docs/wire.md` §3.1).
+mod field {
+    use super::{tiles, Field, GRAM_HEADER_LEN};
+
+    pub const SEQ: Field = Field::new(0, 8);
+    pub const DESC_COUNT: Field = Field::new(8, 4);
+    pub const TABLE_LEN: Field = Field::new(12, 4);
+    pub const PAYLOAD_LEN: Field = Field::new(16, 4);
+    pub const ENCODING: Field = Field::new(20, 1);
+    pub const INTEGRITY: Field = Field::new(21, 1);
+    pub const FLAGS: Field = Field::new(22, 2);
+    pub const INTEGRITY_VALUE: Field = Field::new(24, 8);
+
+    const _: () = assert!(tiles(
+        &[
+            SEQ,
+            DESC_COUNT,
+            TABLE_LEN,
+            PAYLOAD_LEN,
+            ENCODING,
+            INTEGRITY,
+            FLAGS,
+            INTEGRITY_VALUE
+        ],
+        GRAM_HEADER_LEN
+    ));
+}
 
 /// A decoded gram header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,9 +68,9 @@ pub struct GramHeader {
 impl GramHeader {
     /// Checks and decodes the first 32 bytes of `buf`.
     pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
-        let b = buf.get(..GRAM_HEADER_LEN).ok_or(WireError::Truncated)?;
-        let flags = rd_u16(b, 22);
-        let payload_len = rd_u32(b, 16);
+        let b = Reader::<GRAM_HEADER_LEN>::new(buf)?;
+        let flags = b.u16(field::FLAGS);
+        let payload_len = b.u32(field::PAYLOAD_LEN);
         if flags & !GRAM_FLAG_PAYLOAD != 0 {
             return Err(WireError::BadFlags);
         }
@@ -48,29 +78,29 @@ impl GramHeader {
             return Err(WireError::BadFlags);
         }
         Ok(Self {
-            seq: rd_u64(b, 0),
-            desc_count: rd_u32(b, 8),
-            table_len: rd_u32(b, 12),
+            seq: b.u64(field::SEQ),
+            desc_count: b.u32(field::DESC_COUNT),
+            table_len: b.u32(field::TABLE_LEN),
             payload_len,
-            encoding: Encoding::from_u8(b[20])?,
-            integrity: IntegrityAlg::from_u8(b[21])?,
+            encoding: Encoding::from_u8(b.u8(field::ENCODING))?,
+            integrity: IntegrityAlg::from_u8(b.u8(field::INTEGRITY))?,
             flags,
-            integrity_value: rd_u64(b, 24),
+            integrity_value: b.u64(field::INTEGRITY_VALUE),
         })
     }
 
     /// Encodes the header.
     pub fn emit(&self) -> [u8; GRAM_HEADER_LEN] {
-        let mut b = [0u8; GRAM_HEADER_LEN];
-        b[0..8].copy_from_slice(&self.seq.to_le_bytes());
-        b[8..12].copy_from_slice(&self.desc_count.to_le_bytes());
-        b[12..16].copy_from_slice(&self.table_len.to_le_bytes());
-        b[16..20].copy_from_slice(&self.payload_len.to_le_bytes());
-        b[20] = self.encoding as u8;
-        b[21] = self.integrity as u8;
-        b[22..24].copy_from_slice(&self.flags.to_le_bytes());
-        b[24..32].copy_from_slice(&self.integrity_value.to_le_bytes());
-        b
+        let mut w = Writer::<GRAM_HEADER_LEN>::new();
+        w.u64(field::SEQ, self.seq)
+            .u32(field::DESC_COUNT, self.desc_count)
+            .u32(field::TABLE_LEN, self.table_len)
+            .u32(field::PAYLOAD_LEN, self.payload_len)
+            .u8(field::ENCODING, self.encoding as u8)
+            .u8(field::INTEGRITY, self.integrity as u8)
+            .u16(field::FLAGS, self.flags)
+            .u64(field::INTEGRITY_VALUE, self.integrity_value);
+        w.finish()
     }
 
     /// Frame body length this header implies: header + table + payload.
@@ -104,11 +134,15 @@ impl<'a> Gram<'a> {
         let header = GramHeader::parse(body)?;
         let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge)?;
         header.check_body_len(len)?;
-        let table_end = GRAM_HEADER_LEN + header.table_len as usize;
+        // The lengths agree, so neither split fails; `get` keeps it panic-free anyway.
+        let (table, payload) = body
+            .get(GRAM_HEADER_LEN..)
+            .and_then(|rest| rest.split_at_checked(header.table_len as usize))
+            .ok_or(WireError::LengthMismatch)?;
         Ok(Self {
             header,
-            table: &body[GRAM_HEADER_LEN..table_end],
-            payload: &body[table_end..],
+            table,
+            payload,
         })
     }
 
@@ -122,6 +156,7 @@ impl<'a> Gram<'a> {
 mod tests {
     use super::*;
     use crate::desc::{encode_table, Descriptor};
+    use proptest::prelude::*;
 
     #[test]
     fn header_roundtrip_and_flag_checks() {
@@ -176,5 +211,30 @@ mod tests {
             Gram::parse(&body[..body.len() - 1]).map(|_| ()),
             Err(WireError::LengthMismatch)
         );
+    }
+
+    proptest! {
+        #[test]
+        fn header_parse_emit(
+            seq: u64,
+            desc_count: u32,
+            table_len: u32,
+            payload_len: u32,
+            arithmetic: bool,
+            integrity in 0u8..3,
+            integrity_value: u64,
+        ) {
+            let h = GramHeader {
+                seq,
+                desc_count,
+                table_len,
+                payload_len,
+                encoding: if arithmetic { Encoding::Arithmetic } else { Encoding::Absolute },
+                integrity: IntegrityAlg::from_u8(integrity).unwrap(),
+                flags: if payload_len == 0 { 0 } else { GRAM_FLAG_PAYLOAD },
+                integrity_value,
+            };
+            prop_assert_eq!(GramHeader::parse(&h.emit()), Ok(h));
+        }
     }
 }

@@ -3,10 +3,12 @@
 //! Both carry a trailing authentication field (`auth_method`, `auth_len`,
 //! then `auth_len` bytes) so that an authentication exchange can be added
 //! without a version bump; method 0 ("none") with length 0 is all this
-//! version sends.
+//! version sends. The fixed parts' byte ranges live once, in the private
+//! `field` tables.
 
 use crate::desc::Encoding;
-use crate::{rd_u16, rd_u32, rd_u64, IntegrityAlg, Mode, WireError};
+use crate::layout::{tiles, Field, Reader, Writer};
+use crate::{IntegrityAlg, Mode, WireError};
 
 /// Fixed part of a HELLO body.
 pub const HELLO_FIXED_LEN: usize = 96;
@@ -14,6 +16,92 @@ pub const HELLO_FIXED_LEN: usize = 96;
 pub const HELLO_ACK_FIXED_LEN: usize = 48;
 /// Largest authentication field either side accepts.
 pub const MAX_AUTH_LEN: usize = 1024;
+
+/// Byte ranges of the fixed parts (`docs/wire.md` §4.1, §4.2).
+mod field {
+    use super::{tiles, Field};
+
+    /// HELLO; the `auth` bytes follow.
+    pub mod hello {
+        use super::{tiles, Field};
+        use crate::hello::HELLO_FIXED_LEN as LEN;
+
+        pub const MODE: Field = Field::new(0, 1);
+        pub const ENCODING: Field = Field::new(1, 1);
+        pub const INTEGRITY: Field = Field::new(2, 1);
+        pub const AUTH_METHOD: Field = Field::new(3, 1);
+        /// `hello_flags`: none defined, so reserved.
+        pub const FLAGS: Field = Field::new(4, 2);
+        pub const AUTH_LEN: Field = Field::new(6, 2);
+        pub const MAX_DESC_PER_GRAM: Field = Field::new(8, 4);
+        pub const MAX_DESC_LEN: Field = Field::new(12, 4);
+        pub const BLOB_LEN: Field = Field::new(16, 8);
+        pub const REGION_SIZE: Field = Field::new(24, 4);
+        pub const RESERVED_28: Field = Field::new(28, 4);
+        pub const FINGERPRINT: Field = Field::new(32, 32);
+        pub const SESSION_NONCE: Field = Field::new(64, 8);
+        pub const PLANNED_BYTES: Field = Field::new(72, 8);
+        pub const PLANNED_GRAMS: Field = Field::new(80, 8);
+        pub const RESERVED_88: Field = Field::new(88, 8);
+
+        const _: () = assert!(tiles(
+            &[
+                MODE,
+                ENCODING,
+                INTEGRITY,
+                AUTH_METHOD,
+                FLAGS,
+                AUTH_LEN,
+                MAX_DESC_PER_GRAM,
+                MAX_DESC_LEN,
+                BLOB_LEN,
+                REGION_SIZE,
+                RESERVED_28,
+                FINGERPRINT,
+                SESSION_NONCE,
+                PLANNED_BYTES,
+                PLANNED_GRAMS,
+                RESERVED_88,
+            ],
+            LEN
+        ));
+    }
+
+    /// HELLO_ACK; the `auth` bytes follow.
+    pub mod ack {
+        use super::{tiles, Field};
+        use crate::hello::HELLO_ACK_FIXED_LEN as LEN;
+
+        pub const MAX_GRAM_BODY: Field = Field::new(0, 4);
+        pub const MAX_DESC_COUNT: Field = Field::new(4, 4);
+        pub const MAX_TABLE_LEN: Field = Field::new(8, 4);
+        pub const MAX_PAYLOAD_LEN: Field = Field::new(12, 4);
+        pub const BLOB_LEN: Field = Field::new(16, 8);
+        pub const PAGE_SIZE: Field = Field::new(24, 8);
+        pub const BACKING: Field = Field::new(32, 1);
+        pub const AUTH_METHOD: Field = Field::new(33, 1);
+        pub const AUTH_LEN: Field = Field::new(34, 2);
+        pub const RESERVED: Field = Field::new(36, 4);
+        pub const SESSION_NONCE: Field = Field::new(40, 8);
+
+        const _: () = assert!(tiles(
+            &[
+                MAX_GRAM_BODY,
+                MAX_DESC_COUNT,
+                MAX_TABLE_LEN,
+                MAX_PAYLOAD_LEN,
+                BLOB_LEN,
+                PAGE_SIZE,
+                BACKING,
+                AUTH_METHOD,
+                AUTH_LEN,
+                RESERVED,
+                SESSION_NONCE,
+            ],
+            LEN
+        ));
+    }
+}
 
 /// The sender's opening frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,55 +137,54 @@ pub struct Hello<'a> {
 impl<'a> Hello<'a> {
     /// Checks and decodes a HELLO body.
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
-        let b = body.get(..HELLO_FIXED_LEN).ok_or(WireError::Truncated)?;
-        let flags = rd_u16(b, 4);
-        if flags != 0 || rd_u32(b, 28) != 0 || rd_u64(b, 88) != 0 {
+        use field::hello as f;
+        let b = Reader::<HELLO_FIXED_LEN>::new(body)?;
+        if !b.is_zero(f::FLAGS) || !b.is_zero(f::RESERVED_28) || !b.is_zero(f::RESERVED_88) {
             return Err(WireError::ReservedNonZero);
         }
-        let auth_len = rd_u16(b, 6) as usize;
+        let auth_len = usize::from(b.u16(f::AUTH_LEN));
         if auth_len > MAX_AUTH_LEN {
             return Err(WireError::TooLarge);
         }
         if body.len() != HELLO_FIXED_LEN + auth_len {
             return Err(WireError::LengthMismatch);
         }
-        let mut fingerprint = [0u8; 32];
-        fingerprint.copy_from_slice(&b[32..64]);
         Ok(Self {
-            mode: Mode::from_u8(b[0])?,
-            encoding: Encoding::from_u8(b[1])?,
-            integrity: IntegrityAlg::from_u8(b[2])?,
-            auth_method: b[3],
-            max_desc_per_gram: rd_u32(b, 8),
-            max_desc_len: rd_u32(b, 12),
-            blob_len: rd_u64(b, 16),
-            region_size: rd_u32(b, 24),
-            fingerprint,
-            session_nonce: rd_u64(b, 64),
-            planned_bytes: rd_u64(b, 72),
-            planned_grams: rd_u64(b, 80),
-            auth: &body[HELLO_FIXED_LEN..],
+            mode: Mode::from_u8(b.u8(f::MODE))?,
+            encoding: Encoding::from_u8(b.u8(f::ENCODING))?,
+            integrity: IntegrityAlg::from_u8(b.u8(f::INTEGRITY))?,
+            auth_method: b.u8(f::AUTH_METHOD),
+            max_desc_per_gram: b.u32(f::MAX_DESC_PER_GRAM),
+            max_desc_len: b.u32(f::MAX_DESC_LEN),
+            blob_len: b.u64(f::BLOB_LEN),
+            region_size: b.u32(f::REGION_SIZE),
+            fingerprint: b.array(f::FINGERPRINT),
+            session_nonce: b.u64(f::SESSION_NONCE),
+            planned_bytes: b.u64(f::PLANNED_BYTES),
+            planned_grams: b.u64(f::PLANNED_GRAMS),
+            auth: body.get(HELLO_FIXED_LEN..).ok_or(WireError::Truncated)?,
         })
     }
 
     /// Appends the encoded body to `out`.
     pub fn emit(&self, out: &mut Vec<u8>) {
         let auth_len = self.auth.len().min(MAX_AUTH_LEN);
-        let mut b = [0u8; HELLO_FIXED_LEN];
-        b[0] = self.mode as u8;
-        b[1] = self.encoding as u8;
-        b[2] = self.integrity as u8;
-        b[3] = self.auth_method;
-        b[6..8].copy_from_slice(&(auth_len as u16).to_le_bytes());
-        b[8..12].copy_from_slice(&self.max_desc_per_gram.to_le_bytes());
-        b[12..16].copy_from_slice(&self.max_desc_len.to_le_bytes());
-        b[16..24].copy_from_slice(&self.blob_len.to_le_bytes());
-        b[24..28].copy_from_slice(&self.region_size.to_le_bytes());
-        b[32..64].copy_from_slice(&self.fingerprint);
-        b[64..72].copy_from_slice(&self.session_nonce.to_le_bytes());
-        b[72..80].copy_from_slice(&self.planned_bytes.to_le_bytes());
-        b[80..88].copy_from_slice(&self.planned_grams.to_le_bytes());
-        out.extend_from_slice(&b);
+        use field::hello as f;
+        let mut w = Writer::<HELLO_FIXED_LEN>::new();
+        w.u8(f::MODE, self.mode as u8)
+            .u8(f::ENCODING, self.encoding as u8)
+            .u8(f::INTEGRITY, self.integrity as u8)
+            .u8(f::AUTH_METHOD, self.auth_method)
+            .u16(f::AUTH_LEN, auth_len as u16)
+            .u32(f::MAX_DESC_PER_GRAM, self.max_desc_per_gram)
+            .u32(f::MAX_DESC_LEN, self.max_desc_len)
+            .u64(f::BLOB_LEN, self.blob_len)
+            .u32(f::REGION_SIZE, self.region_size)
+            .put(f::FINGERPRINT, &self.fingerprint)
+            .u64(f::SESSION_NONCE, self.session_nonce)
+            .u64(f::PLANNED_BYTES, self.planned_bytes)
+            .u64(f::PLANNED_GRAMS, self.planned_grams);
+        out.extend_from_slice(&w.finish());
         out.extend_from_slice(&self.auth[..auth_len]);
     }
 }
@@ -130,11 +217,12 @@ pub struct HelloAck<'a> {
 impl<'a> HelloAck<'a> {
     /// Checks and decodes a HELLO_ACK body.
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
-        let b = body.get(..HELLO_ACK_FIXED_LEN).ok_or(WireError::Truncated)?;
-        if rd_u32(b, 36) != 0 {
+        use field::ack as f;
+        let b = Reader::<HELLO_ACK_FIXED_LEN>::new(body)?;
+        if !b.is_zero(f::RESERVED) {
             return Err(WireError::ReservedNonZero);
         }
-        let auth_len = rd_u16(b, 34) as usize;
+        let auth_len = usize::from(b.u16(f::AUTH_LEN));
         if auth_len > MAX_AUTH_LEN {
             return Err(WireError::TooLarge);
         }
@@ -142,34 +230,35 @@ impl<'a> HelloAck<'a> {
             return Err(WireError::LengthMismatch);
         }
         Ok(Self {
-            max_gram_body: rd_u32(b, 0),
-            max_desc_count: rd_u32(b, 4),
-            max_table_len: rd_u32(b, 8),
-            max_payload_len: rd_u32(b, 12),
-            blob_len: rd_u64(b, 16),
-            page_size: rd_u64(b, 24),
-            backing: b[32],
-            auth_method: b[33],
-            session_nonce: rd_u64(b, 40),
-            auth: &body[HELLO_ACK_FIXED_LEN..],
+            max_gram_body: b.u32(f::MAX_GRAM_BODY),
+            max_desc_count: b.u32(f::MAX_DESC_COUNT),
+            max_table_len: b.u32(f::MAX_TABLE_LEN),
+            max_payload_len: b.u32(f::MAX_PAYLOAD_LEN),
+            blob_len: b.u64(f::BLOB_LEN),
+            page_size: b.u64(f::PAGE_SIZE),
+            backing: b.u8(f::BACKING),
+            auth_method: b.u8(f::AUTH_METHOD),
+            session_nonce: b.u64(f::SESSION_NONCE),
+            auth: body.get(HELLO_ACK_FIXED_LEN..).ok_or(WireError::Truncated)?,
         })
     }
 
     /// Appends the encoded body to `out`.
     pub fn emit(&self, out: &mut Vec<u8>) {
         let auth_len = self.auth.len().min(MAX_AUTH_LEN);
-        let mut b = [0u8; HELLO_ACK_FIXED_LEN];
-        b[0..4].copy_from_slice(&self.max_gram_body.to_le_bytes());
-        b[4..8].copy_from_slice(&self.max_desc_count.to_le_bytes());
-        b[8..12].copy_from_slice(&self.max_table_len.to_le_bytes());
-        b[12..16].copy_from_slice(&self.max_payload_len.to_le_bytes());
-        b[16..24].copy_from_slice(&self.blob_len.to_le_bytes());
-        b[24..32].copy_from_slice(&self.page_size.to_le_bytes());
-        b[32] = self.backing;
-        b[33] = self.auth_method;
-        b[34..36].copy_from_slice(&(auth_len as u16).to_le_bytes());
-        b[40..48].copy_from_slice(&self.session_nonce.to_le_bytes());
-        out.extend_from_slice(&b);
+        use field::ack as f;
+        let mut w = Writer::<HELLO_ACK_FIXED_LEN>::new();
+        w.u32(f::MAX_GRAM_BODY, self.max_gram_body)
+            .u32(f::MAX_DESC_COUNT, self.max_desc_count)
+            .u32(f::MAX_TABLE_LEN, self.max_table_len)
+            .u32(f::MAX_PAYLOAD_LEN, self.max_payload_len)
+            .u64(f::BLOB_LEN, self.blob_len)
+            .u64(f::PAGE_SIZE, self.page_size)
+            .u8(f::BACKING, self.backing)
+            .u8(f::AUTH_METHOD, self.auth_method)
+            .u16(f::AUTH_LEN, auth_len as u16)
+            .u64(f::SESSION_NONCE, self.session_nonce);
+        out.extend_from_slice(&w.finish());
         out.extend_from_slice(&self.auth[..auth_len]);
     }
 }
@@ -177,6 +266,7 @@ impl<'a> HelloAck<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn sample() -> Hello<'static> {
         Hello {
@@ -248,5 +338,67 @@ mod tests {
         let mut bad = body;
         bad[37] = 1;
         assert_eq!(HelloAck::parse(&bad), Err(WireError::ReservedNonZero));
+    }
+
+    proptest! {
+        #[test]
+        fn hello_parse_emit(
+            mode in 0u8..3,
+            arithmetic: bool,
+            integrity in 0u8..3,
+            auth_method: u8,
+            limits: (u32, u32, u64, u32),
+            fingerprint: [u8; 32],
+            plan: (u64, u64, u64),
+            auth in proptest::collection::vec(any::<u8>(), 0..48),
+        ) {
+            let h = Hello {
+                mode: Mode::from_u8(mode).unwrap(),
+                encoding: if arithmetic { Encoding::Arithmetic } else { Encoding::Absolute },
+                integrity: IntegrityAlg::from_u8(integrity).unwrap(),
+                auth_method,
+                max_desc_per_gram: limits.0,
+                max_desc_len: limits.1,
+                blob_len: limits.2,
+                region_size: limits.3,
+                fingerprint,
+                session_nonce: plan.0,
+                planned_bytes: plan.1,
+                planned_grams: plan.2,
+                auth: &auth,
+            };
+            let mut body = Vec::new();
+            h.emit(&mut body);
+            prop_assert_eq!(body.len(), HELLO_FIXED_LEN + auth.len());
+            prop_assert_eq!(Hello::parse(&body), Ok(h));
+        }
+
+        #[test]
+        fn ack_parse_emit(
+            limits: (u32, u32, u32, u32),
+            blob_len: u64,
+            page_size: u64,
+            backing: u8,
+            auth_method: u8,
+            session_nonce: u64,
+            auth in proptest::collection::vec(any::<u8>(), 0..48),
+        ) {
+            let a = HelloAck {
+                max_gram_body: limits.0,
+                max_desc_count: limits.1,
+                max_table_len: limits.2,
+                max_payload_len: limits.3,
+                blob_len,
+                page_size,
+                backing,
+                auth_method,
+                session_nonce,
+                auth: &auth,
+            };
+            let mut body = Vec::new();
+            a.emit(&mut body);
+            prop_assert_eq!(body.len(), HELLO_ACK_FIXED_LEN + auth.len());
+            prop_assert_eq!(HelloAck::parse(&body), Ok(a));
+        }
     }
 }

@@ -2,12 +2,20 @@
 //!
 //! Owns the byte layout of everything that crosses a transport: the frame
 //! envelope ([`frame`]), the gram header and view ([`gram`]), the descriptor
-//! codecs ([`desc`], [`varint`]) and the control frames ([`hello`],
-//! [`control`]). No sockets, no clocks, no allocation on the decode path.
+//! codecs ([`desc`], [`varint`]), the control frames ([`hello`],
+//! [`control`]) and the files-session frames ([`files`], one file per frame
+//! group). No sockets, no clocks, no allocation on the decode path.
 //! Every decoder takes untrusted `&[u8]`, checks lengths before reading, and
 //! returns a typed [`WireError`] instead of panicking. The byte-level spec,
 //! with test vectors, is `docs/wire.md`; the vectors are checked by
 //! `tests/vectors.rs`.
+//!
+//! Each fixed layout (a header, a fixed body, the fixed head of a variable
+//! body) is written down once, as a private `field` table of byte ranges
+//! beside its codec, and both `parse` and `emit` use only those names. The
+//! private `layout` module holds the table type, the compile-time check that
+//! a table covers its structure exactly, and the bounds-checked reader and
+//! the writer built on it.
 
 pub mod control;
 pub mod desc;
@@ -16,6 +24,7 @@ pub mod files;
 pub mod frame;
 pub mod gram;
 pub mod hello;
+mod layout;
 pub mod varint;
 
 pub use control::{ErrorCode, ErrorFrame, Report, SenderSummary};
@@ -113,29 +122,6 @@ impl IntegrityAlg {
     }
 }
 
-// Little-endian readers. Callers have already checked `buf.len() >= at + N`
-// (every call site slices a checked fixed-size header first).
-#[inline]
-pub(crate) fn rd_u16(buf: &[u8], at: usize) -> u16 {
-    let mut b = [0u8; 2];
-    b.copy_from_slice(&buf[at..at + 2]);
-    u16::from_le_bytes(b)
-}
-
-#[inline]
-pub(crate) fn rd_u32(buf: &[u8], at: usize) -> u32 {
-    let mut b = [0u8; 4];
-    b.copy_from_slice(&buf[at..at + 4]);
-    u32::from_le_bytes(b)
-}
-
-#[inline]
-pub(crate) fn rd_u64(buf: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&buf[at..at + 8]);
-    u64::from_le_bytes(b)
-}
-
 /// Appends one complete frame (header + `body`) to `out`. For control frames;
 /// grams go out as an iovec of their parts instead.
 pub fn put_frame(out: &mut Vec<u8>, frame_type: FrameType, flags: u16, body: &[u8]) {
@@ -149,4 +135,40 @@ pub fn put_frame(out: &mut Vec<u8>, frame_type: FrameType, flags: u16, body: &[u
         .emit(),
     );
     out.extend_from_slice(body);
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use crate::{control, files, frame, gram, hello};
+
+    proptest! {
+        /// Every body decoder takes any bytes, short or long, without
+        /// panicking; iterators are drained so their entries are read too.
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let b = &bytes[..];
+            let _ = frame::Frame::parse(b);
+            let _ = gram::Gram::parse(b).map(|g| g.descriptors().count());
+            let _ = hello::Hello::parse(b);
+            let _ = hello::HelloAck::parse(b);
+            let _ = control::SenderSummary::parse(b);
+            let _ = control::Report::parse(b);
+            let _ = control::ErrorFrame::parse(b);
+            let _ = files::FilesHello::parse(b);
+            let _ = files::FilesAccept::parse(b);
+            let _ = files::FilesReport::parse(b);
+            let _ = files::parse_index_request(b);
+            let _ = files::parse_index(b).map(Iterator::count);
+            let _ = files::Plan::parse(b);
+            let _ = files::PlanAck::parse(b);
+            let _ = files::FileEntry::parse(b);
+            let _ = files::parse_chunks(b).map(|(_, it)| it.count());
+            let _ = files::parse_batch(b);
+            let _ = files::parse_probe(b).map(|(_, it)| it.count());
+            let _ = files::parse_probe_reply(b);
+            let _ = files::parse_nak(b).map(Iterator::count);
+        }
+    }
 }

@@ -1,0 +1,62 @@
+//! Bodies of the files frames: a sender moves files and trees into a
+//! receiver's destination, sending descriptors `(offset, len)` into the
+//! receiver's store blob for chunks it holds and literal bytes for the rest.
+//!
+//! Session (sender S, receiver R; every frame in the usual envelope):
+//! ```text
+//! S: FILES_HELLO                 R: FILES_ACCEPT (store id, generation)
+//! S: (PROBE* with LAST          R: PROBE_REPLY* with LAST)?   optional
+//! S: INDEX_REQUEST (from gen)   R: INDEX* (entries since gen; last has LAST)
+//! S: PLAN (totals)              R: ACK (space reserved) | ERROR
+//! S: (FILE CHUNKS*)* FILES_END
+//!                               R: (NAK* with LAST, S: REPAIR* with LAST)?
+//!                               R: FILES_END with REPORT
+//! ```
+//! Every decoder here is zero-copy (views into the body), bounds-checked and
+//! panic-free; the receiver applies its own limits on top.
+//!
+//! One file per frame group, each holding its frames' field tables:
+//! `session` (FILES_HELLO, FILES_ACCEPT, the FILES_END report), `index`
+//! (INDEX_REQUEST, INDEX), `plan` (PLAN and its ACK), `entry` (FILE),
+//! `chunks` (CHUNKS and REPAIR bodies, BATCH), `probe` (PROBE, PROBE_REPLY)
+//! and `repair` (NAK). Everything public is re-exported here, so callers
+//! name `pfs_wire::files::X` whatever file `X` lives in.
+
+mod chunks;
+mod entry;
+mod index;
+mod plan;
+mod probe;
+mod repair;
+mod session;
+
+pub use chunks::{
+    batch_head, emit_entry_head, parse_batch, parse_chunks, tag, ChunkData, ChunkEntry, ChunkIter,
+    ChunksHeader, BATCH_FIXED_LEN, CHUNKS_FIXED_LEN,
+};
+pub use entry::{EntryKind, FileEntry, FILE_FIXED_LEN, FILE_HELD, MAX_PATH_LEN};
+pub use index::{
+    parse_index, parse_index_request, IndexEntry, INDEX_ENTRY_LEN, INDEX_KEY_LEN, INDEX_REQUEST_LEN,
+};
+pub use plan::{Plan, PlanAck, PLAN_ACK_LEN, PLAN_LEN};
+pub use probe::{
+    parse_probe, parse_probe_reply, ProbeEntry, ProbeHead, ProbeIter, PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
+};
+pub use repair::parse_nak;
+pub use session::{
+    FilesAccept, FilesHello, FilesReport, FILES_ACCEPT_LEN, FILES_HELLO_FIXED_LEN, FILES_REPORT_FIXED_LEN,
+    FLAG_FILES_REPORT, HELLO_COMPRESS, HELLO_DRY_RUN, MAX_REMOTE_DIR_LEN, MAX_REPORT_TEXT,
+};
+
+/// Version of the files exchange carried in FILES_HELLO.
+pub const FILES_VERSION: u16 = 1;
+/// Flag on INDEX, NAK and REPAIR: the last frame of its series.
+pub const FLAG_LAST: u16 = 0x0001;
+
+/// BLAKE3 digest of a chunk or file.
+pub type Hash = [u8; 32];
+
+/// A nanoseconds field (FILE, PROBE) below one second, as the spec requires.
+fn valid_nsec(nsec: u32) -> bool {
+    nsec < 1_000_000_000
+}
