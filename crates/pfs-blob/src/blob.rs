@@ -15,10 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use memmap2::{Advice, MmapMut};
+use pfs_sys::{base_page_size, FsInfo, FsType};
 
 use crate::backing::{
-    base_page_size, fstatfs_type, hugepages_available, smaps_huge, statfs_type, thp_mode, thp_pmd_size,
-    BackingKind, BackingReport, ThpScope, HUGETLBFS_MAGIC, TMPFS_MAGIC,
+    fstatfs, hugepages_available, smaps_huge, statfs, thp_mode, thp_pmd_size, BackingKind, BackingReport,
+    ThpScope,
 };
 use crate::error::BlobError;
 use crate::fill::{fill_seeded, resolve_threads};
@@ -148,8 +149,8 @@ struct Mapped {
     map: MmapMut,
     /// Page size if the mapping is on hugetlbfs.
     hugetlb_page: Option<u64>,
-    /// statfs magic of the file's filesystem; `None` for anonymous memory.
-    fs_type: Option<u64>,
+    /// The file's filesystem; `None` for anonymous memory.
+    fs_type: Option<FsType>,
 }
 
 /// Unlinks a half-created blob file unless disarmed.
@@ -272,12 +273,16 @@ fn round_up(size: u64, page: u64) -> Result<u64, BlobError> {
 /// warning naming `fallback`.
 fn probe_huge_dir(opts: &BlobConfig, fallback: &str, warnings: &mut Vec<String>) -> Option<(PathBuf, u64)> {
     let dir = opts.huge_dir.as_ref()?;
-    match statfs_type(dir) {
-        Ok((HUGETLBFS_MAGIC, page)) => Some((dir.clone(), page)),
-        Ok((fs_type, _)) => {
+    match statfs(dir) {
+        Ok(FsInfo {
+            fs_type: FsType::HugeTlbFs,
+            block_size: page,
+        }) => Some((dir.clone(), page)),
+        Ok(FsInfo { fs_type, .. }) => {
             warnings.push(format!(
-                "--huge-dir {} is not a hugetlbfs mount (statfs f_type={fs_type:#x}); falling back to {fallback}",
-                dir.display()
+                "--huge-dir {} is not a hugetlbfs mount (statfs f_type={:#x}, {fs_type}); falling back to {fallback}",
+                dir.display(),
+                fs_type.magic()
             ));
             None
         }
@@ -340,7 +345,7 @@ fn create_anon(opts: &BlobConfig) -> Result<(Blob, SetupReport), BlobError> {
                 mapped = Some(Mapped {
                     map,
                     hugetlb_page: Some(page),
-                    fs_type: Some(HUGETLBFS_MAGIC),
+                    fs_type: Some(FsType::HugeTlbFs),
                 });
             }
             Err(w) => warnings.push(format!("{w}; falling back to anonymous memory with THP")),
@@ -457,17 +462,17 @@ fn reuse_named(meta: BlobMeta, meta_dir: &Path, opts: &BlobConfig) -> Result<(Bl
             detail: format!("blob file is {file_len} bytes, metadata says {}", meta.size),
         });
     }
-    let (fs_type, fs_bsize) = fstatfs_type(&file, &meta.path)?;
+    let fs = fstatfs(&file, &meta.path)?;
     let map =
         map::map_file_shared(&file, meta.size as usize).map_err(|e| BlobError::io("map", &meta.path, e))?;
-    let hugetlb_page = (fs_type == HUGETLBFS_MAGIC).then_some(fs_bsize);
+    let hugetlb_page = fs.hugetlbfs_page_size();
     if hugetlb_page.is_none() {
         advise_hugepage(&map, &mut warnings);
     }
     let mut mapped = Mapped {
         map,
         hugetlb_page,
-        fs_type: Some(fs_type),
+        fs_type: Some(fs.fs_type),
     };
     if let Some(h) = &opts.huge_dir {
         if !meta.path.starts_with(h) {
@@ -531,7 +536,7 @@ fn create_named(name: &str, opts: &BlobConfig, dirs: &Dirs) -> Result<(Blob, Set
                 let mapped = Mapped {
                     map,
                     hugetlb_page: Some(*page),
-                    fs_type: Some(HUGETLBFS_MAGIC),
+                    fs_type: Some(FsType::HugeTlbFs),
                 };
                 made = Some((mapped, hdir.clone(), dirs.huge_meta_dir.clone()));
             }
@@ -542,7 +547,7 @@ fn create_named(name: &str, opts: &BlobConfig, dirs: &Dirs) -> Result<(Blob, Set
         Some(m) => m,
         None => {
             let dir = dirs.blob_dir.clone();
-            let (fs_type, _) = statfs_type(&dir)?;
+            let fs_type = statfs(&dir)?.fs_type;
             let len = round_up(opts.size, base_page_size())?;
             check_space(&dir, len)?;
             let tmp = dir.join(&tmp_name);
@@ -760,13 +765,14 @@ fn backing_report(
             "THP mode is {mode} but the kernel gave this mapping no huge pages (AnonHugePages 0 kB); \
              using {kib} KiB pages"
         ),
-        (ThpScope::Shmem, Some(TMPFS_MAGIC)) => {
+        (ThpScope::Shmem, Some(FsType::Tmpfs)) => {
             format!("named blob on tmpfs: shmem THP is {mode}; using {kib} KiB pages")
         }
         (ThpScope::Shmem, t) => format!(
-            "named blob on a non-tmpfs filesystem{} (statfs f_type={:#x}); using {kib} KiB pages",
+            "named blob on a non-tmpfs filesystem{} (statfs f_type={:#x}, {}); using {kib} KiB pages",
             dir.map(|d| format!(" at {}", d.display())).unwrap_or_default(),
-            t.unwrap_or(0)
+            t.map_or(0, |t| t.magic()),
+            t.map_or_else(|| "unknown".to_owned(), |t| t.to_string())
         ),
     };
     warnings.push(why);

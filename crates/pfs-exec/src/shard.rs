@@ -308,10 +308,8 @@ fn pin(cfg: &ShardConfig, worker: usize) {
         return;
     }
     let cpu = cfg.cpus[worker % cfg.cpus.len()];
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
     // Best effort: an unavailable CPU leaves the thread unpinned.
-    let _ = rustix::thread::sched_setaffinity(None, &set);
+    let _ = pfs_sys::pin_current_thread(cpu);
 }
 
 /// Executes one chunk into `acc`, decoding its table in the loop. Returns bytes.

@@ -312,7 +312,7 @@ impl Store {
                         dir.join(BLOB_FILE).display()
                     ));
                 }
-                (dir.join(BLOB_FILE), backing::base_page_size(), BackingKind::File)
+                (dir.join(BLOB_FILE), pfs_sys::base_page_size(), BackingKind::File)
             }
             BlobLocation::HugeTlbFs(p) => {
                 let parent = p.parent().unwrap_or(Path::new("/")).to_path_buf();
@@ -379,7 +379,7 @@ impl Store {
 
         let description = match kind {
             BackingKind::HugeTlbFs => backing::describe_huge(page_size),
-            BackingKind::File => backing::describe_file(backing::statfs(dir)?.0, page_size),
+            BackingKind::File => backing::describe_file(backing::fs_type(dir)?, page_size),
         };
         let backing = Backing {
             kind,
@@ -424,7 +424,7 @@ impl Store {
         }
         let id = random_id();
         let mut location = BlobLocation::InDir;
-        let mut page_size = backing::base_page_size();
+        let mut page_size = pfs_sys::base_page_size();
         if let Some(h) = &opts.huge_dir {
             match backing::hugetlbfs_page_size(h)? {
                 Some(ps) => {
