@@ -21,7 +21,7 @@ use crate::backing::{
     fstatfs, hugepages_available, smaps_huge, statfs, thp_mode, thp_pmd_size, BackingKind, BackingReport,
     ThpScope,
 };
-use crate::error::BlobError;
+use crate::error::{BlobError, BlobShape, MetaProblem};
 use crate::fill::{fill_seeded, resolve_threads};
 use crate::fingerprint::Fingerprint;
 use crate::map::{self, PrefaultMethod};
@@ -439,8 +439,14 @@ fn reuse_named(meta: BlobMeta, meta_dir: &Path, opts: &BlobConfig) -> Result<(Bl
     if round_up(opts.size, granule)? != meta.size || !fill_ok {
         return Err(BlobError::Mismatch {
             name,
-            existing: format!("size {} bytes, fill {}", meta.size, meta.fill),
-            requested: format!("size {} bytes, fill {}", opts.size, opts.fill.label()),
+            existing: BlobShape {
+                size: meta.size,
+                fill: meta.fill.clone(),
+            },
+            requested: BlobShape {
+                size: opts.size,
+                fill: opts.fill.label(),
+            },
         });
     }
     let stored = load_fingerprint(meta_dir, &meta)?;
@@ -459,7 +465,10 @@ fn reuse_named(meta: BlobMeta, meta_dir: &Path, opts: &BlobConfig) -> Result<(Bl
     if file_len != meta.size {
         return Err(BlobError::CorruptMeta {
             path: crate::named::json_path(meta_dir, &name),
-            detail: format!("blob file is {file_len} bytes, metadata says {}", meta.size),
+            problem: MetaProblem::FileSize {
+                file_len,
+                meta_len: meta.size,
+            },
         });
     }
     let fs = fstatfs(&file, &meta.path)?;
