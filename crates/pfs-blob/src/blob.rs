@@ -293,20 +293,56 @@ fn probe_huge_dir(opts: &BlobConfig, fallback: &str, warnings: &mut Vec<String>)
     }
 }
 
+/// Why a blob file could not be made on hugetlbfs. Never returned to a
+/// caller: the blob falls back to other pages and this becomes a warning line.
+#[derive(Debug, thiserror::Error)]
+enum HugeFileError {
+    /// The rounded size does not fit in this process.
+    #[error("{0}")]
+    Size(BlobError),
+    /// The hugepage pool has too few free pages.
+    #[error(
+        "hugetlbfs {dir}: blob needs {need} pages of {} KiB but only {avail} are free \
+         (raise /proc/sys/vm/nr_hugepages)",
+        page / 1024
+    )]
+    PoolShort {
+        dir: PathBuf,
+        need: u64,
+        page: u64,
+        avail: u64,
+    },
+    #[error("cannot create {path} on hugetlbfs: {source}")]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("cannot size {path} to {len} bytes on hugetlbfs: {source}")]
+    SetLen {
+        path: PathBuf,
+        len: u64,
+        source: std::io::Error,
+    },
+    #[error("mapping {len} bytes on hugetlbfs {dir} failed: {source}")]
+    Map {
+        dir: PathBuf,
+        len: u64,
+        source: std::io::Error,
+    },
+}
+
 /// Create `path` on hugetlbfs at `size` rounded to `page` and map it.
-/// On failure, the file is gone and the error is a warning line.
-fn create_hugetlbfs_file(path: &Path, page: u64, size: u64) -> Result<(MmapMut, u64), String> {
-    let dir = path.parent().unwrap_or(Path::new("/")).display().to_string();
-    let len = round_up(size, page).map_err(|e| e.to_string())?;
+/// On failure, the file is gone.
+fn create_hugetlbfs_file(path: &Path, page: u64, size: u64) -> Result<(MmapMut, u64), HugeFileError> {
+    let dir = || path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let len = round_up(size, page).map_err(HugeFileError::Size)?;
     let need = len / page;
     // Faulting a hugetlb page the pool cannot supply is SIGBUS; refuse early.
     if let Some(avail) = hugepages_available(page) {
         if need > avail {
-            return Err(format!(
-                "hugetlbfs {dir}: blob needs {need} pages of {} KiB but only {avail} are free \
-                 (raise /proc/sys/vm/nr_hugepages)",
-                page / 1024
-            ));
+            return Err(HugeFileError::PoolShort {
+                dir: dir(),
+                need,
+                page,
+                avail,
+            });
         }
     }
     let file = OpenOptions::new()
@@ -314,14 +350,23 @@ fn create_hugetlbfs_file(path: &Path, page: u64, size: u64) -> Result<(MmapMut, 
         .write(true)
         .create_new(true)
         .open(path)
-        .map_err(|e| format!("cannot create {} on hugetlbfs: {e}", path.display()))?;
+        .map_err(|source| HugeFileError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let mut guard = TmpGuard(Some(path.to_path_buf()));
-    file.set_len(len)
-        .map_err(|e| format!("cannot size {} to {len} bytes on hugetlbfs: {e}", path.display()))?;
+    file.set_len(len).map_err(|source| HugeFileError::SetLen {
+        path: path.to_path_buf(),
+        len,
+        source,
+    })?;
     // MAP_SHARED on hugetlbfs reserves the pages now, so a short pool fails
     // here with ENOMEM instead of at first touch.
-    let map = map::map_file_shared(&file, len as usize)
-        .map_err(|e| format!("mapping {len} bytes on hugetlbfs {dir} failed: {e}"))?;
+    let map = map::map_file_shared(&file, len as usize).map_err(|source| HugeFileError::Map {
+        dir: dir(),
+        len,
+        source,
+    })?;
     guard.0 = None;
     Ok((map, len))
 }

@@ -64,4 +64,4 @@ pub use error::{HandshakeError, IpcError, Refusal};
 #[cfg(not(loom))]
 pub use rendezvous::{Allow, IpcListener, RendezvousConfig};
 #[cfg(not(loom))]
-pub use wait::{WaitConfig, WaitStrategy};
+pub use wait::{UnknownWaitStrategy, WaitConfig, WaitStrategy};
