@@ -59,8 +59,9 @@ pub fn max_rss_bytes() -> u64 {
 }
 
 /// The one `unsafe` of this crate: `getrusage(2)`, which rustix does not wrap.
-#[allow(unsafe_code)]
 mod ffi {
+    #![allow(unsafe_code)]
+
     use super::Usage;
 
     /// Whose usage to read.
