@@ -9,12 +9,9 @@
 use std::io;
 use std::path::Path;
 
-use crate::error::BlobError;
+use pfs_sys::FsInfo;
 
-/// `statfs(2)` magic of hugetlbfs.
-pub const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
-/// `statfs(2)` magic of tmpfs (and /dev/shm).
-pub(crate) const TMPFS_MAGIC: u64 = 0x0102_1994;
+use crate::error::BlobError;
 
 const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 const THP_SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
@@ -95,26 +92,17 @@ pub struct BackingReport {
 
 /// `Some(page size)` iff `dir` is on a hugetlbfs mount.
 pub fn hugetlbfs_page_size(dir: &Path) -> Result<Option<u64>, BlobError> {
-    let (fs_type, bsize) = statfs_type(dir)?;
-    Ok((fs_type == HUGETLBFS_MAGIC).then_some(bsize))
+    Ok(statfs(dir)?.hugetlbfs_page_size())
 }
 
-/// `(f_type, f_bsize)` of the filesystem holding `path`.
-pub(crate) fn statfs_type(path: &Path) -> Result<(u64, u64), BlobError> {
-    let st = rustix::fs::statfs(path).map_err(|e| BlobError::io("statfs", path, e.into()))?;
-    // f_type is a signed word on some ABIs; the magic numbers are 32-bit.
-    Ok(((st.f_type as u64) & 0xffff_ffff, st.f_bsize as u64))
+/// The filesystem holding `path`.
+pub(crate) fn statfs(path: &Path) -> Result<FsInfo, BlobError> {
+    pfs_sys::statfs(path).map_err(|e| BlobError::io("statfs", path, e))
 }
 
-/// Same as [`statfs_type`] for an open file.
-pub(crate) fn fstatfs_type(file: &std::fs::File, path: &Path) -> Result<(u64, u64), BlobError> {
-    let st = rustix::fs::fstatfs(file).map_err(|e| BlobError::io("fstatfs", path, e.into()))?;
-    Ok(((st.f_type as u64) & 0xffff_ffff, st.f_bsize as u64))
-}
-
-/// The base page size of this machine.
-pub(crate) fn base_page_size() -> u64 {
-    rustix::param::page_size() as u64
+/// Same as [`statfs`] for an open file at `path`.
+pub(crate) fn fstatfs(file: &std::fs::File, path: &Path) -> Result<FsInfo, BlobError> {
+    pfs_sys::fstatfs(file).map_err(|e| BlobError::io("fstatfs", path, e))
 }
 
 /// Which THP policy file applies to a mapping.

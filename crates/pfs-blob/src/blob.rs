@@ -15,12 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use memmap2::{Advice, MmapMut};
+use pfs_sys::{base_page_size, FsInfo, FsType};
 
 use crate::backing::{
-    base_page_size, fstatfs_type, hugepages_available, smaps_huge, statfs_type, thp_mode, thp_pmd_size,
-    BackingKind, BackingReport, ThpScope, HUGETLBFS_MAGIC, TMPFS_MAGIC,
+    fstatfs, hugepages_available, smaps_huge, statfs, thp_mode, thp_pmd_size, BackingKind, BackingReport,
+    ThpScope,
 };
-use crate::error::BlobError;
+use crate::error::{BlobError, BlobShape, MetaProblem};
 use crate::fill::{fill_seeded, resolve_threads};
 use crate::fingerprint::Fingerprint;
 use crate::map::{self, PrefaultMethod};
@@ -148,8 +149,8 @@ struct Mapped {
     map: MmapMut,
     /// Page size if the mapping is on hugetlbfs.
     hugetlb_page: Option<u64>,
-    /// statfs magic of the file's filesystem; `None` for anonymous memory.
-    fs_type: Option<u64>,
+    /// The file's filesystem; `None` for anonymous memory.
+    fs_type: Option<FsType>,
 }
 
 /// Unlinks a half-created blob file unless disarmed.
@@ -272,12 +273,16 @@ fn round_up(size: u64, page: u64) -> Result<u64, BlobError> {
 /// warning naming `fallback`.
 fn probe_huge_dir(opts: &BlobConfig, fallback: &str, warnings: &mut Vec<String>) -> Option<(PathBuf, u64)> {
     let dir = opts.huge_dir.as_ref()?;
-    match statfs_type(dir) {
-        Ok((HUGETLBFS_MAGIC, page)) => Some((dir.clone(), page)),
-        Ok((fs_type, _)) => {
+    match statfs(dir) {
+        Ok(FsInfo {
+            fs_type: FsType::HugeTlbFs,
+            block_size: page,
+        }) => Some((dir.clone(), page)),
+        Ok(FsInfo { fs_type, .. }) => {
             warnings.push(format!(
-                "--huge-dir {} is not a hugetlbfs mount (statfs f_type={fs_type:#x}); falling back to {fallback}",
-                dir.display()
+                "--huge-dir {} is not a hugetlbfs mount (statfs f_type={:#x}, {fs_type}); falling back to {fallback}",
+                dir.display(),
+                fs_type.magic()
             ));
             None
         }
@@ -288,20 +293,56 @@ fn probe_huge_dir(opts: &BlobConfig, fallback: &str, warnings: &mut Vec<String>)
     }
 }
 
+/// Why a blob file could not be made on hugetlbfs. Never returned to a
+/// caller: the blob falls back to other pages and this becomes a warning line.
+#[derive(Debug, thiserror::Error)]
+enum HugeFileError {
+    /// The rounded size does not fit in this process.
+    #[error("{0}")]
+    Size(BlobError),
+    /// The hugepage pool has too few free pages.
+    #[error(
+        "hugetlbfs {dir}: blob needs {need} pages of {} KiB but only {avail} are free \
+         (raise /proc/sys/vm/nr_hugepages)",
+        page / 1024
+    )]
+    PoolShort {
+        dir: PathBuf,
+        need: u64,
+        page: u64,
+        avail: u64,
+    },
+    #[error("cannot create {path} on hugetlbfs: {source}")]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("cannot size {path} to {len} bytes on hugetlbfs: {source}")]
+    SetLen {
+        path: PathBuf,
+        len: u64,
+        source: std::io::Error,
+    },
+    #[error("mapping {len} bytes on hugetlbfs {dir} failed: {source}")]
+    Map {
+        dir: PathBuf,
+        len: u64,
+        source: std::io::Error,
+    },
+}
+
 /// Create `path` on hugetlbfs at `size` rounded to `page` and map it.
-/// On failure, the file is gone and the error is a warning line.
-fn create_hugetlbfs_file(path: &Path, page: u64, size: u64) -> Result<(MmapMut, u64), String> {
-    let dir = path.parent().unwrap_or(Path::new("/")).display().to_string();
-    let len = round_up(size, page).map_err(|e| e.to_string())?;
+/// On failure, the file is gone.
+fn create_hugetlbfs_file(path: &Path, page: u64, size: u64) -> Result<(MmapMut, u64), HugeFileError> {
+    let dir = || path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let len = round_up(size, page).map_err(HugeFileError::Size)?;
     let need = len / page;
     // Faulting a hugetlb page the pool cannot supply is SIGBUS; refuse early.
     if let Some(avail) = hugepages_available(page) {
         if need > avail {
-            return Err(format!(
-                "hugetlbfs {dir}: blob needs {need} pages of {} KiB but only {avail} are free \
-                 (raise /proc/sys/vm/nr_hugepages)",
-                page / 1024
-            ));
+            return Err(HugeFileError::PoolShort {
+                dir: dir(),
+                need,
+                page,
+                avail,
+            });
         }
     }
     let file = OpenOptions::new()
@@ -309,14 +350,23 @@ fn create_hugetlbfs_file(path: &Path, page: u64, size: u64) -> Result<(MmapMut, 
         .write(true)
         .create_new(true)
         .open(path)
-        .map_err(|e| format!("cannot create {} on hugetlbfs: {e}", path.display()))?;
+        .map_err(|source| HugeFileError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let mut guard = TmpGuard(Some(path.to_path_buf()));
-    file.set_len(len)
-        .map_err(|e| format!("cannot size {} to {len} bytes on hugetlbfs: {e}", path.display()))?;
+    file.set_len(len).map_err(|source| HugeFileError::SetLen {
+        path: path.to_path_buf(),
+        len,
+        source,
+    })?;
     // MAP_SHARED on hugetlbfs reserves the pages now, so a short pool fails
     // here with ENOMEM instead of at first touch.
-    let map = map::map_file_shared(&file, len as usize)
-        .map_err(|e| format!("mapping {len} bytes on hugetlbfs {dir} failed: {e}"))?;
+    let map = map::map_file_shared(&file, len as usize).map_err(|source| HugeFileError::Map {
+        dir: dir(),
+        len,
+        source,
+    })?;
     guard.0 = None;
     Ok((map, len))
 }
@@ -340,7 +390,7 @@ fn create_anon(opts: &BlobConfig) -> Result<(Blob, SetupReport), BlobError> {
                 mapped = Some(Mapped {
                     map,
                     hugetlb_page: Some(page),
-                    fs_type: Some(HUGETLBFS_MAGIC),
+                    fs_type: Some(FsType::HugeTlbFs),
                 });
             }
             Err(w) => warnings.push(format!("{w}; falling back to anonymous memory with THP")),
@@ -434,8 +484,14 @@ fn reuse_named(meta: BlobMeta, meta_dir: &Path, opts: &BlobConfig) -> Result<(Bl
     if round_up(opts.size, granule)? != meta.size || !fill_ok {
         return Err(BlobError::Mismatch {
             name,
-            existing: format!("size {} bytes, fill {}", meta.size, meta.fill),
-            requested: format!("size {} bytes, fill {}", opts.size, opts.fill.label()),
+            existing: BlobShape {
+                size: meta.size,
+                fill: meta.fill.clone(),
+            },
+            requested: BlobShape {
+                size: opts.size,
+                fill: opts.fill.label(),
+            },
         });
     }
     let stored = load_fingerprint(meta_dir, &meta)?;
@@ -454,20 +510,23 @@ fn reuse_named(meta: BlobMeta, meta_dir: &Path, opts: &BlobConfig) -> Result<(Bl
     if file_len != meta.size {
         return Err(BlobError::CorruptMeta {
             path: crate::named::json_path(meta_dir, &name),
-            detail: format!("blob file is {file_len} bytes, metadata says {}", meta.size),
+            problem: MetaProblem::FileSize {
+                file_len,
+                meta_len: meta.size,
+            },
         });
     }
-    let (fs_type, fs_bsize) = fstatfs_type(&file, &meta.path)?;
+    let fs = fstatfs(&file, &meta.path)?;
     let map =
         map::map_file_shared(&file, meta.size as usize).map_err(|e| BlobError::io("map", &meta.path, e))?;
-    let hugetlb_page = (fs_type == HUGETLBFS_MAGIC).then_some(fs_bsize);
+    let hugetlb_page = fs.hugetlbfs_page_size();
     if hugetlb_page.is_none() {
         advise_hugepage(&map, &mut warnings);
     }
     let mut mapped = Mapped {
         map,
         hugetlb_page,
-        fs_type: Some(fs_type),
+        fs_type: Some(fs.fs_type),
     };
     if let Some(h) = &opts.huge_dir {
         if !meta.path.starts_with(h) {
@@ -531,7 +590,7 @@ fn create_named(name: &str, opts: &BlobConfig, dirs: &Dirs) -> Result<(Blob, Set
                 let mapped = Mapped {
                     map,
                     hugetlb_page: Some(*page),
-                    fs_type: Some(HUGETLBFS_MAGIC),
+                    fs_type: Some(FsType::HugeTlbFs),
                 };
                 made = Some((mapped, hdir.clone(), dirs.huge_meta_dir.clone()));
             }
@@ -542,7 +601,7 @@ fn create_named(name: &str, opts: &BlobConfig, dirs: &Dirs) -> Result<(Blob, Set
         Some(m) => m,
         None => {
             let dir = dirs.blob_dir.clone();
-            let (fs_type, _) = statfs_type(&dir)?;
+            let fs_type = statfs(&dir)?.fs_type;
             let len = round_up(opts.size, base_page_size())?;
             check_space(&dir, len)?;
             let tmp = dir.join(&tmp_name);
@@ -760,13 +819,14 @@ fn backing_report(
             "THP mode is {mode} but the kernel gave this mapping no huge pages (AnonHugePages 0 kB); \
              using {kib} KiB pages"
         ),
-        (ThpScope::Shmem, Some(TMPFS_MAGIC)) => {
+        (ThpScope::Shmem, Some(FsType::Tmpfs)) => {
             format!("named blob on tmpfs: shmem THP is {mode}; using {kib} KiB pages")
         }
         (ThpScope::Shmem, t) => format!(
-            "named blob on a non-tmpfs filesystem{} (statfs f_type={:#x}); using {kib} KiB pages",
+            "named blob on a non-tmpfs filesystem{} (statfs f_type={:#x}, {}); using {kib} KiB pages",
             dir.map(|d| format!(" at {}", d.display())).unwrap_or_default(),
-            t.unwrap_or(0)
+            t.map_or(0, |t| t.magic()),
+            t.map_or_else(|| "unknown".to_owned(), |t| t.to_string())
         ),
     };
     warnings.push(why);

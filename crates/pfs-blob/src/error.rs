@@ -89,10 +89,10 @@ pub enum BlobError {
     Mismatch {
         /// Blob name.
         name: String,
-        /// What the existing blob is, e.g. "size 1073741824, fill seed:0x5eed".
-        existing: String,
+        /// What the existing blob is.
+        existing: BlobShape,
         /// What was requested.
-        requested: String,
+        requested: BlobShape,
     },
 
     /// A named blob file exists but its metadata does not: a creation was
@@ -116,12 +116,12 @@ pub enum BlobError {
     },
 
     /// Stored metadata is unreadable or inconsistent with the blob file.
-    #[error("blob metadata {path} is corrupt: {detail}")]
+    #[error("blob metadata {path} is corrupt: {problem}")]
     CorruptMeta {
         /// The metadata file.
         path: PathBuf,
         /// What is wrong with it.
-        detail: String,
+        problem: MetaProblem,
     },
 
     /// Metadata could not be encoded or decoded as JSON.
@@ -154,6 +154,56 @@ impl BlobError {
             source,
         }
     }
+}
+
+/// Size and fill of a blob, as stored or as requested (see [`BlobError::Mismatch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobShape {
+    /// Size in bytes.
+    pub size: u64,
+    /// Fill label: `seed:0x5eed`, `file:/path` or `none`.
+    pub fill: String,
+}
+
+impl std::fmt::Display for BlobShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "size {} bytes, fill {}", self.size, self.fill)
+    }
+}
+
+/// What is wrong with a named blob's stored metadata.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetaProblem {
+    /// The metadata says the fingerprint region size is zero.
+    #[error("region size 0")]
+    ZeroRegionSize,
+    /// The fingerprint file holds the wrong number of region hashes.
+    #[error("{got} bytes of region hashes, expected {expected} ({regions} regions)")]
+    RegionHashesLen {
+        /// Bytes in the fingerprint file.
+        got: usize,
+        /// Bytes expected (32 per region).
+        expected: usize,
+        /// Regions the size and region size call for.
+        regions: usize,
+    },
+    /// The stored region hashes do not give the stored root.
+    #[error("region hashes give root {computed} but the metadata says {stored}")]
+    RootMismatch {
+        /// Root of the stored region hashes, short hex.
+        computed: String,
+        /// Root in the metadata, short hex.
+        stored: String,
+    },
+    /// The blob file's length differs from the metadata's size.
+    #[error("blob file is {file_len} bytes, metadata says {meta_len}")]
+    FileSize {
+        /// Length of the blob file.
+        file_len: u64,
+        /// Size in the metadata.
+        meta_len: u64,
+    },
 }
 
 /// Two fingerprints cannot be compared region by region because they describe

@@ -26,9 +26,9 @@ mod fingerprint;
 mod map;
 mod named;
 
-pub use backing::{hugetlbfs_page_size, BackingKind, BackingReport, HUGETLBFS_MAGIC};
+pub use backing::{hugetlbfs_page_size, BackingKind, BackingReport};
 pub use blob::{Blob, BlobConfig, Fill, SetupReport};
-pub use error::{BlobError, FingerprintMismatch};
+pub use error::{BlobError, BlobShape, FingerprintMismatch, MetaProblem};
 pub use fill::{fill_seeded, fill_seeded_word};
 pub use fingerprint::Fingerprint;
 pub use named::{

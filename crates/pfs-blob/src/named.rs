@@ -23,7 +23,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::error::BlobError;
+use crate::error::{BlobError, MetaProblem};
 use crate::fingerprint::{hex, Fingerprint};
 use crate::map;
 
@@ -192,21 +192,20 @@ pub(crate) fn find_meta(dirs: &Dirs, name: &str) -> Result<Option<Found>, BlobEr
 pub(crate) fn load_fingerprint(meta_dir: &Path, meta: &BlobMeta) -> Result<Fingerprint, BlobError> {
     let p = fp_path(meta_dir, &meta.name);
     let bytes = fs::read(&p).map_err(|e| BlobError::io("read", &p, e))?;
-    let corrupt = |detail: String| BlobError::CorruptMeta {
+    let corrupt = |problem: MetaProblem| BlobError::CorruptMeta {
         path: p.clone(),
-        detail,
+        problem,
     };
     if meta.region_size == 0 {
-        return Err(corrupt("region size 0".into()));
+        return Err(corrupt(MetaProblem::ZeroRegionSize));
     }
     let n = Fingerprint::region_count(meta.size, meta.region_size);
     if bytes.len() != n.saturating_mul(32) {
-        return Err(corrupt(format!(
-            "{} bytes of region hashes, expected {} ({} regions)",
-            bytes.len(),
-            n * 32,
-            n
-        )));
+        return Err(corrupt(MetaProblem::RegionHashesLen {
+            got: bytes.len(),
+            expected: n.saturating_mul(32),
+            regions: n,
+        }));
     }
     let regions = bytes
         .chunks_exact(32)
@@ -214,11 +213,10 @@ pub(crate) fn load_fingerprint(meta_dir: &Path, meta: &BlobMeta) -> Result<Finge
         .collect();
     let fp = Fingerprint::from_regions(meta.region_size, meta.size, regions);
     if fp.root_hex() != meta.root_hex {
-        return Err(corrupt(format!(
-            "region hashes give root {} but the metadata says {}",
-            fp.short(),
-            &meta.root_hex[..meta.root_hex.len().min(16)]
-        )));
+        return Err(corrupt(MetaProblem::RootMismatch {
+            computed: fp.short(),
+            stored: meta.root_hex.chars().take(16).collect(),
+        }));
     }
     Ok(fp)
 }
@@ -436,7 +434,10 @@ fn verify_at(
     if file_len != meta.size {
         return Err(BlobError::CorruptMeta {
             path: json_path(&found.meta_dir, name),
-            detail: format!("blob file is {file_len} bytes, metadata says {}", meta.size),
+            problem: MetaProblem::FileSize {
+                file_len,
+                meta_len: meta.size,
+            },
         });
     }
     let len = usize::try_from(meta.size).map_err(|_| BlobError::TooLarge { size: meta.size })?;

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use pfs_wire::{DescIter, Descriptor, Encoding, TableWriter};
+use pfs_wire::{DescIter, Descriptor, Encoding, TableWriter, WireError};
 use rtrb::{Consumer, Producer, RingBuffer};
 
 use crate::execute::{resolve, ExecError};
@@ -54,11 +54,71 @@ pub enum ShardError {
         why: &'static str,
     },
     /// A file of grams does not decode.
-    #[error("gram file: {0}")]
-    BadGramFile(String),
+    #[error("gram file: at byte {at}: {problem}")]
+    BadGramFile {
+        /// Offset of the offending frame in the file.
+        at: usize,
+        /// What is wrong with it.
+        problem: GramFileProblem,
+    },
     /// A worker failed (a bug: prepared schedules are in bounds).
     #[error("pThread failed: {0}")]
-    Worker(String),
+    Worker(WorkerFailure),
+}
+
+/// What is wrong with one frame of a gram file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GramFileProblem {
+    /// The frame does not parse.
+    #[error("{0}")]
+    Frame(WireError),
+    /// A frame other than GRAM.
+    #[error("{found} frame where GRAM was expected")]
+    NotGram {
+        /// Name of the frame type found.
+        found: &'static str,
+    },
+    /// The GRAM body does not parse.
+    #[error("{0}")]
+    Gram(WireError),
+    /// Grams out of sequence.
+    #[error("gram #{seq} where #{due} was due")]
+    OutOfSequence {
+        /// Sequence number found.
+        seq: u64,
+        /// Sequence number due.
+        due: u64,
+    },
+    /// A descriptor of the gram does not decode.
+    #[error("gram #{gram}: {source}")]
+    Descriptor {
+        /// Sequence number of the gram.
+        gram: u64,
+        /// The decode error.
+        source: WireError,
+    },
+}
+
+/// How a pThread failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerFailure {
+    /// A prepared descriptor table did not decode.
+    #[error("{0}")]
+    Table(WireError),
+    /// A prepared descriptor did not resolve in the blob.
+    #[error("{0}")]
+    Exec(ExecError),
+    /// A pThread panicked.
+    #[error("a pThread panicked")]
+    Panicked,
+    /// The run ended with chunks left unexecuted.
+    #[error("only {done} of {total} chunks completed")]
+    Incomplete {
+        /// Chunks folded into the result.
+        done: usize,
+        /// Chunks in the schedule.
+        total: usize,
+    },
 }
 
 impl Prepared {
@@ -85,27 +145,33 @@ impl Prepared {
         encoding: Encoding,
         blob_len: u64,
     ) -> Result<(Self, u64), ShardError> {
-        let bad = |at: usize, what: String| ShardError::BadGramFile(format!("at byte {at}: {what}"));
+        let bad = |at: usize, problem: GramFileProblem| ShardError::BadGramFile { at, problem };
         let mut descs = Vec::new();
         let mut at = 0usize;
         let mut grams = 0u64;
         while at < bytes.len() {
-            let (frame, used) = pfs_wire::Frame::parse(&bytes[at..]).map_err(|e| bad(at, e.to_string()))?;
+            let (frame, used) =
+                pfs_wire::Frame::parse(&bytes[at..]).map_err(|e| bad(at, GramFileProblem::Frame(e)))?;
             if frame.header.frame_type != pfs_wire::FrameType::Gram {
                 return Err(bad(
                     at,
-                    format!("{} frame where GRAM was expected", frame.header.frame_type.name()),
+                    GramFileProblem::NotGram {
+                        found: frame.header.frame_type.name(),
+                    },
                 ));
             }
-            let gram = pfs_wire::Gram::parse(frame.body).map_err(|e| bad(at, e.to_string()))?;
+            let gram = pfs_wire::Gram::parse(frame.body).map_err(|e| bad(at, GramFileProblem::Gram(e)))?;
             if gram.header.seq != grams {
                 return Err(bad(
                     at,
-                    format!("gram #{} where #{grams} was due", gram.header.seq),
+                    GramFileProblem::OutOfSequence {
+                        seq: gram.header.seq,
+                        due: grams,
+                    },
                 ));
             }
             for d in gram.descriptors() {
-                descs.push(d.map_err(|e| bad(at, format!("gram #{grams}: {e}")))?);
+                descs.push(d.map_err(|source| bad(at, GramFileProblem::Descriptor { gram: grams, source }))?);
             }
             grams += 1;
             at += used;
@@ -247,7 +313,7 @@ pub fn run(
             Ok((kernel.finish(total), vec![bytes]))
         };
         std::thread::scope(|s| s.spawn(single).join())
-            .map_err(|_| ShardError::Worker("the pThread panicked".into()))??
+            .map_err(|_| ShardError::Worker(WorkerFailure::Panicked))??
     } else {
         run_sharded(blob, prepared, kernel, cfg, threads)?
     };
@@ -280,12 +346,18 @@ pub fn run_mut(
         let mut bytes = 0u64;
         for chunk in &prepared.chunks {
             let mut acc = kernel.acc();
-            for d in DescIter::new(&chunk.table, prepared.encoding, chunk.count) {
-                let d = d.map_err(|e| ShardError::Worker(e.to_string()))?;
+            for (i, d) in DescIter::new(&chunk.table, prepared.encoding, chunk.count).enumerate() {
+                let d = d.map_err(|e| ShardError::Worker(WorkerFailure::Table(e)))?;
                 let (start, end) = (d.offset as usize, d.offset as usize + d.len as usize);
+                let oob = ExecError::OutOfBounds {
+                    index: i as u32,
+                    offset: d.offset,
+                    len: d.len,
+                    blob_len: blob.len() as u64,
+                };
                 let range = blob
                     .get_mut(start..end)
-                    .ok_or_else(|| ShardError::Worker("descriptor out of bounds".into()))?;
+                    .ok_or(ShardError::Worker(WorkerFailure::Exec(oob)))?;
                 kernel.update_mut(&mut acc, range);
                 bytes += u64::from(d.len);
             }
@@ -294,7 +366,7 @@ pub fn run_mut(
         Ok((kernel.finish(total), bytes))
     };
     let (output, bytes) = std::thread::scope(|s| s.spawn(single).join())
-        .map_err(|_| ShardError::Worker("the pThread panicked".into()))??;
+        .map_err(|_| ShardError::Worker(WorkerFailure::Panicked))??;
     Ok(ShardReport {
         output,
         elapsed: started.elapsed(),
@@ -308,10 +380,8 @@ fn pin(cfg: &ShardConfig, worker: usize) {
         return;
     }
     let cpu = cfg.cpus[worker % cfg.cpus.len()];
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
     // Best effort: an unavailable CPU leaves the thread unpinned.
-    let _ = rustix::thread::sched_setaffinity(None, &set);
+    let _ = pfs_sys::pin_current_thread(cpu);
 }
 
 /// Executes one chunk into `acc`, decoding its table in the loop. Returns bytes.
@@ -331,8 +401,8 @@ fn run_chunk(
     GATHERED.with_borrow_mut(|out| {
         out.clear();
         for (i, d) in DescIter::new(&chunk.table, encoding, chunk.count).enumerate() {
-            let d = d.map_err(|e| ShardError::Worker(e.to_string()))?;
-            let range = resolve(blob, d, i as u32).map_err(|e| ShardError::Worker(e.to_string()))?;
+            let d = d.map_err(|e| ShardError::Worker(WorkerFailure::Table(e)))?;
+            let range = resolve(blob, d, i as u32).map_err(|e| ShardError::Worker(WorkerFailure::Exec(e)))?;
             if gather {
                 kernel.gather_into(acc, range, out);
             } else {
@@ -454,13 +524,14 @@ fn run_sharded(
             match h.join() {
                 Ok(Ok(bytes)) => per_thread.push(bytes),
                 Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(ShardError::Worker("a pThread panicked".into())),
+                Err(_) => return Err(ShardError::Worker(WorkerFailure::Panicked)),
             }
         }
         if next_fold < n_chunks {
-            return Err(ShardError::Worker(format!(
-                "only {next_fold} of {n_chunks} chunks completed"
-            )));
+            return Err(ShardError::Worker(WorkerFailure::Incomplete {
+                done: next_fold,
+                total: n_chunks,
+            }));
         }
         Ok((kernel.finish(total), per_thread))
     })
@@ -503,8 +574,9 @@ pub fn run_fn(
         for chunk in &prepared.chunks {
             let mut state = if combine.is_some() { init() } else { total };
             for (i, d) in DescIter::new(&chunk.table, prepared.encoding, chunk.count).enumerate() {
-                let d = d.map_err(|e| ShardError::Worker(e.to_string()))?;
-                let range = resolve(blob, d, i as u32).map_err(|e| ShardError::Worker(e.to_string()))?;
+                let d = d.map_err(|e| ShardError::Worker(WorkerFailure::Table(e)))?;
+                let range =
+                    resolve(blob, d, i as u32).map_err(|e| ShardError::Worker(WorkerFailure::Exec(e)))?;
                 state = update(state, range);
             }
             total = match combine {
@@ -515,6 +587,6 @@ pub fn run_fn(
         Ok(total)
     };
     let value = std::thread::scope(|s| s.spawn(single).join())
-        .map_err(|_| ShardError::Worker("the pThread panicked".into()))??;
+        .map_err(|_| ShardError::Worker(WorkerFailure::Panicked))??;
     Ok((value, started.elapsed()))
 }

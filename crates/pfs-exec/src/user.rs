@@ -41,12 +41,22 @@ type CombineFn = unsafe extern "C" fn(u64, u64) -> u64;
 #[derive(Debug, thiserror::Error)]
 pub enum UserKernelError {
     /// The file is missing or not a loadable shared object.
-    #[error("cannot load {path} as a shared object: {reason}")]
+    #[error("cannot load {path} as a shared object: {source}")]
     Load {
         /// The file.
         path: PathBuf,
-        /// The loader's message.
-        reason: String,
+        /// The dynamic loader's error.
+        #[source]
+        source: libloading::Error,
+    },
+    /// An IR file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
     },
     /// A required symbol is missing.
     #[error("{path} has no symbol `{symbol}` (a user kernel exports `{prefix}init` and `{prefix}update`, optionally `{prefix}combine`)")]
@@ -59,12 +69,21 @@ pub enum UserKernelError {
         prefix: String,
     },
     /// An IR file LLVM cannot parse, or whose module does not verify.
-    #[error("{path} is not valid LLVM IR: {reason}")]
+    #[error("{path} is not valid LLVM IR: {diagnostic}")]
     BadIr {
         /// The file.
         path: PathBuf,
-        /// LLVM's message.
-        reason: String,
+        /// LLVM's diagnostic, verbatim (LLVM reports parse and verifier
+        /// errors only as text).
+        diagnostic: String,
+    },
+    /// A kernel function is declared in the module but has no body.
+    #[error("{path} is not valid LLVM IR: `{symbol}` is declared but not defined in the module")]
+    Undefined {
+        /// The file.
+        path: PathBuf,
+        /// The symbol.
+        symbol: String,
     },
     /// An IR function whose type is not the ABI's.
     #[error("{path}: `{symbol}` has type `{found}`, the user kernel ABI wants `{expected}`")]
@@ -74,17 +93,30 @@ pub enum UserKernelError {
         /// The symbol.
         symbol: String,
         /// The ABI's LLVM type.
-        expected: String,
+        expected: &'static str,
         /// The module's LLVM type.
         found: String,
     },
-    /// LLVM could not JIT-compile a valid module.
-    #[error("cannot JIT-compile {path}: {reason}")]
+    /// LLVM could not set up code generation for this machine.
+    #[error("cannot JIT-compile {path}: cannot initialise the native target: {diagnostic}")]
+    NativeTarget {
+        /// The file.
+        path: PathBuf,
+        /// LLVM's diagnostic, verbatim.
+        diagnostic: String,
+    },
+    /// LLVM could not JIT-compile a valid module, or one of its kernel functions.
+    #[error(
+        "cannot JIT-compile {path}: {}{diagnostic}",
+        symbol.as_ref().map(|s| format!("`{s}`: ")).unwrap_or_default()
+    )]
     Jit {
         /// The file.
         path: PathBuf,
-        /// LLVM's message.
-        reason: String,
+        /// The function that failed, if it was one function.
+        symbol: Option<String>,
+        /// LLVM's diagnostic, verbatim.
+        diagnostic: String,
     },
     /// An IR file given to a build without the `llvm` feature.
     #[error("{path} is LLVM IR, but this pfs was built without the `llvm` feature: cargo build --release -p pfs-cli --features llvm")]
@@ -146,9 +178,9 @@ impl UserKernel {
     pub fn load(path: &Path, prefix: &str) -> Result<Self, UserKernelError> {
         // SAFETY: loading a library runs its initialisers; the user asked for
         // this file to be run as a kernel, which is the trust this feature is for.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| UserKernelError::Load {
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|source| UserKernelError::Load {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            source,
         })?;
         let missing = |symbol: &str| UserKernelError::MissingSymbol {
             path: path.to_path_buf(),

@@ -182,9 +182,9 @@ fn malformed_ir_is_bad_ir() {
         "define i64 @pfs_init( {\n  this is not IR\n",
     );
     match load_any(&p, "pfs_") {
-        Err(UserKernelError::BadIr { path, reason }) => {
+        Err(UserKernelError::BadIr { path, diagnostic }) => {
             assert_eq!(path, p);
-            assert!(!reason.is_empty());
+            assert!(!diagnostic.is_empty());
         }
         other => panic!("expected BadIr, got {other:?}"),
     }

@@ -130,19 +130,7 @@ impl std::fmt::Display for Rate {
     }
 }
 
-/// User + system CPU time of this process so far (all threads), from
-/// `/proc/self/stat` (the kernel's getrusage accounting, in clock ticks).
+/// User + system CPU time of this process so far (all threads), seconds.
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are the
-    // 14th and 15th fields of the whole line.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let ticks = rustix::param::clock_ticks_per_second() as f64;
-    f.iter().sum::<u64>() as f64 / ticks
+    pfs_sys::process_usage().cpu_seconds()
 }

@@ -115,13 +115,22 @@ pub enum FilesError {
         name: String,
     },
 
-    /// An exclude pattern is not a valid glob.
-    #[error("bad exclude pattern {pattern:?}: {message}")]
-    BadExclude {
+    /// An exclude pattern is empty (`""` or `/`).
+    #[error("bad exclude pattern {pattern:?}: empty pattern")]
+    EmptyExclude {
         /// The pattern as given.
         pattern: String,
+    },
+
+    /// An exclude pattern is not a valid glob.
+    #[error("bad exclude pattern {pattern:?}: {}", source.kind())]
+    BadExclude {
+        /// The pattern as given (all patterns, space-separated, if the set
+        /// as a whole failed to build).
+        pattern: String,
         /// What the glob parser said.
-        message: String,
+        #[source]
+        source: globset::Error,
     },
 
     /// A non-regular file was handed to the chunker.
@@ -132,12 +141,13 @@ pub enum FilesError {
     },
 
     /// The rayon pool for parallel chunking could not be built.
-    #[error("starting {threads} chunking threads: {message}")]
+    #[error("starting {threads} chunking threads: {source}")]
     ThreadPool {
         /// Requested number of threads.
         threads: usize,
         /// What rayon said.
-        message: String,
+        #[source]
+        source: rayon::ThreadPoolBuildError,
     },
 
     /// No cache directory could be determined.

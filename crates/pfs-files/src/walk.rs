@@ -142,19 +142,16 @@ impl Excludes {
                 vec![body.to_owned(), format!("**/{body}")]
             };
             if body.is_empty() || body == "/" {
-                return Err(FilesError::BadExclude {
-                    pattern: pat.clone(),
-                    message: "empty pattern".into(),
-                });
+                return Err(FilesError::EmptyExclude { pattern: pat.clone() });
             }
             for g in globs {
                 let glob = GlobBuilder::new(&g)
                     .literal_separator(true)
                     .backslash_escape(true)
                     .build()
-                    .map_err(|e| FilesError::BadExclude {
+                    .map_err(|source| FilesError::BadExclude {
                         pattern: pat.clone(),
-                        message: e.kind().to_string(),
+                        source,
                     })?;
                 if dir_only {
                     dirs_only.add(glob);
@@ -164,9 +161,9 @@ impl Excludes {
             }
         }
         let build = |b: GlobSetBuilder| {
-            b.build().map_err(|e| FilesError::BadExclude {
+            b.build().map_err(|source| FilesError::BadExclude {
                 pattern: patterns.join(" "),
-                message: e.to_string(),
+                source,
             })
         };
         Ok(Self {

@@ -509,9 +509,7 @@ impl Receiver {
         };
         if rec.kind != KIND_DATA {
             self.release(rec);
-            return Err(IpcError::Handshake(
-                "blob reference record in a byte stream".into(),
-            ));
+            return Err(IpcError::RefInByteStream);
         }
         let n = (rec.len - done).min(buf.len());
         buf[..n].copy_from_slice(self.link.ring(self.ring).payload(rec.payload_off + done, n));

@@ -60,8 +60,8 @@ mod test_ring;
 #[cfg(not(loom))]
 pub use endpoint::{Endpoint, Loan, Msg, MsgKind, Receiver, Sender};
 #[cfg(not(loom))]
-pub use error::IpcError;
+pub use error::{HandshakeError, IpcError, Refusal};
 #[cfg(not(loom))]
 pub use rendezvous::{Allow, IpcListener, RendezvousConfig};
 #[cfg(not(loom))]
-pub use wait::{WaitConfig, WaitStrategy};
+pub use wait::{UnknownWaitStrategy, WaitConfig, WaitStrategy};

@@ -18,7 +18,7 @@
 //! side sees the other close it (liveness).
 
 use std::fs;
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -34,7 +34,7 @@ use rustix::net::{
 };
 
 use crate::endpoint::{Endpoint, Link, Receiver, Sender};
-use crate::error::IpcError;
+use crate::error::{HandshakeError, IpcError, Refusal};
 use crate::layout;
 use crate::mem::Mapping;
 use crate::wait::{PeerWatch, WaitConfig, WaitStrategy};
@@ -102,20 +102,20 @@ impl Default for RendezvousConfig {
     }
 }
 
-fn sealed_memfd(name: &str, len: usize, huge: bool) -> Result<OwnedFd, IpcError> {
+fn sealed_memfd(name: &'static str, len: usize, huge: bool) -> Result<OwnedFd, IpcError> {
     let mut flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
     if huge {
         flags |= MemfdFlags::HUGETLB;
     }
-    let fd = memfd_create(name, flags).map_err(|e| IpcError::io(format!("memfd_create {name}"), e))?;
-    ftruncate(&fd, len as u64).map_err(|e| IpcError::io(format!("size {name} to {len} bytes"), e))?;
+    let fd = memfd_create(name, flags).map_err(|e| IpcError::memfd("memfd_create", name, len as u64, e))?;
+    ftruncate(&fd, len as u64).map_err(|e| IpcError::memfd("size", name, len as u64, e))?;
     fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
-        .map_err(|e| IpcError::io(format!("seal {name}"), e))?;
+        .map_err(|e| IpcError::memfd("seal", name, len as u64, e))?;
     Ok(fd)
 }
 
-fn map_fd(fd: &OwnedFd, len: usize, what: &str) -> Result<Mapping, IpcError> {
-    Mapping::map(fd, len).map_err(|e| IpcError::io(format!("map {what} ({len} bytes)"), e))
+fn map_fd(fd: &OwnedFd, len: usize, what: &'static str) -> Result<Mapping, IpcError> {
+    Mapping::map(fd, len).map_err(|e| IpcError::memfd("map", what, len as u64, e))
 }
 
 fn random_u64() -> u64 {
@@ -145,38 +145,28 @@ impl IpcListener {
         if !opts.ring_bytes.is_power_of_two()
             || !(layout::MIN_RING..=layout::MAX_RING).contains(&opts.ring_bytes)
         {
-            return Err(IpcError::io(
-                "ring size",
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "{} is not a power of two between {} and {}",
-                        opts.ring_bytes,
-                        layout::MIN_RING,
-                        layout::MAX_RING
-                    ),
-                ),
-            ));
+            return Err(IpcError::BadRingSize {
+                bytes: opts.ring_bytes,
+                min: layout::MIN_RING,
+                max: layout::MAX_RING,
+            });
         }
         if let Ok(meta) = fs::symlink_metadata(path) {
             if !meta.file_type().is_socket() {
-                return Err(IpcError::io(
-                    format!("bind {}", path.display()),
-                    io::Error::new(io::ErrorKind::AlreadyExists, "path exists and is not a socket"),
-                ));
+                return Err(IpcError::NotASocket {
+                    path: path.to_path_buf(),
+                });
             }
             if UnixStream::connect(path).is_ok() {
-                return Err(IpcError::io(
-                    format!("bind {}", path.display()),
-                    io::Error::new(io::ErrorKind::AddrInUse, "a server is already listening there"),
-                ));
+                return Err(IpcError::AddrInUse {
+                    path: path.to_path_buf(),
+                });
             }
-            fs::remove_file(path).map_err(|e| IpcError::io(format!("remove stale {}", path.display()), e))?;
+            fs::remove_file(path).map_err(|e| IpcError::path_io("remove stale", path, e))?;
         }
-        let sock =
-            UnixListener::bind(path).map_err(|e| IpcError::io(format!("bind {}", path.display()), e))?;
+        let sock = UnixListener::bind(path).map_err(|e| IpcError::path_io("bind", path, e))?;
         fs::set_permissions(path, fs::Permissions::from_mode(opts.socket_mode))
-            .map_err(|e| IpcError::io(format!("chmod {}", path.display()), e))?;
+            .map_err(|e| IpcError::path_io("chmod", path, e))?;
         let blob = if opts.blob_bytes > 0 {
             let len = if opts.huge_blob {
                 opts.blob_bytes.next_multiple_of(2 << 20)
@@ -251,32 +241,31 @@ impl IpcListener {
         let mut req = [0u8; REQUEST_LEN];
         stream
             .read_exact(&mut req)
-            .map_err(|e| IpcError::Handshake(format!("client pid {pid} sent no complete request: {e}")))?;
-        let refuse = |stream: &mut UnixStream, reason: String| -> IpcError {
-            let _ = stream.write_all(&answer(1, WaitStrategy::Spin, 0, 0, 0, 0, &reason));
+            .map_err(|source| HandshakeError::IncompleteRequest { pid, source })?;
+        // The client gets the reason as text in the answer.
+        let refuse = |stream: &mut UnixStream, reason: Refusal| -> IpcError {
+            let text = reason.to_string();
+            let _ = stream.write_all(&answer(1, WaitStrategy::Spin, 0, 0, 0, 0, &text));
             IpcError::Refused(reason)
         };
         if req[..8] != MAGIC {
-            return Err(refuse(&mut stream, "not a PacketFS IPC client".into()));
+            return Err(refuse(&mut stream, Refusal::NotPfsClient));
         }
         let version = u16::from_le_bytes([req[8], req[9]]);
         if version != VERSION {
             return Err(refuse(
                 &mut stream,
-                format!("version {version} unsupported (server speaks {VERSION})"),
+                Refusal::Version {
+                    got: version,
+                    speaks: VERSION,
+                },
             ));
         }
         let Some(client_wait) = WaitStrategy::from_code(req[10]) else {
-            return Err(refuse(
-                &mut stream,
-                format!("unknown wait strategy code {}", req[10]),
-            ));
+            return Err(refuse(&mut stream, Refusal::UnknownWait { code: req[10] }));
         };
         if !self.opts.allow.permits(uid, self.own_uid) {
-            return Err(refuse(
-                &mut stream,
-                format!("uid {uid} (pid {pid}) is not allowed by this server"),
-            ));
+            return Err(refuse(&mut stream, Refusal::UidNotAllowed { uid, pid }));
         }
         let cap = self.opts.ring_bytes;
         let region_len = layout::region_len(cap);
@@ -366,19 +355,19 @@ fn u64_at(m: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
-fn check_fd(fd: &OwnedFd, want: u64, what: &str) -> Result<(), IpcError> {
-    let st = fstat(fd).map_err(|e| IpcError::io(format!("fstat {what}"), e))?;
+fn check_fd(fd: &OwnedFd, want: u64, what: &'static str) -> Result<(), IpcError> {
+    let st = fstat(fd).map_err(|e| IpcError::memfd("fstat", what, want, e))?;
     if st.st_size as u64 != want {
-        return Err(IpcError::Handshake(format!(
-            "{what} is {} bytes, the server announced {want}",
-            st.st_size
-        )));
+        return Err(HandshakeError::FdSize {
+            what,
+            size: st.st_size as u64,
+            announced: want,
+        }
+        .into());
     }
-    let seals = fcntl_get_seals(fd).map_err(|e| IpcError::io(format!("seals of {what}"), e))?;
+    let seals = fcntl_get_seals(fd).map_err(|e| IpcError::memfd("read seals of", what, want, e))?;
     if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-        return Err(IpcError::Handshake(format!(
-            "{what} is not sealed against resizing; refusing to map it"
-        )));
+        return Err(HandshakeError::NotSealed { what }.into());
     }
     Ok(())
 }
@@ -391,8 +380,7 @@ impl Endpoint {
 
     /// [`Endpoint::connect`] waiting at most `timeout` for the server's answer.
     pub fn connect_timeout(path: &Path, wait: WaitConfig, timeout: Duration) -> Result<Self, IpcError> {
-        let mut stream =
-            UnixStream::connect(path).map_err(|e| IpcError::io(format!("connect {}", path.display()), e))?;
+        let mut stream = UnixStream::connect(path).map_err(|e| IpcError::path_io("connect", path, e))?;
         stream
             .set_read_timeout(Some(timeout))
             .map_err(|e| IpcError::io("socket timeout", e))?;
@@ -400,10 +388,11 @@ impl Endpoint {
         let own = rustix::process::geteuid().as_raw();
         let server_uid = cred.uid.as_raw();
         if server_uid != own && server_uid != 0 {
-            return Err(IpcError::Refused(format!(
-                "server at {} runs as uid {server_uid}, not as us ({own}) or root",
-                path.display()
-            )));
+            return Err(IpcError::Refused(Refusal::ServerUid {
+                path: path.to_path_buf(),
+                uid: server_uid,
+                own,
+            }));
         }
         let pid = cred.pid.as_raw_nonzero().get();
         let mut req = [0u8; REQUEST_LEN];
@@ -432,45 +421,46 @@ impl Endpoint {
             }
         }
         if got == 0 {
-            return Err(IpcError::Handshake("server closed the connection".into()));
+            return Err(HandshakeError::ServerClosed.into());
         }
         if got < ANSWER_LEN {
             stream
                 .read_exact(&mut msg[got..])
-                .map_err(|e| IpcError::Handshake(format!("short answer: {e}")))?;
+                .map_err(|source| HandshakeError::ShortAnswer { source })?;
         }
         if msg[..8] != MAGIC {
-            return Err(IpcError::Handshake("not a PacketFS IPC server".into()));
+            return Err(HandshakeError::NotPfsServer.into());
         }
         if msg[10] != 0 {
             let len = (u32::from_le_bytes([msg[48], msg[49], msg[50], msg[51]]) as usize).min(REASON_MAX);
-            return Err(IpcError::Refused(
-                String::from_utf8_lossy(&msg[56..56 + len]).into_owned(),
-            ));
+            return Err(IpcError::RefusedByServer {
+                reason: String::from_utf8_lossy(&msg[56..56 + len]).into_owned(),
+            });
         }
-        let server_wait = WaitStrategy::from_code(msg[11])
-            .ok_or_else(|| IpcError::Handshake(format!("unknown wait strategy code {}", msg[11])))?;
+        let server_wait =
+            WaitStrategy::from_code(msg[11]).ok_or(HandshakeError::UnknownWait { code: msg[11] })?;
         let cap = u64_at(&msg, 16);
         let blob_len = u64_at(&msg, 24);
         let (key_c2s, key_s2c) = (u64_at(&msg, 32), u64_at(&msg, 40));
         if !cap.is_power_of_two() || !(layout::MIN_RING as u64..=layout::MAX_RING as u64).contains(&cap) {
-            return Err(IpcError::Handshake(format!("ring size {cap} out of range")));
+            return Err(HandshakeError::RingSize { bytes: cap }.into());
         }
         let cap = cap as usize;
         let want_fds = if blob_len > 0 { 2 } else { 1 };
         if fds.len() != want_fds {
-            return Err(IpcError::Handshake(format!(
-                "expected {want_fds} file descriptors, got {}",
-                fds.len()
-            )));
+            return Err(HandshakeError::FdCount {
+                expected: want_fds,
+                got: fds.len(),
+            }
+            .into());
         }
         let region_len = layout::region_len(cap);
         check_fd(&fds[0], region_len as u64, "ring region")?;
         let region = map_fd(&fds[0], region_len, "rings")?;
         let blob = if blob_len > 0 {
             check_fd(&fds[1], blob_len, "blob")?;
-            let len = usize::try_from(blob_len)
-                .map_err(|_| IpcError::Handshake(format!("blob of {blob_len} bytes")))?;
+            let len =
+                usize::try_from(blob_len).map_err(|_| HandshakeError::BlobTooLarge { bytes: blob_len })?;
             Some(Arc::new(map_fd(&fds[1], len, "blob")?))
         } else {
             None

@@ -76,14 +76,24 @@ impl fmt::Display for WaitStrategy {
     }
 }
 
+/// A wait strategy name [`WaitStrategy::from_str`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown wait strategy {given:?} (spin, yield, futex)")]
+pub struct UnknownWaitStrategy {
+    /// The name as given.
+    pub given: String,
+}
+
 impl FromStr for WaitStrategy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownWaitStrategy;
+    fn from_str(s: &str) -> Result<Self, UnknownWaitStrategy> {
         match s {
             "spin" | "busy-spin" => Ok(Self::Spin),
             "yield" | "spin-yield" | "spin-then-yield" => Ok(Self::SpinYield),
             "futex" | "spin-futex" | "spin-then-futex" => Ok(Self::SpinFutex),
-            other => Err(format!("unknown wait strategy {other:?} (spin, yield, futex)")),
+            other => Err(UnknownWaitStrategy {
+                given: other.to_owned(),
+            }),
         }
     }
 }

@@ -471,7 +471,7 @@ fn socket_is_private_and_credentials_are_checked() {
     let server = std::thread::spawn(move || l.accept().map(|_| ()));
     let err = Endpoint::connect(&path, WaitConfig::default()).unwrap_err();
     assert!(
-        matches!(err, IpcError::Refused(ref r) if r.contains("not allowed")),
+        matches!(err, IpcError::RefusedByServer { ref reason } if reason.contains("not allowed")),
         "{err}"
     );
     assert!(matches!(server.join().unwrap(), Err(IpcError::Refused(_))));

@@ -3,14 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::StoreError;
+use pfs_sys::FsType;
 
-/// `statfs(2)` magic of hugetlbfs.
-pub(crate) const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
-/// `statfs(2)` magic of tmpfs (and /dev/shm).
-const TMPFS_MAGIC: u64 = 0x0102_1994;
-/// `statfs(2)` magic of ramfs.
-const RAMFS_MAGIC: u64 = 0x8584_58f6;
+use crate::error::StoreError;
 
 /// Where the blob file lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,41 +49,16 @@ pub struct Backing {
     pub description: String,
 }
 
-/// `(f_type, f_bsize)` of the filesystem holding `path`.
-pub(crate) fn statfs(path: &Path) -> Result<(u64, u64), StoreError> {
-    let st = rustix::fs::statfs(path).map_err(|e| StoreError::io("statfs", path, e.into()))?;
-    // f_type is a signed word on some ABIs; the magic numbers are 32-bit.
-    Ok(((st.f_type as u64) & 0xffff_ffff, st.f_bsize as u64))
+/// The filesystem type of the filesystem holding `path`.
+pub(crate) fn fs_type(path: &Path) -> Result<FsType, StoreError> {
+    Ok(pfs_sys::statfs(path)
+        .map_err(|e| StoreError::io("statfs", path, e))?
+        .fs_type)
 }
 
 /// `Some(huge page size)` iff `dir` is on a hugetlbfs mount.
 pub(crate) fn hugetlbfs_page_size(dir: &Path) -> Result<Option<u64>, StoreError> {
-    let (magic, bsize) = statfs(dir)?;
-    Ok((magic == HUGETLBFS_MAGIC).then_some(bsize))
-}
-
-/// The base page size of this machine.
-pub(crate) fn base_page_size() -> u64 {
-    rustix::param::page_size() as u64
-}
-
-/// Name of a filesystem from its `statfs` magic.
-fn fs_name(magic: u64) -> String {
-    let name = match magic {
-        0xef53 => "ext4",
-        0x5846_5342 => "xfs",
-        0x9123_683e => "btrfs",
-        TMPFS_MAGIC => "tmpfs",
-        RAMFS_MAGIC => "ramfs",
-        0x794c_7630 => "overlayfs",
-        0x2fc1_2fc1 => "zfs",
-        0xf2f5_2010 => "f2fs",
-        0x6969 => "nfs",
-        0x0102_1997 => "9p",
-        0x6573_5546 => "fuse",
-        _ => return format!("filesystem 0x{magic:08x}"),
-    };
-    name.to_owned()
+    pfs_sys::hugetlbfs_page_size(dir).map_err(|e| StoreError::io("statfs", dir, e))
 }
 
 /// `4 KiB`, `2 MiB`, `1 GiB`.
@@ -101,17 +71,14 @@ pub(crate) fn size_name(bytes: u64) -> String {
     }
 }
 
-/// Describe a regular blob file on the filesystem with magic `magic`.
-pub(crate) fn describe_file(magic: u64, page_size: u64) -> String {
-    let lifetime = match magic {
-        TMPFS_MAGIC | RAMFS_MAGIC => "persists until reboot",
-        _ => "persists",
+/// Describe a regular blob file on a filesystem of type `fs`.
+pub(crate) fn describe_file(fs: FsType, page_size: u64) -> String {
+    let lifetime = if fs.is_memory_backed() {
+        "persists until reboot"
+    } else {
+        "persists"
     };
-    format!(
-        "file on {} ({} pages, {lifetime})",
-        fs_name(magic),
-        size_name(page_size)
-    )
+    format!("file on {fs} ({} pages, {lifetime})", size_name(page_size))
 }
 
 /// Describe a blob file on hugetlbfs.
@@ -129,11 +96,11 @@ mod tests {
     #[test]
     fn descriptions() {
         assert_eq!(
-            describe_file(0xef53, 4096),
+            describe_file(FsType::Ext4, 4096),
             "file on ext4 (4 KiB pages, persists)"
         );
         assert_eq!(
-            describe_file(TMPFS_MAGIC, 4096),
+            describe_file(FsType::Tmpfs, 4096),
             "file on tmpfs (4 KiB pages, persists until reboot)"
         );
         assert_eq!(
@@ -142,7 +109,14 @@ mod tests {
         );
         assert_eq!(size_name(1 << 30), "1 GiB");
         assert_eq!(size_name(1000), "1000 B");
-        assert!(fs_name(0x1234).starts_with("filesystem 0x"));
+        assert_eq!(
+            describe_file(FsType::Other(0x1234), 4096),
+            "file on filesystem 0x00001234 (4 KiB pages, persists)"
+        );
+        assert_eq!(
+            describe_file(FsType::Ramfs, 4096),
+            "file on ramfs (4 KiB pages, persists until reboot)"
+        );
     }
 
     #[test]

@@ -12,10 +12,12 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum StoreError {
     /// A file or syscall operation failed.
-    #[error("{context}: {source}")]
+    #[error("{op} {path}: {source}")]
     Io {
-        /// What was being done and to which path, e.g. "fdatasync /srv/pfs/index".
-        context: String,
+        /// What was being done, e.g. "fdatasync", "open lock file", "grow blob file".
+        op: &'static str,
+        /// The file or directory it was done to.
+        path: PathBuf,
         /// The OS error.
         #[source]
         source: io::Error,
@@ -68,8 +70,8 @@ pub enum StoreError {
     BadFormat {
         /// The offending file.
         path: PathBuf,
-        /// What is wrong and what to do.
-        reason: String,
+        /// What is wrong (its Display also says what to do).
+        reason: FormatProblem,
     },
 
     /// The index says the blob lives on a hugetlbfs mount that is not there
@@ -91,7 +93,7 @@ pub enum StoreError {
     #[error("invalid input: {reason}")]
     InvalidInput {
         /// What is wrong.
-        reason: String,
+        reason: InputProblem,
     },
 
     /// Data handed in does not hash to the hash it was presented with.
@@ -142,11 +144,82 @@ pub enum StoreError {
     },
 }
 
+/// Why a file in the store directory is not a store file this version can read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatProblem {
+    /// The index does not start with the index magic.
+    #[error(
+        "it does not start with the pfs store index magic \"PFSINDEX\"; give the server an \
+         empty directory or one created by pfs as its store"
+    )]
+    NotAnIndex,
+    /// The index was written by another format version.
+    #[error(
+        "index format version {found}, this pfs reads version {supported}; open the store with \
+         the pfs release that created it"
+    )]
+    Version {
+        /// Version in the file.
+        found: u32,
+        /// Version this build reads.
+        supported: u32,
+    },
+    /// The index is shorter than its header.
+    #[error(
+        "it is {len} bytes, shorter than the {header_len}-byte index header; move the store \
+         directory away to start an empty store"
+    )]
+    Short {
+        /// File length.
+        len: u64,
+        /// Header length.
+        header_len: u64,
+    },
+    /// The index header is damaged.
+    #[error("{what}: the index header is damaged; move the store directory away to start an empty store")]
+    DamagedHeader {
+        /// Which check failed: "header checksum mismatch", "unexpected header
+        /// or record length", "unknown blob location".
+        what: &'static str,
+    },
+    /// A non-empty blob file exists but the index does not.
+    #[error(
+        "a non-empty blob file without {index}: not a store pfs created, or its index was \
+         deleted; move the file away to start an empty store here"
+    )]
+    BlobWithoutIndex {
+        /// The missing index file.
+        index: PathBuf,
+    },
+}
+
+/// Why options or arguments cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputProblem {
+    /// A store of capacity zero was asked for.
+    #[error("store capacity must be greater than zero")]
+    ZeroCapacity,
+    /// The hugetlbfs blob path does not fit in the index header.
+    #[error("hugetlbfs blob path {path} is longer than {max} bytes; use a shorter mount path")]
+    HugeTlbFsPathTooLong {
+        /// The blob path.
+        path: PathBuf,
+        /// Longest path the header holds, bytes.
+        max: usize,
+    },
+    /// Repair data borrowed from the very bytes it would overwrite.
+    #[error("repair data is a slice of the bytes it would overwrite; pass a copy")]
+    RepairOverlapsTarget,
+}
+
 impl StoreError {
-    /// An [`StoreError::Io`] with `what` and the path in its context.
-    pub(crate) fn io(what: &str, path: &std::path::Path, source: io::Error) -> Self {
+    /// An [`StoreError::Io`]: `op` failed on `path`.
+    pub(crate) fn io(op: &'static str, path: &std::path::Path, source: io::Error) -> Self {
         StoreError::Io {
-            context: format!("{what} {}", path.display()),
+            op,
+            path: path.to_path_buf(),
             source,
         }
     }

@@ -31,7 +31,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::error::StoreError;
+use crate::error::{FormatProblem, InputProblem, StoreError};
 use crate::{ChunkLoc, IndexEntry};
 
 /// First bytes of every index file.
@@ -114,10 +114,10 @@ impl Header {
             let bytes = p.as_os_str().as_bytes();
             if bytes.len() > MAX_PATH_BYTES || bytes.is_empty() {
                 return Err(StoreError::InvalidInput {
-                    reason: format!(
-                        "hugetlbfs blob path {} is longer than {MAX_PATH_BYTES} bytes; use a shorter mount path",
-                        p.display()
-                    ),
+                    reason: InputProblem::HugeTlbFsPathTooLong {
+                        path: p.clone(),
+                        max: MAX_PATH_BYTES,
+                    },
                 });
             }
             b[field::LOCATION] = 1;
@@ -131,30 +131,21 @@ impl Header {
 
     /// Check and decode header bytes read from `path`.
     pub(crate) fn decode(b: &[u8; HEADER_LEN as usize], path: &Path) -> Result<Header, StoreError> {
-        let bad = |reason: String| StoreError::BadFormat {
+        let bad = |reason: FormatProblem| StoreError::BadFormat {
             path: path.to_path_buf(),
             reason,
         };
         if b[field::MAGIC] != MAGIC {
-            return Err(bad(
-                "it does not start with the pfs store index magic \"PFSINDEX\"; give the server an \
-                 empty directory or one created by pfs as its store"
-                    .into(),
-            ));
+            return Err(bad(FormatProblem::NotAnIndex));
         }
         let version = le_u32(&b[field::VERSION]);
         if version != FORMAT_VERSION {
-            return Err(bad(format!(
-                "index format version {version}, this pfs reads version {FORMAT_VERSION}; open the \
-                 store with the pfs release that created it"
-            )));
+            return Err(bad(FormatProblem::Version {
+                found: version,
+                supported: FORMAT_VERSION,
+            }));
         }
-        let damaged = |what: &str| {
-            bad(format!(
-                "{what}: the index header is damaged; move the store directory away to start an \
-                 empty store"
-            ))
-        };
+        let damaged = |what: &'static str| bad(FormatProblem::DamagedHeader { what });
         if crc32c::crc32c(&b[..field::HEADER_CRC.start]) != le_u32(&b[field::HEADER_CRC]) {
             return Err(damaged("header checksum mismatch"));
         }
@@ -218,10 +209,10 @@ pub(crate) fn read_header(file: &File, path: &Path) -> Result<Header, StoreError
     if len < HEADER_LEN {
         return Err(StoreError::BadFormat {
             path: path.to_path_buf(),
-            reason: format!(
-                "it is {len} bytes, shorter than the {HEADER_LEN}-byte index header; move the \
-                 store directory away to start an empty store"
-            ),
+            reason: FormatProblem::Short {
+                len,
+                header_len: HEADER_LEN,
+            },
         });
     }
     let mut b = [0u8; HEADER_LEN as usize];
@@ -405,7 +396,7 @@ mod tests {
     fn header_rejections() {
         let good = header(BlobLocation::InDir).encode().unwrap();
         let reason = |b: &[u8; 512]| match Header::decode(b, Path::new("x")) {
-            Err(StoreError::BadFormat { reason, .. }) => reason,
+            Err(StoreError::BadFormat { reason, .. }) => reason.to_string(),
             other => panic!("{other:?}"),
         };
         let mut b = good;

@@ -123,7 +123,7 @@ mod map;
 mod store;
 
 pub use backing::{Backing, BackingKind};
-pub use error::StoreError;
+pub use error::{FormatProblem, InputProblem, StoreError};
 pub use store::{
     ChunkHash, ChunkLoc, Durability, IndexEntry, RecoveryReport, Reservation, Store, StoreConfig,
     StoreIdentity, StoreStats, DEFAULT_CAPACITY,

@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockW
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::backing::{self, Backing, BackingKind};
-use crate::error::{hex, StoreError};
+use crate::error::{hex, FormatProblem, InputProblem, StoreError};
 use crate::index::{self, BlobLocation, Header, IndexWriter};
 use crate::map::{BlobSpace, Claim, ClaimError, OverwriteError};
 
@@ -286,7 +286,7 @@ impl Store {
     pub fn open(dir: &Path, opts: &StoreConfig) -> Result<Store, StoreError> {
         if opts.capacity == 0 {
             return Err(StoreError::InvalidInput {
-                reason: "store capacity must be greater than zero".into(),
+                reason: InputProblem::ZeroCapacity,
             });
         }
         fs::create_dir_all(dir).map_err(|e| StoreError::io("create store directory", dir, e))?;
@@ -312,7 +312,7 @@ impl Store {
                         dir.join(BLOB_FILE).display()
                     ));
                 }
-                (dir.join(BLOB_FILE), backing::base_page_size(), BackingKind::File)
+                (dir.join(BLOB_FILE), pfs_sys::base_page_size(), BackingKind::File)
             }
             BlobLocation::HugeTlbFs(p) => {
                 let parent = p.parent().unwrap_or(Path::new("/")).to_path_buf();
@@ -379,7 +379,7 @@ impl Store {
 
         let description = match kind {
             BackingKind::HugeTlbFs => backing::describe_huge(page_size),
-            BackingKind::File => backing::describe_file(backing::statfs(dir)?.0, page_size),
+            BackingKind::File => backing::describe_file(backing::fs_type(dir)?, page_size),
         };
         let backing = Backing {
             kind,
@@ -414,17 +414,15 @@ impl Store {
             if m.len() > 0 {
                 return Err(StoreError::BadFormat {
                     path: blob,
-                    reason: format!(
-                        "a non-empty blob file without {}: not a store pfs created, or its index \
-                         was deleted; move the file away to start an empty store here",
-                        dir.join(INDEX_FILE).display()
-                    ),
+                    reason: FormatProblem::BlobWithoutIndex {
+                        index: dir.join(INDEX_FILE),
+                    },
                 });
             }
         }
         let id = random_id();
         let mut location = BlobLocation::InDir;
-        let mut page_size = backing::base_page_size();
+        let mut page_size = pfs_sys::base_page_size();
         if let Some(h) = &opts.huge_dir {
             match backing::hugetlbfs_page_size(h)? {
                 Some(ps) => {
@@ -650,7 +648,7 @@ impl Store {
                     readable,
                 },
                 OverwriteError::Overlap => StoreError::InvalidInput {
-                    reason: "repair data is a slice of the bytes it would overwrite; pass a copy".into(),
+                    reason: InputProblem::RepairOverlapsTarget,
                 },
             })?;
             if self.durability == Durability::Fsync {

@@ -480,7 +480,7 @@ fn foreign_files_are_refused_and_left_alone() {
     fs::write(dir.path().join("index"), &junk).unwrap();
     let e = Store::open(dir.path(), &fast_opts()).unwrap_err();
     assert!(
-        matches!(&e, StoreError::BadFormat { reason, .. } if reason.contains("magic")),
+        matches!(&e, StoreError::BadFormat { reason, .. } if reason.to_string().contains("magic")),
         "{e}"
     );
     assert_eq!(fs::read(dir.path().join("index")).unwrap(), junk);

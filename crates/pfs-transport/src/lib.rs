@@ -169,13 +169,20 @@ pub trait Listener: Send + Sync {
 /// Why a listener or connection could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
-    /// The address does not parse or resolve.
-    #[error("bad address {addr:?}: {reason}")]
+    /// The address does not parse, or name resolution failed.
+    #[error("bad address {addr:?}: {source}")]
     BadAddress {
         /// What was given.
         addr: String,
-        /// Why it failed.
-        reason: String,
+        /// The parse or resolver error.
+        #[source]
+        source: io::Error,
+    },
+    /// The address resolved to no socket address.
+    #[error("bad address {addr:?}: resolved to nothing")]
+    Unresolved {
+        /// What was given.
+        addr: String,
     },
     /// bind/listen failed.
     #[error("cannot listen on {addr}: {source}")]

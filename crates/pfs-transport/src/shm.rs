@@ -73,16 +73,25 @@ impl ShmTransport {
 /// The io::Error a transport user expects for each IPC failure.
 fn to_io(e: IpcError) -> io::Error {
     let kind = match &e {
-        IpcError::Io { source, .. } => source.kind(),
+        IpcError::Io { source, .. } | IpcError::PathIo { source, .. } | IpcError::Memfd { source, .. } => {
+            source.kind()
+        }
+        IpcError::NotASocket { .. } => io::ErrorKind::AlreadyExists,
+        IpcError::AddrInUse { .. } => io::ErrorKind::AddrInUse,
         IpcError::WouldBlock => io::ErrorKind::WouldBlock,
         IpcError::Timeout(_) => io::ErrorKind::TimedOut,
         IpcError::PeerDied { .. } | IpcError::PeerClosed => io::ErrorKind::ConnectionReset,
         IpcError::Closed => io::ErrorKind::BrokenPipe,
-        IpcError::Refused(_) => io::ErrorKind::ConnectionRefused,
-        IpcError::Protocol(_) | IpcError::Handshake(_) | IpcError::BadReference { .. } => {
-            io::ErrorKind::InvalidData
+        IpcError::Refused(_) | IpcError::RefusedByServer { .. } => io::ErrorKind::ConnectionRefused,
+        IpcError::Protocol(_)
+        | IpcError::Handshake(_)
+        | IpcError::RefInByteStream
+        | IpcError::BadReference { .. } => io::ErrorKind::InvalidData,
+        IpcError::BadRingSize { .. } | IpcError::TooLarge { .. } | IpcError::OutOfBlob { .. } => {
+            io::ErrorKind::InvalidInput
         }
-        IpcError::TooLarge { .. } | IpcError::OutOfBlob { .. } => io::ErrorKind::InvalidInput,
+        // IpcError is non_exhaustive: a new variant is a local failure until mapped.
+        _ => io::ErrorKind::Other,
     };
     io::Error::new(kind, e)
 }

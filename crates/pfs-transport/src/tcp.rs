@@ -51,21 +51,27 @@ impl TcpTransport {
     pub fn connect(addr: &str, cfg: &TcpConfig) -> Result<Self, TransportError> {
         let resolved: Vec<SocketAddr> = addr
             .to_socket_addrs()
-            .map_err(|e| TransportError::BadAddress {
+            .map_err(|source| TransportError::BadAddress {
                 addr: addr.into(),
-                reason: e.to_string(),
+                source,
             })?
             .collect();
-        let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+        if resolved.is_empty() {
+            return Err(TransportError::Unresolved { addr: addr.into() });
+        }
+        let mut last = None;
         for sa in resolved {
             match Self::connect_one(sa, cfg) {
                 Ok(t) => return Ok(t),
-                Err(e) => last = e,
+                Err(e) => last = Some(e),
             }
         }
-        Err(TransportError::Connect {
-            addr: addr.into(),
-            source: last,
+        Err(match last {
+            Some(source) => TransportError::Connect {
+                addr: addr.into(),
+                source,
+            },
+            None => TransportError::Unresolved { addr: addr.into() },
         })
     }
 
@@ -139,15 +145,12 @@ impl TcpListener {
     pub fn bind(addr: &str, cfg: TcpConfig) -> Result<Self, TransportError> {
         let sa: SocketAddr = addr
             .to_socket_addrs()
-            .map_err(|e| TransportError::BadAddress {
+            .map_err(|source| TransportError::BadAddress {
                 addr: addr.into(),
-                reason: e.to_string(),
+                source,
             })?
             .next()
-            .ok_or_else(|| TransportError::BadAddress {
-                addr: addr.into(),
-                reason: "resolved to nothing".into(),
-            })?;
+            .ok_or_else(|| TransportError::Unresolved { addr: addr.into() })?;
         let listen = |sa: SocketAddr| -> io::Result<std::net::TcpListener> {
             let sock = Socket::new(Domain::for_address(sa), Type::STREAM, Some(Protocol::TCP))?;
             sock.set_reuse_address(true)?;

@@ -93,7 +93,7 @@ type ParamCheck = fn(BasicTypeEnum<'_>) -> bool;
 
 /// One entry point: name after the prefix, ABI type as LLVM prints it,
 /// parameter checks, whether required.
-type Wanted<'a> = (&'a str, &'a str, &'a [ParamCheck], bool);
+type Wanted<'a> = (&'static str, &'static str, &'a [ParamCheck], bool);
 
 /// Whether `ty` is `i64 (params…)` where `params` are the given checks.
 fn matches_abi(ty: FunctionType<'_>, params: &[ParamCheck]) -> bool {
@@ -106,23 +106,27 @@ fn matches_abi(ty: FunctionType<'_>, params: &[ParamCheck]) -> bool {
 
 /// Parses, checks, optimises and JIT-compiles the IR kernel at `path`.
 pub(super) fn load(path: &Path, prefix: &str) -> Result<Loaded, UserKernelError> {
-    let bad = |reason: String| UserKernelError::BadIr {
+    let bad = |diagnostic: String| UserKernelError::BadIr {
         path: path.to_path_buf(),
-        reason,
+        diagnostic,
     };
     let missing = |symbol: &str| UserKernelError::MissingSymbol {
         path: path.to_path_buf(),
         symbol: symbol.to_string(),
         prefix: prefix.to_string(),
     };
-    Target::initialize_native(&InitializationConfig::default()).map_err(|e| UserKernelError::Jit {
-        path: path.to_path_buf(),
-        reason: format!("cannot initialise the native target: {e}"),
+    Target::initialize_native(&InitializationConfig::default()).map_err(|diagnostic| {
+        UserKernelError::NativeTarget {
+            path: path.to_path_buf(),
+            diagnostic,
+        }
     })?;
-    let buffer = MemoryBuffer::create_from_file(path).map_err(|e| UserKernelError::Load {
+    let bytes = std::fs::read(path).map_err(|source| UserKernelError::Read {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source,
     })?;
+    let buffer = MemoryBuffer::create_from_memory_range_copy(&bytes, &path.to_string_lossy());
+    drop(bytes);
 
     // Declared before the module and engine, so on an early return they are
     // dropped before it.
@@ -159,16 +163,17 @@ pub(super) fn load(path: &Path, prefix: &str) -> Result<Loaded, UserKernelError>
             continue;
         };
         if f.count_basic_blocks() == 0 {
-            return Err(bad(format!(
-                "`{symbol}` is declared but not defined in the module"
-            )));
+            return Err(UserKernelError::Undefined {
+                path: path.to_path_buf(),
+                symbol,
+            });
         }
         let ty = f.get_type();
         if !matches_abi(ty, params) {
             return Err(UserKernelError::WrongSignature {
                 path: path.to_path_buf(),
                 symbol,
-                expected: (*expected).to_string(),
+                expected,
                 found: ty.print_to_string().to_string(),
             });
         }
@@ -187,11 +192,13 @@ pub(super) fn load(path: &Path, prefix: &str) -> Result<Loaded, UserKernelError>
         .create_jit_execution_engine(OptimizationLevel::Aggressive)
         .map_err(|e| UserKernelError::Jit {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            symbol: None,
+            diagnostic: e.to_string(),
         })?;
     let jit_err = |symbol: &str, e: String| UserKernelError::Jit {
         path: path.to_path_buf(),
-        reason: format!("`{symbol}`: {e}"),
+        symbol: Some(symbol.to_owned()),
+        diagnostic: e,
     };
     let init_name = format!("{prefix}init");
     let update_name = format!("{prefix}update");

@@ -338,10 +338,7 @@ fn on_files<R: Send>(
         .num_threads(threads)
         .thread_name(move |i| format!("{name}-{i}"))
         .build()
-        .map_err(|e| FilesError::ThreadPool {
-            threads,
-            message: e.to_string(),
-        })?;
+        .map_err(|source| FilesError::ThreadPool { threads, source })?;
     Ok(pool.install(|| {
         entries
             .par_iter()

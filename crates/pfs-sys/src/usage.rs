@@ -1,0 +1,145 @@
+//! Resource usage (`getrusage(2)`): CPU time, context switches, peak RSS.
+
+/// CPU time, context switches and peak resident set size of a thread, the
+/// process, or its reaped children.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// User CPU time, microseconds.
+    pub user_us: u64,
+    /// System CPU time, microseconds.
+    pub sys_us: u64,
+    /// Voluntary context switches (the thread blocked or yielded).
+    pub nvcsw: u64,
+    /// Involuntary context switches (the thread was preempted).
+    pub nivcsw: u64,
+    /// Peak resident set size, bytes. A high-water mark, not a counter: for
+    /// a thread Linux reports the whole process's peak, for children the
+    /// largest peak of any one child.
+    pub max_rss_bytes: u64,
+}
+
+impl Usage {
+    /// The usage between `earlier` and `self`: counters subtracted
+    /// (saturating), [`Usage::max_rss_bytes`] kept from `self` (a peak has
+    /// no meaningful difference).
+    pub fn since(&self, earlier: &Usage) -> Usage {
+        Usage {
+            user_us: self.user_us.saturating_sub(earlier.user_us),
+            sys_us: self.sys_us.saturating_sub(earlier.sys_us),
+            nvcsw: self.nvcsw.saturating_sub(earlier.nvcsw),
+            nivcsw: self.nivcsw.saturating_sub(earlier.nivcsw),
+            max_rss_bytes: self.max_rss_bytes,
+        }
+    }
+
+    /// User plus system CPU time, seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        (self.user_us + self.sys_us) as f64 / 1e6
+    }
+}
+
+/// Resource usage of the calling thread (`RUSAGE_THREAD`).
+pub fn thread_usage() -> Usage {
+    ffi::getrusage(ffi::Who::Thread)
+}
+
+/// Resource usage of the whole process, all threads (`RUSAGE_SELF`).
+pub fn process_usage() -> Usage {
+    ffi::getrusage(ffi::Who::Process)
+}
+
+/// Resource usage of the reaped children of this process (`RUSAGE_CHILDREN`).
+pub fn children_usage() -> Usage {
+    ffi::getrusage(ffi::Who::Children)
+}
+
+/// Peak resident set size of the process, bytes.
+pub fn max_rss_bytes() -> u64 {
+    process_usage().max_rss_bytes
+}
+
+/// The one `unsafe` of this crate: `getrusage(2)`, which rustix does not wrap.
+mod ffi {
+    #![allow(unsafe_code)]
+
+    use super::Usage;
+
+    /// Whose usage to read.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) enum Who {
+        Thread,
+        Process,
+        Children,
+    }
+
+    pub(super) fn getrusage(who: Who) -> Usage {
+        let who = match who {
+            Who::Thread => libc::RUSAGE_THREAD,
+            Who::Process => libc::RUSAGE_SELF,
+            Who::Children => libc::RUSAGE_CHILDREN,
+        };
+        // SAFETY: `rusage` is plain old data (integers and timevals); the
+        // all-zero bit pattern is a valid value.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable `rusage` that outlives the call;
+        // `who` is one of the RUSAGE_* constants, so getrusage cannot fail
+        // (EFAULT and EINVAL are its only errors) and fills `ru` completely.
+        unsafe { libc::getrusage(who, &mut ru) };
+        Usage {
+            user_us: micros(ru.ru_utime),
+            sys_us: micros(ru.ru_stime),
+            nvcsw: ru.ru_nvcsw.max(0) as u64,
+            nivcsw: ru.ru_nivcsw.max(0) as u64,
+            // Linux reports ru_maxrss in KiB.
+            max_rss_bytes: (ru.ru_maxrss.max(0) as u64) * 1024,
+        }
+    }
+
+    fn micros(tv: libc::timeval) -> u64 {
+        (tv.tv_sec.max(0) as u64) * 1_000_000 + tv.tv_usec.max(0) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_moves_forward() {
+        let a = thread_usage();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let b = thread_usage();
+        assert!(b.user_us + b.sys_us >= a.user_us + a.sys_us);
+        assert!(max_rss_bytes() > 0);
+        let p = process_usage();
+        assert!(p.user_us + p.sys_us >= b.user_us + b.sys_us);
+        let _ = children_usage();
+    }
+
+    #[test]
+    fn since_subtracts_counters_and_keeps_the_peak() {
+        let early = Usage {
+            user_us: 10,
+            sys_us: 5,
+            nvcsw: 3,
+            nivcsw: 1,
+            max_rss_bytes: 100,
+        };
+        let late = Usage {
+            user_us: 25,
+            sys_us: 7,
+            nvcsw: 4,
+            nivcsw: 1,
+            max_rss_bytes: 300,
+        };
+        let d = late.since(&early);
+        assert_eq!((d.user_us, d.sys_us, d.nvcsw, d.nivcsw), (15, 2, 1, 0));
+        assert_eq!(d.max_rss_bytes, 300);
+        assert_eq!(early.since(&late).user_us, 0, "saturates");
+        assert!((d.cpu_seconds() - 17e-6).abs() < 1e-12);
+    }
+}
