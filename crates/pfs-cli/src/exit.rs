@@ -42,3 +42,40 @@ pub fn classify(e: &anyhow::Error) -> i32 {
         },
     }
 }
+
+/// An error and its causes on one line, each cause once: many error types
+/// already print their source in their own message, so a cause whose text
+/// ends the line so far is not repeated.
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let os = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = anyhow::Error::new(pfs_transport::TransportError::Connect {
+            addr: "127.0.0.1:1".into(),
+            source: os,
+        });
+        let text = describe(&e);
+        assert_eq!(text.matches("refused").count(), 1, "{text}");
+        assert!(text.starts_with("cannot connect to 127.0.0.1:1: "), "{text}");
+        let wrapped = anyhow::Error::msg("inner").context("outer");
+        assert_eq!(describe(&wrapped), "outer: inner");
+    }
+}

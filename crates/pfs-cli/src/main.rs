@@ -15,7 +15,7 @@ fn main() {
     let code = match command::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("pfs: error: {e:#}");
+            eprintln!("pfs: error: {}", exit::describe(&e));
             exit::classify(&e)
         }
     };
