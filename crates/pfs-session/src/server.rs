@@ -9,7 +9,7 @@ use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameType};
 
 use crate::files::{receive_files, FilesReceiveOutcome, FilesReceiverConfig};
 use crate::gram::{receive_session, Progress, ReceiverConfig, ReceiverOutcome};
-use crate::sys::pin_current_thread;
+use pfs_sys::pin_current_thread;
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
 use pfs_store::Store;

@@ -12,7 +12,7 @@ use super::receiver::{GramReceiver, GramSink, Progress, ReceiverConfig, Receiver
 use super::sender::{GramSender, SendOutcome, SendProgress, SenderConfig, SenderEvent, Transmit};
 use crate::error::LocalError;
 use crate::framing::{is_timeout, now, send_error, RecvBuf};
-use crate::sys::{max_rss_bytes, thread_usage, Usage};
+use pfs_sys::{max_rss_bytes, thread_usage, Usage};
 use crate::{BlobView, SessionError};
 
 /// Runs one sending session: handshake, grams, summary, report.

@@ -32,7 +32,7 @@ use pfs_wire::{
 
 use super::{GramViolation, HelloRejection};
 use crate::error::{Timeout, Violation};
-use crate::sys::Usage;
+use pfs_sys::Usage;
 use crate::{BlobView, Limits, SessionError};
 
 /// Receiver settings.

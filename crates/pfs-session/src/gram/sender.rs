@@ -21,7 +21,7 @@ use pfs_wire::{
 
 use crate::error::{LimitExceeded, LocalError, Timeout, Violation};
 use crate::framing::{frame_want, refusal, split_frame};
-use crate::sys::Usage;
+use pfs_sys::Usage;
 use crate::{BlobView, SessionError};
 
 /// Sender settings.
