@@ -57,7 +57,7 @@ configured Debian archive (bookworm-security), so apt checks the .deb against
 the signed index; this script then checks its SHA256 again (against the pinned
 value for the default pair, else against the index). A version that has
 dropped out of the apt index is fetched from the same pool directory of the
-same archive (URL derived from apt, or \$PFS_SYNC_POOL_URL) and accepted only if
+same archive (URL derived from apt, or \$PFS_PAIR_POOL_URL) and accepted only if
 its SHA256 matches the pinned value. The tree is the .deb's inner
 linux-source-6.1.tar.xz, unpacked with the archive's file times.
 
@@ -81,7 +81,7 @@ Options:
 
 Environment:
   PFS_PAIR_CACHE     cache directory (default \$HOME/.cache/pfs/version-pair)
-  PFS_SYNC_POOL_URL  pool directory URL for versions no longer in the apt index
+  PFS_PAIR_POOL_URL  pool directory URL for versions no longer in the apt index
 
 Missing tools (apt, dpkg-deb, tar, xz, sha256sum) are installed with apt-get
 when running as root ('apt-get update' is run at most once).
@@ -167,8 +167,8 @@ index_has() {
 
 # Pool directory URL of PKG, from apt's URI for any version it knows.
 pool_url() {
-    if [ -n "${PFS_SYNC_POOL_URL:-}" ]; then
-        printf '%s\n' "${PFS_SYNC_POOL_URL%/}"
+    if [ -n "${PFS_PAIR_POOL_URL:-}" ]; then
+        printf '%s\n' "${PFS_PAIR_POOL_URL%/}"
         return 0
     fi
     local tmp uri
@@ -231,7 +231,7 @@ fetch_deb() { # VERSION DIR
         expected=$pinned
         base=$(pool_url) || {
             rm -rf "$tmp"
-            die "$PKG=$ver is not in the apt index and no pool URL could be derived from apt; set PFS_SYNC_POOL_URL"
+            die "$PKG=$ver is not in the apt index and no pool URL could be derived from apt; set PFS_PAIR_POOL_URL"
         }
         log "$PKG=$ver is no longer in the apt index; fetching it from $base/"
         if ! fetch_url "$base/${PKG}_${ver}_all.deb" "$tmp/${PKG}_${ver}_all.deb"; then
