@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::cell::Cell;
 use super::Method;
 use crate::plot::{self, Series};
+use crate::report::csv_escape;
 
 /// Units and definitions, printed with every report.
 pub const UNITS: &str = "Gbit/s = 10^9 bit/s of logical message bytes (the 8 fields); wire bytes = bytes through the sockets \
@@ -18,19 +19,9 @@ thread, not a round trip; CPU and context switches from getrusage(RUSAGE_THREAD)
 /// The ratio the issue sets a target for.
 pub const TARGET_RATIO: f64 = 10.0;
 
-/// Machine and settings of a run.
+/// The study's part of its report header (after the [`crate::report::Host`] facts).
 #[derive(Debug, Clone, Serialize)]
-pub struct Header {
-    /// `pfs <version>`.
-    pub tool: String,
-    /// Git revision of the build.
-    pub git_revision: String,
-    /// Kernel release.
-    pub kernel: String,
-    /// CPU model.
-    pub cpu_model: String,
-    /// Online CPUs.
-    pub cores: usize,
+pub struct IoSettings {
     /// Pinning policy.
     pub pinning: String,
     /// TCP_NODELAY on sender sockets.
@@ -50,6 +41,9 @@ pub struct Header {
     /// Units and definitions.
     pub units: String,
 }
+
+/// The study's report header.
+pub type Header = crate::report::Header<IoSettings>;
 
 /// A4 / A1 throughput at one size and thread count.
 #[derive(Debug, Clone, Serialize)]
@@ -99,18 +93,18 @@ pub fn header_text(h: &Header) -> String {
         "pfs bench io-primitives — {} · kernel {} · {} · {} cores\n\
          pinning: {} · TCP_NODELAY {} · {:.2} s per cell · pool {} messages per sender · A3 in flight ≤ {} · A4 gram payload {} B, {} descriptors\n\
          hardware counters: {}\n\n",
-        h.git_revision,
-        h.kernel,
-        h.cpu_model,
-        h.cores,
-        h.pinning,
-        if h.tcp_nodelay { "on" } else { "off (kernel default: Nagle on)" },
-        h.duration_s,
-        h.pool,
-        h.zc_inflight,
-        h.gram_payload,
-        h.gram_encoding,
-        h.hardware_counters,
+        h.host.git_revision,
+        h.host.kernel,
+        h.host.cpu_model,
+        h.host.cores,
+        h.study.pinning,
+        if h.study.tcp_nodelay { "on" } else { "off (kernel default: Nagle on)" },
+        h.study.duration_s,
+        h.study.pool,
+        h.study.zc_inflight,
+        h.study.gram_payload,
+        h.study.gram_encoding,
+        h.study.hardware_counters,
     )
 }
 
@@ -279,14 +273,6 @@ pub fn json(header: &Header, cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> s
         "cells": cells,
         "a4_over_a1": ratios,
     })
-}
-
-fn csv_escape(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {

@@ -1,6 +1,7 @@
 //! The study's report: header, one table line per method, the ratios
 //! against `unix-epoll` (computed for whatever rows are present), JSON, CSV
-//! and the latency chart (drawn by [`crate::plot`]).
+//! and the latency chart (drawn by [`crate::plot`]). The header is the
+//! one [`crate::report::Header`] with this study's settings.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -11,6 +12,7 @@ use super::clock::Clock;
 use super::methods::Method;
 use super::row::Row;
 use crate::plot::{self, DotRow};
+use crate::report::csv_escape;
 
 /// Units and definitions, printed with every report.
 pub const UNITS: &str = "one-way = receiver's time stamp at receive − sender's at send, 32-byte messages, ping-pong \
@@ -19,19 +21,9 @@ calibrated TSC frequency; Mmsg/s = 10^6 messages per second, back to back (serve
 send calls); idle CPU = server CPU time (getrusage user + system) ÷ wall time while it waits for a message that \
 does not come; vs unix = unix-epoll one-way mean ÷ this row's (above 1: faster)";
 
-/// Machine and settings of a run.
+/// The study's part of its report header (after the [`crate::report::Host`] facts).
 #[derive(Debug, Clone, Serialize)]
-pub struct Header {
-    /// `pfs <version>`.
-    pub tool: String,
-    /// Git revision of the build.
-    pub git_revision: String,
-    /// Kernel release.
-    pub kernel: String,
-    /// CPU model.
-    pub cpu_model: String,
-    /// Online CPUs.
-    pub cores: usize,
+pub struct IpcSettings {
     /// The clock.
     pub clock: Clock,
     /// Pinning as run.
@@ -49,6 +41,9 @@ pub struct Header {
     /// Units and definitions.
     pub units: String,
 }
+
+/// The study's report header.
+pub type Header = crate::report::Header<IpcSettings>;
 
 /// One row's one-way mean against unix-epoll's, same run.
 #[derive(Debug, Clone, Serialize)]
@@ -116,17 +111,17 @@ pub fn header_text(h: &Header) -> String {
         "pfs bench ipc — {} · kernel {} · {} · {} cores\n\
          clock: {}\n\
          pinning: {} · {}-byte messages · per method: {} warm-up ping-pongs, {} latency ping-pongs, {} throughput messages, {:.1} s idle\n\n",
-        h.git_revision,
-        h.kernel,
-        h.cpu_model,
-        h.cores,
-        h.clock.describe(),
-        h.pinning,
-        h.msg_bytes,
-        group(h.warmup),
-        group(h.messages),
-        group(h.messages),
-        h.idle_s,
+        h.host.git_revision,
+        h.host.kernel,
+        h.host.cpu_model,
+        h.host.cores,
+        h.study.clock.describe(),
+        h.study.pinning,
+        h.study.msg_bytes,
+        group(h.study.warmup),
+        group(h.study.messages),
+        group(h.study.messages),
+        h.study.idle_s,
     )
 }
 
@@ -326,14 +321,6 @@ pub const COLUMNS: [&str; 47] = [
     "git_revision",
 ];
 
-fn csv_escape(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 fn csv_cell(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::Null => String::new(),
@@ -349,18 +336,18 @@ pub fn to_csv(header: &Header, rows: &[Row]) -> String {
     for r in rows {
         let mut v = serde_json::to_value(r).unwrap_or_default();
         if let Some(m) = v.as_object_mut() {
-            m.insert("clock".into(), header.clock.source.clone().into());
+            m.insert("clock".into(), header.study.clock.source.clone().into());
             m.insert(
                 "tsc_ghz".into(),
-                if header.clock.tsc {
-                    serde_json::json!(header.clock.hz / 1e9)
+                if header.study.clock.tsc {
+                    serde_json::json!(header.study.clock.hz / 1e9)
                 } else {
                     serde_json::Value::Null
                 },
             );
-            m.insert("tsc_invariant".into(), header.clock.invariant.into());
-            m.insert("pinning".into(), header.pinning.clone().into());
-            m.insert("git_revision".into(), header.git_revision.clone().into());
+            m.insert("tsc_invariant".into(), header.study.clock.invariant.into());
+            m.insert("pinning".into(), header.study.pinning.clone().into());
+            m.insert("git_revision".into(), header.host.git_revision.clone().into());
         }
         let cells: Vec<String> = COLUMNS.iter().map(|c| csv_cell(&v[*c])).collect();
         out.push_str(&cells.join(","));
@@ -387,13 +374,13 @@ pub fn plot(dir: &Path, header: &Header, rows: &[Row]) -> anyhow::Result<&'stati
         .collect();
     let title = format!(
         "One-way latency of {}-byte messages, {} pinning ({} ping-pongs per method)",
-        header.msg_bytes,
-        if header.pinning.starts_with("unpinned") {
+        header.study.msg_bytes,
+        if header.study.pinning.starts_with("unpinned") {
             "without"
         } else {
             "with"
         },
-        group(header.messages)
+        group(header.study.messages)
     );
     plot::dots(
         &dots,

@@ -1,10 +1,10 @@
-//! The result row and report header of the suite: the columns of the
-//! table, CSV and JSON.
+//! The result row of the suite and of the files study (the same columns in
+//! both), and the suite's header settings.
 
 use serde::Serialize;
 
 /// One result row: the columns of the table, CSV and JSON.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Row {
     pub label: String,
     pub purpose: String,
@@ -66,24 +66,31 @@ impl Row {
     }
 }
 
-/// Header block of a report.
+/// The suite's part of its report header (after the [`crate::report::Host`] facts).
 #[derive(Debug, Clone, Serialize)]
-pub struct Header {
-    pub tool: String,
-    pub git_revision: String,
-    pub kernel: String,
-    pub cpu_model: String,
-    pub cores: usize,
+pub struct SuiteSettings {
+    /// The bracketed THP mode.
     pub thp_mode: String,
+    /// Sender blob backing and page size.
     pub sender_blob: String,
+    /// Receiver blob backing and page size (from its report).
     pub receiver_blob: String,
+    /// Blob bytes, both peers.
     pub blob_bytes: u64,
+    /// The sender's blob setup line.
     pub sender_setup: String,
+    /// The receiver's blob setup phases.
     pub receiver_setup: String,
+    /// Units and definitions.
     pub units: String,
+    /// Network path (loopback, veth …).
     pub path: String,
+    /// Pinning as run.
     pub pinning: String,
 }
+
+/// The suite's report header.
+pub type SuiteHeader = crate::report::Header<SuiteSettings>;
 
 impl Row {
     pub fn integrity_alg(&self) -> &str {
