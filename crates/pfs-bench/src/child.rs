@@ -6,6 +6,7 @@
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -107,6 +108,23 @@ pub fn wait_listening(server: &mut ChildGuard, ip: &str, port: u16, timeout: Dur
         std::thread::sleep(Duration::from_millis(20));
     }
     bail!("nothing listened on {addr} within {timeout:?}")
+}
+
+/// Waits up to `timeout` for `pfs serve --json` (whose stdout lines arrive on
+/// `lines`) to print its `listening` event; returns the address it names.
+/// `None` when the lines stop or the time is up (the caller says why).
+pub fn serve_listening(lines: &mpsc::Receiver<String>, timeout: Duration) -> Option<String> {
+    let deadline = Instant::now() + timeout;
+    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["event"] == "listening" {
+            // An event without an address is no readiness: keep waiting.
+            if let Some(addr) = v["addr"].as_str() {
+                return Some(addr.to_string());
+            }
+        }
+    }
+    None
 }
 
 /// Runs a client command to completion within `timeout`, draining its

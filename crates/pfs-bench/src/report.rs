@@ -82,7 +82,7 @@ pub enum Align {
 }
 
 /// One column: its title (also the CSV header and the JSON key), its width
-/// in the terminal table (the last column is never padded), the spaces
+/// in the terminal table (trailing blanks are trimmed), the spaces
 /// before it there, alignment, and whether it holds numbers (right-aligned
 /// in Markdown).
 #[derive(Debug, Clone, Copy)]
@@ -144,6 +144,8 @@ pub enum Cell {
     Int(u64),
     /// A measurement shown with `decimals` digits (JSON keeps every digit).
     Num(f64, usize),
+    /// A number shown with every digit, as JSON writes it.
+    Exact(serde_json::Number),
     /// No value: the row did not run.
     Missing,
 }
@@ -159,6 +161,7 @@ impl Cell {
             Self::Text(s) => s.clone(),
             Self::Int(v) => v.to_string(),
             Self::Num(v, d) => format!("{v:.d$}"),
+            Self::Exact(n) => n.to_string(),
             Self::Missing => "—".into(),
         }
     }
@@ -176,7 +179,20 @@ impl Cell {
             Self::Text(s) => s.clone().into(),
             Self::Int(v) => (*v).into(),
             Self::Num(v, _) => (*v).into(),
+            Self::Exact(n) => n.clone().into(),
             Self::Missing => serde_json::Value::Null,
+        }
+    }
+}
+
+impl From<&serde_json::Value> for Cell {
+    /// A field of a serialized row: `null` is missing, numbers keep every digit.
+    fn from(v: &serde_json::Value) -> Self {
+        match v {
+            serde_json::Value::Null => Self::Missing,
+            serde_json::Value::String(s) => Self::Text(s.clone()),
+            serde_json::Value::Number(n) => Self::Exact(n.clone()),
+            other => Self::Text(other.to_string()),
         }
     }
 }
@@ -207,14 +223,12 @@ impl Table {
 
     fn text_line(&self, cells: &[String]) -> String {
         let mut l = String::new();
-        let last = self.columns.len().saturating_sub(1);
         for (k, (c, col)) in cells.iter().zip(&self.columns).enumerate() {
             let w = col.width;
             if k > 0 {
                 l.push_str(&" ".repeat(col.gap));
             }
             match col.align {
-                _ if k == last => l.push_str(c),
                 Align::Left => {
                     let _ = write!(l, "{c:<w$}");
                 }

@@ -12,7 +12,7 @@ use super::clock::Clock;
 use super::methods::Method;
 use super::row::Row;
 use crate::plot::{self, DotRow};
-use crate::report::csv_escape;
+use crate::report::{Cell, Column, Table};
 
 /// Units and definitions, printed with every report.
 pub const UNITS: &str = "one-way = receiver's time stamp at receive − sender's at send, 32-byte messages, ping-pong \
@@ -125,39 +125,36 @@ pub fn header_text(h: &Header) -> String {
     )
 }
 
+/// Columns of the terminal table (under the group titles of [`table_head`]).
+const VIEW: [Column; 18] = [
+    Column::text("method", 11),
+    Column::num("mean", 9),
+    Column::num("p50", 10).gap(0),
+    Column::num("p99", 10).gap(0),
+    Column::num("p99.9", 10).gap(0),
+    Column::num("mean", 9),
+    Column::num("p50", 10).gap(0),
+    Column::num("p99", 10).gap(0),
+    Column::num("p99.9", 10).gap(0),
+    Column::num("mean ns", 8),
+    Column::num("mean", 8),
+    Column::num("p50", 9).gap(0),
+    Column::num("p99", 9).gap(0),
+    Column::num("server", 7),
+    Column::num("client", 8).gap(0),
+    Column::num("CPU %", 6),
+    Column::num("unix", 6),
+    Column::num("s", 6),
+];
+
 /// Column titles of the table (two lines).
 pub fn table_head() -> String {
-    format!(
-        "{:<11} {:<39} {:<39} {:>8} {:<26} {:<15} {:>6} {:>6} {:>6}\n\
-         {:<11} {:>9}{:>10}{:>10}{:>10} {:>9}{:>10}{:>10}{:>10} {:>8} {:>8}{:>9}{:>9} {:>7}{:>8} {:>6} {:>6} {:>6}",
-        "",
-        "one-way, TSC cycles",
-        "one-way, ns",
-        "return",
-        "round trip, ns",
-        "Mmsg/s",
-        "idle",
-        "vs",
-        "wall",
-        "method",
-        "mean",
-        "p50",
-        "p99",
-        "p99.9",
-        "mean",
-        "p50",
-        "p99",
-        "p99.9",
-        "mean ns",
-        "mean",
-        "p50",
-        "p99",
-        "server",
-        "client",
-        "CPU %",
-        "unix",
-        "s",
-    )
+    // The line above the titles: what each group of columns measures.
+    let groups = format!(
+        "{:<11} {:<39} {:<39} {:>8} {:<26} {:<15} {:>6} {:>6} {:>6}",
+        "", "one-way, TSC cycles", "one-way, ns", "return", "round trip, ns", "Mmsg/s", "idle", "vs", "wall",
+    );
+    format!("{groups}\n{}", Table::new(&VIEW).text_head().trim_end())
 }
 
 /// A latency for the table: few digits, no false precision.
@@ -178,7 +175,7 @@ fn fixed(v: Option<f64>, decimals: usize) -> String {
     v.map_or_else(|| "n/a".into(), |v| format!("{v:.decimals$}"))
 }
 
-/// One table line.
+/// One table line; a failed row gives its reason instead of numbers.
 pub fn table_row(r: &Row) -> String {
     if !r.ok() {
         return format!(
@@ -187,27 +184,27 @@ pub fn table_row(r: &Row) -> String {
             r.error.as_deref().unwrap_or("unknown")
         );
     }
-    format!(
-        "{:<11} {:>9}{:>10}{:>10}{:>10} {:>9}{:>10}{:>10}{:>10} {:>8} {:>8}{:>9}{:>9} {:>7}{:>8} {:>6} {:>6} {:>6}",
-        r.method,
-        lat(r.one_way_mean_cycles),
-        cyc(r.one_way_p50_cycles),
-        cyc(r.one_way_p99_cycles),
-        cyc(r.one_way_p999_cycles),
-        lat(r.one_way_mean_ns),
-        lat(r.one_way_p50_ns),
-        lat(r.one_way_p99_ns),
-        lat(r.one_way_p999_ns),
-        lat(r.return_mean_ns),
-        lat(r.round_trip_mean_ns),
-        lat(r.round_trip_p50_ns),
-        lat(r.round_trip_p99_ns),
-        fixed(r.throughput_mmsg_s, 3),
-        fixed(r.client_send_mmsg_s, 3),
-        fixed(r.idle_cpu_pct, 1),
-        fixed(r.vs_unix_epoll, 2),
-        fixed(Some(r.row_wall_s), 1),
-    )
+    let row = vec![
+        Cell::text(&r.method),
+        Cell::Text(lat(r.one_way_mean_cycles)),
+        Cell::Text(cyc(r.one_way_p50_cycles)),
+        Cell::Text(cyc(r.one_way_p99_cycles)),
+        Cell::Text(cyc(r.one_way_p999_cycles)),
+        Cell::Text(lat(r.one_way_mean_ns)),
+        Cell::Text(lat(r.one_way_p50_ns)),
+        Cell::Text(lat(r.one_way_p99_ns)),
+        Cell::Text(lat(r.one_way_p999_ns)),
+        Cell::Text(lat(r.return_mean_ns)),
+        Cell::Text(lat(r.round_trip_mean_ns)),
+        Cell::Text(lat(r.round_trip_p50_ns)),
+        Cell::Text(lat(r.round_trip_p99_ns)),
+        Cell::Text(fixed(r.throughput_mmsg_s, 3)),
+        Cell::Text(fixed(r.client_send_mmsg_s, 3)),
+        Cell::Text(fixed(r.idle_cpu_pct, 1)),
+        Cell::Text(fixed(r.vs_unix_epoll, 2)),
+        Cell::Num(r.row_wall_s, 1),
+    ];
+    Table::new(&VIEW).text_row(&row).trim_end().to_string()
 }
 
 /// Labels, notes, the ratios against unix-epoll and warnings, after the table.
@@ -321,18 +318,10 @@ pub const COLUMNS: [&str; 47] = [
     "git_revision",
 ];
 
-fn csv_cell(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::Null => String::new(),
-        serde_json::Value::String(s) => csv_escape(s),
-        other => csv_escape(&other.to_string()),
-    }
-}
-
 /// CSV with one line per row; unavailable values are empty.
 pub fn to_csv(header: &Header, rows: &[Row]) -> String {
-    let mut out = COLUMNS.join(",");
-    out.push('\n');
+    let columns: Vec<Column> = COLUMNS.iter().map(|c| Column::text(c, 0)).collect();
+    let mut t = Table::new(&columns);
     for r in rows {
         let mut v = serde_json::to_value(r).unwrap_or_default();
         if let Some(m) = v.as_object_mut() {
@@ -349,11 +338,9 @@ pub fn to_csv(header: &Header, rows: &[Row]) -> String {
             m.insert("pinning".into(), header.study.pinning.clone().into());
             m.insert("git_revision".into(), header.host.git_revision.clone().into());
         }
-        let cells: Vec<String> = COLUMNS.iter().map(|c| csv_cell(&v[*c])).collect();
-        out.push_str(&cells.join(","));
-        out.push('\n');
+        t.push(COLUMNS.iter().map(|c| Cell::from(&v[*c])).collect());
     }
-    out
+    t.csv()
 }
 
 /// The latency chart: per measured row, the one-way p50, mean, p99 and p99.9 in ns.

@@ -26,7 +26,8 @@ use super::netpath::NetPath;
 use super::row::Row;
 use super::table::{data, measured};
 use crate::child::{
-    free_port, have, run_client, tool, tree_cpu, wait_children_reaped, wait_listening, ChildGuard,
+    free_port, have, run_client, serve_listening, tool, tree_cpu, wait_children_reaped, wait_listening,
+    ChildGuard,
 };
 use crate::report::{Cell, Column, Header, Table};
 use crate::scratch::{memory_dir, Scratch};
@@ -319,15 +320,10 @@ fn start_pfs_server(exe: &Path, store: &Path, dest: &Path) -> anyhow::Result<Pfs
             }
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-        if v["event"] == "listening" {
-            let addr = v["addr"].as_str().context("listening without addr")?.to_string();
-            return Ok(PfsServer { guard, addr });
-        }
+    match serve_listening(&rx, Duration::from_secs(30)) {
+        Some(addr) => Ok(PfsServer { guard, addr }),
+        None => bail!("pfs serve did not start listening"),
     }
-    bail!("pfs serve did not start listening")
 }
 
 /// One `pfs send` of `src` (its contents land under `remote`).

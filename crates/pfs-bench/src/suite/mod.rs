@@ -20,7 +20,7 @@ use pfs_session::SessionStats;
 use pfs_wire::{IntegrityAlg, Mode};
 
 use crate::args::{BenchArgs, PathArg};
-use crate::child::ChildGuard;
+use crate::child::{serve_listening, ChildGuard};
 use crate::peer::{open_blob, send_once, sender_config, study_blob, OpenedBlob, Target};
 use crate::scratch::{memory_dir, Scratch};
 use crate::{labels, sysinfo, Binary, Outcome};
@@ -340,25 +340,12 @@ fn start_receiver(
         let _ = etx.send(s);
     });
     let guard = ChildGuard::new(child);
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-                if v["event"] == "listening" {
-                    let addr = v["addr"]
-                        .as_str()
-                        .context("listening event without addr")?
-                        .to_string();
-                    return Ok((guard, addr, erx));
-                }
-            }
-            Err(_) => {
-                drop(guard);
-                let err = erx.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
-                bail!("the receiver did not start listening:\n{err}");
-            }
+    match serve_listening(&rx, Duration::from_secs(300)) {
+        Some(addr) => Ok((guard, addr, erx)),
+        None => {
+            drop(guard);
+            let err = erx.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
+            bail!("the receiver did not start listening:\n{err}");
         }
     }
 }
