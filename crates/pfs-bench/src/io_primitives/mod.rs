@@ -7,8 +7,8 @@
 //! CPU, hardware counters where they exist) and its report (table, JSON, CSV,
 //! PNG plots, the A4/A1 headline ratio).
 //!
-//! Layout: [`cell`] runs one cell, [`methods`] holds the senders and
-//! receivers, [`report`] formats results, [`sys`] is the only `unsafe`.
+//! Layout: `cell` runs one cell, `methods` holds the senders and
+//! receivers, `report` formats results, `sys` is the only `unsafe`.
 
 mod cell;
 mod methods;

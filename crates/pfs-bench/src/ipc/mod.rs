@@ -3,14 +3,14 @@
 //! one-way latency is measured with the TSC. Owns the whole study: its
 //! options, the process model (the study is the client; each method's server
 //! is this binary's hidden `pfs bench ipc-peer`, one child per method), the
-//! methods behind one [`methods::Channel`] trait, the four phases per method
+//! methods behind one `methods::Channel` trait, the four phases per method
 //! (warm-up, latency, throughput, idle CPU) and the report (table, JSON, CSV,
 //! PNG, ratios against `unix-epoll`).
 //!
-//! Layout: [`methods`] holds the channel trait and the kernel baselines,
-//! [`phases`] the protocol both sides run, [`row`] one row's child process,
-//! [`clock`] the TSC checks and calibration, [`stats`] the sample summaries,
-//! [`report`] the output, [`sys`] is the only `unsafe`.
+//! Layout: `methods` holds the channel trait and the kernel baselines,
+//! `phases` the protocol both sides run, `row` one row's child process,
+//! `clock` the TSC checks and calibration, `stats` the sample summaries,
+//! `report` the output, `sys` is the only `unsafe`.
 
 mod clock;
 mod methods;

@@ -19,12 +19,6 @@ use crate::child::{
     free_port, have, run_client, taskset, tool, tree_cpu, wait_children_reaped, wait_listening, ChildGuard,
 };
 
-fn failed(label: &str, purpose: &str, e: &anyhow::Error) -> Row {
-    let mut r = Row::skipped(label, purpose, String::new());
-    r.notes = format!("failed: {e:#}");
-    r
-}
-
 /// iperf3, one TCP stream, receiver-side numbers.
 pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<&str>) -> Row {
     let program = tool("iperf3", "iperf3");
@@ -87,7 +81,7 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<
         }
         bail!("iperf3 server never accepted: {last_err}")
     };
-    attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+    attempt().unwrap_or_else(|e| Row::failed(label, "Transfer", &e))
 }
 
 /// Files and keys of one conventional file-transfer row.
@@ -226,7 +220,7 @@ pub fn run_scp(label: &str, job: &FileJob<'_>) -> Row {
             notes: "default cipher, Compression=no, wall time includes the SSH handshake; wire from interface counters (incl. TCP/IP headers); receiver CPU = sshd tree",
         })
     };
-    attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+    attempt().unwrap_or_else(|e| Row::failed(label, "Transfer", &e))
 }
 
 /// The sshd and scp programs, or why a private sshd cannot run here.
@@ -325,5 +319,5 @@ pub fn run_rsync(label: &str, job: &FileJob<'_>) -> Row {
             notes: "daemon (no ssh), --whole-file; wire from interface counters (incl. TCP/IP headers); receiver CPU = rsync daemon tree",
         })
     };
-    attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+    attempt().unwrap_or_else(|e| Row::failed(label, "Transfer", &e))
 }

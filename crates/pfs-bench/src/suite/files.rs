@@ -287,12 +287,6 @@ fn row_of(label: &str, data: &Tree, t: &Timed, same: bool, notes: String) -> Row
     r
 }
 
-fn failed_row(label: &str, e: &anyhow::Error) -> Row {
-    let mut r = Row::skipped(label, "Transfer", String::new());
-    r.notes = format!("failed: {e:#}");
-    r
-}
-
 /// A `pfs serve --store --dest` child on a free loopback port.
 struct PfsServer {
     guard: ChildGuard,
@@ -544,7 +538,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
     ];
     if pfs_rows.iter().any(|l| want(l)) {
         match start_pfs_server(&pfs.path, &store, &dest) {
-            Err(e) => rows.extend(pfs_rows.iter().map(|l| failed_row(l, &e))),
+            Err(e) => rows.extend(pfs_rows.iter().map(|l| Row::failed(l, "Transfer", &e))),
             Ok(server) => {
                 // Random data does not compress; source trees do (zstd level 3
                 // on literal chunks, kept only where it saves bytes).
@@ -572,7 +566,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
                             Ok(row_of(label, data, &t, same, format!("{flags}{}", pfs_notes(&v))))
                         },
                     );
-                    rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
+                    rows.push(row.unwrap_or_else(|e| Row::failed(label, "Transfer", &e)));
                 }
                 drop(server);
             }
@@ -601,7 +595,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
         } else {
             let module = scratch.path().join("rsync-module");
             match start_rsyncd(&scratch.path().join("rsync"), &module) {
-                Err(e) => rows.extend(rsync_rows.iter().map(|l| failed_row(l, &e))),
+                Err(e) => rows.extend(rsync_rows.iter().map(|l| Row::failed(l, "Transfer", &e))),
                 Ok(d) => {
                     let runs = [
                         (rsync_rows[0], &a, false),
@@ -630,7 +624,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
                                 format!("daemon, {how} (delta transfer); {stats}"),
                             ))
                         });
-                        rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
+                        rows.push(row.unwrap_or_else(|e| Row::failed(label, "Transfer", &e)));
                         if z {
                             let _ = std::fs::remove_dir_all(module.join("treez"));
                         }
@@ -665,7 +659,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
             if e.to_string().contains("not installed") || e.to_string().contains("needs root") {
                 Row::skipped(scp_label, "Transfer", format!("{e:#}"))
             } else {
-                failed_row(scp_label, &e)
+                Row::failed(scp_label, "Transfer", &e)
             }
         }));
     }

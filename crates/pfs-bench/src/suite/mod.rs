@@ -3,7 +3,7 @@
 //! conventional baselines, runs every row in one session on one machine, and
 //! prints one table; ratios are taken against baselines from the same run.
 //!
-//! Rows are declared in one place ([`plan`]); a baseline whose tool is
+//! Rows are declared in one place (`plan`); a baseline whose tool is
 //! missing is printed as skipped with the install hint, never dropped.
 
 use std::io::{BufRead, BufReader, Read};
@@ -590,13 +590,8 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 bytes,
             } => {
                 let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
-                run_pcpu(&p.label, opened.blob.as_slice(), spec, *encoding, *threads, pin).unwrap_or_else(
-                    |e| {
-                        let mut r = Row::skipped(&p.label, p.purpose, String::new());
-                        r.notes = format!("failed: {e:#}");
-                        r
-                    },
-                )
+                run_pcpu(&p.label, opened.blob.as_slice(), spec, *encoding, *threads, pin)
+                    .unwrap_or_else(|e| Row::failed(&p.label, p.purpose, &e))
             }
             Job::Loop {
                 integrity,
@@ -686,11 +681,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                         );
                         row
                     }
-                    Err(e) => {
-                        let mut r = Row::skipped(&p.label, p.purpose, String::new());
-                        r.notes = format!("failed: {e:#}");
-                        r
-                    }
+                    Err(e) => Row::failed(&p.label, p.purpose, &e),
                 }
             }
         };
@@ -715,11 +706,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
         };
         match files::collect(&files_args, pfs) {
             Ok((_, files_rows)) => rows.extend(files_rows),
-            Err(e) => {
-                let mut r = Row::skipped("PFS files (pfs bench files rows)", "Transfer", String::new());
-                r.notes = format!("failed: {e:#}");
-                rows.push(r);
-            }
+            Err(e) => rows.push(Row::failed("PFS files (pfs bench files rows)", "Transfer", &e)),
         }
     }
     add_ratios(&mut rows);

@@ -54,6 +54,7 @@ impl Row {
         }
     }
 
+    /// A row that did not run because its tool is missing or the host cannot (`skipped: why`).
     pub fn skipped(label: &str, purpose: &str, why: String) -> Self {
         let mut r = Row::measured(label, purpose, 0, 0, 0.0, 0.0, 0.0);
         r.integrity = "-".into();
@@ -61,6 +62,14 @@ impl Row {
         r
     }
 
+    /// A row that did not run to the end (`failed: reason`); the suite goes on.
+    pub fn failed(label: &str, purpose: &str, e: &anyhow::Error) -> Self {
+        let mut r = Row::skipped(label, purpose, String::new());
+        r.notes = format!("failed: {e:#}");
+        r
+    }
+
+    /// Whether the row was measured (neither skipped nor failed).
     pub fn ran(&self) -> bool {
         !self.notes.starts_with("skipped") && !self.notes.starts_with("failed")
     }
