@@ -439,3 +439,25 @@ pub fn plots(dir: &Path, cells: &[Cell]) -> Plots {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_header_is_every_field_in_order() {
+        assert_eq!(
+            to_csv(&[]),
+            "method,msg_size,threads,gbit_s,msgs_per_s,mean_ns_per_msg,elapsed_s,duration_s,messages,logical_bytes,wire_bytes,wire_ratio,\
+             send_calls,calls_per_msg,ctx_switches,ctx_voluntary,ctx_involuntary,cpu_user_s,cpu_sys_s,cpu_s,cpu_ns_per_byte,\
+             cycles_per_byte,llc_misses,zc_completions,zc_copied,msgs_per_gram,grams,status,error,notes\n"
+        );
+    }
+
+    #[test]
+    fn head_keeps_its_columns() {
+        let head = table_head();
+        assert!(head.starts_with("meth  size thr   Gbit/s"), "{head}");
+        assert!(head.ends_with("call/msg  notes"), "{head}");
+    }
+}
