@@ -2,11 +2,8 @@
 //! one module per subcommand, and maps outcomes to exit codes.
 
 mod args;
-mod cleanup;
 mod command;
 mod exit;
-mod plot;
-mod sysinfo;
 
 use clap::Parser;
 

@@ -9,10 +9,10 @@ use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameType};
 
 use crate::files::{receive_files, FilesReceiveOutcome, FilesReceiverConfig};
 use crate::gram::{receive_session, Progress, ReceiverConfig, ReceiverOutcome};
-use pfs_sys::pin_current_thread;
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
 use pfs_store::Store;
+use pfs_sys::pin_current_thread;
 
 /// Server settings, whichever protocol it serves.
 #[derive(Debug, Clone)]

@@ -71,8 +71,9 @@ fn ns_s(ns: u64) -> f64 {
 }
 
 impl SessionStats {
-    /// Builds the record from a receiver report.
-    pub fn from_report(r: &Report, transport: &str) -> Self {
+    /// Builds the record from a receiver report; `label` is the row label
+    /// the caller reports the session under (pfs-bench's `labels`).
+    pub fn from_report(r: &Report, transport: &str, label: String) -> Self {
         let mode = Mode::from_u8(r.mode).ok();
         let elapsed_s = ns_s(r.elapsed_ns);
         let user_s = r.user_us as f64 / 1e6;
@@ -80,9 +81,7 @@ impl SessionStats {
         let eff_mb = r.effective_bytes as f64 / 1e6;
         let per_s = |mb: f64| if elapsed_s > 0.0 { mb / elapsed_s } else { 0.0 };
         Self {
-            label: mode
-                .map(|m| m.label(transport))
-                .unwrap_or_else(|| format!("mode {}", r.mode)),
+            label,
             mode: mode.map(|m| m.name().to_string()).unwrap_or_default(),
             transport: transport.to_string(),
             integrity_alg: IntegrityAlg::from_u8(r.integrity)

@@ -135,7 +135,7 @@ fn every_mode_and_integrity_is_ok() {
                     continue;
                 }
                 let out = sent.unwrap();
-                let st = SessionStats::from_report(&out.report, "TCP");
+                let st = SessionStats::from_report(&out.report, "TCP", "test session".into());
                 assert_eq!(st.integrity, "OK", "{mode:?} {alg:?}");
                 if mode == Mode::Payload {
                     // Batches of ~2 MiB are cut into grams of at most 1 MiB of payload.
@@ -161,7 +161,6 @@ fn every_mode_and_integrity_is_ok() {
                         out.table_bytes
                     );
                 }
-                assert_eq!(st.label, mode.label("TCP"));
             }
         }
     });
@@ -210,7 +209,7 @@ fn flipped_byte_is_a_mismatch_naming_the_gram() {
                     ..sender_cfg(mode, alg, sp)
                 };
                 let out = send(addr, &blob, &cfg).unwrap();
-                let st = SessionStats::from_report(&out.report, "TCP");
+                let st = SessionStats::from_report(&out.report, "TCP", "test session".into());
                 assert_eq!(st.integrity, "MISMATCH", "{mode:?}");
                 assert_eq!(st.first_mismatch_seq, Some(expect), "{mode:?}");
                 assert!(st.mismatched_grams >= 1);
@@ -425,7 +424,10 @@ fn hostile_clients_get_errors_and_the_server_keeps_serving() {
             &sender_cfg(Mode::Offset, IntegrityAlg::Xxh3, spec(Pattern::Random, 4)),
         )
         .unwrap();
-        assert_eq!(SessionStats::from_report(&out.report, "TCP").integrity, "OK");
+        assert_eq!(
+            SessionStats::from_report(&out.report, "TCP", "test session".into()).integrity,
+            "OK"
+        );
     });
     assert_eq!((ok, failed), (1, n), "{failures:#?}");
 }

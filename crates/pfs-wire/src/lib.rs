@@ -78,15 +78,6 @@ impl Mode {
             Self::Arith => "arith",
         }
     }
-
-    /// The benchmark label for this mode over a transport (`TCP`, `UDP`, `SHM`).
-    pub fn label(self, transport: &str) -> String {
-        match self {
-            Self::Payload => format!("PFS-With-Payload-{transport}"),
-            Self::Offset => format!("Native PFS Offset-only Mode - {transport}"),
-            Self::Arith => format!("Native PFS Arithmetic Mode - {transport}"),
-        }
-    }
 }
 
 /// Integrity algorithm of a gram's `integrity_value`.

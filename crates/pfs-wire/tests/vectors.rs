@@ -383,7 +383,6 @@ fn hello_vector() {
     };
     assert_eq!(hello, expected);
     assert_eq!(hello.mode.encoding(), hello.encoding);
-    assert_eq!(hello.mode.label("TCP"), "Native PFS Arithmetic Mode - TCP");
     let mut body = Vec::new();
     expected.emit(&mut body);
     assert_eq!(frame_bytes(FrameType::Hello, 0, &body), b, "re-encode");

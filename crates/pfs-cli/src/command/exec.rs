@@ -10,18 +10,14 @@ use pfs_exec::shard::{self, Prepared, ShardConfig};
 use pfs_exec::Schedule;
 
 use crate::args::ExecArgs;
-use crate::{exit, sysinfo};
+use pfs_bench::labels;
+use pfs_bench::peer::parse_user_kernel;
+use pfs_bench::sysinfo;
+
+use crate::exit;
 
 use super::open_blob;
 use super::send::schedule_spec;
-
-/// Label of a pCPU row, as in the design brief.
-pub fn label(encoding: pfs_wire::Encoding) -> &'static str {
-    match encoding {
-        pfs_wire::Encoding::Absolute => "pCPU Offset-mode",
-        pfs_wire::Encoding::Arithmetic => "pCPU Arithmetic-mode",
-    }
-}
 
 /// Human form of a kernel result.
 pub fn output_text(o: &Output) -> String {
@@ -38,17 +34,6 @@ pub fn output_text(o: &Output) -> String {
             format!("{total} bytes; most frequent byte {top:#04x} ({n} times)")
         }
         Output::Bytes { bytes, xxh3 } => format!("{bytes} bytes, xxh3 chain {xxh3:#018x}"),
-    }
-}
-
-/// A `user:PATH[:PREFIX]` kernel argument.
-pub fn parse_user(spec: &str) -> Option<(std::path::PathBuf, String)> {
-    let rest = spec.strip_prefix("user:")?;
-    match rest.rsplit_once(':') {
-        Some((path, prefix)) if !prefix.contains('/') && !prefix.is_empty() => {
-            Some((path.into(), prefix.into()))
-        }
-        _ => Some((rest.into(), "pfs_".into())),
     }
 }
 
@@ -73,7 +58,7 @@ fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Re
     let rate = prepared.effective_bytes() as f64 / 1e6 / secs.max(1e-9);
     if args.json {
         let v = serde_json::json!({
-            "label": label(encoding),
+            "label": labels::pcpu(encoding),
             "kernel": args.kernel,
             "pthreads": 1,
             "encoding": encoding.name(),
@@ -87,7 +72,7 @@ fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Re
     } else {
         println!(
             "{} — user kernel {} on 1 pThread",
-            label(encoding),
+            labels::pcpu(encoding),
             path.display()
         );
         println!("  result         {}", output_text(&Output::U64(value)));
@@ -119,7 +104,7 @@ fn prepare(args: &ExecArgs, blob_len: u64) -> anyhow::Result<(Prepared, String)>
 }
 
 pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
-    if let Some((path, prefix)) = parse_user(&args.kernel) {
+    if let Some((path, prefix)) = parse_user_kernel(&args.kernel) {
         return run_user(&args, &path, &prefix);
     }
     let id = KernelId::parse(&args.kernel)?;
@@ -154,7 +139,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let per_desc = prepared.table_bytes() as f64 / prepared.descriptors().max(1) as f64;
     if args.json {
         let v = serde_json::json!({
-            "label": label(encoding),
+            "label": labels::pcpu(encoding),
             "kernel": id.name(),
             "pthreads": threads,
             "encoding": encoding.name(),
@@ -173,7 +158,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     } else {
         println!(
             "{} — kernel {} on {threads} pThread(s), {} encoding, {source}",
-            label(encoding),
+            labels::pcpu(encoding),
             id.name(),
             encoding.name()
         );

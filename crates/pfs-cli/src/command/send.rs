@@ -2,18 +2,17 @@
 //! receiver's authoritative report (plus the sender's own CPU beside it).
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use pfs_bench::labels;
+use pfs_bench::peer::{send_on, sender_config, Target};
 use pfs_exec::{ScheduleSpec, Total};
 use pfs_session::sys::pin_current_thread;
-use pfs_session::{send_session, SendOutcome, SenderConfig, SessionStats};
-use pfs_transport::{ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport, UnixTransport};
-use pfs_wire::{IntegrityAlg, Mode};
+use pfs_session::{SendOutcome, SessionStats};
 
 use crate::args::{ScheduleArgs, SendArgs, TransportArg, TransportArgs};
 use crate::exit;
 
-use super::{interval, open_blob, progress_line};
+use super::{interval, open_blob};
 
 /// Default effective bytes when neither --grams nor --bytes is given.
 pub const DEFAULT_BYTES: u64 = 4 << 30;
@@ -55,103 +54,16 @@ pub fn outcome_json(stats: &SessionStats, out: &SendOutcome, pattern: &str) -> s
     })
 }
 
-/// Sender settings with the defaults the CLI uses.
-pub fn sender_config(
-    mode: Mode,
-    integrity: IntegrityAlg,
-    spec: ScheduleSpec,
-    payload_budget: u64,
-) -> SenderConfig {
-    SenderConfig {
-        mode,
-        integrity,
-        spec,
-        reply_timeout: Duration::from_secs(120),
-        log_interval: None,
-        payload_budget,
-        session_nonce: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1),
+/// The target named on the command line.
+pub fn target(to: &str, t: &TransportArgs, sock_buf: u64) -> Target {
+    match t.transport {
+        TransportArg::Tcp => Target::Tcp {
+            addr: to.to_string(),
+            sock_buf: sock_buf as usize,
+        },
+        TransportArg::Unix => Target::Unix(PathBuf::from(to)),
+        TransportArg::Shm => Target::Shm(PathBuf::from(to), t.shm()),
     }
-}
-
-/// Where a sender connects, and over which transport.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// TCP to `host:port`.
-    Tcp {
-        /// Address.
-        addr: String,
-        /// Socket buffer bytes (0 = autotuning).
-        sock_buf: usize,
-    },
-    /// A Unix stream socket path.
-    Unix(PathBuf),
-    /// A shared-memory rendezvous socket path.
-    Shm(PathBuf, ShmConfig),
-}
-
-impl Target {
-    /// The target named on the command line.
-    pub fn from_args(to: &str, t: &TransportArgs, sock_buf: u64) -> Self {
-        match t.transport {
-            TransportArg::Tcp => Self::Tcp {
-                addr: to.to_string(),
-                sock_buf: sock_buf as usize,
-            },
-            TransportArg::Unix => Self::Unix(PathBuf::from(to)),
-            TransportArg::Shm => Self::Shm(PathBuf::from(to), t.shm()),
-        }
-    }
-
-    /// Opens the connection.
-    pub fn connect(&self) -> anyhow::Result<Box<dyn Transport>> {
-        Ok(match self {
-            Self::Tcp { addr, sock_buf } => {
-                let tcp = TcpConfig {
-                    socket_buffer: *sock_buf,
-                    ..TcpConfig::default()
-                };
-                Box::new(TcpTransport::connect(addr, &tcp)?)
-            }
-            Self::Unix(path) => Box::new(UnixTransport::connect(path)?),
-            Self::Shm(path, cfg) => Box::new(ShmTransport::connect(path, cfg)?),
-        })
-    }
-}
-
-/// Connects and runs one session; returns its outcome and the transport's label (`TCP`, `SHM` …).
-pub fn send_once(
-    target: &Target,
-    view: &pfs_session::BlobView<'_>,
-    cfg: &SenderConfig,
-) -> anyhow::Result<(SendOutcome, &'static str)> {
-    let t = target.connect()?;
-    send_on(t, view, cfg)
-}
-
-/// Runs one session on an open connection.
-pub fn send_on(
-    mut t: Box<dyn Transport>,
-    view: &pfs_session::BlobView<'_>,
-    cfg: &SenderConfig,
-) -> anyhow::Result<(SendOutcome, &'static str)> {
-    let kind = t.kind();
-    let mut progress = |p: &pfs_session::gram::SendProgress| {
-        eprintln!(
-            "{}",
-            progress_line(
-                "send",
-                p.grams,
-                p.effective_bytes,
-                p.wire_bytes,
-                p.elapsed,
-                p.planned_bytes
-            )
-        );
-    };
-    Ok((send_session(&mut *t, view, cfg, &mut progress)?, kind))
 }
 
 pub fn run(args: SendArgs) -> anyhow::Result<i32> {
@@ -164,8 +76,7 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     // fails in milliseconds, not after seconds of mapping and filling. The
     // receiver gives a connection its idle timeout for the first byte of
     // HELLO, so the setup fits.
-    let target = Target::from_args(&args.to, &args.transport, args.run.sock_buf);
-    let conn = target.connect()?;
+    let conn = target(&args.to, &args.transport, args.run.sock_buf).connect()?;
     let opened = open_blob(&args.blob, false)?;
     if let Some(cpu) = args.run.pin {
         pin_current_thread(cpu).map_err(|e| anyhow::anyhow!("--pin {cpu}: {e}"))?;
@@ -177,7 +88,7 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     cfg.log_interval = log;
     let (out, kind) = send_on(conn, &opened.view(), &cfg)?;
 
-    let stats = SessionStats::from_report(&out.report, kind);
+    let stats = SessionStats::from_report(&out.report, kind, labels::session(out.report.mode, kind));
     if args.run.json {
         println!(
             "{}",

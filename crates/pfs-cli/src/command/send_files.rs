@@ -15,7 +15,7 @@ use pfs_session::files::{
 use crate::args::{ProgressArg, SendArgs, TransportArg};
 use crate::exit;
 
-use super::send::Target;
+use super::send::target;
 
 /// Splits `ADDR[:REMOTE_DIR]`: for TCP the part after `host:port` (or
 /// `[v6]:port`), for socket paths the part after the first `:`.
@@ -150,7 +150,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             .unwrap_or(1),
         probe: !f.no_probe,
     };
-    let target = Target::from_args(&addr, &args.transport, args.run.sock_buf);
+    let target = target(&addr, &args.transport, args.run.sock_buf);
     let mut t = target.connect()?;
     let kind = t.kind();
     let show_bar = match f.progress {

@@ -11,7 +11,10 @@ use pfs_transport::{AnyListener, Listener, ShmListener, TcpConfig, TcpListener, 
 use crate::args::{ServeArgs, TransportArg};
 use crate::exit;
 
-use super::{interval, open_blob, progress_line};
+use pfs_bench::labels;
+use pfs_bench::peer::progress_line;
+
+use super::{interval, open_blob};
 
 fn is_loopback(addr: &str) -> bool {
     addr.to_socket_addrs()
@@ -169,7 +172,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             )
         ),
         ServerEvent::Finished { peer, outcome } => {
-            let stats = SessionStats::from_report(&outcome.report, kind);
+            let stats =
+                SessionStats::from_report(&outcome.report, kind, labels::session(outcome.report.mode, kind));
             if let Ok(mut st) = last_status.lock() {
                 *st = if stats.ok() { exit::OK } else { exit::INTEGRITY };
             }

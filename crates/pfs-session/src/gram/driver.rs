@@ -12,8 +12,8 @@ use super::receiver::{GramReceiver, GramSink, Progress, ReceiverConfig, Receiver
 use super::sender::{GramSender, SendOutcome, SendProgress, SenderConfig, SenderEvent, Transmit};
 use crate::error::LocalError;
 use crate::framing::{is_timeout, now, send_error, RecvBuf};
-use pfs_sys::{max_rss_bytes, thread_usage, Usage};
 use crate::{BlobView, SessionError};
+use pfs_sys::{max_rss_bytes, thread_usage, Usage};
 
 /// Runs one sending session: handshake, grams, summary, report.
 pub fn send_session<T: Transport + ?Sized>(

@@ -32,8 +32,8 @@ use pfs_wire::{
 
 use super::{GramViolation, HelloRejection};
 use crate::error::{Timeout, Violation};
-use pfs_sys::Usage;
 use crate::{BlobView, Limits, SessionError};
+use pfs_sys::Usage;
 
 /// Receiver settings.
 #[derive(Debug, Clone)]

@@ -21,8 +21,8 @@ use pfs_wire::{
 
 use crate::error::{LimitExceeded, LocalError, Timeout, Violation};
 use crate::framing::{frame_want, refusal, split_frame};
-use pfs_sys::Usage;
 use crate::{BlobView, SessionError};
+use pfs_sys::Usage;
 
 /// Sender settings.
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! The study's report: header, one table line per method, the ratios
 //! against `unix-epoll` (computed for whatever rows are present), JSON, CSV
-//! and the latency chart (drawn by [`crate::plot`]).
+//! and the latency chart (drawn by [`crate::plot`]). The header is the
+//! one [`crate::report::Header`] with this study's settings.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -11,6 +12,7 @@ use super::clock::Clock;
 use super::methods::Method;
 use super::row::Row;
 use crate::plot::{self, DotRow};
+use crate::report::{Cell, Column, Table};
 
 /// Units and definitions, printed with every report.
 pub const UNITS: &str = "one-way = receiver's time stamp at receive − sender's at send, 32-byte messages, ping-pong \
@@ -19,19 +21,9 @@ calibrated TSC frequency; Mmsg/s = 10^6 messages per second, back to back (serve
 send calls); idle CPU = server CPU time (getrusage user + system) ÷ wall time while it waits for a message that \
 does not come; vs unix = unix-epoll one-way mean ÷ this row's (above 1: faster)";
 
-/// Machine and settings of a run.
+/// The study's part of its report header (after the [`crate::report::Host`] facts).
 #[derive(Debug, Clone, Serialize)]
-pub struct Header {
-    /// `pfs <version>`.
-    pub tool: String,
-    /// Git revision of the build.
-    pub git_revision: String,
-    /// Kernel release.
-    pub kernel: String,
-    /// CPU model.
-    pub cpu_model: String,
-    /// Online CPUs.
-    pub cores: usize,
+pub struct IpcSettings {
     /// The clock.
     pub clock: Clock,
     /// Pinning as run.
@@ -49,6 +41,9 @@ pub struct Header {
     /// Units and definitions.
     pub units: String,
 }
+
+/// The study's report header.
+pub type Header = crate::report::Header<IpcSettings>;
 
 /// One row's one-way mean against unix-epoll's, same run.
 #[derive(Debug, Clone, Serialize)]
@@ -116,53 +111,50 @@ pub fn header_text(h: &Header) -> String {
         "pfs bench ipc — {} · kernel {} · {} · {} cores\n\
          clock: {}\n\
          pinning: {} · {}-byte messages · per method: {} warm-up ping-pongs, {} latency ping-pongs, {} throughput messages, {:.1} s idle\n\n",
-        h.git_revision,
-        h.kernel,
-        h.cpu_model,
-        h.cores,
-        h.clock.describe(),
-        h.pinning,
-        h.msg_bytes,
-        group(h.warmup),
-        group(h.messages),
-        group(h.messages),
-        h.idle_s,
+        h.host.git_revision,
+        h.host.kernel,
+        h.host.cpu_model,
+        h.host.cores,
+        h.study.clock.describe(),
+        h.study.pinning,
+        h.study.msg_bytes,
+        group(h.study.warmup),
+        group(h.study.messages),
+        group(h.study.messages),
+        h.study.idle_s,
     )
 }
 
+/// Columns of the terminal table (under the group titles of [`table_head`]).
+const VIEW: [Column; 18] = [
+    Column::text("method", 11),
+    Column::num("mean", 9),
+    Column::num("p50", 10).gap(0),
+    Column::num("p99", 10).gap(0),
+    Column::num("p99.9", 10).gap(0),
+    Column::num("mean", 9),
+    Column::num("p50", 10).gap(0),
+    Column::num("p99", 10).gap(0),
+    Column::num("p99.9", 10).gap(0),
+    Column::num("mean ns", 8),
+    Column::num("mean", 8),
+    Column::num("p50", 9).gap(0),
+    Column::num("p99", 9).gap(0),
+    Column::num("server", 7),
+    Column::num("client", 8).gap(0),
+    Column::num("CPU %", 6),
+    Column::num("unix", 6),
+    Column::num("s", 6),
+];
+
 /// Column titles of the table (two lines).
 pub fn table_head() -> String {
-    format!(
-        "{:<11} {:<39} {:<39} {:>8} {:<26} {:<15} {:>6} {:>6} {:>6}\n\
-         {:<11} {:>9}{:>10}{:>10}{:>10} {:>9}{:>10}{:>10}{:>10} {:>8} {:>8}{:>9}{:>9} {:>7}{:>8} {:>6} {:>6} {:>6}",
-        "",
-        "one-way, TSC cycles",
-        "one-way, ns",
-        "return",
-        "round trip, ns",
-        "Mmsg/s",
-        "idle",
-        "vs",
-        "wall",
-        "method",
-        "mean",
-        "p50",
-        "p99",
-        "p99.9",
-        "mean",
-        "p50",
-        "p99",
-        "p99.9",
-        "mean ns",
-        "mean",
-        "p50",
-        "p99",
-        "server",
-        "client",
-        "CPU %",
-        "unix",
-        "s",
-    )
+    // The line above the titles: what each group of columns measures.
+    let groups = format!(
+        "{:<11} {:<39} {:<39} {:>8} {:<26} {:<15} {:>6} {:>6} {:>6}",
+        "", "one-way, TSC cycles", "one-way, ns", "return", "round trip, ns", "Mmsg/s", "idle", "vs", "wall",
+    );
+    format!("{groups}\n{}", Table::new(&VIEW).text_head().trim_end())
 }
 
 /// A latency for the table: few digits, no false precision.
@@ -183,7 +175,7 @@ fn fixed(v: Option<f64>, decimals: usize) -> String {
     v.map_or_else(|| "n/a".into(), |v| format!("{v:.decimals$}"))
 }
 
-/// One table line.
+/// One table line; a failed row gives its reason instead of numbers.
 pub fn table_row(r: &Row) -> String {
     if !r.ok() {
         return format!(
@@ -192,27 +184,27 @@ pub fn table_row(r: &Row) -> String {
             r.error.as_deref().unwrap_or("unknown")
         );
     }
-    format!(
-        "{:<11} {:>9}{:>10}{:>10}{:>10} {:>9}{:>10}{:>10}{:>10} {:>8} {:>8}{:>9}{:>9} {:>7}{:>8} {:>6} {:>6} {:>6}",
-        r.method,
-        lat(r.one_way_mean_cycles),
-        cyc(r.one_way_p50_cycles),
-        cyc(r.one_way_p99_cycles),
-        cyc(r.one_way_p999_cycles),
-        lat(r.one_way_mean_ns),
-        lat(r.one_way_p50_ns),
-        lat(r.one_way_p99_ns),
-        lat(r.one_way_p999_ns),
-        lat(r.return_mean_ns),
-        lat(r.round_trip_mean_ns),
-        lat(r.round_trip_p50_ns),
-        lat(r.round_trip_p99_ns),
-        fixed(r.throughput_mmsg_s, 3),
-        fixed(r.client_send_mmsg_s, 3),
-        fixed(r.idle_cpu_pct, 1),
-        fixed(r.vs_unix_epoll, 2),
-        fixed(Some(r.row_wall_s), 1),
-    )
+    let row = vec![
+        Cell::text(&r.method),
+        Cell::Text(lat(r.one_way_mean_cycles)),
+        Cell::Text(cyc(r.one_way_p50_cycles)),
+        Cell::Text(cyc(r.one_way_p99_cycles)),
+        Cell::Text(cyc(r.one_way_p999_cycles)),
+        Cell::Text(lat(r.one_way_mean_ns)),
+        Cell::Text(lat(r.one_way_p50_ns)),
+        Cell::Text(lat(r.one_way_p99_ns)),
+        Cell::Text(lat(r.one_way_p999_ns)),
+        Cell::Text(lat(r.return_mean_ns)),
+        Cell::Text(lat(r.round_trip_mean_ns)),
+        Cell::Text(lat(r.round_trip_p50_ns)),
+        Cell::Text(lat(r.round_trip_p99_ns)),
+        Cell::Text(fixed(r.throughput_mmsg_s, 3)),
+        Cell::Text(fixed(r.client_send_mmsg_s, 3)),
+        Cell::Text(fixed(r.idle_cpu_pct, 1)),
+        Cell::Text(fixed(r.vs_unix_epoll, 2)),
+        Cell::Num(r.row_wall_s, 1),
+    ];
+    Table::new(&VIEW).text_row(&row).trim_end().to_string()
 }
 
 /// Labels, notes, the ratios against unix-epoll and warnings, after the table.
@@ -326,47 +318,29 @@ pub const COLUMNS: [&str; 47] = [
     "git_revision",
 ];
 
-fn csv_escape(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-fn csv_cell(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::Null => String::new(),
-        serde_json::Value::String(s) => csv_escape(s),
-        other => csv_escape(&other.to_string()),
-    }
-}
-
 /// CSV with one line per row; unavailable values are empty.
 pub fn to_csv(header: &Header, rows: &[Row]) -> String {
-    let mut out = COLUMNS.join(",");
-    out.push('\n');
+    let columns: Vec<Column> = COLUMNS.iter().map(|c| Column::text(c, 0)).collect();
+    let mut t = Table::new(&columns);
     for r in rows {
         let mut v = serde_json::to_value(r).unwrap_or_default();
         if let Some(m) = v.as_object_mut() {
-            m.insert("clock".into(), header.clock.source.clone().into());
+            m.insert("clock".into(), header.study.clock.source.clone().into());
             m.insert(
                 "tsc_ghz".into(),
-                if header.clock.tsc {
-                    serde_json::json!(header.clock.hz / 1e9)
+                if header.study.clock.tsc {
+                    serde_json::json!(header.study.clock.hz / 1e9)
                 } else {
                     serde_json::Value::Null
                 },
             );
-            m.insert("tsc_invariant".into(), header.clock.invariant.into());
-            m.insert("pinning".into(), header.pinning.clone().into());
-            m.insert("git_revision".into(), header.git_revision.clone().into());
+            m.insert("tsc_invariant".into(), header.study.clock.invariant.into());
+            m.insert("pinning".into(), header.study.pinning.clone().into());
+            m.insert("git_revision".into(), header.host.git_revision.clone().into());
         }
-        let cells: Vec<String> = COLUMNS.iter().map(|c| csv_cell(&v[*c])).collect();
-        out.push_str(&cells.join(","));
-        out.push('\n');
+        t.push(COLUMNS.iter().map(|c| Cell::from(&v[*c])).collect());
     }
-    out
+    t.csv()
 }
 
 /// The latency chart: per measured row, the one-way p50, mean, p99 and p99.9 in ns.
@@ -387,13 +361,13 @@ pub fn plot(dir: &Path, header: &Header, rows: &[Row]) -> anyhow::Result<&'stati
         .collect();
     let title = format!(
         "One-way latency of {}-byte messages, {} pinning ({} ping-pongs per method)",
-        header.msg_bytes,
-        if header.pinning.starts_with("unpinned") {
+        header.study.msg_bytes,
+        if header.study.pinning.starts_with("unpinned") {
             "without"
         } else {
             "with"
         },
-        group(header.messages)
+        group(header.study.messages)
     );
     plot::dots(
         &dots,

@@ -3,14 +3,14 @@
 //! one-way latency is measured with the TSC. Owns the whole study: its
 //! options, the process model (the study is the client; each method's server
 //! is this binary's hidden `pfs bench ipc-peer`, one child per method), the
-//! methods behind one [`methods::Channel`] trait, the four phases per method
+//! methods behind one `methods::Channel` trait, the four phases per method
 //! (warm-up, latency, throughput, idle CPU) and the report (table, JSON, CSV,
 //! PNG, ratios against `unix-epoll`).
 //!
-//! Layout: [`methods`] holds the channel trait and the kernel baselines,
-//! [`phases`] the protocol both sides run, [`row`] one row's child process,
-//! [`clock`] the TSC checks and calibration, [`stats`] the sample summaries,
-//! [`report`] the output, [`sys`] is the only `unsafe`.
+//! Layout: `methods` holds the channel trait and the kernel baselines,
+//! `phases` the protocol both sides run, `row` one row's child process,
+//! `clock` the TSC checks and calibration, `stats` the sample summaries,
+//! `report` the output, `sys` is the only `unsafe`.
 
 mod clock;
 mod methods;
@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 
-use crate::cleanup::{self, Undo};
-use crate::{exit, sysinfo};
+use crate::scratch::Scratch;
+use crate::{Binary, Outcome};
 
 use clock::Clock;
 use methods::{Connect, Method, WithChannel, MSG};
@@ -124,36 +124,8 @@ fn select(only: &[String]) -> anyhow::Result<Vec<Method>> {
     Ok(picked)
 }
 
-/// The study's private directory (socket and FIFO files), removed on drop and on Ctrl-C.
-struct Scratch {
-    path: PathBuf,
-    ticket: u64,
-}
-
-impl Scratch {
-    fn new() -> anyhow::Result<Self> {
-        use std::os::unix::fs::DirBuilderExt;
-        let path = std::env::temp_dir().join(format!("pfs-bench-ipc-{}", std::process::id()));
-        // A directory left by an earlier process with our pid is stale.
-        let _ = std::fs::remove_dir_all(&path);
-        let ticket = cleanup::on_interrupt(Undo::Dir(path.clone()));
-        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&path) {
-            cleanup::done(ticket);
-            return Err(e).with_context(|| format!("creating {}", path.display()));
-        }
-        Ok(Self { path, ticket })
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-        cleanup::done(self.ticket);
-    }
-}
-
 /// Runs the study; exit status 1 when any row failed.
-pub fn run(args: IpcArgs) -> anyhow::Result<i32> {
+pub fn run(args: IpcArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     let methods = select(&args.only)?;
     let timeout = match args.timeout {
         Some(t) if t.is_finite() && t > 0.0 && t <= 86_400.0 => Duration::from_secs_f64(t),
@@ -192,23 +164,22 @@ pub fn run(args: IpcArgs) -> anyhow::Result<i32> {
         eprintln!("pfs: warning: {w}");
         warnings.push(w);
     }
-    let header = report::Header {
-        tool: format!("pfs {}", env!("CARGO_PKG_VERSION")),
-        git_revision: env!("PFS_GIT_REV").into(),
-        kernel: sysinfo::kernel(),
-        cpu_model: sysinfo::cpu_model(),
-        cores: sysinfo::cores(),
-        clock: clock.clone(),
-        pinning,
-        msg_bytes: MSG,
-        messages: args.messages,
-        warmup: phases::WARMUP,
-        idle_s: idle.as_secs_f64(),
-        timeout_s: timeout.as_secs_f64(),
-        units: report::UNITS.into(),
-    };
+    let header = report::Header::new(
+        pfs,
+        report::IpcSettings {
+            clock: clock.clone(),
+            pinning,
+            msg_bytes: MSG,
+            messages: args.messages,
+            warmup: phases::WARMUP,
+            idle_s: idle.as_secs_f64(),
+            timeout_s: timeout.as_secs_f64(),
+            units: report::UNITS.into(),
+        },
+    );
 
-    let scratch = Scratch::new()?;
+    // The study's private directory: socket and FIFO files.
+    let scratch = Scratch::new(&std::env::temp_dir(), "pfs-bench-ipc")?;
     let started = Instant::now();
     let mut rows = Vec::with_capacity(methods.len());
     for (i, &method) in methods.iter().enumerate() {
@@ -226,9 +197,10 @@ pub fn run(args: IpcArgs) -> anyhow::Result<i32> {
             messages: args.messages,
             idle,
             server_cpu,
-            dir: &scratch.path,
+            dir: scratch.path(),
             timeout,
             clock: &clock,
+            exe: &pfs.path,
         };
         let r = row::run_row(&spec);
         if r.ok() {
@@ -284,9 +256,9 @@ pub fn run(args: IpcArgs) -> anyhow::Result<i32> {
     let failed = rows.iter().filter(|r| !r.ok()).count();
     if failed > 0 {
         eprintln!("pfs bench ipc: {failed} of {} rows failed", rows.len());
-        return Ok(exit::FAILURE);
+        return Ok(Outcome::Failed);
     }
-    Ok(exit::OK)
+    Ok(Outcome::Passed)
 }
 
 fn write_out(
@@ -351,7 +323,7 @@ impl WithChannel for Serve<'_> {
 
 /// Runs the server side of one row: prints `READY <address>`, serves every
 /// phase, prints its measurements as one JSON line.
-pub fn run_peer(args: IpcPeerArgs) -> anyhow::Result<i32> {
+pub fn run_peer(args: IpcPeerArgs) -> anyhow::Result<Outcome> {
     if let Some(cpu) = args.cpu {
         sys::pin(cpu).with_context(|| format!("pinning the server to CPU {cpu}"))?;
     }
@@ -361,7 +333,7 @@ pub fn run_peer(args: IpcPeerArgs) -> anyhow::Result<i32> {
         messages: args.messages,
         fault: std::env::var(FAULT_ENV).ok(),
     })?;
-    Ok(exit::OK)
+    Ok(Outcome::Passed)
 }
 
 #[cfg(test)]

@@ -5,17 +5,15 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::args::{parse_size, parse_size_u32, EncodingArg};
+use crate::peer::{open_blob, parse_user_kernel, study_blob};
+use crate::report::{Cell, Column, Table};
+use crate::{sysinfo, Outcome};
 use anyhow::Context;
 use clap::Args;
 use pfs_exec::kernel::{Kernel, KernelId};
 use pfs_exec::shard::{self, Prepared, ShardConfig};
 use pfs_exec::{Pattern, Schedule, ScheduleSpec, Total};
-use serde::Serialize;
-
-use crate::args::{parse_size, parse_size_u32, BlobArgs, EncodingArg};
-use crate::{exit, sysinfo};
-
-use super::open_blob;
 
 /// Options of the kernel study.
 #[derive(Debug, Args)]
@@ -50,7 +48,7 @@ pub struct BenchExecArgs {
     pub json: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 struct KernelRow {
     kernel: String,
     pthreads: usize,
@@ -71,19 +69,9 @@ fn read_loop(bytes: &[u8]) -> u64 {
     acc.iter().fold(0, |s, &a| s.wrapping_add(a))
 }
 
-pub fn run(args: BenchExecArgs) -> anyhow::Result<i32> {
-    let blob_args = BlobArgs {
-        huge_dir: args.huge_dir.clone(),
-        blob_name: None,
-        size: args.size,
-        seed: 0x5eed,
-        fill_file: None,
-        no_prefault: false,
-        no_fill: false,
-        blob_keep: false,
-        setup_threads: 0,
-    };
-    let mut opened = open_blob(&blob_args, args.json)?;
+/// Runs the study.
+pub fn run(args: BenchExecArgs) -> anyhow::Result<Outcome> {
+    let mut opened = open_blob(&study_blob(args.size, 0x5eed, args.huge_dir.clone()), args.json)?;
     let blob_len = opened.blob.len();
     let spec = ScheduleSpec {
         seed: 1,
@@ -163,7 +151,7 @@ pub fn run(args: BenchExecArgs) -> anyhow::Result<i32> {
     }
     let user_note = match &args.user_kernel {
         Some(spec) => {
-            let (path, prefix) = super::exec::parse_user(&format!("user:{spec}")).context("--user-kernel")?;
+            let (path, prefix) = parse_user_kernel(&format!("user:{spec}")).context("--user-kernel")?;
             let user = pfs_exec::user::load_any(&path, &prefix)?;
             let (_, elapsed) = user.run(opened.blob.as_slice(), &prepared, cpus.clone())?;
             let s = elapsed.as_secs_f64();
@@ -185,12 +173,13 @@ pub fn run(args: BenchExecArgs) -> anyhow::Result<i32> {
             "user kernels: pass --user-kernel FILE.so or FILE.ll (examples/kernels/; .ll/.bc need the llvm feature)"
         }
     };
+    let table = data_table(&rows);
     if args.json {
         let v = serde_json::json!({
             "encoding": encoding.name(),
             "desc_len": args.desc_len,
             "effective_bytes": eff,
-            "rows": rows,
+            "rows": table.json(),
             "user_kernels": user_note,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -203,29 +192,60 @@ pub fn run(args: BenchExecArgs) -> anyhow::Result<i32> {
             blob_len / 1_000_000,
             sysinfo::cores()
         );
-        println!(
-            "{:<16} {:>8} {:>12} {:>10}  notes",
-            "kernel", "pthreads", "MB/s", "×read loop"
-        );
-        for r in &rows {
-            println!(
-                "{:<16} {:>8} {:>12.1} {:>10.2}  {}",
-                r.kernel, r.pthreads, r.effective_mb_s, r.vs_read_loop, r.notes
-            );
-        }
+        print!("{}", view(&rows).text());
         println!("{user_note}");
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
-        let mut csv = String::from("kernel,pthreads,effective_mb_s,vs_read_loop,elapsed_s,notes\n");
-        for r in &rows {
-            csv.push_str(&format!(
-                "{},{},{:.1},{:.3},{:.4},{}\n",
-                r.kernel, r.pthreads, r.effective_mb_s, r.vs_read_loop, r.elapsed_s, r.notes
-            ));
-        }
-        std::fs::write(dir.join("bench-exec.csv"), csv)?;
-        std::fs::write(dir.join("bench-exec.json"), serde_json::to_string_pretty(&rows)?)?;
+        std::fs::write(dir.join("bench-exec.csv"), table.csv())?;
+        std::fs::write(
+            dir.join("bench-exec.json"),
+            serde_json::to_string_pretty(&table.json())?,
+        )?;
     }
-    Ok(exit::OK)
+    Ok(Outcome::Passed)
+}
+
+/// Every field of a row: CSV columns and JSON keys.
+fn data_table(rows: &[KernelRow]) -> Table {
+    let mut t = Table::new(&[
+        Column::text("kernel", 0),
+        Column::num("pthreads", 0),
+        Column::num("effective_mb_s", 0),
+        Column::num("vs_read_loop", 0),
+        Column::num("elapsed_s", 0),
+        Column::text("notes", 0),
+    ]);
+    for r in rows {
+        t.push(vec![
+            Cell::text(&r.kernel),
+            Cell::Int(r.pthreads as u64),
+            Cell::Num(r.effective_mb_s, 1),
+            Cell::Num(r.vs_read_loop, 3),
+            Cell::Num(r.elapsed_s, 4),
+            Cell::text(&r.notes),
+        ]);
+    }
+    t
+}
+
+/// The terminal table. Every row ran (a kernel that fails stops the study).
+fn view(rows: &[KernelRow]) -> Table {
+    let mut t = Table::new(&[
+        Column::text("kernel", 16),
+        Column::num("pthreads", 8),
+        Column::num("MB/s", 12),
+        Column::num("×read loop", 10),
+        Column::text("notes", 0).gap(2),
+    ]);
+    for r in rows {
+        t.push(vec![
+            Cell::text(&r.kernel),
+            Cell::Int(r.pthreads as u64),
+            Cell::Num(r.effective_mb_s, 1),
+            Cell::Num(r.vs_read_loop, 2),
+            Cell::text(&r.notes),
+        ]);
+    }
+    t
 }

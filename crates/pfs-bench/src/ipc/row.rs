@@ -50,6 +50,8 @@ pub struct RowSpec<'a> {
     pub timeout: Duration,
     /// The clock, to convert ticks to nanoseconds.
     pub clock: &'a Clock,
+    /// The `pfs` binary whose `bench ipc-peer` serves the row.
+    pub exe: &'a Path,
 }
 
 /// One method's results. Latencies are one way unless named otherwise;
@@ -236,8 +238,7 @@ struct Peer {
 
 impl Peer {
     fn spawn(spec: &RowSpec<'_>, dir: &Path) -> anyhow::Result<Self> {
-        let exe = std::env::current_exe().context("cannot locate the pfs binary")?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(spec.exe);
         cmd.args(["bench", "ipc-peer", "--method", spec.method.key()])
             .args(["--messages", &spec.messages.to_string()])
             .arg("--dir")

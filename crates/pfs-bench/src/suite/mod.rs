@@ -3,7 +3,7 @@
 //! conventional baselines, runs every row in one session on one machine, and
 //! prints one table; ratios are taken against baselines from the same run.
 //!
-//! Rows are declared in one place ([`plan`]); a baseline whose tool is
+//! Rows are declared in one place (`plan`); a baseline whose tool is
 //! missing is printed as skipped with the install hint, never dropped.
 
 use std::io::{BufRead, BufReader, Read};
@@ -19,22 +19,22 @@ use pfs_session::sys::{pin_current_thread, thread_usage};
 use pfs_session::SessionStats;
 use pfs_wire::{IntegrityAlg, Mode};
 
-use crate::args::{BenchArgs, BlobArgs};
-use crate::{exit, sysinfo};
-
-use super::send::{send_once, sender_config, Target};
-use super::{open_blob, OpenedBlob};
+use crate::args::{BenchArgs, PathArg};
+use crate::child::{serve_listening, ChildGuard};
+use crate::peer::{open_blob, send_once, sender_config, study_blob, OpenedBlob, Target};
+use crate::scratch::{memory_dir, Scratch};
+use crate::{labels, sysinfo, Binary, Outcome};
 
 mod conventional;
 pub mod files;
 mod netpath;
-mod report;
 mod row;
+mod table;
 
-use conventional::{run_iperf3, run_rsync, run_scp, ChildGuard, FileJob};
+use conventional::{run_iperf3, run_rsync, run_scp, FileJob};
 use netpath::NetPath;
-use report::{fmt_table, to_csv, to_markdown};
-use row::{Header, Row};
+use row::{Row, SuiteHeader, SuiteSettings};
+use table::{fmt_table, to_markdown};
 
 use crate::plot::{suite_bars, SuiteBar};
 
@@ -142,30 +142,30 @@ impl Planned {
 }
 
 fn loop_label(alg: IntegrityAlg) -> String {
-    format!("Conventional ({} loop)", alg.name())
+    labels::conventional(&format!("{} loop", alg.name()))
 }
 
 /// The rows of the suite, in order. The one place a row is added.
 fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
     let mut rows = vec![
         Planned {
-            label: "Conventional (iperf3)".into(),
+            label: labels::conventional("iperf3"),
             purpose: "Transfer",
             job: Job::Iperf3(None),
         },
         // The same write size as a payload gram: the fairer transport baseline.
         Planned {
-            label: "Conventional (iperf3 -l 1M)".into(),
+            label: labels::conventional("iperf3 -l 1M"),
             purpose: "Transfer",
             job: Job::Iperf3(Some("1M")),
         },
         Planned {
-            label: "Conventional (scp)".into(),
+            label: labels::conventional("scp"),
             purpose: "Transfer",
             job: Job::Scp,
         },
         Planned {
-            label: "Conventional (rsync)".into(),
+            label: labels::conventional("rsync"),
             purpose: "Transfer",
             job: Job::Rsync,
         },
@@ -184,7 +184,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
         });
         let payload_bytes = if fnv { sizes.fnv_bytes } else { sizes.payload_bytes };
         rows.push(Planned {
-            label: Mode::Payload.label("TCP"),
+            label: labels::mode(Mode::Payload, "TCP"),
             purpose: "Transfer",
             job: Job::Pfs {
                 transport: Via::Tcp,
@@ -196,7 +196,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
         });
         for mode in [Mode::Offset, Mode::Arith] {
             rows.push(Planned {
-                label: mode.label("TCP"),
+                label: labels::mode(mode, "TCP"),
                 purpose: "both",
                 job: Job::Pfs {
                     transport: Via::Tcp,
@@ -211,7 +211,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
         if !fnv {
             for mode in [Mode::Payload, Mode::Offset, Mode::Arith] {
                 rows.push(Planned {
-                    label: mode.label(Via::Shm.label()),
+                    label: labels::mode(mode, Via::Shm.label()),
                     purpose: if mode == Mode::Payload { "Transfer" } else { "both" },
                     job: Job::Pfs {
                         transport: Via::Shm,
@@ -239,7 +239,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             });
             for mode in [Mode::Offset, Mode::Arith] {
                 rows.push(Planned {
-                    label: mode.label("TCP"),
+                    label: labels::mode(mode, "TCP"),
                     purpose: "both",
                     job: Job::Pfs {
                         transport: Via::Tcp,
@@ -256,7 +256,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
     for encoding in [pfs_wire::Encoding::Absolute, pfs_wire::Encoding::Arithmetic] {
         for threads in [1, 2] {
             rows.push(Planned {
-                label: super::exec::label(encoding).into(),
+                label: labels::pcpu(encoding).into(),
                 purpose: "pCPU",
                 job: Job::Pcpu {
                     encoding,
@@ -269,7 +269,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
     }
     // Payload without a digest: what the transport path alone costs.
     rows.push(Planned {
-        label: Mode::Payload.label("TCP"),
+        label: labels::mode(Mode::Payload, "TCP"),
         purpose: "Transfer",
         job: Job::Pfs {
             transport: Via::Tcp,
@@ -287,6 +287,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
 /// network path.
 #[allow(clippy::too_many_arguments)]
 fn start_receiver(
+    exe: &Path,
     net: &NetPath,
     via: Via,
     scratch: &Path,
@@ -296,7 +297,6 @@ fn start_receiver(
     pin: bool,
     sessions: usize,
 ) -> anyhow::Result<(ChildGuard, String, mpsc::Receiver<String>)> {
-    let exe = std::env::current_exe().context("cannot locate the pfs binary")?;
     let mut cmd = match via {
         Via::Tcp => {
             let mut cmd = net.receiver_command(&exe.to_string_lossy());
@@ -304,7 +304,7 @@ fn start_receiver(
             cmd
         }
         Via::Shm => {
-            let mut cmd = Command::new(&exe);
+            let mut cmd = Command::new(exe);
             cmd.args(["serve", "--transport", "shm", "--listen"])
                 .arg(scratch.join("shm.sock"));
             cmd
@@ -340,25 +340,12 @@ fn start_receiver(
         let _ = etx.send(s);
     });
     let guard = ChildGuard::new(child);
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-                if v["event"] == "listening" {
-                    let addr = v["addr"]
-                        .as_str()
-                        .context("listening event without addr")?
-                        .to_string();
-                    return Ok((guard, addr, erx));
-                }
-            }
-            Err(_) => {
-                drop(guard);
-                let err = erx.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
-                bail!("the receiver did not start listening:\n{err}");
-            }
+    match serve_listening(&rx, Duration::from_secs(300)) {
+        Some(addr) => Ok((guard, addr, erx)),
+        None => {
+            drop(guard);
+            let err = erx.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
+            bail!("the receiver did not start listening:\n{err}");
         }
     }
 }
@@ -435,7 +422,7 @@ fn add_ratios(rows: &mut [Row]) {
             .into_iter()
             .find(|p| r.notes.contains(p))
             .unwrap_or("pattern=random");
-        if r.label == Mode::Payload.label("TCP") {
+        if r.label == labels::mode(Mode::Payload, "TCP") {
             if let Some(b) = iperf {
                 ratios.push(format!("{:.2}× iperf3", r.effective_mb_s / b));
             }
@@ -443,7 +430,8 @@ fn add_ratios(rows: &mut [Row]) {
                 ratios.push(format!("{:.2}× iperf3 -l 1M", r.effective_mb_s / b));
             }
         }
-        let is_payload = r.label == Mode::Payload.label("TCP") || r.label == Mode::Payload.label("SHM");
+        let is_payload =
+            r.label == labels::mode(Mode::Payload, "TCP") || r.label == labels::mode(Mode::Payload, "SHM");
         if is_pfs && !is_payload {
             let alg = r.integrity_alg();
             if let Some(b) = loop_rate(&snapshot, alg, pattern) {
@@ -451,8 +439,8 @@ fn add_ratios(rows: &mut [Row]) {
             }
         }
         for via in [Via::Tcp, Via::Shm] {
-            if r.label == Mode::Arith.label(via.label()) {
-                let offset = Mode::Offset.label(via.label());
+            if r.label == labels::mode(Mode::Arith, via.label()) {
+                let offset = labels::mode(Mode::Offset, via.label());
                 if let Some(b) = mode_rate(&snapshot, &offset, r.integrity_alg(), pattern) {
                     ratios.push(format!("{:.2}× offset-only", r.effective_mb_s / b));
                 }
@@ -461,9 +449,14 @@ fn add_ratios(rows: &mut [Row]) {
         // Each SHM row against the same mode over TCP in this run.
         let shm_mode = [Mode::Payload, Mode::Offset, Mode::Arith]
             .into_iter()
-            .find(|m| r.label == m.label(Via::Shm.label()));
+            .find(|&m| r.label == labels::mode(m, Via::Shm.label()));
         if let Some(m) = shm_mode {
-            if let Some(b) = mode_rate(&snapshot, &m.label(Via::Tcp.label()), r.integrity_alg(), pattern) {
+            if let Some(b) = mode_rate(
+                &snapshot,
+                &labels::mode(m, Via::Tcp.label()),
+                r.integrity_alg(),
+                pattern,
+            ) {
                 ratios.push(format!("{:.2}× TCP", r.effective_mb_s / b));
             }
         }
@@ -493,7 +486,8 @@ fn add_ratios(rows: &mut [Row]) {
     }
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
+/// Runs the suite; [`Outcome::Failed`] when a row failed or an integrity check did not hold.
+pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     let mut sizes = if args.full { FULL } else { QUICK };
     if let Some(s) = args.size {
         sizes.blob = s;
@@ -525,33 +519,25 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     };
 
     let seed = 0x5eed;
-    let blob_args = BlobArgs {
-        huge_dir: args.huge_dir.clone(),
-        blob_name: None,
-        size: sizes.blob,
-        seed,
-        fill_file: None,
-        no_prefault: false,
-        no_fill: false,
-        blob_keep: false,
-        setup_threads: 0,
-    };
     eprintln!(
         "pfs bench: setting up a {} MB blob for each peer (outside the timed path)…",
         sizes.blob / 1_000_000
     );
     let net = match args.path {
-        crate::args::PathArg::Loopback => NetPath::Loopback,
-        crate::args::PathArg::Veth => NetPath::veth(args.mtu)?,
+        PathArg::Loopback => NetPath::Loopback,
+        PathArg::Veth => NetPath::veth(args.mtu)?,
     };
-    let scratch = Scratch::new()?;
+    // Memory-backed: the copy rows' source file must not wait on a disk.
+    let base = memory_dir(0).unwrap_or(Path::new("/tmp"));
+    let scratch = Scratch::new(base, "pfs-bench")?;
     let start = |via: Via| -> anyhow::Result<Option<(ChildGuard, String, mpsc::Receiver<String>)>> {
         match sessions(via) {
             0 => Ok(None),
             n => start_receiver(
+                &pfs.path,
                 &net,
                 via,
-                &scratch.path,
+                scratch.path(),
                 sizes,
                 seed,
                 args.huge_dir.as_deref(),
@@ -563,7 +549,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     };
     let receiver = start(Via::Tcp)?;
     let shm_receiver = start(Via::Shm)?;
-    let opened: OpenedBlob = open_blob(&blob_args, true)?;
+    let opened: OpenedBlob = open_blob(&study_blob(sizes.blob, seed, args.huge_dir.clone()), true)?;
     eprintln!("sender {}", opened.describe());
     let view = opened.view();
     if pin {
@@ -571,7 +557,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
 
     // The file the conventional copy rows move: the first bytes of the blob, on tmpfs.
-    let src = scratch.path.join("src.bin");
+    let src = scratch.path().join("src.bin");
     if planned.iter().any(|p| matches!(p.job, Job::Scp | Job::Rsync)) {
         std::fs::write(&src, &opened.blob.as_slice()[..sizes.file_bytes as usize])
             .with_context(|| format!("writing {}", src.display()))?;
@@ -587,7 +573,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             Job::Scp | Job::Rsync => {
                 let job = FileJob {
                     net: &net,
-                    scratch: &scratch.path,
+                    scratch: scratch.path(),
                     src: &src,
                     pin,
                 };
@@ -604,13 +590,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 bytes,
             } => {
                 let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
-                run_pcpu(&p.label, opened.blob.as_slice(), spec, *encoding, *threads, pin).unwrap_or_else(
-                    |e| {
-                        let mut r = Row::skipped(&p.label, p.purpose, String::new());
-                        r.notes = format!("failed: {e:#}");
-                        r
-                    },
-                )
+                run_pcpu(&p.label, opened.blob.as_slice(), spec, *encoding, *threads, pin)
+                    .unwrap_or_else(|e| Row::failed(&p.label, p.purpose, &e))
             }
             Job::Loop {
                 integrity,
@@ -658,7 +639,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 let net_wire = net.wire_counter().saturating_sub(wire0);
                 match sent {
                     Ok((out, kind)) => {
-                        let st = SessionStats::from_report(&out.report, kind);
+                        let st = SessionStats::from_report(
+                            &out.report,
+                            kind,
+                            labels::session(out.report.mode, kind),
+                        );
                         // SHM bytes cross no network interface: its wire is the ring,
                         // i.e. the frame bytes the receiver read.
                         let wire = match transport {
@@ -696,11 +681,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                         );
                         row
                     }
-                    Err(e) => {
-                        let mut r = Row::skipped(&p.label, p.purpose, String::new());
-                        r.notes = format!("failed: {e:#}");
-                        r
-                    }
+                    Err(e) => Row::failed(&p.label, p.purpose, &e),
                 }
             }
         };
@@ -723,52 +704,42 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             out: None,
             json: false,
         };
-        match files::collect(&files_args) {
+        match files::collect(&files_args, pfs) {
             Ok((_, files_rows)) => rows.extend(files_rows),
-            Err(e) => {
-                let mut r = Row::skipped("PFS files (pfs bench files rows)", "Transfer", String::new());
-                r.notes = format!("failed: {e:#}");
-                rows.push(r);
-            }
+            Err(e) => rows.push(Row::failed("PFS files (pfs bench files rows)", "Transfer", &e)),
         }
     }
     add_ratios(&mut rows);
 
-    let header = Header {
-        tool: format!("pfs {}", env!("CARGO_PKG_VERSION")),
-        git_revision: env!("PFS_GIT_REV").into(),
-        kernel: sysinfo::kernel(),
-        cpu_model: sysinfo::cpu_model(),
-        cores: sysinfo::cores(),
-        thp_mode: sysinfo::thp_mode(),
-        sender_blob: format!("{} (page {} B)", b.kind.as_str(), b.page_size),
-        receiver_blob,
-        blob_bytes: blob_len,
-        sender_setup,
-        receiver_setup,
-        units: "MB = 10^6 bytes; rates MB/s; CPU from getrusage (receiver thread)".into(),
-        path: net.name(),
-        pinning: if pin {
-            "sender CPU 0, receiver CPU 1".into()
-        } else {
-            "unpinned".into()
+    let header = SuiteHeader::new(
+        pfs,
+        SuiteSettings {
+            thp_mode: sysinfo::thp_mode(),
+            sender_blob: format!("{} (page {} B)", b.kind.as_str(), b.page_size),
+            receiver_blob,
+            blob_bytes: blob_len,
+            sender_setup,
+            receiver_setup,
+            units: "MB = 10^6 bytes; rates MB/s; CPU from getrusage (receiver thread)".into(),
+            path: net.name(),
+            pinning: if pin {
+                "sender CPU 0, receiver CPU 1".into()
+            } else {
+                "unpinned".into()
+            },
         },
-    };
+    );
+    let data = table::data(&rows);
+    let doc = serde_json::json!({"header": header, "rows": data.json()});
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?
-        );
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print!("{}", fmt_table(&header, &rows));
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(dir.join("bench.csv"), to_csv(&rows))?;
-        std::fs::write(
-            dir.join("bench.json"),
-            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?,
-        )?;
+        std::fs::write(dir.join("bench.csv"), data.csv())?;
+        std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&doc)?)?;
         std::fs::write(dir.join("bench.md"), to_markdown(&header, &rows))?;
         let bars: Vec<SuiteBar> = rows
             .iter()
@@ -783,7 +754,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             .collect();
         let title = format!(
             "pfs bench ({}, {} cores, {})",
-            header.git_revision, header.cores, header.path
+            header.host.git_revision, header.host.cores, header.study.path
         );
         match suite_bars(&bars, &title, &dir.join("bench.png")) {
             Ok(()) => eprintln!("pfs bench: wrote bench.png"),
@@ -797,34 +768,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let failed = rows
         .iter()
         .any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
-    Ok(if failed { exit::FAILURE } else { exit::OK })
-}
-
-/// A scratch directory on tmpfs, removed on drop and on Ctrl-C.
-struct Scratch {
-    path: std::path::PathBuf,
-    ticket: u64,
-}
-
-impl Scratch {
-    fn new() -> anyhow::Result<Self> {
-        let base = if Path::new("/dev/shm").is_dir() {
-            Path::new("/dev/shm")
-        } else {
-            Path::new("/tmp")
-        };
-        let path = base.join(format!("pfs-bench-{}", std::process::id()));
-        let ticket = crate::cleanup::on_interrupt(crate::cleanup::Undo::Dir(path.clone()));
-        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(Self { path, ticket })
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-        crate::cleanup::done(self.ticket);
-    }
+    Ok(if failed { Outcome::Failed } else { Outcome::Passed })
 }
 
 /// The xxh3 pCPU kernel over `spec` on `threads` pThreads (pinned to CPUs

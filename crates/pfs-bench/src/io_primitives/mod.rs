@@ -7,8 +7,8 @@
 //! CPU, hardware counters where they exist) and its report (table, JSON, CSV,
 //! PNG plots, the A4/A1 headline ratio).
 //!
-//! Layout: [`cell`] runs one cell, [`methods`] holds the senders and
-//! receivers, [`report`] formats results, [`sys`] is the only `unsafe`.
+//! Layout: `cell` runs one cell, `methods` holds the senders and
+//! receivers, `report` formats results, `sys` is the only `unsafe`.
 
 mod cell;
 mod methods;
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 
-use crate::{exit, sysinfo};
+use crate::{sysinfo, Binary, Outcome};
 
 use cell::{run_cell, CellSpec};
 use methods::FIELDS;
@@ -183,7 +183,7 @@ fn dedup<T: Ord + Copy>(v: &[T]) -> Vec<T> {
 }
 
 /// Runs the study; exit status 1 when any cell failed.
-pub fn run(args: IoPrimitivesArgs) -> anyhow::Result<i32> {
+pub fn run(args: IoPrimitivesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 3600.0) {
         bail!("--duration must be in (0, 3600] seconds (got {})", args.duration);
     }
@@ -216,32 +216,30 @@ pub fn run(args: IoPrimitivesArgs) -> anyhow::Result<i32> {
         args.duration,
         n_cells as f64 * args.duration
     );
-    let header = report::Header {
-        tool: format!("pfs {}", env!("CARGO_PKG_VERSION")),
-        git_revision: env!("PFS_GIT_REV").into(),
-        kernel: sysinfo::kernel(),
-        cpu_model: sysinfo::cpu_model(),
-        cores: ncpu,
-        pinning: if args.pin {
-            format!("sender i on CPU i mod {ncpu}, its receiver on CPU (i+1) mod {ncpu}")
-        } else {
-            "unpinned".into()
+    let header = report::Header::new(
+        pfs,
+        report::IoSettings {
+            pinning: if args.pin {
+                format!("sender i on CPU i mod {ncpu}, its receiver on CPU (i+1) mod {ncpu}")
+            } else {
+                "unpinned".into()
+            },
+            tcp_nodelay: args.nodelay,
+            duration_s: args.duration,
+            pool: args.pool as usize,
+            zc_inflight: args.zc_inflight as usize,
+            gram_payload: args.gram_payload,
+            gram_encoding: format!(
+                "{} {}",
+                args.gram_encoding.wire().name(),
+                args.gram_descriptors.name()
+            ),
+            hardware_counters: cell::counters_unavailable()
+                .map(|why| format!("n/a ({why})"))
+                .unwrap_or_else(|| "perf_event_open CPU_CYCLES, CACHE_MISSES per thread".into()),
+            units: report::UNITS.into(),
         },
-        tcp_nodelay: args.nodelay,
-        duration_s: args.duration,
-        pool: args.pool as usize,
-        zc_inflight: args.zc_inflight as usize,
-        gram_payload: args.gram_payload,
-        gram_encoding: format!(
-            "{} {}",
-            args.gram_encoding.wire().name(),
-            args.gram_descriptors.name()
-        ),
-        hardware_counters: cell::counters_unavailable()
-            .map(|why| format!("n/a ({why})"))
-            .unwrap_or_else(|| "perf_event_open CPU_CYCLES, CACHE_MISSES per thread".into()),
-        units: report::UNITS.into(),
-    };
+    );
     let progress = args.json && std::io::stderr().is_terminal();
     if !args.json {
         print!("{}", report::header_text(&header));
@@ -315,7 +313,7 @@ pub fn run(args: IoPrimitivesArgs) -> anyhow::Result<i32> {
     let failed = cells.iter().filter(|c| !c.ok()).count();
     if failed > 0 {
         eprintln!("pfs bench io-primitives: {failed} of {n_cells} cells failed");
-        return Ok(exit::FAILURE);
+        return Ok(Outcome::Failed);
     }
-    Ok(exit::OK)
+    Ok(Outcome::Passed)
 }

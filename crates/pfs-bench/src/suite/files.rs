@@ -21,14 +21,17 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use super::conventional::{
-    free_port, have, prepare_sshd, run_client, scp_command, sshd_tools, tool, tree_cpu, user_name,
-    wait_children_reaped, wait_listening, ChildGuard,
-};
+use super::conventional::{prepare_sshd, scp_command, sshd_tools, user_name};
 use super::netpath::NetPath;
-use super::report::to_csv;
 use super::row::Row;
-use crate::exit;
+use super::table::{data, measured};
+use crate::child::{
+    free_port, have, run_client, serve_listening, tool, tree_cpu, wait_children_reaped, wait_listening,
+    ChildGuard,
+};
+use crate::report::{Cell, Column, Header, Table};
+use crate::scratch::{memory_dir, Scratch};
+use crate::{Binary, Outcome};
 
 /// `pfs bench files`
 #[derive(Debug, clap::Args)]
@@ -284,20 +287,13 @@ fn row_of(label: &str, data: &Tree, t: &Timed, same: bool, notes: String) -> Row
     r
 }
 
-fn failed_row(label: &str, e: &anyhow::Error) -> Row {
-    let mut r = Row::skipped(label, "Transfer", String::new());
-    r.notes = format!("failed: {e:#}");
-    r
-}
-
 /// A `pfs serve --store --dest` child on a free loopback port.
 struct PfsServer {
     guard: ChildGuard,
     addr: String,
 }
 
-fn start_pfs_server(store: &Path, dest: &Path) -> anyhow::Result<PfsServer> {
-    let exe = std::env::current_exe().context("locating the pfs binary")?;
+fn start_pfs_server(exe: &Path, store: &Path, dest: &Path) -> anyhow::Result<PfsServer> {
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--json", "--store"])
         .arg(store)
@@ -318,19 +314,15 @@ fn start_pfs_server(store: &Path, dest: &Path) -> anyhow::Result<PfsServer> {
             }
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-        if v["event"] == "listening" {
-            let addr = v["addr"].as_str().context("listening without addr")?.to_string();
-            return Ok(PfsServer { guard, addr });
-        }
+    match serve_listening(&rx, Duration::from_secs(30)) {
+        Some(addr) => Ok(PfsServer { guard, addr }),
+        None => bail!("pfs serve did not start listening"),
     }
-    bail!("pfs serve did not start listening")
 }
 
 /// One `pfs send` of `src` (its contents land under `remote`).
 fn pfs_send(
+    exe: &Path,
     server: &PfsServer,
     src: &Path,
     remote: &str,
@@ -338,7 +330,6 @@ fn pfs_send(
     extra: &[&str],
     net: &NetPath,
 ) -> anyhow::Result<(Timed, serde_json::Value)> {
-    let exe = std::env::current_exe().context("locating the pfs binary")?;
     let mut cmd = Command::new(exe);
     cmd.arg("send")
         .arg(src)
@@ -444,79 +435,46 @@ fn scp_send(scratch: &Path, src: &Path, dst: &Path, net: &NetPath) -> anyhow::Re
     timed(guard.id(), client, net)
 }
 
-/// Scratch space on tmpfs, removed at the end (and on Ctrl-C).
-struct Scratch {
-    path: PathBuf,
-    ticket: u64,
-}
-
-impl Scratch {
-    /// On tmpfs when it has `need` bytes free (it is memory), else on /var/tmp.
-    fn new(need: u64) -> anyhow::Result<Self> {
-        let free = |p: &str| {
-            rustix::fs::statvfs(p)
-                .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
-                .unwrap_or(0)
-        };
-        let base = if Path::new("/dev/shm").is_dir() && free("/dev/shm") > need {
-            Path::new("/dev/shm")
-        } else {
-            eprintln!(
-                "pfs bench files: /dev/shm has less than {:.1} GB free; using /var/tmp (disk speed will show in the rows)",
-                need as f64 / 1e9
-            );
-            Path::new("/var/tmp")
-        };
-        let path = base.join(format!("pfs-bench-files-{}", std::process::id()));
-        let ticket = crate::cleanup::on_interrupt(crate::cleanup::Undo::Dir(path.clone()));
-        std::fs::create_dir_all(&path)?;
-        Ok(Self { path, ticket })
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-        crate::cleanup::done(self.ticket);
-    }
-}
-
-/// Report header of this study.
+/// The files study's part of its report header (after the [`crate::report::Host`] facts).
 #[derive(Debug, Serialize)]
-pub struct FilesHeader {
-    tool: String,
-    git_revision: String,
-    kernel: String,
-    cpu_model: String,
-    cores: usize,
-    version_a: String,
-    version_b: String,
-    version_a_bytes: u64,
-    version_b_bytes: u64,
-    version_a_files: u64,
-    version_b_files: u64,
-    cold_bytes: u64,
-    placement: String,
-    units: String,
+pub struct FilesSettings {
+    /// Version A's directory.
+    pub version_a: String,
+    /// Version B's directory.
+    pub version_b: String,
+    /// Version A's bytes.
+    pub version_a_bytes: u64,
+    /// Version B's bytes.
+    pub version_b_bytes: u64,
+    /// Version A's files.
+    pub version_a_files: u64,
+    /// Version B's files.
+    pub version_b_files: u64,
+    /// Bytes of the cold data.
+    pub cold_bytes: u64,
+    /// Where sources, stores and destinations live.
+    pub placement: String,
+    /// Units and definitions.
+    pub units: String,
 }
 
-pub fn run(args: BenchFilesArgs) -> anyhow::Result<i32> {
-    let (header, rows) = collect(&args)?;
+/// The files study's report header.
+pub type FilesHeader = Header<FilesSettings>;
+
+/// Runs the study; [`Outcome::Failed`] when a row failed or a tree did not arrive intact.
+pub fn run(args: BenchFilesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
+    let (header, rows) = collect(&args, pfs)?;
+    let data = data(&rows);
+    let doc = serde_json::json!({"header": header, "rows": data.json()});
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?
-        );
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print!("{}", table(&header, &rows));
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("files.csv"), to_csv(&rows))?;
-        std::fs::write(
-            dir.join("files.json"),
-            serde_json::to_string_pretty(&serde_json::json!({"header": header, "rows": rows}))?,
-        )?;
+        std::fs::write(dir.join("files.csv"), data.csv())?;
+        std::fs::write(dir.join("files.json"), serde_json::to_string_pretty(&doc)?)?;
         std::fs::write(dir.join("files.md"), markdown(&header, &rows))?;
         eprintln!(
             "pfs bench files: wrote files.csv, files.json, files.md to {}",
@@ -526,11 +484,11 @@ pub fn run(args: BenchFilesArgs) -> anyhow::Result<i32> {
     let failed = rows
         .iter()
         .any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
-    Ok(if failed { exit::FAILURE } else { exit::OK })
+    Ok(if failed { Outcome::Failed } else { Outcome::Passed })
 }
 
 /// The rows of the study (also the files row group of `pfs bench --full`).
-pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)> {
+pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHeader, Vec<Row>)> {
     let only: Vec<String> = args.only.iter().map(|s| s.to_lowercase()).collect();
     let want = |label: &str| only.is_empty() || only.iter().any(|o| label.to_lowercase().contains(o));
     let net = NetPath::Loopback;
@@ -538,7 +496,14 @@ pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)>
     // Staged copies of A and B, the cold data, and at any time one tool's
     // store and destinations (each is removed after its rows).
     let need = 3 * (a.bytes + b.bytes) + 3 * args.cold_size + (1 << 30);
-    let scratch = Scratch::new(need)?;
+    let base = memory_dir(need).unwrap_or_else(|| {
+        eprintln!(
+            "pfs bench files: /dev/shm has less than {:.1} GB free; using /var/tmp (disk speed will show in the rows)",
+            need as f64 / 1e9
+        );
+        Path::new("/var/tmp")
+    });
+    let scratch = Scratch::new(base, "pfs-bench-files")?;
     eprintln!(
         "pfs bench files: version A {} ({} files, {:.1} MB), version B {} ({} files, {:.1} MB)",
         a.dir.display(),
@@ -551,10 +516,10 @@ pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)>
     // Both versions under one name ("tree") on tmpfs, so each tool writes B
     // over A at the same place and reads its sources at memory speed.
     let (a, b) = (
-        stage(&a, &scratch.path.join("a"))?,
-        stage(&b, &scratch.path.join("b"))?,
+        stage(&a, &scratch.path().join("a"))?,
+        stage(&b, &scratch.path().join("b"))?,
     );
-    let cold = make_cold_tree(&scratch.path.join("cold-src").join("cold"), args.cold_size)?;
+    let cold = make_cold_tree(&scratch.path().join("cold-src").join("cold"), args.cold_size)?;
     // The sender's quick-check cache ignores files modified within the last
     // 2 s (their mtime could still change within one timestamp tick); data
     // sent in practice is older than that, so let the fresh data age.
@@ -562,9 +527,9 @@ pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)>
     let mut rows: Vec<Row> = Vec::new();
 
     // PacketFS: one server, one store, one destination for all four rows.
-    let store = scratch.path.join("pfs-store");
-    let dest = scratch.path.join("pfs-dest");
-    let cache = scratch.path.join("pfs-cache");
+    let store = scratch.path().join("pfs-store");
+    let dest = scratch.path().join("pfs-dest");
+    let cache = scratch.path().join("pfs-cache");
     let pfs_rows = [
         "PFS files: cold send (random data, empty store)",
         "PFS files: unchanged re-send (quick check)",
@@ -572,8 +537,8 @@ pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)>
         "PFS files: version B over A",
     ];
     if pfs_rows.iter().any(|l| want(l)) {
-        match start_pfs_server(&store, &dest) {
-            Err(e) => rows.extend(pfs_rows.iter().map(|l| failed_row(l, &e))),
+        match start_pfs_server(&pfs.path, &store, &dest) {
+            Err(e) => rows.extend(pfs_rows.iter().map(|l| Row::failed(l, "Transfer", &e))),
             Ok(server) => {
                 // Random data does not compress; source trees do (zstd level 3
                 // on literal chunks, kept only where it saves bytes).
@@ -590,16 +555,18 @@ pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)>
                     eprintln!("pfs bench files: {label} …");
                     let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
                     let landed = dest.join(remote).join(name);
-                    let row = pfs_send(&server, &data.dir, remote, &cache, extra, &net).and_then(|(t, v)| {
-                        let same = same_tree(&data.dir, &landed)?;
-                        let flags = if extra.is_empty() {
-                            String::new()
-                        } else {
-                            format!("{}; ", extra.join(" "))
-                        };
-                        Ok(row_of(label, data, &t, same, format!("{flags}{}", pfs_notes(&v))))
-                    });
-                    rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
+                    let row = pfs_send(&pfs.path, &server, &data.dir, remote, &cache, extra, &net).and_then(
+                        |(t, v)| {
+                            let same = same_tree(&data.dir, &landed)?;
+                            let flags = if extra.is_empty() {
+                                String::new()
+                            } else {
+                                format!("{}; ", extra.join(" "))
+                            };
+                            Ok(row_of(label, data, &t, same, format!("{flags}{}", pfs_notes(&v))))
+                        },
+                    );
+                    rows.push(row.unwrap_or_else(|e| Row::failed(label, "Transfer", &e)));
                 }
                 drop(server);
             }
@@ -626,9 +593,9 @@ pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)>
                 ));
             }
         } else {
-            let module = scratch.path.join("rsync-module");
-            match start_rsyncd(&scratch.path.join("rsync"), &module) {
-                Err(e) => rows.extend(rsync_rows.iter().map(|l| failed_row(l, &e))),
+            let module = scratch.path().join("rsync-module");
+            match start_rsyncd(&scratch.path().join("rsync"), &module) {
+                Err(e) => rows.extend(rsync_rows.iter().map(|l| Row::failed(l, "Transfer", &e))),
                 Ok(d) => {
                     let runs = [
                         (rsync_rows[0], &a, false),
@@ -657,7 +624,7 @@ pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)>
                                 format!("daemon, {how} (delta transfer); {stats}"),
                             ))
                         });
-                        rows.push(row.unwrap_or_else(|e| failed_row(label, &e)));
+                        rows.push(row.unwrap_or_else(|e| Row::failed(label, "Transfer", &e)));
                         if z {
                             let _ = std::fs::remove_dir_all(module.join("treez"));
                         }
@@ -672,10 +639,10 @@ pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)>
     let scp_label = "Conventional (scp): version B (full copy)";
     if want(scp_label) {
         eprintln!("pfs bench files: {scp_label} …");
-        let dst = scratch.path.join("scp-dest");
+        let dst = scratch.path().join("scp-dest");
         let row = std::fs::create_dir_all(&dst)
             .map_err(anyhow::Error::from)
-            .and_then(|()| scp_send(&scratch.path, &b.dir, &dst, &net))
+            .and_then(|()| scp_send(scratch.path(), &b.dir, &dst, &net))
             .and_then(|t| {
                 let landed = dst.join(b.dir.file_name().unwrap_or_default());
                 let same = same_tree(&b.dir, &landed)?;
@@ -692,31 +659,29 @@ pub fn collect(args: &BenchFilesArgs) -> anyhow::Result<(FilesHeader, Vec<Row>)>
             if e.to_string().contains("not installed") || e.to_string().contains("needs root") {
                 Row::skipped(scp_label, "Transfer", format!("{e:#}"))
             } else {
-                failed_row(scp_label, &e)
+                Row::failed(scp_label, "Transfer", &e)
             }
         }));
     }
     add_ratios(&mut rows);
 
-    let header = FilesHeader {
-        tool: format!("pfs {}", env!("CARGO_PKG_VERSION")),
-        git_revision: env!("PFS_GIT_REV").into(),
-        kernel: crate::sysinfo::kernel(),
-        cpu_model: crate::sysinfo::cpu_model(),
-        cores: crate::sysinfo::cores(),
-        version_a: a.dir.display().to_string(),
-        version_b: b.dir.display().to_string(),
-        version_a_bytes: a.bytes,
-        version_b_bytes: b.bytes,
-        version_a_files: a.files,
-        version_b_files: b.files,
-        cold_bytes: cold.bytes,
-        placement: format!(
-            "sources on their own filesystem (page cache warm after the first read); stores and destinations on tmpfs ({})",
-            scratch.path.display()
-        ),
-        units: "MB = 10^6 bytes; elapsed = client wall time; CPU = client + server; wire = loopback interface bytes".into(),
-    };
+    let header = FilesHeader::new(
+        pfs,
+        FilesSettings {
+            version_a: a.dir.display().to_string(),
+            version_b: b.dir.display().to_string(),
+            version_a_bytes: a.bytes,
+            version_b_bytes: b.bytes,
+            version_a_files: a.files,
+            version_b_files: b.files,
+            cold_bytes: cold.bytes,
+            placement: format!(
+                "sources on their own filesystem (page cache warm after the first read); stores and destinations on tmpfs ({})",
+                scratch.path().display()
+            ),
+            units: "MB = 10^6 bytes; elapsed = client wall time; CPU = client + server; wire = loopback interface bytes".into(),
+        },
+    );
     Ok((header, rows))
 }
 
@@ -758,61 +723,57 @@ fn add_ratios(rows: &mut [Row]) {
     }
 }
 
-fn cells(r: &Row) -> [String; 9] {
-    [
-        r.label.clone(),
-        format!("{:.1}", r.effective_mb),
-        format!("{:.3}", r.wire_mb),
-        format!("{:.4}", r.wire_ratio),
-        format!("{:.3}", r.elapsed_s),
-        format!("{:.1}", r.effective_mb_s),
-        format!("{:.2}", r.cpu_total_s),
-        r.integrity.clone(),
-        r.notes.clone(),
-    ]
-}
-
-const HEAD: [&str; 9] = [
-    "label", "eff_MB", "wire_MB", "wire/eff", "time_s", "eff_MB/s", "CPU_s", "check", "notes",
+/// Columns of the terminal and Markdown tables (CSV and JSON carry every field).
+const VIEW: [Column; 9] = [
+    Column::text("label", 52),
+    Column::num("eff_MB", 9),
+    Column::num("wire_MB", 10),
+    Column::num("wire/eff", 8),
+    Column::num("time_s", 8),
+    Column::num("eff_MB/s", 9),
+    Column::num("CPU_s", 7),
+    Column::text("check", 8),
+    Column::text("notes", 0),
 ];
 
-fn table(h: &FilesHeader, rows: &[Row]) -> String {
+fn view(rows: &[Row]) -> Table {
+    let mut t = Table::new(&VIEW);
+    for r in rows {
+        t.push(vec![
+            Cell::text(&r.label),
+            measured(r, r.effective_mb, 1),
+            measured(r, r.wire_mb, 3),
+            measured(r, r.wire_ratio, 4),
+            measured(r, r.elapsed_s, 3),
+            measured(r, r.effective_mb_s, 1),
+            measured(r, r.cpu_total_s, 2),
+            Cell::text(&r.integrity),
+            Cell::text(&r.notes),
+        ]);
+    }
+    t
+}
+
+fn table(header: &FilesHeader, rows: &[Row]) -> String {
+    let (h, st) = (&header.host, &header.study);
     let mut s = format!(
         "pfs bench files — {} · kernel {} · {} · {} cores\nversion A {} ({} files, {:.1} MB) · version B {} ({} files, {:.1} MB) · cold {:.1} MB\n{}\n\n",
-        h.git_revision, h.kernel, h.cpu_model, h.cores, h.version_a, h.version_a_files, h.version_a_bytes as f64 / 1e6,
-        h.version_b, h.version_b_files, h.version_b_bytes as f64 / 1e6, h.cold_bytes as f64 / 1e6, h.placement
+        h.git_revision, h.kernel, h.cpu_model, h.cores, st.version_a, st.version_a_files, st.version_a_bytes as f64 / 1e6,
+        st.version_b, st.version_b_files, st.version_b_bytes as f64 / 1e6, st.cold_bytes as f64 / 1e6, st.placement
     );
-    let widths = [52, 9, 10, 8, 8, 9, 7, 8];
-    let line = |c: &[String]| {
-        let mut l = String::new();
-        for (k, v) in c.iter().enumerate() {
-            match widths.get(k) {
-                Some(&w) if k == 0 || k == 7 => l.push_str(&format!("{v:<w$} ")),
-                Some(&w) => l.push_str(&format!("{v:>w$} ")),
-                None => l.push_str(v),
-            }
-        }
-        l.trim_end().to_string() + "\n"
-    };
-    s.push_str(&line(&HEAD.map(String::from)));
-    for r in rows {
-        s.push_str(&line(&cells(r)));
-    }
-    s.push_str(&format!("\n{}\n", h.units));
+    s.push_str(&view(rows).text());
+    s.push_str(&format!("\n{}\n", st.units));
     s
 }
 
-fn markdown(h: &FilesHeader, rows: &[Row]) -> String {
+fn markdown(header: &FilesHeader, rows: &[Row]) -> String {
+    let (h, st) = (&header.host, &header.study);
     let mut s = format!(
         "Revision `{}` · {} cores · {} · kernel {}  \nVersion A `{}` ({} files, {:.1} MB); version B `{}` ({} files, {:.1} MB); cold data {:.1} MB  \n{}\n\n",
-        h.git_revision, h.cores, h.cpu_model, h.kernel, h.version_a, h.version_a_files, h.version_a_bytes as f64 / 1e6,
-        h.version_b, h.version_b_files, h.version_b_bytes as f64 / 1e6, h.cold_bytes as f64 / 1e6, h.placement
+        h.git_revision, h.cores, h.cpu_model, h.kernel, st.version_a, st.version_a_files, st.version_a_bytes as f64 / 1e6,
+        st.version_b, st.version_b_files, st.version_b_bytes as f64 / 1e6, st.cold_bytes as f64 / 1e6, st.placement
     );
-    s.push_str(&format!("| {} |\n", HEAD.join(" | ")));
-    s.push_str(&format!("|{}\n", "---|".repeat(HEAD.len())));
-    for r in rows {
-        s.push_str(&format!("| {} |\n", cells(r).join(" | ")));
-    }
-    s.push_str(&format!("\n{}\n", h.units));
+    s.push_str(&view(rows).markdown());
+    s.push_str(&format!("\n{}\n", st.units));
     s
 }

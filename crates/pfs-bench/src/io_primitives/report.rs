@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::cell::Cell;
 use super::Method;
 use crate::plot::{self, Series};
+use crate::report::{Cell as Shown, Column, Table};
 
 /// Units and definitions, printed with every report.
 pub const UNITS: &str = "Gbit/s = 10^9 bit/s of logical message bytes (the 8 fields); wire bytes = bytes through the sockets \
@@ -18,19 +19,9 @@ thread, not a round trip; CPU and context switches from getrusage(RUSAGE_THREAD)
 /// The ratio the issue sets a target for.
 pub const TARGET_RATIO: f64 = 10.0;
 
-/// Machine and settings of a run.
+/// The study's part of its report header (after the [`crate::report::Host`] facts).
 #[derive(Debug, Clone, Serialize)]
-pub struct Header {
-    /// `pfs <version>`.
-    pub tool: String,
-    /// Git revision of the build.
-    pub git_revision: String,
-    /// Kernel release.
-    pub kernel: String,
-    /// CPU model.
-    pub cpu_model: String,
-    /// Online CPUs.
-    pub cores: usize,
+pub struct IoSettings {
     /// Pinning policy.
     pub pinning: String,
     /// TCP_NODELAY on sender sockets.
@@ -50,6 +41,9 @@ pub struct Header {
     /// Units and definitions.
     pub units: String,
 }
+
+/// The study's report header.
+pub type Header = crate::report::Header<IoSettings>;
 
 /// A4 / A1 throughput at one size and thread count.
 #[derive(Debug, Clone, Serialize)]
@@ -99,39 +93,42 @@ pub fn header_text(h: &Header) -> String {
         "pfs bench io-primitives — {} · kernel {} · {} · {} cores\n\
          pinning: {} · TCP_NODELAY {} · {:.2} s per cell · pool {} messages per sender · A3 in flight ≤ {} · A4 gram payload {} B, {} descriptors\n\
          hardware counters: {}\n\n",
-        h.git_revision,
-        h.kernel,
-        h.cpu_model,
-        h.cores,
-        h.pinning,
-        if h.tcp_nodelay { "on" } else { "off (kernel default: Nagle on)" },
-        h.duration_s,
-        h.pool,
-        h.zc_inflight,
-        h.gram_payload,
-        h.gram_encoding,
-        h.hardware_counters,
+        h.host.git_revision,
+        h.host.kernel,
+        h.host.cpu_model,
+        h.host.cores,
+        h.study.pinning,
+        if h.study.tcp_nodelay { "on" } else { "off (kernel default: Nagle on)" },
+        h.study.duration_s,
+        h.study.pool,
+        h.study.zc_inflight,
+        h.study.gram_payload,
+        h.study.gram_encoding,
+        h.study.hardware_counters,
     )
 }
 
+/// Columns of the terminal table.
+const VIEW: [Column; 14] = [
+    Column::text("meth", 4),
+    Column::num("size", 5),
+    Column::num("thr", 3),
+    Column::num("Gbit/s", 8),
+    Column::num("msg/s", 8),
+    Column::num("ns/msg/thr", 10),
+    Column::num("ctxsw", 8),
+    Column::num("cpu_s", 6),
+    Column::num("cpuns/B", 8),
+    Column::num("cyc/B", 7),
+    Column::num("LLC_miss", 8),
+    Column::num("wire/log", 8),
+    Column::num("call/msg", 8),
+    Column::text("notes", 0).gap(2),
+];
+
 /// Column titles of the table.
 pub fn table_head() -> String {
-    format!(
-        "{:<4} {:>5} {:>3} {:>8} {:>8} {:>10} {:>8} {:>6} {:>8} {:>7} {:>8} {:>8} {:>8}  notes",
-        "meth",
-        "size",
-        "thr",
-        "Gbit/s",
-        "msg/s",
-        "ns/msg/thr",
-        "ctxsw",
-        "cpu_s",
-        "cpuns/B",
-        "cyc/B",
-        "LLC_miss",
-        "wire/log",
-        "call/msg"
-    )
+    Table::new(&VIEW).text_head().trim_end().to_string()
 }
 
 fn notes(c: &Cell) -> String {
@@ -153,40 +150,31 @@ fn notes(c: &Cell) -> String {
     n.join("; ")
 }
 
-/// One table line.
+/// One table line; a cell that failed shows `—` for every number and its error in the notes.
 pub fn table_row(c: &Cell) -> String {
-    let size = size_label(c.msg_size);
-    if !c.ok() {
-        return format!(
-            "{:<4} {:>5} {:>3} {:>8}  {}",
-            c.method,
-            size,
-            c.threads,
-            "-",
-            notes(c)
-        );
-    }
-    let cyc = c
-        .cycles_per_byte
-        .map_or_else(|| "n/a".into(), |v| format!("{v:.2}"));
-    let llc = c.llc_misses.map_or_else(|| "n/a".into(), |v| count(v as f64));
-    format!(
-        "{:<4} {:>5} {:>3} {:>8.3} {:>8} {:>10.0} {:>8} {:>6.3} {:>8.3} {:>7} {:>8} {:>8.3} {:>8.3}  {}",
-        c.method,
-        size,
-        c.threads,
-        c.gbit_s,
-        count(c.msgs_per_s),
-        c.mean_ns_per_msg,
-        count(c.ctx_switches as f64),
-        c.cpu_s,
-        c.cpu_ns_per_byte,
-        cyc,
-        llc,
-        c.wire_ratio,
-        c.calls_per_msg,
-        notes(c)
-    )
+    let ok = c.ok();
+    let num = |v: f64, d: usize| if ok { Shown::Num(v, d) } else { Shown::Missing };
+    let text = |v: String| if ok { Shown::Text(v) } else { Shown::Missing };
+    let row = vec![
+        Shown::text(c.method),
+        Shown::Text(size_label(c.msg_size)),
+        Shown::Int(c.threads as u64),
+        num(c.gbit_s, 3),
+        text(count(c.msgs_per_s)),
+        num(c.mean_ns_per_msg, 0),
+        text(count(c.ctx_switches as f64)),
+        num(c.cpu_s, 3),
+        num(c.cpu_ns_per_byte, 3),
+        text(
+            c.cycles_per_byte
+                .map_or_else(|| "n/a".into(), |v| format!("{v:.2}")),
+        ),
+        text(c.llc_misses.map_or_else(|| "n/a".into(), |v| count(v as f64))),
+        num(c.wire_ratio, 3),
+        num(c.calls_per_msg, 3),
+        Shown::Text(notes(c)),
+    ];
+    Table::new(&VIEW).text_row(&row).trim_end().to_string()
 }
 
 /// The size the headline ratio is taken at: 64 B when measured, else the smallest size.
@@ -281,62 +269,80 @@ pub fn json(header: &Header, cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> s
     })
 }
 
-fn csv_escape(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
-}
+/// Every field of a cell, in CSV order.
+const DATA: [&str; 30] = [
+    "method",
+    "msg_size",
+    "threads",
+    "gbit_s",
+    "msgs_per_s",
+    "mean_ns_per_msg",
+    "elapsed_s",
+    "duration_s",
+    "messages",
+    "logical_bytes",
+    "wire_bytes",
+    "wire_ratio",
+    "send_calls",
+    "calls_per_msg",
+    "ctx_switches",
+    "ctx_voluntary",
+    "ctx_involuntary",
+    "cpu_user_s",
+    "cpu_sys_s",
+    "cpu_s",
+    "cpu_ns_per_byte",
+    "cycles_per_byte",
+    "llc_misses",
+    "zc_completions",
+    "zc_copied",
+    "msgs_per_gram",
+    "grams",
+    "status",
+    "error",
+    "notes",
+];
 
 /// CSV with one row per cell; unavailable values are empty.
 pub fn to_csv(cells: &[Cell]) -> String {
-    let mut out = String::from(
-        "method,msg_size,threads,gbit_s,msgs_per_s,mean_ns_per_msg,elapsed_s,duration_s,messages,logical_bytes,wire_bytes,wire_ratio,\
-         send_calls,calls_per_msg,ctx_switches,ctx_voluntary,ctx_involuntary,cpu_user_s,cpu_sys_s,cpu_s,cpu_ns_per_byte,\
-         cycles_per_byte,llc_misses,zc_completions,zc_copied,msgs_per_gram,grams,status,error,notes\n",
-    );
+    let columns: Vec<Column> = DATA.iter().map(|t| Column::text(t, 0)).collect();
+    let mut t = Table::new(&columns);
+    let opt = |v: Option<u64>| v.map_or(Shown::Missing, Shown::Int);
     for c in cells {
-        let _ = writeln!(
-            out,
-            "{},{},{},{:.6},{:.1},{:.1},{:.6},{:.3},{},{},{},{:.6},{},{:.6},{},{},{},{:.6},{:.6},{:.6},{:.6},{},{},{},{},{},{},{},{},{}",
-            c.method,
-            c.msg_size,
-            c.threads,
-            c.gbit_s,
-            c.msgs_per_s,
-            c.mean_ns_per_msg,
-            c.elapsed_s,
-            c.duration_s,
-            c.messages,
-            c.logical_bytes,
-            c.wire_bytes,
-            c.wire_ratio,
-            c.send_calls,
-            c.calls_per_msg,
-            c.ctx_switches,
-            c.ctx_voluntary,
-            c.ctx_involuntary,
-            c.cpu_user_s,
-            c.cpu_sys_s,
-            c.cpu_s,
-            c.cpu_ns_per_byte,
-            opt(c.cycles_per_byte.map(|v| format!("{v:.4}"))),
+        t.push(vec![
+            Shown::text(c.method),
+            Shown::Int(c.msg_size as u64),
+            Shown::Int(c.threads as u64),
+            Shown::Num(c.gbit_s, 6),
+            Shown::Num(c.msgs_per_s, 1),
+            Shown::Num(c.mean_ns_per_msg, 1),
+            Shown::Num(c.elapsed_s, 6),
+            Shown::Num(c.duration_s, 3),
+            Shown::Int(c.messages),
+            Shown::Int(c.logical_bytes),
+            Shown::Int(c.wire_bytes),
+            Shown::Num(c.wire_ratio, 6),
+            Shown::Int(c.send_calls),
+            Shown::Num(c.calls_per_msg, 6),
+            Shown::Int(c.ctx_switches),
+            Shown::Int(c.ctx_voluntary),
+            Shown::Int(c.ctx_involuntary),
+            Shown::Num(c.cpu_user_s, 6),
+            Shown::Num(c.cpu_sys_s, 6),
+            Shown::Num(c.cpu_s, 6),
+            Shown::Num(c.cpu_ns_per_byte, 6),
+            c.cycles_per_byte.map_or(Shown::Missing, |v| Shown::Num(v, 4)),
             opt(c.llc_misses),
             opt(c.zc_completions),
             opt(c.zc_copied),
-            opt(c.msgs_per_gram),
+            opt(c.msgs_per_gram.map(|v| v as u64)),
             opt(c.grams),
-            c.status,
-            csv_escape(c.error.as_deref().unwrap_or("")),
-            csv_escape(&c.notes),
-        );
+            Shown::text(c.status),
+            Shown::text(c.error.as_deref().unwrap_or("")),
+            Shown::text(&c.notes),
+        ]);
     }
-    out
+    t.csv()
 }
 
 /// Plot files written and warnings for those that were not.
@@ -432,4 +438,26 @@ pub fn plots(dir: &Path, cells: &[Cell]) -> Plots {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_header_is_every_field_in_order() {
+        assert_eq!(
+            to_csv(&[]),
+            "method,msg_size,threads,gbit_s,msgs_per_s,mean_ns_per_msg,elapsed_s,duration_s,messages,logical_bytes,wire_bytes,wire_ratio,\
+             send_calls,calls_per_msg,ctx_switches,ctx_voluntary,ctx_involuntary,cpu_user_s,cpu_sys_s,cpu_s,cpu_ns_per_byte,\
+             cycles_per_byte,llc_misses,zc_completions,zc_copied,msgs_per_gram,grams,status,error,notes\n"
+        );
+    }
+
+    #[test]
+    fn head_keeps_its_columns() {
+        let head = table_head();
+        assert!(head.starts_with("meth  size thr   Gbit/s"), "{head}");
+        assert!(head.ends_with("call/msg  notes"), "{head}");
+    }
 }

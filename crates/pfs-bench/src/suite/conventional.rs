@@ -7,204 +7,17 @@
 //! Tool paths can be overridden with `PFS_BENCH_IPERF3`, `PFS_BENCH_SSHD`,
 //! `PFS_BENCH_SCP`, `PFS_BENCH_RSYNC` (e.g. to compare custom builds).
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
 use super::netpath::NetPath;
 use super::row::Row;
-use crate::cleanup::{self, Undo};
-
-/// A child process killed (and reaped) on every exit path, Ctrl-C included.
-#[derive(Debug)]
-pub struct ChildGuard {
-    child: Option<Child>,
-    ticket: u64,
-}
-
-impl ChildGuard {
-    /// Takes ownership of `child`.
-    pub fn new(child: Child) -> Self {
-        let ticket = cleanup::on_interrupt(Undo::Process(child.id()));
-        Self {
-            child: Some(child),
-            ticket,
-        }
-    }
-
-    /// The process id.
-    pub fn id(&self) -> u32 {
-        self.child.as_ref().map(Child::id).unwrap_or(0)
-    }
-
-    /// Waits up to `timeout` for the process to exit by itself.
-    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            match self.child.as_mut()?.try_wait() {
-                Ok(Some(status)) => {
-                    // Reaped: its pid may be reused, so Ctrl-C must not kill it any more.
-                    cleanup::done(self.ticket);
-                    return Some(status);
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-                Err(_) => return None,
-            }
-        }
-        None
-    }
-
-    /// Whether the process is still running.
-    pub fn running(&mut self) -> bool {
-        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        // Forget the pid before reaping it: a reaped pid may be reused.
-        cleanup::done(self.ticket);
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// The program to run for `tool`, honouring `PFS_BENCH_<TOOL>`.
-pub fn tool(name: &str, default: &str) -> String {
-    std::env::var(format!("PFS_BENCH_{}", name.to_ascii_uppercase())).unwrap_or_else(|_| default.to_string())
-}
-
-/// Whether `program` can be found (absolute path, or on PATH).
-pub fn have(program: &str) -> bool {
-    if program.contains('/') {
-        return Path::new(program).exists();
-    }
-    std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
-        .unwrap_or(false)
-}
-
-/// A free TCP port (bound and released; the tools bind it right after).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn failed(label: &str, purpose: &str, e: &anyhow::Error) -> Row {
-    let mut r = Row::skipped(label, purpose, String::new());
-    r.notes = format!("failed: {e:#}");
-    r
-}
-
-/// Waits until something accepts on `ip:port`, or the server died, or `timeout`.
-pub(crate) fn wait_listening(
-    server: &mut ChildGuard,
-    ip: &str,
-    port: u16,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    let addr = format!("{ip}:{port}");
-    while Instant::now() < deadline {
-        if !server.running() {
-            bail!("the server exited before listening on {addr}");
-        }
-        if TcpStream::connect_timeout(&addr.parse()?, Duration::from_millis(200)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    bail!("nothing listened on {addr} within {timeout:?}")
-}
-
-/// Runs a client command to completion within `timeout`, draining its
-/// stdout and stderr on threads so a chatty client never blocks on a pipe.
-pub(crate) fn run_client(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::process::Output> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    );
-    let mut guard = ChildGuard::new(child);
-    let Some(status) = guard.wait_timeout(timeout) else {
-        bail!("{:?} did not finish within {timeout:?}", cmd.get_program());
-    };
-    drop(guard);
-    Ok(std::process::Output {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    })
-}
-
-/// CPU seconds (user, sys) of a process and of all its reaped descendants.
-pub(crate) fn tree_cpu(pid: u32) -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name: state is field 3.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
-    let tick = rustix::param::clock_ticks_per_second() as f64;
-    let (utime, stime, cutime, cstime) = (num(11)?, num(12)?, num(13)?, num(14)?);
-    Some(((utime + cutime) / tick, (stime + cstime) / tick))
-}
-
-/// Waits until `pid` has no children left (the per-connection processes
-/// were reaped, so their CPU shows in `tree_cpu`).
-pub(crate) fn wait_children_reaped(pid: u32, timeout: Duration) {
-    let path = format!("/proc/{pid}/task/{pid}/children");
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        match std::fs::read_to_string(&path) {
-            Ok(s) if s.trim().is_empty() => return,
-            Ok(_) => std::thread::sleep(Duration::from_millis(20)),
-            Err(_) => {
-                // No children file on this kernel: give the daemon a moment.
-                std::thread::sleep(Duration::from_millis(300));
-                return;
-            }
-        }
-    }
-}
-
-pub(crate) fn taskset(cmd: Command, cpu: Option<usize>) -> Command {
-    match cpu {
-        Some(cpu) if have("taskset") => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", &cpu.to_string()])
-                .arg(cmd.get_program())
-                .args(cmd.get_args());
-            c
-        }
-        _ => cmd,
-    }
-}
+use crate::child::{
+    free_port, have, run_client, taskset, tool, tree_cpu, wait_children_reaped, wait_listening, ChildGuard,
+};
 
 /// iperf3, one TCP stream, receiver-side numbers.
 pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<&str>) -> Row {
@@ -268,7 +81,7 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<
         }
         bail!("iperf3 server never accepted: {last_err}")
     };
-    attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+    attempt().unwrap_or_else(|e| Row::failed(label, "Transfer", &e))
 }
 
 /// Files and keys of one conventional file-transfer row.
@@ -312,7 +125,7 @@ impl FileJob<'_> {
         let mut server = ChildGuard::new(server.spawn().with_context(|| format!("starting the {what}"))?);
         if let Err(e) = wait_listening(&mut server, ip, port, Duration::from_secs(10)) {
             // Kill first: reading the stderr of a live server would wait forever.
-            let stderr = server.child.as_mut().and_then(|c| c.stderr.take());
+            let stderr = server.take_stderr();
             drop(server);
             let mut err = String::new();
             if let Some(mut stderr) = stderr {
@@ -407,7 +220,7 @@ pub fn run_scp(label: &str, job: &FileJob<'_>) -> Row {
             notes: "default cipher, Compression=no, wall time includes the SSH handshake; wire from interface counters (incl. TCP/IP headers); receiver CPU = sshd tree",
         })
     };
-    attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+    attempt().unwrap_or_else(|e| Row::failed(label, "Transfer", &e))
 }
 
 /// The sshd and scp programs, or why a private sshd cannot run here.
@@ -506,5 +319,5 @@ pub fn run_rsync(label: &str, job: &FileJob<'_>) -> Row {
             notes: "daemon (no ssh), --whole-file; wire from interface counters (incl. TCP/IP headers); receiver CPU = rsync daemon tree",
         })
     };
-    attempt().unwrap_or_else(|e| failed(label, "Transfer", &e))
+    attempt().unwrap_or_else(|e| Row::failed(label, "Transfer", &e))
 }

@@ -1,10 +1,10 @@
-//! The result row and report header of the suite: the columns of the
-//! table, CSV and JSON.
+//! The result row of the suite and of the files study (the same columns in
+//! both), and the suite's header settings.
 
 use serde::Serialize;
 
 /// One result row: the columns of the table, CSV and JSON.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Row {
     pub label: String,
     pub purpose: String,
@@ -54,6 +54,7 @@ impl Row {
         }
     }
 
+    /// A row that did not run because its tool is missing or the host cannot (`skipped: why`).
     pub fn skipped(label: &str, purpose: &str, why: String) -> Self {
         let mut r = Row::measured(label, purpose, 0, 0, 0.0, 0.0, 0.0);
         r.integrity = "-".into();
@@ -61,29 +62,44 @@ impl Row {
         r
     }
 
+    /// A row that did not run to the end (`failed: reason`); the suite goes on.
+    pub fn failed(label: &str, purpose: &str, e: &anyhow::Error) -> Self {
+        let mut r = Row::skipped(label, purpose, String::new());
+        r.notes = format!("failed: {e:#}");
+        r
+    }
+
+    /// Whether the row was measured (neither skipped nor failed).
     pub fn ran(&self) -> bool {
         !self.notes.starts_with("skipped") && !self.notes.starts_with("failed")
     }
 }
 
-/// Header block of a report.
+/// The suite's part of its report header (after the [`crate::report::Host`] facts).
 #[derive(Debug, Clone, Serialize)]
-pub struct Header {
-    pub tool: String,
-    pub git_revision: String,
-    pub kernel: String,
-    pub cpu_model: String,
-    pub cores: usize,
+pub struct SuiteSettings {
+    /// The bracketed THP mode.
     pub thp_mode: String,
+    /// Sender blob backing and page size.
     pub sender_blob: String,
+    /// Receiver blob backing and page size (from its report).
     pub receiver_blob: String,
+    /// Blob bytes, both peers.
     pub blob_bytes: u64,
+    /// The sender's blob setup line.
     pub sender_setup: String,
+    /// The receiver's blob setup phases.
     pub receiver_setup: String,
+    /// Units and definitions.
     pub units: String,
+    /// Network path (loopback, veth …).
     pub path: String,
+    /// Pinning as run.
     pub pinning: String,
 }
+
+/// The suite's report header.
+pub type SuiteHeader = crate::report::Header<SuiteSettings>;
 
 impl Row {
     pub fn integrity_alg(&self) -> &str {

@@ -1,0 +1,70 @@
+//! `pfs-bench`: the labelled PacketFS studies behind `pfs bench …`, their
+//! reports and plots, and the child-process machinery they run on.
+//!
+//! Every study runs on one machine in one run and reports ratios against a
+//! named baseline measured by the same harness (see the design brief's
+//! measurement rules). The `pfs` binary drives it: it parses the command line
+//! (the grammar is [`args`]) and calls [`run`] with a [`Binary`] naming
+//! itself, because most studies start that binary again as child processes
+//! (`pfs serve`, `pfs send`, `pfs bench ipc-peer`).
+//!
+//! Map:
+//! - studies: [`suite`] (`pfs bench`, with its files row group in
+//!   `suite::files`), [`exec`], [`ipc`], [`io_primitives`];
+//! - output: [`report`] (the one header, table and CSV/Markdown/JSON
+//!   rendering every study uses), [`plot`] (PNG charts), [`labels`] (row
+//!   labels), [`sysinfo`] (host facts for headers);
+//! - processes: [`child`] (child guards, free ports, readiness waits,
+//!   process CPU), [`scratch`] (scratch directories), [`cleanup`] (undo on
+//!   Ctrl-C, shared with `pfs send`/`serve` through [`peer`]);
+//! - [`peer`]: the in-process sender (blob, target, one session) that the
+//!   suite's PFS rows and `pfs send` share.
+
+use std::path::PathBuf;
+
+pub mod args;
+pub mod child;
+pub mod cleanup;
+pub mod exec;
+pub mod io_primitives;
+pub mod ipc;
+pub mod labels;
+pub mod peer;
+pub mod plot;
+pub mod report;
+pub mod scratch;
+pub mod suite;
+pub mod sysinfo;
+
+/// The `pfs` binary a study drives, and how it names itself in report headers.
+#[derive(Debug, Clone)]
+pub struct Binary {
+    /// Path of the executable started as `pfs serve`, `pfs send`, `pfs bench ipc-peer`.
+    pub path: PathBuf,
+    /// Its version (`0.1.0`).
+    pub version: String,
+    /// The git revision it was built from.
+    pub git_revision: String,
+}
+
+/// How a study ended, for the process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every row ran (or was skipped for a stated reason).
+    Passed,
+    /// A row failed or an integrity check did not hold.
+    Failed,
+}
+
+/// Runs `pfs bench` with `args`: the suite, or the study its subcommand names.
+pub fn run(args: args::BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
+    use args::BenchStudy;
+    match args.study {
+        Some(BenchStudy::IoPrimitives(study)) => io_primitives::run(study, pfs),
+        Some(BenchStudy::Exec(study)) => exec::run(study),
+        Some(BenchStudy::Ipc(study)) => ipc::run(study, pfs),
+        Some(BenchStudy::IpcPeer(peer)) => ipc::run_peer(peer),
+        Some(BenchStudy::Files(study)) => suite::files::run(study, pfs),
+        None => suite::run(args, pfs),
+    }
+}

@@ -1,0 +1,354 @@
+//! The report of every study: one [`Header`] (host and build facts, then the
+//! study's own settings) and one [`Table`] rendered as a terminal table,
+//! CSV, Markdown and JSON, plus the one [`csv_escape`]. Studies build their
+//! rows into tables; they do not format grids themselves.
+//!
+//! A cell that has no value — a row that was skipped or failed — is
+//! [`Cell::Missing`]: `—` in the terminal and Markdown tables (never a zero
+//! that reads like a measurement), empty in CSV, `null` in JSON.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::{sysinfo, Binary};
+
+/// What every header starts with: the build and the machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Host {
+    /// `pfs <version>`.
+    pub tool: String,
+    /// Git revision of the build.
+    pub git_revision: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Online CPUs.
+    pub cores: usize,
+}
+
+impl Host {
+    /// Reads the host facts; names the build after `pfs`.
+    pub fn probe(pfs: &Binary) -> Self {
+        Self {
+            tool: format!("pfs {}", pfs.version),
+            git_revision: pfs.git_revision.clone(),
+            kernel: sysinfo::kernel(),
+            cpu_model: sysinfo::cpu_model(),
+            cores: sysinfo::cores(),
+        }
+    }
+}
+
+/// The header of a study's report: [`Host`] facts, then the study's settings
+/// `S`, serialized as one flat JSON object (keys as they always were).
+#[derive(Debug, Clone, Serialize)]
+pub struct Header<S> {
+    /// Build and machine.
+    #[serde(flatten)]
+    pub host: Host,
+    /// The study's own settings and context.
+    #[serde(flatten)]
+    pub study: S,
+}
+
+impl<S> Header<S> {
+    /// A header for this host and build.
+    pub fn new(pfs: &Binary, study: S) -> Self {
+        Self {
+            host: Host::probe(pfs),
+            study,
+        }
+    }
+}
+
+/// Quotes a CSV field when it holds a comma, a quote or a newline (RFC 4180).
+pub fn csv_escape(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Where a column's cells sit in the terminal table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Padded on the right.
+    Left,
+    /// Padded on the left.
+    Right,
+}
+
+/// One column: its title (also the CSV header and the JSON key), its width
+/// in the terminal table (trailing blanks are trimmed), the spaces
+/// before it there, alignment, and whether it holds numbers (right-aligned
+/// in Markdown).
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    /// Title, CSV header and JSON key.
+    pub title: &'static str,
+    /// Terminal width.
+    pub width: usize,
+    /// Spaces before it in the terminal table (none before the first column).
+    pub gap: usize,
+    /// Terminal alignment.
+    pub align: Align,
+    /// Numbers (Markdown `---:`).
+    pub numeric: bool,
+}
+
+impl Column {
+    /// A left-aligned text column.
+    pub const fn text(title: &'static str, width: usize) -> Self {
+        Self {
+            title,
+            width,
+            gap: 1,
+            align: Align::Left,
+            numeric: false,
+        }
+    }
+
+    /// A right-aligned number column.
+    pub const fn num(title: &'static str, width: usize) -> Self {
+        Self {
+            title,
+            width,
+            gap: 1,
+            align: Align::Right,
+            numeric: true,
+        }
+    }
+
+    /// The same column with `n` spaces before it in the terminal.
+    pub const fn gap(mut self, n: usize) -> Self {
+        self.gap = n;
+        self
+    }
+
+    /// The same column, right-aligned in the terminal.
+    pub const fn right(mut self) -> Self {
+        self.align = Align::Right;
+        self
+    }
+}
+
+/// One cell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// Text.
+    Text(String),
+    /// A count.
+    Int(u64),
+    /// A measurement shown with `decimals` digits (JSON keeps every digit).
+    Num(f64, usize),
+    /// A number shown with every digit, as JSON writes it.
+    Exact(serde_json::Number),
+    /// No value: the row did not run.
+    Missing,
+}
+
+impl Cell {
+    /// A text cell.
+    pub fn text(s: impl Into<String>) -> Self {
+        Self::Text(s.into())
+    }
+
+    fn shown(&self) -> String {
+        match self {
+            Self::Text(s) => s.clone(),
+            Self::Int(v) => v.to_string(),
+            Self::Num(v, d) => format!("{v:.d$}"),
+            Self::Exact(n) => n.to_string(),
+            Self::Missing => "—".into(),
+        }
+    }
+
+    fn csv(&self) -> String {
+        match self {
+            Self::Missing => String::new(),
+            Self::Text(s) => csv_escape(s),
+            other => other.shown(),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Self::Text(s) => s.clone().into(),
+            Self::Int(v) => (*v).into(),
+            Self::Num(v, _) => (*v).into(),
+            Self::Exact(n) => n.clone().into(),
+            Self::Missing => serde_json::Value::Null,
+        }
+    }
+}
+
+impl From<&serde_json::Value> for Cell {
+    /// A field of a serialized row: `null` is missing, numbers keep every digit.
+    fn from(v: &serde_json::Value) -> Self {
+        match v {
+            serde_json::Value::Null => Self::Missing,
+            serde_json::Value::String(s) => Self::Text(s.clone()),
+            serde_json::Value::Number(n) => Self::Exact(n.clone()),
+            other => Self::Text(other.to_string()),
+        }
+    }
+}
+
+/// Rows of cells under named columns.
+#[derive(Debug, Clone)]
+pub struct Table {
+    /// The columns.
+    pub columns: Vec<Column>,
+    /// The rows, one cell per column.
+    pub rows: Vec<Vec<Cell>>,
+}
+
+impl Table {
+    /// An empty table with these columns.
+    pub fn new(columns: &[Column]) -> Self {
+        Self {
+            columns: columns.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends a row (one cell per column).
+    pub fn push(&mut self, row: Vec<Cell>) {
+        debug_assert_eq!(row.len(), self.columns.len(), "one cell per column");
+        self.rows.push(row);
+    }
+
+    fn text_line(&self, cells: &[String]) -> String {
+        let mut l = String::new();
+        for (k, (c, col)) in cells.iter().zip(&self.columns).enumerate() {
+            let w = col.width;
+            if k > 0 {
+                l.push_str(&" ".repeat(col.gap));
+            }
+            match col.align {
+                Align::Left => {
+                    let _ = write!(l, "{c:<w$}");
+                }
+                Align::Right => {
+                    let _ = write!(l, "{c:>w$}");
+                }
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    }
+
+    /// The terminal table: a title line, then one padded line per row.
+    pub fn text(&self) -> String {
+        let mut s = self.text_head();
+        for r in &self.rows {
+            s.push_str(&self.text_row(r));
+        }
+        s
+    }
+
+    /// The title line of the terminal table.
+    pub fn text_head(&self) -> String {
+        let titles: Vec<String> = self.columns.iter().map(|c| c.title.to_string()).collect();
+        self.text_line(&titles)
+    }
+
+    /// One row of the terminal table (for studies that print rows as they run).
+    pub fn text_row(&self, row: &[Cell]) -> String {
+        let cells: Vec<String> = row.iter().map(Cell::shown).collect();
+        self.text_line(&cells)
+    }
+
+    /// A Markdown table (`|` inside a cell becomes `/`).
+    pub fn markdown(&self) -> String {
+        let titles: Vec<&str> = self.columns.iter().map(|c| c.title).collect();
+        let mut s = format!("| {} |\n|", titles.join(" | "));
+        for c in &self.columns {
+            s.push_str(if c.numeric { "---:|" } else { "---|" });
+        }
+        s.push('\n');
+        for r in &self.rows {
+            let cells: Vec<String> = r.iter().map(|c| c.shown().replace('|', "/")).collect();
+            let _ = writeln!(s, "| {} |", cells.join(" | "));
+        }
+        s
+    }
+
+    /// CSV: a header line of titles, one line per row; missing values are empty.
+    pub fn csv(&self) -> String {
+        let titles: Vec<&str> = self.columns.iter().map(|c| c.title).collect();
+        let mut s = titles.join(",");
+        s.push('\n');
+        for r in &self.rows {
+            let cells: Vec<String> = r.iter().map(Cell::csv).collect();
+            s.push_str(&cells.join(","));
+            s.push('\n');
+        }
+        s
+    }
+
+    /// JSON: an array with one object per row, keyed by column title.
+    pub fn json(&self) -> serde_json::Value {
+        self.rows
+            .iter()
+            .map(|r| {
+                let obj: serde_json::Map<String, serde_json::Value> = self
+                    .columns
+                    .iter()
+                    .zip(r)
+                    .map(|(c, v)| (c.title.to_string(), v.json()))
+                    .collect();
+                serde_json::Value::Object(obj)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Table {
+        let mut t = Table::new(&[
+            Column::text("label", 6),
+            Column::num("MB/s", 6),
+            Column::text("notes", 0),
+        ]);
+        t.push(vec![Cell::text("a,b"), Cell::Num(12.345, 1), Cell::text("x|y")]);
+        t.push(vec![
+            Cell::text("skip"),
+            Cell::Missing,
+            Cell::text("skipped: why"),
+        ]);
+        t
+    }
+
+    #[test]
+    fn one_table_four_renderings() {
+        let t = table();
+        assert_eq!(
+            t.text(),
+            "label    MB/s notes\na,b      12.3 x|y\nskip        — skipped: why\n"
+        );
+        assert_eq!(
+            t.markdown(),
+            "| label | MB/s | notes |\n|---|---:|---|\n| a,b | 12.3 | x/y |\n| skip | — | skipped: why |\n"
+        );
+        assert_eq!(
+            t.csv(),
+            "label,MB/s,notes\n\"a,b\",12.3,x|y\nskip,,skipped: why\n"
+        );
+        let j = t.json();
+        assert_eq!(j[0]["MB/s"], 12.345);
+        assert!(j[1]["MB/s"].is_null());
+    }
+
+    #[test]
+    fn csv_quotes_only_when_needed() {
+        assert_eq!(csv_escape("plain"), "plain");
+        assert_eq!(csv_escape("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_escape("a\nb"), "\"a\nb\"");
+    }
+}

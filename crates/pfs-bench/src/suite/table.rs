@@ -1,0 +1,187 @@
+//! The suite's rows as [`Table`]s: the full record (CSV and JSON, also used
+//! by the files study) and the terminal/Markdown view with its header block.
+
+use super::row::{Row, SuiteHeader};
+use crate::report::{Cell, Column, Table};
+
+/// Every field of a row, in CSV order; also the JSON keys.
+const DATA: [Column; 15] = [
+    Column::text("label", 0),
+    Column::text("purpose", 0),
+    Column::num("effective_mb", 0),
+    Column::num("wire_mb", 0),
+    Column::num("wire_ratio", 0),
+    Column::num("elapsed_s", 0),
+    Column::num("effective_mb_s", 0),
+    Column::num("user_s", 0),
+    Column::num("sys_s", 0),
+    Column::num("cpu_total_s", 0),
+    Column::num("mb_per_cpu_s", 0),
+    Column::text("integrity", 0),
+    Column::num("pthreads", 0),
+    Column::text("transport", 0),
+    Column::text("notes", 0),
+];
+
+/// The full record of every row (CSV and JSON keep zeros for rows that did
+/// not run: their readers parse every numeric field as a number).
+pub fn data(rows: &[Row]) -> Table {
+    let mut t = Table::new(&DATA);
+    for r in rows {
+        t.push(vec![
+            Cell::text(&r.label),
+            Cell::text(&r.purpose),
+            Cell::Num(r.effective_mb, 3),
+            Cell::Num(r.wire_mb, 6),
+            Cell::Num(r.wire_ratio, 8),
+            Cell::Num(r.elapsed_s, 4),
+            Cell::Num(r.effective_mb_s, 1),
+            Cell::Num(r.user_s, 4),
+            Cell::Num(r.sys_s, 4),
+            Cell::Num(r.cpu_total_s, 4),
+            Cell::Num(r.mb_per_cpu_s, 1),
+            Cell::text(&r.integrity),
+            Cell::Int(u64::from(r.pthreads)),
+            Cell::text(&r.transport),
+            Cell::text(&r.notes),
+        ]);
+    }
+    t
+}
+
+/// A measured number of `r`, or [`Cell::Missing`] when the row did not run.
+pub fn measured(r: &Row, v: f64, decimals: usize) -> Cell {
+    if r.ran() {
+        Cell::Num(v, decimals)
+    } else {
+        Cell::Missing
+    }
+}
+
+/// Columns of the terminal and Markdown tables (CSV and JSON carry every field).
+const VIEW: [Column; 13] = [
+    Column::text("label", 40),
+    Column::text("integ", 5).right(),
+    Column::num("thr", 3),
+    Column::num("eff_MB", 10),
+    Column::num("wire_MB", 10),
+    Column::num("wire/eff", 10),
+    Column::num("time_s", 7),
+    Column::num("eff_MB/s", 10),
+    Column::num("user_s", 7),
+    Column::num("sys_s", 7),
+    Column::num("MB/CPU-s", 9),
+    Column::text("check", 8),
+    Column::text("notes", 0),
+];
+
+/// The terminal and Markdown view of the suite.
+fn view(rows: &[Row]) -> Table {
+    let mut t = Table::new(&VIEW);
+    for r in rows {
+        t.push(vec![
+            Cell::text(&r.label),
+            Cell::text(r.integrity_alg()),
+            if r.ran() {
+                Cell::Int(u64::from(r.pthreads))
+            } else {
+                Cell::Missing
+            },
+            measured(r, r.effective_mb, 1),
+            measured(r, r.wire_mb, 3),
+            measured(r, r.wire_ratio, 6),
+            measured(r, r.elapsed_s, 3),
+            measured(r, r.effective_mb_s, 1),
+            measured(r, r.user_s, 3),
+            measured(r, r.sys_s, 3),
+            measured(r, r.mb_per_cpu_s, 1),
+            Cell::text(&r.integrity),
+            Cell::text(&r.notes),
+        ]);
+    }
+    t
+}
+
+/// The terminal report: header block, table, units.
+pub fn fmt_table(header: &SuiteHeader, rows: &[Row]) -> String {
+    let (h, st) = (&header.host, &header.study);
+    let mut s = format!(
+        "pfs bench — {} · kernel {} · {} · {} cores · THP {}\nblob: sender {} · receiver {} · {} bytes · {} · {}\nreceiver blob setup: {}\n\n",
+        h.git_revision,
+        h.kernel,
+        h.cpu_model,
+        h.cores,
+        st.thp_mode,
+        st.sender_blob,
+        st.receiver_blob,
+        st.blob_bytes,
+        st.path,
+        st.pinning,
+        st.receiver_setup
+    );
+    s.push_str(&view(rows).text());
+    s.push_str("\nMB = 10^6 bytes. Receiver-side numbers (PFS: from the receiver's COMPLETE report; iperf3: its server side).\n");
+    s
+}
+
+/// The Markdown report: header lines, then the table.
+pub fn to_markdown(header: &SuiteHeader, rows: &[Row]) -> String {
+    let (h, st) = (&header.host, &header.study);
+    let mut out = format!(
+        "Host: {} cores, {}, kernel {}, THP `{}` · revision `{}` · blob {} bytes (sender {}, receiver {}) · {} · {}\n\n",
+        h.cores,
+        h.cpu_model,
+        h.kernel,
+        st.thp_mode,
+        h.git_revision,
+        st.blob_bytes,
+        st.sender_blob,
+        st.receiver_blob,
+        st.path,
+        st.pinning
+    );
+    out.push_str(&format!("Receiver blob setup: {}\n\n", st.receiver_setup));
+    out.push_str(&view(rows).markdown());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skipped_rows_show_dashes_not_zeros() {
+        let ran = Row::measured(
+            "Conventional (iperf3)",
+            "Transfer",
+            2_000_000,
+            2_100_000,
+            1.0,
+            0.1,
+            0.2,
+        );
+        let skipped = Row::skipped("Conventional (scp)", "Transfer", "scp not installed".into());
+        let text = view(&[ran, skipped.clone()]).text();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("Conventional (scp)"))
+            .unwrap();
+        assert!(line.contains('—'), "{line}");
+        assert!(!line.contains("0.0"), "{line}");
+        let md = view(std::slice::from_ref(&skipped)).markdown();
+        assert!(md.contains("| — |"), "{md}");
+        // CSV and JSON keep numbers: their readers parse every field.
+        let d = data(&[skipped]);
+        assert!(d.csv().lines().nth(1).unwrap().contains(",0.000,"));
+        assert_eq!(d.json()[0]["effective_mb"], 0.0);
+    }
+
+    #[test]
+    fn data_columns_are_the_csv_header() {
+        let csv = data(&[]).csv();
+        assert_eq!(
+            csv,
+            "label,purpose,effective_mb,wire_mb,wire_ratio,elapsed_s,effective_mb_s,user_s,sys_s,cpu_total_s,mb_per_cpu_s,integrity,pthreads,transport,notes\n"
+        );
+    }
+}
