@@ -8,7 +8,7 @@
 //! REPAIRed by the sender (the corrections plane).
 
 mod error;
-mod receiver;
+pub mod receiver;
 mod sender;
 
 use std::io::IoSlice;
@@ -16,12 +16,13 @@ use std::io::IoSlice;
 use pfs_transport::Transport;
 use pfs_wire::{FrameHeader, FrameType};
 
-pub(crate) use crate::framing::send_error;
 use crate::SessionError;
-pub use error::FilesViolation;
-pub(crate) use error::{local, reject};
+pub use error::{FilesViolation, IndexFault};
 
-pub use receiver::{receive_files, FilesReceiveOutcome, FilesReceiverConfig};
+pub use receiver::{
+    receive_files, FilesHost, FilesReceiveOutcome, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, LocalHost,
+    StoreInfo,
+};
 pub use sender::{
     classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesSendConfig,
     FilesSendOutcome, FilesSendProgress, LocalPrepare,
@@ -49,7 +50,7 @@ pub(crate) fn write_frame<T: Transport + ?Sized>(
     let header = FrameHeader {
         frame_type,
         flags,
-        length: u32::try_from(body.len()).map_err(|_| local(format!("{during}: frame too large")))?,
+        length: u32::try_from(body.len()).map_err(|_| crate::LocalError::FrameTooLarge { what: during })?,
     }
     .emit();
     t.write_all_vectored(&mut [IoSlice::new(&header), IoSlice::new(body)])

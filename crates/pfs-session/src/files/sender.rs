@@ -21,7 +21,8 @@ use pfs_wire::files::{
 };
 use pfs_wire::{Frame, FrameHeader, FrameType};
 
-use super::{local, refused, write_frame, SENDER_FRAME_TARGET};
+use super::{refused, write_frame, FilesViolation, IndexFault, SENDER_FRAME_TARGET};
+use crate::LocalError;
 use crate::reader::FrameReader;
 use crate::sys::{thread_usage, Usage};
 use crate::SessionError;
@@ -421,7 +422,10 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
             &self.batch,
             &mut self.zout,
         )
-        .map_err(|e| local(format!("compressing a batch: {e}")))?;
+        .map_err(|source| LocalError::Zstd {
+            what: "compressing a batch",
+            source,
+        })?;
         let head = pfs_wire::files::batch_head(self.batch.len() as u32);
         let header = FrameHeader {
             frame_type: FrameType::Batch,
@@ -476,10 +480,12 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
             .next_header(self.t)?
             .ok_or(SessionError::PeerClosed { during })?;
         if hdr.frame_type.is_bulk() || hdr.length > pfs_wire::frame::MAX_CONTROL_BODY {
-            return Err(local(format!(
-                "receiver sent a {} frame during {during}",
-                hdr.frame_type.name()
-            )));
+            return Err(FilesViolation::BadReply {
+                frame: hdr.frame_type,
+                len: hdr.length,
+                during,
+            }
+            .into());
         }
         let body = self.reader.take(self.t, hdr.length as usize, during)?.to_vec();
         if hdr.frame_type == FrameType::Error {
@@ -499,11 +505,12 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
                 .next_header(self.t)?
                 .ok_or(SessionError::PeerClosed { during: "INDEX" })?;
             if hdr.length > MAX_INDEX_BATCH {
-                return Err(local(format!(
-                    "receiver sent a {}-byte {} frame",
-                    hdr.length,
-                    hdr.frame_type.name()
-                )));
+                return Err(FilesViolation::BadReply {
+                    frame: hdr.frame_type,
+                    len: hdr.length,
+                    during: "INDEX",
+                }
+                .into());
             }
             let body = self.reader.take(self.t, hdr.length as usize, "INDEX")?;
             let last = match hdr.frame_type {
@@ -515,12 +522,20 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
                         error,
                     })?;
                     if raw_len > MAX_INDEX_BATCH {
-                        return Err(local(format!("receiver sent an index batch of {raw_len} bytes")));
+                        return Err(FilesViolation::BadIndex {
+                            what: IndexFault::TooLarge { len: raw_len },
+                        }
+                        .into());
                     }
                     raw.resize(raw_len as usize, 0);
                     match zstd::bulk::decompress_to_buffer(z, &mut raw[..]) {
                         Ok(n) if n == raw_len as usize => {}
-                        _ => return Err(local("receiver sent a corrupt index batch".into())),
+                        _ => {
+                            return Err(FilesViolation::BadIndex {
+                                what: IndexFault::Corrupt,
+                            }
+                            .into())
+                        }
                     }
                     let mut rest = &raw[..];
                     let mut last = false;
@@ -530,7 +545,10 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
                             error,
                         })?;
                         if f.header.frame_type != FrameType::Index || last {
-                            return Err(local("receiver sent a malformed index batch".into()));
+                            return Err(FilesViolation::BadIndex {
+                                what: IndexFault::Malformed,
+                            }
+                            .into());
                         }
                         last = index_frame(cache, from, &mut fetched, f.header.flags, f.body)?;
                         rest = &rest[used..];
@@ -538,10 +556,11 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
                     last
                 }
                 other => {
-                    return Err(local(format!(
-                        "expected INDEX from the receiver, got {}",
-                        other.name()
-                    )))
+                    return Err(FilesViolation::UnexpectedReply {
+                        expected: "INDEX",
+                        got: other,
+                    }
+                    .into())
                 }
             };
             if last {
@@ -557,11 +576,11 @@ impl<T: Transport + ?Sized> Sender<'_, T> {
     ) -> Result<(FrameHeader, Vec<u8>), SessionError> {
         let (h, body) = self.reply(during)?;
         if h.frame_type != want {
-            return Err(local(format!(
-                "expected {} from the receiver, got {}",
-                want.name(),
-                h.frame_type.name()
-            )));
+            return Err(FilesViolation::UnexpectedReply {
+                expected: want.name(),
+                got: h.frame_type,
+            }
+            .into());
         }
         Ok((h, body))
     }
@@ -625,11 +644,13 @@ fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [FilesItem]) 
         })?;
         let count = head.count as usize;
         if head.first_no != next as u64 || next + count > asked.len() {
-            return Err(local(format!(
-                "receiver answered PROBE entries {}..+{count}, expected from {next} of {}",
-                head.first_no,
-                asked.len()
-            )));
+            return Err(FilesViolation::ProbeReplyOrder {
+                first: head.first_no,
+                count: head.count,
+                expected: next as u64,
+                asked: asked.len() as u64,
+            }
+            .into());
         }
         for j in 0..count {
             items[asked[next + j]].held = bits[j / 8] & (1 << (j % 8)) != 0;
@@ -640,10 +661,11 @@ fn probe<T: Transport + ?Sized>(s: &mut Sender<'_, T>, items: &mut [FilesItem]) 
         }
     }
     if next != asked.len() {
-        return Err(local(format!(
-            "receiver answered {next} of {} PROBE entries",
-            asked.len()
-        )));
+        return Err(FilesViolation::ProbeReplyShort {
+            answered: next as u64,
+            asked: asked.len() as u64,
+        }
+        .into());
     }
     Ok(asked.len() as u64)
 }
@@ -689,7 +711,10 @@ pub fn send_files<T: Transport + ?Sized>(
         wire_sent: 0,
         batch: Vec::with_capacity(BATCH_TARGET + BATCH_FRAME_MAX),
         zout: Vec::new(),
-        zctx: zstd::bulk::Compressor::new(1).map_err(|e| local(format!("zstd: {e}")))?,
+        zctx: zstd::bulk::Compressor::new(1).map_err(|source| LocalError::Zstd {
+            what: "compression context",
+            source,
+        })?,
         zlevel: 1,
     };
     let mut hello = Vec::new();
@@ -873,7 +898,13 @@ pub fn send_files<T: Transport + ?Sized>(
                 outcome.messages = r.messages.to_string();
                 break FilesReport { messages: "", ..r };
             }
-            other => return Err(local(format!("unexpected {} from the receiver", other.name()))),
+            other => {
+                return Err(FilesViolation::UnexpectedReply {
+                    expected: "NAK or FILES_END",
+                    got: other,
+                }
+                .into())
+            }
         }
     };
     outcome.report = Some(report);
@@ -892,8 +923,13 @@ fn entry_kind(e: &Entry) -> (EntryKind, &[u8]) {
     }
 }
 
-fn io_local(what: &str, path: &std::path::Path, e: std::io::Error) -> SessionError {
-    local(format!("{what} {}: {e}", path.display()))
+fn io_local(what: &'static str, path: &std::path::Path, source: std::io::Error) -> SessionError {
+    LocalError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+    .into()
 }
 
 /// FILE, then its CHUNKS frames (entries and literal bytes read straight
@@ -969,7 +1005,9 @@ fn send_entry<T: Transport + ?Sized>(
                 }
                 ChunkPlan::Known => emit_entry_head(frame, tag::KNOWN, &c.hash, c.len),
                 ChunkPlan::Literal => {
-                    let f = file.as_ref().ok_or_else(|| local("file not open".into()))?;
+                    let f = file
+                        .as_ref()
+                        .ok_or_else(|| io_local("read", &e.abs, std::io::ErrorKind::NotFound.into()))?;
                     push_literal(frame, zbuf, f, c.offset, c.len, &c.hash, s.zstd_for_literals())
                         .map_err(|err| io_local("read", &e.abs, err))?;
                 }
