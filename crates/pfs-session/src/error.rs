@@ -179,7 +179,9 @@ pub enum LimitExceeded {
     },
     /// The receiver's store filled up during the transfer (more new bytes
     /// than planned, or another session took the space).
-    #[error("store full: {need} more bytes needed during the transfer, the store has {free} free of {capacity}")]
+    #[error(
+        "store full: {need} more bytes needed during the transfer, the store has {free} free of {capacity}"
+    )]
     StoreFilled {
         /// Bytes needed.
         need: u64,

@@ -20,8 +20,8 @@ use crate::SessionError;
 pub use error::{FilesViolation, IndexFault};
 
 pub use receiver::{
-    receive_files, FilesHost, FilesReceiveOutcome, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, LocalHost,
-    StoreInfo,
+    receive_files, FilesHost, FilesReceiveOutcome, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
+    LocalHost, StoreInfo,
 };
 pub use sender::{
     classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesSendConfig,

@@ -22,9 +22,9 @@ use pfs_wire::files::{
 use pfs_wire::{Frame, FrameHeader, FrameType};
 
 use super::{refused, write_frame, FilesViolation, IndexFault, SENDER_FRAME_TARGET};
-use crate::LocalError;
 use crate::reader::FrameReader;
 use crate::sys::{thread_usage, Usage};
+use crate::LocalError;
 use crate::SessionError;
 
 /// One entry to send, with its recipe if it is a regular file.

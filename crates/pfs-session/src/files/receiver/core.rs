@@ -1,19 +1,19 @@
 //! The receiver core, sans I/O: whole frames in (from any byte boundary),
 //! frames to send, a deadline and host actions out. This file owns the
 //! session's phases and the handshake (FILES_HELLO, PROBE, INDEX_REQUEST,
-//! PLAN); [`super::stream`] owns the file stream and the corrections plane.
+//! PLAN); `stream` beside it owns the file stream and the corrections plane.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use pfs_files::RelPath;
+use pfs_store::StoreError;
 use pfs_wire::files::{
     parse_batch, parse_index_request, parse_probe, FilesAccept, FilesHello, FilesReport, Hash, IndexEntry,
     Plan, PlanAck, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST, HELLO_DRY_RUN, PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
-use pfs_store::StoreError;
 
 use super::host::FilesHost;
 use super::stream::{Current, Waiting};
@@ -437,7 +437,12 @@ impl FilesReceiver {
 
     /// A BATCH: decompress (bounded by `max_chunks_body`), then its frames
     /// in order, with the checks they get alone.
-    fn batch<'s, H: FilesHost<'s>>(&mut self, body: &[u8], of: BatchOf, host: &mut H) -> Result<(), SessionError> {
+    fn batch<'s, H: FilesHost<'s>>(
+        &mut self,
+        body: &[u8],
+        of: BatchOf,
+        host: &mut H,
+    ) -> Result<(), SessionError> {
         let (raw_len, z) = parse_batch(body).map_err(malformed("BATCH"))?;
         if raw_len > self.max_chunks_body {
             return Err(FilesViolation::BatchTooLarge {
@@ -467,7 +472,9 @@ impl FilesReceiver {
             let (frame, used) = Frame::parse(raw).map_err(malformed("frame in a BATCH"))?;
             let ty = frame.header.frame_type;
             match (of, ty) {
-                (BatchOf::Probe, FrameType::Probe) => self.probe_frame(frame.header.flags, frame.body, host)?,
+                (BatchOf::Probe, FrameType::Probe) => {
+                    self.probe_frame(frame.header.flags, frame.body, host)?
+                }
                 (BatchOf::Probe, other) => {
                     return Err(FilesViolation::NotAllowed {
                         frame: other,
@@ -483,7 +490,12 @@ impl FilesReceiver {
     }
 
     /// One PROBE body: whether this receiver holds each file (§10.10).
-    fn probe_frame<'s, H: FilesHost<'s>>(&mut self, flags: u16, body: &[u8], host: &mut H) -> Result<(), SessionError> {
+    fn probe_frame<'s, H: FilesHost<'s>>(
+        &mut self,
+        flags: u16,
+        body: &[u8],
+        host: &mut H,
+    ) -> Result<(), SessionError> {
         if self.probe_last {
             return Err(FilesViolation::ProbeAfterLast.into());
         }
@@ -570,7 +582,12 @@ impl FilesReceiver {
                 .emit(&mut body);
             }
             let last = frames.peek().is_none();
-            put_frame(&mut raw, FrameType::Index, if last { FLAG_LAST } else { 0 }, &body);
+            put_frame(
+                &mut raw,
+                FrameType::Index,
+                if last { FLAG_LAST } else { 0 },
+                &body,
+            );
             if last || raw.len() >= INDEX_BATCH_RAW {
                 z.clear();
                 z.extend_from_slice(&pfs_wire::files::batch_head(raw.len() as u32));
@@ -599,7 +616,9 @@ impl FilesReceiver {
         }
         let plan = Plan::parse(body).map_err(malformed("PLAN"))?;
         host.reserve(plan.literal_bytes).map_err(|e| match e {
-            StoreError::Full { need, free, capacity } => LimitExceeded::StoreFull { need, free, capacity }.into(),
+            StoreError::Full { need, free, capacity } => {
+                LimitExceeded::StoreFull { need, free, capacity }.into()
+            }
             other => SessionError::from(LocalError::Store(other)),
         })?;
         self.appended = 0;

@@ -53,6 +53,7 @@ fn run<'s, T: Transport + ?Sized>(
     usage0: &Usage,
 ) -> Result<FilesReceiveOutcome, SessionError> {
     let mut buf = RecvBuf::new(core.buffer_capacity());
+    let mut timeout_set: Option<Duration> = None;
     loop {
         let used = core.handle_input(now(), buf.filled(), host)?;
         buf.consume(used);
@@ -70,12 +71,20 @@ fn run<'s, T: Transport + ?Sized>(
         if core.is_done() {
             return Ok(core.outcome());
         }
-        // The socket wakes us at the core's deadline at the latest.
+        // The socket wakes us near the core's deadline. Set only when it
+        // moves by more than a second: not one syscall per read.
         let wait = core
             .poll_timeout()
             .map(|d| d.saturating_duration_since(now()).max(Duration::from_millis(1)));
-        t.set_read_timeout(wait)
-            .map_err(|e| SessionError::transport("setup", e))?;
+        let stale = match (wait, timeout_set) {
+            (Some(w), Some(set)) => w + Duration::from_secs(1) < set || w > set + Duration::from_secs(1),
+            (w, set) => w != set,
+        };
+        if stale {
+            t.set_read_timeout(wait)
+                .map_err(|e| SessionError::transport("setup", e))?;
+            timeout_set = wait;
+        }
         let want = core.want(buf.filled());
         match buf.read_from(t, want) {
             Ok(0) => core.handle_close(now(), !buf.filled().is_empty())?,

@@ -73,4 +73,3 @@ pub struct FilesReceiveOutcome {
     /// Remote directory the sender asked for (lossy UTF-8).
     pub remote_dir: String,
 }
-

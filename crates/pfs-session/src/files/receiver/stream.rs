@@ -7,7 +7,9 @@ use std::io::IoSlice;
 
 use pfs_files::{FileSpec, LandError, Placement, RelPath};
 use pfs_store::{ChunkLoc, StoreError};
-use pfs_wire::files::{parse_chunks, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash, FLAG_LAST, MAX_REPORT_TEXT};
+use pfs_wire::files::{
+    parse_chunks, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash, FLAG_LAST, MAX_REPORT_TEXT,
+};
 use pfs_wire::FrameType;
 
 use super::core::{malformed, FilesReceiver};
@@ -151,7 +153,11 @@ impl FilesReceiver {
             host.discard(cur.no);
         }
         cur.target = Target::Failed;
-        let rel = cur.rel.as_ref().map(|r| r.as_bytes().to_vec()).unwrap_or_default();
+        let rel = cur
+            .rel
+            .as_ref()
+            .map(|r| r.as_bytes().to_vec())
+            .unwrap_or_default();
         self.fail(&rel, reason);
     }
 
@@ -253,7 +259,11 @@ impl FilesReceiver {
         Ok(())
     }
 
-    fn chunks<'b, 's: 'b, H: FilesHost<'s>>(&mut self, body: &'b [u8], host: &mut H) -> Result<(), SessionError> {
+    fn chunks<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        body: &'b [u8],
+        host: &mut H,
+    ) -> Result<(), SessionError> {
         let (head, entries) = parse_chunks(body).map_err(malformed("CHUNKS"))?;
         let Some(no) = self.current.as_ref().map(|c| c.no) else {
             return Err(FilesViolation::ChunksWithoutFile.into());
@@ -484,7 +494,13 @@ impl FilesReceiver {
     }
 
     /// Hashes `bytes` into the file being rebuilt and queues them at `at`.
-    fn put<'b, 's: 'b, H: FilesHost<'s>>(&mut self, pending: &mut Pending<'b>, at: u64, bytes: &'b [u8], host: &mut H) {
+    fn put<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        pending: &mut Pending<'b>,
+        at: u64,
+        bytes: &'b [u8],
+        host: &mut H,
+    ) {
         let Some(Current {
             target: Target::Rebuild(rb),
             ..
@@ -553,7 +569,14 @@ impl FilesReceiver {
     }
 
     /// A chunk whose bytes are not (correctly) here: NAK it after the stream.
-    fn hole<'s, H: FilesHost<'s>>(&mut self, pending: &mut Pending<'_>, at: u64, hash: &Hash, len: u32, host: &mut H) {
+    fn hole<'s, H: FilesHost<'s>>(
+        &mut self,
+        pending: &mut Pending<'_>,
+        at: u64,
+        hash: &Hash,
+        len: u32,
+        host: &mut H,
+    ) {
         self.flush(pending, host);
         if let Some(Current {
             target: Target::Rebuild(rb),
@@ -686,7 +709,9 @@ impl FilesReceiver {
         for w in &mut self.waiting {
             for (at, hash, len) in std::mem::take(&mut w.holes) {
                 let result = match self.repaired.get(&hash).filter(|b| b.len() == len as usize) {
-                    Some(b) => host.write(w.no, at, &mut [IoSlice::new(b)]).map_err(Unfinished::Land),
+                    Some(b) => host
+                        .write(w.no, at, &mut [IoSlice::new(b)])
+                        .map_err(Unfinished::Land),
                     None => Err(Unfinished::NotRepaired),
                 };
                 if let Err(e) = result {
