@@ -700,3 +700,260 @@ fn deadlines_and_closes() {
         Err(SessionError::PeerClosed { .. })
     ));
 }
+
+// ---------------------------------------------------------------------------
+// The sender core and the receiver core wired to each other in one thread.
+
+mod pair {
+    use std::collections::HashMap;
+    use std::fs;
+    use std::path::PathBuf;
+    use std::time::{Duration, Instant};
+
+    use pfs_files::{chunk_bytes, quick_digest, ChunkParams, Entry, EntryKind, IndexCache, RelPath};
+    use pfs_session::files::{
+        FilesItem, FilesReceiveOutcome, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
+        FilesSendConfig, FilesSender, FilesSource, LocalHost,
+    };
+    use pfs_session::sys::Usage;
+    use pfs_session::LocalError;
+
+    use super::Fixture;
+
+    /// Files held in memory: the sender's host without a filesystem.
+    struct MemSource {
+        data: HashMap<PathBuf, Vec<u8>>,
+        index_dir: tempfile::TempDir,
+        reads: u64,
+    }
+
+    impl FilesSource for MemSource {
+        fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
+            for &i in which {
+                let d = &self.data[&items[i].entry.abs];
+                items[i].digest = Some((d.len() as u64, quick_digest(d)));
+            }
+            Vec::new()
+        }
+
+        fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
+            let params = ChunkParams::new(1024).expect("params");
+            for &i in which {
+                items[i].recipe = Some(chunk_bytes(&self.data[&items[i].entry.abs], &params));
+            }
+            Vec::new()
+        }
+
+        fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>) {
+            let (mut cache, _) = IndexCache::open(self.index_dir.path(), store_id);
+            cache.reset();
+            (cache, None)
+        }
+
+        fn save_index(&mut self, _: &IndexCache) -> Option<String> {
+            None
+        }
+
+        fn read(
+            &mut self,
+            item: &FilesItem,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> Result<Option<String>, LocalError> {
+            let d = &self.data[&item.entry.abs];
+            buf.copy_from_slice(&d[offset as usize..offset as usize + buf.len()]);
+            self.reads += 1;
+            Ok(None)
+        }
+    }
+
+    /// Bytes that repeat in places (chunks seen twice) and vary elsewhere.
+    fn content(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let block: Vec<u8> = (0..len / 4)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 33) as u8
+            })
+            .collect();
+        let mut out = block.clone();
+        out.extend(vec![0x55; len / 4]);
+        out.extend(&block);
+        out.resize(len, 0xaa);
+        out
+    }
+
+    fn entry(rel: &str, kind: EntryKind, mtime_ns: i128) -> Entry {
+        Entry {
+            rel: RelPath::parse(rel.as_bytes()).expect("path"),
+            kind,
+            mode: 0o644,
+            mtime_ns,
+            dev: 0,
+            ino: 0,
+            abs: PathBuf::from("/mem").join(rel),
+        }
+    }
+
+    fn tree(mtime_ns: i128) -> (Vec<FilesItem>, HashMap<PathBuf, Vec<u8>>) {
+        let files = [
+            ("t/big", content(1, 200_000)),
+            ("t/sub/small", b"small file".to_vec()),
+            ("t/empty", Vec::new()),
+        ];
+        let mut items = vec![
+            FilesItem::new(entry("t", EntryKind::Dir, mtime_ns), None),
+            FilesItem::new(entry("t/sub", EntryKind::Dir, mtime_ns), None),
+        ];
+        let mut data = HashMap::new();
+        for (rel, bytes) in files {
+            let e = entry(
+                rel,
+                EntryKind::File {
+                    size: bytes.len() as u64,
+                },
+                mtime_ns,
+            );
+            data.insert(e.abs.clone(), bytes);
+            items.push(FilesItem::new(e, None));
+        }
+        items.push(FilesItem::new(
+            entry(
+                "t/link",
+                EntryKind::Symlink {
+                    target: b"sub/small".to_vec(),
+                },
+                mtime_ns,
+            ),
+            None,
+        ));
+        (items, data)
+    }
+
+    fn config(dry_run: bool, compress: Option<i32>, probe: bool) -> FilesSendConfig {
+        FilesSendConfig {
+            remote_dir: Vec::new(),
+            dry_run,
+            compress,
+            chunk_avg: 1024,
+            index_cache_dir: None,
+            reply_timeout: Duration::from_secs(30),
+            session_nonce: 9,
+            probe,
+        }
+    }
+
+    /// Runs both cores against each other, every byte delivered alone;
+    /// returns the receiver's outcome.
+    fn run(
+        fx: &Fixture,
+        items: &mut Vec<FilesItem>,
+        src: &mut MemSource,
+        cfg: &FilesSendConfig,
+    ) -> FilesReceiveOutcome {
+        let now = Instant::now();
+        let mut tx = FilesSender::new(items, cfg, now).expect("sender");
+        let mut rx = FilesReceiver::new(&FilesReceiverConfig::default(), now).expect("receiver");
+        let mut host = LocalHost::new(&fx.store, pfs_files::Landing::new(&fx.dest, None, false));
+        let (mut to_rx, mut to_tx) = (Vec::new(), Vec::new());
+        for _round in 0..100_000 {
+            let mut moved = false;
+            while let Some(t) = tx.poll_transmit(now, src).expect("sender transmit") {
+                let bytes: Vec<u8> = t.parts.concat();
+                tx.transmitted();
+                moved = true;
+                for b in bytes {
+                    to_rx.push(b);
+                    let used = rx.handle_input(now, &to_rx, &mut host).expect("receiver input");
+                    to_rx.drain(..used);
+                    while let Some(e) = rx.poll_event() {
+                        if e == FilesReceiverEvent::Finished {
+                            rx.report(now, Usage::default());
+                        }
+                    }
+                }
+            }
+            if let Some(out) = rx.poll_transmit() {
+                let bytes = out.to_vec();
+                rx.transmitted();
+                moved = true;
+                for b in bytes {
+                    to_tx.push(b);
+                    let used = tx.handle_input(now, &to_tx, src).expect("sender input");
+                    to_tx.drain(..used);
+                }
+            }
+            if tx.is_done() {
+                if cfg.dry_run {
+                    rx.handle_close(now, false).expect("dry run ends after the index");
+                }
+                assert!(rx.is_done(), "the receiver finished with the sender");
+                let report = tx.take_report();
+                let outcome = rx.outcome();
+                if let Some((r, m)) = report {
+                    assert_eq!(r, outcome.report, "both sides hold one report");
+                    assert_eq!(m, outcome.messages);
+                }
+                return outcome;
+            }
+            assert!(moved, "the cores wait for each other");
+        }
+        panic!("no end after 100000 rounds");
+    }
+
+    #[test]
+    fn sender_and_receiver_cores_move_a_tree_in_one_byte_pieces() {
+        let fx = Fixture::new(64 << 20);
+        let mtime = 1_700_000_000_123_456_789i128;
+        let (mut items, data) = tree(mtime);
+        let mut src = MemSource {
+            data: data.clone(),
+            index_dir: tempfile::tempdir().expect("tmp"),
+            reads: 0,
+        };
+        // A dry run: the index and the plan, nothing written.
+        let out = run(&fx, &mut items.clone(), &mut src, &config(true, None, true));
+        assert!(out.dry_run);
+        assert!(!fx.dest_dir.join("t").exists());
+        // The first send: literals, compressed.
+        let out = run(&fx, &mut items, &mut src, &config(false, Some(3), true));
+        let r = out.report;
+        assert_eq!(
+            (r.files_written, r.dirs, r.symlinks, r.files_failed),
+            (3, 2, 1, 0),
+            "{}",
+            out.messages
+        );
+        assert!(r.literal_wire_bytes < r.literal_bytes, "zstd entries");
+        for (rel, bytes) in [
+            ("t/big", &data[&PathBuf::from("/mem/t/big")]),
+            ("t/sub/small", &b"small file".to_vec()),
+        ] {
+            assert_eq!(&fs::read(fx.dest_dir.join(rel)).expect("read"), bytes, "{rel}");
+        }
+        assert_eq!(
+            fs::read_link(fx.dest_dir.join("t/link")).expect("link"),
+            PathBuf::from("sub/small")
+        );
+        assert!(src.reads > 0);
+
+        // Again, unchanged: the receiver holds every file (PROBE), no chunk moves.
+        let (mut again, _) = tree(mtime);
+        src.reads = 0;
+        let out = run(&fx, &mut again, &mut src, &config(false, None, true));
+        assert_eq!(out.report.files_unchanged, 3, "{}", out.messages);
+        assert_eq!((out.report.literal_bytes, src.reads), (0, 0));
+
+        // Same content, new mtimes, no probe: every chunk by reference into the store.
+        let (mut moved, _) = tree(mtime + 1_000_000_000);
+        let out = run(&fx, &mut moved, &mut src, &config(false, None, false));
+        let r = out.report;
+        assert_eq!((r.files_written, r.literal_bytes), (3, 0), "{}", out.messages);
+        assert_eq!(r.matched_bytes, 200_000 + 10);
+        assert_eq!(src.reads, 0, "nothing read for descriptors");
+    }
+}
