@@ -1,4 +1,5 @@
-//! Receiver-side writes confined to a destination directory: [`DestRoot`].
+//! Receiver-side writes confined to a destination directory: [`DestRoot`],
+//! and a files session's work in it: [`Landing`].
 //!
 //! Every operation takes a [`RelPath`] and resolves it against a file
 //! descriptor held on the destination root, never against a path string:
@@ -56,6 +57,10 @@ use rustix::io::Errno;
 
 use crate::error::{FilesError, PathError};
 use crate::path::{RelPath, MAX_COMPONENT, MAX_PATH};
+
+pub mod landing;
+
+pub use landing::{FileSpec, LandError, Landing, Placement};
 
 /// Prefix of every temporary file name.
 pub const TEMP_PREFIX: &[u8] = b".pfs-tmp.";

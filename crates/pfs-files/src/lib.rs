@@ -58,7 +58,10 @@ pub use chunk::{
     chunk_bytes, chunk_file, chunk_files, chunk_lengths, digest_file, digest_files, quick_digest,
     ChunkParams, ChunkRef, QuickDigest, Recipe,
 };
-pub use dest::{check_symlink_target, set_file_times_and_mode, DestRoot, FileStat, StatCache, TempFile};
+pub use dest::{
+    check_symlink_target, set_file_times_and_mode, DestRoot, FileSpec, FileStat, LandError, Landing,
+    Placement, StatCache, TempFile,
+};
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};
 pub use path::RelPath;

@@ -163,6 +163,33 @@ pub enum LimitExceeded {
         /// This side's limit.
         limit: u64,
     },
+    /// The receiver's store cannot take the plan's new bytes; refused
+    /// before anything was written.
+    #[error(
+        "store full: this transfer needs {need} new bytes, the store has {free} free of {capacity}; \
+         nothing was written (start the receiver with a larger --store-capacity, or a new store)"
+    )]
+    StoreFull {
+        /// New bytes the plan needs.
+        need: u64,
+        /// Bytes free.
+        free: u64,
+        /// The store's capacity.
+        capacity: u64,
+    },
+    /// The receiver's store filled up during the transfer (more new bytes
+    /// than planned, or another session took the space).
+    #[error(
+        "store full: {need} more bytes needed during the transfer, the store has {free} free of {capacity}"
+    )]
+    StoreFilled {
+        /// Bytes needed.
+        need: u64,
+        /// Bytes free.
+        free: u64,
+        /// The store's capacity.
+        capacity: u64,
+    },
 }
 
 /// This side's own failure (not the peer's, not the transport's).
@@ -211,10 +238,14 @@ pub enum LocalError {
     /// The files layer failed (walk, chunking, destination).
     #[error(transparent)]
     Files(#[from] pfs_files::FilesError),
-    /// Transitional: a local failure of the files sessions not yet given
-    /// its own variant (the sans-I/O files core removes it).
-    #[error("{0}")]
-    Unconverted(String),
+    /// zstd failed on this side's own bytes (a context, or compressing).
+    #[error("zstd: {what}: {source}")]
+    Zstd {
+        /// What was being done.
+        what: &'static str,
+        /// zstd's error.
+        source: io::Error,
+    },
 }
 
 impl SessionError {

@@ -17,7 +17,6 @@ mod error;
 pub mod files;
 pub mod framing;
 pub mod gram;
-pub mod reader;
 pub mod server;
 pub mod stats;
 pub mod sys;

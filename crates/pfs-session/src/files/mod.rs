@@ -6,25 +6,26 @@
 //! temporary name, checks the whole-file BLAKE3 and renames it into place.
 //! Chunks whose stored bytes turn out damaged are NAKed after the stream and
 //! REPAIRed by the sender (the corrections plane).
+//!
+//! Both sides are sans-I/O cores ([`FilesSender`], [`FilesReceiver`]) with
+//! a host trait for the work on files and store ([`FilesSource`],
+//! [`FilesHost`]) and a thin blocking driver ([`send_files`],
+//! [`receive_files`]); [`error`] holds the typed violations.
 
-mod error;
-mod receiver;
-mod sender;
+pub mod error;
+pub mod receiver;
+pub mod sender;
 
-use std::io::IoSlice;
+pub use error::{FilesViolation, IndexFault};
 
-use pfs_transport::Transport;
-use pfs_wire::{FrameHeader, FrameType};
-
-pub(crate) use crate::framing::send_error;
-use crate::SessionError;
-pub use error::FilesViolation;
-pub(crate) use error::{local, reject};
-
-pub use receiver::{receive_files, FilesReceiveOutcome, FilesReceiverConfig};
+pub use receiver::{
+    receive_files, FilesHost, FilesReceiveOutcome, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
+    LocalHost, StoreInfo,
+};
 pub use sender::{
     classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesSendConfig,
-    FilesSendOutcome, FilesSendProgress, LocalPrepare,
+    FilesSendOutcome, FilesSendProgress, FilesSender, FilesSenderEvent, FilesSource, LocalPrepare,
+    LocalSource,
 };
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.
@@ -37,29 +38,6 @@ pub const MAX_CHUNK_LEN: u32 = 16 << 20;
 /// INDEX entries per frame: as many as fit in a control frame.
 pub const INDEX_ENTRIES_PER_FRAME: usize =
     pfs_wire::frame::MAX_CONTROL_BODY as usize / pfs_wire::files::INDEX_ENTRY_LEN;
-
-/// Writes one frame (header and body) with one vectored write.
-pub(crate) fn write_frame<T: Transport + ?Sized>(
-    t: &mut T,
-    frame_type: FrameType,
-    flags: u16,
-    body: &[u8],
-    during: &'static str,
-) -> Result<u64, SessionError> {
-    let header = FrameHeader {
-        frame_type,
-        flags,
-        length: u32::try_from(body.len()).map_err(|_| local(format!("{during}: frame too large")))?,
-    }
-    .emit();
-    t.write_all_vectored(&mut [IoSlice::new(&header), IoSlice::new(body)])
-        .map_err(|e| SessionError::transport(during, e))
-}
-
-/// The ERROR frame body received from the peer, as an error.
-pub(crate) fn refused(body: &[u8]) -> SessionError {
-    crate::framing::refusal(body)
-}
 
 /// BLAKE3 of `bytes` equals `hash`.
 pub(crate) fn hash_matches(bytes: &[u8], hash: &[u8; 32]) -> bool {

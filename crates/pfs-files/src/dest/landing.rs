@@ -1,0 +1,304 @@
+//! The receiving end of a files session on this machine: [`Landing`] does
+//! the filesystem work a files receiver decides on — answer probes, create
+//! directories and symlinks, place each regular file (leave it, set its
+//! metadata only, or rebuild it under a temporary name), write chunk bytes
+//! into it with `pwritev`, and finish it (whole-file hash, mode and mtime,
+//! rename into place, manifest record). The protocol decisions stay in the
+//! session's core; everything here goes through [`DestRoot`], so it never
+//! leaves the destination.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{self, IoSlice};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use super::{set_file_times_and_mode, DestRoot, StatCache, TempFile};
+use crate::chunk::QuickDigest;
+use crate::error::FilesError;
+use crate::manifest::{Manifest, Written};
+use crate::path::RelPath;
+
+/// BLAKE3 of a chunk or of a whole file.
+pub type Hash = [u8; 32];
+
+/// Read size when a file has to be hashed back from disk.
+const REREAD_BUF: usize = 1 << 20;
+
+/// Why one entry could not be placed (the session goes on; the entry is
+/// reported as failed).
+#[derive(Debug, thiserror::Error)]
+pub enum LandError {
+    /// The destination refused an operation (the error names the path).
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    /// Setting mode or mtime of an open file failed.
+    #[error("set mode/mtime: {0}")]
+    SetMeta(io::Error),
+    /// Setting mode or mtime of a held file by name failed.
+    #[error("set mode/mtime: {0}")]
+    SetMetaByName(FilesError),
+    /// The file is no longer what the sender's PROBE found.
+    #[error("changed at the destination after the sender asked about it (PROBE); send again")]
+    ChangedSinceProbe,
+    /// The rebuilt file's BLAKE3 is not the sender's.
+    #[error("content does not match the sender's BLAKE3 (file changed while sent?)")]
+    ContentMismatch,
+    /// Reading the rebuilt file back to hash it failed.
+    #[error("re-reading to verify: {0}")]
+    Reread(io::Error),
+    /// Writing chunk bytes failed.
+    #[error("write: {0}")]
+    Write(io::Error),
+    /// The file number is not being rebuilt (the caller's bug).
+    #[error("file {0} is not being rebuilt")]
+    NotOpen(u64),
+}
+
+/// A regular file a sender announced.
+#[derive(Debug, Clone, Copy)]
+pub struct FileSpec<'a> {
+    /// Where it goes, beneath the destination.
+    pub rel: &'a RelPath,
+    /// Its size.
+    pub size: u64,
+    /// Its mtime, ns since the epoch.
+    pub mtime_ns: i128,
+    /// Its permission bits.
+    pub mode: u32,
+    /// Its BLAKE3 (or, for a HELD file, XXH3-128 and 16 zero bytes).
+    pub file_hash: Hash,
+    /// The sender says the destination holds it already (it asked: PROBE).
+    pub held: bool,
+}
+
+/// What [`Landing::open_file`] decided for a regular file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Same size and mtime at the destination: left as it is.
+    Unchanged,
+    /// Same content at the destination (manifest): only metadata was set.
+    SameContent,
+    /// To be rebuilt: a temporary file is open under the file's number.
+    Rebuild,
+}
+
+/// The receiving end of one files session in a destination (see the module docs).
+#[derive(Debug)]
+pub struct Landing<'d> {
+    root: &'d DestRoot,
+    manifest: Option<Arc<Manifest>>,
+    fsync: bool,
+    /// Open directory of the last path probed or set by name.
+    stat_cache: StatCache,
+    /// Directories known to exist (created or checked this session).
+    dirs_made: HashSet<Vec<u8>>,
+    /// Files being rebuilt, by the sender's file number.
+    open: HashMap<u64, TempFile>,
+}
+
+impl<'d> Landing<'d> {
+    /// A session's landing in `root`; `manifest` records what it writes,
+    /// `fsync` makes each file durable before its rename.
+    pub fn new(root: &'d DestRoot, manifest: Option<Arc<Manifest>>, fsync: bool) -> Self {
+        Self {
+            root,
+            manifest,
+            fsync,
+            stat_cache: StatCache::default(),
+            dirs_made: HashSet::new(),
+            open: HashMap::new(),
+        }
+    }
+
+    /// The destination root.
+    pub fn root(&self) -> &DestRoot {
+        self.root
+    }
+
+    /// Whether finishing a file needs its XXH3-128 (a manifest is kept).
+    pub fn wants_quick(&self) -> bool {
+        self.manifest.is_some()
+    }
+
+    /// Whether the destination already has the probed file: quick check, or
+    /// the manifest names this very file with a hash starting with `key`.
+    /// Read-only.
+    pub fn holds(&mut self, rel: &RelPath, size: u64, mtime_ns: i128, key: &[u8]) -> bool {
+        match self.root.stat_existing(&mut self.stat_cache, rel) {
+            Ok(Some(st)) => {
+                (st.size == size && st.mtime_ns == mtime_ns)
+                    || self
+                        .manifest
+                        .as_ref()
+                        .and_then(|m| m.get(rel.as_bytes()))
+                        .is_some_and(|w| w.digest.get(..key.len()) == Some(key) && w.still_stat(&st))
+            }
+            _ => false,
+        }
+    }
+
+    /// Creates `rel`'s parent directories, once per directory (a tree's
+    /// files mostly share their parent).
+    pub fn make_parent(&mut self, rel: &RelPath) -> Result<(), FilesError> {
+        let Some(parent) = rel.parent() else {
+            return Ok(());
+        };
+        if !self.dirs_made.contains(parent.as_bytes()) {
+            self.root.create_dir_all(&parent, 0o755)?;
+            self.dirs_made.insert(parent.as_bytes().to_vec());
+        }
+        Ok(())
+    }
+
+    /// Creates the directory `rel` (its final mode and mtime are set by
+    /// [`Self::set_dir_meta`] once nothing more is written into it).
+    pub fn make_dir(&mut self, rel: &RelPath, mode: u32) -> Result<(), FilesError> {
+        self.root.create_dir_all(rel, mode)?;
+        self.dirs_made.insert(rel.as_bytes().to_vec());
+        Ok(())
+    }
+
+    /// Sets mode and mtime of the directory `rel`.
+    pub fn set_dir_meta(&self, rel: &RelPath, mtime_ns: i128, mode: u32) -> Result<(), FilesError> {
+        self.root.set_dir_times_and_mode(rel, mtime_ns, mode)
+    }
+
+    /// Creates the symlink `rel` (its target checked by the symlink policy).
+    pub fn make_symlink(&self, rel: &RelPath, target: &[u8]) -> Result<(), FilesError> {
+        self.root.create_symlink(rel, target)
+    }
+
+    /// Decides what to do with the regular file `f`, number `no`: leave
+    /// it, set its metadata only, or open a temporary file to rebuild it.
+    pub fn open_file(&mut self, no: u64, f: &FileSpec<'_>) -> Result<Placement, LandError> {
+        if f.held {
+            return self.open_held(f);
+        }
+        let existing = self.root.open_existing(f.rel)?;
+        if let Some((file, meta)) = &existing {
+            if unchanged(meta, f.size, f.mtime_ns) {
+                return Ok(Placement::Unchanged);
+            }
+            let record = self.manifest.as_ref().and_then(|m| m.get(f.rel.as_bytes()));
+            if let Some(w) = record.filter(|w| w.hash == f.file_hash && w.still(meta)) {
+                // The content is already there: metadata only, no chunk read or written.
+                let now = set_file_times_and_mode(file, f.mtime_ns, f.mode)
+                    .and_then(|()| file.metadata())
+                    .map_err(LandError::SetMeta)?;
+                if let Some(m) = &self.manifest {
+                    m.insert(f.rel.as_bytes(), Written::of(&now, w.hash, w.digest));
+                }
+                return Ok(Placement::SameContent);
+            }
+        }
+        let temp = self.root.create_temp(f.rel)?;
+        self.open.insert(no, temp);
+        Ok(Placement::Rebuild)
+    }
+
+    /// [`Self::open_file`] for a HELD file (§10.10): by name in the directory
+    /// the probe looked in, without opening the file unless its permission
+    /// bits change.
+    fn open_held(&mut self, f: &FileSpec<'_>) -> Result<Placement, LandError> {
+        let st = self
+            .root
+            .stat_existing(&mut self.stat_cache, f.rel)?
+            .ok_or(LandError::ChangedSinceProbe)?;
+        if st.size == f.size && st.mtime_ns == f.mtime_ns {
+            return Ok(Placement::Unchanged);
+        }
+        let w = self
+            .manifest
+            .as_ref()
+            .and_then(|m| m.get(f.rel.as_bytes()))
+            .filter(|w| f.file_hash[..16] == w.digest && f.file_hash[16..] == [0; 16] && w.still_stat(&st))
+            .ok_or(LandError::ChangedSinceProbe)?;
+        let now = self
+            .root
+            .set_existing_times_and_mode(&mut self.stat_cache, f.rel, &st, f.mtime_ns, f.mode)
+            .map_err(LandError::SetMetaByName)?
+            .ok_or(LandError::ChangedSinceProbe)?;
+        if let Some(m) = &self.manifest {
+            m.insert(f.rel.as_bytes(), Written::of_stat(&now, w.hash, w.digest));
+        }
+        Ok(Placement::SameContent)
+    }
+
+    /// Writes `slices` at `at` of the file `no` being rebuilt, with as few
+    /// `pwritev` calls as the kernel allows.
+    pub fn write_at(&mut self, no: u64, at: u64, slices: &mut [IoSlice<'_>]) -> Result<(), LandError> {
+        let temp = self.open.get(&no).ok_or(LandError::NotOpen(no))?;
+        write_all_vectored_at(temp.file(), slices, at).map_err(LandError::Write)
+    }
+
+    /// Finishes the file `no`: checks its BLAKE3 against the sender's, sets
+    /// mode and mtime, renames it into place, records it in the manifest.
+    /// `digests` are the BLAKE3 and XXH3-128 computed while it was written;
+    /// a missing one (chunks written out of order) is computed by reading
+    /// the file back.
+    pub fn finish_file(
+        &mut self,
+        no: u64,
+        f: &FileSpec<'_>,
+        digests: (Option<Hash>, Option<QuickDigest>),
+    ) -> Result<(), LandError> {
+        let temp = self.open.remove(&no).ok_or(LandError::NotOpen(no))?;
+        let (digest, quick) = match digests {
+            (Some(d), Some(q)) => (d, q),
+            (Some(d), None) if !self.wants_quick() => (d, [0; 16]),
+            _ => hash_file(temp.file(), f.size).map_err(LandError::Reread)?,
+        };
+        if digest != f.file_hash {
+            return Err(LandError::ContentMismatch);
+        }
+        temp.set_times_and_mode(f.mtime_ns, f.mode)?;
+        let meta = temp.persist(self.fsync)?;
+        if let Some(m) = &self.manifest {
+            m.insert(f.rel.as_bytes(), Written::of(&meta, f.file_hash, quick));
+        }
+        Ok(())
+    }
+
+    /// Drops the temporary file of `no` (it is unlinked).
+    pub fn discard(&mut self, no: u64) {
+        self.open.remove(&no);
+    }
+}
+
+/// `pwritev` until every slice is written.
+fn write_all_vectored_at(f: &File, mut slices: &mut [IoSlice<'_>], mut at: u64) -> io::Result<()> {
+    while !slices.is_empty() {
+        let n = rustix::io::pwritev(f, slices, at)?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        at += n as u64;
+        IoSlice::advance_slices(&mut slices, n);
+    }
+    Ok(())
+}
+
+/// rsync's quick check: same size and same mtime (to the nanosecond).
+fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    meta.is_file()
+        && meta.size() == size
+        && i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()) == mtime_ns
+}
+
+/// BLAKE3 and XXH3-128 of the first `size` bytes of `f`.
+fn hash_file(f: &File, size: u64) -> io::Result<(Hash, QuickDigest)> {
+    let mut h = blake3::Hasher::new();
+    let mut q = twox_hash::XxHash3_128::new();
+    let mut buf = vec![0u8; REREAD_BUF];
+    let mut at = 0u64;
+    while at < size {
+        let n = (size - at).min(buf.len() as u64) as usize;
+        f.read_exact_at(&mut buf[..n], at)?;
+        h.update(&buf[..n]);
+        q.write(&buf[..n]);
+        at += n as u64;
+    }
+    Ok((*h.finalize().as_bytes(), q.finish_128().to_le_bytes()))
+}

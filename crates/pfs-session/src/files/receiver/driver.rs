@@ -1,0 +1,97 @@
+//! The blocking driver of the receiver core over a byte-stream
+//! [`Transport`]: it owns the socket, the clock and CPU accounting; the
+//! core owns the protocol, the [`LocalHost`] the store and the files.
+
+use std::time::Duration;
+
+use pfs_files::{DestRoot, Landing};
+use pfs_store::Store;
+use pfs_transport::Transport;
+
+use super::core::{FilesReceiver, FilesReceiverEvent};
+use super::host::{FilesHost, LocalHost};
+use super::{FilesReceiveOutcome, FilesReceiverConfig};
+use crate::framing::{is_timeout, now, send_error, RecvBuf};
+use crate::sys::{thread_usage, Usage};
+use crate::SessionError;
+
+/// Runs one files session on an accepted connection over `store` into
+/// `dest`. A protocol violation sends ERROR and returns the error; entries
+/// that cannot be written (refused path, disk full) fail individually and
+/// are listed in the report. Chunks that arrived before the session ended,
+/// however it ended, are committed to the store.
+pub fn receive_files<T: Transport + ?Sized>(
+    t: &mut T,
+    store: &Store,
+    dest: &DestRoot,
+    cfg: &FilesReceiverConfig,
+) -> Result<FilesReceiveOutcome, SessionError> {
+    let usage0 = thread_usage();
+    let mut core = FilesReceiver::new(cfg, now())?;
+    let mut host = LocalHost::new(store, Landing::new(dest, cfg.manifest.clone(), cfg.fsync_files));
+    let result = run(t, &mut core, &mut host, &usage0);
+    // Whatever happened, keep the verified chunks that arrived.
+    let salvage = host.commit();
+    match result {
+        Ok(out) => {
+            salvage.map_err(crate::LocalError::Store)?;
+            Ok(out)
+        }
+        Err(e) => {
+            if e.tell_peer() {
+                send_error(t, &e);
+            }
+            Err(e)
+        }
+    }
+}
+
+fn run<'s, T: Transport + ?Sized>(
+    t: &mut T,
+    core: &mut FilesReceiver,
+    host: &mut LocalHost<'s>,
+    usage0: &Usage,
+) -> Result<FilesReceiveOutcome, SessionError> {
+    let mut buf = RecvBuf::new(core.buffer_capacity());
+    let mut timeout_set: Option<Duration> = None;
+    loop {
+        let used = core.handle_input(now(), buf.filled(), host)?;
+        buf.consume(used);
+        while let Some(event) = core.poll_event() {
+            match event {
+                FilesReceiverEvent::Accepted => {}
+                FilesReceiverEvent::Finished => core.report(now(), thread_usage().since(usage0)),
+            }
+        }
+        if let Some(bytes) = core.poll_transmit() {
+            t.write_all(bytes)
+                .map_err(|e| SessionError::transport(core.awaiting(), e))?;
+            core.transmitted();
+        }
+        if core.is_done() {
+            return Ok(core.outcome());
+        }
+        // The socket wakes us near the core's deadline. Set only when it
+        // moves by more than a second: not one syscall per read.
+        let wait = core
+            .poll_timeout()
+            .map(|d| d.saturating_duration_since(now()).max(Duration::from_millis(1)));
+        let stale = match (wait, timeout_set) {
+            (Some(w), Some(set)) => w + Duration::from_secs(1) < set || w > set + Duration::from_secs(1),
+            (w, set) => w != set,
+        };
+        if stale {
+            t.set_read_timeout(wait)
+                .map_err(|e| SessionError::transport("setup", e))?;
+            timeout_set = wait;
+        }
+        let want = core.want(buf.filled());
+        match buf.read_from(t, want) {
+            Ok(0) => core.handle_close(now(), !buf.filled().is_empty())?,
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) => {}
+            Err(e) => return Err(SessionError::transport(core.awaiting(), e)),
+        }
+        core.handle_timeout(now())?;
+    }
+}

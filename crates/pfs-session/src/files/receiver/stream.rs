@@ -1,0 +1,751 @@
+//! The file stream of the receiver core: FILE entries, CHUNKS bodies
+//! checked chunk by chunk and written in place (one `pwritev` per run of
+//! contiguous chunks), the end of each file, and the corrections plane
+//! (NAKed chunks, REPAIR frames, files waiting for them).
+
+use std::io::IoSlice;
+
+use pfs_files::{FileSpec, LandError, Placement, RelPath};
+use pfs_store::{ChunkLoc, StoreError};
+use pfs_wire::files::{
+    parse_chunks, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash, FLAG_LAST, MAX_REPORT_TEXT,
+};
+use pfs_wire::FrameType;
+
+use super::core::{malformed, FilesReceiver};
+use super::host::FilesHost;
+use crate::error::{LimitExceeded, LocalError};
+use crate::files::{hash_matches, FilesViolation, MAX_CHUNK_LEN};
+use crate::SessionError;
+
+/// Store space asked for at once when a transfer needs more than planned.
+const GROW_STEP: u64 = 64 << 20;
+
+/// A file being rebuilt: the hashes computed as its bytes are written.
+#[derive(Debug)]
+pub(super) struct Rebuild {
+    /// Whole-file hash, while no chunk is missing (files of two or more chunks).
+    hasher: Option<blake3::Hasher>,
+    /// A one-chunk file's content hash, once its chunk was verified: the
+    /// chunk's BLAKE3 *is* the whole-file BLAKE3, no second pass needed.
+    single: Option<Hash>,
+    /// Chunks to fill after REPAIR: (file offset, hash, len).
+    holes: Vec<(u64, Hash, u32)>,
+    /// XXH3-128 of the content for the manifest, while no chunk is missing.
+    quick: Option<Box<QuickHasher>>,
+}
+
+/// Streaming XXH3-128 (the hasher itself has no `Debug`).
+#[derive(Default)]
+struct QuickHasher(twox_hash::XxHash3_128);
+
+impl std::fmt::Debug for QuickHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuickHasher")
+    }
+}
+
+/// What happens to the current file's chunks.
+#[derive(Debug)]
+pub(super) enum Target {
+    /// Unchanged at the destination: chunks are only checked.
+    Unchanged,
+    /// Same content at the destination, metadata already set: as `Unchanged`.
+    SameContent,
+    /// Rebuilt into a temporary file the host keeps under the file's number.
+    Rebuild(Box<Rebuild>),
+    /// Refused or failed: chunks are drained.
+    Failed,
+}
+
+/// The FILE whose chunks are arriving.
+#[derive(Debug)]
+pub(super) struct Current {
+    no: u64,
+    /// `None` when the sender's path was refused.
+    rel: Option<RelPath>,
+    size: u64,
+    mode: u32,
+    mtime_ns: i128,
+    file_hash: Hash,
+    chunk_count: u32,
+    chunks_left: u32,
+    seen: u64,
+    target: Target,
+}
+
+/// A file waiting for REPAIRs.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    no: u64,
+    rel: RelPath,
+    size: u64,
+    mode: u32,
+    mtime_ns: i128,
+    file_hash: Hash,
+    holes: Vec<(u64, Hash, u32)>,
+    /// Why it cannot be finished, if it cannot.
+    broken: Option<Unfinished>,
+}
+
+/// Why a file waiting for REPAIRs cannot be finished.
+#[derive(Debug, thiserror::Error)]
+enum Unfinished {
+    #[error(transparent)]
+    Land(#[from] LandError),
+    #[error("chunks damaged in the store were not repaired")]
+    NotRepaired,
+}
+
+/// Chunk bytes of one frame waiting to be written with one `pwritev`:
+/// they stay where they are (frame body, store mapping), no copy.
+struct Pending<'b> {
+    slices: Vec<IoSlice<'b>>,
+    /// File offset of the first slice.
+    at: u64,
+    len: u64,
+}
+
+impl FilesReceiver {
+    /// One FILE or CHUNKS frame of the stream (alone or in a BATCH).
+    pub(super) fn stream_frame<'s, H: FilesHost<'s>>(
+        &mut self,
+        ty: FrameType,
+        body: &[u8],
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        match ty {
+            FrameType::File => {
+                self.end_file(host)?;
+                self.begin_file(body, host)
+            }
+            FrameType::Chunks => self.chunks(body, host),
+            other => Err(FilesViolation::NotAllowed {
+                frame: other,
+                place: "inside a BATCH",
+            }
+            .into()),
+        }
+    }
+
+    /// An entry that cannot be written: counted and listed in the report.
+    pub(super) fn fail(&mut self, rel: &[u8], reason: impl std::fmt::Display) {
+        self.report.files_failed += 1;
+        let (path, reason) = (String::from_utf8_lossy(rel), reason.to_string());
+        // Errors from the destination already name the path.
+        let line = if reason.starts_with(path.as_ref()) {
+            format!("{reason}\n")
+        } else {
+            format!("{path}: {reason}\n")
+        };
+        if self.messages.len() + line.len() <= MAX_REPORT_TEXT {
+            self.messages.push_str(&line);
+        }
+    }
+
+    /// The current file cannot be finished: its temporary file goes, its
+    /// remaining chunks are drained.
+    fn fail_current<'s, H: FilesHost<'s>>(&mut self, reason: impl std::fmt::Display, host: &mut H) {
+        let Some(cur) = self.current.as_mut() else {
+            return;
+        };
+        if matches!(cur.target, Target::Rebuild(_)) {
+            host.discard(cur.no);
+        }
+        cur.target = Target::Failed;
+        let rel = cur
+            .rel
+            .as_ref()
+            .map(|r| r.as_bytes().to_vec())
+            .unwrap_or_default();
+        self.fail(&rel, reason);
+    }
+
+    fn begin_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
+        let f = FileEntry::parse(body).map_err(malformed("FILE"))?;
+        if f.file_no != self.next_no {
+            return Err(FilesViolation::FileOrder {
+                got: f.file_no,
+                expected: self.next_no,
+            }
+            .into());
+        }
+        self.next_no += 1;
+        let mtime_ns = i128::from(f.mtime_sec) * 1_000_000_000 + i128::from(f.mtime_nsec);
+        let rel = match self.full_path(f.path) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail(f.path, format_args!("refused: {e}"));
+                return self.start(&f, None, mtime_ns, Target::Failed, host);
+            }
+        };
+        if let Err(e) = host.make_parent(&rel) {
+            self.fail(f.path, e);
+            return self.start(&f, Some(rel), mtime_ns, Target::Failed, host);
+        }
+        let target = match f.kind {
+            EntryKind::Dir => {
+                match host.make_dir(&rel, f.mode) {
+                    Ok(()) => {
+                        self.report.dirs += 1;
+                        self.dir_meta.push((rel, mtime_ns, f.mode));
+                    }
+                    Err(e) => self.fail(f.path, e),
+                }
+                return Ok(());
+            }
+            EntryKind::Symlink => {
+                match host.make_symlink(&rel, f.link_target) {
+                    Ok(()) => self.report.symlinks += 1,
+                    Err(e) => self.fail(f.path, e),
+                }
+                return Ok(());
+            }
+            EntryKind::File => {
+                let spec = FileSpec {
+                    rel: &rel,
+                    size: f.size,
+                    mtime_ns,
+                    mode: f.mode,
+                    file_hash: f.file_hash,
+                    held: f.held,
+                };
+                match host.open_file(f.file_no, &spec) {
+                    Ok(Placement::Unchanged) => Target::Unchanged,
+                    Ok(Placement::SameContent) => Target::SameContent,
+                    Ok(Placement::Rebuild) => Target::Rebuild(Box::new(Rebuild {
+                        hasher: (f.chunk_count > 1).then(blake3::Hasher::new),
+                        single: None,
+                        holes: Vec::new(),
+                        quick: host.wants_quick().then(Box::default),
+                    })),
+                    Err(e) => {
+                        self.fail(f.path, e);
+                        Target::Failed
+                    }
+                }
+            }
+        };
+        self.start(&f, Some(rel), mtime_ns, target, host)
+    }
+
+    fn start<'s, H: FilesHost<'s>>(
+        &mut self,
+        f: &FileEntry<'_>,
+        rel: Option<RelPath>,
+        mtime_ns: i128,
+        target: Target,
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        if f.kind != EntryKind::File {
+            return Ok(());
+        }
+        self.current = Some(Current {
+            no: f.file_no,
+            rel,
+            size: f.size,
+            mode: f.mode,
+            mtime_ns,
+            file_hash: f.file_hash,
+            chunk_count: f.chunk_count,
+            chunks_left: f.chunk_count,
+            // A held file has no CHUNKS: nothing more to see.
+            seen: if f.held { f.size } else { 0 },
+            target,
+        });
+        if f.chunk_count == 0 {
+            self.end_file(host)?;
+        }
+        Ok(())
+    }
+
+    fn chunks<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        body: &'b [u8],
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        let (head, entries) = parse_chunks(body).map_err(malformed("CHUNKS"))?;
+        let Some(no) = self.current.as_ref().map(|c| c.no) else {
+            return Err(FilesViolation::ChunksWithoutFile.into());
+        };
+        if head.file_no != no {
+            return Err(FilesViolation::ChunksForOtherFile {
+                got: head.file_no,
+                open: no,
+            }
+            .into());
+        }
+        let mut pending = Pending {
+            slices: Vec::new(),
+            at: 0,
+            len: 0,
+        };
+        let mut result = Ok(());
+        for e in entries {
+            result = e
+                .map_err(malformed("CHUNKS entry"))
+                .and_then(|e| self.chunk(&e, &mut pending, host));
+            if result.is_err() {
+                break;
+            }
+        }
+        self.flush(&mut pending, host);
+        result?;
+        if self.current.as_ref().is_some_and(|c| c.chunks_left == 0) {
+            self.end_file(host)?;
+        }
+        Ok(())
+    }
+
+    fn chunk<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        pending: &mut Pending<'b>,
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        if e.len == 0 || e.len > MAX_CHUNK_LEN {
+            return Err(FilesViolation::ChunkLength { len: e.len }.into());
+        }
+        let cur = self.current.as_mut().ok_or(FilesViolation::ChunksWithoutFile)?;
+        if cur.chunks_left == 0 || cur.seen + u64::from(e.len) > cur.size {
+            return Err(FilesViolation::FileOverflow { file: cur.no }.into());
+        }
+        cur.chunks_left -= 1;
+        let at = cur.seen;
+        cur.seen += u64::from(e.len);
+        let rebuilding = matches!(cur.target, Target::Rebuild(_));
+        match e.data {
+            ChunkData::Literal(_) | ChunkData::Zstd(_) => {
+                if !self.literal(e, at, pending, host)? && rebuilding {
+                    self.flush(pending, host);
+                    self.fail_current("a literal chunk does not match its hash (sender error)", host);
+                }
+            }
+            ChunkData::Ref { offset } => {
+                let loc = ChunkLoc { offset, len: e.len };
+                let bytes = host
+                    .stored(loc)
+                    .ok_or(FilesViolation::OutsideStore { offset, len: e.len })?;
+                if !rebuilding {
+                    return Ok(());
+                }
+                if hash_matches(bytes, e.hash) {
+                    self.report.matched_bytes += u64::from(e.len);
+                    self.verified(e.hash);
+                    self.put(pending, at, bytes, host);
+                } else {
+                    self.hole(pending, at, e.hash, e.len, host);
+                }
+            }
+            ChunkData::Known => {
+                if !rebuilding {
+                    return Ok(());
+                }
+                let committed = host
+                    .lookup(e.hash)
+                    .filter(|l| l.len == e.len)
+                    .and_then(|loc| host.stored(loc))
+                    .filter(|b| hash_matches(b, e.hash));
+                if let Some(b) = committed {
+                    self.report.matched_bytes += u64::from(e.len);
+                    self.verified(e.hash);
+                    self.put(pending, at, b, host);
+                    return Ok(());
+                }
+                // Appended by this session, not committed yet: its bytes
+                // live in the reservation, which may change before the
+                // pending write; write them now.
+                self.flush(pending, host);
+                self.place_appended(e, at, pending, host);
+            }
+        }
+        Ok(())
+    }
+
+    /// A Known chunk this session appended: hashed and written by the host
+    /// straight from the reservation.
+    fn place_appended<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        at: u64,
+        pending: &mut Pending<'b>,
+        host: &mut H,
+    ) {
+        let Some(Current {
+            no,
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.current.as_mut()
+        else {
+            return;
+        };
+        let mut seen = |b: &[u8]| {
+            if let Some(h) = rb.hasher.as_mut() {
+                h.update(b);
+            }
+            if let Some(q) = rb.quick.as_mut() {
+                q.0.write(b);
+            }
+        };
+        match host.place_appended(*no, at, e.hash, e.len, &mut seen) {
+            Some(Ok(())) => {
+                self.report.matched_bytes += u64::from(e.len);
+                self.verified(e.hash);
+            }
+            Some(Err(err)) => self.fail_current(err, host),
+            None => self.hole(pending, at, e.hash, e.len, host),
+        }
+    }
+
+    /// A literal entry: decompress, check against its hash, append to the
+    /// store, and queue it at `at` if the file is rebuilt. Returns false if
+    /// the bytes do not match their hash.
+    fn literal<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        at: u64,
+        pending: &mut Pending<'b>,
+        host: &mut H,
+    ) -> Result<bool, SessionError> {
+        let compressed = match e.data {
+            ChunkData::Literal(b) if b.len() == e.len as usize => None,
+            ChunkData::Zstd(c) => Some(c),
+            _ => return Err(FilesViolation::LiteralLength.into()),
+        };
+        let mut zbuf = std::mem::take(&mut self.zbuf);
+        if let Some(c) = compressed {
+            zbuf.clear();
+            zbuf.resize(e.len as usize, 0);
+            if !matches!(self.dctx.0.decompress_to_buffer(c, &mut zbuf[..]), Ok(n) if n == e.len as usize) {
+                self.zbuf = zbuf;
+                return Err(FilesViolation::ChunkZstd.into());
+            }
+        }
+        let result = self.take_literal(e, at, compressed, &zbuf, pending, host);
+        self.zbuf = zbuf;
+        result
+    }
+
+    fn take_literal<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        at: u64,
+        compressed: Option<&[u8]>,
+        zbuf: &[u8],
+        pending: &mut Pending<'b>,
+        host: &mut H,
+    ) -> Result<bool, SessionError> {
+        let bytes: &[u8] = match (compressed, e.data) {
+            (None, ChunkData::Literal(b)) => b,
+            _ => zbuf,
+        };
+        self.report.literal_bytes += u64::from(e.len);
+        self.report.literal_wire_bytes += compressed.map_or(u64::from(e.len), |c| c.len() as u64);
+        if !hash_matches(bytes, e.hash) {
+            return Ok(false);
+        }
+        let len = u64::from(e.len);
+        if host.reserved_left() < len {
+            // More new bytes than planned (another session filled the store
+            // between plan and now, or a stale plan): commit and grow.
+            self.commit(host)?;
+            host.reserve(len.max(GROW_STEP))
+                .or_else(|_| host.reserve(len))
+                .map_err(|e| match e {
+                    StoreError::Full { need, free, capacity } => {
+                        SessionError::from(LimitExceeded::StoreFilled { need, free, capacity })
+                    }
+                    other => LocalError::Store(other).into(),
+                })?;
+        }
+        host.append(e.hash, bytes).map_err(LocalError::Store)?;
+        self.appended += len;
+        self.verified(e.hash);
+        match (compressed, e.data) {
+            // Frame bytes outlive the pending write: queue them in place.
+            (None, ChunkData::Literal(b)) => self.put(pending, at, b, host),
+            // Decompressed bytes are overwritten by the next chunk: write now.
+            _ => {
+                self.flush(pending, host);
+                self.put_now(at, bytes, host);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Makes appended chunks durable and visible.
+    pub(super) fn commit<'s, H: FilesHost<'s>>(&mut self, host: &mut H) -> Result<(), SessionError> {
+        self.report.store_appended += host.commit().map_err(LocalError::Store)?;
+        self.appended = 0;
+        Ok(())
+    }
+
+    /// Notes that a chunk with `hash` was verified and placed: for a
+    /// one-chunk file that is the whole-file check.
+    fn verified(&mut self, hash: &Hash) {
+        if let Some(Current {
+            chunk_count: 1,
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.current.as_mut()
+        {
+            rb.single = Some(*hash);
+        }
+    }
+
+    /// Hashes `bytes` into the file being rebuilt and queues them at `at`.
+    fn put<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        pending: &mut Pending<'b>,
+        at: u64,
+        bytes: &'b [u8],
+        host: &mut H,
+    ) {
+        let Some(Current {
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.current.as_mut()
+        else {
+            return;
+        };
+        if let Some(h) = rb.hasher.as_mut() {
+            h.update(bytes);
+        }
+        if let Some(q) = rb.quick.as_mut() {
+            q.0.write(bytes);
+        }
+        if pending.len > 0 && pending.at + pending.len != at {
+            self.flush(pending, host);
+        }
+        if pending.len == 0 {
+            pending.at = at;
+        }
+        pending.slices.push(IoSlice::new(bytes));
+        pending.len += bytes.len() as u64;
+        if pending.slices.len() >= pfs_transport::IOV_MAX {
+            self.flush(pending, host);
+        }
+    }
+
+    /// Hashes and writes `bytes` at `at` at once (bytes that will not stay put).
+    fn put_now<'s, H: FilesHost<'s>>(&mut self, at: u64, bytes: &[u8], host: &mut H) {
+        let Some(Current {
+            no,
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.current.as_mut()
+        else {
+            return;
+        };
+        if let Some(h) = rb.hasher.as_mut() {
+            h.update(bytes);
+        }
+        if let Some(q) = rb.quick.as_mut() {
+            q.0.write(bytes);
+        }
+        if let Err(e) = host.write(*no, at, &mut [IoSlice::new(bytes)]) {
+            self.fail_current(e, host);
+        }
+    }
+
+    /// Writes the pending bytes; a failed write fails the file.
+    fn flush<'s, H: FilesHost<'s>>(&mut self, pending: &mut Pending<'_>, host: &mut H) {
+        if pending.len == 0 {
+            return;
+        }
+        let result = match self.current.as_ref() {
+            Some(Current {
+                no,
+                target: Target::Rebuild(_),
+                ..
+            }) => host.write(*no, pending.at, &mut pending.slices),
+            _ => Ok(()),
+        };
+        pending.slices.clear();
+        pending.len = 0;
+        if let Err(e) = result {
+            self.fail_current(e, host);
+        }
+    }
+
+    /// A chunk whose bytes are not (correctly) here: NAK it after the stream.
+    fn hole<'s, H: FilesHost<'s>>(
+        &mut self,
+        pending: &mut Pending<'_>,
+        at: u64,
+        hash: &Hash,
+        len: u32,
+        host: &mut H,
+    ) {
+        self.flush(pending, host);
+        if let Some(Current {
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.current.as_mut()
+        {
+            rb.hasher = None;
+            rb.quick = None;
+            rb.holes.push((at, *hash, len));
+        }
+        if self.nak_seen.insert(*hash) {
+            self.nak.push(*hash);
+            self.report.nak_chunks += 1;
+        }
+    }
+
+    pub(super) fn end_file<'s, H: FilesHost<'s>>(&mut self, host: &mut H) -> Result<(), SessionError> {
+        let Some(cur) = self.current.take() else {
+            return Ok(());
+        };
+        if cur.chunks_left != 0 || cur.seen != cur.size {
+            return Err(FilesViolation::FileShort {
+                file: cur.no,
+                seen: cur.seen,
+                size: cur.size,
+                missing: cur.chunks_left,
+            }
+            .into());
+        }
+        match (cur.target, cur.rel) {
+            (Target::Unchanged, _) => {
+                self.report.files_unchanged += 1;
+                self.report.effective_bytes += cur.size;
+            }
+            (Target::SameContent, _) => {
+                self.report.files_metadata_only += 1;
+                self.report.effective_bytes += cur.size;
+            }
+            (Target::Rebuild(rb), Some(rel)) if !rb.holes.is_empty() => self.waiting.push(Waiting {
+                no: cur.no,
+                rel,
+                size: cur.size,
+                mode: cur.mode,
+                mtime_ns: cur.mtime_ns,
+                file_hash: cur.file_hash,
+                holes: rb.holes,
+                broken: None,
+            }),
+            (Target::Rebuild(rb), Some(rel)) => {
+                let digest = rb.hasher.map(|h| *h.finalize().as_bytes()).or(rb.single);
+                let quick = rb.quick.map(|q| q.0.finish_128().to_le_bytes());
+                let spec = FileSpec {
+                    rel: &rel,
+                    size: cur.size,
+                    mtime_ns: cur.mtime_ns,
+                    mode: cur.mode,
+                    file_hash: cur.file_hash,
+                    held: false,
+                };
+                self.land(cur.no, &spec, (digest, quick), host);
+            }
+            (Target::Failed | Target::Rebuild(_), _) => {}
+        }
+        if self.appended >= self.commit_every {
+            self.commit(host)?;
+        }
+        Ok(())
+    }
+
+    /// Finishes a rebuilt file through the host; a failure fails the entry.
+    fn land<'s, H: FilesHost<'s>>(
+        &mut self,
+        no: u64,
+        f: &FileSpec<'_>,
+        digests: (Option<Hash>, Option<pfs_files::QuickDigest>),
+        host: &mut H,
+    ) {
+        match host.finish_file(no, f, digests) {
+            Ok(()) => {
+                self.report.files_written += 1;
+                self.report.effective_bytes += f.size;
+            }
+            Err(e) => {
+                host.discard(no);
+                self.fail(f.rel.as_bytes(), e);
+            }
+        }
+    }
+
+    /// One REPAIR frame: keep the good bytes of NAKed chunks, repair the
+    /// store; after the last, fill the waiting files and finish.
+    pub(super) fn repair_frame<'s, H: FilesHost<'s>>(
+        &mut self,
+        flags: u16,
+        body: &[u8],
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        let (_, entries) = parse_chunks(body).map_err(malformed("REPAIR"))?;
+        for e in entries {
+            let e = e.map_err(malformed("REPAIR entry"))?;
+            if !self.nak_seen.contains(e.hash) || e.len > MAX_CHUNK_LEN {
+                return Err(FilesViolation::RepairNotNaked.into());
+            }
+            let bytes = match e.data {
+                ChunkData::Literal(b) if b.len() == e.len as usize => b.to_vec(),
+                ChunkData::Zstd(c) => zstd::bulk::decompress(c, e.len as usize)
+                    .ok()
+                    .filter(|b| b.len() == e.len as usize)
+                    .ok_or(FilesViolation::RepairZstd)?,
+                _ => return Err(FilesViolation::RepairWithoutBytes.into()),
+            };
+            if !hash_matches(&bytes, e.hash) {
+                continue;
+            }
+            self.report.repaired_bytes += u64::from(e.len);
+            if let Err(err) = host.repair(e.hash, &bytes) {
+                self.messages.push_str(&format!("store repair failed: {err}\n"));
+            }
+            self.repaired.insert(*e.hash, bytes);
+        }
+        if flags & FLAG_LAST != 0 {
+            self.fill_holes(host);
+            self.finish_all(host);
+        }
+        Ok(())
+    }
+
+    /// Writes the repaired chunks into the files waiting for them.
+    fn fill_holes<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
+        for w in &mut self.waiting {
+            for (at, hash, len) in std::mem::take(&mut w.holes) {
+                let result = match self.repaired.get(&hash).filter(|b| b.len() == len as usize) {
+                    Some(b) => host
+                        .write(w.no, at, &mut [IoSlice::new(b)])
+                        .map_err(Unfinished::Land),
+                    None => Err(Unfinished::NotRepaired),
+                };
+                if let Err(e) = result {
+                    w.broken = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Finishes the files that waited for REPAIRs (or fails them).
+    pub(super) fn finish_waiting<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
+        for w in std::mem::take(&mut self.waiting) {
+            match w.broken {
+                None if w.holes.is_empty() => {
+                    let spec = FileSpec {
+                        rel: &w.rel,
+                        size: w.size,
+                        mtime_ns: w.mtime_ns,
+                        mode: w.mode,
+                        file_hash: w.file_hash,
+                        held: false,
+                    };
+                    self.land(w.no, &spec, (None, None), host);
+                }
+                None => {
+                    host.discard(w.no);
+                    self.fail(w.rel.as_bytes(), Unfinished::NotRepaired);
+                }
+                Some(why) => {
+                    host.discard(w.no);
+                    self.fail(w.rel.as_bytes(), why);
+                }
+            }
+        }
+    }
+}

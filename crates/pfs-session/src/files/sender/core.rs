@@ -1,0 +1,1090 @@
+//! The sender core, sans I/O: it decides every frame of a files session
+//! (FILES_HELLO, PROBE, INDEX_REQUEST, PLAN, FILE/CHUNKS in zstd BATCH
+//! frames, FILES_END, REPAIR) and reads the receiver's replies from any byte
+//! boundary. Reading files, hashing and chunking them, and the index cache
+//! on disk are the host's ([`FilesSource`]); compressing is computation and
+//! stays here.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use pfs_files::IndexCache;
+use pfs_wire::files::{
+    batch_head, emit_entry_head, parse_batch, parse_index, parse_nak, parse_probe_reply, tag, ChunksHeader,
+    EntryKind, FileEntry, FilesAccept, FilesHello, FilesReport, Hash, Plan, PlanAck, ProbeEntry, ProbeHead,
+    CHUNKS_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_COMPRESS, HELLO_DRY_RUN, INDEX_KEY_LEN,
+    INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
+};
+use pfs_wire::frame::MAX_CONTROL_BODY;
+use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
+
+use super::{classify, ChunkPlan, FilesItem, FilesPlanSummary, FilesSendConfig, FilesSendProgress};
+use crate::error::{LocalError, Timeout};
+use crate::files::{FilesViolation, IndexFault, SENDER_FRAME_TARGET};
+use crate::framing::{frame_want, refusal};
+use crate::SessionError;
+
+/// Largest index BATCH (compressed or not) a sender accepts.
+pub const MAX_INDEX_BATCH: u32 = 1 << 20;
+/// Frames up to this size ride in a BATCH; larger ones go alone.
+const BATCH_FRAME_MAX: usize = 64 << 10;
+/// A BATCH is sent when its frames reach this size.
+const BATCH_TARGET: usize = 1 << 20;
+/// Length of a BATCH body's head (its raw length and what follows).
+const BATCH_HEAD_LEN: usize = 8;
+/// Progress events at most this often.
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
+/// Host work the sender core needs done: the files themselves and the
+/// index cache on disk.
+pub trait FilesSource {
+    /// Sets `digest` of `items[i]` for each `i` in `which`; returns the
+    /// items that cannot be read, with the reason.
+    fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
+    /// Sets `recipe` of `items[i]` for each `i` in `which`; as [`Self::digest`].
+    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
+    /// The index cache of the store `store_id` (empty when none is kept),
+    /// and a warning if it could not be read.
+    fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>);
+    /// Saves the index cache; a warning if it could not be saved.
+    fn save_index(&mut self, cache: &IndexCache) -> Option<String>;
+    /// Reads `buf.len()` bytes at `offset` of `item`'s file, straight into
+    /// `buf` (a frame being built). A warning, if the file changed since
+    /// it was scanned.
+    fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError>;
+}
+
+/// Where a files session is, from the sender's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Accept,
+    ProbeReply,
+    Index,
+    Ack,
+    Stream,
+    Report,
+    Repair,
+    Done,
+}
+
+/// What the core tells its host, besides frames to send.
+#[derive(Debug, Clone, Copy)]
+pub enum FilesSenderEvent {
+    /// Progress of the stream.
+    Progress(FilesSendProgress),
+}
+
+/// One transmission: up to three byte slices written as one vectored write.
+#[derive(Debug)]
+pub struct Transmit<'a> {
+    /// The parts, in order (empty ones are skipped).
+    pub parts: [&'a [u8]; 3],
+    /// What it is, for errors.
+    pub what: &'static str,
+}
+
+/// What is ready to go out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ready {
+    /// `out`: control frames.
+    Out,
+    /// `batch_hdr` + head + `zout`: one BATCH.
+    Batch,
+    /// `frame_hdr` + `frame`: one large frame.
+    Frame(&'static str),
+}
+
+/// The sending side of a files session as a state machine.
+#[derive(Debug)]
+pub struct FilesSender<'a> {
+    items: &'a mut Vec<FilesItem>,
+    cfg: &'a FilesSendConfig,
+    phase: Phase,
+    now: Instant,
+    started: Instant,
+    deadline: Option<Instant>,
+    unconsumed: usize,
+    consumed: u64,
+    wire_sent: u64,
+    out: Vec<u8>,
+    ready: VecDeque<Ready>,
+    /// Small FILE/CHUNKS frames waiting to go out as one BATCH.
+    batch: Vec<u8>,
+    batch_hdr: [u8; FRAME_HEADER_LEN],
+    batch_head: [u8; BATCH_HEAD_LEN],
+    /// Compressed BATCH body.
+    zout: Vec<u8>,
+    zctx: Zstd,
+    zlevel: i32,
+    /// The frame being built (FILE, CHUNKS, REPAIR), and its header.
+    frame: Vec<u8>,
+    frame_hdr: [u8; FRAME_HEADER_LEN],
+    zbuf: Vec<u8>,
+    accept: Option<FilesAccept>,
+    probe_asked: Vec<usize>,
+    probe_next: usize,
+    cache: Option<IndexCache>,
+    index_from: u64,
+    index_raw: Vec<u8>,
+    fetched: u64,
+    cached: u64,
+    plans: Vec<Vec<ChunkPlan>>,
+    summary: FilesPlanSummary,
+    /// Next entry to send, and the next chunk of the entry being sent
+    /// (`None`: its FILE is not sent yet).
+    next_item: usize,
+    next_chunk: Option<usize>,
+    done_bytes: u64,
+    stream_start: Instant,
+    last_progress: Instant,
+    wanted: Vec<Hash>,
+    repairs: Vec<(Hash, (usize, u64, u32))>,
+    repair_next: usize,
+    /// Repair totals: chunks and bytes.
+    pub(super) repaired: (u64, u64),
+    probed: u64,
+    report: Option<(FilesReport<'static>, String)>,
+    warnings: Vec<String>,
+    events: VecDeque<FilesSenderEvent>,
+}
+
+/// A zstd compression context (the context itself has no `Debug`).
+struct Zstd(zstd::bulk::Compressor<'static>);
+
+impl std::fmt::Debug for Zstd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Zstd")
+    }
+}
+
+fn malformed(context: &'static str) -> impl FnOnce(pfs_wire::WireError) -> SessionError {
+    move |error| SessionError::Malformed { context, error }
+}
+
+impl<'a> FilesSender<'a> {
+    /// A session that sends `items`; FILES_HELLO is ready to go.
+    pub fn new(
+        items: &'a mut Vec<FilesItem>,
+        cfg: &'a FilesSendConfig,
+        now: Instant,
+    ) -> Result<Self, SessionError> {
+        let zctx = zstd::bulk::Compressor::new(1).map_err(|source| LocalError::Zstd {
+            what: "compression context",
+            source,
+        })?;
+        let mut s = Self {
+            items,
+            cfg,
+            phase: Phase::Accept,
+            now,
+            started: now,
+            deadline: Some(now + cfg.reply_timeout),
+            unconsumed: 0,
+            consumed: 0,
+            wire_sent: 0,
+            out: Vec::new(),
+            ready: VecDeque::new(),
+            batch: Vec::with_capacity(BATCH_TARGET + BATCH_FRAME_MAX),
+            batch_hdr: [0; FRAME_HEADER_LEN],
+            batch_head: [0; BATCH_HEAD_LEN],
+            zout: Vec::new(),
+            zctx: Zstd(zctx),
+            zlevel: 1,
+            frame: Vec::with_capacity(SENDER_FRAME_TARGET + (1 << 20)),
+            frame_hdr: [0; FRAME_HEADER_LEN],
+            zbuf: Vec::new(),
+            accept: None,
+            probe_asked: Vec::new(),
+            probe_next: 0,
+            cache: None,
+            index_from: 0,
+            index_raw: Vec::new(),
+            fetched: 0,
+            cached: 0,
+            plans: Vec::new(),
+            summary: FilesPlanSummary::default(),
+            next_item: 0,
+            next_chunk: None,
+            done_bytes: 0,
+            stream_start: now,
+            last_progress: now,
+            wanted: Vec::new(),
+            repairs: Vec::new(),
+            repair_next: 0,
+            repaired: (0, 0),
+            probed: 0,
+            report: None,
+            warnings: Vec::new(),
+            events: VecDeque::new(),
+        };
+        let mut hello = Vec::new();
+        FilesHello {
+            flags: if cfg.dry_run { HELLO_DRY_RUN } else { 0 }
+                | if cfg.compress.is_some() { HELLO_COMPRESS } else { 0 },
+            auth_method: 0,
+            chunk_avg: cfg.chunk_avg,
+            session_nonce: cfg.session_nonce,
+            remote_dir: &cfg.remote_dir,
+            auth: &[],
+        }
+        .emit(&mut hello);
+        s.control(FrameType::FilesHello, 0, &hello);
+        Ok(s)
+    }
+
+    /// Largest contiguous unit [`Self::handle_input`] needs.
+    pub fn buffer_capacity(&self) -> usize {
+        MAX_INDEX_BATCH as usize + 64 * 1024
+    }
+
+    /// Contiguous bytes the next reply needs, given what is buffered.
+    pub fn want(&self, buffered: &[u8]) -> usize {
+        frame_want(buffered).min(self.buffer_capacity())
+    }
+
+    /// Whether the core awaits a reply (else it has frames to send, or is done).
+    pub fn wants_input(&self) -> bool {
+        self.ready.is_empty()
+            && matches!(
+                self.phase,
+                Phase::Accept | Phase::ProbeReply | Phase::Index | Phase::Ack | Phase::Report
+            )
+    }
+
+    /// Whether the session is over.
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done && self.ready.is_empty()
+    }
+
+    /// Whether the session ended after the index (a dry run).
+    pub fn is_dry_run(&self) -> bool {
+        self.cfg.dry_run
+    }
+
+    /// Handles the whole replies at the front of `input`; returns the bytes consumed.
+    pub fn handle_input<S: FilesSource + ?Sized>(
+        &mut self,
+        now: Instant,
+        input: &[u8],
+        src: &mut S,
+    ) -> Result<usize, SessionError> {
+        self.now = now;
+        if input.len() > self.unconsumed {
+            self.deadline = Some(now + self.cfg.reply_timeout);
+        }
+        let mut used = 0;
+        while self.wants_input() {
+            let rest = &input[used..];
+            if rest.len() < FRAME_HEADER_LEN {
+                break;
+            }
+            let h = FrameHeader::parse(rest).map_err(malformed("frame header"))?;
+            self.check_reply(&h)?;
+            let end = FRAME_HEADER_LEN + h.length as usize;
+            if rest.len() < end {
+                break;
+            }
+            self.reply(h, &rest[FRAME_HEADER_LEN..end], src)?;
+            used += end;
+            self.consumed += end as u64;
+        }
+        self.unconsumed = input.len() - used;
+        Ok(used)
+    }
+
+    /// When the awaited reply is late.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline.filter(|_| self.wants_input())
+    }
+
+    /// Ends the session if the awaited reply is late.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        match self.poll_timeout() {
+            Some(d) if now >= d => Err(self.timed_out()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The error of a reply that did not come in time.
+    pub fn timed_out(&self) -> SessionError {
+        SessionError::TimedOut {
+            what: Timeout::Reply {
+                during: self.awaiting(),
+                after: self.cfg.reply_timeout,
+            },
+        }
+    }
+
+    /// What the session awaits.
+    pub fn awaiting(&self) -> &'static str {
+        match self.phase {
+            Phase::Accept => "FILES_ACCEPT",
+            Phase::ProbeReply => "PROBE_REPLY",
+            Phase::Index => "INDEX",
+            Phase::Ack => "PLAN acknowledgement",
+            Phase::Stream => "file stream",
+            Phase::Report => "the report",
+            Phase::Repair => "REPAIR",
+            Phase::Done => "FILES_END",
+        }
+    }
+
+    /// The next bytes to send, building more of the stream when nothing
+    /// is ready; call [`Self::transmitted`] once they are written.
+    pub fn poll_transmit<S: FilesSource + ?Sized>(
+        &mut self,
+        now: Instant,
+        src: &mut S,
+    ) -> Result<Option<Transmit<'_>>, SessionError> {
+        self.now = now;
+        while self.ready.is_empty() {
+            match self.phase {
+                Phase::Stream => self.stream_step(src)?,
+                Phase::Repair => self.repair_step(src)?,
+                _ => break,
+            }
+        }
+        Ok(self.ready.front().map(|r| match *r {
+            Ready::Out => Transmit {
+                parts: [&self.out[..], &[], &[]],
+                what: "control frame",
+            },
+            Ready::Batch => Transmit {
+                parts: [&self.batch_hdr[..], &self.batch_head[..], &self.zout[..]],
+                what: "BATCH",
+            },
+            Ready::Frame(what) => Transmit {
+                parts: [&self.frame_hdr[..], &self.frame[..], &[]],
+                what,
+            },
+        }))
+    }
+
+    /// The transmission of [`Self::poll_transmit`] was written.
+    pub fn transmitted(&mut self) {
+        let n = match self.ready.pop_front() {
+            Some(Ready::Out) => {
+                let n = self.out.len();
+                self.out.clear();
+                n
+            }
+            Some(Ready::Batch) => FRAME_HEADER_LEN + self.batch_head.len() + self.zout.len(),
+            Some(Ready::Frame(_)) => FRAME_HEADER_LEN + self.frame.len(),
+            None => 0,
+        };
+        self.wire_sent += n as u64;
+        if self.ready.is_empty() && self.wants_input() {
+            // Awaiting a reply from now on.
+            self.deadline = Some(self.now + self.cfg.reply_timeout);
+        }
+    }
+
+    /// The next event for the host.
+    pub fn poll_event(&mut self) -> Option<FilesSenderEvent> {
+        self.events.pop_front()
+    }
+
+    /// What was decided and learnt (for the outcome).
+    pub fn summary(&self) -> FilesPlanSummary {
+        self.summary
+    }
+
+    /// Store id and generation from FILES_ACCEPT.
+    pub fn accept(&self) -> Option<&FilesAccept> {
+        self.accept.as_ref()
+    }
+
+    /// Index entries fetched, and those known from the cache before.
+    pub fn index_counts(&self) -> (u64, u64) {
+        (self.fetched, self.cached)
+    }
+
+    /// Entries asked about with PROBE.
+    pub fn probed(&self) -> u64 {
+        self.probed
+    }
+
+    /// Bytes written and bytes consumed.
+    pub fn wire_bytes(&self) -> (u64, u64) {
+        (self.wire_sent, self.consumed)
+    }
+
+    /// Warnings so far (items left out, cache trouble).
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// The receiver's report and its messages, once the session is done.
+    pub fn take_report(&mut self) -> Option<(FilesReport<'static>, String)> {
+        self.report.take()
+    }
+
+    /// When the session started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    fn control(&mut self, ty: FrameType, flags: u16, body: &[u8]) {
+        put_frame(&mut self.out, ty, flags, body);
+        if self.ready.back() != Some(&Ready::Out) {
+            self.ready.push_back(Ready::Out);
+        }
+    }
+
+    fn check_reply(&self, h: &FrameHeader) -> Result<(), SessionError> {
+        let index = self.phase == Phase::Index;
+        let bad = if index {
+            h.length > MAX_INDEX_BATCH
+        } else {
+            h.frame_type.is_bulk() || h.length > MAX_CONTROL_BODY
+        };
+        if bad {
+            return Err(FilesViolation::BadReply {
+                frame: h.frame_type,
+                len: h.length,
+                during: self.awaiting(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    fn unexpected(&self, got: FrameType) -> SessionError {
+        let expected = match self.phase {
+            Phase::Accept => "FILES_ACCEPT",
+            Phase::ProbeReply => "PROBE_REPLY",
+            Phase::Index => "INDEX",
+            Phase::Ack => "ACK",
+            _ => "NAK or FILES_END",
+        };
+        FilesViolation::UnexpectedReply { expected, got }.into()
+    }
+
+    fn reply<S: FilesSource + ?Sized>(
+        &mut self,
+        h: FrameHeader,
+        body: &[u8],
+        src: &mut S,
+    ) -> Result<(), SessionError> {
+        if h.frame_type == FrameType::Error {
+            return Err(refusal(body));
+        }
+        match (self.phase, h.frame_type) {
+            (Phase::Accept, FrameType::FilesAccept) => {
+                let accept = FilesAccept::parse(body).map_err(malformed("FILES_ACCEPT"))?;
+                self.accept = Some(accept);
+                self.after_accept(src)
+            }
+            (Phase::ProbeReply, FrameType::ProbeReply) => {
+                let (head, bits) = parse_probe_reply(body).map_err(malformed("PROBE_REPLY"))?;
+                let count = head.count as usize;
+                let next = self.probe_next;
+                if head.first_no != next as u64 || next + count > self.probe_asked.len() {
+                    return Err(FilesViolation::ProbeReplyOrder {
+                        first: head.first_no,
+                        count: head.count,
+                        expected: next as u64,
+                        asked: self.probe_asked.len() as u64,
+                    }
+                    .into());
+                }
+                for j in 0..count {
+                    self.items[self.probe_asked[next + j]].held = bits[j / 8] & (1 << (j % 8)) != 0;
+                }
+                self.probe_next += count;
+                if h.flags & FLAG_LAST != 0 {
+                    if self.probe_next != self.probe_asked.len() {
+                        return Err(FilesViolation::ProbeReplyShort {
+                            answered: self.probe_next as u64,
+                            asked: self.probe_asked.len() as u64,
+                        }
+                        .into());
+                    }
+                    self.probed = self.probe_asked.len() as u64;
+                    self.request_index(src);
+                }
+                Ok(())
+            }
+            (Phase::Index, FrameType::Index) => {
+                if self.index_frame(h.flags, body)? {
+                    self.after_index(src);
+                }
+                Ok(())
+            }
+            (Phase::Index, FrameType::Batch) => {
+                let (raw_len, z) = parse_batch(body).map_err(malformed("BATCH"))?;
+                if raw_len > MAX_INDEX_BATCH {
+                    return Err(FilesViolation::BadIndex {
+                        what: IndexFault::TooLarge { len: raw_len },
+                    }
+                    .into());
+                }
+                let mut raw = std::mem::take(&mut self.index_raw);
+                raw.resize(raw_len as usize, 0);
+                let result = match zstd::bulk::decompress_to_buffer(z, &mut raw[..]) {
+                    Ok(n) if n == raw_len as usize => self.index_batch(&raw),
+                    _ => Err(FilesViolation::BadIndex {
+                        what: IndexFault::Corrupt,
+                    }
+                    .into()),
+                };
+                self.index_raw = raw;
+                if result? {
+                    self.after_index(src);
+                }
+                Ok(())
+            }
+            (Phase::Ack, FrameType::Ack) => {
+                PlanAck::parse(body).map_err(malformed("ACK"))?;
+                self.phase = Phase::Stream;
+                self.stream_start = self.now;
+                self.last_progress = self.now;
+                Ok(())
+            }
+            (Phase::Report, FrameType::Nak) => {
+                let hashes = parse_nak(body).map_err(malformed("NAK"))?;
+                self.wanted.extend(hashes.copied());
+                if h.flags & FLAG_LAST != 0 {
+                    self.start_repair();
+                }
+                Ok(())
+            }
+            (Phase::Report, FrameType::FilesEnd)
+                if h.flags & FLAG_FILES_REPORT != 0 && self.wanted.is_empty() =>
+            {
+                let r = FilesReport::parse(body).map_err(malformed("FILES_END report"))?;
+                self.report = Some((FilesReport { messages: "", ..r }, r.messages.to_string()));
+                self.phase = Phase::Done;
+                Ok(())
+            }
+            (_, got) => Err(self.unexpected(got)),
+        }
+    }
+
+    /// Leaves out the items `src` could not read, with a warning each.
+    fn drop_failed(&mut self, failed: Vec<(usize, String)>) {
+        if failed.is_empty() {
+            return;
+        }
+        let mut gone = vec![false; self.items.len()];
+        for (i, why) in failed {
+            self.warnings
+                .push(format!("skipping {}: {why}", self.items[i].entry.abs.display()));
+            gone[i] = true;
+        }
+        let mut k = 0;
+        self.items.retain(|_| {
+            k += 1;
+            !gone[k - 1]
+        });
+    }
+
+    fn unchunked(&self) -> Vec<usize> {
+        (0..self.items.len())
+            .filter(|&i| self.items[i].is_file() && self.items[i].recipe.is_none() && !self.items[i].held)
+            .collect()
+    }
+
+    /// Whole files first: with a store that holds anything, files not yet
+    /// chunked are hashed whole and the receiver asked which it holds; only
+    /// the rest are chunked. An empty store holds nothing to ask about.
+    fn after_accept<S: FilesSource + ?Sized>(&mut self, src: &mut S) -> Result<(), SessionError> {
+        let generation = self.accept.as_ref().map_or(0, |a| a.generation);
+        if generation > 0 && self.cfg.probe {
+            let todo: Vec<usize> = self
+                .unchunked()
+                .into_iter()
+                .filter(|&i| self.items[i].digest.is_none())
+                .collect();
+            let failed = src.digest(self.items, &todo);
+            self.drop_failed(failed);
+            if self.queue_probe() {
+                self.phase = Phase::ProbeReply;
+                return Ok(());
+            }
+        }
+        self.request_index(src);
+        Ok(())
+    }
+
+    /// PROBE frames for the files hashed whole; false if there are none.
+    fn queue_probe(&mut self) -> bool {
+        let items = &*self.items;
+        let asked: Vec<usize> = (0..items.len())
+            .filter(|&i| items[i].is_file() && items[i].digest.is_some_and(|(n, _)| n > 0))
+            .collect();
+        if asked.is_empty() {
+            return false;
+        }
+        let max_body = MAX_CONTROL_BODY as usize;
+        let mut body = Vec::with_capacity(max_body);
+        let mut first = 0usize;
+        let mut k = 0usize;
+        while k < asked.len() {
+            body.clear();
+            body.extend_from_slice(&[0; PROBE_HEAD_LEN]);
+            while k < asked.len() {
+                let it = &items[asked[k]];
+                let path = it.entry.rel.as_bytes();
+                if body.len() + PROBE_ENTRY_FIXED_LEN + path.len() > max_body {
+                    break;
+                }
+                let (size, digest) = it.digest.unwrap_or_default();
+                let mut key = [0u8; INDEX_KEY_LEN];
+                key.copy_from_slice(&digest[..INDEX_KEY_LEN]);
+                ProbeEntry {
+                    size,
+                    mtime_sec: it.entry.mtime_ns.div_euclid(1_000_000_000) as i64,
+                    mtime_nsec: it.entry.mtime_ns.rem_euclid(1_000_000_000) as u32,
+                    key,
+                    path,
+                }
+                .emit(&mut body);
+                k += 1;
+            }
+            let head = ProbeHead {
+                first_no: first as u64,
+                count: (k - first) as u32,
+            };
+            body[..PROBE_HEAD_LEN].copy_from_slice(&head.emit());
+            let flags = if k == asked.len() { FLAG_LAST } else { 0 };
+            put_frame(&mut self.batch, FrameType::Probe, flags, &body);
+            first = k;
+        }
+        self.probe_asked = asked;
+        self.probe_next = 0;
+        // PROBE frames go in BATCH frames of at most BATCH_TARGET raw bytes.
+        self.flush_batch_all();
+        true
+    }
+
+    /// Chunks what the receiver lacks, opens the index cache, asks for the
+    /// index from the cached generation on.
+    fn request_index<S: FilesSource + ?Sized>(&mut self, src: &mut S) {
+        let todo = self.unchunked();
+        let failed = src.chunk(self.items, &todo);
+        self.drop_failed(failed);
+        let (store_id, generation) = self
+            .accept
+            .as_ref()
+            .map_or(([0; 16], 0), |a| (a.store_id, a.generation));
+        let (mut cache, warning) = src.open_index(store_id);
+        self.warnings.extend(warning);
+        if cache.generation() > generation {
+            // The store lost entries (a crash dropped a torn tail): start over.
+            cache.reset();
+        }
+        self.cached = cache.len() as u64;
+        self.index_from = cache.generation();
+        self.cache = Some(cache);
+        let from = self.index_from.to_le_bytes();
+        self.control(FrameType::IndexRequest, 0, &from[..INDEX_REQUEST_LEN]);
+        self.phase = Phase::Index;
+    }
+
+    /// One INDEX body into the cache; returns whether it was the last.
+    fn index_frame(&mut self, flags: u16, body: &[u8]) -> Result<bool, SessionError> {
+        let entries = parse_index(body).map_err(malformed("INDEX"))?;
+        let batch: Vec<_> = entries.map(|e| (e.key, e.offset, e.len)).collect();
+        self.fetched += batch.len() as u64;
+        if let Some(cache) = self.cache.as_mut() {
+            cache.extend(self.index_from + self.fetched, batch);
+        }
+        Ok(flags & FLAG_LAST != 0)
+    }
+
+    fn index_batch(&mut self, mut rest: &[u8]) -> Result<bool, SessionError> {
+        let mut last = false;
+        while !rest.is_empty() {
+            let (f, used) = Frame::parse(rest).map_err(malformed("frame in an index BATCH"))?;
+            if f.header.frame_type != FrameType::Index || last {
+                return Err(FilesViolation::BadIndex {
+                    what: IndexFault::Malformed,
+                }
+                .into());
+            }
+            last = self.index_frame(f.header.flags, f.body)?;
+            rest = &rest[used..];
+        }
+        Ok(last)
+    }
+
+    /// The index is complete: classify every chunk, then PLAN (or stop: a dry run).
+    fn after_index<S: FilesSource + ?Sized>(&mut self, src: &mut S) {
+        let Some(cache) = self.cache.as_ref() else {
+            return;
+        };
+        self.warnings.extend(src.save_index(cache));
+        let (plans, summary) = classify(self.items, |h| cache.lookup(h));
+        self.plans = plans;
+        self.summary = summary;
+        if self.cfg.dry_run {
+            self.phase = Phase::Done;
+            return;
+        }
+        let plan = Plan {
+            entries: summary.entries,
+            files: summary.files,
+            total_bytes: summary.total_bytes,
+            literal_bytes: summary.literal_bytes,
+            chunks: summary.chunks,
+        };
+        self.control(FrameType::Plan, 0, &plan.emit());
+        self.phase = Phase::Ack;
+    }
+
+    /// The frame in `frame` goes out: small ones in the BATCH, large ones
+    /// alone (after the BATCH so far).
+    fn queue(&mut self, ty: FrameType, what: &'static str) -> Result<(), SessionError> {
+        let len = FRAME_HEADER_LEN + self.frame.len();
+        if len > BATCH_FRAME_MAX {
+            self.flush_batch()?;
+            self.frame_hdr = FrameHeader {
+                frame_type: ty,
+                flags: 0,
+                length: u32::try_from(self.frame.len()).map_err(|_| LocalError::FrameTooLarge { what })?,
+            }
+            .emit();
+            self.ready.push_back(Ready::Frame(what));
+            return Ok(());
+        }
+        put_frame(&mut self.batch, ty, 0, &self.frame);
+        if self.batch.len() >= BATCH_TARGET {
+            self.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    /// Compresses the queued frames into one BATCH, ready to go.
+    fn flush_batch(&mut self) -> Result<(), SessionError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        // Level 1 unless the user asked for compression: the batch is mostly
+        // paths and descriptors, which compress at any level.
+        let level = self.cfg.compress.unwrap_or(1);
+        compress_into(
+            &mut self.zctx,
+            &mut self.zlevel,
+            level,
+            &self.batch,
+            &mut self.zout,
+        )
+        .map_err(|source| LocalError::Zstd {
+            what: "compressing a batch",
+            source,
+        })?;
+        self.batch_head = batch_head(self.batch.len() as u32);
+        self.batch_hdr = FrameHeader {
+            frame_type: FrameType::Batch,
+            flags: 0,
+            length: (self.batch_head.len() + self.zout.len()) as u32,
+        }
+        .emit();
+        self.batch.clear();
+        self.ready.push_back(Ready::Batch);
+        Ok(())
+    }
+
+    /// PROBE frames as control BATCH frames, each at most BATCH_TARGET raw.
+    fn flush_batch_all(&mut self) {
+        let raw = std::mem::take(&mut self.batch);
+        let level = self.cfg.compress.unwrap_or(1);
+        let mut rest = &raw[..];
+        while !rest.is_empty() {
+            let mut end = 0;
+            while end < rest.len() {
+                let Ok((_, used)) = Frame::parse(&rest[end..]) else {
+                    break;
+                };
+                if end > 0 && end + used > BATCH_TARGET {
+                    break;
+                }
+                end += used;
+            }
+            let part = &rest[..end.max(1).min(rest.len())];
+            match compress_into(&mut self.zctx, &mut self.zlevel, level, part, &mut self.zout) {
+                Ok(_) => {
+                    let mut body = batch_head(part.len() as u32).to_vec();
+                    body.extend_from_slice(&self.zout);
+                    put_frame(&mut self.out, FrameType::Batch, 0, &body);
+                }
+                // Not compressible here: the frames go as they are.
+                Err(_) => self.out.extend_from_slice(part),
+            }
+            rest = &rest[part.len()..];
+        }
+        if self.ready.back() != Some(&Ready::Out) {
+            self.ready.push_back(Ready::Out);
+        }
+        self.batch = raw;
+        self.batch.clear();
+    }
+
+    /// Builds the next frames of the stream: a FILE, or a CHUNKS frame of
+    /// the current file, or (all sent) FILES_END.
+    fn stream_step<S: FilesSource + ?Sized>(&mut self, src: &mut S) -> Result<(), SessionError> {
+        let no = self.next_item;
+        if no == self.items.len() {
+            self.progress(true);
+            self.flush_batch()?;
+            self.control(FrameType::FilesEnd, 0, &[]);
+            self.phase = Phase::Report;
+            return Ok(());
+        }
+        match self.next_chunk {
+            None => {
+                self.file_frame(no);
+                self.queue(FrameType::File, "FILE")?;
+                let item = &self.items[no];
+                let chunks = item
+                    .recipe
+                    .as_ref()
+                    .filter(|_| !item.held)
+                    .map_or(0, |r| r.chunks.len());
+                self.next_chunk = (chunks > 0).then_some(0);
+                if chunks == 0 {
+                    self.end_item();
+                }
+            }
+            Some(i) => {
+                let end = self.chunks_frame(no, i, src)?;
+                self.queue(FrameType::Chunks, "CHUNKS")?;
+                let total = self.items[no].recipe.as_ref().map_or(0, |r| r.chunks.len());
+                if end == total {
+                    self.end_item();
+                } else {
+                    self.next_chunk = Some(end);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn end_item(&mut self) {
+        self.done_bytes += self.items[self.next_item].recipe.as_ref().map_or(0, |r| r.size);
+        self.next_item += 1;
+        self.next_chunk = None;
+        self.progress(false);
+    }
+
+    fn progress(&mut self, last: bool) {
+        if !last && self.now.saturating_duration_since(self.last_progress) < PROGRESS_EVERY {
+            return;
+        }
+        self.last_progress = self.now;
+        self.events
+            .push_back(FilesSenderEvent::Progress(FilesSendProgress {
+                entries: self.next_item as u64,
+                bytes: self.done_bytes,
+                total_bytes: self.summary.total_bytes,
+                wire_bytes: self.wire_sent,
+                elapsed: self.now.saturating_duration_since(self.stream_start),
+            }));
+    }
+
+    /// The FILE body of entry `no` into `frame`.
+    fn file_frame(&mut self, no: usize) {
+        let item = &self.items[no];
+        let e = &item.entry;
+        let (kind, link) = super::entry_kind(e);
+        let (size, file_hash, chunk_count) = match (&item.recipe, item.size_and_hash()) {
+            (_, Some((size, hash))) if item.held => (size, hash, 0),
+            (Some(r), _) => (r.size, r.file_hash, r.chunks.len() as u32),
+            _ => (0, [0; 32], 0),
+        };
+        self.frame.clear();
+        FileEntry {
+            file_no: no as u64,
+            kind,
+            mode: e.mode,
+            mtime_sec: e.mtime_ns.div_euclid(1_000_000_000) as i64,
+            mtime_nsec: e.mtime_ns.rem_euclid(1_000_000_000) as u32,
+            size,
+            chunk_count,
+            file_hash,
+            path: e.rel.as_bytes(),
+            link_target: link,
+            held: item.held,
+        }
+        .emit(&mut self.frame);
+        debug_assert!(kind != EntryKind::File || chunk_count == 0 || item.recipe.is_some());
+    }
+
+    /// One CHUNKS frame of entry `no` from chunk `first` on, into `frame`
+    /// (literal bytes read straight into it: one copy from the page cache);
+    /// returns the chunk after the last one in it.
+    fn chunks_frame<S: FilesSource + ?Sized>(
+        &mut self,
+        no: usize,
+        first: usize,
+        src: &mut S,
+    ) -> Result<usize, SessionError> {
+        let item = &self.items[no];
+        let Some(recipe) = item.recipe.as_ref() else {
+            return Ok(first);
+        };
+        let plan = &self.plans[no];
+        let frame = &mut self.frame;
+        frame.clear();
+        frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
+        let mut i = first;
+        while i < recipe.chunks.len() && frame.len() < SENDER_FRAME_TARGET {
+            let c = &recipe.chunks[i];
+            match plan[i] {
+                ChunkPlan::Ref { offset } => {
+                    emit_entry_head(frame, tag::REF, &c.hash, c.len);
+                    frame.extend_from_slice(&offset.to_le_bytes());
+                }
+                ChunkPlan::Known => emit_entry_head(frame, tag::KNOWN, &c.hash, c.len),
+                ChunkPlan::Literal => {
+                    let compress = self
+                        .cfg
+                        .compress
+                        .map(|level| (&mut self.zctx, &mut self.zlevel, level));
+                    let warning = push_literal(
+                        frame,
+                        &mut self.zbuf,
+                        src,
+                        item,
+                        c.offset,
+                        c.len,
+                        &c.hash,
+                        compress,
+                    )?;
+                    self.warnings.extend(warning);
+                }
+            }
+            i += 1;
+        }
+        let count = (i - first) as u32;
+        frame[..CHUNKS_FIXED_LEN].copy_from_slice(
+            &ChunksHeader {
+                file_no: no as u64,
+                count,
+            }
+            .emit(),
+        );
+        Ok(i)
+    }
+
+    /// The NAKs are complete: find each named chunk in the files.
+    fn start_repair(&mut self) {
+        let want: HashSet<Hash> = self.wanted.drain(..).collect();
+        let mut found: HashMap<Hash, (usize, u64, u32)> = HashMap::new();
+        for (i, item) in self.items.iter().enumerate() {
+            if let Some(r) = &item.recipe {
+                for c in &r.chunks {
+                    if want.contains(&c.hash) {
+                        found.entry(c.hash).or_insert((i, c.offset, c.len));
+                    }
+                }
+            }
+        }
+        let mut list: Vec<_> = found.into_iter().collect();
+        list.sort_by_key(|(_, (i, off, _))| (*i, *off));
+        self.repairs = list;
+        self.repair_next = 0;
+        self.phase = Phase::Repair;
+    }
+
+    /// The next REPAIR frame: the named chunks' bytes, read again.
+    fn repair_step<S: FilesSource + ?Sized>(&mut self, src: &mut S) -> Result<(), SessionError> {
+        let frame = &mut self.frame;
+        frame.clear();
+        frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
+        let mut count = 0u32;
+        while self.repair_next < self.repairs.len() && frame.len() < SENDER_FRAME_TARGET {
+            let (hash, (i, off, len)) = self.repairs[self.repair_next];
+            let compress = self
+                .cfg
+                .compress
+                .map(|level| (&mut self.zctx, &mut self.zlevel, level));
+            let warning = push_literal(
+                frame,
+                &mut self.zbuf,
+                src,
+                &self.items[i],
+                off,
+                len,
+                &hash,
+                compress,
+            )?;
+            self.warnings.extend(warning);
+            self.repaired.0 += 1;
+            self.repaired.1 += u64::from(len);
+            count += 1;
+            self.repair_next += 1;
+        }
+        frame[..CHUNKS_FIXED_LEN].copy_from_slice(
+            &ChunksHeader {
+                file_no: ChunksHeader::REPAIR,
+                count,
+            }
+            .emit(),
+        );
+        let last = self.repair_next >= self.repairs.len();
+        self.frame_hdr = FrameHeader {
+            frame_type: FrameType::Repair,
+            flags: if last { FLAG_LAST } else { 0 },
+            length: u32::try_from(self.frame.len())
+                .map_err(|_| LocalError::FrameTooLarge { what: "REPAIR" })?,
+        }
+        .emit();
+        self.ready.push_back(Ready::Frame("REPAIR"));
+        if last {
+            self.phase = Phase::Report;
+        }
+        Ok(())
+    }
+}
+
+/// Appends one literal entry: the chunk's bytes read by `src` straight into
+/// the frame, or zstd-compressed when that is smaller.
+#[allow(clippy::too_many_arguments)]
+fn push_literal<S: FilesSource + ?Sized>(
+    frame: &mut Vec<u8>,
+    zbuf: &mut Vec<u8>,
+    src: &mut S,
+    item: &FilesItem,
+    offset: u64,
+    len: u32,
+    hash: &Hash,
+    compress: Option<(&mut Zstd, &mut i32, i32)>,
+) -> Result<Option<String>, SessionError> {
+    let head = frame.len();
+    emit_entry_head(frame, tag::LITERAL, hash, len);
+    let start = frame.len();
+    frame.resize(start + len as usize, 0);
+    let warning = src.read(item, offset, &mut frame[start..])?;
+    if let Some((zctx, zlevel, level)) = compress {
+        // Compression that saves nothing is not worth the receiver's time.
+        if let Ok(n) = compress_into(zctx, zlevel, level, &frame[start..], zbuf) {
+            if n + 4 < len as usize {
+                frame.truncate(head);
+                emit_entry_head(frame, tag::ZSTD, hash, len);
+                frame.extend_from_slice(&(n as u32).to_le_bytes());
+                frame.extend_from_slice(&zbuf[..n]);
+            }
+        }
+    }
+    Ok(warning)
+}
+
+/// Compresses `src` into `dst` (replacing its contents) with the session's
+/// context, switching its level only when it changes.
+fn compress_into(
+    zctx: &mut Zstd,
+    current: &mut i32,
+    level: i32,
+    src: &[u8],
+    dst: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    if *current != level {
+        zctx.0.set_compression_level(level)?;
+        *current = level;
+    }
+    dst.clear();
+    dst.reserve(zstd::zstd_safe::compress_bound(src.len()));
+    zctx.0.compress_to_buffer(src, dst)
+}

@@ -1,0 +1,341 @@
+//! The sending side of a files session: learn the receiver's store index
+//! (cached per store id and generation, so a second send fetches only the
+//! delta), decide per chunk between a descriptor into the store and literal
+//! bytes, announce the totals, stream FILE and CHUNKS frames, answer NAKs
+//! with REPAIRs, and return the receiver's report.
+
+//!
+//! - [`core`]: the sans-I/O core [`FilesSender`] — replies and `now` in;
+//!   frames to send, a deadline and progress events out; file bytes,
+//!   hashing, chunking and the index cache through [`FilesSource`].
+//! - [`driver`]: [`send_files`], the core over a blocking transport, with
+//!   [`LocalSource`] on this machine's files.
+
+pub mod core;
+pub mod driver;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use pfs_files::{Entry, EntryKind as LocalKind, Recipe};
+use pfs_wire::files::{EntryKind, FilesReport, Hash};
+
+use crate::sys::Usage;
+
+pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, Transmit, MAX_INDEX_BATCH};
+pub use driver::{send_files, LocalSource};
+
+/// One entry to send, with its recipe if it is a regular file.
+#[derive(Debug, Clone)]
+pub struct FilesItem {
+    /// What and where.
+    pub entry: Entry,
+    /// The file's chunks (regular files; `None` until it is chunked).
+    pub recipe: Option<Recipe>,
+    /// Size and XXH3-128 of the whole file: cached, or from the probe pass
+    /// (files without a cached recipe, when the receiver's store is not
+    /// empty). Files with a digest are asked about (PROBE).
+    pub digest: Option<(u64, pfs_files::QuickDigest)>,
+    /// The receiver said it holds this file: FILE with HELD, no CHUNKS.
+    pub held: bool,
+}
+
+impl FilesItem {
+    /// An entry with no work done on it yet.
+    pub fn new(entry: Entry, recipe: Option<Recipe>) -> Self {
+        Self {
+            entry,
+            recipe,
+            digest: None,
+            held: false,
+        }
+    }
+
+    fn is_file(&self) -> bool {
+        matches!(self.entry.kind, LocalKind::File { .. })
+    }
+
+    /// Size and the `file_hash` field of its FILE frame: the BLAKE3 from
+    /// the recipe, or for a HELD file its XXH3-128 and 16 zero bytes.
+    fn size_and_hash(&self) -> Option<(u64, Hash)> {
+        if self.held {
+            let (size, digest) = self.digest?;
+            let mut h = [0u8; 32];
+            h[..16].copy_from_slice(&digest);
+            return Some((size, h));
+        }
+        self.recipe.as_ref().map(|r| (r.size, r.file_hash))
+    }
+}
+
+/// The reading a sender defers until it knows what the receiver holds:
+/// whole-file hashes for the probe, then chunking of the files the receiver
+/// lacks. Items that cannot be read are returned with the reason; the
+/// session leaves them out.
+pub trait FilesPrepare {
+    /// Sets `digest` (size and XXH3-128) of `items[i]` for each `i` in `which`.
+    fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
+    /// Sets `recipe` of `items[i]` for each `i` in `which`.
+    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
+}
+
+/// [`FilesPrepare`] on this machine's files with [`pfs_files::digest_files`]
+/// and [`pfs_files::chunk_files`]; counts the time it spends.
+#[derive(Debug, Clone)]
+pub struct LocalPrepare {
+    /// Chunking parameters.
+    pub params: pfs_files::ChunkParams,
+    /// Worker threads (0 = one per core).
+    pub threads: usize,
+    /// Time spent hashing and chunking.
+    pub spent: Duration,
+    /// Files hashed whole for the probe, and their bytes.
+    pub hashed: (u64, u64),
+    /// Files chunked, and their bytes.
+    pub chunked: (u64, u64),
+}
+
+impl LocalPrepare {
+    /// A preparer with these parameters.
+    pub fn new(params: pfs_files::ChunkParams, threads: usize) -> Self {
+        Self {
+            params,
+            threads,
+            spent: Duration::ZERO,
+            hashed: (0, 0),
+            chunked: (0, 0),
+        }
+    }
+
+    fn run<R>(
+        &mut self,
+        items: &mut [FilesItem],
+        which: &[usize],
+        work: impl FnOnce(
+            &[&Entry],
+            &pfs_files::ChunkParams,
+            usize,
+        ) -> Result<Vec<Result<R, pfs_files::FilesError>>, pfs_files::FilesError>,
+        mut put: impl FnMut(&mut FilesItem, R),
+    ) -> Vec<(usize, String)> {
+        if which.is_empty() {
+            return Vec::new();
+        }
+        let t0 = Instant::now();
+        let entries: Vec<&Entry> = which.iter().map(|&i| &items[i].entry).collect();
+        let results = match work(&entries, &self.params, self.threads) {
+            Ok(r) => r,
+            Err(e) => return which.iter().map(|&i| (i, e.to_string())).collect(),
+        };
+        let mut failed = Vec::new();
+        for (&i, r) in which.iter().zip(results) {
+            match r {
+                Ok(r) => put(&mut items[i], r),
+                Err(e) => failed.push((i, e.to_string())),
+            }
+        }
+        self.spent += t0.elapsed();
+        failed
+    }
+}
+
+impl FilesPrepare for LocalPrepare {
+    fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
+        let mut done = (0, 0);
+        let failed = self.run(items, which, pfs_files::digest_files, |it, d| {
+            done.0 += 1;
+            done.1 += d.0;
+            it.digest = Some(d);
+        });
+        self.hashed = (self.hashed.0 + done.0, self.hashed.1 + done.1);
+        failed
+    }
+
+    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
+        let mut done = (0, 0);
+        let failed = self.run(items, which, pfs_files::chunk_files, |it, r| {
+            done.0 += 1;
+            done.1 += r.size;
+            it.recipe = Some(r);
+        });
+        self.chunked = (self.chunked.0 + done.0, self.chunked.1 + done.1);
+        failed
+    }
+}
+
+/// Sender settings of a files session.
+#[derive(Debug, Clone)]
+pub struct FilesSendConfig {
+    /// Sub-directory of the receiver's destination (relative; empty = root).
+    pub remote_dir: Vec<u8>,
+    /// Plan only: learn the index, classify, send nothing else.
+    pub dry_run: bool,
+    /// zstd level for literal chunks (`None` = send them raw).
+    pub compress: Option<i32>,
+    /// Average chunk size used (told to the receiver, informational).
+    pub chunk_avg: u32,
+    /// Where index caches live (`None` = no cache: fetch the whole index).
+    pub index_cache_dir: Option<PathBuf>,
+    /// Longest wait for each receiver reply.
+    pub reply_timeout: Duration,
+    /// Session identifier.
+    pub session_nonce: u64,
+    /// Ask the receiver which files it holds before chunking them (PROBE).
+    pub probe: bool,
+}
+
+/// How one chunk travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkPlan {
+    /// As a descriptor into the receiver's store blob.
+    Ref {
+        /// Offset in the store blob.
+        offset: u64,
+    },
+    /// As a hash the receiver will hold by then (sent earlier in this session).
+    Known,
+    /// As literal bytes.
+    Literal,
+}
+
+/// What a send will move, decided before anything is sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FilesPlanSummary {
+    /// Entries (files, directories, symlinks).
+    pub entries: u64,
+    /// Regular files.
+    pub files: u64,
+    /// Sum of file sizes.
+    pub total_bytes: u64,
+    /// Bytes sent as descriptors into the store.
+    pub matched_bytes: u64,
+    /// Bytes that repeat a chunk sent earlier in this session.
+    pub known_bytes: u64,
+    /// Bytes sent literally.
+    pub literal_bytes: u64,
+    /// Chunks.
+    pub chunks: u64,
+    /// Literal chunks.
+    pub literal_chunks: u64,
+    /// Files the receiver already holds (PROBE): no chunks sent.
+    pub held_files: u64,
+    /// Their bytes.
+    pub held_bytes: u64,
+}
+
+/// Sender-side progress.
+#[derive(Debug, Clone, Copy)]
+pub struct FilesSendProgress {
+    /// Entries sent.
+    pub entries: u64,
+    /// File bytes described so far (effective bytes on their way).
+    pub bytes: u64,
+    /// File bytes in the plan.
+    pub total_bytes: u64,
+    /// Bytes written to the transport.
+    pub wire_bytes: u64,
+    /// Since the stream started.
+    pub elapsed: Duration,
+}
+
+/// A finished (or planned) files session, from the sender's side.
+#[derive(Debug, Clone)]
+pub struct FilesSendOutcome {
+    /// The classification.
+    pub plan: FilesPlanSummary,
+    /// Receiver store identity (hex) and generation when we connected.
+    pub store_id: String,
+    /// Store generation reported in FILES_ACCEPT.
+    pub store_generation: u64,
+    /// Index entries fetched this time (the rest came from the cache).
+    pub index_entries_fetched: u64,
+    /// Index entries known from the cache before the fetch.
+    pub index_entries_cached: u64,
+    /// Files asked about with PROBE.
+    pub probed: u64,
+    /// The receiver's report (`None` for a dry run).
+    pub report: Option<FilesReport<'static>>,
+    /// The report's messages (failed entries).
+    pub messages: String,
+    /// Bytes this side wrote to the transport.
+    pub wire_bytes_sent: u64,
+    /// Bytes this side read from the transport.
+    pub wire_bytes_received: u64,
+    /// Chunks repaired on request.
+    pub repaired_chunks: u64,
+    /// Bytes sent in REPAIR frames.
+    pub repaired_bytes: u64,
+    /// Whole session, connect to report.
+    pub elapsed: Duration,
+    /// This thread's CPU over the session.
+    pub usage: Usage,
+    /// Warnings (cache trouble, files that changed while sent).
+    pub warnings: Vec<String>,
+}
+
+/// Decides, per chunk of every file, how it travels: a descriptor when
+/// `lookup` knows it (with the same length), a known-hash reference when
+/// an earlier chunk of this send carries it, literal bytes otherwise.
+pub fn classify(
+    items: &[FilesItem],
+    lookup: impl Fn(&Hash) -> Option<(u64, u32)>,
+) -> (Vec<Vec<ChunkPlan>>, FilesPlanSummary) {
+    let mut sum = FilesPlanSummary::default();
+    let mut sent: HashMap<Hash, ()> = HashMap::new();
+    let plans = items
+        .iter()
+        .map(|item| {
+            sum.entries += 1;
+            if item.held {
+                let size = item.size_and_hash().map_or(0, |(n, _)| n);
+                sum.files += 1;
+                sum.total_bytes += size;
+                sum.held_files += 1;
+                sum.held_bytes += size;
+                return Vec::new();
+            }
+            let Some(recipe) = &item.recipe else {
+                return Vec::new();
+            };
+            sum.files += 1;
+            sum.total_bytes += recipe.size;
+            recipe
+                .chunks
+                .iter()
+                .map(|c| {
+                    sum.chunks += 1;
+                    let len = u64::from(c.len);
+                    match lookup(&c.hash) {
+                        Some((offset, l)) if l == c.len => {
+                            sum.matched_bytes += len;
+                            ChunkPlan::Ref { offset }
+                        }
+                        _ if sent.insert(c.hash, ()).is_some() => {
+                            sum.known_bytes += len;
+                            ChunkPlan::Known
+                        }
+                        _ => {
+                            sum.literal_bytes += len;
+                            sum.literal_chunks += 1;
+                            ChunkPlan::Literal
+                        }
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    (plans, sum)
+}
+
+fn entry_kind(e: &Entry) -> (EntryKind, &[u8]) {
+    match &e.kind {
+        LocalKind::File { .. } => (EntryKind::File, &[]),
+        LocalKind::Dir => (EntryKind::Dir, &[]),
+        LocalKind::Symlink { target } => (EntryKind::Symlink, target),
+    }
+}
+
+fn store_hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}

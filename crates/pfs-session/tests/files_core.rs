@@ -1,0 +1,959 @@
+//! The files receiver core without sockets: frames written by hand and
+//! delivered in 1-byte pieces to a [`FilesReceiver`] over a [`LocalHost`]
+//! (a store and a destination in a temporary directory). Well-formed
+//! sessions land their files; hostile input ends the session with the
+//! exact violation, or fails just the entry. Deterministic: time is passed
+//! in, nothing sleeps.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use pfs_files::{DestRoot, Landing};
+use pfs_session::files::{FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesViolation, LocalHost};
+use pfs_session::sys::Usage;
+use pfs_session::{LimitExceeded, SessionError, Timeout, Violation};
+use pfs_store::{Durability, Store, StoreConfig};
+use pfs_wire::files::{
+    batch_head, emit_entry_head, parse_chunks, tag, ChunksHeader, EntryKind, FileEntry, FilesHello,
+    FilesReport, Plan, FLAG_FILES_REPORT, FLAG_LAST,
+};
+use pfs_wire::{put_frame, ErrorCode, Frame, FrameHeader, FrameType, WireError, FRAME_HEADER_LEN};
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    store: Store,
+    dest_dir: PathBuf,
+    dest: DestRoot,
+}
+
+impl Fixture {
+    fn new(capacity: u64) -> Self {
+        let tmp = tempfile::tempdir().expect("temporary directory");
+        let dest_dir = tmp.path().join("dest");
+        fs::create_dir(&dest_dir).expect("mkdir");
+        let opts = StoreConfig {
+            capacity,
+            huge_dir: None,
+            durability: Durability::None,
+        };
+        let store = Store::open(&tmp.path().join("store"), &opts).expect("open store");
+        let dest = DestRoot::open(&dest_dir).expect("open destination");
+        Self {
+            _tmp: tmp,
+            store,
+            dest_dir,
+            dest,
+        }
+    }
+
+    fn receiver(&self) -> Rx<'_> {
+        let cfg = FilesReceiverConfig {
+            max_chunks_body: 1 << 20,
+            ..FilesReceiverConfig::default()
+        };
+        let now = Instant::now();
+        Rx {
+            core: FilesReceiver::new(&cfg, now).expect("core"),
+            host: LocalHost::new(&self.store, Landing::new(&self.dest, None, false)),
+            buf: Vec::new(),
+            sent: Vec::new(),
+            now,
+            cfg,
+        }
+    }
+}
+
+/// A receiver core, its host, and what it sent.
+struct Rx<'s> {
+    core: FilesReceiver,
+    host: LocalHost<'s>,
+    /// Bytes delivered and not yet consumed (the host's receive buffer).
+    buf: Vec<u8>,
+    sent: Vec<u8>,
+    now: Instant,
+    cfg: FilesReceiverConfig,
+}
+
+impl Rx<'_> {
+    /// Delivers `bytes` one at a time, handing the buffer to the core after each.
+    fn feed(&mut self, bytes: &[u8]) -> Result<(), SessionError> {
+        for &b in bytes {
+            self.buf.push(b);
+            let used = self.core.handle_input(self.now, &self.buf, &mut self.host)?;
+            self.buf.drain(..used);
+            while let Some(e) = self.core.poll_event() {
+                if e == FilesReceiverEvent::Finished {
+                    self.core.report(self.now, Usage::default());
+                }
+            }
+            if let Some(out) = self.core.poll_transmit() {
+                self.sent.extend_from_slice(out);
+                self.core.transmitted();
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, ty: FrameType, flags: u16, body: &[u8]) -> Result<(), SessionError> {
+        let mut f = Vec::new();
+        put_frame(&mut f, ty, flags, body);
+        self.feed(&f)
+    }
+
+    /// Frames the core sent since the last call.
+    fn frames(&mut self) -> Vec<(FrameType, u16, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut rest = &self.sent[..];
+        while !rest.is_empty() {
+            let (f, used) = Frame::parse(rest).expect("the core sends whole frames");
+            out.push((f.header.frame_type, f.header.flags, f.body.to_vec()));
+            rest = &rest[used..];
+        }
+        self.sent.clear();
+        out
+    }
+
+    fn hello(&mut self, flags: u8, remote_dir: &[u8]) -> Result<(), SessionError> {
+        let mut body = Vec::new();
+        FilesHello {
+            flags,
+            auth_method: 0,
+            chunk_avg: 32 << 10,
+            session_nonce: 7,
+            remote_dir,
+            auth: &[],
+        }
+        .emit(&mut body);
+        self.send(FrameType::FilesHello, 0, &body)
+    }
+
+    /// FILES_HELLO, INDEX_REQUEST, PLAN: the core answers each.
+    fn handshake(&mut self, literal: u64) {
+        self.hello(0, b"").expect("FILES_HELLO");
+        self.send(FrameType::IndexRequest, 0, &0u64.to_le_bytes())
+            .expect("INDEX_REQUEST");
+        let plan = Plan {
+            entries: 1,
+            files: 1,
+            total_bytes: literal,
+            literal_bytes: literal,
+            chunks: 1,
+        };
+        self.send(FrameType::Plan, 0, &plan.emit()).expect("PLAN");
+        let types: Vec<FrameType> = self.frames().into_iter().map(|f| f.0).collect();
+        assert_eq!(types.first(), Some(&FrameType::FilesAccept));
+        assert_eq!(types.last(), Some(&FrameType::Ack));
+        assert!(
+            types[1..types.len() - 1].iter().all(|t| *t == FrameType::Batch),
+            "{types:?}"
+        );
+    }
+
+    /// FILES_END; the core's report.
+    fn end(&mut self) -> (FilesReport<'static>, String) {
+        self.send(FrameType::FilesEnd, 0, &[]).expect("FILES_END");
+        report(self.frames())
+    }
+}
+
+fn report(frames: Vec<(FrameType, u16, Vec<u8>)>) -> (FilesReport<'static>, String) {
+    let (ty, flags, body) = frames.last().expect("a report").clone();
+    assert_eq!((ty, flags), (FrameType::FilesEnd, FLAG_FILES_REPORT));
+    let r = FilesReport::parse(&body).expect("report");
+    (FilesReport { messages: "", ..r }, r.messages.to_string())
+}
+
+fn file_body(no: u64, kind: EntryKind, path: &[u8], size: u64, chunks: u32, hash: [u8; 32]) -> Vec<u8> {
+    let mut body = Vec::new();
+    FileEntry {
+        file_no: no,
+        kind,
+        mode: 0o640,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 5,
+        size,
+        chunk_count: chunks,
+        file_hash: hash,
+        path,
+        link_target: &[],
+        held: false,
+    }
+    .emit(&mut body);
+    body
+}
+
+/// FILE of one chunk holding `data`.
+fn file_of(no: u64, path: &[u8], data: &[u8]) -> Vec<u8> {
+    let chunks = u32::from(!data.is_empty());
+    file_body(
+        no,
+        EntryKind::File,
+        path,
+        data.len() as u64,
+        chunks,
+        *blake3::hash(data).as_bytes(),
+    )
+}
+
+fn chunks_head(no: u64, count: u32) -> Vec<u8> {
+    ChunksHeader { file_no: no, count }.emit().to_vec()
+}
+
+/// CHUNKS of literal entries: (bytes hashed, bytes sent).
+fn literals(no: u64, pieces: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut body = chunks_head(no, pieces.len() as u32);
+    for (hash_of, bytes) in pieces {
+        emit_entry_head(
+            &mut body,
+            tag::LITERAL,
+            blake3::hash(hash_of).as_bytes(),
+            bytes.len() as u32,
+        );
+        body.extend_from_slice(bytes);
+    }
+    body
+}
+
+/// CHUNKS of one descriptor into the store.
+fn reference(no: u64, hash: &[u8; 32], offset: u64, len: u32) -> Vec<u8> {
+    let mut body = chunks_head(no, 1);
+    emit_entry_head(&mut body, tag::REF, hash, len);
+    body.extend_from_slice(&offset.to_le_bytes());
+    body
+}
+
+fn batch_of(frames: &[u8]) -> Vec<u8> {
+    let mut b = batch_head(frames.len() as u32).to_vec();
+    b.extend(zstd::bulk::compress(frames, 3).expect("zstd"));
+    b
+}
+
+/// A frame header alone, announcing `length` body bytes.
+fn header(frame_type: FrameType, length: u32) -> Vec<u8> {
+    FrameHeader {
+        frame_type,
+        flags: 0,
+        length,
+    }
+    .emit()
+    .to_vec()
+}
+
+fn violation(r: Result<(), SessionError>) -> FilesViolation {
+    match r {
+        Err(SessionError::Violation(Violation::Files(v))) => v,
+        other => panic!("expected a files violation, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_session_in_one_byte_pieces_lands_its_files() {
+    let fx = Fixture::new(64 << 20);
+    let a = vec![7u8; 5000];
+    let (b1, b2) = (b"first half, ".as_slice(), b"second half".as_slice());
+    let b = [b1, b2].concat();
+    let mut rx = fx.receiver();
+    rx.handshake((a.len() + b.len()) as u64);
+    rx.send(
+        FrameType::File,
+        0,
+        &file_body(0, EntryKind::Dir, b"d", 0, 0, [0; 32]),
+    )
+    .expect("dir");
+    rx.send(FrameType::File, 0, &file_of(1, b"d/a", &a))
+        .expect("FILE a");
+    rx.send(FrameType::Chunks, 0, &literals(1, &[(&a, &a)]))
+        .expect("CHUNKS a");
+    // Two chunks of one file inside a BATCH, with a file that needs no chunks.
+    let mut inner = Vec::new();
+    let two = file_body(
+        2,
+        EntryKind::File,
+        b"b",
+        b.len() as u64,
+        2,
+        *blake3::hash(&b).as_bytes(),
+    );
+    put_frame(&mut inner, FrameType::File, 0, &two);
+    put_frame(
+        &mut inner,
+        FrameType::Chunks,
+        0,
+        &literals(2, &[(b1, b1), (b2, b2)]),
+    );
+    put_frame(&mut inner, FrameType::File, 0, &file_of(3, b"empty", b""));
+    rx.send(FrameType::Batch, 0, &batch_of(&inner)).expect("BATCH");
+    let (r, messages) = rx.end();
+    assert_eq!(messages, "");
+    assert_eq!((r.files_written, r.dirs, r.files_failed), (3, 1, 0));
+    assert_eq!(r.literal_bytes, (a.len() + b.len()) as u64);
+    assert!(rx.core.is_done());
+    assert_eq!(fs::read(fx.dest_dir.join("d/a")).expect("a"), a);
+    assert_eq!(fs::read(fx.dest_dir.join("b")).expect("b"), b);
+    assert_eq!(fs::read(fx.dest_dir.join("empty")).expect("empty"), b"");
+    let outcome = rx.core.outcome();
+    assert!(!outcome.dry_run);
+    drop(rx);
+
+    // The next session refers to the stored chunk instead of sending it.
+    let hash = *blake3::hash(&a).as_bytes();
+    let loc = fx.store.lookup(&hash).expect("the chunk was committed");
+    let mut rx = fx.receiver();
+    rx.handshake(0);
+    rx.send(FrameType::File, 0, &file_of(0, b"copy", &a))
+        .expect("FILE");
+    rx.send(FrameType::Chunks, 0, &reference(0, &hash, loc.offset, loc.len))
+        .expect("REF");
+    let (r, _) = rx.end();
+    assert_eq!(
+        (r.files_written, r.matched_bytes, r.literal_bytes),
+        (1, a.len() as u64, 0)
+    );
+    assert_eq!(fs::read(fx.dest_dir.join("copy")).expect("copy"), a);
+}
+
+#[test]
+fn a_damaged_chunk_is_naked_and_repaired() {
+    let fx = Fixture::new(64 << 20);
+    let good = vec![1u8; 4096];
+    let other = vec![2u8; 4096];
+    let mut rx = fx.receiver();
+    rx.handshake(other.len() as u64);
+    rx.send(FrameType::File, 0, &file_of(0, b"other", &other))
+        .expect("FILE");
+    rx.send(FrameType::Chunks, 0, &literals(0, &[(&other, &other)]))
+        .expect("CHUNKS");
+    rx.end();
+    let loc = fx.store.lookup(blake3::hash(&other).as_bytes()).expect("stored");
+    // A descriptor whose bytes do not hash to the entry's hash: a hole, NAKed.
+    let hash = *blake3::hash(&good).as_bytes();
+    let mut rx = fx.receiver();
+    rx.handshake(0);
+    rx.send(FrameType::File, 0, &file_of(0, b"good", &good))
+        .expect("FILE");
+    rx.send(FrameType::Chunks, 0, &reference(0, &hash, loc.offset, loc.len))
+        .expect("REF");
+    rx.send(FrameType::FilesEnd, 0, &[]).expect("FILES_END");
+    let frames = rx.frames();
+    assert_eq!(frames.len(), 1);
+    assert_eq!((frames[0].0, frames[0].1), (FrameType::Nak, FLAG_LAST));
+    assert_eq!(frames[0].2, hash);
+    let mut repair = chunks_head(ChunksHeader::REPAIR, 1);
+    emit_entry_head(&mut repair, tag::LITERAL, &hash, good.len() as u32);
+    repair.extend_from_slice(&good);
+    assert!(parse_chunks(&repair).is_ok());
+    rx.send(FrameType::Repair, FLAG_LAST, &repair).expect("REPAIR");
+    let (r, messages) = report(rx.frames());
+    assert_eq!(
+        (r.files_written, r.nak_chunks, r.repaired_bytes),
+        (1, 1, good.len() as u64),
+        "{messages}"
+    );
+    assert_eq!(fs::read(fx.dest_dir.join("good")).expect("good"), good);
+
+    // A REPAIR of a chunk nobody NAKed ends the session.
+    let mut rx = fx.receiver();
+    rx.handshake(0);
+    rx.send(FrameType::File, 0, &file_of(0, b"again", &good))
+        .expect("FILE");
+    let wrong = *blake3::hash(b"not the chunk").as_bytes();
+    rx.send(FrameType::Chunks, 0, &reference(0, &wrong, loc.offset, loc.len))
+        .expect("REF");
+    rx.send(FrameType::FilesEnd, 0, &[]).expect("FILES_END");
+    assert_eq!(rx.frames()[0].0, FrameType::Nak);
+    let mut repair = chunks_head(ChunksHeader::REPAIR, 1);
+    emit_entry_head(&mut repair, tag::LITERAL, &hash, good.len() as u32);
+    repair.extend_from_slice(&good);
+    let v = violation(rx.send(FrameType::Repair, FLAG_LAST, &repair));
+    assert_eq!(v, FilesViolation::RepairNotNaked);
+    assert_eq!(v.code(), ErrorCode::Protocol);
+    assert!(!fx.dest_dir.join("again").exists());
+}
+
+#[test]
+fn entries_that_cannot_be_placed_fail_alone() {
+    let fx = Fixture::new(64 << 20);
+    let data = b"some bytes".as_slice();
+    let mut rx = fx.receiver();
+    rx.handshake(3 * data.len() as u64);
+    // Paths out of the destination.
+    rx.send(FrameType::File, 0, &file_of(0, b"../evil", data))
+        .expect("FILE");
+    rx.send(FrameType::Chunks, 0, &literals(0, &[(data, data)]))
+        .expect("CHUNKS");
+    rx.send(FrameType::File, 0, &file_of(1, b"/etc/evil", data))
+        .expect("FILE");
+    rx.send(FrameType::Chunks, 0, &literals(1, &[(data, data)]))
+        .expect("CHUNKS");
+    // A chunk whose bytes do not match its hash.
+    rx.send(FrameType::File, 0, &file_of(2, b"lying", data))
+        .expect("FILE");
+    rx.send(FrameType::Chunks, 0, &literals(2, &[(b"other bytes", data)]))
+        .expect("CHUNKS");
+    rx.send(FrameType::File, 0, &file_of(3, b"fine", data))
+        .expect("FILE");
+    rx.send(FrameType::Chunks, 0, &literals(3, &[(data, data)]))
+        .expect("CHUNKS");
+    let (r, messages) = rx.end();
+    assert_eq!((r.files_written, r.files_failed), (1, 3), "{messages}");
+    assert!(messages.contains("../evil: refused"), "{messages}");
+    assert!(
+        messages.contains("/etc/evil: refused: absolute path"),
+        "{messages}"
+    );
+    assert!(
+        messages.contains("lying: a literal chunk does not match its hash"),
+        "{messages}"
+    );
+    assert!(!fx.dest_dir.join("lying").exists());
+    assert_eq!(fs::read(fx.dest_dir.join("fine")).expect("fine"), data);
+    let names: Vec<_> = fs::read_dir(&fx.dest_dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["fine"], "no temporary file is left");
+}
+
+#[test]
+fn hostile_frames_end_the_session_with_their_violation() {
+    let fx = Fixture::new(64 << 20);
+    let data = vec![9u8; 300];
+    type Script = fn(&mut Rx<'_>, &[u8]) -> Result<(), SessionError>;
+    let cases: [(&str, Script, FilesViolation, ErrorCode); 12] = [
+        (
+            "blob HELLO",
+            |rx, _| rx.send(FrameType::Hello, 0, &[0; 16]),
+            FilesViolation::Unexpected {
+                expected: "FILES_HELLO",
+                got: FrameType::Hello,
+            },
+            ErrorCode::Protocol,
+        ),
+        (
+            "remote dir escaping",
+            |rx, _| rx.hello(0, b"../up"),
+            FilesViolation::RemoteDir {
+                dir: "../up".into(),
+                error: pfs_files::PathError::DotComponent,
+            },
+            ErrorCode::Protocol,
+        ),
+        (
+            "PLAN in a dry run",
+            |rx, _| {
+                rx.hello(pfs_wire::files::HELLO_DRY_RUN, b"")?;
+                rx.send(FrameType::IndexRequest, 0, &0u64.to_le_bytes())?;
+                let plan = Plan {
+                    entries: 0,
+                    files: 0,
+                    total_bytes: 0,
+                    literal_bytes: 0,
+                    chunks: 0,
+                };
+                rx.send(FrameType::Plan, 0, &plan.emit())
+            },
+            FilesViolation::PlanInDryRun,
+            ErrorCode::Protocol,
+        ),
+        (
+            "CHUNKS without FILE",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::Chunks, 0, &literals(0, &[(d, d)]))
+            },
+            FilesViolation::ChunksWithoutFile,
+            ErrorCode::Protocol,
+        ),
+        (
+            "CHUNKS for another file",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &file_of(0, b"f", d))?;
+                rx.send(FrameType::Chunks, 0, &literals(5, &[(d, d)]))
+            },
+            FilesViolation::ChunksForOtherFile { got: 5, open: 0 },
+            ErrorCode::Protocol,
+        ),
+        (
+            "FILE out of order",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &file_of(3, b"f", d))
+            },
+            FilesViolation::FileOrder { got: 3, expected: 0 },
+            ErrorCode::Protocol,
+        ),
+        (
+            "more bytes than announced",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &file_of(0, b"f", &d[..10]))?;
+                rx.send(FrameType::Chunks, 0, &literals(0, &[(d, d)]))
+            },
+            FilesViolation::FileOverflow { file: 0 },
+            ErrorCode::Protocol,
+        ),
+        (
+            "file cut short by FILES_END",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &file_of(0, b"f", d))?;
+                rx.send(FrameType::FilesEnd, 0, &[])
+            },
+            FilesViolation::FileShort {
+                file: 0,
+                seen: 0,
+                size: 300,
+                missing: 1,
+            },
+            ErrorCode::Protocol,
+        ),
+        (
+            "empty chunk",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &file_of(0, b"f", d))?;
+                rx.send(FrameType::Chunks, 0, &literals(0, &[(d, b"")]))
+            },
+            FilesViolation::ChunkLength { len: 0 },
+            ErrorCode::Limit,
+        ),
+        (
+            "descriptor beyond the store",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &file_of(0, b"f", d))?;
+                rx.send(
+                    FrameType::Chunks,
+                    0,
+                    &reference(0, blake3::hash(d).as_bytes(), 1 << 40, 300),
+                )
+            },
+            FilesViolation::OutsideStore {
+                offset: 1 << 40,
+                len: 300,
+            },
+            ErrorCode::OutOfBounds,
+        ),
+        (
+            "zstd chunk that does not decompress",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &file_of(0, b"f", d))?;
+                let mut body = chunks_head(0, 1);
+                emit_entry_head(&mut body, tag::ZSTD, blake3::hash(d).as_bytes(), 300);
+                body.extend_from_slice(&4u32.to_le_bytes());
+                body.extend_from_slice(b"junk");
+                rx.send(FrameType::Chunks, 0, &body)
+            },
+            FilesViolation::ChunkZstd,
+            ErrorCode::BadFrame,
+        ),
+        (
+            "BATCH that lies about its length",
+            |rx, d| {
+                rx.handshake(0);
+                let mut inner = Vec::new();
+                put_frame(&mut inner, FrameType::File, 0, &file_of(0, b"f", d));
+                let mut body = batch_head(inner.len() as u32 + 10).to_vec();
+                body.extend(zstd::bulk::compress(&inner, 1).expect("zstd"));
+                rx.send(FrameType::Batch, 0, &body)
+            },
+            FilesViolation::BatchLength,
+            ErrorCode::BadFrame,
+        ),
+    ];
+    for (what, script, want, code) in cases {
+        let mut rx = fx.receiver();
+        let v = violation(script(&mut rx, &data));
+        assert_eq!(v, want, "{what}");
+        assert_eq!(v.code(), code, "{what}: {v}");
+        assert!(!fx.dest_dir.join("f").exists(), "{what}");
+    }
+    // The HELLO hint names the right command.
+    let v = FilesViolation::Unexpected {
+        expected: "FILES_HELLO",
+        got: FrameType::Hello,
+    };
+    assert!(v.to_string().contains("pfs send"), "{v}");
+}
+
+#[test]
+fn garbage_and_oversize_frames_are_refused_from_their_header() {
+    let fx = Fixture::new(64 << 20);
+    let mut rx = fx.receiver();
+    match rx.feed(b"GET / HTTP/1.1\r\n") {
+        Err(
+            e @ SessionError::Malformed {
+                context: "frame header",
+                ..
+            },
+        ) => assert_eq!(e.code(), ErrorCode::BadFrame),
+        other => panic!("garbage: {other:?}"),
+    }
+    // A CHUNKS frame over the limit is refused after its 8-byte header,
+    // before any of its body is awaited.
+    let mut rx = fx.receiver();
+    rx.handshake(0);
+    let limit = rx.cfg.max_chunks_body;
+    let frame = header(FrameType::Chunks, limit + 1);
+    assert_eq!(frame.len(), FRAME_HEADER_LEN);
+    let v = violation(rx.feed(&frame));
+    assert_eq!(
+        v,
+        FilesViolation::FrameTooLarge {
+            frame: FrameType::Chunks,
+            len: limit + 1,
+            limit,
+        }
+    );
+    assert_eq!(v.code(), ErrorCode::Limit);
+    // A control frame over the control limit (the wire's header check).
+    let mut rx = fx.receiver();
+    let over = pfs_wire::frame::MAX_CONTROL_BODY + 1;
+    match rx.feed(&header(FrameType::FilesHello, over)) {
+        Err(e @ SessionError::Malformed { .. }) => assert_eq!(e.code(), ErrorCode::Limit),
+        other => panic!("huge frame: {other:?}"),
+    }
+    // A FILE body that lies about its path length.
+    let mut rx = fx.receiver();
+    rx.handshake(0);
+    let mut body = file_of(0, b"f", b"x");
+    body[2] = 200;
+    match rx.send(FrameType::File, 0, &body) {
+        Err(SessionError::Malformed {
+            context: "FILE",
+            error,
+        }) => assert_ne!(error, WireError::TooLarge),
+        other => panic!("lying FILE: {other:?}"),
+    }
+}
+
+#[test]
+fn a_full_store_refuses_the_plan() {
+    let fx = Fixture::new(1 << 20);
+    let mut rx = fx.receiver();
+    rx.hello(0, b"").expect("FILES_HELLO");
+    rx.send(FrameType::IndexRequest, 0, &0u64.to_le_bytes())
+        .expect("INDEX_REQUEST");
+    let plan = Plan {
+        entries: 1,
+        files: 1,
+        total_bytes: 1 << 30,
+        literal_bytes: 1 << 30,
+        chunks: 1,
+    };
+    match rx.send(FrameType::Plan, 0, &plan.emit()) {
+        Err(e @ SessionError::Limit(LimitExceeded::StoreFull { need, .. })) => {
+            assert_eq!(need, 1 << 30);
+            assert_eq!(e.code(), ErrorCode::Limit);
+            assert!(e.to_string().contains("store full"), "{e}");
+        }
+        other => panic!("expected store full, got {other:?}"),
+    }
+}
+
+#[test]
+fn deadlines_and_closes() {
+    let fx = Fixture::new(64 << 20);
+    // Silence before FILES_HELLO: the handshake deadline, from `now` passed in.
+    let mut rx = fx.receiver();
+    let deadline = rx.core.poll_timeout().expect("a deadline");
+    assert_eq!(deadline, rx.now + rx.cfg.handshake_timeout);
+    rx.core
+        .handle_timeout(deadline - Duration::from_millis(1))
+        .expect("not yet");
+    match rx.core.handle_timeout(deadline) {
+        Err(SessionError::TimedOut {
+            what: Timeout::Idle { during, after },
+        }) => assert_eq!((during, after), ("FILES_HELLO", rx.cfg.handshake_timeout)),
+        other => panic!("expected the handshake deadline, got {other:?}"),
+    }
+    // While files stream, the idle deadline counts from the last bytes.
+    let mut rx = fx.receiver();
+    rx.handshake(0);
+    rx.now += Duration::from_secs(1000);
+    rx.feed(&[0]).expect("one byte of a header");
+    assert_eq!(rx.core.poll_timeout(), Some(rx.now + rx.cfg.idle_timeout));
+    // A sender may stop after the index (a dry run) …
+    let mut rx = fx.receiver();
+    rx.hello(pfs_wire::files::HELLO_DRY_RUN, b"")
+        .expect("FILES_HELLO");
+    rx.send(FrameType::IndexRequest, 0, &0u64.to_le_bytes())
+        .expect("INDEX_REQUEST");
+    rx.core.handle_close(rx.now, false).expect("a dry run ends");
+    assert!(rx.core.is_done() && rx.core.outcome().dry_run);
+    // … but not in the middle of a frame, nor of the file stream.
+    let mut rx = fx.receiver();
+    rx.handshake(0);
+    match rx.core.handle_close(rx.now, false) {
+        Err(SessionError::PeerClosed {
+            during: "file stream",
+        }) => {}
+        other => panic!("expected peer closed, got {other:?}"),
+    }
+    let mut rx = fx.receiver();
+    rx.hello(0, b"").expect("FILES_HELLO");
+    assert!(matches!(
+        rx.core.handle_close(rx.now, true),
+        Err(SessionError::PeerClosed { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------
+// The sender core and the receiver core wired to each other in one thread.
+
+mod pair {
+    use std::collections::HashMap;
+    use std::fs;
+    use std::path::PathBuf;
+    use std::time::{Duration, Instant};
+
+    use pfs_files::{chunk_bytes, quick_digest, ChunkParams, Entry, EntryKind, IndexCache, RelPath};
+    use pfs_session::files::{
+        FilesItem, FilesReceiveOutcome, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
+        FilesSendConfig, FilesSender, FilesSource, LocalHost,
+    };
+    use pfs_session::sys::Usage;
+    use pfs_session::LocalError;
+
+    use super::Fixture;
+
+    /// Files held in memory: the sender's host without a filesystem.
+    struct MemSource {
+        data: HashMap<PathBuf, Vec<u8>>,
+        index_dir: tempfile::TempDir,
+        reads: u64,
+    }
+
+    impl FilesSource for MemSource {
+        fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
+            for &i in which {
+                let d = &self.data[&items[i].entry.abs];
+                items[i].digest = Some((d.len() as u64, quick_digest(d)));
+            }
+            Vec::new()
+        }
+
+        fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
+            let params = ChunkParams::new(1024).expect("params");
+            for &i in which {
+                items[i].recipe = Some(chunk_bytes(&self.data[&items[i].entry.abs], &params));
+            }
+            Vec::new()
+        }
+
+        fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>) {
+            let (mut cache, _) = IndexCache::open(self.index_dir.path(), store_id);
+            cache.reset();
+            (cache, None)
+        }
+
+        fn save_index(&mut self, _: &IndexCache) -> Option<String> {
+            None
+        }
+
+        fn read(
+            &mut self,
+            item: &FilesItem,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> Result<Option<String>, LocalError> {
+            let d = &self.data[&item.entry.abs];
+            buf.copy_from_slice(&d[offset as usize..offset as usize + buf.len()]);
+            self.reads += 1;
+            Ok(None)
+        }
+    }
+
+    /// Bytes that repeat in places (chunks seen twice) and vary elsewhere.
+    fn content(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let block: Vec<u8> = (0..len / 4)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 33) as u8
+            })
+            .collect();
+        let mut out = block.clone();
+        out.extend(vec![0x55; len / 4]);
+        out.extend(&block);
+        out.resize(len, 0xaa);
+        out
+    }
+
+    fn entry(rel: &str, kind: EntryKind, mtime_ns: i128) -> Entry {
+        Entry {
+            rel: RelPath::parse(rel.as_bytes()).expect("path"),
+            kind,
+            mode: 0o644,
+            mtime_ns,
+            dev: 0,
+            ino: 0,
+            abs: PathBuf::from("/mem").join(rel),
+        }
+    }
+
+    fn tree(mtime_ns: i128) -> (Vec<FilesItem>, HashMap<PathBuf, Vec<u8>>) {
+        let files = [
+            ("t/big", content(1, 200_000)),
+            ("t/sub/small", b"small file".to_vec()),
+            ("t/empty", Vec::new()),
+        ];
+        let mut items = vec![
+            FilesItem::new(entry("t", EntryKind::Dir, mtime_ns), None),
+            FilesItem::new(entry("t/sub", EntryKind::Dir, mtime_ns), None),
+        ];
+        let mut data = HashMap::new();
+        for (rel, bytes) in files {
+            let e = entry(
+                rel,
+                EntryKind::File {
+                    size: bytes.len() as u64,
+                },
+                mtime_ns,
+            );
+            data.insert(e.abs.clone(), bytes);
+            items.push(FilesItem::new(e, None));
+        }
+        items.push(FilesItem::new(
+            entry(
+                "t/link",
+                EntryKind::Symlink {
+                    target: b"sub/small".to_vec(),
+                },
+                mtime_ns,
+            ),
+            None,
+        ));
+        (items, data)
+    }
+
+    fn config(dry_run: bool, compress: Option<i32>, probe: bool) -> FilesSendConfig {
+        FilesSendConfig {
+            remote_dir: Vec::new(),
+            dry_run,
+            compress,
+            chunk_avg: 1024,
+            index_cache_dir: None,
+            reply_timeout: Duration::from_secs(30),
+            session_nonce: 9,
+            probe,
+        }
+    }
+
+    /// Runs both cores against each other, every byte delivered alone;
+    /// returns the receiver's outcome.
+    fn run(
+        fx: &Fixture,
+        items: &mut Vec<FilesItem>,
+        src: &mut MemSource,
+        cfg: &FilesSendConfig,
+    ) -> FilesReceiveOutcome {
+        let now = Instant::now();
+        let mut tx = FilesSender::new(items, cfg, now).expect("sender");
+        let mut rx = FilesReceiver::new(&FilesReceiverConfig::default(), now).expect("receiver");
+        let mut host = LocalHost::new(&fx.store, pfs_files::Landing::new(&fx.dest, None, false));
+        let (mut to_rx, mut to_tx) = (Vec::new(), Vec::new());
+        for _round in 0..100_000 {
+            let mut moved = false;
+            while let Some(t) = tx.poll_transmit(now, src).expect("sender transmit") {
+                let bytes: Vec<u8> = t.parts.concat();
+                tx.transmitted();
+                moved = true;
+                for b in bytes {
+                    to_rx.push(b);
+                    let used = rx.handle_input(now, &to_rx, &mut host).expect("receiver input");
+                    to_rx.drain(..used);
+                    while let Some(e) = rx.poll_event() {
+                        if e == FilesReceiverEvent::Finished {
+                            rx.report(now, Usage::default());
+                        }
+                    }
+                }
+            }
+            if let Some(out) = rx.poll_transmit() {
+                let bytes = out.to_vec();
+                rx.transmitted();
+                moved = true;
+                for b in bytes {
+                    to_tx.push(b);
+                    let used = tx.handle_input(now, &to_tx, src).expect("sender input");
+                    to_tx.drain(..used);
+                }
+            }
+            if tx.is_done() {
+                if cfg.dry_run {
+                    rx.handle_close(now, false).expect("dry run ends after the index");
+                }
+                assert!(rx.is_done(), "the receiver finished with the sender");
+                let report = tx.take_report();
+                let outcome = rx.outcome();
+                if let Some((r, m)) = report {
+                    assert_eq!(r, outcome.report, "both sides hold one report");
+                    assert_eq!(m, outcome.messages);
+                }
+                return outcome;
+            }
+            assert!(moved, "the cores wait for each other");
+        }
+        panic!("no end after 100000 rounds");
+    }
+
+    #[test]
+    fn sender_and_receiver_cores_move_a_tree_in_one_byte_pieces() {
+        let fx = Fixture::new(64 << 20);
+        let mtime = 1_700_000_000_123_456_789i128;
+        let (mut items, data) = tree(mtime);
+        let mut src = MemSource {
+            data: data.clone(),
+            index_dir: tempfile::tempdir().expect("tmp"),
+            reads: 0,
+        };
+        // A dry run: the index and the plan, nothing written.
+        let out = run(&fx, &mut items.clone(), &mut src, &config(true, None, true));
+        assert!(out.dry_run);
+        assert!(!fx.dest_dir.join("t").exists());
+        // The first send: literals, compressed.
+        let out = run(&fx, &mut items, &mut src, &config(false, Some(3), true));
+        let r = out.report;
+        assert_eq!(
+            (r.files_written, r.dirs, r.symlinks, r.files_failed),
+            (3, 2, 1, 0),
+            "{}",
+            out.messages
+        );
+        assert!(r.literal_wire_bytes < r.literal_bytes, "zstd entries");
+        for (rel, bytes) in [
+            ("t/big", &data[&PathBuf::from("/mem/t/big")]),
+            ("t/sub/small", &b"small file".to_vec()),
+        ] {
+            assert_eq!(&fs::read(fx.dest_dir.join(rel)).expect("read"), bytes, "{rel}");
+        }
+        assert_eq!(
+            fs::read_link(fx.dest_dir.join("t/link")).expect("link"),
+            PathBuf::from("sub/small")
+        );
+        assert!(src.reads > 0);
+
+        // Again, unchanged: the receiver holds every file (PROBE), no chunk moves.
+        let (mut again, _) = tree(mtime);
+        src.reads = 0;
+        let out = run(&fx, &mut again, &mut src, &config(false, None, true));
+        assert_eq!(out.report.files_unchanged, 3, "{}", out.messages);
+        assert_eq!((out.report.literal_bytes, src.reads), (0, 0));
+
+        // Same content, new mtimes, no probe: every chunk by reference into the store.
+        let (mut moved, _) = tree(mtime + 1_000_000_000);
+        let out = run(&fx, &mut moved, &mut src, &config(false, None, false));
+        let r = out.report;
+        assert_eq!((r.files_written, r.literal_bytes), (3, 0), "{}", out.messages);
+        assert_eq!(r.matched_bytes, 200_000 + 10);
+        assert_eq!(src.reads, 0, "nothing read for descriptors");
+    }
+}
