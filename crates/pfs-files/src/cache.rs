@@ -37,7 +37,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::chunk::{ChunkParams, ChunkRef, Recipe};
 use crate::error::{CacheWarning, FilesError};
-use crate::walk::{Entry, EntryKind};
+use crate::walk::{Entry, WalkKind};
 use crate::QuickDigest;
 
 /// Files modified this recently (nanoseconds) are not cached; see the module docs.
@@ -166,7 +166,7 @@ impl RecipeCache {
 
     /// The record for `entry`'s path if it still describes `entry`; marks it used.
     fn valid(&mut self, entry: &Entry, params: &ChunkParams) -> Option<&mut Cached> {
-        let EntryKind::File { size } = entry.kind else {
+        let WalkKind::File { size } = entry.kind else {
             return None;
         };
         let c = self
@@ -191,7 +191,7 @@ impl RecipeCache {
     /// (nothing is cached) for non-files, a size other than `size`, and
     /// files modified less than [`RACY_WINDOW_NS`] ago.
     fn record_for(&mut self, entry: &Entry, params: &ChunkParams, size: Option<u64>) -> Option<&mut Cached> {
-        let EntryKind::File { size: now } = entry.kind else {
+        let WalkKind::File { size: now } = entry.kind else {
             return None;
         };
         if size.is_some_and(|s| s != now) || entry.mtime_ns > unix_now_ns() - RACY_WINDOW_NS {

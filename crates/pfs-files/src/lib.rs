@@ -17,7 +17,7 @@
 //! - [`error`]: typed errors.
 //!
 //! ```no_run
-//! use pfs_files::{chunk_files, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
+//! use pfs_files::{chunk_files, scan, ChunkParams, WalkKind, Excludes, RecipeCache};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let params = ChunkParams::default();
 //! let excludes = Excludes::new(&["*.tmp".to_string(), "target/".to_string()])?;
@@ -33,7 +33,7 @@
 //! let todo: Vec<_> = tree
 //!     .entries
 //!     .iter()
-//!     .filter(|e| matches!(e.kind, EntryKind::File { .. }))
+//!     .filter(|e| matches!(e.kind, WalkKind::File { .. }))
 //!     .filter(|e| cache.get(e, &params).is_none())
 //!     .collect();
 //! for (entry, recipe) in todo.iter().zip(chunk_files(&todo, &params, 0)?) {
@@ -65,4 +65,4 @@ pub use dest::{
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};
 pub use path::RelPath;
-pub use walk::{scan, Entry, EntryKind, Excludes, Scan, SkipReason, Skipped};
+pub use walk::{scan, Entry, Excludes, Scan, SkipReason, Skipped, WalkKind};

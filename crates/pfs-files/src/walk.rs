@@ -11,7 +11,7 @@
 //! basename becomes the top-level name at the destination (`pfs send
 //! /data/photos` creates `photos/...`). A root given as a file yields one
 //! entry. A root that is a symlink is followed (the user named it); symlinks
-//! below a root are reported as [`EntryKind::Symlink`] and never followed.
+//! below a root are reported as [`WalkKind::Symlink`] and never followed.
 //! FIFOs, sockets and devices are skipped, as are entries that cannot be read
 //! or whose path would be too long; each skip is listed in
 //! [`Scan::skipped`] with its reason so the caller can warn.
@@ -41,7 +41,7 @@ pub struct Entry {
     /// Path at the destination, starting with the root's basename.
     pub rel: RelPath,
     /// What it is.
-    pub kind: EntryKind,
+    pub kind: WalkKind,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
     /// Modification time, nanoseconds since the Unix epoch.
@@ -57,7 +57,7 @@ pub struct Entry {
 
 /// The kind of an [`Entry`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EntryKind {
+pub enum WalkKind {
     /// A regular file of `size` bytes (at scan time).
     File {
         /// Size in bytes.
@@ -224,12 +224,12 @@ pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> 
             continue;
         }
         let kind = if ft.is_dir() {
-            EntryKind::Dir
+            WalkKind::Dir
         } else if ft.is_file() {
-            EntryKind::File { size: meta.len() }
+            WalkKind::File { size: meta.len() }
         } else if ft.is_symlink() {
             match fs::read_link(&abs) {
-                Ok(t) => EntryKind::Symlink {
+                Ok(t) => WalkKind::Symlink {
                     target: t.into_os_string().into_vec(),
                 },
                 Err(e) => {
@@ -248,7 +248,7 @@ pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> 
             skip(&mut scan, abs, reason);
             continue;
         };
-        let is_dir = matches!(kind, EntryKind::Dir);
+        let is_dir = matches!(kind, WalkKind::Dir);
         scan.entries.push(Entry {
             rel: rel.clone(),
             kind,

@@ -19,7 +19,6 @@ pub mod framing;
 pub mod gram;
 pub mod server;
 pub mod stats;
-pub mod sys;
 
 pub use error::{code_name, LimitExceeded, LocalError, SessionError, Timeout, Violation};
 pub use gram::{

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Duration;
 
-use pfs_files::{chunk_file, scan, ChunkParams, DestRoot, EntryKind as LocalKind, Excludes};
+use pfs_files::{chunk_file, scan, ChunkParams, DestRoot, Excludes, WalkKind};
 use pfs_session::files::{
     receive_files, send_files, FilesItem, FilesReceiveOutcome, FilesReceiverConfig, FilesSendConfig,
     LocalPrepare,
@@ -134,7 +134,7 @@ impl Fixture {
             .entries
             .into_iter()
             .map(|e| {
-                let recipe = matches!(e.kind, LocalKind::File { .. })
+                let recipe = matches!(e.kind, WalkKind::File { .. })
                     .then(|| chunk_file(&e.abs, &params).expect("chunk"));
                 FilesItem::new(e, recipe)
             })

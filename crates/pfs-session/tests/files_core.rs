@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use pfs_files::{DestRoot, Landing};
 use pfs_session::files::{FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesViolation, LocalHost};
-use pfs_session::sys::Usage;
 use pfs_session::{LimitExceeded, SessionError, Timeout, Violation};
 use pfs_store::{Durability, Store, StoreConfig};
+use pfs_sys::Usage;
 use pfs_wire::files::{
     batch_head, emit_entry_head, parse_chunks, tag, ChunksHeader, EntryKind, FileEntry, FilesHello,
     FilesReport, Plan, FLAG_FILES_REPORT, FLAG_LAST,
@@ -710,13 +710,13 @@ mod pair {
     use std::path::PathBuf;
     use std::time::{Duration, Instant};
 
-    use pfs_files::{chunk_bytes, quick_digest, ChunkParams, Entry, EntryKind, IndexCache, RelPath};
+    use pfs_files::{chunk_bytes, quick_digest, ChunkParams, Entry, IndexCache, RelPath, WalkKind};
     use pfs_session::files::{
         FilesItem, FilesReceiveOutcome, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
         FilesSendConfig, FilesSender, FilesSource, LocalHost,
     };
-    use pfs_session::sys::Usage;
     use pfs_session::LocalError;
+    use pfs_sys::Usage;
 
     use super::Fixture;
 
@@ -787,7 +787,7 @@ mod pair {
         out
     }
 
-    fn entry(rel: &str, kind: EntryKind, mtime_ns: i128) -> Entry {
+    fn entry(rel: &str, kind: WalkKind, mtime_ns: i128) -> Entry {
         Entry {
             rel: RelPath::parse(rel.as_bytes()).expect("path"),
             kind,
@@ -806,14 +806,14 @@ mod pair {
             ("t/empty", Vec::new()),
         ];
         let mut items = vec![
-            FilesItem::new(entry("t", EntryKind::Dir, mtime_ns), None),
-            FilesItem::new(entry("t/sub", EntryKind::Dir, mtime_ns), None),
+            FilesItem::new(entry("t", WalkKind::Dir, mtime_ns), None),
+            FilesItem::new(entry("t/sub", WalkKind::Dir, mtime_ns), None),
         ];
         let mut data = HashMap::new();
         for (rel, bytes) in files {
             let e = entry(
                 rel,
-                EntryKind::File {
+                WalkKind::File {
                     size: bytes.len() as u64,
                 },
                 mtime_ns,
@@ -824,7 +824,7 @@ mod pair {
         items.push(FilesItem::new(
             entry(
                 "t/link",
-                EntryKind::Symlink {
+                WalkKind::Symlink {
                     target: b"sub/small".to_vec(),
                 },
                 mtime_ns,

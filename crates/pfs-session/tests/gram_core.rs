@@ -11,8 +11,8 @@ use pfs_session::gram::{
     GramReceiver, GramSender, GramViolation, ReceiverConfig, ReceiverEvent, SenderConfig, SenderEvent,
     Transmit,
 };
-use pfs_session::sys::Usage;
 use pfs_session::{BlobView, HelloRejection, SessionError, Timeout, Violation};
+use pfs_sys::Usage;
 use pfs_wire::desc::encode_table;
 use pfs_wire::{
     put_frame, Descriptor, Encoding, ErrorCode, FrameType, GramHeader, Hello, IntegrityAlg, Mode,

@@ -32,7 +32,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{FormatProblem, InputProblem, StoreError};
-use crate::{ChunkLoc, IndexEntry};
+use crate::{ChunkLoc, IndexRecord};
 
 /// First bytes of every index file.
 pub(crate) const MAGIC: [u8; 8] = *b"PFSINDEX";
@@ -174,7 +174,7 @@ impl Header {
 }
 
 /// Encode one record.
-pub(crate) fn encode_record(e: &IndexEntry) -> [u8; RECORD_LEN as usize] {
+pub(crate) fn encode_record(e: &IndexRecord) -> [u8; RECORD_LEN as usize] {
     let mut r = [0u8; RECORD_LEN as usize];
     r[field::REC_HASH].copy_from_slice(&e.hash);
     r[field::REC_OFFSET].copy_from_slice(&e.loc.offset.to_le_bytes());
@@ -185,13 +185,13 @@ pub(crate) fn encode_record(e: &IndexEntry) -> [u8; RECORD_LEN as usize] {
 }
 
 /// Decode one record; `None` if its checksum does not match.
-pub(crate) fn decode_record(r: &[u8; RECORD_LEN as usize]) -> Option<IndexEntry> {
+pub(crate) fn decode_record(r: &[u8; RECORD_LEN as usize]) -> Option<IndexRecord> {
     if crc32c::crc32c(&r[..field::REC_CRC.start]) != le_u32(&r[field::REC_CRC]) {
         return None;
     }
     let mut hash = [0u8; 32];
     hash.copy_from_slice(&r[field::REC_HASH]);
-    Some(IndexEntry {
+    Some(IndexRecord {
         hash,
         loc: ChunkLoc {
             offset: le_u64(&r[field::REC_OFFSET]),
@@ -225,7 +225,7 @@ pub(crate) fn read_header(file: &File, path: &Path) -> Result<Header, StoreError
 #[derive(Debug, Default)]
 pub(crate) struct Replay {
     /// Records kept, in sequence order.
-    pub entries: Vec<IndexEntry>,
+    pub entries: Vec<IndexRecord>,
     /// Sequence number of the first record that failed its checksum.
     pub first_corrupt: Option<u64>,
     /// Whole records dropped from `first_corrupt` on.
@@ -277,7 +277,11 @@ pub(crate) fn replay(file: &File, path: &Path, blob_len: u64) -> Result<Replay, 
 
 /// Write a complete index (header and `entries`) as `dir/index`, atomically:
 /// a temp file, fsync, rename, fsync of the directory. Returns the writer.
-pub(crate) fn create(dir: &Path, header: &Header, entries: &[IndexEntry]) -> Result<IndexWriter, StoreError> {
+pub(crate) fn create(
+    dir: &Path,
+    header: &Header,
+    entries: &[IndexRecord],
+) -> Result<IndexWriter, StoreError> {
     let path = dir.join("index");
     let tmp = dir.join("index.tmp");
     let head = header.encode()?;
@@ -331,7 +335,7 @@ impl IndexWriter {
 
     /// Append `entries` at the end of the last whole record; with `sync`,
     /// `fdatasync` before returning.
-    pub(crate) fn append(&mut self, entries: &[IndexEntry], sync: bool) -> Result<(), StoreError> {
+    pub(crate) fn append(&mut self, entries: &[IndexRecord], sync: bool) -> Result<(), StoreError> {
         let mut buf = Vec::with_capacity(entries.len() * RECORD_LEN as usize);
         for e in entries {
             buf.extend_from_slice(&encode_record(e));
@@ -415,7 +419,7 @@ mod tests {
     /// Test vector: one record, bytes fixed by the format.
     #[test]
     fn record_vector() {
-        let e = IndexEntry {
+        let e = IndexRecord {
             hash: [0xab; 32],
             loc: ChunkLoc {
                 offset: 0x0102_0304_0506_0708,

@@ -125,7 +125,7 @@ mod store;
 pub use backing::{Backing, BackingKind};
 pub use error::{FormatProblem, InputProblem, StoreError};
 pub use store::{
-    ChunkHash, ChunkLoc, Durability, IndexEntry, RecoveryReport, Reservation, Store, StoreConfig,
+    ChunkHash, ChunkLoc, Durability, IndexRecord, RecoveryReport, Reservation, Store, StoreConfig,
     StoreIdentity, StoreStats, DEFAULT_CAPACITY,
 };
 

@@ -35,7 +35,7 @@ impl ChunkLoc {
 
 /// One index record: a chunk hash and where its bytes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IndexEntry {
+pub struct IndexRecord {
     /// BLAKE3 of the chunk.
     pub hash: ChunkHash,
     /// Where its bytes are.
@@ -195,7 +195,7 @@ pub struct Store {
     shards: Box<[RwLock<HashMap<ChunkHash, ChunkLoc>>]>,
     /// Every committed record in sequence order (`entries_since`). Written
     /// only under `writer`.
-    log: RwLock<Vec<IndexEntry>>,
+    log: RwLock<Vec<IndexRecord>>,
     /// The index file; its lock orders commits (record sequence = publication order).
     writer: Mutex<IndexWriter>,
     /// Sum of the lengths of indexed chunks. Written only under `writer`.
@@ -486,7 +486,7 @@ impl Store {
     /// Publish committed records to lookups and the log. Call with the log's
     /// write lock, and (after open) with `writer` held, so publication order
     /// is record order.
-    fn publish(&self, records: &[IndexEntry], log: &mut Vec<IndexEntry>) {
+    fn publish(&self, records: &[IndexRecord], log: &mut Vec<IndexRecord>) {
         log.extend_from_slice(records);
         let mut bytes = self.chunk_bytes.load(Ordering::Relaxed);
         for shard in 0..SHARDS {
@@ -587,7 +587,7 @@ impl Store {
     /// indexes these even over existing entries).
     fn commit_chunks(
         &self,
-        chunks: &[IndexEntry],
+        chunks: &[IndexRecord],
         (start, len): (u64, u64),
         replace: bool,
     ) -> Result<Vec<ChunkLoc>, StoreError> {
@@ -665,7 +665,7 @@ impl Store {
         })?;
         let range = (claim.start(), claim.written());
         drop(claim);
-        let entry = IndexEntry {
+        let entry = IndexRecord {
             hash: *hash,
             loc: ChunkLoc { offset, len },
         };
@@ -676,7 +676,7 @@ impl Store {
     /// Committed records with sequence number `>= generation`, in commit
     /// order. A later record for the same hash supersedes an earlier one
     /// (repairs). Empty if `generation` is at or past the current one.
-    pub fn entries_since(&self, generation: u64) -> Vec<IndexEntry> {
+    pub fn entries_since(&self, generation: u64) -> Vec<IndexRecord> {
         let log = read_lock(&self.log);
         let from = usize::try_from(generation).unwrap_or(usize::MAX).min(log.len());
         log[from..].to_vec()
@@ -684,7 +684,7 @@ impl Store {
 
     /// [`Store::identity`] and [`Store::entries_since`] taken together, so the
     /// entries are exactly those between `generation` and the identity's.
-    pub fn delta_since(&self, generation: u64) -> (StoreIdentity, Vec<IndexEntry>) {
+    pub fn delta_since(&self, generation: u64) -> (StoreIdentity, Vec<IndexRecord>) {
         let log = read_lock(&self.log);
         let from = usize::try_from(generation).unwrap_or(usize::MAX).min(log.len());
         let id = StoreIdentity {
@@ -715,14 +715,14 @@ impl Store {
 
     /// Hash every indexed chunk on `threads` threads (0: one per core) and
     /// return the entries whose bytes no longer match, by offset.
-    pub fn verify_all(&self, threads: usize) -> Vec<IndexEntry> {
-        let entries: Vec<IndexEntry> = self
+    pub fn verify_all(&self, threads: usize) -> Vec<IndexRecord> {
+        let entries: Vec<IndexRecord> = self
             .shards
             .iter()
             .flat_map(|s| {
                 read_lock(s)
                     .iter()
-                    .map(|(&hash, &loc)| IndexEntry { hash, loc })
+                    .map(|(&hash, &loc)| IndexRecord { hash, loc })
                     .collect::<Vec<_>>()
             })
             .collect();
@@ -731,7 +731,7 @@ impl Store {
             n => n,
         };
         let per = entries.len().div_ceil(threads).max(1);
-        let mut bad: Vec<IndexEntry> = std::thread::scope(|s| {
+        let mut bad: Vec<IndexRecord> = std::thread::scope(|s| {
             let handles: Vec<_> = entries
                 .chunks(per)
                 .map(|part| {
@@ -801,7 +801,7 @@ pub struct Reservation<'s> {
     store: &'s Store,
     claim: Claim<'s>,
     /// Chunks written into the claim, in append order, distinct hashes.
-    new_chunks: Vec<IndexEntry>,
+    new_chunks: Vec<IndexRecord>,
     /// One per append call.
     slots: Vec<Slot>,
     /// Hashes written by this reservation → index into `new_chunks`.
@@ -843,7 +843,7 @@ impl Reservation<'_> {
         })?;
         let loc = ChunkLoc { offset, len };
         let i = self.new_chunks.len();
-        self.new_chunks.push(IndexEntry { hash: *hash, loc });
+        self.new_chunks.push(IndexRecord { hash: *hash, loc });
         self.seen.insert(*hash, i);
         self.slots.push(Slot::New(i));
         Ok(loc)

@@ -11,7 +11,7 @@ use std::sync::{Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pfs_session::sys::{pin_current_thread, thread_usage, Usage};
+use pfs_sys::{pin_current_thread, thread_usage, Usage};
 use serde::Serialize;
 
 use super::methods::{self, message_pool, Received, SendOpts, Sent};

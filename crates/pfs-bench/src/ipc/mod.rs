@@ -135,7 +135,7 @@ pub fn run(args: IpcArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     let idle = Duration::from_millis(args.idle_ms);
     let mut warnings = Vec::new();
 
-    let cpus = sys::allowed_cpus();
+    let cpus = pfs_sys::allowed_cpus();
     let (pinning, server_cpu) = if args.no_pin {
         ("unpinned (--no-pin)".to_string(), None)
     } else if cpus.len() < 2 {
@@ -148,7 +148,7 @@ pub fn run(args: IpcArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
         ("unpinned (1 CPU)".to_string(), None)
     } else {
         let (c, s) = (cpus[0], cpus[1]);
-        match sys::pin(c) {
+        match pfs_sys::pin_current_thread(c) {
             Ok(()) => (format!("client on CPU {c}, server on CPU {s}"), Some(s)),
             Err(e) => {
                 let w = format!("cannot pin the client to CPU {c} ({e}): running unpinned");
@@ -325,7 +325,7 @@ impl WithChannel for Serve<'_> {
 /// phase, prints its measurements as one JSON line.
 pub fn run_peer(args: IpcPeerArgs) -> anyhow::Result<Outcome> {
     if let Some(cpu) = args.cpu {
-        sys::pin(cpu).with_context(|| format!("pinning the server to CPU {cpu}"))?;
+        pfs_sys::pin_current_thread(cpu).with_context(|| format!("pinning the server to CPU {cpu}"))?;
     }
     args.method.with(Serve {
         method: args.method,

@@ -104,7 +104,7 @@ pub struct ClientReport {
 }
 
 fn cpu_s() -> f64 {
-    let u = pfs_session::sys::process_usage();
+    let u = pfs_sys::process_usage();
     (u.user_us + u.sys_us) as f64 / 1e6
 }
 
@@ -158,7 +158,7 @@ pub fn serve<C: Channel>(ch: &mut C, method: &str, n: u64) -> anyhow::Result<Ser
         stream_first_to_last_ticks: last.wrapping_sub(first),
         idle_wall_s,
         idle_cpu_s,
-        cpu: sys::current_cpu(),
+        cpu: pfs_sys::current_cpu(),
     })
 }
 
@@ -212,7 +212,7 @@ pub fn drive<C: Channel>(ch: &mut C, n: u64, idle: Duration) -> anyhow::Result<C
         stream_send_ticks: s1.wrapping_sub(s0),
         latency_wall_s,
         stream_wall_s,
-        cpu: sys::current_cpu(),
+        cpu: pfs_sys::current_cpu(),
     })
 }
 

@@ -1,9 +1,7 @@
-//! The study's clock read and CPU placement: the time stamp ([`ticks`]: the
-//! TSC on x86-64, CLOCK_MONOTONIC elsewhere) and thread pinning. The only
+//! The study's clock: the time stamp ([`ticks`]: the TSC on x86-64,
+//! CLOCK_MONOTONIC elsewhere). CPU placement comes from `pfs-sys`. The only
 //! module of the study with `unsafe`; every function here is safe to call.
 #![allow(unsafe_code)]
-
-use std::io;
 
 /// Whether [`ticks`] reads the TSC (x86-64) rather than CLOCK_MONOTONIC.
 pub const TSC: bool = cfg!(target_arch = "x86_64");
@@ -41,35 +39,6 @@ pub fn ticks() -> u64 {
         .wrapping_add(t.tv_nsec as u64)
 }
 
-/// The CPUs this process may run on (its affinity mask), in order.
-pub fn allowed_cpus() -> Vec<usize> {
-    match rustix::thread::sched_getaffinity(None) {
-        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
-            .filter(|&c| set.is_set(c))
-            .collect(),
-        Err(_) => (0..crate::sysinfo::cores()).collect(),
-    }
-}
-
-/// Pins the calling thread to `cpu`.
-pub fn pin(cpu: usize) -> io::Result<()> {
-    if cpu >= rustix::thread::CpuSet::MAX_CPU {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("CPU {cpu} is out of range"),
-        ));
-    }
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    rustix::thread::sched_setaffinity(None, &set)?;
-    Ok(())
-}
-
-/// The CPU the calling thread is running on now.
-pub fn current_cpu() -> usize {
-    rustix::thread::sched_getcpu()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,19 +49,5 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2));
         let b = ticks();
         assert!(b > a, "{a} then {b}");
-    }
-
-    #[test]
-    fn pinning_to_an_allowed_cpu_sticks() {
-        let cpus = allowed_cpus();
-        assert!(!cpus.is_empty());
-        let last = *cpus.last().unwrap_or(&0);
-        std::thread::spawn(move || {
-            pin(last).unwrap();
-            assert_eq!(current_cpu(), last);
-        })
-        .join()
-        .unwrap();
-        assert!(pin(usize::MAX).is_err());
     }
 }

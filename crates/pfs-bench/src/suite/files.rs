@@ -237,7 +237,7 @@ fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// CPU seconds of reaped children of this process so far.
 fn children_cpu() -> (f64, f64) {
-    let u = pfs_session::sys::children_usage();
+    let u = pfs_sys::children_usage();
     (u.user_us as f64 / 1e6, u.sys_us as f64 / 1e6)
 }
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use pfs_exec::execute::resolve;
 use pfs_exec::{Digest, Pattern, Schedule, ScheduleSpec, Total};
-use pfs_session::sys::{pin_current_thread, thread_usage};
 use pfs_session::SessionStats;
+use pfs_sys::{pin_current_thread, thread_usage};
 use pfs_wire::{IntegrityAlg, Mode};
 
 use crate::args::{BenchArgs, PathArg};
@@ -785,14 +785,14 @@ fn run_pcpu(
     use pfs_exec::shard::{run, Prepared, ShardConfig};
     let prepared = Prepared::from_schedule(Schedule::new(spec)?, encoding, blob.len() as u64)?;
     let cpus = if pin { vec![1, 0] } else { Vec::new() };
-    let u0 = pfs_session::sys::process_usage();
+    let u0 = pfs_sys::process_usage();
     let report = run(
         blob,
         &prepared,
         Kernel::new(KernelId::Xxh3),
         &ShardConfig { threads, cpus },
     )?;
-    let u = pfs_session::sys::process_usage().since(&u0);
+    let u = pfs_sys::process_usage().since(&u0);
     let eff = prepared.effective_bytes();
     let mut row = Row::measured(
         label,

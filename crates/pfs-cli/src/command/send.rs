@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use pfs_bench::labels;
 use pfs_bench::peer::{send_on, sender_config, Target};
 use pfs_exec::{ScheduleSpec, Total};
-use pfs_session::sys::pin_current_thread;
 use pfs_session::{SendOutcome, SessionStats};
+use pfs_sys::pin_current_thread;
 
 use crate::args::{ScheduleArgs, SendArgs, TransportArg, TransportArgs};
 use crate::exit;

@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use pfs_files::{default_cache_dir, scan, ChunkParams, EntryKind, Excludes, RecipeCache};
+use pfs_files::{default_cache_dir, scan, ChunkParams, Excludes, RecipeCache, WalkKind};
 use pfs_session::files::{
     send_files, FilesItem, FilesSendConfig, FilesSendOutcome, FilesSendProgress, LocalPrepare,
 };
@@ -80,7 +80,7 @@ fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<Prepared> {
         .into_iter()
         .map(|e| {
             let (recipe, digest) = match (&e.kind, &mut cache) {
-                (EntryKind::File { size }, Some(c)) => (
+                (WalkKind::File { size }, Some(c)) => (
                     c.get(&e, params).cloned(),
                     c.get_digest(&e, params).map(|d| (*size, d)),
                 ),
@@ -162,7 +162,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         let total: u64 = items
             .iter()
             .map(|i| match i.entry.kind {
-                EntryKind::File { size } => size,
+                WalkKind::File { size } => size,
                 _ => 0,
             })
             .sum();

@@ -7,7 +7,7 @@ const OLD_MTIME: i128 = 1_600_000_000_000_000_000;
 fn entry(abs: &str, size: u64, mtime_ns: i128) -> Entry {
     Entry {
         rel: RelPath::parse(b"f").unwrap(),
-        kind: EntryKind::File { size },
+        kind: WalkKind::File { size },
         mode: 0o644,
         mtime_ns,
         dev: 7,

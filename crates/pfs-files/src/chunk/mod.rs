@@ -47,7 +47,7 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 
 use crate::error::{ChunkParamsError, FilesError};
-use crate::walk::{Entry, EntryKind};
+use crate::walk::{Entry, WalkKind};
 
 use cdc::{Cutter, ZERO_FLAG};
 pub use file::{chunk_file, digest_file, quick_digest, QuickDigest};
@@ -344,7 +344,7 @@ fn on_files<R: Send>(
             .par_iter()
             .with_max_len(1)
             .map(|e| match e.kind {
-                EntryKind::File { .. } => work(&e.abs),
+                WalkKind::File { .. } => work(&e.abs),
                 _ => Err(FilesError::NotAFile { path: e.abs.clone() }),
             })
             .collect()

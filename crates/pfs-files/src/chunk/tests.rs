@@ -300,7 +300,7 @@ fn chunk_files_in_order_with_errors() {
         std::fs::write(&path, &data).unwrap();
         entries.push(Entry {
             rel: RelPath::parse(format!("f{i}").as_bytes()).unwrap(),
-            kind: EntryKind::File { size: len as u64 },
+            kind: WalkKind::File { size: len as u64 },
             mode: 0o644,
             mtime_ns: 0,
             dev: 0,
@@ -311,7 +311,7 @@ fn chunk_files_in_order_with_errors() {
     }
     entries.push(Entry {
         rel: RelPath::parse(b"d").unwrap(),
-        kind: EntryKind::Dir,
+        kind: WalkKind::Dir,
         mode: 0o755,
         mtime_ns: 0,
         dev: 0,
@@ -399,7 +399,7 @@ fn digest_file_errors() {
 fn digest_files_in_order_with_errors() {
     let p = small_params();
     let dir = tempfile::tempdir().unwrap();
-    let entry = |name: &str, kind: EntryKind, abs: std::path::PathBuf| Entry {
+    let entry = |name: &str, kind: WalkKind, abs: std::path::PathBuf| Entry {
         rel: RelPath::parse(name.as_bytes()).unwrap(),
         kind,
         mode: 0o644,
@@ -414,14 +414,10 @@ fn digest_files_in_order_with_errors() {
         let data = random_bytes(len, 40 + i as u64);
         let path = dir.path().join(format!("f{i}"));
         std::fs::write(&path, &data).unwrap();
-        entries.push(entry(
-            &format!("f{i}"),
-            EntryKind::File { size: len as u64 },
-            path,
-        ));
+        entries.push(entry(&format!("f{i}"), WalkKind::File { size: len as u64 }, path));
         datas.push(data);
     }
-    entries.insert(1, entry("d", EntryKind::Dir, dir.path().to_path_buf()));
+    entries.insert(1, entry("d", WalkKind::Dir, dir.path().to_path_buf()));
     datas.insert(1, Vec::new());
     let refs: Vec<&Entry> = entries.iter().collect();
     for threads in [1, 2, 0] {

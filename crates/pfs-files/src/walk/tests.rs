@@ -45,13 +45,13 @@ fn order_names_and_kinds() {
     assert!(s.entries.windows(2).all(|w| w[0].rel < w[1].rel));
     assert!(s.skipped.is_empty());
     let z = &s.entries[4];
-    assert_eq!(z.kind, EntryKind::File { size: 3 });
+    assert_eq!(z.kind, WalkKind::File { size: 3 });
     assert_eq!(z.abs, top.join("a/y/z"));
     assert!(z.abs.is_absolute());
     let meta = fs::metadata(&z.abs).unwrap();
     assert_eq!(z.ino, std::os::unix::fs::MetadataExt::ino(&meta));
     assert_eq!(z.mode, std::os::unix::fs::MetadataExt::mode(&meta) & 0o7777);
-    assert_eq!(s.entries[0].kind, EntryKind::Dir);
+    assert_eq!(s.entries[0].kind, WalkKind::Dir);
 }
 
 #[test]
@@ -155,13 +155,13 @@ fn symlinks_are_reported_not_followed() {
     assert_eq!(rels(&s), ["top", "top/dangling", "top/to-dir"]);
     assert_eq!(
         s.entries[1].kind,
-        EntryKind::Symlink {
+        WalkKind::Symlink {
             target: b"nowhere".to_vec()
         }
     );
     assert_eq!(
         s.entries[2].kind,
-        EntryKind::Symlink {
+        WalkKind::Symlink {
             target: outside.as_os_str().as_bytes().to_vec()
         }
     );

@@ -21,8 +21,8 @@ use super::{FilesReceiveOutcome, FilesReceiverConfig};
 use crate::error::{LimitExceeded, LocalError, Timeout};
 use crate::files::{FilesViolation, INDEX_ENTRIES_PER_FRAME};
 use crate::framing::{frame_want, refusal};
-use crate::sys::Usage;
 use crate::SessionError;
+use pfs_sys::Usage;
 
 /// Most PROBE entries one session may ask about (the answers are kept
 /// until the last PROBE: one byte each).

@@ -12,8 +12,8 @@ use super::core::{FilesReceiver, FilesReceiverEvent};
 use super::host::{FilesHost, LocalHost};
 use super::{FilesReceiveOutcome, FilesReceiverConfig};
 use crate::framing::{is_timeout, now, send_error, RecvBuf};
-use crate::sys::{thread_usage, Usage};
 use crate::SessionError;
+use pfs_sys::{thread_usage, Usage};
 
 /// Runs one files session on an accepted connection over `store` into
 /// `dest`. A protocol violation sends ERROR and returns the error; entries

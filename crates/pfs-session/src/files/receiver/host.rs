@@ -6,7 +6,7 @@
 use std::io::IoSlice;
 
 use pfs_files::{FileSpec, FilesError, LandError, Landing, Placement, QuickDigest, RelPath};
-use pfs_store::{ChunkLoc, IndexEntry, Reservation, Store, StoreError};
+use pfs_store::{ChunkLoc, IndexRecord, Reservation, Store, StoreError};
 use pfs_wire::files::Hash;
 
 /// The store's identity and space, for FILES_ACCEPT and the plan's ACK.
@@ -30,7 +30,7 @@ pub trait FilesHost<'s> {
     /// Identity and space of the store.
     fn store_info(&self) -> StoreInfo;
     /// Index records committed after `generation`, in order.
-    fn index_since(&self, generation: u64) -> Vec<IndexEntry>;
+    fn index_since(&self, generation: u64) -> Vec<IndexRecord>;
     /// Reserves `bytes` of new store space, replacing the current
     /// reservation (the core commits what it appended first).
     fn reserve(&mut self, bytes: u64) -> Result<(), StoreError>;
@@ -117,7 +117,7 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         }
     }
 
-    fn index_since(&self, generation: u64) -> Vec<IndexEntry> {
+    fn index_since(&self, generation: u64) -> Vec<IndexRecord> {
         self.store.entries_since(generation)
     }
 

@@ -17,8 +17,8 @@ use super::store_hex;
 use super::{FilesItem, FilesPrepare, FilesSendConfig, FilesSendOutcome, FilesSendProgress};
 use crate::error::LocalError;
 use crate::framing::{is_timeout, now, RecvBuf};
-use crate::sys::thread_usage;
 use crate::SessionError;
+use pfs_sys::thread_usage;
 
 /// The sender core's host on this machine.
 pub struct LocalSource<'p> {

@@ -18,10 +18,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pfs_files::{Entry, EntryKind as LocalKind, Recipe};
+use pfs_files::{Entry, Recipe, WalkKind};
 use pfs_wire::files::{EntryKind, FilesReport, Hash};
 
-use crate::sys::Usage;
+use pfs_sys::Usage;
 
 pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, Transmit, MAX_INDEX_BATCH};
 pub use driver::{send_files, LocalSource};
@@ -53,7 +53,7 @@ impl FilesItem {
     }
 
     fn is_file(&self) -> bool {
-        matches!(self.entry.kind, LocalKind::File { .. })
+        matches!(self.entry.kind, WalkKind::File { .. })
     }
 
     /// Size and the `file_hash` field of its FILE frame: the BLAKE3 from
@@ -330,9 +330,9 @@ pub fn classify(
 
 fn entry_kind(e: &Entry) -> (EntryKind, &[u8]) {
     match &e.kind {
-        LocalKind::File { .. } => (EntryKind::File, &[]),
-        LocalKind::Dir => (EntryKind::Dir, &[]),
-        LocalKind::Symlink { target } => (EntryKind::Symlink, target),
+        WalkKind::File { .. } => (EntryKind::File, &[]),
+        WalkKind::Dir => (EntryKind::Dir, &[]),
+        WalkKind::Symlink { target } => (EntryKind::Symlink, target),
     }
 }
 
