@@ -169,20 +169,8 @@ pub fn run_client(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::pr
     })
 }
 
-/// CPU seconds (user, sys) of a process and of all its reaped descendants.
-pub fn tree_cpu(pid: u32) -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name: state is field 3.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
-    let tick = rustix::param::clock_ticks_per_second() as f64;
-    let (utime, stime, cutime, cstime) = (num(11)?, num(12)?, num(13)?, num(14)?);
-    Some(((utime + cutime) / tick, (stime + cstime) / tick))
-}
-
 /// Waits until `pid` has no children left (the per-connection processes
-/// were reaped, so their CPU shows in `tree_cpu`).
+/// were reaped, so their CPU shows in `pfs_sys::tree_cpu_seconds`).
 pub fn wait_children_reaped(pid: u32, timeout: Duration) {
     let path = format!("/proc/{pid}/task/{pid}/children");
     let deadline = Instant::now() + timeout;

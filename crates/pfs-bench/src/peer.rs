@@ -190,7 +190,7 @@ pub fn send_on(
     cfg: &SenderConfig,
 ) -> anyhow::Result<(SendOutcome, &'static str)> {
     let kind = t.kind();
-    let mut progress = |p: &pfs_session::gram::SendProgress| {
+    let mut progress = |p: &pfs_session::gram::Progress| {
         eprintln!(
             "{}",
             progress_line(

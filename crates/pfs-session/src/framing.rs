@@ -153,6 +153,24 @@ impl RecvBuf {
         }
     }
 
+    /// One read for a core awaiting `awaiting`: end of stream is
+    /// [`SessionError::PeerClosed`], a read timeout is the core's own
+    /// `timed_out` error, any other failure a transport error.
+    pub fn read_for<T: Transport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        want: usize,
+        awaiting: &'static str,
+        timed_out: impl FnOnce() -> SessionError,
+    ) -> Result<(), SessionError> {
+        match self.read_from(t, want) {
+            Ok(0) => Err(SessionError::PeerClosed { during: awaiting }),
+            Ok(_) => Ok(()),
+            Err(e) if is_timeout(&e) => Err(timed_out()),
+            Err(e) => Err(SessionError::transport(awaiting, e)),
+        }
+    }
+
     /// Largest contiguous unit.
     pub fn capacity(&self) -> usize {
         self.buf.len()

@@ -11,37 +11,17 @@ use pfs_session::gram::{
     GramReceiver, GramSender, GramViolation, ReceiverConfig, ReceiverEvent, SenderConfig, SenderEvent,
     Transmit,
 };
-use pfs_session::{BlobView, HelloRejection, SessionError, Timeout, Violation};
+use pfs_session::{HelloRejection, SessionError, Timeout, Violation};
 use pfs_sys::Usage;
-use pfs_wire::desc::encode_table;
-use pfs_wire::{
-    put_frame, Descriptor, Encoding, ErrorCode, FrameType, GramHeader, Hello, IntegrityAlg, Mode,
-    GRAM_FLAG_PAYLOAD,
-};
+use pfs_wire::{put_frame, Descriptor, ErrorCode, FrameType, IntegrityAlg, Mode};
 
 const BLOB_LEN: usize = 1 << 20;
 
-fn blob_bytes(seed: u64) -> Vec<u8> {
-    let mut x = seed;
-    (0..BLOB_LEN)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as u8
-        })
-        .collect()
-}
+mod common;
+use common::{gram_frame as gram, hello_frame as hello, view};
 
-fn view(data: &[u8]) -> BlobView<'_> {
-    BlobView {
-        data,
-        fingerprint: [7; 32],
-        region_size: 1 << 20,
-        backing: pfs_blob::BackingKind::SmallPages,
-        page_size: 4096,
-        setup: Default::default(),
-    }
+fn blob_bytes(seed: u64) -> Vec<u8> {
+    common::blob_bytes(seed, BLOB_LEN)
 }
 
 fn sender_cfg(mode: Mode, integrity: IntegrityAlg, grams: u64) -> SenderConfig {
@@ -220,49 +200,6 @@ fn a_flipped_receiver_byte_is_a_mismatch_in_every_mode() {
         );
         assert_eq!(received.report.first_mismatch_seq, 0);
     }
-}
-
-fn hello(mode: Mode, blob_len: u64, fingerprint: [u8; 32]) -> Vec<u8> {
-    let mut body = Vec::new();
-    Hello {
-        mode,
-        encoding: mode.encoding(),
-        integrity: IntegrityAlg::Xxh3,
-        auth_method: 0,
-        max_desc_per_gram: 64,
-        max_desc_len: 65536,
-        blob_len,
-        region_size: 1 << 20,
-        fingerprint,
-        session_nonce: 9,
-        planned_bytes: 0,
-        planned_grams: 0,
-        auth: &[],
-    }
-    .emit(&mut body);
-    let mut f = Vec::new();
-    put_frame(&mut f, FrameType::Hello, 0, &body);
-    f
-}
-
-fn gram(descs: &[Descriptor], payload: &[u8], seq: u64) -> Vec<u8> {
-    let table = encode_table(Encoding::Absolute, descs).unwrap();
-    let gh = GramHeader {
-        seq,
-        desc_count: descs.len() as u32,
-        table_len: table.len() as u32,
-        payload_len: payload.len() as u32,
-        encoding: Encoding::Absolute,
-        integrity: IntegrityAlg::Xxh3,
-        flags: if payload.is_empty() { 0 } else { GRAM_FLAG_PAYLOAD },
-        integrity_value: 0,
-    };
-    let mut body = gh.emit().to_vec();
-    body.extend_from_slice(&table);
-    body.extend_from_slice(payload);
-    let mut f = Vec::new();
-    put_frame(&mut f, FrameType::Gram, 0, &body);
-    f
 }
 
 /// Feeds `bytes` one at a time to a fresh receiver; returns the error it ends with.
@@ -515,5 +452,38 @@ fn the_receivers_error_frame_reaches_the_sender_as_a_refusal() {
             assert!(message.contains("fingerprint differs"), "{message}");
         }
         other => panic!("expected a refusal, got {other}"),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Whatever follows a valid HELLO, in whatever pieces, the receiver core
+    /// returns an error or waits for more: it never panics, and it never
+    /// consumes more than it was given.
+    #[test]
+    fn arbitrary_bytes_after_hello_never_panic(
+        tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4096),
+        piece in 1usize..64,
+        payload_mode in proptest::prelude::any::<bool>(),
+    ) {
+        let blob = vec![0u8; BLOB_LEN];
+        let now = Instant::now();
+        let mode = if payload_mode { Mode::Payload } else { Mode::Offset };
+        let mut bytes = hello(mode, BLOB_LEN as u64, [7; 32]);
+        bytes.extend_from_slice(&tail);
+        let mut rx = GramReceiver::new(view(&blob), &ReceiverConfig::default(), now);
+        let mut pending = Vec::new();
+        for chunk in bytes.chunks(piece) {
+            pending.extend_from_slice(chunk);
+            match rx.handle_input(now, &pending, &mut Discard) {
+                Ok(used) => {
+                    proptest::prop_assert!(used <= pending.len());
+                    pending.drain(..used);
+                }
+                Err(_) => break,
+            }
+            while rx.poll_event().is_some() {}
+        }
     }
 }

@@ -8,39 +8,19 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use pfs_exec::{Pattern, Schedule, ScheduleSpec, Total};
-use pfs_session::{
-    send_session, serve, BlobView, SenderConfig, ServerConfig, ServerEvent, SessionError, SessionStats,
-};
+use pfs_session::{send_session, serve, SenderConfig, ServerConfig, ServerEvent, SessionError, SessionStats};
 use pfs_transport::{TcpConfig, TcpListener, TcpTransport};
-use pfs_wire::desc::encode_table;
 use pfs_wire::{
-    put_frame, Descriptor, Encoding, ErrorFrame, Frame, FrameType, GramHeader, Hello, IntegrityAlg, Mode,
-    GRAM_FLAG_PAYLOAD,
+    put_frame, Descriptor, Encoding, ErrorFrame, Frame, FrameType, GramHeader, IntegrityAlg, Mode,
 };
 
 const BLOB_LEN: usize = 8 << 20;
 
-fn blob_bytes(seed: u64) -> Vec<u8> {
-    let mut x = seed;
-    (0..BLOB_LEN)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as u8
-        })
-        .collect()
-}
+mod common;
+use common::{gram_frame, gram_frame_raw, hello_frame, view};
 
-fn view(data: &[u8]) -> BlobView<'_> {
-    BlobView {
-        data,
-        fingerprint: [7; 32],
-        region_size: 1 << 20,
-        backing: pfs_blob::BackingKind::SmallPages,
-        page_size: 4096,
-        setup: Default::default(),
-    }
+fn blob_bytes(seed: u64) -> Vec<u8> {
+    common::blob_bytes(seed, BLOB_LEN)
 }
 
 fn spec(pattern: Pattern, grams: u64) -> ScheduleSpec {
@@ -218,57 +198,6 @@ fn flipped_byte_is_a_mismatch_naming_the_gram() {
         });
         assert_eq!(ok, 2);
     }
-}
-
-fn hello_frame(mode: Mode, blob_len: u64, fingerprint: [u8; 32]) -> Vec<u8> {
-    let mut body = Vec::new();
-    Hello {
-        mode,
-        encoding: mode.encoding(),
-        integrity: IntegrityAlg::Xxh3,
-        auth_method: 0,
-        max_desc_per_gram: 64,
-        max_desc_len: 65536,
-        blob_len,
-        region_size: 1 << 20,
-        fingerprint,
-        session_nonce: 9,
-        planned_bytes: 0,
-        planned_grams: 0,
-        auth: &[],
-    }
-    .emit(&mut body);
-    let mut f = Vec::new();
-    put_frame(&mut f, FrameType::Hello, 0, &body);
-    f
-}
-
-fn gram_frame(descs: &[Descriptor], payload: &[u8], seq: u64) -> Vec<u8> {
-    gram_frame_raw(
-        &encode_table(Encoding::Absolute, descs).unwrap(),
-        descs.len() as u32,
-        payload,
-        seq,
-    )
-}
-
-fn gram_frame_raw(table: &[u8], count: u32, payload: &[u8], seq: u64) -> Vec<u8> {
-    let gh = GramHeader {
-        seq,
-        desc_count: count,
-        table_len: table.len() as u32,
-        payload_len: payload.len() as u32,
-        encoding: Encoding::Absolute,
-        integrity: IntegrityAlg::Xxh3,
-        flags: if payload.is_empty() { 0 } else { GRAM_FLAG_PAYLOAD },
-        integrity_value: 0,
-    };
-    let mut body = gh.emit().to_vec();
-    body.extend_from_slice(table);
-    body.extend_from_slice(payload);
-    let mut f = Vec::new();
-    put_frame(&mut f, FrameType::Gram, 0, &body);
-    f
 }
 
 /// Writes `bytes` raw and returns the ERROR frame the server answers with

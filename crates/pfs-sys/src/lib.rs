@@ -19,4 +19,4 @@ pub mod usage;
 
 pub use cpu::{allowed_cpus, current_cpu, pin_current_thread, MAX_CPU};
 pub use fs::{base_page_size, fstatfs, hugetlbfs_page_size, statfs, FsInfo, FsType};
-pub use usage::{children_usage, max_rss_bytes, process_usage, thread_usage, Usage};
+pub use usage::{children_usage, max_rss_bytes, process_usage, thread_usage, tree_cpu_seconds, Usage};

@@ -59,6 +59,21 @@ pub fn max_rss_bytes() -> u64 {
 }
 
 /// The one `unsafe` of this crate: `getrusage(2)`, which rustix does not wrap.
+/// CPU seconds (user, sys) of another process and of all its reaped
+/// descendants, from `/proc/PID/stat` (getrusage cannot ask about a process
+/// that is not a child of this one). `None` when it cannot be read.
+pub fn tree_cpu_seconds(pid: u32) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name (which may hold spaces):
+    // state is field 3, utime 14, stime 15, cutime 16, cstime 17.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+    let tick = rustix::param::clock_ticks_per_second() as f64;
+    let (utime, stime, cutime, cstime) = (num(11)?, num(12)?, num(13)?, num(14)?);
+    Some(((utime + cutime) / tick, (stime + cstime) / tick))
+}
+
 mod ffi {
     #![allow(unsafe_code)]
 
@@ -103,6 +118,13 @@ mod ffi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_tree_cpu_is_readable() {
+        let (user, sys) = tree_cpu_seconds(std::process::id()).expect("/proc/self/stat");
+        assert!(user >= 0.0 && sys >= 0.0);
+        assert_eq!(tree_cpu_seconds(u32::MAX), None);
+    }
 
     #[test]
     fn usage_moves_forward() {

@@ -16,7 +16,7 @@ use anyhow::{bail, Context};
 use super::netpath::NetPath;
 use super::row::Row;
 use crate::child::{
-    free_port, have, run_client, taskset, tool, tree_cpu, wait_children_reaped, wait_listening, ChildGuard,
+    free_port, have, run_client, taskset, tool, wait_children_reaped, wait_listening, ChildGuard,
 };
 
 /// iperf3, one TCP stream, receiver-side numbers.
@@ -136,7 +136,8 @@ impl FileJob<'_> {
         let pid = server.id();
         // The readiness probe made the server fork a child: keep its CPU out of the row.
         wait_children_reaped(pid, Duration::from_secs(5));
-        let (u0, s0) = tree_cpu(pid).with_context(|| format!("reading the {what}'s CPU time"))?;
+        let (u0, s0) =
+            pfs_sys::tree_cpu_seconds(pid).with_context(|| format!("reading the {what}'s CPU time"))?;
         let client = taskset(client, self.pin.then_some(0));
         let program = client.get_program().to_string_lossy().into_owned();
         let wire0 = self.net.wire_counter();
@@ -151,7 +152,8 @@ impl FileJob<'_> {
         }
         let wire = self.net.wire_counter().saturating_sub(wire0);
         wait_children_reaped(pid, Duration::from_secs(5));
-        let (u1, s1) = tree_cpu(pid).with_context(|| format!("reading the {what}'s CPU time"))?;
+        let (u1, s1) =
+            pfs_sys::tree_cpu_seconds(pid).with_context(|| format!("reading the {what}'s CPU time"))?;
         let bytes = std::fs::metadata(self.src)?.len();
         let got = std::fs::metadata(&dst)
             .with_context(|| format!("{} was not written", dst.display()))?

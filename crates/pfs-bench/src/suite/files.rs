@@ -26,8 +26,7 @@ use super::netpath::NetPath;
 use super::row::Row;
 use super::table::{data, measured};
 use crate::child::{
-    free_port, have, run_client, serve_listening, tool, tree_cpu, wait_children_reaped, wait_listening,
-    ChildGuard,
+    free_port, have, run_client, serve_listening, tool, wait_children_reaped, wait_listening, ChildGuard,
 };
 use crate::report::{Cell, Column, Header, Table};
 use crate::scratch::{memory_dir, Scratch};
@@ -252,7 +251,7 @@ struct Timed {
 
 fn timed(server_pid: u32, client: Command, net: &NetPath) -> anyhow::Result<Timed> {
     wait_children_reaped(server_pid, Duration::from_secs(5));
-    let (su0, ss0) = tree_cpu(server_pid).context("server CPU")?;
+    let (su0, ss0) = pfs_sys::tree_cpu_seconds(server_pid).context("server CPU")?;
     let (cu0, cs0) = children_cpu();
     let program = client.get_program().to_string_lossy().into_owned();
     let wire0 = net.wire_counter();
@@ -268,7 +267,7 @@ fn timed(server_pid: u32, client: Command, net: &NetPath) -> anyhow::Result<Time
         );
     }
     wait_children_reaped(server_pid, Duration::from_secs(5));
-    let (su1, ss1) = tree_cpu(server_pid).context("server CPU")?;
+    let (su1, ss1) = pfs_sys::tree_cpu_seconds(server_pid).context("server CPU")?;
     let (cu1, cs1) = children_cpu();
     Ok(Timed {
         elapsed,

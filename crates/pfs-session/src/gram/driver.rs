@@ -8,8 +8,9 @@ use std::time::Duration;
 use pfs_transport::{Transport, IOV_MAX};
 use pfs_wire::{FrameHeader, FrameType, GramHeader};
 
-use super::receiver::{GramReceiver, GramSink, Progress, ReceiverConfig, ReceiverEvent, ReceiverOutcome};
-use super::sender::{GramSender, SendOutcome, SendProgress, SenderConfig, SenderEvent, Transmit};
+use super::receiver::{GramReceiver, GramSink, ReceiverConfig, ReceiverEvent, ReceiverOutcome};
+use super::sender::{GramSender, SendOutcome, SenderConfig, SenderEvent, Transmit};
+use super::Progress;
 use crate::error::LocalError;
 use crate::framing::{is_timeout, now, send_error, RecvBuf};
 use crate::{BlobView, SessionError};
@@ -20,7 +21,7 @@ pub fn send_session<T: Transport + ?Sized>(
     t: &mut T,
     blob: &BlobView<'_>,
     cfg: &SenderConfig,
-    on_progress: &mut dyn FnMut(&SendProgress),
+    on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<SendOutcome, SessionError> {
     let mut core = GramSender::new(*blob, cfg)?;
     let mut buf = RecvBuf::new(core.buffer_capacity());
@@ -235,16 +236,7 @@ fn receive<T: Transport + ?Sized>(
         .map_err(|e| SessionError::transport("setup", e))?;
     loop {
         if buf.filled().len() < core.want() {
-            match buf.read_from(t, core.want()) {
-                Ok(0) => {
-                    return Err(SessionError::PeerClosed {
-                        during: core.awaiting(),
-                    })
-                }
-                Ok(_) => {}
-                Err(e) if is_timeout(&e) => return Err(core.timed_out()),
-                Err(e) => return Err(SessionError::transport(core.awaiting(), e)),
-            }
+            buf.read_for(t, core.want(), core.awaiting(), || core.timed_out())?;
             // A peer that trickles bytes keeps the socket busy but not the
             // session: the core's deadline catches it.
             core.handle_timeout(now())?;

@@ -14,10 +14,25 @@ pub mod sender;
 use pfs_wire::{Encoding, ErrorCode, IntegrityAlg, Mode};
 
 pub use driver::{receive_session, send_session, GramRecorder};
-pub use receiver::{GramReceiver, Progress, ReceiverConfig, ReceiverEvent, ReceiverOutcome};
-pub use sender::{
-    GramSender, SendOutcome, SendProgress, SenderConfig, SenderEvent, Transmit, DEFAULT_PAYLOAD_BUDGET,
-};
+pub use receiver::{GramReceiver, ReceiverConfig, ReceiverEvent, ReceiverOutcome};
+pub use sender::{GramSender, SendOutcome, SenderConfig, SenderEvent, Transmit, DEFAULT_PAYLOAD_BUDGET};
+
+/// Progress of a gram session, either side: what was sent (sender) or
+/// executed (receiver) so far.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Grams so far.
+    pub grams: u64,
+    /// Effective bytes so far.
+    pub effective_bytes: u64,
+    /// Wire bytes so far.
+    pub wire_bytes: u64,
+    /// Time since steady state began (HELLO_ACK for the sender, the first
+    /// frame after it for the receiver).
+    pub elapsed: std::time::Duration,
+    /// Effective bytes the sender planned (0 = unknown).
+    pub planned_bytes: u64,
+}
 
 /// A gram that breaks the session's rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -30,7 +30,7 @@ use pfs_wire::{
     Report, SenderSummary, FRAME_HEADER_LEN, GRAM_HEADER_LEN,
 };
 
-use super::{GramViolation, HelloRejection};
+use super::{GramViolation, HelloRejection, Progress};
 use crate::error::{Timeout, Violation};
 use crate::{BlobView, Limits, SessionError};
 use pfs_sys::Usage;
@@ -68,21 +68,6 @@ impl Default for ReceiverConfig {
             record_dir: None,
         }
     }
-}
-
-/// Progress while receiving.
-#[derive(Debug, Clone, Copy)]
-pub struct Progress {
-    /// Grams executed so far.
-    pub grams: u64,
-    /// Effective bytes so far.
-    pub effective_bytes: u64,
-    /// Wire bytes so far.
-    pub wire_bytes: u64,
-    /// Time since the first frame after the handshake.
-    pub elapsed: Duration,
-    /// Effective bytes the sender announced (0 = unknown).
-    pub planned_bytes: u64,
 }
 
 /// A finished session, from the receiver's side.
@@ -646,13 +631,21 @@ impl<'b> GramReceiver<'b> {
         Ok(())
     }
 
-    fn negotiated(&self) -> &Negotiated {
-        // Grams are only accepted after HELLO (begin_frame).
-        self.session.as_ref().expect("gram before HELLO")
+    /// The session HELLO negotiated. `begin_frame` lets no GRAM in before
+    /// HELLO, so the error is unreachable; it is an error, not a panic,
+    /// because the core never panics on what a peer sends.
+    fn negotiated(&self) -> Result<&Negotiated, SessionError> {
+        self.session.as_ref().ok_or_else(|| {
+            Violation::UnexpectedFrame {
+                expected: "HELLO",
+                got: FrameType::Gram,
+            }
+            .into()
+        })
     }
 
     fn check_gram(&self, gh: &GramHeader) -> Result<(), SessionError> {
-        let s = self.negotiated();
+        let s = self.negotiated()?;
         let seq = gh.seq;
         let limits = &self.limits;
         let violation = if seq != self.next_seq {
@@ -700,7 +693,7 @@ impl<'b> GramReceiver<'b> {
 
     /// Offset-only and arithmetic grams: execute the table over this blob.
     fn execute(&mut self, gh: &GramHeader, table: &[u8]) -> Result<(), SessionError> {
-        let limits = self.negotiated().gram_limits;
+        let limits = self.negotiated()?.gram_limits;
         let descs = DescIter::new(table, gh.encoding, gh.desc_count);
         let out = execute_gram(self.blob.data, descs, &mut self.digest, limits)
             .map_err(|e| Self::descriptor_violation(gh.seq, e))?;
@@ -717,7 +710,7 @@ impl<'b> GramReceiver<'b> {
     /// Payload mode: decode and check every descriptor before the slab
     /// streams in, so the slab is compared range by range as it arrives.
     fn prepare_payload(&mut self, gh: &GramHeader, table: &[u8]) -> Result<(), SessionError> {
-        let limits = self.negotiated().gram_limits;
+        let limits = self.negotiated()?.gram_limits;
         let seq = gh.seq;
         self.descs.clear();
         self.digest.reset();

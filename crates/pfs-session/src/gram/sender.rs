@@ -19,6 +19,7 @@ use pfs_wire::{
     SenderSummary, TableWriter, FRAME_HEADER_LEN, GRAM_FLAG_PAYLOAD, GRAM_HEADER_LEN,
 };
 
+use super::Progress;
 use crate::error::{LimitExceeded, LocalError, Timeout, Violation};
 use crate::framing::{frame_want, refusal, split_frame};
 use crate::{BlobView, SessionError};
@@ -48,21 +49,6 @@ pub struct SenderConfig {
 /// digest pass leaves the bytes cached for the kernel's copy.
 pub const DEFAULT_PAYLOAD_BUDGET: u64 = 1 << 20;
 
-/// Sender-side progress.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SendProgress {
-    /// Grams sent.
-    pub grams: u64,
-    /// Effective bytes sent.
-    pub effective_bytes: u64,
-    /// Wire bytes written.
-    pub wire_bytes: u64,
-    /// Since HELLO_ACK.
-    pub elapsed: Duration,
-    /// Planned effective bytes (0 = unknown).
-    pub planned_bytes: u64,
-}
-
 /// A finished session, from the sender's side.
 #[derive(Debug, Clone)]
 pub struct SendOutcome {
@@ -86,7 +72,7 @@ pub enum SenderEvent {
     /// HELLO_ACK accepted: steady state starts (the host samples its CPU counters).
     Started,
     /// Periodic progress.
-    Progress(SendProgress),
+    Progress(Progress),
     /// The summary is queued: steady state ends (the host samples again).
     Sent,
     /// The receiver's report arrived: the session is over.
@@ -505,7 +491,7 @@ impl<'b> GramSender<'b> {
         if now < at {
             return;
         }
-        self.events.push_back(SenderEvent::Progress(SendProgress {
+        self.events.push_back(SenderEvent::Progress(Progress {
             grams: self.summary.grams,
             effective_bytes: self.summary.effective_bytes,
             wire_bytes: self.wire_bytes,

@@ -16,7 +16,7 @@ use super::core::{FilesSender, FilesSenderEvent, FilesSource};
 use super::store_hex;
 use super::{FilesItem, FilesPrepare, FilesSendConfig, FilesSendOutcome, FilesSendProgress};
 use crate::error::LocalError;
-use crate::framing::{is_timeout, now, RecvBuf};
+use crate::framing::{now, RecvBuf};
 use crate::SessionError;
 use pfs_sys::thread_usage;
 
@@ -147,16 +147,8 @@ pub fn send_files<T: Transport + ?Sized>(
             if !core.wants_input() {
                 continue;
             }
-            match buf.read_from(t, core.want(buf.filled())) {
-                Ok(0) => {
-                    return Err(SessionError::PeerClosed {
-                        during: core.awaiting(),
-                    })
-                }
-                Ok(_) => {}
-                Err(e) if is_timeout(&e) => return Err(core.timed_out()),
-                Err(e) => return Err(SessionError::transport(core.awaiting(), e)),
-            }
+            let want = core.want(buf.filled());
+            buf.read_for(t, want, core.awaiting(), || core.timed_out())?;
             core.handle_timeout(now())?;
         }
     }
