@@ -2,11 +2,11 @@
 //! slice, ERROR frames in and out, and the receive buffer the drivers fill
 //! from a transport and hand to a core.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::time::Instant;
 
-use pfs_transport::Transport;
-use pfs_wire::{put_frame, ErrorFrame, FrameHeader, FrameType, FRAME_HEADER_LEN};
+use pfs_transport::{Transport, IOV_MAX};
+use pfs_wire::{put_frame, ErrorFrame, FrameHeader, FrameType, FRAME_HEADER_LEN, GRAM_HEADER_LEN};
 
 use crate::SessionError;
 
@@ -48,6 +48,98 @@ pub fn frame_want(input: &[u8]) -> usize {
     match FrameHeader::parse(input) {
         Ok(h) => FRAME_HEADER_LEN + h.length as usize,
         Err(_) => FRAME_HEADER_LEN,
+    }
+}
+
+/// What a core asks its driver to send next: one vectored write, with no
+/// byte copied on the way.
+#[derive(Debug)]
+pub enum Transmit<'a> {
+    /// Up to three slices, in order (empty ones are skipped): control
+    /// frames, a files frame's header and body, a BATCH.
+    Parts {
+        /// The slices.
+        parts: [&'a [u8]; 3],
+        /// What it is, for error messages.
+        what: &'static str,
+    },
+    /// One gram: frame header, gram header and descriptor table, then
+    /// `ranges` of `blob` as the payload slab (straight from the mapping).
+    Gram {
+        /// Frame header.
+        frame_header: &'a [u8; FRAME_HEADER_LEN],
+        /// Gram header.
+        gram_header: &'a [u8; GRAM_HEADER_LEN],
+        /// Descriptor table.
+        table: &'a [u8],
+        /// The blob the ranges index.
+        blob: &'a [u8],
+        /// Payload ranges `(start, end)`, adjacent ones merged.
+        ranges: &'a [(usize, usize)],
+    },
+}
+
+impl Transmit<'_> {
+    /// What it is, for error messages.
+    pub fn what(&self) -> &'static str {
+        match self {
+            Self::Parts { what, .. } => what,
+            Self::Gram { .. } => "GRAM",
+        }
+    }
+
+    /// Writes it whole (one vectored write; a gram with more ranges than
+    /// `IOV_MAX` is split there). Returns bytes written.
+    pub fn write_to<T: Transport + ?Sized>(&self, t: &mut T) -> io::Result<u64> {
+        match self {
+            Self::Parts { parts, .. } => t.write_all_vectored(&mut parts.map(IoSlice::new)),
+            Self::Gram {
+                frame_header,
+                gram_header,
+                table,
+                blob,
+                ranges,
+            } => {
+                let mut iov = [IoSlice::new(&[]); IOV_MAX];
+                iov[0] = IoSlice::new(&frame_header[..]);
+                iov[1] = IoSlice::new(&gram_header[..]);
+                iov[2] = IoSlice::new(table);
+                let mut n = 3;
+                let mut written = 0u64;
+                for &(s, e) in ranges.iter() {
+                    if n == IOV_MAX {
+                        written += t.write_all_vectored(&mut iov[..n])?;
+                        n = 0;
+                    }
+                    iov[n] = IoSlice::new(&blob[s..e]);
+                    n += 1;
+                }
+                written += t.write_all_vectored(&mut iov[..n])?;
+                Ok(written)
+            }
+        }
+    }
+
+    /// Appends its bytes to `out`, as a stream would carry them (tests, and
+    /// transports that need one buffer).
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Parts { parts, .. } => parts.iter().for_each(|p| out.extend_from_slice(p)),
+            Self::Gram {
+                frame_header,
+                gram_header,
+                table,
+                blob,
+                ranges,
+            } => {
+                out.extend_from_slice(&frame_header[..]);
+                out.extend_from_slice(&gram_header[..]);
+                out.extend_from_slice(table);
+                for &(s, e) in ranges.iter() {
+                    out.extend_from_slice(&blob[s..e]);
+                }
+            }
+        }
     }
 }
 

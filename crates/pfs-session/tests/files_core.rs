@@ -863,7 +863,8 @@ mod pair {
         for _round in 0..100_000 {
             let mut moved = false;
             while let Some(t) = tx.poll_transmit(now, src).expect("sender transmit") {
-                let bytes: Vec<u8> = t.parts.concat();
+                let mut bytes = Vec::new();
+                t.append_to(&mut bytes);
                 tx.transmitted();
                 moved = true;
                 for b in bytes {

@@ -6,10 +6,10 @@
 use std::time::{Duration, Instant};
 
 use pfs_exec::{Pattern, ScheduleSpec, Total};
+use pfs_session::framing::Transmit;
 use pfs_session::gram::receiver::Discard;
 use pfs_session::gram::{
     GramReceiver, GramSender, GramViolation, ReceiverConfig, ReceiverEvent, SenderConfig, SenderEvent,
-    Transmit,
 };
 use pfs_session::{HelloRejection, SessionError, Timeout, Violation};
 use pfs_sys::Usage;
@@ -51,23 +51,7 @@ fn sender_cfg(mode: Mode, integrity: IntegrityAlg, grams: u64) -> SenderConfig {
 
 /// Bytes of a transmit, as a socket would carry them.
 fn flatten(tx: Transmit<'_>, out: &mut Vec<u8>) {
-    match tx {
-        Transmit::Bytes { bytes, .. } => out.extend_from_slice(bytes),
-        Transmit::Gram {
-            frame_header,
-            gram_header,
-            table,
-            blob,
-            ranges,
-        } => {
-            out.extend_from_slice(frame_header);
-            out.extend_from_slice(gram_header);
-            out.extend_from_slice(table);
-            for &(s, e) in ranges {
-                out.extend_from_slice(&blob[s..e]);
-            }
-        }
-    }
+    tx.append_to(out);
 }
 
 /// Delivers `wire` to the receiver `piece` bytes at a time, keeping what it

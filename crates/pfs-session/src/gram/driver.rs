@@ -2,14 +2,14 @@
 //! own the socket, the clock, CPU accounting and the recording file; the
 //! cores own the protocol.
 
-use std::io::{BufWriter, IoSlice, Write};
+use std::io::{BufWriter, Write};
 use std::time::Duration;
 
-use pfs_transport::{Transport, IOV_MAX};
+use pfs_transport::Transport;
 use pfs_wire::{FrameHeader, FrameType, GramHeader};
 
 use super::receiver::{GramReceiver, GramSink, ReceiverConfig, ReceiverEvent, ReceiverOutcome};
-use super::sender::{GramSender, SendOutcome, SenderConfig, SenderEvent, Transmit};
+use super::sender::{GramSender, SendOutcome, SenderConfig, SenderEvent};
 use super::Progress;
 use crate::error::LocalError;
 use crate::framing::{is_timeout, now, send_error, RecvBuf};
@@ -31,24 +31,11 @@ pub fn send_session<T: Transport + ?Sized>(
     let mut usage = Usage::default();
     loop {
         let clock = now();
-        match core.poll_transmit(clock)? {
-            Some(Transmit::Bytes { bytes, what }) => {
-                if let Err(e) = t.write_all(bytes) {
-                    return Err(explain_write_failure(t, &mut core, &mut buf, e, what));
-                }
+        if let Some(tx) = core.poll_transmit(clock)? {
+            let what = tx.what();
+            if let Err(e) = tx.write_to(t) {
+                return Err(explain_write_failure(t, &mut core, &mut buf, e, what));
             }
-            Some(Transmit::Gram {
-                frame_header,
-                gram_header,
-                table,
-                blob,
-                ranges,
-            }) => {
-                if let Err(e) = write_gram(t, frame_header, gram_header, table, blob, ranges) {
-                    return Err(explain_write_failure(t, &mut core, &mut buf, e, "GRAM"));
-                }
-            }
-            None => {}
         }
         while let Some(event) = core.poll_event() {
             match event {
@@ -113,34 +100,6 @@ fn explain_write_failure<T: Transport + ?Sized>(
         }
     }
     SessionError::transport(during, err)
-}
-
-/// Emits one gram: headers, table and payload ranges as one iovec list
-/// (split only where it exceeds `IOV_MAX`).
-fn write_gram<T: Transport + ?Sized>(
-    t: &mut T,
-    frame_header: &[u8],
-    gram_header: &[u8],
-    table: &[u8],
-    blob: &[u8],
-    ranges: &[(usize, usize)],
-) -> std::io::Result<u64> {
-    let mut iov = [IoSlice::new(&[]); IOV_MAX];
-    iov[0] = IoSlice::new(frame_header);
-    iov[1] = IoSlice::new(gram_header);
-    iov[2] = IoSlice::new(table);
-    let mut n = 3;
-    let mut written = 0u64;
-    for &(s, e) in ranges {
-        if n == IOV_MAX {
-            written += t.write_all_vectored(&mut iov[..n])?;
-            n = 0;
-        }
-        iov[n] = IoSlice::new(&blob[s..e]);
-        n += 1;
-    }
-    written += t.write_all_vectored(&mut iov[..n])?;
-    Ok(written)
 }
 
 /// Records every received gram's header and table (no payload) as

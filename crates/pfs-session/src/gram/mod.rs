@@ -15,7 +15,7 @@ use pfs_wire::{Encoding, ErrorCode, IntegrityAlg, Mode};
 
 pub use driver::{receive_session, send_session, GramRecorder};
 pub use receiver::{GramReceiver, ReceiverConfig, ReceiverEvent, ReceiverOutcome};
-pub use sender::{GramSender, SendOutcome, SenderConfig, SenderEvent, Transmit, DEFAULT_PAYLOAD_BUDGET};
+pub use sender::{GramSender, SendOutcome, SenderConfig, SenderEvent, DEFAULT_PAYLOAD_BUDGET};
 
 /// Progress of a gram session, either side: what was sent (sender) or
 /// executed (receiver) so far.

@@ -21,7 +21,7 @@ use pfs_wire::{
 
 use super::Progress;
 use crate::error::{LimitExceeded, LocalError, Timeout, Violation};
-use crate::framing::{frame_want, refusal, split_frame};
+use crate::framing::{frame_want, refusal, split_frame, Transmit};
 use crate::{BlobView, SessionError};
 use pfs_sys::Usage;
 
@@ -77,32 +77,6 @@ pub enum SenderEvent {
     Sent,
     /// The receiver's report arrived: the session is over.
     Finished,
-}
-
-/// What to send next.
-#[derive(Debug)]
-pub enum Transmit<'a> {
-    /// Whole control frames.
-    Bytes {
-        /// The frames.
-        bytes: &'a [u8],
-        /// Which frame, for error messages.
-        what: &'static str,
-    },
-    /// One gram: frame header, gram header and descriptor table, then
-    /// `ranges` of `blob` as the payload slab, in order.
-    Gram {
-        /// Frame header.
-        frame_header: &'a [u8; FRAME_HEADER_LEN],
-        /// Gram header.
-        gram_header: &'a [u8; GRAM_HEADER_LEN],
-        /// Descriptor table.
-        table: &'a [u8],
-        /// The blob the ranges index.
-        blob: &'a [u8],
-        /// Payload ranges `(start, end)`, adjacent ones merged.
-        ranges: &'a [(usize, usize)],
-    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,8 +229,8 @@ impl<'b> GramSender<'b> {
                 self.hello();
                 self.state = State::AwaitAck;
                 self.deadline = Some(now + self.cfg.reply_timeout);
-                Ok(Some(Transmit::Bytes {
-                    bytes: &self.out,
+                Ok(Some(Transmit::Parts {
+                    parts: [&self.out, &[], &[]],
                     what: "HELLO",
                 }))
             }
@@ -280,8 +254,8 @@ impl<'b> GramSender<'b> {
                 self.state = State::AwaitReport;
                 self.deadline = Some(now + self.cfg.reply_timeout);
                 self.events.push_back(SenderEvent::Sent);
-                Ok(Some(Transmit::Bytes {
-                    bytes: &self.out,
+                Ok(Some(Transmit::Parts {
+                    parts: [&self.out, &[], &[]],
                     what: "COMPLETE",
                 }))
             }

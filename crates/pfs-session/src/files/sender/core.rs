@@ -21,7 +21,7 @@ use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 use super::{classify, ChunkPlan, FilesItem, FilesPlanSummary, FilesSendConfig, FilesSendProgress};
 use crate::error::{LocalError, Timeout};
 use crate::files::{FilesViolation, IndexFault, SENDER_FRAME_TARGET};
-use crate::framing::{frame_want, refusal};
+use crate::framing::{frame_want, refusal, Transmit};
 use crate::SessionError;
 
 /// Largest index BATCH (compressed or not) a sender accepts.
@@ -72,15 +72,6 @@ enum Phase {
 pub enum FilesSenderEvent {
     /// Progress of the stream.
     Progress(FilesSendProgress),
-}
-
-/// One transmission: up to three byte slices written as one vectored write.
-#[derive(Debug)]
-pub struct Transmit<'a> {
-    /// The parts, in order (empty ones are skipped).
-    pub parts: [&'a [u8]; 3],
-    /// What it is, for errors.
-    pub what: &'static str,
 }
 
 /// What is ready to go out.
@@ -345,15 +336,15 @@ impl<'a> FilesSender<'a> {
             }
         }
         Ok(self.ready.front().map(|r| match *r {
-            Ready::Out => Transmit {
+            Ready::Out => Transmit::Parts {
                 parts: [&self.out[..], &[], &[]],
                 what: "control frame",
             },
-            Ready::Batch => Transmit {
+            Ready::Batch => Transmit::Parts {
                 parts: [&self.batch_hdr[..], &self.batch_head[..], &self.zout[..]],
                 what: "BATCH",
             },
-            Ready::Frame(what) => Transmit {
+            Ready::Frame(what) => Transmit::Parts {
                 parts: [&self.frame_hdr[..], &self.frame[..], &[]],
                 what,
             },

@@ -4,7 +4,6 @@
 //! index cache in a directory).
 
 use std::fs::File;
-use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -127,9 +126,8 @@ pub fn send_files<T: Transport + ?Sized>(
     let mut warnings = Vec::new();
     loop {
         if let Some(tx) = core.poll_transmit(now(), &mut src)? {
-            let what = tx.what;
-            let mut iov = tx.parts.map(IoSlice::new);
-            if let Err(e) = t.write_all_vectored(&mut iov) {
+            let what = tx.what();
+            if let Err(e) = tx.write_to(t) {
                 return Err(explain_write_failure(t, &mut buf, e, what));
             }
             core.transmitted();

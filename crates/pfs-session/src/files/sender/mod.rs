@@ -23,7 +23,7 @@ use pfs_wire::files::{EntryKind, FilesReport, Hash};
 
 use pfs_sys::Usage;
 
-pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, Transmit, MAX_INDEX_BATCH};
+pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, MAX_INDEX_BATCH};
 pub use driver::{send_files, LocalSource};
 
 /// One entry to send, with its recipe if it is a regular file.
