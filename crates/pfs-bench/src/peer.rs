@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use pfs_blob::{Blob, BlobConfig, SetupReport};
 use pfs_exec::ScheduleSpec;
-use pfs_session::{send_session, BlobView, SendOutcome, SenderConfig, SetupTimes};
+use pfs_session::{send_session, BlobView, GramSenderConfig, GramSenderOutcome, SetupTimes};
 use pfs_transport::{ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport, UnixTransport};
 use pfs_wire::{IntegrityAlg, Mode};
 
@@ -125,8 +125,8 @@ pub fn sender_config(
     integrity: IntegrityAlg,
     spec: ScheduleSpec,
     payload_budget: u64,
-) -> SenderConfig {
-    SenderConfig {
+) -> GramSenderConfig {
+    GramSenderConfig {
         mode,
         integrity,
         spec,
@@ -177,8 +177,8 @@ impl Target {
 pub fn send_once(
     target: &Target,
     view: &BlobView<'_>,
-    cfg: &SenderConfig,
-) -> anyhow::Result<(SendOutcome, &'static str)> {
+    cfg: &GramSenderConfig,
+) -> anyhow::Result<(GramSenderOutcome, &'static str)> {
     send_on(target.connect()?, view, cfg)
 }
 
@@ -187,10 +187,10 @@ pub fn send_once(
 pub fn send_on(
     mut t: Box<dyn Transport>,
     view: &BlobView<'_>,
-    cfg: &SenderConfig,
-) -> anyhow::Result<(SendOutcome, &'static str)> {
+    cfg: &GramSenderConfig,
+) -> anyhow::Result<(GramSenderOutcome, &'static str)> {
     let kind = t.kind();
-    let mut progress = |p: &pfs_session::gram::Progress| {
+    let mut progress = |p: &pfs_session::gram::GramProgress| {
         eprintln!(
             "{}",
             progress_line(

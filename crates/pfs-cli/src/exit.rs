@@ -11,7 +11,8 @@ pub const FAILURE: i32 = 1;
 pub const USAGE: i32 = 2;
 /// The transfer ran but integrity did not hold (MISMATCH).
 pub const INTEGRITY: i32 = 3;
-/// The peer refused the session (blob mismatch, limits, version, busy).
+/// A session was refused: by the peer (blob mismatch, limits, version,
+/// busy), or — seen from a receiver — the peer was refused by this side.
 pub const REFUSED: i32 = 4;
 /// Transport failure or the peer vanished mid-session.
 pub const TRANSPORT: i32 = 5;

@@ -22,8 +22,8 @@ pub mod stats;
 
 pub use error::{code_name, LimitExceeded, LocalError, SessionError, Timeout, Violation};
 pub use gram::{
-    receive_session, send_session, GramViolation, HelloRejection, ReceiverConfig, ReceiverOutcome,
-    SendOutcome, SenderConfig, DEFAULT_PAYLOAD_BUDGET,
+    receive_session, send_session, GramReceiverConfig, GramReceiverOutcome, GramSenderConfig,
+    GramSenderOutcome, GramViolation, HelloRejection, DEFAULT_PAYLOAD_BUDGET,
 };
 pub use server::{serve, serve_files, ServerConfig, ServerEvent};
 pub use stats::SessionStats;

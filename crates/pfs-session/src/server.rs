@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use pfs_transport::{Listener, Transport};
 use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameType};
 
-use crate::files::{receive_files, FilesReceiveOutcome, FilesReceiverConfig};
-use crate::gram::{receive_session, Progress, ReceiverConfig, ReceiverOutcome};
+use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
+use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
 use pfs_store::Store;
@@ -36,7 +36,7 @@ impl Default for ServerConfig {
 }
 
 /// What the server reports as it runs; `O` is a finished session's outcome
-/// ([`ReceiverOutcome`] or [`FilesReceiveOutcome`]).
+/// ([`GramReceiverOutcome`] or [`FilesReceiverOutcome`]).
 #[derive(Debug)]
 pub enum ServerEvent<'a, O> {
     /// A connection was accepted.
@@ -49,7 +49,7 @@ pub enum ServerEvent<'a, O> {
         /// Peer address.
         peer: &'a str,
         /// Progress so far.
-        progress: &'a Progress,
+        progress: &'a GramProgress,
     },
     /// A session completed with a report.
     Finished {
@@ -83,11 +83,11 @@ pub fn serve<L: Listener>(
     listener: &L,
     blob: &BlobView<'_>,
     cfg: &ServerConfig,
-    receiver: &ReceiverConfig,
-    on_event: &(dyn Fn(ServerEvent<'_, ReceiverOutcome>) + Sync),
+    receiver: &GramReceiverConfig,
+    on_event: &(dyn Fn(ServerEvent<'_, GramReceiverOutcome>) + Sync),
 ) -> (u64, u64) {
     serve_loop(listener, cfg, on_event, &|conn, peer| {
-        let mut progress = |p: &Progress| on_event(ServerEvent::Progress { peer, progress: p });
+        let mut progress = |p: &GramProgress| on_event(ServerEvent::Progress { peer, progress: p });
         let outcome = receive_session(conn, blob, receiver, &mut progress)?;
         on_event(ServerEvent::Finished {
             peer,
@@ -106,7 +106,7 @@ pub fn serve_files<L: Listener>(
     dest: &DestRoot,
     cfg: &ServerConfig,
     files_cfg: &FilesReceiverConfig,
-    on_event: &(dyn Fn(ServerEvent<'_, FilesReceiveOutcome>) + Sync),
+    on_event: &(dyn Fn(ServerEvent<'_, FilesReceiverOutcome>) + Sync),
 ) -> (u64, u64) {
     serve_loop(listener, cfg, on_event, &|conn, peer| {
         let outcome = receive_files(conn, store, dest, files_cfg)?;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use pfs_files::{chunk_file, scan, ChunkParams, DestRoot, Excludes, WalkKind};
 use pfs_session::files::{
-    receive_files, send_files, FilesItem, FilesReceiveOutcome, FilesReceiverConfig, FilesSendConfig,
+    receive_files, send_files, FilesItem, FilesReceiverConfig, FilesReceiverOutcome, FilesSenderConfig,
     LocalPrepare,
 };
 use pfs_session::SessionError;
@@ -71,7 +71,7 @@ impl Fixture {
     fn session<R>(
         &self,
         peer: impl FnOnce(&mut Peer) -> R,
-    ) -> (Result<FilesReceiveOutcome, SessionError>, R) {
+    ) -> (Result<FilesReceiverOutcome, SessionError>, R) {
         let (ours, theirs) = UnixTransport::pair().expect("socket pair");
         let cfg = FilesReceiverConfig {
             handshake_timeout: TIMEOUT,
@@ -140,7 +140,7 @@ impl Fixture {
             })
             .collect();
         for (round, remote) in ["", "again"].into_iter().enumerate() {
-            let cfg = FilesSendConfig {
+            let cfg = FilesSenderConfig {
                 remote_dir: remote.as_bytes().to_vec(),
                 dry_run: false,
                 compress: None,
@@ -451,7 +451,7 @@ fn batch_of(frames: &[u8]) -> Vec<u8> {
 }
 
 /// The error a rejected session ended with.
-fn rejected(result: Result<FilesReceiveOutcome, SessionError>) -> (ErrorCode, String) {
+fn rejected(result: Result<FilesReceiverOutcome, SessionError>) -> (ErrorCode, String) {
     match result {
         Err(SessionError::Violation(v)) => (v.code(), v.to_string()),
         Err(SessionError::Rejected(r)) => (r.code(), r.to_string()),

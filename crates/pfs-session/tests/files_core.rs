@@ -712,8 +712,8 @@ mod pair {
 
     use pfs_files::{chunk_bytes, quick_digest, ChunkParams, Entry, IndexCache, RelPath, WalkKind};
     use pfs_session::files::{
-        FilesItem, FilesReceiveOutcome, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
-        FilesSendConfig, FilesSender, FilesSource, LocalHost,
+        FilesItem, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesReceiverOutcome, FilesSender,
+        FilesSenderConfig, FilesSource, LocalHost,
     };
     use pfs_session::LocalError;
     use pfs_sys::Usage;
@@ -728,7 +728,7 @@ mod pair {
     }
 
     impl FilesSource for MemSource {
-        fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
+        fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> pfs_session::files::Unreadable {
             for &i in which {
                 let d = &self.data[&items[i].entry.abs];
                 items[i].digest = Some((d.len() as u64, quick_digest(d)));
@@ -736,7 +736,7 @@ mod pair {
             Vec::new()
         }
 
-        fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
+        fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> pfs_session::files::Unreadable {
             let params = ChunkParams::new(1024).expect("params");
             for &i in which {
                 items[i].recipe = Some(chunk_bytes(&self.data[&items[i].entry.abs], &params));
@@ -834,8 +834,8 @@ mod pair {
         (items, data)
     }
 
-    fn config(dry_run: bool, compress: Option<i32>, probe: bool) -> FilesSendConfig {
-        FilesSendConfig {
+    fn config(dry_run: bool, compress: Option<i32>, probe: bool) -> FilesSenderConfig {
+        FilesSenderConfig {
             remote_dir: Vec::new(),
             dry_run,
             compress,
@@ -853,8 +853,8 @@ mod pair {
         fx: &Fixture,
         items: &mut Vec<FilesItem>,
         src: &mut MemSource,
-        cfg: &FilesSendConfig,
-    ) -> FilesReceiveOutcome {
+        cfg: &FilesSenderConfig,
+    ) -> FilesReceiverOutcome {
         let now = Instant::now();
         let mut tx = FilesSender::new(items, cfg, now).expect("sender");
         let mut rx = FilesReceiver::new(&FilesReceiverConfig::default(), now).expect("receiver");

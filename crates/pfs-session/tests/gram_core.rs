@@ -9,7 +9,8 @@ use pfs_exec::{Pattern, ScheduleSpec, Total};
 use pfs_session::framing::Transmit;
 use pfs_session::gram::receiver::Discard;
 use pfs_session::gram::{
-    GramReceiver, GramSender, GramViolation, ReceiverConfig, ReceiverEvent, SenderConfig, SenderEvent,
+    GramReceiver, GramReceiverConfig, GramReceiverEvent, GramSender, GramSenderConfig, GramSenderEvent,
+    GramViolation,
 };
 use pfs_session::{HelloRejection, SessionError, Timeout, Violation};
 use pfs_sys::Usage;
@@ -24,8 +25,8 @@ fn blob_bytes(seed: u64) -> Vec<u8> {
     common::blob_bytes(seed, BLOB_LEN)
 }
 
-fn sender_cfg(mode: Mode, integrity: IntegrityAlg, grams: u64) -> SenderConfig {
-    SenderConfig {
+fn sender_cfg(mode: Mode, integrity: IntegrityAlg, grams: u64) -> GramSenderConfig {
+    GramSenderConfig {
         mode,
         integrity,
         spec: ScheduleSpec {
@@ -69,7 +70,7 @@ fn feed_receiver(
         let used = rx.handle_input(now, pending, &mut Discard)?;
         pending.drain(..used);
         while let Some(ev) = rx.poll_event() {
-            if let ReceiverEvent::Summary = ev {
+            if let GramReceiverEvent::Summary = ev {
                 rx.finish(now, Usage::default(), 0);
             }
         }
@@ -84,7 +85,7 @@ fn feed_receiver(
             }
             pending.drain(..used);
             while let Some(ev) = rx.poll_event() {
-                if let ReceiverEvent::Summary = ev {
+                if let GramReceiverEvent::Summary = ev {
                     rx.finish(now, Usage::default(), 0);
                 }
             }
@@ -97,12 +98,12 @@ fn feed_receiver(
 fn run_pair(
     sender_blob: &[u8],
     receiver_blob: &[u8],
-    cfg: &SenderConfig,
+    cfg: &GramSenderConfig,
     piece: usize,
-) -> Result<(pfs_session::SendOutcome, pfs_session::ReceiverOutcome), SessionError> {
+) -> Result<(pfs_session::GramSenderOutcome, pfs_session::GramReceiverOutcome), SessionError> {
     let now = Instant::now();
     let mut tx = GramSender::new(view(sender_blob), cfg)?;
-    let mut rx = GramReceiver::new(view(receiver_blob), &ReceiverConfig::default(), now);
+    let mut rx = GramReceiver::new(view(receiver_blob), &GramReceiverConfig::default(), now);
     let (mut s2r, mut r2s) = (Vec::new(), Vec::new());
     let (mut rx_pending, mut tx_pending) = (Vec::new(), Vec::new());
     for _ in 0..100_000 {
@@ -189,7 +190,7 @@ fn a_flipped_receiver_byte_is_a_mismatch_in_every_mode() {
 /// Feeds `bytes` one at a time to a fresh receiver; returns the error it ends with.
 fn hostile(blob: &[u8], bytes: &[u8]) -> SessionError {
     let now = Instant::now();
-    let mut rx = GramReceiver::new(view(blob), &ReceiverConfig::default(), now);
+    let mut rx = GramReceiver::new(view(blob), &GramReceiverConfig::default(), now);
     let mut pending = Vec::new();
     for &b in bytes {
         pending.push(b);
@@ -342,10 +343,10 @@ fn hostile_input_ends_the_session_with_the_right_error() {
 fn deadlines_are_the_cores_and_need_no_clock() {
     let blob = blob_bytes(4);
     let t0 = Instant::now();
-    let cfg = ReceiverConfig {
+    let cfg = GramReceiverConfig {
         handshake_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(60),
-        ..ReceiverConfig::default()
+        ..GramReceiverConfig::default()
     };
     let mut rx = GramReceiver::new(view(&blob), &cfg, t0);
     // The first byte may take the idle timeout (the sender sets up its blob
@@ -379,7 +380,7 @@ fn deadlines_are_the_cores_and_need_no_clock() {
     assert_eq!(rx.handle_input(t1, &h, &mut Discard).unwrap(), h.len());
     assert!(matches!(
         rx.poll_event(),
-        Some(ReceiverEvent::Accepted { nonce: 9 })
+        Some(GramReceiverEvent::Accepted { nonce: 9 })
     ));
     assert!(rx.poll_transmit().is_some(), "HELLO_ACK queued");
     assert_eq!(rx.poll_timeout(), Some(t1 + Duration::from_secs(60)));
@@ -406,7 +407,10 @@ fn deadlines_are_the_cores_and_need_no_clock() {
         ),
         "{e}"
     );
-    assert!(matches!(tx.poll_event(), None | Some(SenderEvent::Progress(_))));
+    assert!(matches!(
+        tx.poll_event(),
+        None | Some(GramSenderEvent::Progress(_))
+    ));
 }
 
 #[test]
@@ -422,7 +426,7 @@ fn the_receivers_error_frame_reaches_the_sender_as_a_refusal() {
     let mut tx = GramSender::new(view(&blob), &cfg).unwrap();
     let mut rv = view(&other);
     rv.fingerprint = [9; 32];
-    let mut rx = GramReceiver::new(rv, &ReceiverConfig::default(), now);
+    let mut rx = GramReceiver::new(rv, &GramReceiverConfig::default(), now);
     let mut wire = Vec::new();
     flatten(tx.poll_transmit(now).unwrap().unwrap(), &mut wire);
     let err = rx.handle_input(now, &wire, &mut Discard).unwrap_err();
@@ -456,7 +460,7 @@ proptest::proptest! {
         let mode = if payload_mode { Mode::Payload } else { Mode::Offset };
         let mut bytes = hello(mode, BLOB_LEN as u64, [7; 32]);
         bytes.extend_from_slice(&tail);
-        let mut rx = GramReceiver::new(view(&blob), &ReceiverConfig::default(), now);
+        let mut rx = GramReceiver::new(view(&blob), &GramReceiverConfig::default(), now);
         let mut pending = Vec::new();
         for chunk in bytes.chunks(piece) {
             pending.extend_from_slice(chunk);

@@ -8,7 +8,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use pfs_exec::{Pattern, Schedule, ScheduleSpec, Total};
-use pfs_session::{send_session, serve, SenderConfig, ServerConfig, ServerEvent, SessionError, SessionStats};
+use pfs_session::{
+    send_session, serve, GramSenderConfig, ServerConfig, ServerEvent, SessionError, SessionStats,
+};
 use pfs_transport::{TcpConfig, TcpListener, TcpTransport};
 use pfs_wire::{
     put_frame, Descriptor, Encoding, ErrorFrame, Frame, FrameType, GramHeader, IntegrityAlg, Mode,
@@ -35,8 +37,8 @@ fn spec(pattern: Pattern, grams: u64) -> ScheduleSpec {
     }
 }
 
-fn sender_cfg(mode: Mode, integrity: IntegrityAlg, spec: ScheduleSpec) -> SenderConfig {
-    SenderConfig {
+fn sender_cfg(mode: Mode, integrity: IntegrityAlg, spec: ScheduleSpec) -> GramSenderConfig {
+    GramSenderConfig {
         mode,
         integrity,
         spec,
@@ -89,7 +91,11 @@ fn with_server<F: FnOnce(&str)>(
     (counts, failures.into_inner().unwrap())
 }
 
-fn send(addr: &str, blob: &[u8], cfg: &SenderConfig) -> Result<pfs_session::SendOutcome, SessionError> {
+fn send(
+    addr: &str,
+    blob: &[u8],
+    cfg: &GramSenderConfig,
+) -> Result<pfs_session::GramSenderOutcome, SessionError> {
     let mut t = TcpTransport::connect(addr, &TcpConfig::default()).unwrap();
     send_session(&mut t, &view(blob), cfg, &mut |_| {})
 }
@@ -184,7 +190,7 @@ fn flipped_byte_is_a_mismatch_naming_the_gram() {
         let ((ok, _), _) = with_server(&damaged, 2, |addr| {
             for alg in [IntegrityAlg::Xxh3, IntegrityAlg::Fnv1a] {
                 // One gram per schedule batch, so gram numbers match the schedule's.
-                let cfg = SenderConfig {
+                let cfg = GramSenderConfig {
                     payload_budget: u64::MAX,
                     ..sender_cfg(mode, alg, sp)
                 };
@@ -416,7 +422,7 @@ fn a_trickling_client_loses_its_slot_at_the_handshake_deadline() {
         max_sessions: Some(1),
         ..ServerConfig::default()
     };
-    let receiver = pfs_session::ReceiverConfig {
+    let receiver = pfs_session::GramReceiverConfig {
         handshake_timeout: Duration::from_millis(600),
         ..Default::default()
     };

@@ -9,7 +9,7 @@ use crate::error::StoreError;
 
 /// Where the blob file lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackingKind {
+pub enum StoreBacking {
     /// A regular file `DIR/blob` in the store directory (base pages, page
     /// cache). Persists on disk filesystems; on tmpfs until reboot.
     File,
@@ -19,17 +19,17 @@ pub enum BackingKind {
     HugeTlbFs,
 }
 
-impl BackingKind {
+impl StoreBacking {
     /// Short name: `file` or `hugetlbfs`.
     pub fn as_str(&self) -> &'static str {
         match self {
-            BackingKind::File => "file",
-            BackingKind::HugeTlbFs => "hugetlbfs",
+            StoreBacking::File => "file",
+            StoreBacking::HugeTlbFs => "hugetlbfs",
         }
     }
 }
 
-impl std::fmt::Display for BackingKind {
+impl std::fmt::Display for StoreBacking {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -39,7 +39,7 @@ impl std::fmt::Display for BackingKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backing {
     /// Where the blob file lives.
-    pub kind: BackingKind,
+    pub kind: StoreBacking,
     /// Absolute path of the blob file.
     pub blob_path: PathBuf,
     /// Page size of the blob's pages (and the unit its file grows by on hugetlbfs).

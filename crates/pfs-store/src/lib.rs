@@ -122,7 +122,7 @@ mod index;
 mod map;
 mod store;
 
-pub use backing::{Backing, BackingKind};
+pub use backing::{Backing, StoreBacking};
 pub use error::{FormatProblem, InputProblem, StoreError};
 pub use store::{
     ChunkHash, ChunkLoc, Durability, IndexRecord, RecoveryReport, Reservation, Store, StoreConfig,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::backing::{self, Backing, BackingKind};
+use crate::backing::{self, Backing, StoreBacking};
 use crate::error::{hex, FormatProblem, InputProblem, StoreError};
 use crate::index::{self, BlobLocation, Header, IndexWriter};
 use crate::map::{BlobSpace, Claim, ClaimError, OverwriteError};
@@ -312,12 +312,12 @@ impl Store {
                         dir.join(BLOB_FILE).display()
                     ));
                 }
-                (dir.join(BLOB_FILE), pfs_sys::base_page_size(), BackingKind::File)
+                (dir.join(BLOB_FILE), pfs_sys::base_page_size(), StoreBacking::File)
             }
             BlobLocation::HugeTlbFs(p) => {
                 let parent = p.parent().unwrap_or(Path::new("/")).to_path_buf();
                 match backing::hugetlbfs_page_size(&parent) {
-                    Ok(Some(ps)) => (p.clone(), ps, BackingKind::HugeTlbFs),
+                    Ok(Some(ps)) => (p.clone(), ps, StoreBacking::HugeTlbFs),
                     _ => {
                         return Err(StoreError::HugeTlbFsMissing {
                             path: p.clone(),
@@ -348,7 +348,7 @@ impl Store {
                 report.dropped_beyond_blob = replay.dropped_beyond_blob;
                 report.torn_bytes = replay.torn_bytes;
                 report.blob_missing = blob_created;
-                let huge = kind == BackingKind::HugeTlbFs;
+                let huge = kind == StoreBacking::HugeTlbFs;
                 Self::note_drops(&mut report, &replay, &blob_path, blob_len, huge);
                 if replay.dropped_anything() {
                     id = random_id();
@@ -369,8 +369,8 @@ impl Store {
 
         // Map the whole capacity once; allocate after the last committed byte.
         let grow_step = match kind {
-            BackingKind::HugeTlbFs => page_size,
-            BackingKind::File => FILE_GROW_STEP.max(page_size),
+            StoreBacking::HugeTlbFs => page_size,
+            StoreBacking::File => FILE_GROW_STEP.max(page_size),
         };
         let map_len = opts.capacity.max(blob_len).max(1).next_multiple_of(grow_step);
         let data_end = entries.iter().map(|e| e.loc.end()).max().unwrap_or(0);
@@ -378,8 +378,8 @@ impl Store {
             .map_err(|e| StoreError::io("map", &blob_path, e))?;
 
         let description = match kind {
-            BackingKind::HugeTlbFs => backing::describe_huge(page_size),
-            BackingKind::File => backing::describe_file(backing::fs_type(dir)?, page_size),
+            StoreBacking::HugeTlbFs => backing::describe_huge(page_size),
+            StoreBacking::File => backing::describe_file(backing::fs_type(dir)?, page_size),
         };
         let backing = Backing {
             kind,

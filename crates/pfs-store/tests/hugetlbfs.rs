@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{assert_all_present, chunk, open, put};
-use pfs_store::{BackingKind, StoreConfig, StoreError};
+use pfs_store::{StoreBacking, StoreConfig, StoreError};
 
 /// Unmounts on drop.
 struct TempMount {
@@ -90,7 +90,7 @@ fn store_on_hugetlbfs() {
     let (page, blob_path) = {
         let store = open(dir.path(), &opts);
         let b = store.backing().clone();
-        assert_eq!(b.kind, BackingKind::HugeTlbFs);
+        assert_eq!(b.kind, StoreBacking::HugeTlbFs);
         assert!(
             b.description.contains("persists until reboot/unmount"),
             "{}",

@@ -524,7 +524,7 @@ fn options_and_fallbacks() {
         ..fast_opts()
     };
     let store = open(dir.path(), &o);
-    assert_eq!(store.backing().kind, pfs_store::BackingKind::File);
+    assert_eq!(store.backing().kind, pfs_store::StoreBacking::File);
     assert!(store
         .recovery()
         .notes

@@ -37,7 +37,7 @@ impl Default for ShmConfig {
 }
 
 impl ShmConfig {
-    fn wait_options(&self) -> WaitConfig {
+    fn wait_config(&self) -> WaitConfig {
         WaitConfig::with(self.wait)
     }
 }
@@ -53,7 +53,7 @@ pub struct ShmTransport {
 impl ShmTransport {
     /// Connects to the `pfs serve --transport shm` socket at `path`.
     pub fn connect(path: &Path, cfg: &ShmConfig) -> Result<Self, TransportError> {
-        let ep = Endpoint::connect(path, cfg.wait_options()).map_err(|e| TransportError::Connect {
+        let ep = Endpoint::connect(path, cfg.wait_config()).map_err(|e| TransportError::Connect {
             addr: path.display().to_string(),
             source: to_io(e),
         })?;
@@ -159,7 +159,7 @@ impl ShmListener {
     pub fn bind(path: &Path, cfg: &ShmConfig) -> Result<Self, TransportError> {
         let opts = RendezvousConfig {
             ring_bytes: cfg.ring_bytes,
-            wait: cfg.wait_options(),
+            wait: cfg.wait_config(),
             ..RendezvousConfig::default()
         };
         let inner = IpcListener::bind(path, opts).map_err(|e| TransportError::Listen {

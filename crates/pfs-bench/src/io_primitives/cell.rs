@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use pfs_sys::{pin_current_thread, thread_usage, Usage};
 use serde::Serialize;
 
-use super::methods::{self, message_pool, Received, SendOpts, Sent};
+use super::methods::{self, message_pool, Received, SendConfig, Sent};
 use super::sys::{self, HwCounter, HwEvent};
 use super::Method;
 
@@ -50,8 +50,8 @@ pub struct CellSpec {
 }
 
 impl CellSpec {
-    fn send_opts(&self) -> SendOpts {
-        SendOpts {
+    fn send_config(&self) -> SendConfig {
+        SendConfig {
             size: self.size,
             zc_inflight: self.zc_inflight,
             gram_msgs: self.gram_msgs,
@@ -318,7 +318,7 @@ fn sender_thread(
         return (Err(aborted()), Side::default());
     }
     let (r, mut side) = measured(&mut counters, || {
-        let r = methods::send(spec.method, &mut sock, &pool, spec.send_opts(), stop);
+        let r = methods::send(spec.method, &mut sock, &pool, spec.send_config(), stop);
         // End of stream for the receiver, also after an error.
         let _ = sock.shutdown(Shutdown::Write);
         r

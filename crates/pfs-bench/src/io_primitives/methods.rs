@@ -81,7 +81,7 @@ pub struct Received {
 
 /// Sender-side settings.
 #[derive(Debug, Clone, Copy)]
-pub struct SendOpts {
+pub struct SendConfig {
     /// Message size.
     pub size: usize,
     /// A3: most messages awaiting their completion.
@@ -101,7 +101,7 @@ pub fn send(
     method: Method,
     sock: &mut TcpStream,
     pool: &[Message],
-    opts: SendOpts,
+    opts: SendConfig,
     stop: &AtomicBool,
 ) -> io::Result<Sent> {
     match method {
@@ -121,7 +121,7 @@ fn next(k: &mut usize, len: usize) -> usize {
 }
 
 /// A1: copy the fields into one reusable buffer, then `send(2)` it.
-fn send_a1(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &AtomicBool) -> io::Result<Sent> {
+fn send_a1(sock: &mut TcpStream, pool: &[Message], opts: SendConfig, stop: &AtomicBool) -> io::Result<Sent> {
     let mut buf = Vec::with_capacity(opts.size);
     let mut out = Sent::default();
     let mut k = 0;
@@ -332,7 +332,7 @@ impl ZcTracker {
 
 /// A3: `sendmsg(MSG_ZEROCOPY)` per message; at most `zc_inflight` messages
 /// await their completion, and a message's fields are not reused before it.
-fn send_a3(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &AtomicBool) -> io::Result<Sent> {
+fn send_a3(sock: &mut TcpStream, pool: &[Message], opts: SendConfig, stop: &AtomicBool) -> io::Result<Sent> {
     let mut out = Sent::default();
     let mut zc = ZcTracker::default();
     let max = opts.zc_inflight.max(1);
@@ -370,7 +370,7 @@ fn send_a3(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &Atomic
 /// A4: the same messages batched into PFS-With-Payload grams: fields are
 /// appended to a payload slab, one descriptor per field (absolute encoding by
 /// default) points into it, and each gram leaves in one vectored write.
-fn send_a4(sock: &mut TcpStream, pool: &[Message], opts: SendOpts, stop: &AtomicBool) -> io::Result<Sent> {
+fn send_a4(sock: &mut TcpStream, pool: &[Message], opts: SendConfig, stop: &AtomicBool) -> io::Result<Sent> {
     let batch = opts.gram_msgs.max(1);
     let mut slab: Vec<u8> = Vec::with_capacity(batch * opts.size);
     let mut table = TableWriter::new(opts.gram_encoding, batch * FIELDS);

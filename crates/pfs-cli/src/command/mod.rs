@@ -41,7 +41,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 /// Blob options from the command line.
-pub fn blob_options(args: &BlobArgs) -> BlobConfig {
+pub fn blob_config(args: &BlobArgs) -> BlobConfig {
     let fill = if args.no_fill {
         Fill::None
     } else if let Some(path) = &args.fill_file {
@@ -63,7 +63,7 @@ pub fn blob_options(args: &BlobArgs) -> BlobConfig {
 
 /// Maps, prefaults, fills and fingerprints the blob; prints warnings and the setup line on stderr.
 pub fn open_blob(args: &BlobArgs, quiet: bool) -> anyhow::Result<OpenedBlob> {
-    pfs_bench::peer::open_blob(&blob_options(args), quiet)
+    pfs_bench::peer::open_blob(&blob_config(args), quiet)
 }
 
 /// `--log-interval` seconds as a duration. Without the option, progress is

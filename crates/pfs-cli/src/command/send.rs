@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use pfs_bench::labels;
 use pfs_bench::peer::{send_on, sender_config, Target};
 use pfs_exec::{ScheduleSpec, Total};
-use pfs_session::{SendOutcome, SessionStats};
+use pfs_session::{GramSenderOutcome, SessionStats};
 use pfs_sys::pin_current_thread;
 
 use crate::args::{ScheduleArgs, SendArgs, TransportArg, TransportArgs};
@@ -35,7 +35,7 @@ pub fn schedule_spec(s: &ScheduleArgs, blob_len: u64) -> ScheduleSpec {
 }
 
 /// JSON document printed by `pfs send --json`.
-pub fn outcome_json(stats: &SessionStats, out: &SendOutcome, pattern: &str) -> serde_json::Value {
+pub fn outcome_json(stats: &SessionStats, out: &GramSenderOutcome, pattern: &str) -> serde_json::Value {
     let descs = out.summary.descriptors.max(1);
     serde_json::json!({
         "receiver": stats,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use pfs_files::{default_cache_dir, scan, ChunkParams, Excludes, RecipeCache, WalkKind};
 use pfs_session::files::{
-    send_files, FilesItem, FilesSendConfig, FilesSendOutcome, FilesSendProgress, LocalPrepare,
+    send_files, FilesItem, FilesProgress, FilesSenderConfig, FilesSenderOutcome, LocalPrepare,
 };
 
 use crate::args::{ProgressArg, SendArgs, TransportArg};
@@ -137,7 +137,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         (Some(d), false) => Some(d.join("index")),
         (None, false) => Some(default_cache_dir()?.join("index")),
     };
-    let cfg = FilesSendConfig {
+    let cfg = FilesSenderConfig {
         remote_dir: remote_dir.clone().into_bytes(),
         dry_run: f.dry_run,
         compress: f.compress.then_some(f.compress_level),
@@ -176,7 +176,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         );
         pb
     });
-    let mut on_progress = |p: &FilesSendProgress| {
+    let mut on_progress = |p: &FilesProgress| {
         if let Some(pb) = &bar {
             pb.set_position(p.bytes);
             pb.set_message(format!(
@@ -257,7 +257,7 @@ pub(crate) fn report_json(r: &pfs_wire::files::FilesReport<'_>) -> serde_json::V
 }
 
 /// The session as JSON: sender's plan and counters beside the receiver's report.
-fn to_json(out: &FilesSendOutcome, kind: &str, prep: &Prep<'_>, remote_dir: &str) -> serde_json::Value {
+fn to_json(out: &FilesSenderOutcome, kind: &str, prep: &Prep<'_>, remote_dir: &str) -> serde_json::Value {
     let report = out.report.as_ref().map(report_json);
     let elapsed = out.elapsed.as_secs_f64().max(1e-9);
     let effective = out.report.map_or(0, |r| r.effective_bytes);
@@ -297,7 +297,7 @@ fn to_json(out: &FilesSendOutcome, kind: &str, prep: &Prep<'_>, remote_dir: &str
 }
 
 /// One summary line, or rsync-style statistics with `--stats`.
-fn human(out: &FilesSendOutcome, kind: &str, prep: &Prep<'_>, stats: bool) -> String {
+fn human(out: &FilesSenderOutcome, kind: &str, prep: &Prep<'_>, stats: bool) -> String {
     let p = &out.plan;
     let wall = out.elapsed + prep.scan;
     let secs = wall.as_secs_f64().max(1e-9);

@@ -5,7 +5,9 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use pfs_session::{serve, Limits, ReceiverConfig, ReceiverOutcome, ServerConfig, ServerEvent, SessionStats};
+use pfs_session::{
+    serve, GramReceiverConfig, GramReceiverOutcome, Limits, ServerConfig, ServerEvent, SessionStats,
+};
 use pfs_transport::{AnyListener, Listener, ShmListener, TcpConfig, TcpListener, UnixListener};
 
 use crate::args::{ServeArgs, TransportArg};
@@ -135,7 +137,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         eprintln!("blob verified: fingerprint {}", actual.short());
     }
     let kind = transport_label(args.transport.transport);
-    let receiver = ReceiverConfig {
+    let receiver = GramReceiverConfig {
         limits: Limits {
             max_desc_count: args.max_desc_per_gram,
             max_payload_len: args.max_payload,
@@ -144,7 +146,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         log_interval: log,
         exec,
         record_dir: args.record.clone(),
-        ..ReceiverConfig::default()
+        ..GramReceiverConfig::default()
     };
     let cfg = ServerConfig {
         max_clients: args.max_clients.max(1),
@@ -154,7 +156,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     let json = args.run.json;
     // Exit status of the last session, for --once.
     let last_status = Mutex::new(exit::OK);
-    let on_event = |ev: ServerEvent<'_, ReceiverOutcome>| match ev {
+    let on_event = |ev: ServerEvent<'_, GramReceiverOutcome>| match ev {
         ServerEvent::Accepted { peer } => {
             if !json {
                 eprintln!("session from {peer}");

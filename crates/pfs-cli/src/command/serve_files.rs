@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use pfs_files::{DestRoot, Manifest};
-use pfs_session::files::{FilesReceiveOutcome, FilesReceiverConfig};
+use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome};
 use pfs_session::{serve_files, ServerConfig, ServerEvent};
 use pfs_store::{Durability, Store, StoreConfig};
 
@@ -88,7 +88,7 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
             *s = code;
         }
     };
-    let on_event = |ev: ServerEvent<'_, FilesReceiveOutcome>| match ev {
+    let on_event = |ev: ServerEvent<'_, FilesReceiverOutcome>| match ev {
         ServerEvent::Accepted { peer } if !json => eprintln!("session from {peer}"),
         ServerEvent::Finished { peer, outcome } => {
             if let Err(e) = manifest.save() {

@@ -19,13 +19,13 @@ pub mod sender;
 pub use error::{FilesViolation, IndexFault};
 
 pub use receiver::{
-    receive_files, FilesHost, FilesReceiveOutcome, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
+    receive_files, FilesHost, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesReceiverOutcome,
     LocalHost, StoreInfo,
 };
 pub use sender::{
-    classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesSendConfig,
-    FilesSendOutcome, FilesSendProgress, FilesSender, FilesSenderEvent, FilesSource, LocalPrepare,
-    LocalSource,
+    classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesProgress, FilesSender,
+    FilesSenderConfig, FilesSenderEvent, FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource,
+    Unreadable,
 };
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.

@@ -8,9 +8,9 @@ use std::time::Duration;
 use pfs_transport::Transport;
 use pfs_wire::{FrameHeader, FrameType, GramHeader};
 
-use super::receiver::{GramReceiver, GramSink, ReceiverConfig, ReceiverEvent, ReceiverOutcome};
-use super::sender::{GramSender, SendOutcome, SenderConfig, SenderEvent};
-use super::Progress;
+use super::receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramReceiverOutcome, GramSink};
+use super::sender::{GramSender, GramSenderConfig, GramSenderEvent, GramSenderOutcome};
+use super::GramProgress;
 use crate::error::LocalError;
 use crate::framing::{is_timeout, now, send_error, RecvBuf};
 use crate::{BlobView, SessionError};
@@ -20,9 +20,9 @@ use pfs_sys::{max_rss_bytes, thread_usage, Usage};
 pub fn send_session<T: Transport + ?Sized>(
     t: &mut T,
     blob: &BlobView<'_>,
-    cfg: &SenderConfig,
-    on_progress: &mut dyn FnMut(&Progress),
-) -> Result<SendOutcome, SessionError> {
+    cfg: &GramSenderConfig,
+    on_progress: &mut dyn FnMut(&GramProgress),
+) -> Result<GramSenderOutcome, SessionError> {
     let mut core = GramSender::new(*blob, cfg)?;
     let mut buf = RecvBuf::new(core.buffer_capacity());
     t.set_read_timeout(Some(cfg.reply_timeout))
@@ -39,10 +39,10 @@ pub fn send_session<T: Transport + ?Sized>(
         }
         while let Some(event) = core.poll_event() {
             match event {
-                SenderEvent::Started => usage0 = thread_usage(),
-                SenderEvent::Progress(p) => on_progress(&p),
-                SenderEvent::Sent => usage = thread_usage().since(&usage0),
-                SenderEvent::Finished => {}
+                GramSenderEvent::Started => usage0 = thread_usage(),
+                GramSenderEvent::Progress(p) => on_progress(&p),
+                GramSenderEvent::Sent => usage = thread_usage().since(&usage0),
+                GramSenderEvent::Finished => {}
             }
         }
         if core.is_done() {
@@ -163,9 +163,9 @@ impl GramSink for GramRecorder {
 pub fn receive_session<T: Transport + ?Sized>(
     t: &mut T,
     blob: &BlobView<'_>,
-    cfg: &ReceiverConfig,
-    on_progress: &mut dyn FnMut(&Progress),
-) -> Result<ReceiverOutcome, SessionError> {
+    cfg: &GramReceiverConfig,
+    on_progress: &mut dyn FnMut(&GramProgress),
+) -> Result<GramReceiverOutcome, SessionError> {
     let mut core = GramReceiver::new(*blob, cfg, now());
     match receive(t, &mut core, cfg, on_progress) {
         Ok(o) => Ok(o),
@@ -185,9 +185,9 @@ pub fn receive_session<T: Transport + ?Sized>(
 fn receive<T: Transport + ?Sized>(
     t: &mut T,
     core: &mut GramReceiver<'_>,
-    cfg: &ReceiverConfig,
-    on_progress: &mut dyn FnMut(&Progress),
-) -> Result<ReceiverOutcome, SessionError> {
+    cfg: &GramReceiverConfig,
+    on_progress: &mut dyn FnMut(&GramProgress),
+) -> Result<GramReceiverOutcome, SessionError> {
     let mut buf = RecvBuf::new(core.buffer_capacity());
     let mut recorder = GramRecorder::none();
     let mut usage0 = Usage::default();
@@ -209,14 +209,14 @@ fn receive<T: Transport + ?Sized>(
         }
         while let Some(event) = core.poll_event() {
             match event {
-                ReceiverEvent::Accepted { nonce } => {
+                GramReceiverEvent::Accepted { nonce } => {
                     if let Some(dir) = &cfg.record_dir {
                         recorder = GramRecorder::open(dir, nonce)?;
                     }
                 }
-                ReceiverEvent::Started => usage0 = thread_usage(),
-                ReceiverEvent::Progress(p) => on_progress(&p),
-                ReceiverEvent::Summary => {
+                GramReceiverEvent::Started => usage0 = thread_usage(),
+                GramReceiverEvent::Progress(p) => on_progress(&p),
+                GramReceiverEvent::Summary => {
                     let usage = thread_usage().since(&usage0);
                     core.finish(now(), usage, max_rss_bytes());
                 }

@@ -14,13 +14,13 @@ pub mod sender;
 use pfs_wire::{Encoding, ErrorCode, IntegrityAlg, Mode};
 
 pub use driver::{receive_session, send_session, GramRecorder};
-pub use receiver::{GramReceiver, ReceiverConfig, ReceiverEvent, ReceiverOutcome};
-pub use sender::{GramSender, SendOutcome, SenderConfig, SenderEvent, DEFAULT_PAYLOAD_BUDGET};
+pub use receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramReceiverOutcome};
+pub use sender::{GramSender, GramSenderConfig, GramSenderEvent, GramSenderOutcome, DEFAULT_PAYLOAD_BUDGET};
 
 /// Progress of a gram session, either side: what was sent (sender) or
 /// executed (receiver) so far.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Progress {
+pub struct GramProgress {
     /// Grams so far.
     pub grams: u64,
     /// Effective bytes so far.

@@ -6,7 +6,7 @@
 //! The host feeds bytes as they arrive ([`GramReceiver::handle_input`]) with
 //! the current time, sends what [`GramReceiver::poll_transmit`] returns,
 //! calls [`GramReceiver::handle_timeout`] once [`GramReceiver::poll_timeout`]
-//! passes, and answers the events ([`ReceiverEvent`]). The core consumes
+//! passes, and answers the events ([`GramReceiverEvent`]). The core consumes
 //! only whole units (a frame header, a control body, a gram header, a
 //! descriptor table; payload in any amount), so it works in place on the
 //! host's receive buffer: [`GramReceiver::want`] says how many contiguous
@@ -30,14 +30,14 @@ use pfs_wire::{
     Report, SenderSummary, FRAME_HEADER_LEN, GRAM_HEADER_LEN,
 };
 
-use super::{GramViolation, HelloRejection, Progress};
+use super::{GramProgress, GramViolation, HelloRejection};
 use crate::error::{Timeout, Violation};
 use crate::{BlobView, Limits, SessionError};
 use pfs_sys::Usage;
 
 /// Receiver settings.
 #[derive(Debug, Clone)]
-pub struct ReceiverConfig {
+pub struct GramReceiverConfig {
     /// Limits enforced and advertised.
     pub limits: Limits,
     /// Longest time HELLO may take once its first byte arrived (the first
@@ -57,7 +57,7 @@ pub struct ReceiverConfig {
     pub record_dir: Option<std::path::PathBuf>,
 }
 
-impl Default for ReceiverConfig {
+impl Default for GramReceiverConfig {
     fn default() -> Self {
         Self {
             limits: Limits::default(),
@@ -72,7 +72,7 @@ impl Default for ReceiverConfig {
 
 /// A finished session, from the receiver's side.
 #[derive(Debug, Clone)]
-pub struct ReceiverOutcome {
+pub struct GramReceiverOutcome {
     /// The report sent to the sender.
     pub report: Report,
     /// Mode negotiated.
@@ -87,7 +87,7 @@ pub struct ReceiverOutcome {
 
 /// What the receiver core asks of its host.
 #[derive(Debug, Clone, Copy)]
-pub enum ReceiverEvent {
+pub enum GramReceiverEvent {
     /// HELLO accepted (HELLO_ACK queued): the session's nonce, for naming
     /// a recording.
     Accepted {
@@ -98,7 +98,7 @@ pub enum ReceiverEvent {
     /// now (the host samples its CPU counters).
     Started,
     /// Periodic progress.
-    Progress(Progress),
+    Progress(GramProgress),
     /// The sender's summary arrived: the host measures the steady state and
     /// calls [`GramReceiver::finish`], which queues the report.
     Summary,
@@ -213,7 +213,7 @@ pub struct GramReceiver<'b> {
     step: Step,
     session: Option<Negotiated>,
     out: Vec<u8>,
-    events: VecDeque<ReceiverEvent>,
+    events: VecDeque<GramReceiverEvent>,
     /// Bytes consumed from the peer (the receiver's wire bytes in).
     wire_in: u64,
     /// Bytes this side has queued to the peer, report included.
@@ -231,7 +231,7 @@ pub struct GramReceiver<'b> {
     next_seq: u64,
     exec: Option<SessionExec>,
     summary: Option<SenderSummary>,
-    outcome: Option<ReceiverOutcome>,
+    outcome: Option<GramReceiverOutcome>,
 }
 
 /// Size of the COMPLETE(REPORT) frame this side sends last.
@@ -239,7 +239,7 @@ const REPORT_FRAME_LEN: u64 = (FRAME_HEADER_LEN + pfs_wire::control::REPORT_LEN)
 
 impl<'b> GramReceiver<'b> {
     /// A session on a new connection, accepted at `now`.
-    pub fn new(blob: BlobView<'b>, cfg: &ReceiverConfig, now: Instant) -> Self {
+    pub fn new(blob: BlobView<'b>, cfg: &GramReceiverConfig, now: Instant) -> Self {
         Self {
             blob,
             limits: cfg.limits,
@@ -307,7 +307,7 @@ impl<'b> GramReceiver<'b> {
     }
 
     /// The next event for the host.
-    pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
+    pub fn poll_event(&mut self) -> Option<GramReceiverEvent> {
         self.events.pop_front()
     }
 
@@ -341,8 +341,8 @@ impl<'b> GramReceiver<'b> {
 
     /// Consumes what it can of `input` (bytes that arrived, in order) and
     /// returns how many bytes it used. It stops early after an event the
-    /// host must act on at once ([`ReceiverEvent::Started`],
-    /// [`ReceiverEvent::Summary`]), and when the next unit is not all in
+    /// host must act on at once ([`GramReceiverEvent::Started`],
+    /// [`GramReceiverEvent::Summary`]), and when the next unit is not all in
     /// `input` ([`Self::want`]).
     pub fn handle_input(
         &mut self,
@@ -374,7 +374,7 @@ impl<'b> GramReceiver<'b> {
                         // time to build its first gram are outside the window.
                         self.started = Some(now);
                         self.next_log = self.log_interval.map(|i| now + i);
-                        self.events.push_back(ReceiverEvent::Started);
+                        self.events.push_back(GramReceiverEvent::Started);
                         break;
                     }
                     continue;
@@ -439,14 +439,14 @@ impl<'b> GramReceiver<'b> {
     }
 
     /// The outcome, once [`Self::finish`] ran.
-    pub fn outcome(&self) -> Option<&ReceiverOutcome> {
+    pub fn outcome(&self) -> Option<&GramReceiverOutcome> {
         self.outcome.as_ref()
     }
 
     /// The sender's summary was answered: `usage` is this side's CPU over
     /// the steady state (the host measures it), `max_rss_bytes` its peak
     /// memory. Queues the report; the session is over.
-    pub fn finish(&mut self, now: Instant, usage: Usage, max_rss_bytes: u64) -> &ReceiverOutcome {
+    pub fn finish(&mut self, now: Instant, usage: Usage, max_rss_bytes: u64) -> &GramReceiverOutcome {
         let elapsed = self
             .started
             .map(|s| now.saturating_duration_since(s))
@@ -475,7 +475,7 @@ impl<'b> GramReceiver<'b> {
         );
         self.wire_out += REPORT_FRAME_LEN;
         self.step = Step::Done;
-        let outcome = ReceiverOutcome {
+        let outcome = GramReceiverOutcome {
             report: self.report,
             mode: self.session.as_ref().map_or(Mode::Payload, |s| s.mode),
             integrity: self.session.as_ref().map_or(IntegrityAlg::None, |s| s.integrity),
@@ -565,7 +565,7 @@ impl<'b> GramReceiver<'b> {
             FrameType::Complete => {
                 self.summary = Some(SenderSummary::parse(body).map_err(SessionError::malformed("COMPLETE"))?);
                 self.step = Step::Finishing;
-                self.events.push_back(ReceiverEvent::Summary);
+                self.events.push_back(GramReceiverEvent::Summary);
             }
             FrameType::Error => return Err(crate::framing::refusal(body)),
             other => {
@@ -625,7 +625,7 @@ impl<'b> GramReceiver<'b> {
                 max_effective: limits.max_gram_effective,
             },
         });
-        self.events.push_back(ReceiverEvent::Accepted {
+        self.events.push_back(GramReceiverEvent::Accepted {
             nonce: hello.session_nonce,
         });
         Ok(())
@@ -804,7 +804,7 @@ impl<'b> GramReceiver<'b> {
         if now < at || matches!(self.step, Step::Finishing | Step::Done) {
             return;
         }
-        self.events.push_back(ReceiverEvent::Progress(Progress {
+        self.events.push_back(GramReceiverEvent::Progress(GramProgress {
             grams: self.report.grams,
             effective_bytes: self.report.effective_bytes,
             wire_bytes: self.wire_bytes(),

@@ -19,7 +19,7 @@ use pfs_wire::{
     SenderSummary, TableWriter, FRAME_HEADER_LEN, GRAM_FLAG_PAYLOAD, GRAM_HEADER_LEN,
 };
 
-use super::Progress;
+use super::GramProgress;
 use crate::error::{LimitExceeded, LocalError, Timeout, Violation};
 use crate::framing::{frame_want, refusal, split_frame, Transmit};
 use crate::{BlobView, SessionError};
@@ -27,7 +27,7 @@ use pfs_sys::Usage;
 
 /// Sender settings.
 #[derive(Debug, Clone)]
-pub struct SenderConfig {
+pub struct GramSenderConfig {
     /// Transfer mode.
     pub mode: Mode,
     /// Integrity algorithm.
@@ -51,7 +51,7 @@ pub const DEFAULT_PAYLOAD_BUDGET: u64 = 1 << 20;
 
 /// A finished session, from the sender's side.
 #[derive(Debug, Clone)]
-pub struct SendOutcome {
+pub struct GramSenderOutcome {
     /// The receiver's authoritative report.
     pub report: Report,
     /// What this side sent.
@@ -68,11 +68,11 @@ pub struct SendOutcome {
 
 /// What the sender core tells its host.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SenderEvent {
+pub enum GramSenderEvent {
     /// HELLO_ACK accepted: steady state starts (the host samples its CPU counters).
     Started,
     /// Periodic progress.
-    Progress(Progress),
+    Progress(GramProgress),
     /// The summary is queued: steady state ends (the host samples again).
     Sent,
     /// The receiver's report arrived: the session is over.
@@ -99,7 +99,7 @@ struct Granted {
 #[derive(Debug)]
 pub struct GramSender<'b> {
     blob: BlobView<'b>,
-    cfg: SenderConfig,
+    cfg: GramSenderConfig,
     schedule: Schedule,
     state: State,
     out: Vec<u8>,
@@ -121,13 +121,13 @@ pub struct GramSender<'b> {
     started: Option<Instant>,
     elapsed: Duration,
     next_log: Option<Instant>,
-    events: VecDeque<SenderEvent>,
+    events: VecDeque<GramSenderEvent>,
     report: Option<Report>,
 }
 
 impl<'b> GramSender<'b> {
     /// A session over `blob` sending `cfg.spec`.
-    pub fn new(blob: BlobView<'b>, cfg: &SenderConfig) -> Result<Self, SessionError> {
+    pub fn new(blob: BlobView<'b>, cfg: &GramSenderConfig) -> Result<Self, SessionError> {
         let schedule = Schedule::new(cfg.spec).map_err(LocalError::from)?;
         if cfg.spec.blob_len != blob.data.len() as u64 {
             return Err(LocalError::ScheduleBlobLength {
@@ -211,7 +211,7 @@ impl<'b> GramSender<'b> {
     }
 
     /// The next event for the host.
-    pub fn poll_event(&mut self) -> Option<SenderEvent> {
+    pub fn poll_event(&mut self) -> Option<GramSenderEvent> {
         self.events.pop_front()
     }
 
@@ -253,7 +253,7 @@ impl<'b> GramSender<'b> {
                 put_frame(&mut self.out, FrameType::Complete, 0, &self.summary.emit());
                 self.state = State::AwaitReport;
                 self.deadline = Some(now + self.cfg.reply_timeout);
-                self.events.push_back(SenderEvent::Sent);
+                self.events.push_back(GramSenderEvent::Sent);
                 Ok(Some(Transmit::Parts {
                     parts: [&self.out, &[], &[]],
                     what: "COMPLETE",
@@ -291,7 +291,7 @@ impl<'b> GramSender<'b> {
                 self.deadline = None;
                 self.started = Some(now);
                 self.next_log = self.cfg.log_interval.map(|i| now + i);
-                self.events.push_back(SenderEvent::Started);
+                self.events.push_back(GramSenderEvent::Started);
             }
             State::AwaitAck => return Err(unexpected("HELLO_ACK")),
             State::AwaitReport
@@ -300,7 +300,7 @@ impl<'b> GramSender<'b> {
                 self.report = Some(Report::parse(body).map_err(SessionError::malformed("COMPLETE report"))?);
                 self.state = State::Done;
                 self.deadline = None;
-                self.events.push_back(SenderEvent::Finished);
+                self.events.push_back(GramSenderEvent::Finished);
             }
             State::AwaitReport => return Err(unexpected("the receiver's report")),
             // Only an ERROR is meaningful while sending or after the end.
@@ -310,8 +310,8 @@ impl<'b> GramSender<'b> {
     }
 
     /// The finished session; `usage` is the host's CPU over the steady state.
-    pub fn outcome(&self, usage: Usage) -> Option<SendOutcome> {
-        Some(SendOutcome {
+    pub fn outcome(&self, usage: Usage) -> Option<GramSenderOutcome> {
+        Some(GramSenderOutcome {
             report: self.report?,
             summary: self.summary,
             table_bytes: self.table_bytes,
@@ -465,7 +465,7 @@ impl<'b> GramSender<'b> {
         if now < at {
             return;
         }
-        self.events.push_back(SenderEvent::Progress(Progress {
+        self.events.push_back(GramSenderEvent::Progress(GramProgress {
             grams: self.summary.grams,
             effective_bytes: self.summary.effective_bytes,
             wire_bytes: self.wire_bytes,

@@ -17,7 +17,7 @@ use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
 use super::host::FilesHost;
 use super::stream::{Current, Waiting};
-use super::{FilesReceiveOutcome, FilesReceiverConfig};
+use super::{FilesReceiverConfig, FilesReceiverOutcome};
 use crate::error::{LimitExceeded, LocalError, Timeout};
 use crate::files::{FilesViolation, INDEX_ENTRIES_PER_FRAME};
 use crate::framing::{frame_want, refusal};
@@ -316,11 +316,11 @@ impl FilesReceiver {
     }
 
     /// The session's result, once [`Self::is_done`].
-    pub fn outcome(&self) -> FilesReceiveOutcome {
+    pub fn outcome(&self) -> FilesReceiverOutcome {
         let mut report = self.report;
         report.wire_bytes = self.consumed;
         report.elapsed_ns = (self.now - self.started).as_nanos() as u64;
-        FilesReceiveOutcome {
+        FilesReceiverOutcome {
             report,
             messages: self.messages.clone(),
             dry_run: self.ended_early,

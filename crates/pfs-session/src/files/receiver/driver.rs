@@ -10,7 +10,7 @@ use pfs_transport::Transport;
 
 use super::core::{FilesReceiver, FilesReceiverEvent};
 use super::host::{FilesHost, LocalHost};
-use super::{FilesReceiveOutcome, FilesReceiverConfig};
+use super::{FilesReceiverConfig, FilesReceiverOutcome};
 use crate::framing::{is_timeout, now, send_error, RecvBuf};
 use crate::SessionError;
 use pfs_sys::{thread_usage, Usage};
@@ -25,7 +25,7 @@ pub fn receive_files<T: Transport + ?Sized>(
     store: &Store,
     dest: &DestRoot,
     cfg: &FilesReceiverConfig,
-) -> Result<FilesReceiveOutcome, SessionError> {
+) -> Result<FilesReceiverOutcome, SessionError> {
     let usage0 = thread_usage();
     let mut core = FilesReceiver::new(cfg, now())?;
     let mut host = LocalHost::new(store, Landing::new(dest, cfg.manifest.clone(), cfg.fsync_files));
@@ -51,7 +51,7 @@ fn run<'s, T: Transport + ?Sized>(
     core: &mut FilesReceiver,
     host: &mut LocalHost<'s>,
     usage0: &Usage,
-) -> Result<FilesReceiveOutcome, SessionError> {
+) -> Result<FilesReceiverOutcome, SessionError> {
     let mut buf = RecvBuf::new(core.buffer_capacity());
     let mut timeout_set: Option<Duration> = None;
     loop {

@@ -63,7 +63,7 @@ impl Default for FilesReceiverConfig {
 
 /// A finished files session, from the receiver's side.
 #[derive(Debug, Clone)]
-pub struct FilesReceiveOutcome {
+pub struct FilesReceiverOutcome {
     /// The report sent to the sender (its `messages` are in `messages`).
     pub report: FilesReport<'static>,
     /// One `path: reason` line per failed entry.

@@ -18,7 +18,7 @@ use pfs_wire::files::{
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
-use super::{classify, ChunkPlan, FilesItem, FilesPlanSummary, FilesSendConfig, FilesSendProgress};
+use super::{classify, ChunkPlan, FilesItem, FilesPlanSummary, FilesProgress, FilesSenderConfig, Unreadable};
 use crate::error::{LocalError, Timeout};
 use crate::files::{FilesViolation, IndexFault, SENDER_FRAME_TARGET};
 use crate::framing::{frame_want, refusal, Transmit};
@@ -40,9 +40,9 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 pub trait FilesSource {
     /// Sets `digest` of `items[i]` for each `i` in `which`; returns the
     /// items that cannot be read, with the reason.
-    fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
+    fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable;
     /// Sets `recipe` of `items[i]` for each `i` in `which`; as [`Self::digest`].
-    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
+    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable;
     /// The index cache of the store `store_id` (empty when none is kept),
     /// and a warning if it could not be read.
     fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>);
@@ -71,7 +71,7 @@ enum Phase {
 #[derive(Debug, Clone, Copy)]
 pub enum FilesSenderEvent {
     /// Progress of the stream.
-    Progress(FilesSendProgress),
+    Progress(FilesProgress),
 }
 
 /// What is ready to go out.
@@ -89,7 +89,7 @@ enum Ready {
 #[derive(Debug)]
 pub struct FilesSender<'a> {
     items: &'a mut Vec<FilesItem>,
-    cfg: &'a FilesSendConfig,
+    cfg: &'a FilesSenderConfig,
     phase: Phase,
     now: Instant,
     started: Instant,
@@ -156,7 +156,7 @@ impl<'a> FilesSender<'a> {
     /// A session that sends `items`; FILES_HELLO is ready to go.
     pub fn new(
         items: &'a mut Vec<FilesItem>,
-        cfg: &'a FilesSendConfig,
+        cfg: &'a FilesSenderConfig,
         now: Instant,
     ) -> Result<Self, SessionError> {
         let zctx = zstd::bulk::Compressor::new(1).map_err(|source| LocalError::Zstd {
@@ -553,7 +553,7 @@ impl<'a> FilesSender<'a> {
     }
 
     /// Leaves out the items `src` could not read, with a warning each.
-    fn drop_failed(&mut self, failed: Vec<(usize, String)>) {
+    fn drop_failed(&mut self, failed: Unreadable) {
         if failed.is_empty() {
             return;
         }
@@ -864,14 +864,13 @@ impl<'a> FilesSender<'a> {
             return;
         }
         self.last_progress = self.now;
-        self.events
-            .push_back(FilesSenderEvent::Progress(FilesSendProgress {
-                entries: self.next_item as u64,
-                bytes: self.done_bytes,
-                total_bytes: self.summary.total_bytes,
-                wire_bytes: self.wire_sent,
-                elapsed: self.now.saturating_duration_since(self.stream_start),
-            }));
+        self.events.push_back(FilesSenderEvent::Progress(FilesProgress {
+            entries: self.next_item as u64,
+            bytes: self.done_bytes,
+            total_bytes: self.summary.total_bytes,
+            wire_bytes: self.wire_sent,
+            elapsed: self.now.saturating_duration_since(self.stream_start),
+        }));
     }
 
     /// The FILE body of entry `no` into `frame`.

@@ -1,109 +1,17 @@
 //! The blocking driver of the sender core over a byte-stream
-//! [`Transport`], and [`LocalSource`], the core's host on this machine
-//! (files read with `pread`, preparation through a [`FilesPrepare`], the
-//! index cache in a directory).
+//! [`Transport`]; the host it runs the core with is [`LocalSource`].
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use pfs_files::IndexCache;
 use pfs_transport::Transport;
 
-use super::core::{FilesSender, FilesSenderEvent, FilesSource};
+use super::core::{FilesSender, FilesSenderEvent};
+use super::host::{FilesPrepare, LocalSource};
 use super::store_hex;
-use super::{FilesItem, FilesPrepare, FilesSendConfig, FilesSendOutcome, FilesSendProgress};
-use crate::error::LocalError;
+use super::{FilesItem, FilesProgress, FilesSenderConfig, FilesSenderOutcome};
 use crate::framing::{now, RecvBuf};
 use crate::SessionError;
 use pfs_sys::thread_usage;
-
-/// The sender core's host on this machine.
-pub struct LocalSource<'p> {
-    prep: &'p mut dyn FilesPrepare,
-    cache_dir: Option<PathBuf>,
-    /// The file read last, kept open for its next chunk.
-    open: Option<(PathBuf, File)>,
-}
-
-impl std::fmt::Debug for LocalSource<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalSource")
-            .field("cache_dir", &self.cache_dir)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'p> LocalSource<'p> {
-    /// A source preparing files with `prep`, caching indexes in `cache_dir`.
-    pub fn new(prep: &'p mut dyn FilesPrepare, cache_dir: Option<PathBuf>) -> Self {
-        Self {
-            prep,
-            cache_dir,
-            open: None,
-        }
-    }
-}
-
-impl FilesSource for LocalSource<'_> {
-    fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
-        self.prep.hash(items, which)
-    }
-
-    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
-        self.prep.chunk(items, which)
-    }
-
-    fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>) {
-        let (mut cache, warning) = match &self.cache_dir {
-            Some(dir) => IndexCache::open(dir, store_id),
-            None => IndexCache::open(std::env::temp_dir().join("pfs-no-cache"), store_id),
-        };
-        if self.cache_dir.is_none() {
-            // No cache wanted: fetch the whole index.
-            cache.reset();
-        }
-        (cache, warning.map(|w| w.to_string()))
-    }
-
-    fn save_index(&mut self, cache: &IndexCache) -> Option<String> {
-        self.cache_dir.as_ref()?;
-        cache.save().err().map(|e| format!("index cache not saved: {e}"))
-    }
-
-    fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError> {
-        let e = &item.entry;
-        let mut warning = None;
-        if self.open.as_ref().is_none_or(|(p, _)| p != &e.abs) {
-            let f = File::open(&e.abs).map_err(|source| LocalError::Io {
-                what: "open",
-                path: e.abs.clone(),
-                source,
-            })?;
-            if let (Ok(meta), Some(r)) = (f.metadata(), item.recipe.as_ref()) {
-                use std::os::unix::fs::MetadataExt;
-                let now_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
-                if meta.size() != r.size || now_ns != e.mtime_ns {
-                    warning = Some(format!(
-                        "{} changed since it was scanned; the receiver will refuse it",
-                        e.abs.display()
-                    ));
-                }
-            }
-            self.open = Some((e.abs.clone(), f));
-        }
-        let Some((_, f)) = self.open.as_ref() else {
-            return Ok(warning);
-        };
-        f.read_exact_at(buf, offset).map_err(|source| LocalError::Io {
-            what: "read",
-            path: e.abs.clone(),
-            source,
-        })?;
-        Ok(warning)
-    }
-}
 
 /// Runs one files session over `t`: handshake, probe, index, plan, stream,
 /// corrections, report. Regular files in `items` without a recipe are
@@ -113,10 +21,10 @@ impl FilesSource for LocalSource<'_> {
 pub fn send_files<T: Transport + ?Sized>(
     t: &mut T,
     items: &mut Vec<FilesItem>,
-    cfg: &FilesSendConfig,
+    cfg: &FilesSenderConfig,
     prep: &mut dyn FilesPrepare,
-    progress: &mut dyn FnMut(&FilesSendProgress),
-) -> Result<FilesSendOutcome, SessionError> {
+    progress: &mut dyn FnMut(&FilesProgress),
+) -> Result<FilesSenderOutcome, SessionError> {
     let usage0 = thread_usage();
     let mut src = LocalSource::new(prep, cfg.index_cache_dir.clone());
     let mut core = FilesSender::new(items, cfg, now())?;
@@ -163,7 +71,7 @@ pub fn send_files<T: Transport + ?Sized>(
         Some((r, m)) => (Some(r), m),
         None => (None, String::new()),
     };
-    Ok(FilesSendOutcome {
+    Ok(FilesSenderOutcome {
         plan: core.summary(),
         store_id: accept.map(|a| store_hex(&a.store_id)).unwrap_or_default(),
         store_generation: accept.map_or(0, |a| a.generation),

@@ -8,15 +8,17 @@
 //! - [`core`]: the sans-I/O core [`FilesSender`] — replies and `now` in;
 //!   frames to send, a deadline and progress events out; file bytes,
 //!   hashing, chunking and the index cache through [`FilesSource`].
-//! - [`driver`]: [`send_files`], the core over a blocking transport, with
-//!   [`LocalSource`] on this machine's files.
+//! - [`driver`]: [`send_files`], the core over a blocking transport.
+//! - [`host`]: [`LocalSource`] and [`LocalPrepare`], the core's host on
+//!   this machine's files.
 
 pub mod core;
 pub mod driver;
+pub mod host;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pfs_files::{Entry, Recipe, WalkKind};
 use pfs_wire::files::{EntryKind, FilesReport, Hash};
@@ -24,7 +26,8 @@ use pfs_wire::files::{EntryKind, FilesReport, Hash};
 use pfs_sys::Usage;
 
 pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, MAX_INDEX_BATCH};
-pub use driver::{send_files, LocalSource};
+pub use driver::send_files;
+pub use host::{FilesPrepare, LocalPrepare, LocalSource, Unreadable};
 
 /// One entry to send, with its recipe if it is a regular file.
 #[derive(Debug, Clone)]
@@ -69,104 +72,9 @@ impl FilesItem {
     }
 }
 
-/// The reading a sender defers until it knows what the receiver holds:
-/// whole-file hashes for the probe, then chunking of the files the receiver
-/// lacks. Items that cannot be read are returned with the reason; the
-/// session leaves them out.
-pub trait FilesPrepare {
-    /// Sets `digest` (size and XXH3-128) of `items[i]` for each `i` in `which`.
-    fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
-    /// Sets `recipe` of `items[i]` for each `i` in `which`.
-    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)>;
-}
-
-/// [`FilesPrepare`] on this machine's files with [`pfs_files::digest_files`]
-/// and [`pfs_files::chunk_files`]; counts the time it spends.
-#[derive(Debug, Clone)]
-pub struct LocalPrepare {
-    /// Chunking parameters.
-    pub params: pfs_files::ChunkParams,
-    /// Worker threads (0 = one per core).
-    pub threads: usize,
-    /// Time spent hashing and chunking.
-    pub spent: Duration,
-    /// Files hashed whole for the probe, and their bytes.
-    pub hashed: (u64, u64),
-    /// Files chunked, and their bytes.
-    pub chunked: (u64, u64),
-}
-
-impl LocalPrepare {
-    /// A preparer with these parameters.
-    pub fn new(params: pfs_files::ChunkParams, threads: usize) -> Self {
-        Self {
-            params,
-            threads,
-            spent: Duration::ZERO,
-            hashed: (0, 0),
-            chunked: (0, 0),
-        }
-    }
-
-    fn run<R>(
-        &mut self,
-        items: &mut [FilesItem],
-        which: &[usize],
-        work: impl FnOnce(
-            &[&Entry],
-            &pfs_files::ChunkParams,
-            usize,
-        ) -> Result<Vec<Result<R, pfs_files::FilesError>>, pfs_files::FilesError>,
-        mut put: impl FnMut(&mut FilesItem, R),
-    ) -> Vec<(usize, String)> {
-        if which.is_empty() {
-            return Vec::new();
-        }
-        let t0 = Instant::now();
-        let entries: Vec<&Entry> = which.iter().map(|&i| &items[i].entry).collect();
-        let results = match work(&entries, &self.params, self.threads) {
-            Ok(r) => r,
-            Err(e) => return which.iter().map(|&i| (i, e.to_string())).collect(),
-        };
-        let mut failed = Vec::new();
-        for (&i, r) in which.iter().zip(results) {
-            match r {
-                Ok(r) => put(&mut items[i], r),
-                Err(e) => failed.push((i, e.to_string())),
-            }
-        }
-        self.spent += t0.elapsed();
-        failed
-    }
-}
-
-impl FilesPrepare for LocalPrepare {
-    fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
-        let mut done = (0, 0);
-        let failed = self.run(items, which, pfs_files::digest_files, |it, d| {
-            done.0 += 1;
-            done.1 += d.0;
-            it.digest = Some(d);
-        });
-        self.hashed = (self.hashed.0 + done.0, self.hashed.1 + done.1);
-        failed
-    }
-
-    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Vec<(usize, String)> {
-        let mut done = (0, 0);
-        let failed = self.run(items, which, pfs_files::chunk_files, |it, r| {
-            done.0 += 1;
-            done.1 += r.size;
-            it.recipe = Some(r);
-        });
-        self.chunked = (self.chunked.0 + done.0, self.chunked.1 + done.1);
-        failed
-    }
-}
-
 /// Sender settings of a files session.
 #[derive(Debug, Clone)]
-pub struct FilesSendConfig {
+pub struct FilesSenderConfig {
     /// Sub-directory of the receiver's destination (relative; empty = root).
     pub remote_dir: Vec<u8>,
     /// Plan only: learn the index, classify, send nothing else.
@@ -226,7 +134,7 @@ pub struct FilesPlanSummary {
 
 /// Sender-side progress.
 #[derive(Debug, Clone, Copy)]
-pub struct FilesSendProgress {
+pub struct FilesProgress {
     /// Entries sent.
     pub entries: u64,
     /// File bytes described so far (effective bytes on their way).
@@ -241,7 +149,7 @@ pub struct FilesSendProgress {
 
 /// A finished (or planned) files session, from the sender's side.
 #[derive(Debug, Clone)]
-pub struct FilesSendOutcome {
+pub struct FilesSenderOutcome {
     /// The classification.
     pub plan: FilesPlanSummary,
     /// Receiver store identity (hex) and generation when we connected.

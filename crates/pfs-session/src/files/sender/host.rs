@@ -1,0 +1,205 @@
+//! The sender core's host on this machine: [`LocalSource`] reads files
+//! with `pread` and keeps the index cache in a directory; [`LocalPrepare`]
+//! hashes and chunks files on all cores ([`pfs_files::digest_files`],
+//! [`pfs_files::chunk_files`]) and counts the time it spends. Everything
+//! here does I/O or reads the clock; the core does neither.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pfs_files::{Entry, IndexCache};
+
+use super::core::FilesSource;
+use super::FilesItem;
+use crate::error::LocalError;
+
+/// Items that could not be read: their index and why. The error is shared
+/// when one failure (a thread pool that would not start) fails a batch.
+pub type Unreadable = Vec<(usize, Arc<pfs_files::FilesError>)>;
+
+/// The reading a sender defers until it knows what the receiver holds:
+/// whole-file hashes for the probe, then chunking of the files the receiver
+/// lacks. Items that cannot be read are returned with the reason; the
+/// session leaves them out.
+pub trait FilesPrepare {
+    /// Sets `digest` (size and XXH3-128) of `items[i]` for each `i` in `which`.
+    fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable;
+    /// Sets `recipe` of `items[i]` for each `i` in `which`.
+    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable;
+}
+
+/// [`FilesPrepare`] on this machine's files with [`pfs_files::digest_files`]
+/// and [`pfs_files::chunk_files`]; counts the time it spends.
+#[derive(Debug, Clone)]
+pub struct LocalPrepare {
+    /// Chunking parameters.
+    pub params: pfs_files::ChunkParams,
+    /// Worker threads (0 = one per core).
+    pub threads: usize,
+    /// Time spent hashing and chunking.
+    pub spent: Duration,
+    /// Files hashed whole for the probe, and their bytes.
+    pub hashed: (u64, u64),
+    /// Files chunked, and their bytes.
+    pub chunked: (u64, u64),
+}
+
+impl LocalPrepare {
+    /// A preparer with these parameters.
+    pub fn new(params: pfs_files::ChunkParams, threads: usize) -> Self {
+        Self {
+            params,
+            threads,
+            spent: Duration::ZERO,
+            hashed: (0, 0),
+            chunked: (0, 0),
+        }
+    }
+
+    fn run<R>(
+        &mut self,
+        items: &mut [FilesItem],
+        which: &[usize],
+        work: impl FnOnce(
+            &[&Entry],
+            &pfs_files::ChunkParams,
+            usize,
+        ) -> Result<Vec<Result<R, pfs_files::FilesError>>, pfs_files::FilesError>,
+        mut put: impl FnMut(&mut FilesItem, R),
+    ) -> Unreadable {
+        if which.is_empty() {
+            return Vec::new();
+        }
+        let t0 = Instant::now();
+        let entries: Vec<&Entry> = which.iter().map(|&i| &items[i].entry).collect();
+        let results = match work(&entries, &self.params, self.threads) {
+            Ok(r) => r,
+            Err(e) => {
+                let e = Arc::new(e);
+                return which.iter().map(|&i| (i, Arc::clone(&e))).collect();
+            }
+        };
+        let mut failed = Vec::new();
+        for (&i, r) in which.iter().zip(results) {
+            match r {
+                Ok(r) => put(&mut items[i], r),
+                Err(e) => failed.push((i, Arc::new(e))),
+            }
+        }
+        self.spent += t0.elapsed();
+        failed
+    }
+}
+
+impl FilesPrepare for LocalPrepare {
+    fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
+        let mut done = (0, 0);
+        let failed = self.run(items, which, pfs_files::digest_files, |it, d| {
+            done.0 += 1;
+            done.1 += d.0;
+            it.digest = Some(d);
+        });
+        self.hashed = (self.hashed.0 + done.0, self.hashed.1 + done.1);
+        failed
+    }
+
+    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
+        let mut done = (0, 0);
+        let failed = self.run(items, which, pfs_files::chunk_files, |it, r| {
+            done.0 += 1;
+            done.1 += r.size;
+            it.recipe = Some(r);
+        });
+        self.chunked = (self.chunked.0 + done.0, self.chunked.1 + done.1);
+        failed
+    }
+}
+
+/// The sender core's host on this machine.
+pub struct LocalSource<'p> {
+    prep: &'p mut dyn FilesPrepare,
+    cache_dir: Option<PathBuf>,
+    /// The file read last, kept open for its next chunk.
+    open: Option<(PathBuf, File)>,
+}
+
+impl std::fmt::Debug for LocalSource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSource")
+            .field("cache_dir", &self.cache_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'p> LocalSource<'p> {
+    /// A source preparing files with `prep`, caching indexes in `cache_dir`.
+    pub fn new(prep: &'p mut dyn FilesPrepare, cache_dir: Option<PathBuf>) -> Self {
+        Self {
+            prep,
+            cache_dir,
+            open: None,
+        }
+    }
+}
+
+impl FilesSource for LocalSource<'_> {
+    fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
+        self.prep.hash(items, which)
+    }
+
+    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
+        self.prep.chunk(items, which)
+    }
+
+    fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>) {
+        let (mut cache, warning) = match &self.cache_dir {
+            Some(dir) => IndexCache::open(dir, store_id),
+            None => IndexCache::open(std::env::temp_dir().join("pfs-no-cache"), store_id),
+        };
+        if self.cache_dir.is_none() {
+            // No cache wanted: fetch the whole index.
+            cache.reset();
+        }
+        (cache, warning.map(|w| w.to_string()))
+    }
+
+    fn save_index(&mut self, cache: &IndexCache) -> Option<String> {
+        self.cache_dir.as_ref()?;
+        cache.save().err().map(|e| format!("index cache not saved: {e}"))
+    }
+
+    fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError> {
+        let e = &item.entry;
+        let mut warning = None;
+        if self.open.as_ref().is_none_or(|(p, _)| p != &e.abs) {
+            let f = File::open(&e.abs).map_err(|source| LocalError::Io {
+                what: "open",
+                path: e.abs.clone(),
+                source,
+            })?;
+            if let (Ok(meta), Some(r)) = (f.metadata(), item.recipe.as_ref()) {
+                use std::os::unix::fs::MetadataExt;
+                let now_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+                if meta.size() != r.size || now_ns != e.mtime_ns {
+                    warning = Some(format!(
+                        "{} changed since it was scanned; the receiver will refuse it",
+                        e.abs.display()
+                    ));
+                }
+            }
+            self.open = Some((e.abs.clone(), f));
+        }
+        let Some((_, f)) = self.open.as_ref() else {
+            return Ok(warning);
+        };
+        f.read_exact_at(buf, offset).map_err(|source| LocalError::Io {
+            what: "read",
+            path: e.abs.clone(),
+            source,
+        })?;
+        Ok(warning)
+    }
+}
