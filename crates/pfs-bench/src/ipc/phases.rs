@@ -14,7 +14,7 @@ use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
 use super::methods::{Channel, MSG};
-use super::stats::{prefaulted, summarize, Summary};
+use super::stats::{prefaulted, summarize, LatencyStats};
 use super::sys;
 
 /// Ping-pongs before anything is recorded.
@@ -73,7 +73,7 @@ pub struct ServerReport {
     /// The method's key.
     pub method: String,
     /// One way, client → server: server receive stamp − client send stamp, ticks.
-    pub one_way: Summary,
+    pub one_way: LatencyStats,
     /// Messages the server counted in the throughput phase.
     pub stream_messages: u64,
     /// Ticks from the first to the last throughput message's arrival.
@@ -90,9 +90,9 @@ pub struct ServerReport {
 #[derive(Debug, Clone)]
 pub struct ClientReport {
     /// One way, server → client: client receive stamp − server send stamp, ticks.
-    pub return_one_way: Summary,
+    pub return_one_way: LatencyStats,
     /// Client receive stamp − client send stamp, ticks.
-    pub round_trip: Summary,
+    pub round_trip: LatencyStats,
     /// Ticks from before the first throughput send to after the last.
     pub stream_send_ticks: u64,
     /// Wall time of the latency phase, seconds.

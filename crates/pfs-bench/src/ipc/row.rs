@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::clock::Clock;
 use super::methods::{Connect, Method, WithChannel};
 use super::phases::{self, ClientReport, ServerReport};
-use super::stats::Summary;
+use super::stats::LatencyStats;
 use crate::cleanup::{self, Undo};
 
 /// Environment variable that makes the server misbehave, for tests of the
@@ -481,7 +481,7 @@ fn build(spec: &RowSpec<'_>, server: &ServerReport, client: &ClientReport, wall_
 
 /// A warning when the two one-way directions disagree by more than 2×, or
 /// either goes negative: the two cores' TSCs are probably not in step.
-fn skew_note(forward: &Summary, back: &Summary) -> Option<String> {
+fn skew_note(forward: &LatencyStats, back: &LatencyStats) -> Option<String> {
     let (f, b) = (forward.mean, back.mean);
     if f <= 0.0 || b <= 0.0 {
         return Some(format!(
@@ -507,8 +507,8 @@ fn skew_note(forward: &Summary, back: &Summary) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn summary(mean: f64, negative: u64) -> Summary {
-        Summary {
+    fn summary(mean: f64, negative: u64) -> LatencyStats {
+        LatencyStats {
             count: 10,
             mean,
             min: 0,

@@ -16,7 +16,7 @@ pub fn prefaulted(n: usize) -> Vec<i64> {
 /// or nanoseconds without a TSC). Differences are signed: a time stamp taken
 /// on another core may be behind (TSC skew), and the report must show that.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
+pub struct LatencyStats {
     /// Samples.
     pub count: u64,
     /// Arithmetic mean.
@@ -36,7 +36,7 @@ pub struct Summary {
 }
 
 /// Sorts `samples` in place and summarises them; `None` when empty.
-pub fn summarize(samples: &mut [i64]) -> Option<Summary> {
+pub fn summarize(samples: &mut [i64]) -> Option<LatencyStats> {
     if samples.is_empty() {
         return None;
     }
@@ -45,7 +45,7 @@ pub fn summarize(samples: &mut [i64]) -> Option<Summary> {
     // Nearest rank: the smallest sample with at least q·n samples at or below it.
     let rank = |q: f64| samples[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
     let sum: i128 = samples.iter().map(|&v| i128::from(v)).sum();
-    Some(Summary {
+    Some(LatencyStats {
         count: n as u64,
         mean: sum as f64 / n as f64,
         min: samples[0],
