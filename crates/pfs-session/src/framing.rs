@@ -143,6 +143,32 @@ impl Transmit<'_> {
     }
 }
 
+/// The deadline after a call that consumed `used` bytes of whole frames
+/// and left `rest` (the start of the next frame, if any): whole frames are
+/// progress and restart the `timeout`; bytes of a frame still arriving are
+/// not, so a peer trickling bytes cannot hold a session open. A frame that
+/// is still arriving gets, once, one more second per MB of its length (big
+/// bodies at modest rates). `allowance_at` remembers which frame (by the
+/// stream offset `consumed` where it starts) already had its allowance.
+pub fn frame_deadline(
+    deadline: Instant,
+    now: Instant,
+    timeout: std::time::Duration,
+    used: usize,
+    rest: &[u8],
+    consumed: u64,
+    allowance_at: &mut Option<u64>,
+) -> Instant {
+    let mut deadline = if used > 0 { now + timeout } else { deadline };
+    if *allowance_at != Some(consumed) {
+        if let Ok(h) = FrameHeader::parse(rest) {
+            deadline += std::time::Duration::from_secs(u64::from(h.length) / 1_000_000);
+            *allowance_at = Some(consumed);
+        }
+    }
+    deadline
+}
+
 /// The peer's ERROR frame body, as an error.
 pub fn refusal(body: &[u8]) -> SessionError {
     match ErrorFrame::parse(body) {
@@ -171,6 +197,22 @@ pub fn put_error(out: &mut Vec<u8>, err: &SessionError) {
     }
     .emit(&mut body);
     put_frame(out, FrameType::Error, 0, &body);
+}
+
+/// A sender's result, after telling the receiver when the receiver is the
+/// reason it failed (it broke the protocol, sent bytes that do not decode,
+/// or advertised limits this sender cannot meet): best effort, so the
+/// receiver's log says why the session ended.
+pub fn tell_receiver<T: Transport + ?Sized, O>(
+    t: &mut T,
+    result: Result<O, SessionError>,
+) -> Result<O, SessionError> {
+    if let Err(e @ (SessionError::Violation(_) | SessionError::Malformed { .. } | SessionError::Limit(_))) =
+        &result
+    {
+        send_error(t, e);
+    }
+    result
 }
 
 /// Sends an ERROR frame about `err`, best effort (the peer may be gone).
@@ -278,4 +320,74 @@ pub fn is_timeout(e: &io::Error) -> bool {
 #[inline]
 pub fn now() -> Instant {
     Instant::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use pfs_wire::{put_frame, FrameType};
+
+    use super::frame_deadline;
+
+    #[test]
+    fn only_whole_frames_restart_the_deadline() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(30);
+        let mut allowance = None;
+        let mut frame = Vec::new();
+        put_frame(&mut frame, FrameType::Plan, 0, &[0; 40]);
+        // Half a frame trickles in at t0 + 29 s: the deadline stays t0 + 30 s
+        // (a 40-byte body earns no allowance).
+        let d = frame_deadline(
+            t0 + timeout,
+            t0 + Duration::from_secs(29),
+            timeout,
+            0,
+            &frame[..20],
+            0,
+            &mut allowance,
+        );
+        assert_eq!(d, t0 + timeout);
+        // More of the same frame: still no later.
+        let d = frame_deadline(
+            d,
+            t0 + Duration::from_secs(29),
+            timeout,
+            0,
+            &frame[..30],
+            0,
+            &mut allowance,
+        );
+        assert_eq!(d, t0 + timeout);
+        // The frame completes at t0 + 29 s: a new timeout from then.
+        let d = frame_deadline(
+            d,
+            t0 + Duration::from_secs(29),
+            timeout,
+            frame.len(),
+            &[],
+            56,
+            &mut allowance,
+        );
+        assert_eq!(d, t0 + Duration::from_secs(59));
+    }
+
+    #[test]
+    fn a_big_frame_gets_one_second_per_mb_once() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(30);
+        let mut allowance = None;
+        let header = pfs_wire::FrameHeader {
+            frame_type: FrameType::Chunks,
+            flags: 0,
+            length: 8_000_000,
+        }
+        .emit();
+        let d = frame_deadline(t0 + timeout, t0, timeout, 0, &header, 100, &mut allowance);
+        assert_eq!(d, t0 + Duration::from_secs(38));
+        // The same frame seen again earns nothing more.
+        let d = frame_deadline(d, t0, timeout, 0, &header, 100, &mut allowance);
+        assert_eq!(d, t0 + Duration::from_secs(38));
+    }
 }

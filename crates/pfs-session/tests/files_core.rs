@@ -670,12 +670,19 @@ fn deadlines_and_closes() {
         }) => assert_eq!((during, after), ("FILES_HELLO", rx.cfg.handshake_timeout)),
         other => panic!("expected the handshake deadline, got {other:?}"),
     }
-    // While files stream, the idle deadline counts from the last bytes.
+    // While files stream, the idle deadline counts from the last whole
+    // frame: a byte of the next one does not move it (a peer trickling
+    // bytes cannot hold the session).
     let mut rx = fx.receiver();
     rx.handshake(0);
+    let before = rx.core.poll_timeout().expect("a deadline");
     rx.now += Duration::from_secs(1000);
     rx.feed(&[0]).expect("one byte of a header");
-    assert_eq!(rx.core.poll_timeout(), Some(rx.now + rx.cfg.idle_timeout));
+    assert_eq!(rx.core.poll_timeout(), Some(before));
+    assert!(matches!(
+        rx.core.handle_timeout(rx.now),
+        Err(SessionError::TimedOut { .. })
+    ));
     // A sender may stop after the index (a dry run) …
     let mut rx = fx.receiver();
     rx.hello(pfs_wire::files::HELLO_DRY_RUN, b"")

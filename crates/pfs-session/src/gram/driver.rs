@@ -12,12 +12,22 @@ use super::receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramR
 use super::sender::{GramSender, GramSenderConfig, GramSenderEvent, GramSenderOutcome};
 use super::GramProgress;
 use crate::error::LocalError;
-use crate::framing::{is_timeout, now, send_error, RecvBuf};
+use crate::framing::{is_timeout, now, send_error, tell_receiver, RecvBuf};
 use crate::{BlobView, SessionError};
 use pfs_sys::{max_rss_bytes, thread_usage, Usage};
 
 /// Runs one sending session: handshake, grams, summary, report.
 pub fn send_session<T: Transport + ?Sized>(
+    t: &mut T,
+    blob: &BlobView<'_>,
+    cfg: &GramSenderConfig,
+    on_progress: &mut dyn FnMut(&GramProgress),
+) -> Result<GramSenderOutcome, SessionError> {
+    let result = send(t, blob, cfg, on_progress);
+    tell_receiver(t, result)
+}
+
+fn send<T: Transport + ?Sized>(
     t: &mut T,
     blob: &BlobView<'_>,
     cfg: &GramSenderConfig,

@@ -113,8 +113,8 @@ pub struct FilesReceiver {
     events: VecDeque<FilesReceiverEvent>,
     started: Instant,
     deadline: Instant,
-    /// Input left unconsumed by the last call: more than that is progress.
-    unconsumed: usize,
+    /// `consumed` when the frame now arriving was given its size allowance.
+    allowance_at: Option<u64>,
     /// Bytes consumed: the receiver's wire bytes.
     consumed: u64,
     now: Instant,
@@ -170,7 +170,7 @@ impl FilesReceiver {
             events: VecDeque::new(),
             started: now,
             deadline: now + cfg.handshake_timeout,
-            unconsumed: 0,
+            allowance_at: None,
             consumed: 0,
             now,
         })
@@ -197,10 +197,6 @@ impl FilesReceiver {
         host: &mut H,
     ) -> Result<usize, SessionError> {
         self.now = now;
-        if input.len() > self.unconsumed {
-            // Bytes arrived: the session is not idle.
-            self.deadline = now + self.phase_timeout();
-        }
         let mut used = 0;
         while !matches!(self.phase, Phase::Finished | Phase::Done) {
             let rest = &input[used..];
@@ -217,7 +213,15 @@ impl FilesReceiver {
             used += end;
             self.consumed += end as u64;
         }
-        self.unconsumed = input.len() - used;
+        self.deadline = crate::framing::frame_deadline(
+            self.deadline,
+            now,
+            self.phase_timeout(),
+            used,
+            &input[used..],
+            self.consumed,
+            &mut self.allowance_at,
+        );
         Ok(used)
     }
 

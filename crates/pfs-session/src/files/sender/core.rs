@@ -94,7 +94,8 @@ pub struct FilesSender<'a> {
     now: Instant,
     started: Instant,
     deadline: Option<Instant>,
-    unconsumed: usize,
+    /// `consumed` when the reply now arriving was given its size allowance.
+    allowance_at: Option<u64>,
     consumed: u64,
     wire_sent: u64,
     out: Vec<u8>,
@@ -170,7 +171,7 @@ impl<'a> FilesSender<'a> {
             now,
             started: now,
             deadline: Some(now + cfg.reply_timeout),
-            unconsumed: 0,
+            allowance_at: None,
             consumed: 0,
             wire_sent: 0,
             out: Vec::new(),
@@ -260,9 +261,6 @@ impl<'a> FilesSender<'a> {
         src: &mut S,
     ) -> Result<usize, SessionError> {
         self.now = now;
-        if input.len() > self.unconsumed {
-            self.deadline = Some(now + self.cfg.reply_timeout);
-        }
         let mut used = 0;
         while self.wants_input() {
             let rest = &input[used..];
@@ -279,7 +277,17 @@ impl<'a> FilesSender<'a> {
             used += end;
             self.consumed += end as u64;
         }
-        self.unconsumed = input.len() - used;
+        if let Some(deadline) = self.deadline {
+            self.deadline = Some(crate::framing::frame_deadline(
+                deadline,
+                now,
+                self.cfg.reply_timeout,
+                used,
+                &input[used..],
+                self.consumed,
+                &mut self.allowance_at,
+            ));
+        }
         Ok(used)
     }
 

@@ -9,7 +9,7 @@ use super::core::{FilesSender, FilesSenderEvent};
 use super::host::{FilesPrepare, LocalSource};
 use super::store_hex;
 use super::{FilesItem, FilesProgress, FilesSenderConfig, FilesSenderOutcome};
-use crate::framing::{now, RecvBuf};
+use crate::framing::{now, tell_receiver, RecvBuf};
 use crate::SessionError;
 use pfs_sys::thread_usage;
 
@@ -19,6 +19,17 @@ use pfs_sys::thread_usage;
 /// then those the receiver lacks are chunked, all through `prep`; items
 /// that cannot be read are left out with a warning.
 pub fn send_files<T: Transport + ?Sized>(
+    t: &mut T,
+    items: &mut Vec<FilesItem>,
+    cfg: &FilesSenderConfig,
+    prep: &mut dyn FilesPrepare,
+    progress: &mut dyn FnMut(&FilesProgress),
+) -> Result<FilesSenderOutcome, SessionError> {
+    let result = send(t, items, cfg, prep, progress);
+    tell_receiver(t, result)
+}
+
+fn send<T: Transport + ?Sized>(
     t: &mut T,
     items: &mut Vec<FilesItem>,
     cfg: &FilesSenderConfig,
