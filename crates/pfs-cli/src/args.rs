@@ -12,7 +12,7 @@ const AFTER_HELP: &str = "\
 Sizes accept K/M/G/T (binary: KiB, MiB, …), KB/MB/GB (decimal) or plain bytes.
 Rates are decimal MB/s (10^6 bytes per second).
 
-Exit codes: 0 ok · 1 failure · 2 usage · 3 integrity MISMATCH · 4 session refused (either side) · 5 transport failure ·
+Exit codes: 0 ok · 1 failure · 2 usage · 3 integrity MISMATCH · 4 refused by peer (pfs serve --once: the peer was refused) · 5 transport failure ·
 6 partial transfer (some entries not written; see the report) · 7 the peer broke the protocol
 
 Examples:
