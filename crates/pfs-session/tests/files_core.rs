@@ -5,6 +5,8 @@
 //! exact violation, or fails just the entry. Deterministic: time is passed
 //! in, nothing sleeps.
 
+mod common;
+
 use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -717,62 +719,16 @@ mod pair {
     use std::path::PathBuf;
     use std::time::{Duration, Instant};
 
-    use pfs_files::{chunk_bytes, quick_digest, ChunkParams, Entry, IndexCache, RelPath, WalkKind};
+    use pfs_files::{Entry, RelPath, WalkKind};
     use pfs_session::files::{
         FilesItem, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesReceiverOutcome, FilesSender,
-        FilesSenderConfig, FilesSource, LocalHost,
+        FilesSenderConfig, LocalHost,
     };
-    use pfs_session::LocalError;
+
     use pfs_sys::Usage;
 
+    use super::common::MemSource;
     use super::Fixture;
-
-    /// Files held in memory: the sender's host without a filesystem.
-    struct MemSource {
-        data: HashMap<PathBuf, Vec<u8>>,
-        index_dir: tempfile::TempDir,
-        reads: u64,
-    }
-
-    impl FilesSource for MemSource {
-        fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> pfs_session::files::Unreadable {
-            for &i in which {
-                let d = &self.data[&items[i].entry.abs];
-                items[i].digest = Some((d.len() as u64, quick_digest(d)));
-            }
-            Vec::new()
-        }
-
-        fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> pfs_session::files::Unreadable {
-            let params = ChunkParams::new(1024).expect("params");
-            for &i in which {
-                items[i].recipe = Some(chunk_bytes(&self.data[&items[i].entry.abs], &params));
-            }
-            Vec::new()
-        }
-
-        fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>) {
-            let (mut cache, _) = IndexCache::open(self.index_dir.path(), store_id);
-            cache.reset();
-            (cache, None)
-        }
-
-        fn save_index(&mut self, _: &IndexCache) -> Option<String> {
-            None
-        }
-
-        fn read(
-            &mut self,
-            item: &FilesItem,
-            offset: u64,
-            buf: &mut [u8],
-        ) -> Result<Option<String>, LocalError> {
-            let d = &self.data[&item.entry.abs];
-            buf.copy_from_slice(&d[offset as usize..offset as usize + buf.len()]);
-            self.reads += 1;
-            Ok(None)
-        }
-    }
 
     /// Bytes that repeat in places (chunks seen twice) and vary elsewhere.
     fn content(seed: u64, len: usize) -> Vec<u8> {
@@ -918,11 +874,7 @@ mod pair {
         let fx = Fixture::new(64 << 20);
         let mtime = 1_700_000_000_123_456_789i128;
         let (mut items, data) = tree(mtime);
-        let mut src = MemSource {
-            data: data.clone(),
-            index_dir: tempfile::tempdir().expect("tmp"),
-            reads: 0,
-        };
+        let mut src = MemSource::new(data.clone());
         // A dry run: the index and the plan, nothing written.
         let out = run(&fx, &mut items.clone(), &mut src, &config(true, None, true));
         assert!(out.dry_run);

@@ -7,20 +7,21 @@
 //! panic a core and never make it report consuming more than it was given.
 //! Deterministic: time is a value, nothing sleeps.
 
+mod common;
+use common::MemSource;
+
 use std::collections::HashMap;
 use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pfs_files::{
-    chunk_bytes, quick_digest, ChunkParams, DestRoot, Entry, IndexCache, Landing, RelPath, WalkKind,
-};
+use pfs_files::{DestRoot, Entry, Landing, RelPath, WalkKind};
 use pfs_session::files::sender::MAX_INDEX_BATCH;
 use pfs_session::files::{
     FilesItem, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesSender, FilesSenderConfig,
-    FilesSource, FilesViolation, IndexFault, LocalHost, Unreadable,
+    FilesViolation, IndexFault, LocalHost,
 };
-use pfs_session::{LocalError, SessionError, Violation};
+use pfs_session::{SessionError, Violation};
 use pfs_store::{Durability, Store, StoreConfig};
 use pfs_sys::Usage;
 use pfs_wire::files::{
@@ -35,46 +36,6 @@ use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------
 // The sender's host: files in memory.
-
-/// Files held in memory: the sender's host without a filesystem.
-struct MemSource {
-    data: HashMap<PathBuf, Vec<u8>>,
-    index_dir: tempfile::TempDir,
-}
-
-impl FilesSource for MemSource {
-    fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
-        for &i in which {
-            let d = &self.data[&items[i].entry.abs];
-            items[i].digest = Some((d.len() as u64, quick_digest(d)));
-        }
-        Vec::new()
-    }
-
-    fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
-        let params = ChunkParams::new(1024).expect("params");
-        for &i in which {
-            items[i].recipe = Some(chunk_bytes(&self.data[&items[i].entry.abs], &params));
-        }
-        Vec::new()
-    }
-
-    fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>) {
-        let (mut cache, _) = IndexCache::open(self.index_dir.path(), store_id);
-        cache.reset();
-        (cache, None)
-    }
-
-    fn save_index(&mut self, _: &IndexCache) -> Option<String> {
-        None
-    }
-
-    fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError> {
-        let d = &self.data[&item.entry.abs];
-        buf.copy_from_slice(&d[offset as usize..offset as usize + buf.len()]);
-        Ok(None)
-    }
-}
 
 fn entry(rel: &str, kind: WalkKind) -> Entry {
     Entry {
@@ -102,10 +63,7 @@ fn tree() -> (Vec<FilesItem>, MemSource) {
         data.insert(e.abs.clone(), bytes);
         items.push(FilesItem::new(e, None));
     }
-    let src = MemSource {
-        data,
-        index_dir: tempfile::tempdir().expect("tmp"),
-    };
+    let src = MemSource::new(data);
     (items, src)
 }
 
