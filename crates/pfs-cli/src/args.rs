@@ -85,6 +85,16 @@ Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, u
   pfs bench --out bench-out       # also CSV, JSON and Markdown in bench-out/
   pfs bench --json                # machine-readable")]
     Bench(BenchArgs),
+    /// Create a static key pair (x25519, for Noise): the private key to FILE (0600), the public line to FILE.pub.
+    #[command(after_help = "Examples:
+  pfs keygen                                  # ~/.config/pfs/identity and identity.pub
+  pfs keygen -f /etc/pfs/server.key -C server-a
+  pfs keygen -f ./id --force --json           # replace an existing key; print JSON
+
+The public line (pfs-x25519 BASE64 [comment]) is what the other side lists in
+its authorized keys or known hosts. Sessions do not use keys yet: the
+authenticated, encrypted handshake is not built (issue 13).")]
+    Keygen(KeygenArgs),
 }
 
 /// `pfs blob …`
@@ -514,4 +524,21 @@ mod tests {
         use clap::CommandFactory;
         Cli::command().debug_assert();
     }
+}
+
+/// `pfs keygen`.
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// Private key file (default: $XDG_CONFIG_HOME/pfs/identity or ~/.config/pfs/identity).
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<std::path::PathBuf>,
+    /// Comment appended to the public line (e.g. user@host).
+    #[arg(short = 'C', long, default_value = "")]
+    pub comment: String,
+    /// Replace an existing key pair.
+    #[arg(long)]
+    pub force: bool,
+    /// Print JSON (paths, public line, fingerprint).
+    #[arg(long)]
+    pub json: bool,
 }

@@ -3,6 +3,7 @@
 
 mod blob;
 mod exec;
+mod keygen;
 mod send;
 mod send_files;
 mod serve;
@@ -21,6 +22,7 @@ use crate::exit;
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Blob(cmd) => blob::run(cmd),
+        Command::Keygen(args) => keygen::run(&args),
         Command::Send(args) => send::run(args),
         Command::Exec(args) => exec::run(args),
         Command::Serve(args) => serve::run(args),
