@@ -5,6 +5,9 @@
 //! with an ERROR frame (or list refused entries in its report), and the
 //! same store must serve a well-behaved session afterwards.
 
+mod common;
+use common::{batch_body, batch_of, literals_body};
+
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, MetadataExt};
@@ -21,8 +24,8 @@ use pfs_session::SessionError;
 use pfs_store::{Durability, Store, StoreConfig};
 use pfs_transport::{Transport, UnixTransport};
 use pfs_wire::files::{
-    batch_head, emit_entry_head, parse_probe_reply, tag, ChunksHeader, EntryKind, FileEntry, FilesAccept,
-    FilesHello, FilesReport, Plan, ProbeEntry, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST, INDEX_REQUEST_LEN,
+    emit_entry_head, parse_probe_reply, tag, ChunksHeader, EntryKind, FileEntry, FilesAccept, FilesHello,
+    FilesReport, Plan, ProbeEntry, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST, INDEX_REQUEST_LEN,
 };
 use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
@@ -396,26 +399,6 @@ fn file_body(
     body
 }
 
-/// A CHUNKS body for file `no`: one LITERAL entry per (hash of, bytes) piece.
-fn literals_body(no: u64, pieces: &[(&[u8], &[u8])]) -> Vec<u8> {
-    let mut body = ChunksHeader {
-        file_no: no,
-        count: pieces.len() as u32,
-    }
-    .emit()
-    .to_vec();
-    for (hash_of, bytes) in pieces {
-        emit_entry_head(
-            &mut body,
-            tag::LITERAL,
-            blake3::hash(hash_of).as_bytes(),
-            bytes.len() as u32,
-        );
-        body.extend_from_slice(bytes);
-    }
-    body
-}
-
 /// FILE and CHUNKS frames of a one-chunk file, as they travel.
 fn file_frames(no: u64, path: &[u8], data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -433,21 +416,6 @@ fn file_frames(no: u64, path: &[u8], data: &[u8]) -> Vec<u8> {
         &literals_body(no, &[(data, data)]),
     );
     out
-}
-
-/// A BATCH body: `raw_len`, then the zstd frame `z`.
-fn batch_body(raw_len: u32, z: &[u8]) -> Vec<u8> {
-    let mut b = batch_head(raw_len).to_vec();
-    b.extend_from_slice(z);
-    b
-}
-
-/// A well-formed BATCH body carrying `frames`.
-fn batch_of(frames: &[u8]) -> Vec<u8> {
-    batch_body(
-        frames.len() as u32,
-        &zstd::bulk::compress(frames, 3).expect("zstd"),
-    )
 }
 
 /// The error a rejected session ended with.

@@ -6,6 +6,7 @@
 //! in, nothing sleeps.
 
 mod common;
+use common::{batch_of, literals_body as literals};
 
 use std::fs;
 use std::path::PathBuf;
@@ -202,33 +203,12 @@ fn chunks_head(no: u64, count: u32) -> Vec<u8> {
     ChunksHeader { file_no: no, count }.emit().to_vec()
 }
 
-/// CHUNKS of literal entries: (bytes hashed, bytes sent).
-fn literals(no: u64, pieces: &[(&[u8], &[u8])]) -> Vec<u8> {
-    let mut body = chunks_head(no, pieces.len() as u32);
-    for (hash_of, bytes) in pieces {
-        emit_entry_head(
-            &mut body,
-            tag::LITERAL,
-            blake3::hash(hash_of).as_bytes(),
-            bytes.len() as u32,
-        );
-        body.extend_from_slice(bytes);
-    }
-    body
-}
-
 /// CHUNKS of one descriptor into the store.
 fn reference(no: u64, hash: &[u8; 32], offset: u64, len: u32) -> Vec<u8> {
     let mut body = chunks_head(no, 1);
     emit_entry_head(&mut body, tag::REF, hash, len);
     body.extend_from_slice(&offset.to_le_bytes());
     body
-}
-
-fn batch_of(frames: &[u8]) -> Vec<u8> {
-    let mut b = batch_head(frames.len() as u32).to_vec();
-    b.extend(zstd::bulk::compress(frames, 3).expect("zstd"));
-    b
 }
 
 /// A frame header alone, announcing `length` body bytes.

@@ -232,9 +232,7 @@ fn probe_reply(first_no: u64, held: &[bool]) -> Vec<u8> {
 
 /// A BATCH body of `frames`, compressed, stating `raw_len`.
 fn batch(raw_len: u32, frames: &[u8]) -> Vec<u8> {
-    let mut b = batch_head(raw_len).to_vec();
-    b.extend(zstd::bulk::compress(frames, 1).expect("zstd"));
-    b
+    common::batch_body(raw_len, &zstd::bulk::compress(frames, 1).expect("zstd"))
 }
 
 fn index_body(n: u8) -> Vec<u8> {

@@ -1,5 +1,6 @@
-//! Helpers shared by the session tests: a seeded blob, its view, and
-//! hand-built HELLO and GRAM frames for hostile peers.
+//! Helpers shared by the session tests: a seeded blob, its view,
+//! hand-built HELLO, GRAM, CHUNKS and BATCH frames for hostile peers, and an
+//! in-memory files source.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -9,6 +10,7 @@ use pfs_files::{chunk_bytes, quick_digest, ChunkParams, IndexCache};
 use pfs_session::files::{FilesItem, FilesSource, Unreadable};
 use pfs_session::{BlobView, LocalError};
 use pfs_wire::desc::encode_table;
+use pfs_wire::files::{batch_head, emit_entry_head, tag, ChunksHeader};
 use pfs_wire::{
     put_frame, Descriptor, Encoding, FrameType, GramHeader, Hello, IntegrityAlg, Mode, GRAM_FLAG_PAYLOAD,
 };
@@ -147,4 +149,39 @@ impl FilesSource for MemSource {
         self.reads += 1;
         Ok(None)
     }
+}
+
+/// A CHUNKS body for file `no`: one LITERAL entry per (bytes hashed, bytes sent).
+pub fn literals_body(no: u64, pieces: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut body = ChunksHeader {
+        file_no: no,
+        count: pieces.len() as u32,
+    }
+    .emit()
+    .to_vec();
+    for (hash_of, bytes) in pieces {
+        emit_entry_head(
+            &mut body,
+            tag::LITERAL,
+            blake3::hash(hash_of).as_bytes(),
+            bytes.len() as u32,
+        );
+        body.extend_from_slice(bytes);
+    }
+    body
+}
+
+/// A BATCH body: `raw_len`, then the zstd frame `z`.
+pub fn batch_body(raw_len: u32, z: &[u8]) -> Vec<u8> {
+    let mut b = batch_head(raw_len).to_vec();
+    b.extend_from_slice(z);
+    b
+}
+
+/// A well-formed BATCH body carrying `frames`.
+pub fn batch_of(frames: &[u8]) -> Vec<u8> {
+    batch_body(
+        frames.len() as u32,
+        &zstd::bulk::compress(frames, 3).expect("zstd"),
+    )
 }
