@@ -475,3 +475,22 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn bytes_of_a_hello_header_trickling_in_do_not_move_its_deadline() {
+    let blob = blob_bytes(6);
+    let t0 = Instant::now();
+    let cfg = GramReceiverConfig::default();
+    let mut rx = GramReceiver::new(view(&blob), &cfg, t0);
+    let h = hello(Mode::Offset, BLOB_LEN as u64, [7; 32]);
+    // Three bytes of the 16-byte frame header, seconds apart: the header is
+    // never whole, and the deadline stays the one the first byte set.
+    let first = t0 + Duration::from_secs(1);
+    for (i, at) in [1u64, 4, 8].into_iter().enumerate() {
+        let used = rx
+            .handle_input(t0 + Duration::from_secs(at), &h[..=i], &mut Discard)
+            .unwrap();
+        assert_eq!(used, 0);
+        assert_eq!(rx.poll_timeout(), Some(first + cfg.handshake_timeout));
+    }
+}

@@ -209,6 +209,8 @@ pub struct GramReceiver<'b> {
     limits: Limits,
     idle_timeout: Duration,
     handshake_timeout: Duration,
+    /// The first byte of HELLO arrived (its handshake deadline is set).
+    hello_begun: bool,
     log_interval: Option<Duration>,
     step: Step,
     session: Option<Negotiated>,
@@ -245,6 +247,7 @@ impl<'b> GramReceiver<'b> {
             limits: cfg.limits,
             idle_timeout: cfg.idle_timeout,
             handshake_timeout: cfg.handshake_timeout,
+            hello_begun: false,
             log_interval: cfg.log_interval,
             step: Step::Header,
             session: None,
@@ -350,9 +353,11 @@ impl<'b> GramReceiver<'b> {
         input: &[u8],
         sink: &mut dyn GramSink,
     ) -> Result<usize, SessionError> {
-        if self.wire_in == 0 && !input.is_empty() && self.session.is_none() {
+        if !self.hello_begun && !input.is_empty() {
             // HELLO has begun: from its first byte it has the handshake
-            // timeout, so a peer trickling bytes cannot hold the slot.
+            // timeout (once: later bytes do not move it), so a peer
+            // trickling bytes cannot hold the slot.
+            self.hello_begun = true;
             self.set_deadline(now, "HELLO", self.handshake_timeout);
         }
         let mut used = 0;
