@@ -274,6 +274,14 @@ impl RecvBuf {
             self.end -= self.start;
             self.start = 0;
         }
+        if self.end == self.buf.len() {
+            // A read into no room would return 0 and look like end of
+            // stream; a core never leaves a full buffer unconsumed, so say so.
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "receive buffer full and not consumed",
+            ));
+        }
         loop {
             match t.read(&mut self.buf[self.end..]) {
                 Ok(n) => {
