@@ -112,6 +112,29 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
 }
 
+/// A borrowed transport is a transport: lets a wrapper (a protected
+/// session, bytes put back in front) run over a connection it does not own.
+impl<T: Transport + ?Sized> Transport for &mut T {
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+    fn peer(&self) -> String {
+        (**self).peer()
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        (**self).write_vectored(bufs)
+    }
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (**self).read(buf)
+    }
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        (**self).set_read_timeout(timeout)
+    }
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        (**self).shutdown_write()
+    }
+}
+
 /// A listener of any of this crate's kinds, chosen at run time.
 #[derive(Debug)]
 pub enum AnyListener {

@@ -1,0 +1,399 @@
+//! Who may do what: the server's `authorized_keys` (each client key and
+//! its rights) and the client's `known_hosts` (which key each server must
+//! present). Parsing is strict: a line that does not parse stops the
+//! program with its line number, never silently grants or pins nothing.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+use crate::{decode_key, AuthError, KeyProblem, PublicKey, PUBLIC_LABEL};
+
+/// What one client key may do on a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rights {
+    /// The directory under `--dest` the key writes into (relative, never
+    /// leaving it; empty = all of `--dest`).
+    pub dir: PathBuf,
+    /// May run blob (gram) sessions.
+    pub blob: bool,
+    /// May send files.
+    pub files: bool,
+    /// May have the server run its `--exec` kernel over its grams.
+    pub exec: bool,
+    /// The chunk-sharing group: a key references and sees only chunks
+    /// stored by keys of its group. Defaults to one group per key.
+    pub group: String,
+}
+
+impl Rights {
+    /// Everything, in a group of its own: what a line holding only a key
+    /// grants, and what an open (no `authorized_keys`) server grants.
+    pub fn all(key: &PublicKey) -> Self {
+        Self {
+            dir: PathBuf::new(),
+            blob: true,
+            files: true,
+            exec: true,
+            group: default_group(key),
+        }
+    }
+
+    /// `dir=… no-exec …` as an `authorized_keys` line would say it.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.dir.as_os_str().is_empty() {
+            parts.push(format!("dir={}", self.dir.display()));
+        }
+        for (allowed, name) in [(self.blob, "no-blob"), (self.files, "no-files"), (self.exec, "no-exec")] {
+            if !allowed {
+                parts.push(name.to_string());
+            }
+        }
+        parts.push(format!("group={}", self.group));
+        parts.join(" ")
+    }
+}
+
+/// The group a key is in when its line names none: `key-` and its
+/// fingerprint's hex.
+pub fn default_group(key: &PublicKey) -> String {
+    let fp = key.fingerprint();
+    format!("key-{}", fp.trim_start_matches("blake3:"))
+}
+
+/// A parsed `authorized_keys` file.
+#[derive(Debug, Clone, Default)]
+pub struct AuthorizedKeys {
+    keys: HashMap<PublicKey, Rights>,
+}
+
+impl AuthorizedKeys {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> Result<Self, AuthError> {
+        let text = fs::read_to_string(path).map_err(|source| AuthError::Io {
+            what: "reading",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|(line, problem)| AuthError::Policy {
+            path: path.to_path_buf(),
+            line,
+            problem,
+        })
+    }
+
+    /// Parses the text of an `authorized_keys` file: one key a line,
+    /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-exec]
+    /// [group=NAME] [# comment]`; blank lines and `#` lines are skipped.
+    /// Errors carry the 1-based line number.
+    pub fn parse(text: &str) -> Result<Self, (usize, String)> {
+        let mut keys = HashMap::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line_no = i + 1;
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let key = parse_key_words(&mut words).map_err(|p| (line_no, p.to_string()))?;
+            let mut rights = Rights::all(&key);
+            for word in words {
+                apply_option(&mut rights, word).map_err(|p| (line_no, p))?;
+            }
+            if keys.insert(key, rights).is_some() {
+                return Err((line_no, format!("key {} is listed twice", key.fingerprint())));
+            }
+        }
+        Ok(Self { keys })
+    }
+
+    /// The rights of `key`, if it is listed.
+    pub fn rights(&self, key: &PublicKey) -> Option<&Rights> {
+        self.keys.get(key)
+    }
+
+    /// Number of keys listed.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// No key is listed.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+fn parse_key_words<'a>(words: &mut impl Iterator<Item = &'a str>) -> Result<PublicKey, KeyProblem> {
+    let label = words.next().ok_or(KeyProblem::Empty)?;
+    if label != PUBLIC_LABEL {
+        return Err(KeyProblem::Label {
+            expected: PUBLIC_LABEL,
+        });
+    }
+    Ok(PublicKey(decode_key(words.next().unwrap_or(""))?))
+}
+
+fn apply_option(rights: &mut Rights, word: &str) -> Result<(), String> {
+    match word.split_once('=') {
+        Some(("dir", path)) => rights.dir = confined_dir(path)?,
+        Some(("group", name)) => {
+            let ok = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                && !name.starts_with('.');
+            if !ok {
+                return Err(format!(
+                    "group {name:?}: use 1-64 letters, digits, '.', '_' or '-', not starting with '.'"
+                ));
+            }
+            rights.group = format!("group-{name}");
+        }
+        None if word == "no-blob" || word == "no-gram" => rights.blob = false,
+        None if word == "no-files" => rights.files = false,
+        None if word == "no-exec" => rights.exec = false,
+        _ => {
+            return Err(format!(
+                "unknown option {word:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-exec)"
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// A `dir=` value made safe: relative, no `..`, no empty or `.` parts.
+fn confined_dir(path: &str) -> Result<PathBuf, String> {
+    let p = Path::new(path);
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!("dir={path}: must be relative to --dest"))
+            }
+            Component::ParentDir => return Err(format!("dir={path}: must not contain '..'")),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        return Err(format!("dir={path}: names no directory"));
+    }
+    Ok(out)
+}
+
+/// What a `known_hosts` file says about a server's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostCheck {
+    /// The key is pinned for this address.
+    Known,
+    /// The address has no line.
+    Unknown,
+    /// The address is pinned to other keys: the server's key changed, or
+    /// someone is in the middle.
+    Changed {
+        /// The keys pinned for the address.
+        pinned: Vec<PublicKey>,
+    },
+}
+
+/// A parsed `known_hosts` file: `ADDRESS pfs-x25519 BASE64 [comment]` a
+/// line, ADDRESS as given to `--to` (e.g. `backup.example:7878`). An
+/// address may have several lines (during a key rotation).
+#[derive(Debug, Clone, Default)]
+pub struct KnownHosts {
+    hosts: HashMap<String, Vec<PublicKey>>,
+}
+
+impl KnownHosts {
+    /// Reads `path`; a missing file is an empty list.
+    pub fn load(path: &Path) -> Result<Self, AuthError> {
+        match fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text).map_err(|(line, problem)| AuthError::Policy {
+                path: path.to_path_buf(),
+                line,
+                problem,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(source) => Err(AuthError::Io {
+                what: "reading",
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Parses a `known_hosts` text; errors carry the 1-based line number.
+    pub fn parse(text: &str) -> Result<Self, (usize, String)> {
+        let mut hosts: HashMap<String, Vec<PublicKey>> = HashMap::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (addr, rest) = line
+                .split_once(char::is_whitespace)
+                .ok_or((i + 1, "expected `ADDRESS pfs-x25519 KEY`".to_string()))?;
+            let mut words = rest.split_whitespace();
+            let key = parse_key_words(&mut words).map_err(|p| (i + 1, p.to_string()))?;
+            hosts.entry(addr.to_string()).or_default().push(key);
+        }
+        Ok(Self { hosts })
+    }
+
+    /// Whether `key` is the one pinned for `addr`.
+    pub fn check(&self, addr: &str, key: &PublicKey) -> HostCheck {
+        match self.hosts.get(addr) {
+            None => HostCheck::Unknown,
+            Some(keys) if keys.contains(key) => HostCheck::Known,
+            Some(keys) => HostCheck::Changed {
+                pinned: keys.clone(),
+            },
+        }
+    }
+
+    /// Whether `addr` has any line.
+    pub fn knows(&self, addr: &str) -> bool {
+        self.hosts.contains_key(addr)
+    }
+}
+
+/// The line to add to `known_hosts` to pin `key` for `addr`.
+pub fn known_hosts_line(addr: &str, key: &PublicKey) -> String {
+    format!("{addr} {}", key.line(""))
+}
+
+/// The default `known_hosts`: beside the default identity.
+pub fn default_known_hosts_path() -> Option<PathBuf> {
+    crate::default_identity_path().map(|p| p.with_file_name("known_hosts"))
+}
+
+/// Parses `--server-key`: a public key line, its bare base64, or the path
+/// of a file holding the line (e.g. the server's `identity.pub`).
+pub fn parse_server_key(text: &str) -> Result<PublicKey, AuthError> {
+    let bad = |problem| AuthError::BadKey {
+        what: format!("--server-key {text:?}"),
+        problem,
+    };
+    let t = text.trim();
+    if t.starts_with(PUBLIC_LABEL) {
+        return PublicKey::parse_line(t).map(|(k, _)| k).map_err(bad);
+    }
+    if let Ok(k) = decode_key(t) {
+        return Ok(PublicKey(k));
+    }
+    let path = Path::new(t);
+    if path.is_file() {
+        let line = fs::read_to_string(path).map_err(|source| AuthError::Io {
+            what: "reading",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        return PublicKey::parse_line(line.lines().next().unwrap_or(""))
+            .map(|(k, _)| k)
+            .map_err(|problem| AuthError::BadKey {
+                what: path.display().to_string(),
+                problem,
+            });
+    }
+    Err(bad(KeyProblem::Label {
+        expected: PUBLIC_LABEL,
+    }))
+}
+
+impl fmt::Display for HostCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Known => f.write_str("known"),
+            Self::Unknown => f.write_str("unknown"),
+            Self::Changed { pinned } => {
+                let fps: Vec<String> = pinned.iter().map(|k| k.fingerprint()).collect();
+                write!(f, "changed (pinned: {})", fps.join(", "))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Identity;
+
+    #[test]
+    fn authorized_keys_lines_grant_and_restrict() {
+        let (a, b, c) = (
+            Identity::generate().unwrap().public(),
+            Identity::generate().unwrap().public(),
+            Identity::generate().unwrap().public(),
+        );
+        let text = format!(
+            "# backups\n\n{}\n{} dir=backups/./a no-exec # alice\n{} no-blob no-files group=team\n",
+            a.line("everything"),
+            a.line("").replace(&a.to_base64(), &b.to_base64()),
+            c
+        );
+        // Comments after a key without options are not options.
+        let text = text.replace("everything", "# everything");
+        let keys = AuthorizedKeys::parse(&text).unwrap();
+        assert_eq!(keys.len(), 3);
+        assert_eq!(keys.rights(&a), Some(&Rights::all(&a)));
+        let rb = keys.rights(&b).unwrap();
+        assert_eq!(rb.dir, PathBuf::from("backups/a"));
+        assert!(!rb.exec && rb.blob && rb.files);
+        let rc = keys.rights(&c).unwrap();
+        assert!(!rc.blob && !rc.files && rc.exec);
+        assert_eq!(rc.group, "group-team");
+        assert_eq!(rc.describe(), "no-blob no-files group=group-team");
+    }
+
+    #[test]
+    fn authorized_keys_refuse_what_could_escape_or_surprise() {
+        let k = Identity::generate().unwrap().public();
+        for (opts, why) in [
+            ("dir=../x", "'..'"),
+            ("dir=/etc", "relative"),
+            ("dir=a/../../b", "'..'"),
+            ("dir=.", "names no directory"),
+            ("no-writes", "unknown option"),
+            ("group=../x", "group"),
+        ] {
+            let err = AuthorizedKeys::parse(&format!("\n{k} {opts}\n")).unwrap_err();
+            assert_eq!(err.0, 2, "{opts}");
+            assert!(err.1.contains(why), "{opts}: {}", err.1);
+        }
+        let twice = format!("{k}\n{k} no-exec\n");
+        assert!(AuthorizedKeys::parse(&twice).unwrap_err().1.contains("twice"));
+        assert!(AuthorizedKeys::parse("ssh-ed25519 AAAA\n").is_err());
+    }
+
+    #[test]
+    fn known_hosts_tell_known_unknown_and_changed() {
+        let (a, b) = (
+            Identity::generate().unwrap().public(),
+            Identity::generate().unwrap().public(),
+        );
+        let text = format!("# pins\n{}\n", known_hosts_line("h:7878", &a));
+        let hosts = KnownHosts::parse(&text).unwrap();
+        assert_eq!(hosts.check("h:7878", &a), HostCheck::Known);
+        assert_eq!(hosts.check("other:7878", &a), HostCheck::Unknown);
+        assert_eq!(
+            hosts.check("h:7878", &b),
+            HostCheck::Changed { pinned: vec![a] }
+        );
+        assert!(KnownHosts::parse("h:1\n").is_err());
+    }
+
+    #[test]
+    fn server_keys_parse_from_line_base64_or_file() {
+        let k = Identity::generate().unwrap().public();
+        assert_eq!(parse_server_key(&k.line("c")).unwrap(), k);
+        assert_eq!(parse_server_key(&k.to_base64()).unwrap(), k);
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("server.pub");
+        fs::write(&f, format!("{}\n", k.line("srv"))).unwrap();
+        assert_eq!(parse_server_key(f.to_str().unwrap()).unwrap(), k);
+        assert!(parse_server_key("nonsense").is_err());
+    }
+}
