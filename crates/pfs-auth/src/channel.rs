@@ -9,6 +9,7 @@
 use std::io::{self, IoSlice};
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pfs_transport::Transport;
@@ -76,6 +77,10 @@ pub enum SecureError {
         /// `--server-key` or the known_hosts path.
         source_of_pin: String,
     },
+    /// The server dropped this pending connection to admit a newer one
+    /// (its admission queue was full).
+    #[error("connection dropped: too many connections were being admitted")]
+    Dropped,
     /// The server refused this client after the handshake.
     #[error("server refused this client (our key {fingerprint}): {reason}")]
     Refused {
@@ -150,16 +155,23 @@ pub struct SessionInfo {
     pub handshake_hash: [u8; 32],
 }
 
-struct Deadline {
+/// One absolute deadline for a whole handshake, and a flag another thread
+/// may set to abandon it (a server dropping its oldest pending connection).
+struct Deadline<'a> {
     at: Instant,
     total: Duration,
+    cancel: Option<&'a AtomicBool>,
 }
 
-impl Deadline {
-    fn new(total: Duration) -> Self {
+/// How often a cancellable wait looks at its flag.
+const CANCEL_POLL: Duration = Duration::from_millis(100);
+
+impl<'a> Deadline<'a> {
+    fn new(total: Duration, cancel: Option<&'a AtomicBool>) -> Self {
         Self {
             at: Instant::now() + total,
             total,
+            cancel,
         }
     }
 
@@ -171,11 +183,19 @@ impl Deadline {
         during: &'static str,
     ) -> Result<(), SecureError> {
         while !buf.is_empty() {
+            if self.cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
+                return Err(SecureError::Dropped);
+            }
             let left = self.at.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(SecureError::TimedOut(self.total, during));
             }
-            t.set_read_timeout(Some(left))
+            let wait = if self.cancel.is_some() {
+                left.min(CANCEL_POLL)
+            } else {
+                left
+            };
+            t.set_read_timeout(Some(wait))
                 .map_err(|source| SecureError::Io { during, source })?;
             match t.read(buf) {
                 Ok(0) => {
@@ -186,9 +206,8 @@ impl Deadline {
                 }
                 Ok(n) => buf = &mut buf[n..],
                 Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted) => {}
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    return Err(SecureError::TimedOut(self.total, during))
-                }
+                // The loop decides: the deadline, or the flag, or wait on.
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
                 Err(source) => return Err(SecureError::Io { during, source }),
             }
         }
@@ -259,7 +278,7 @@ pub fn connect<T: Transport>(
     service: crate::handshake::Service,
     sec: &ClientSecurity,
 ) -> Result<SecureTransport<T>, SecureError> {
-    let deadline = Deadline::new(sec.timeout);
+    let deadline = Deadline::new(sec.timeout, None);
     let proposal = Proposal {
         cipher: sec.cipher,
         rotate_log2: sec.rotate_log2,
@@ -281,10 +300,12 @@ pub fn connect<T: Transport>(
     read_secure(&mut st, &deadline, &mut reason)?;
     match head[0] {
         ACCEPTED => {
-            st.inner.set_read_timeout(None).map_err(|source| SecureError::Io {
-                during: "verdict",
-                source,
-            })?;
+            st.inner
+                .set_read_timeout(None)
+                .map_err(|source| SecureError::Io {
+                    during: "verdict",
+                    source,
+                })?;
             Ok(st)
         }
         _ => Err(SecureError::Refused {
@@ -368,13 +389,10 @@ impl<T: Transport> PendingClient<T> {
         if Instant::now() >= self.deadline {
             return Err(SecureError::TimedOut(Duration::ZERO, "verdict"));
         }
-        self.st
-            .write_all(&v)
-            .map(drop)
-            .map_err(|source| SecureError::Io {
-                during: "verdict",
-                source,
-            })
+        self.st.write_all(&v).map(drop).map_err(|source| SecureError::Io {
+            during: "verdict",
+            source,
+        })
     }
 }
 
@@ -386,8 +404,9 @@ pub fn accept<T: Transport>(
     mut t: T,
     head: [u8; HANDSHAKE_HEADER],
     sec: &ServerSecurity,
+    cancel: &AtomicBool,
 ) -> Result<PendingClient<T>, SecureError> {
-    let deadline = Deadline::new(sec.timeout);
+    let deadline = Deadline::new(sec.timeout, Some(cancel));
     let h = MessageHeader::parse(&head)?;
     let mut hs1 = head.to_vec();
     hs1.resize(HANDSHAKE_HEADER + h.len, 0);
@@ -396,8 +415,10 @@ pub fn accept<T: Transport>(
     write(&mut t, &hs2, "HS2")?;
     let hs3 = read_message(&mut t, &deadline, "HS3")?;
     let est = hs.finish(&hs3)?;
-    t.set_read_timeout(None)
-        .map_err(|source| SecureError::Io { during: "HS3", source })?;
+    t.set_read_timeout(None).map_err(|source| SecureError::Io {
+        during: "HS3",
+        source,
+    })?;
     Ok(PendingClient {
         st: SecureTransport::new(t, est),
         deadline: deadline.at,
@@ -643,14 +664,18 @@ impl<T: Transport> Transport for Prefixed<T> {
 }
 
 /// Reads the first [`HANDSHAKE_HEADER`] bytes of a new connection within
-/// `timeout` (a plain frame header is longer, so both kinds have them).
+/// `timeout`, unless `cancel` is set first (a plain frame header is longer,
+/// so both kinds of connection have them).
 pub fn read_head<T: Transport + ?Sized>(
     t: &mut T,
     timeout: Duration,
+    cancel: &AtomicBool,
 ) -> Result<[u8; HANDSHAKE_HEADER], SecureError> {
     let mut head = [0u8; HANDSHAKE_HEADER];
-    Deadline::new(timeout).read_exact(t, &mut head, "first bytes")?;
-    t.set_read_timeout(None)
-        .map_err(|source| SecureError::Io { during: "first bytes", source })?;
+    Deadline::new(timeout, Some(cancel)).read_exact(t, &mut head, "first bytes")?;
+    t.set_read_timeout(None).map_err(|source| SecureError::Io {
+        during: "first bytes",
+        source,
+    })?;
     Ok(head)
 }

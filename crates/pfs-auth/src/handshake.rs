@@ -267,7 +267,10 @@ fn establish(
     })
 }
 
-fn builder<'a>(psk: Option<&'a Psk>, private: &'a [u8; KEY_LEN]) -> Result<snow::Builder<'a>, HandshakeError> {
+fn builder<'a>(
+    psk: Option<&'a Psk>,
+    private: &'a [u8; KEY_LEN],
+) -> Result<snow::Builder<'a>, HandshakeError> {
     let params = if psk.is_some() { XX_PSK } else { XX };
     let mut b = snow::Builder::new(params.parse().map_err(noise)?)
         .local_private_key(private)
@@ -418,9 +421,7 @@ impl ServerHandshake {
         msg: &[u8],
     ) -> Result<(Self, Proposal, Vec<u8>), HandshakeError> {
         let body = split(msg, 1)?;
-        let (&pattern, noise_msg) = body
-            .split_first()
-            .ok_or(HandshakeError::NotHandshake("empty"))?;
+        let (&pattern, noise_msg) = body.split_first().ok_or(HandshakeError::NotHandshake("empty"))?;
         match pattern {
             1 | 2 if pattern == pattern_id(psk) => {}
             1 | 2 => return Err(HandshakeError::PskMismatch),

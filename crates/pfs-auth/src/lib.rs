@@ -23,17 +23,17 @@ pub mod policy;
 pub mod record;
 
 pub use channel::{
-    accept, connect, is_handshake, read_head, ClientSecurity, PendingClient, Pin, Prefixed,
-    SecureError, SecureTransport, ServerSecurity, SessionInfo, DEFAULT_HANDSHAKE_TIMEOUT,
+    accept, connect, is_handshake, read_head, ClientSecurity, PendingClient, Pin, Prefixed, SecureError,
+    SecureTransport, ServerSecurity, SessionInfo, DEFAULT_HANDSHAKE_TIMEOUT,
 };
 pub use handshake::{HandshakeError, Proposal, Psk, Service, DEFAULT_ROTATE_LOG2};
 pub(crate) use identity::decode_key;
 pub use identity::{
-    default_identity_path, public_path, AuthError, Identity, KeyProblem, PublicKey, KEY_LEN,
-    NOISE_PARAMS, PRIVATE_LABEL, PUBLIC_LABEL,
+    default_identity_path, public_path, AuthError, Identity, KeyProblem, PublicKey, KEY_LEN, NOISE_PARAMS,
+    PRIVATE_LABEL, PUBLIC_LABEL,
 };
 pub use policy::{
-    default_known_hosts_path, known_hosts_line, parse_server_key, AuthorizedKeys, HostCheck,
-    KnownHosts, Rights,
+    default_known_hosts_path, known_hosts_line, parse_server_key, AuthorizedKeys, HostCheck, KnownHosts,
+    Rights,
 };
 pub use record::{Cipher, RecordError};

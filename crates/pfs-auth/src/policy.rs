@@ -46,7 +46,11 @@ impl Rights {
         if !self.dir.as_os_str().is_empty() {
             parts.push(format!("dir={}", self.dir.display()));
         }
-        for (allowed, name) in [(self.blob, "no-blob"), (self.files, "no-files"), (self.exec, "no-exec")] {
+        for (allowed, name) in [
+            (self.blob, "no-blob"),
+            (self.files, "no-files"),
+            (self.exec, "no-exec"),
+        ] {
             if !allowed {
                 parts.push(name.to_string());
             }
@@ -248,9 +252,7 @@ impl KnownHosts {
         match self.hosts.get(addr) {
             None => HostCheck::Unknown,
             Some(keys) if keys.contains(key) => HostCheck::Known,
-            Some(keys) => HostCheck::Changed {
-                pinned: keys.clone(),
-            },
+            Some(keys) => HostCheck::Changed { pinned: keys.clone() },
         }
     }
 
@@ -378,10 +380,7 @@ mod tests {
         let hosts = KnownHosts::parse(&text).unwrap();
         assert_eq!(hosts.check("h:7878", &a), HostCheck::Known);
         assert_eq!(hosts.check("other:7878", &a), HostCheck::Unknown);
-        assert_eq!(
-            hosts.check("h:7878", &b),
-            HostCheck::Changed { pinned: vec![a] }
-        );
+        assert_eq!(hosts.check("h:7878", &b), HostCheck::Changed { pinned: vec![a] });
         assert!(KnownHosts::parse("h:1\n").is_err());
     }
 

@@ -73,8 +73,7 @@ impl Cipher {
     pub fn preferred() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("aes")
-                && std::arch::is_x86_feature_detected!("pclmulqdq")
+            if std::arch::is_x86_feature_detected!("aes") && std::arch::is_x86_feature_detected!("pclmulqdq")
             {
                 return Self::Aes256Gcm;
             }
@@ -133,7 +132,9 @@ pub enum RecordError {
     TooShort(usize),
     /// The AEAD refused it: tampered, replayed, reordered, or a record was
     /// dropped before it.
-    #[error("record {0} failed authentication (tampered, replayed, reordered, or one before it was dropped)")]
+    #[error(
+        "record {0} failed authentication (tampered, replayed, reordered, or one before it was dropped)"
+    )]
     Forged(u64),
     /// The 64-bit record counter would wrap (never in practice: 2^64 records).
     #[error("record counter exhausted")]
@@ -332,10 +333,7 @@ impl Opener {
     /// Opens the whole record in `record` (header, ciphertext, tag) in
     /// place; returns its kind and plaintext. Fails, and must not be called
     /// again, on anything but the next record the peer sealed.
-    pub fn open<'a>(
-        &mut self,
-        record: &'a mut [u8],
-    ) -> Result<(RecordKind, &'a mut [u8]), RecordError> {
+    pub fn open<'a>(&mut self, record: &'a mut [u8]) -> Result<(RecordKind, &'a mut [u8]), RecordError> {
         let head: [u8; RECORD_HEADER] = record
             .get(..RECORD_HEADER)
             .and_then(|h| h.try_into().ok())

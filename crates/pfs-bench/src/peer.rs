@@ -173,6 +173,30 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The address as the user gave it (what `known_hosts` pins).
+    pub fn addr_text(&self) -> String {
+        match self {
+            Self::Tcp { addr, .. } => addr.clone(),
+            Self::Unix(p) | Self::Shm(p, _) => p.display().to_string(),
+        }
+    }
+
+    /// Opens the connection and, given security settings, runs the
+    /// handshake for `service` over it (docs/wire.md §11).
+    pub fn connect_as(
+        &self,
+        security: Option<&pfs_auth::ClientSecurity>,
+        service: pfs_auth::Service,
+    ) -> anyhow::Result<Box<dyn Transport>> {
+        let t = self.connect()?;
+        Ok(match security {
+            None => t,
+            Some(sec) => Box::new(pfs_auth::connect(t, &self.addr_text(), service, sec)?),
+        })
+    }
+}
+
 /// Connects and runs one session; returns its outcome and the transport's label (`TCP`, `SHM` …).
 pub fn send_once(
     target: &Target,

@@ -279,6 +279,9 @@ pub struct SendArgs {
     /// Transport.
     #[command(flatten)]
     pub transport: TransportArgs,
+    /// Keys and encryption.
+    #[command(flatten)]
+    pub auth: ClientAuthArgs,
     /// Transfer mode.
     #[arg(long, value_enum, default_value_t = ModeArg::Offset)]
     pub mode: ModeArg,
@@ -455,6 +458,64 @@ impl TransportArgs {
     }
 }
 
+/// A sender's keys: who it is, which server key it accepts, the cipher.
+#[derive(Debug, Clone, Args)]
+pub struct ClientAuthArgs {
+    /// Our private key (default: $XDG_CONFIG_HOME/pfs/identity or ~/.config/pfs/identity;
+    /// `pfs keygen` makes one). Giving it asks for a protected session.
+    #[arg(long, value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+    /// The server's public key: `pfs-x25519 BASE64`, the bare base64, or a file holding the line
+    /// (its identity.pub). Asks for a protected session; any other server key is refused.
+    #[arg(long, value_name = "KEY")]
+    pub server_key: Option<String>,
+    /// Pinned server keys, one `ADDRESS pfs-x25519 BASE64` a line (default: known_hosts beside
+    /// the default identity). An address listed here gets a protected session.
+    #[arg(long, value_name = "FILE")]
+    pub known_hosts: Option<PathBuf>,
+    /// Record cipher of a protected session [default: aes-256-gcm where the CPU has AES-NI,
+    /// else chacha20-poly1305].
+    #[arg(long, value_name = "CIPHER", value_parser = ["aes-256-gcm", "chacha20-poly1305"])]
+    pub cipher: Option<String>,
+    /// Pre-shared key file (base64 of 32 bytes), if the server requires one.
+    #[arg(long, value_name = "FILE")]
+    pub psk_file: Option<PathBuf>,
+    /// Keys rotate after 2^N bytes in each direction (16–40).
+    #[arg(long, value_name = "N", default_value_t = pfs_auth::DEFAULT_ROTATE_LOG2,
+          value_parser = clap::value_parser!(u8).range(16..=40))]
+    pub rotate_log2: u8,
+    /// Send in clear, unauthenticated, to a non-loopback address (never the default).
+    #[arg(long, conflicts_with_all = ["server_key", "identity", "psk_file"])]
+    pub insecure_no_auth: bool,
+}
+
+/// A server's keys and who it admits.
+#[derive(Debug, Clone, Args)]
+pub struct ServerAuthArgs {
+    /// This server's private key (default: $XDG_CONFIG_HOME/pfs/identity or
+    /// ~/.config/pfs/identity, used if present). Needed for protected sessions.
+    #[arg(long, value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+    /// Client keys admitted, one a line with their rights:
+    /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-exec] [group=NAME] [# comment]`.
+    /// With it every connection must authenticate.
+    #[arg(long, value_name = "FILE")]
+    pub authorized_keys: Option<PathBuf>,
+    /// Serve plain (unauthenticated, unencrypted) sessions on a non-loopback address.
+    #[arg(long, conflicts_with = "authorized_keys")]
+    pub insecure_no_auth: bool,
+    /// Pre-shared key file (base64 of 32 bytes) every client must also hold.
+    #[arg(long, value_name = "FILE")]
+    pub psk_file: Option<PathBuf>,
+    /// Connections being admitted (handshake not finished) at once; past it the oldest is
+    /// dropped. Counted apart from --max-clients.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_admitting: usize,
+    /// Seconds a connection has for its first bytes, and again for its handshake.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub handshake_timeout: f64,
+}
+
 /// `pfs serve`
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -466,6 +527,9 @@ pub struct ServeArgs {
     /// Transport.
     #[command(flatten)]
     pub transport: TransportArgs,
+    /// Keys and admission.
+    #[command(flatten)]
+    pub auth: ServerAuthArgs,
     /// Serve one session, then exit with its status.
     #[arg(long, conflicts_with = "max_sessions")]
     pub once: bool,

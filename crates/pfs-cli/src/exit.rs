@@ -21,9 +21,14 @@ pub const PARTIAL: i32 = 6;
 /// The peer broke the protocol (undecodable or out-of-order frames).
 pub const PROTOCOL: i32 = 7;
 
+/// Authentication failed: the server's key is unknown or changed, our key
+/// was refused, the handshake failed, or the server requires keys.
+pub const AUTH: i32 = 8;
+
 /// The exit code of a session that ended in `e`.
 pub fn of_session(e: &SessionError) -> i32 {
     match e {
+        SessionError::Refused { code, .. } if *code == pfs_wire::ErrorCode::Auth as u16 => AUTH,
         SessionError::Refused { .. } | SessionError::Rejected(_) | SessionError::Limit(_) => REFUSED,
         SessionError::Transport { .. } | SessionError::PeerClosed { .. } | SessionError::TimedOut { .. } => {
             TRANSPORT
@@ -33,8 +38,25 @@ pub fn of_session(e: &SessionError) -> i32 {
     }
 }
 
+/// The exit code of a failed handshake.
+pub fn of_secure(e: &pfs_auth::SecureError) -> i32 {
+    use pfs_auth::SecureError as S;
+    match e {
+        S::Io { .. } | S::TimedOut(..) | S::Dropped => TRANSPORT,
+        S::PlainRefusal { code, .. } if *code == pfs_wire::ErrorCode::Busy as u16 => REFUSED,
+        S::Handshake(_)
+        | S::UnknownServer { .. }
+        | S::WrongServer { .. }
+        | S::Refused { .. }
+        | S::PlainRefusal { .. } => AUTH,
+    }
+}
+
 /// Maps an error to its exit code.
 pub fn classify(e: &anyhow::Error) -> i32 {
+    if let Some(s) = e.downcast_ref::<pfs_auth::SecureError>() {
+        return of_secure(s);
+    }
     match e.downcast_ref::<SessionError>() {
         Some(s) => of_session(s),
         None => match e.downcast_ref::<pfs_transport::TransportError>() {

@@ -161,6 +161,21 @@ impl DestRoot {
         Ok(Self { root, path, openat2 })
     }
 
+    /// The directory `rel` beneath this root (created, mode 0755, if
+    /// absent; no symlink followed) as a root of its own: where a key
+    /// confined to `dir=` writes.
+    pub fn subroot(&self, rel: &RelPath) -> Result<DestRoot, FilesError> {
+        self.create_dir_all(rel, 0o755)?;
+        let root = self
+            .open_beneath(rel.as_bytes(), dir_flags(), Mode::empty())
+            .map_err(|e| dest_err("open directory", rel, e))?;
+        Ok(Self {
+            root,
+            path: self.path.join(rel.as_path()),
+            openat2: self.openat2,
+        })
+    }
+
     /// The directory this root was opened from.
     pub fn path(&self) -> &Path {
         &self.path

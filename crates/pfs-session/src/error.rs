@@ -222,6 +222,10 @@ pub enum LocalError {
         /// Which frame.
         what: &'static str,
     },
+    /// The server could not give an admitted client its store or
+    /// destination (e.g. its `dir=` cannot be created).
+    #[error("{0}")]
+    Place(String),
     /// A local file or directory operation failed.
     #[error("{what} {}: {source}", path.display())]
     Io {

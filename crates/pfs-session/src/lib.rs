@@ -25,7 +25,7 @@ pub use gram::{
     receive_session, send_session, GramReceiverConfig, GramReceiverOutcome, GramSenderConfig,
     GramSenderOutcome, GramViolation, HelloRejection, DEFAULT_PAYLOAD_BUDGET,
 };
-pub use server::{serve, serve_files, ServerConfig, ServerEvent};
+pub use server::{serve, serve_files, Admission, Client, FilesPlace, ServerConfig, ServerEvent};
 pub use stats::SessionStats;
 
 use pfs_blob::BackingKind;

@@ -1,9 +1,21 @@
-//! A receiver that keeps serving: accepts connections, runs each session on
-//! its own thread (up to a limit), reports what happened, and carries on
-//! after a client that misbehaves or dies.
+//! A receiver that keeps serving: accepts connections, admits each one
+//! (a Noise handshake and the key's rights, or a plain connection where the
+//! policy allows it), runs each session on its own thread (up to a limit),
+//! reports what happened, and carries on after a client that misbehaves or
+//! dies.
+//!
+//! The accept loop never waits on a client: admission runs on the
+//! connection's own thread under one absolute deadline. Connections still
+//! being admitted are capped apart from `max_clients`; when that cap is
+//! reached the oldest is dropped, so a flood of silent connections cannot
+//! keep an authorized client out.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use pfs_auth::{AuthorizedKeys, Cipher, Prefixed, PublicKey, Rights, SecureError, ServerSecurity, Service};
 use pfs_transport::{Listener, Transport};
 use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameType};
 
@@ -14,24 +26,79 @@ use pfs_files::DestRoot;
 use pfs_store::Store;
 use pfs_sys::pin_current_thread;
 
+/// Who may connect, and how.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// This server's identity: protected sessions are possible. `None`:
+    /// only plain connections.
+    pub security: Option<ServerSecurity>,
+    /// Client keys and their rights. `None`: any key that completes the
+    /// handshake may do everything (an open server that still encrypts).
+    pub authorized: Option<AuthorizedKeys>,
+    /// Plain (unauthenticated, unencrypted) connections are served. Off
+    /// whenever `authorized` is set.
+    pub allow_plain: bool,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Self {
+            security: None,
+            authorized: None,
+            allow_plain: true,
+        }
+    }
+}
+
 /// Server settings, whichever protocol it serves.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Sessions served at once; more are refused with ERROR(BUSY).
     pub max_clients: usize,
+    /// Connections being admitted at once (first bytes, handshake); past
+    /// it the oldest is dropped.
+    pub max_admitting: usize,
+    /// Longest an admission may take, accept to verdict.
+    pub admission_timeout: Duration,
     /// Stop after this many sessions (successful or not); `None` = forever.
     pub max_sessions: Option<u64>,
     /// Pin session threads to this CPU.
     pub pin_cpu: Option<usize>,
+    /// Who may connect.
+    pub admission: Admission,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             max_clients: 4,
+            max_admitting: 64,
+            admission_timeout: pfs_auth::DEFAULT_HANDSHAKE_TIMEOUT,
             max_sessions: None,
             pin_cpu: None,
+            admission: Admission::default(),
         }
+    }
+}
+
+/// An admitted client: where from, who, with what rights.
+#[derive(Debug, Clone)]
+pub struct Client {
+    /// Peer address.
+    pub addr: String,
+    /// Its proven key; `None` for a plain connection.
+    pub key: Option<PublicKey>,
+    /// The record cipher; `None` for a plain connection.
+    pub cipher: Option<Cipher>,
+    /// What it may do. A plain client may do everything, in the shared
+    /// group (empty name).
+    pub rights: Rights,
+}
+
+impl Client {
+    /// `blake3:…` of its key, or `-` for a plain connection.
+    pub fn fingerprint(&self) -> String {
+        self.key.map_or_else(|| "-".into(), |k| k.fingerprint())
     }
 }
 
@@ -43,6 +110,22 @@ pub enum ServerEvent<'a, O> {
     Accepted {
         /// Peer address.
         peer: &'a str,
+    },
+    /// A connection was admitted: its session starts.
+    Admitted {
+        /// Who.
+        client: &'a Client,
+    },
+    /// A connection was not admitted (failed handshake, unknown key, a
+    /// right it lacks, plain where keys are required); the server goes on.
+    Denied {
+        /// Peer address.
+        peer: &'a str,
+        /// Its key, when the handshake got that far.
+        key: Option<PublicKey>,
+        /// Why (the client was told only a generic reason for a failed
+        /// handshake or an unknown key).
+        reason: &'a str,
     },
     /// Periodic progress of a session.
     Progress {
@@ -86,7 +169,12 @@ pub fn serve<L: Listener>(
     receiver: &GramReceiverConfig,
     on_event: &(dyn Fn(ServerEvent<'_, GramReceiverOutcome>) + Sync),
 ) -> (u64, u64) {
-    serve_loop(listener, cfg, on_event, &|conn, peer| {
+    let offer = Offer {
+        service: Service::Blob,
+        runs_kernels: receiver.exec.is_some(),
+    };
+    serve_loop(listener, cfg, offer, on_event, &|conn, client| {
+        let peer = client.addr.as_str();
         let mut progress = |p: &GramProgress| on_event(ServerEvent::Progress { peer, progress: p });
         let outcome = receive_session(conn, blob, receiver, &mut progress)?;
         on_event(ServerEvent::Finished {
@@ -97,93 +185,341 @@ pub fn serve<L: Listener>(
     })
 }
 
-/// Serves files sessions (docs/wire.md §10) into `dest`, deduplicated
-/// against `store`, until `max_sessions` have ended. Returns (completed,
-/// failed). Sessions run concurrently on one store.
+/// Where one client's files land: its store (its group's), its
+/// destination root (its `dir=`), and the record of what that root holds.
+#[derive(Debug, Clone)]
+pub struct FilesPlace {
+    /// The chunk store the client deduplicates against.
+    pub store: Arc<Store>,
+    /// The root its files are written beneath.
+    pub dest: Arc<DestRoot>,
+    /// What was written into `dest`, if recorded.
+    pub manifest: Option<Arc<pfs_files::Manifest>>,
+}
+
+/// Finds (opening on first use) the place of a client; an `Err` refuses
+/// the client with that message.
+pub type PlaceFn<'a> = dyn Fn(&Client) -> Result<FilesPlace, String> + Sync + 'a;
+
+/// Serves files sessions (docs/wire.md §10), each client into the place
+/// `place` gives it, until `max_sessions` have ended. Returns (completed,
+/// failed). Sessions run concurrently; clients of one group share a store.
 pub fn serve_files<L: Listener>(
     listener: &L,
-    store: &Store,
-    dest: &DestRoot,
+    place: &PlaceFn<'_>,
     cfg: &ServerConfig,
     files_cfg: &FilesReceiverConfig,
     on_event: &(dyn Fn(ServerEvent<'_, FilesReceiverOutcome>) + Sync),
 ) -> (u64, u64) {
-    serve_loop(listener, cfg, on_event, &|conn, peer| {
-        let outcome = receive_files(conn, store, dest, files_cfg)?;
+    let offer = Offer {
+        service: Service::Files,
+        runs_kernels: false,
+    };
+    serve_loop(listener, cfg, offer, on_event, &|conn, client| {
+        let here = place(client).map_err(|message| {
+            let e = SessionError::Local(crate::LocalError::Place(message.clone()));
+            refuse(conn, ErrorCode::Internal, &message);
+            e
+        })?;
+        let cfg = FilesReceiverConfig {
+            manifest: here.manifest.clone(),
+            ..files_cfg.clone()
+        };
+        let outcome = receive_files(conn, &here.store, &here.dest, &cfg)?;
         on_event(ServerEvent::Finished {
-            peer,
+            peer: &client.addr,
             outcome: &outcome,
         });
         Ok(())
     })
 }
 
-/// Runs one session on an accepted connection (given its peer name).
-type SessionFn<'a, C> = dyn Fn(&mut C, &str) -> Result<(), SessionError> + Sync + 'a;
+/// What this server serves, for the rights check.
+#[derive(Debug, Clone, Copy)]
+struct Offer {
+    service: Service,
+    runs_kernels: bool,
+}
 
-/// The accept loop shared by both kinds of server: one thread per session,
-/// at most `max_clients` at once (more get ERROR BUSY), `session` run on
-/// each connection; its error is reported as [`ServerEvent::Failed`].
+/// Runs one session on an admitted connection.
+type SessionFn<'a> = dyn Fn(&mut dyn Transport, &Client) -> Result<(), SessionError> + Sync + 'a;
+
+/// Connections being admitted, oldest first, each with its cancel flag.
+#[derive(Default)]
+struct Admitting {
+    next_id: u64,
+    queue: VecDeque<(u64, Arc<AtomicBool>)>,
+}
+
+/// The accept loop shared by both kinds of server: each connection is
+/// admitted on its own thread, then runs `session` if one of
+/// `max_clients` slots frees within 2 s (else ERROR BUSY). A session's
+/// error is reported as [`ServerEvent::Failed`].
 fn serve_loop<L: Listener, O>(
     listener: &L,
     cfg: &ServerConfig,
+    offer: Offer,
     on_event: &(dyn Fn(ServerEvent<'_, O>) + Sync),
-    session: &SessionFn<'_, L::Conn>,
+    session: &SessionFn<'_>,
 ) -> (u64, u64) {
     let active = AtomicUsize::new(0);
     let ok = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
-    let mut started = 0u64;
-    std::thread::scope(|scope| {
-        while cfg.max_sessions.is_none_or(|m| started < m) {
-            let mut conn = match listener.accept() {
-                Ok(c) => c,
-                Err(error) => {
-                    on_event(ServerEvent::AcceptFailed { error: &error });
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                    continue;
+    // Connections counted toward max_sessions (a BUSY refusal gives its
+    // count back), and those whose fate is not known yet.
+    let started = AtomicU64::new(0);
+    let undecided = AtomicUsize::new(0);
+    let admitting = Mutex::new(Admitting::default());
+    std::thread::scope(|scope| loop {
+        if let Some(max) = cfg.max_sessions {
+            if started.load(Ordering::Acquire) >= max {
+                // A connection still waiting for a slot may yet be
+                // refused and give its count back.
+                if undecided.load(Ordering::Acquire) == 0 {
+                    break;
                 }
-            };
-            let peer = conn.peer();
-            on_event(ServerEvent::Accepted { peer: &peer });
-            // A session that just sent its report may not have released its
-            // slot yet; give slots a moment to free before refusing.
-            let patience = std::time::Instant::now() + std::time::Duration::from_secs(2);
-            while active.load(Ordering::Acquire) >= cfg.max_clients && std::time::Instant::now() < patience {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            if active.load(Ordering::Acquire) >= cfg.max_clients {
-                refuse_busy(&mut conn, cfg.max_clients);
-                on_event(ServerEvent::Busy { peer: &peer });
+                std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
-            started += 1;
-            // Paired with the fetch_sub in SlotGuard::drop.
-            active.fetch_add(1, Ordering::AcqRel);
-            let (active, ok, failed) = (&active, &ok, &failed);
-            scope.spawn(move || {
-                // Releases the slot however the session ends, a panicking
-                // event handler included.
-                let _slot = SlotGuard(active);
-                if let Some(cpu) = cfg.pin_cpu {
-                    let _ = pin_current_thread(cpu);
-                }
-                match session(&mut conn, &peer) {
-                    Ok(()) => {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(error) => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        on_event(ServerEvent::Failed {
-                            peer: &peer,
-                            error: &error,
-                        });
-                    }
-                }
-            });
         }
+        let conn = match listener.accept() {
+            Ok(c) => c,
+            Err(error) => {
+                on_event(ServerEvent::AcceptFailed { error: &error });
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let peer = conn.peer();
+        on_event(ServerEvent::Accepted { peer: &peer });
+        let (id, cancel) = admit_slot(&admitting, cfg.max_admitting);
+        started.fetch_add(1, Ordering::AcqRel);
+        undecided.fetch_add(1, Ordering::AcqRel);
+        let (active, ok, failed, started, undecided, admitting) =
+            (&active, &ok, &failed, &started, &undecided, &admitting);
+        scope.spawn(move || {
+            let mut conn = conn;
+            let mut decided = Decided(undecided, false);
+            let admitted = admit(&mut conn, &peer, cfg, offer, &cancel);
+            leave_queue(admitting, id);
+            let (mut transport, client) = match admitted {
+                Ok(a) => a,
+                Err(reason) => {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    decided.done();
+                    on_event(ServerEvent::Denied {
+                        peer: &peer,
+                        key: reason.key,
+                        reason: &reason.text,
+                    });
+                    return;
+                }
+            };
+            // A session that just sent its report may not have released its
+            // slot yet; give slots a moment to free before refusing.
+            let patience = Instant::now() + Duration::from_secs(2);
+            let slot = loop {
+                let n = active.load(Ordering::Acquire);
+                if n < cfg.max_clients {
+                    // Paired with the fetch_sub in SlotGuard::drop.
+                    if active
+                        .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        break Some(SlotGuard(active));
+                    }
+                    continue;
+                }
+                if Instant::now() >= patience {
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            let Some(_slot) = slot else {
+                refuse_busy(&mut *transport, cfg.max_clients);
+                started.fetch_sub(1, Ordering::AcqRel);
+                decided.done();
+                on_event(ServerEvent::Busy { peer: &peer });
+                return;
+            };
+            decided.done();
+            if let Some(cpu) = cfg.pin_cpu {
+                let _ = pin_current_thread(cpu);
+            }
+            on_event(ServerEvent::Admitted { client: &client });
+            match session(&mut *transport, &client) {
+                Ok(()) => {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    on_event(ServerEvent::Failed {
+                        peer: &peer,
+                        error: &error,
+                    });
+                }
+            }
+        });
     });
     (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed))
+}
+
+/// Marks a connection's fate as known (once), however its thread ends.
+struct Decided<'a>(&'a AtomicUsize, bool);
+
+impl Decided<'_> {
+    fn done(&mut self) {
+        if !self.1 {
+            self.1 = true;
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Decided<'_> {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+/// Enters a connection into the admission queue, cancelling the oldest
+/// when the queue is full.
+fn admit_slot(admitting: &Mutex<Admitting>, max: usize) -> (u64, Arc<AtomicBool>) {
+    let mut a = admitting.lock().unwrap_or_else(|p| p.into_inner());
+    while a.queue.len() >= max.max(1) {
+        if let Some((_, oldest)) = a.queue.pop_front() {
+            oldest.store(true, Ordering::Release);
+        }
+    }
+    let id = a.next_id;
+    a.next_id += 1;
+    let cancel = Arc::new(AtomicBool::new(false));
+    a.queue.push_back((id, cancel.clone()));
+    (id, cancel)
+}
+
+fn leave_queue(admitting: &Mutex<Admitting>, id: u64) {
+    let mut a = admitting.lock().unwrap_or_else(|p| p.into_inner());
+    a.queue.retain(|(i, _)| *i != id);
+}
+
+/// Why a connection was not admitted.
+struct DenyReason {
+    key: Option<PublicKey>,
+    text: String,
+}
+
+impl DenyReason {
+    fn new(key: Option<PublicKey>, text: impl Into<String>) -> Self {
+        Self {
+            key,
+            text: text.into(),
+        }
+    }
+}
+
+/// What every refused handshake is told, whatever went wrong: a prober
+/// learns nothing about which step failed or which keys exist.
+const GENERIC_REFUSAL: &str = "not authorized";
+
+/// Admits one connection: reads its first bytes, runs the handshake and
+/// the rights check, or lets a plain connection through where allowed.
+fn admit<'c, C: Transport>(
+    conn: &'c mut C,
+    peer: &str,
+    cfg: &ServerConfig,
+    offer: Offer,
+    cancel: &AtomicBool,
+) -> Result<(Box<dyn Transport + 'c>, Client), DenyReason> {
+    let policy = &cfg.admission;
+    let head = pfs_auth::read_head(&mut *conn, cfg.admission_timeout, cancel)
+        .map_err(|e| DenyReason::new(None, format!("before its first bytes: {e}")))?;
+    if !pfs_auth::is_handshake(&head) {
+        if !policy.allow_plain {
+            let msg = "this server requires an authenticated session: connect with a key \
+                       (pfs send --server-key KEY, or a known_hosts entry for this server)";
+            refuse(&mut *conn, ErrorCode::Auth, msg);
+            return Err(DenyReason::new(None, "plain connection where keys are required"));
+        }
+        let client = Client {
+            addr: peer.to_string(),
+            key: None,
+            cipher: None,
+            rights: plain_rights(),
+        };
+        return Ok((Box::new(Prefixed::new(conn, &head)), client));
+    }
+    let Some(sec) = &policy.security else {
+        refuse(
+            &mut *conn,
+            ErrorCode::Auth,
+            "this server has no identity and accepts only plain sessions on this address",
+        );
+        return Err(DenyReason::new(
+            None,
+            "handshake, but this server has no identity",
+        ));
+    };
+    let pending = pfs_auth::accept(&mut *conn, head, sec, cancel).map_err(|e| {
+        let text = match e {
+            SecureError::TimedOut(..) => format!("handshake: {e}"),
+            other => format!("handshake failed: {other}"),
+        };
+        DenyReason::new(None, text)
+    })?;
+    let key = pending.peer();
+    let proposal = pending.proposal();
+    let rights = match &policy.authorized {
+        // An open server: every key may do everything, in the shared group.
+        None => plain_rights(),
+        Some(keys) => match keys.rights(&key) {
+            Some(r) => r.clone(),
+            None => {
+                let _ = pending.refuse(GENERIC_REFUSAL);
+                return Err(DenyReason::new(Some(key), "key not in authorized_keys"));
+            }
+        },
+    };
+    let lacking = if proposal.service != offer.service {
+        Some(format!(
+            "this server offers {}, not {}",
+            offer.service.name(),
+            proposal.service.name()
+        ))
+    } else if offer.service == Service::Blob && !rights.blob {
+        Some("this key may not run blob sessions (no-blob)".to_string())
+    } else if offer.service == Service::Files && !rights.files {
+        Some("this key may not send files (no-files)".to_string())
+    } else if offer.runs_kernels && !rights.exec {
+        Some("this server runs an --exec kernel over every gram and this key may not (no-exec)".to_string())
+    } else {
+        None
+    };
+    if let Some(why) = lacking {
+        let _ = pending.refuse(&why);
+        return Err(DenyReason::new(Some(key), why));
+    }
+    let st = pending
+        .admit()
+        .map_err(|e| DenyReason::new(Some(key), format!("sending the verdict: {e}")))?;
+    let client = Client {
+        addr: peer.to_string(),
+        key: Some(key),
+        cipher: Some(proposal.cipher),
+        rights,
+    };
+    Ok((Box::new(st), client))
+}
+
+/// A plain client's rights: everything, in the shared (unnamed) group.
+fn plain_rights() -> Rights {
+    Rights {
+        dir: Default::default(),
+        blob: true,
+        files: true,
+        exec: true,
+        group: String::new(),
+    }
 }
 
 /// Decrements the active-session count when dropped.
@@ -191,20 +527,26 @@ struct SlotGuard<'a>(&'a AtomicUsize);
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
-        // Paired with the fetch_add before the session thread was spawned.
+        // Paired with the compare_exchange that took the slot.
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-fn refuse_busy<T: Transport>(conn: &mut T, max: usize) {
+fn refuse_busy(conn: &mut dyn Transport, max: usize) {
     let msg = format!("receiver busy: {max} sessions already running; retry later");
+    refuse(conn, ErrorCode::Busy, &msg);
+}
+
+/// Best-effort ERROR frame before closing.
+fn refuse<T: Transport + ?Sized>(conn: &mut T, code: ErrorCode, msg: &str) {
     let mut body = Vec::new();
     ErrorFrame {
-        code: ErrorCode::Busy as u16,
-        message: &msg,
+        code: code as u16,
+        message: msg,
     }
     .emit(&mut body);
     let mut frame = Vec::new();
     put_frame(&mut frame, FrameType::Error, 0, &body);
     let _ = conn.write_all(&frame);
+    let _ = conn.shutdown_write();
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand, plus the blob setup they share. `pfs bench`
 //! is dispatched to the pfs-bench crate.
 
+mod auth;
 mod blob;
 mod exec;
 mod keygen;

@@ -76,7 +76,9 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     // fails in milliseconds, not after seconds of mapping and filling. The
     // receiver gives a connection its idle timeout for the first byte of
     // HELLO, so the setup fits.
-    let conn = target(&args.to, &args.transport, args.run.sock_buf).connect()?;
+    let security = super::auth::client_security(&args.auth, &args.to, args.transport.transport)?;
+    let conn = target(&args.to, &args.transport, args.run.sock_buf)
+        .connect_as(security.as_ref(), pfs_auth::Service::Blob)?;
     let opened = open_blob(&args.blob, false)?;
     if let Some(cpu) = args.run.pin {
         pin_current_thread(cpu).map_err(|e| anyhow::anyhow!("--pin {cpu}: {e}"))?;

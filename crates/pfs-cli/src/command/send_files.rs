@@ -150,8 +150,9 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             .unwrap_or(1),
         probe: !f.no_probe,
     };
+    let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;
     let target = target(&addr, &args.transport, args.run.sock_buf);
-    let mut t = target.connect()?;
+    let mut t = target.connect_as(security.as_ref(), pfs_auth::Service::Files)?;
     let kind = t.kind();
     let show_bar = match f.progress {
         ProgressArg::Always => true,

@@ -1,7 +1,6 @@
 //! `pfs serve`: the receiver. Listens (loopback unless told otherwise),
 //! serves sessions over its own blob, prints each receiver report.
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -17,16 +16,6 @@ use pfs_bench::labels;
 use pfs_bench::peer::progress_line;
 
 use super::{interval, open_blob};
-
-fn is_loopback(addr: &str) -> bool {
-    addr.to_socket_addrs()
-        .map(|mut it| {
-            it.all(|sa: SocketAddr| {
-                matches!(sa.ip(), IpAddr::V4(v) if v.is_loopback()) || sa.ip().is_loopback()
-            })
-        })
-        .unwrap_or(false)
-}
 
 /// Writes a result line to stdout; a closed stdout (reader gone) must not
 /// take a session thread down with it.
@@ -44,21 +33,39 @@ fn transport_label(t: TransportArg) -> &'static str {
     }
 }
 
-/// Binds the listener `--transport` and `--listen` name (defaults: loopback
-/// TCP port 7878, or a per-user socket path for unix and shm).
-pub fn bind_listener(args: &ServeArgs) -> anyhow::Result<AnyListener> {
-    let listen = match &args.listen {
+/// The address `--listen` names, or the default: loopback TCP port 7878,
+/// or a per-user socket path for unix and shm.
+fn listen_addr(args: &ServeArgs) -> String {
+    match &args.listen {
         Some(a) => a.clone(),
         None if args.transport.transport == TransportArg::Tcp => "127.0.0.1:7878".into(),
         None => default_socket_path().display().to_string(),
-    };
+    }
+}
+
+/// The server settings every kind of server shares: limits, and who it
+/// admits (which may refuse to start: a non-loopback address without keys).
+pub fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
+    let listen = listen_addr(args);
+    let (admission, notes) = super::auth::server_admission(&args.auth, &listen, args.transport.transport)?;
+    if !args.run.json {
+        eprintln!("pfs serve: {}", notes.join("; "));
+    }
+    Ok(ServerConfig {
+        max_clients: args.max_clients.max(1),
+        max_admitting: args.auth.max_admitting.max(1),
+        admission_timeout: std::time::Duration::from_secs_f64(args.auth.handshake_timeout),
+        max_sessions: if args.once { Some(1) } else { args.max_sessions },
+        pin_cpu: args.run.pin,
+        admission,
+    })
+}
+
+/// Binds the listener `--transport` and `--listen` name.
+pub fn bind_listener(args: &ServeArgs) -> anyhow::Result<AnyListener> {
+    let listen = listen_addr(args);
     Ok(match args.transport.transport {
         TransportArg::Tcp => {
-            if !is_loopback(&listen) {
-                eprintln!(
-                    "pfs: warning: listening on non-loopback address {listen} (no authentication in this version)"
-                );
-            }
             let tcp = TcpConfig {
                 socket_buffer: args.run.sock_buf as usize,
                 ..TcpConfig::default()
@@ -148,11 +155,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         record_dir: args.record.clone(),
         ..GramReceiverConfig::default()
     };
-    let cfg = ServerConfig {
-        max_clients: args.max_clients.max(1),
-        max_sessions: if args.once { Some(1) } else { args.max_sessions },
-        pin_cpu: args.run.pin,
-    };
+    let cfg = server_config(&args)?;
     let json = args.run.json;
     // Exit status of the last session, for --once.
     let last_status = Mutex::new(exit::OK);
@@ -204,7 +207,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 eprintln!("pfs: from {peer}: {}", stats.mismatch_line());
             }
         }
-        ServerEvent::Failed { .. } | ServerEvent::Busy { .. } | ServerEvent::AcceptFailed { .. } => {
+        ServerEvent::Failed { .. }
+        | ServerEvent::Busy { .. }
+        | ServerEvent::AcceptFailed { .. }
+        | ServerEvent::Admitted { .. }
+        | ServerEvent::Denied { .. } => {
             if let (Some(code), Ok(mut st)) = (report_common(&ev, json, args.max_clients), last_status.lock())
             {
                 *st = code;
@@ -240,6 +247,37 @@ pub(super) fn report_common<O>(ev: &ServerEvent<'_, O>, json: bool, max_clients:
         ServerEvent::Busy { peer } => {
             eprintln!("pfs: refused {peer}: busy ({max_clients} sessions running)");
             None
+        }
+        ServerEvent::Admitted { client } => {
+            if client.key.is_some() {
+                let cipher = client.cipher.map_or("-", |c| c.name());
+                if json {
+                    emit(
+                        &serde_json::json!({"event": "admitted", "peer": client.addr, "key": client.fingerprint(),
+                                            "cipher": cipher, "rights": client.rights.describe()})
+                        .to_string(),
+                    );
+                } else {
+                    eprintln!(
+                        "session from {}: key {} ({}), {cipher}",
+                        client.addr,
+                        client.fingerprint(),
+                        client.rights.describe()
+                    );
+                }
+            }
+            None
+        }
+        ServerEvent::Denied { peer, key, reason } => {
+            let fp = key.map_or_else(|| "-".to_string(), |k| k.fingerprint());
+            if json {
+                emit(
+                    &serde_json::json!({"event": "denied", "peer": peer, "key": fp, "reason": reason})
+                        .to_string(),
+                );
+            }
+            eprintln!("pfs: denied {peer} (key {fp}): {reason}");
+            Some(exit::AUTH)
         }
         ServerEvent::AcceptFailed { error } => {
             eprintln!("pfs: accept failed: {error}");
