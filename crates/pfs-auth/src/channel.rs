@@ -488,6 +488,12 @@ impl<T> SecureTransport<T> {
     pub fn get_ref(&self) -> &T {
         &self.inner
     }
+
+    /// The transport underneath, mutably: bytes written to it bypass the
+    /// records (and will fail to open at the peer).
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
 }
 
 fn invalid(e: RecordError) -> io::Error {

@@ -300,7 +300,15 @@ fn start_receiver(
     let mut cmd = match via {
         Via::Tcp => {
             let mut cmd = net.receiver_command(&exe.to_string_lossy());
-            cmd.args(["serve", "--listen", &format!("{}:0", net.server_ip())]);
+            // The namespaced path listens on a veth address: not loopback,
+            // so plain rows need the explicit opt-out (the path is private
+            // to this run).
+            cmd.args([
+                "serve",
+                "--listen",
+                &format!("{}:0", net.server_ip()),
+                "--insecure-no-auth",
+            ]);
             cmd
         }
         Via::Shm => {

@@ -24,8 +24,11 @@ struct Places {
     dest: Arc<DestRoot>,
     shared: FilesPlace,
     stores: Mutex<HashMap<String, Arc<Store>>>,
-    dests: Mutex<HashMap<PathBuf, (Arc<DestRoot>, Arc<Manifest>)>>,
+    dests: Mutex<HashMap<PathBuf, DestPlace>>,
 }
+
+/// A `dir=` destination and the record of what it holds.
+type DestPlace = (Arc<DestRoot>, Arc<Manifest>);
 
 impl Places {
     /// The place of `client`: plain clients and keys of the unnamed group

@@ -1,0 +1,296 @@
+//! Protected sessions over a real socket pair: the handshake drivers, the
+//! verdict, and what happens to records that are tampered with, replayed,
+//! reordered, dropped or cut short on the way.
+
+use std::io::{self, IoSlice};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use pfs_auth::{
+    accept, connect, read_head, Cipher, ClientSecurity, Identity, Pin, SecureError, SecureTransport,
+    ServerSecurity, Service,
+};
+use pfs_transport::{Transport, UnixTransport};
+
+/// A transport whose writes can be captured (one entry per write call,
+/// which is one record) instead of sent, and bytes injected raw.
+struct Capture {
+    inner: UnixTransport,
+    captured: Option<Vec<Vec<u8>>>,
+}
+
+impl Transport for Capture {
+    fn kind(&self) -> &'static str {
+        "TEST"
+    }
+    fn peer(&self) -> String {
+        "test".into()
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match &mut self.captured {
+            Some(c) => {
+                let bytes: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+                let n = bytes.len();
+                c.push(bytes);
+                Ok(n)
+            }
+            None => self.inner.write_vectored(bufs),
+        }
+    }
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buf)
+    }
+    fn set_read_timeout(&mut self, t: Option<Duration>) -> io::Result<()> {
+        self.inner.set_read_timeout(t)
+    }
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.inner.shutdown_write()
+    }
+}
+
+struct Keys {
+    client: Identity,
+    server: Identity,
+}
+
+fn keys() -> Keys {
+    Keys {
+        client: Identity::generate().unwrap(),
+        server: Identity::generate().unwrap(),
+    }
+}
+
+fn client_sec(k: &Keys, cipher: Cipher, rotate_log2: u8) -> ClientSecurity {
+    ClientSecurity {
+        identity: k.client.clone(),
+        pin: Pin::Key(k.server.public()),
+        psk: None,
+        cipher,
+        rotate_log2,
+        timeout: Duration::from_secs(10),
+    }
+}
+
+fn server_sec(k: &Keys) -> ServerSecurity {
+    ServerSecurity {
+        identity: k.server.clone(),
+        psk: None,
+        timeout: Duration::from_secs(10),
+    }
+}
+
+type Pair = (SecureTransport<Capture>, SecureTransport<UnixTransport>);
+
+/// A finished handshake over a socket pair.
+fn session(k: &Keys, cipher: Cipher, rotate_log2: u8) -> Pair {
+    let (a, mut b) = UnixTransport::pair().unwrap();
+    let ssec = server_sec(k);
+    std::thread::scope(|s| {
+        let server = s.spawn(move || {
+            let head = read_head(&mut b, Duration::from_secs(10), &AtomicBool::new(false)).unwrap();
+            let pending = accept(b, head, &ssec, &AtomicBool::new(false)).unwrap();
+            assert_eq!(pending.proposal().service, Service::Files);
+            pending.admit().unwrap()
+        });
+        let c = Capture {
+            inner: a,
+            captured: None,
+        };
+        let client = connect(c, "pair", Service::Files, &client_sec(k, cipher, rotate_log2)).unwrap();
+        (client, server.join().unwrap())
+    })
+}
+
+#[test]
+fn bytes_cross_both_ways_with_key_rotation_and_a_clean_close() {
+    let k = keys();
+    for cipher in Cipher::ALL {
+        let (mut c, mut s) = session(&k, cipher, 16);
+        assert_eq!(c.info().peer, k.server.public());
+        assert_eq!(s.info().peer, k.client.public());
+        assert_eq!(c.info().handshake_hash, s.info().handshake_hash);
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        std::thread::scope(|sc| {
+            let d = &data;
+            sc.spawn(move || {
+                // Odd-sized vectored writes: records do not follow frames.
+                for part in d.chunks(70_001) {
+                    let (x, y) = part.split_at(part.len() / 3);
+                    c.write_all_vectored(&mut [IoSlice::new(x), IoSlice::new(y)])
+                        .unwrap();
+                }
+                c.shutdown_write().unwrap();
+                let mut back = [0u8; 5];
+                c.read_exact(&mut back).unwrap();
+                assert_eq!(&back, b"thank");
+                assert!(c.rotations().0 >= 40, "{:?}", c.rotations());
+            });
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 100_000];
+            loop {
+                let n = s.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got == *d, "stream differs ({} of {} bytes)", got.len(), d.len());
+            s.write_all(b"thank").unwrap();
+            assert!(s.rotations().1 >= 40);
+        });
+    }
+}
+
+/// Captures the client's next `n` records (one per `write_all`).
+fn capture(c: &mut SecureTransport<Capture>, msgs: &[&[u8]]) -> Vec<Vec<u8>> {
+    c.get_mut().captured = Some(Vec::new());
+    for m in msgs {
+        c.write_all(m).unwrap();
+    }
+    c.get_mut().captured.take().unwrap()
+}
+
+/// Sends `records` raw and reads what the server makes of them.
+fn deliver(
+    c: &mut SecureTransport<Capture>,
+    s: &mut SecureTransport<UnixTransport>,
+    records: &[Vec<u8>],
+) -> (Vec<u8>, io::Error) {
+    for r in records {
+        c.get_mut().inner.write_all(r).unwrap();
+    }
+    c.get_mut().inner.shutdown_write().unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => panic!("a manipulated stream read as a clean end"),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => return (got, e),
+        }
+    }
+}
+
+#[test]
+fn tampered_replayed_reordered_dropped_and_cut_streams_end_with_an_error() {
+    let k = keys();
+    type Edit = fn(Vec<Vec<u8>>) -> Vec<Vec<u8>>;
+    let cases: [(&str, Edit, &[u8], io::ErrorKind, &str); 6] = [
+        (
+            "tampered",
+            |mut r| {
+                r[1][6] ^= 0x20;
+                r
+            },
+            b"one",
+            io::ErrorKind::InvalidData,
+            "failed authentication",
+        ),
+        (
+            "replayed",
+            |r| vec![r[0].clone(), r[0].clone()],
+            b"one",
+            io::ErrorKind::InvalidData,
+            "failed authentication",
+        ),
+        (
+            "reordered",
+            |r| vec![r[1].clone(), r[0].clone()],
+            b"",
+            io::ErrorKind::InvalidData,
+            "failed authentication",
+        ),
+        (
+            "dropped",
+            |r| vec![r[0].clone(), r[2].clone()],
+            b"one",
+            io::ErrorKind::InvalidData,
+            "failed authentication",
+        ),
+        (
+            "cut between records",
+            |r| vec![r[0].clone()],
+            b"one",
+            io::ErrorKind::UnexpectedEof,
+            "cut short",
+        ),
+        (
+            "cut inside a record",
+            |r| vec![r[0].clone(), r[1][..10].to_vec()],
+            b"one",
+            io::ErrorKind::UnexpectedEof,
+            "inside a record",
+        ),
+    ];
+    for (name, edit, before, kind, says) in cases {
+        let (mut c, mut s) = session(&k, Cipher::Aes256Gcm, 32);
+        let records = capture(&mut c, &[b"one", b"two", b"three"]);
+        assert_eq!(records.len(), 3);
+        let (got, err) = deliver(&mut c, &mut s, &edit(records));
+        assert_eq!(got, before, "{name}: bytes before the failure");
+        assert_eq!(err.kind(), kind, "{name}: {err}");
+        assert!(err.to_string().contains(says), "{name}: {err}");
+        // The stream stays failed.
+        assert!(s.read(&mut [0u8; 8]).is_err(), "{name}");
+    }
+}
+
+#[test]
+fn the_client_refuses_an_unpinned_server_before_revealing_itself() {
+    let k = keys();
+    let stranger = Identity::generate().unwrap();
+    let (a, mut b) = UnixTransport::pair().unwrap();
+    let ssec = server_sec(&k);
+    std::thread::scope(|s| {
+        let server = s.spawn(move || {
+            let head = read_head(&mut b, Duration::from_secs(10), &AtomicBool::new(false)).unwrap();
+            accept(b, head, &ssec, &AtomicBool::new(false)).map(|_| ())
+        });
+        let mut sec = client_sec(&k, Cipher::ChaCha20Poly1305, 32);
+        sec.pin = Pin::Key(stranger.public());
+        let err = connect(a, "pair", Service::Blob, &sec).unwrap_err();
+        assert!(
+            matches!(&err, SecureError::WrongServer { got, .. } if *got == k.server.public()),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&k.server.public().fingerprint()),
+            "{err}"
+        );
+        // The server never saw HS3: the client's key stayed hidden.
+        assert!(server.join().unwrap().is_err());
+    });
+}
+
+#[test]
+fn a_refusal_reaches_the_client_with_the_reason() {
+    let k = keys();
+    let (a, mut b) = UnixTransport::pair().unwrap();
+    let ssec = server_sec(&k);
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let head = read_head(&mut b, Duration::from_secs(10), &AtomicBool::new(false)).unwrap();
+            let pending = accept(b, head, &ssec, &AtomicBool::new(false)).unwrap();
+            pending.refuse("not authorized").unwrap();
+        });
+        let err = connect(a, "pair", Service::Files, &client_sec(&k, Cipher::Aes256Gcm, 32)).unwrap_err();
+        match err {
+            SecureError::Refused { reason, fingerprint } => {
+                assert_eq!(reason, "not authorized");
+                assert_eq!(fingerprint, k.client.public().fingerprint());
+            }
+            other => panic!("{other}"),
+        }
+    });
+}
+
+#[test]
+fn a_silent_or_cancelled_handshake_ends_at_its_deadline() {
+    let k = keys();
+    let (_a, mut b) = UnixTransport::pair().unwrap();
+    let err = read_head(&mut b, Duration::from_millis(200), &AtomicBool::new(false)).unwrap_err();
+    assert!(matches!(err, SecureError::TimedOut(..)), "{err}");
+    let err = read_head(&mut b, Duration::from_secs(60), &AtomicBool::new(true)).unwrap_err();
+    assert!(matches!(err, SecureError::Dropped), "{err}");
+    let _ = k;
+}
