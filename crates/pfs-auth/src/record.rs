@@ -271,6 +271,12 @@ impl Sealer {
     pub fn rotations(&self) -> u64 {
         self.0.rotations
     }
+
+    /// The current key: for the test vectors of docs/wire.md only.
+    #[doc(hidden)]
+    pub fn key_for_vectors(&self) -> [u8; KEY_LEN] {
+        self.0.key.raw
+    }
 }
 
 /// Opens records in one direction, in the order they were sealed.

@@ -14,6 +14,15 @@ pub fn mode(mode: Mode, transport: &str) -> String {
     }
 }
 
+/// The label of a protected-session row: the plain row's label and its
+/// record cipher, e.g. `PFS-With-Payload-TCP (aes-256-gcm)`.
+pub fn protected(plain: &str, cipher: &str) -> String {
+    format!("{plain} ({cipher})")
+}
+
+/// The label of the handshake-latency row.
+pub const HANDSHAKE: &str = "Noise XX handshake - TCP";
+
 /// The label of a session whose report names mode code `code`; an unknown
 /// code (a newer peer) is shown by number rather than dropped.
 pub fn session(code: u8, transport: &str) -> String {

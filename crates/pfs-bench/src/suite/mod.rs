@@ -13,6 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use pfs_auth::Cipher;
 use pfs_exec::execute::resolve;
 use pfs_exec::{Digest, Pattern, Schedule, ScheduleSpec, Total};
 use pfs_session::SessionStats;
@@ -21,7 +22,7 @@ use pfs_wire::{IntegrityAlg, Mode};
 
 use crate::args::{BenchArgs, PathArg};
 use crate::child::{serve_listening, ChildGuard};
-use crate::peer::{open_blob, send_once, sender_config, study_blob, OpenedBlob, Target};
+use crate::peer::{open_blob, send_on, send_once, sender_config, study_blob, OpenedBlob, Target};
 use crate::scratch::{memory_dir, Scratch};
 use crate::{labels, sysinfo, Binary, Outcome};
 
@@ -81,7 +82,11 @@ enum Job {
         integrity: IntegrityAlg,
         pattern: Pattern,
         bytes: u64,
+        /// A protected session with this record cipher; `None`: plain.
+        cipher: Option<Cipher>,
     },
+    /// `count` connections, each a Noise handshake and the server's verdict.
+    Handshake { count: usize },
     Loop {
         integrity: IntegrityAlg,
         pattern: Pattern,
@@ -126,7 +131,7 @@ impl Planned {
     /// Text `--only` matches against: label, integrity and pattern, lower case.
     fn key(&self) -> String {
         let extra = match &self.job {
-            Job::Iperf3(_) | Job::Scp | Job::Rsync => String::new(),
+            Job::Iperf3(_) | Job::Scp | Job::Rsync | Job::Handshake { .. } => String::new(),
             Job::Pcpu { threads, pattern, .. } => format!(" xxh3 {} pthreads={threads}", pattern.name()),
             Job::Pfs {
                 integrity, pattern, ..
@@ -192,6 +197,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
                 integrity,
                 pattern,
                 bytes: payload_bytes,
+                cipher: None,
             },
         });
         for mode in [Mode::Offset, Mode::Arith] {
@@ -204,7 +210,46 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
                     integrity,
                     pattern,
                     bytes: exec_bytes,
+                    cipher: None,
                 },
+            });
+        }
+        // Protected sessions (Noise handshake, sealed records): payload with
+        // each cipher, the descriptor modes with the preferred one.
+        if !fnv {
+            for cipher in Cipher::ALL {
+                rows.push(Planned {
+                    label: labels::protected(&labels::mode(Mode::Payload, "TCP"), cipher.name()),
+                    purpose: "Transfer",
+                    job: Job::Pfs {
+                        transport: Via::Tcp,
+                        mode: Mode::Payload,
+                        integrity,
+                        pattern,
+                        bytes: payload_bytes,
+                        cipher: Some(cipher),
+                    },
+                });
+            }
+            for mode in [Mode::Offset, Mode::Arith] {
+                let cipher = Cipher::preferred();
+                rows.push(Planned {
+                    label: labels::protected(&labels::mode(mode, "TCP"), cipher.name()),
+                    purpose: "both",
+                    job: Job::Pfs {
+                        transport: Via::Tcp,
+                        mode,
+                        integrity,
+                        pattern,
+                        bytes: exec_bytes,
+                        cipher: Some(cipher),
+                    },
+                });
+            }
+            rows.push(Planned {
+                label: labels::HANDSHAKE.into(),
+                purpose: "Latency",
+                job: Job::Handshake { count: 100 },
             });
         }
         // The same rows to a same-host receiver over shared-memory rings.
@@ -223,6 +268,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
                         } else {
                             exec_bytes
                         },
+                        cipher: None,
                     },
                 });
             }
@@ -247,6 +293,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
                         integrity,
                         pattern: Pattern::Sequential,
                         bytes: exec_bytes,
+                        cipher: None,
                     },
                 });
             }
@@ -277,6 +324,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             integrity: IntegrityAlg::None,
             pattern,
             bytes: sizes.payload_bytes,
+            cipher: None,
         },
     });
     rows
@@ -296,6 +344,7 @@ fn start_receiver(
     huge_dir: Option<&Path>,
     pin: bool,
     sessions: usize,
+    identity: &Path,
 ) -> anyhow::Result<(ChildGuard, String, mpsc::Receiver<String>)> {
     let mut cmd = match via {
         Via::Tcp => {
@@ -318,6 +367,11 @@ fn start_receiver(
             cmd
         }
     };
+    // An identity makes protected rows possible; without --authorized-keys
+    // the server still takes the plain rows.
+    if via == Via::Tcp {
+        cmd.arg("--identity").arg(identity);
+    }
     cmd.args(["--json", "--max-clients", "1"])
         .args(["--max-sessions", &sessions.to_string()])
         .args(["--size", &sizes.blob.to_string(), "--seed", &seed.to_string()]);
@@ -356,6 +410,36 @@ fn start_receiver(
             bail!("the receiver did not start listening:\n{err}");
         }
     }
+}
+
+/// `count` protected connections to the receiver, each timed from TCP
+/// connect to the server's verdict (HS1, HS2, HS3 and the first record):
+/// what opening a protected session costs before any data moves.
+fn run_handshakes(
+    label: &str,
+    target: &Target,
+    sec: &pfs_auth::ClientSecurity,
+    count: usize,
+) -> anyhow::Result<Row> {
+    let mut times = Vec::with_capacity(count);
+    for _ in 0..count {
+        let t0 = Instant::now();
+        let conn = target.connect_as(Some(sec), pfs_auth::Service::Blob)?;
+        times.push(t0.elapsed().as_secs_f64());
+        drop(conn);
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    let mut row = Row::measured(label, "Latency", 0, 0, at(0.5), 0.0, 0.0);
+    row.transport = "TCP".into();
+    row.notes = format!(
+        "median {:.3} ms, p90 {:.3} ms, min {:.3} ms of {count} (connect, HS1-HS3, verdict; {})",
+        at(0.5) * 1e3,
+        at(0.9) * 1e3,
+        times[0] * 1e3,
+        sec.cipher.name()
+    );
+    Ok(row)
 }
 
 /// A plain single-thread loop over the same schedule: what executing the
@@ -438,8 +522,8 @@ fn add_ratios(rows: &mut [Row]) {
                 ratios.push(format!("{:.2}× iperf3 -l 1M", r.effective_mb_s / b));
             }
         }
-        let is_payload =
-            r.label == labels::mode(Mode::Payload, "TCP") || r.label == labels::mode(Mode::Payload, "SHM");
+        let is_payload = r.label.starts_with(&labels::mode(Mode::Payload, "TCP"))
+            || r.label == labels::mode(Mode::Payload, "SHM");
         if is_pfs && !is_payload {
             let alg = r.integrity_alg();
             if let Some(b) = loop_rate(&snapshot, alg, pattern) {
@@ -466,6 +550,23 @@ fn add_ratios(rows: &mut [Row]) {
                 pattern,
             ) {
                 ratios.push(format!("{:.2}× TCP", r.effective_mb_s / b));
+            }
+        }
+        // A protected row against its plain twin, and payload against scp
+        // (the encrypted copy people compare with).
+        let protected = Cipher::ALL.into_iter().find_map(|c| {
+            r.label
+                .strip_suffix(&format!(" ({})", c.name()))
+                .map(str::to_string)
+        });
+        if let Some(plain) = protected {
+            if let Some(b) = mode_rate(&snapshot, &plain, r.integrity_alg(), pattern) {
+                ratios.push(format!("{:.2}× plain", r.effective_mb_s / b));
+            }
+            if plain == labels::mode(Mode::Payload, "TCP") {
+                if let Some(b) = rate(&snapshot, &|o: &Row| o.label == "Conventional (scp)") {
+                    ratios.push(format!("{:.2}× scp", r.effective_mb_s / b));
+                }
             }
         }
         if r.label.starts_with("pCPU ") {
@@ -522,8 +623,12 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     let sessions = |via: Via| {
         planned
             .iter()
-            .filter(|p| matches!(p.job, Job::Pfs { transport, .. } if transport == via))
-            .count()
+            .map(|p| match p.job {
+                Job::Pfs { transport, .. } if transport == via => 1,
+                Job::Handshake { count } if via == Via::Tcp => count,
+                _ => 0,
+            })
+            .sum::<usize>()
     };
 
     let seed = 0x5eed;
@@ -538,6 +643,21 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     // Memory-backed: the copy rows' source file must not wait on a disk.
     let base = memory_dir(0).unwrap_or(Path::new("/tmp"));
     let scratch = Scratch::new(base, "pfs-bench")?;
+    // Keys for the protected rows: the receiver's on disk (as `pfs serve
+    // --identity` reads it), ours in memory, its key pinned.
+    let server_identity = scratch.path().join("server-identity");
+    let server_key = pfs_auth::Identity::generate()?;
+    server_key.save(&server_identity, "pfs bench receiver", true)?;
+    let security = |cipher: Cipher| -> anyhow::Result<pfs_auth::ClientSecurity> {
+        Ok(pfs_auth::ClientSecurity {
+            identity: pfs_auth::Identity::generate()?,
+            pin: pfs_auth::Pin::Key(server_key.public()),
+            psk: None,
+            cipher,
+            rotate_log2: pfs_auth::DEFAULT_ROTATE_LOG2,
+            timeout: pfs_auth::DEFAULT_HANDSHAKE_TIMEOUT,
+        })
+    };
     let start = |via: Via| -> anyhow::Result<Option<(ChildGuard, String, mpsc::Receiver<String>)>> {
         match sessions(via) {
             0 => Ok(None),
@@ -551,6 +671,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 args.huge_dir.as_deref(),
                 pin,
                 n,
+                &server_identity,
             )
             .map(Some),
         }
@@ -623,12 +744,20 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 });
                 r?
             }
+            Job::Handshake { count } => {
+                let addr = receiver.as_ref().context("receiver")?.1.clone();
+                let target = Target::Tcp { addr, sock_buf: 0 };
+                security(Cipher::preferred())
+                    .and_then(|sec| run_handshakes(&p.label, &target, &sec, *count))
+                    .unwrap_or_else(|e| Row::failed(&p.label, p.purpose, &e))
+            }
             Job::Pfs {
                 transport,
                 mode,
                 integrity,
                 pattern,
                 bytes,
+                cipher,
             } => {
                 let target = match transport {
                     Via::Tcp => Target::Tcp {
@@ -643,7 +772,16 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
                 let cfg = sender_config(*mode, *integrity, spec, pfs_session::DEFAULT_PAYLOAD_BUDGET);
                 let wire0 = net.wire_counter();
-                let sent = send_once(&target, &view, &cfg);
+                let sent = match cipher {
+                    None => send_once(&target, &view, &cfg),
+                    Some(c) => security(*c).and_then(|sec| {
+                        send_on(
+                            target.connect_as(Some(&sec), pfs_auth::Service::Blob)?,
+                            &view,
+                            &cfg,
+                        )
+                    }),
+                };
                 let net_wire = net.wire_counter().saturating_sub(wire0);
                 match sent {
                     Ok((out, kind)) => {
