@@ -303,9 +303,7 @@ impl DestRoot {
         )
         .map_err(|e| dest_err("reopen temporary file for", &parked.rel, e))?;
         let st = rfs::fstat(&fd).map_err(|e| dest_err("stat temporary file for", &parked.rel, e))?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
-            || (st.st_dev as u64, st.st_ino as u64) != parked.id
-        {
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || file_id(&st) != parked.id {
             return Err(dest_err("reopen temporary file for", &parked.rel, Errno::STALE));
         }
         Ok(TempFile {
@@ -323,7 +321,7 @@ impl DestRoot {
     pub fn remove_parked(&self, parked: &ParkedTemp) {
         if let Ok(dir) = self.parent_dir(&parked.rel) {
             let same = rfs::statat(&dir, parked.tmp_name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| (st.st_dev as u64, st.st_ino as u64) == parked.id);
+                .is_ok_and(|st| file_id(&st) == parked.id);
             if same {
                 let _ = rfs::unlinkat(&dir, parked.tmp_name.as_slice(), AtFlags::empty());
             }
@@ -623,7 +621,7 @@ impl TempFile {
             tmp_name: std::mem::take(&mut self.tmp_name),
             name: std::mem::take(&mut self.name),
             rel: self.rel.clone(),
-            id: (st.st_dev as u64, st.st_ino as u64),
+            id: file_id(&st),
         })
     }
 
@@ -706,6 +704,11 @@ pub fn check_symlink_target(link: &RelPath, target: &[u8]) -> Result<(), PathErr
         }
     }
     Ok(())
+}
+
+/// `(st_dev, st_ino)`: which file a stat describes.
+fn file_id(st: &rfs::Stat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
 }
 
 fn beneath() -> ResolveFlags {
