@@ -532,3 +532,80 @@ fn a_large_declared_frame_earns_no_time_only_its_bytes_do() {
     assert_eq!(rx.core.poll_timeout(), Some(t0 + Duration::from_secs(123)));
     assert!(rx.core.handle_timeout(t0 + Duration::from_secs(123)).is_err());
 }
+
+/// A peer that sends FILES_END and never reads its NAKs does not hold the
+/// session: the receiver's reply times out and the session ends.
+#[test]
+fn a_peer_that_never_reads_its_naks_loses_the_session() {
+    use pfs_session::files::receive_files;
+    use pfs_transport::{Transport, UnixTransport};
+    let fx = Fixture::new(64 << 20);
+    let cfg = FilesReceiverConfig {
+        write_timeout: Duration::from_millis(200),
+        ..FilesReceiverConfig::default()
+    };
+    let (mut ours, theirs) = UnixTransport::pair().expect("socket pair");
+    // Far more NAK bytes (32 each) than a socket buffer holds.
+    let holes = 200_000u32;
+    std::thread::scope(|s| {
+        let receiver = s.spawn(|| {
+            let mut t = theirs;
+            receive_files(&mut t, &fx.store, &fx.dest, &cfg)
+        });
+        let mut out = Vec::new();
+        let mut hello = Vec::new();
+        FilesHello {
+            flags: 0,
+            auth_method: 0,
+            chunk_avg: 32 << 10,
+            session_nonce: 7,
+            remote_dir: b"",
+            auth: &[],
+        }
+        .emit(&mut hello);
+        put_frame(&mut out, FrameType::FilesHello, 0, &hello);
+        put_frame(&mut out, FrameType::IndexRequest, 0, &0u64.to_le_bytes());
+        let plan = Plan {
+            entries: 1,
+            files: 1,
+            total_bytes: 0,
+            literal_bytes: 0,
+            chunks: 1,
+        };
+        put_frame(&mut out, FrameType::Plan, 0, &plan.emit());
+        put_frame(
+            &mut out,
+            FrameType::File,
+            0,
+            &file_body(0, b"f", u64::from(holes), holes, b""),
+        );
+        // Distinct unseen hashes, one NAK each.
+        let mut body = ChunksHeader {
+            file_no: 0,
+            count: holes,
+        }
+        .emit()
+        .to_vec();
+        for i in 0..holes {
+            emit_entry_head(
+                &mut body,
+                tag::KNOWN,
+                blake3::hash(&i.to_le_bytes()).as_bytes(),
+                1,
+            );
+        }
+        let mut raw = Vec::new();
+        put_frame(&mut raw, FrameType::Chunks, 0, &body);
+        put_frame(&mut out, FrameType::Batch, 0, &batch_of(&raw));
+        put_frame(&mut out, FrameType::FilesEnd, 0, &[]);
+        ours.write_all(&out).expect("the peer's frames");
+        // ... and it never reads a byte.
+        let e = receiver.join().expect("receiver thread").unwrap_err();
+        assert!(
+            matches!(&e, SessionError::Transport { source, .. } if source.kind() == std::io::ErrorKind::TimedOut),
+            "{e}"
+        );
+    });
+    drop(ours);
+    fx.legit_transfer_works("after-no-reader");
+}
