@@ -40,7 +40,11 @@
 //! transfer writes into the same destination.
 //!
 //! Modes are applied with the setuid, setgid and sticky bits cleared
-//! (`mode & 0o777`): a peer does not get to plant setuid files.
+//! (`mode & 0o777`): a peer does not get to plant setuid files. A
+//! directory's mode only narrows ([`DestRoot::set_dir_times_and_mode`]):
+//! the protocol has no "preserve permissions" request, so an existing
+//! directory never gains a bit, and one created for a peer is never group-
+//! or other-writable ([`NEW_DIR_MODE_MAX`], the umask 0022 policy).
 
 use std::collections::hash_map::RandomState;
 use std::ffi::OsStr;
@@ -68,6 +72,10 @@ pub const TEMP_PREFIX: &[u8] = b".pfs-tmp.";
 /// Permission bits applied to created entries.
 const PERM_MASK: u32 = 0o777;
 
+/// The widest mode a directory created for a peer gets: no group or other
+/// write, whatever the peer's mode and the process umask (umask 0022).
+pub const NEW_DIR_MODE_MAX: u32 = 0o755;
+
 /// A destination directory; all writes go beneath it (see the module docs).
 #[derive(Debug)]
 pub struct DestRoot {
@@ -86,6 +94,27 @@ pub struct TempFile {
     rel: RelPath,
     file: File,
     persisted: bool,
+}
+
+/// A [`TempFile`] with its descriptors closed, for a file that waits (for
+/// REPAIR, say) while others are written: a session keeps any number of
+/// these without holding a descriptor for each. Reopen it with
+/// [`DestRoot::reopen_temp`]; remove it with [`DestRoot::remove_parked`]
+/// (dropping it leaves the temporary file for `remove_stale_temps`).
+#[derive(Debug)]
+pub struct ParkedTemp {
+    tmp_name: Vec<u8>,
+    name: Vec<u8>,
+    rel: RelPath,
+    /// `(st_dev, st_ino)` when parked: a reopen finds this very file or fails.
+    id: (u64, u64),
+}
+
+impl ParkedTemp {
+    /// Where the file will land.
+    pub fn rel(&self) -> &RelPath {
+        &self.rel
+    }
 }
 
 /// The open parent directory of the last [`DestRoot::stat_existing`] or
@@ -187,12 +216,13 @@ impl DestRoot {
     }
 
     /// Create `rel` and any missing parents. New directories get
-    /// `(mode & 0o777) | 0o700`, so the receiver can fill them; set the final
-    /// mode with [`set_dir_times_and_mode`](Self::set_dir_times_and_mode)
-    /// after the contents. Existing directories are left as they are; a
-    /// symlink or file in the way is [`PathError::NotADirectory`].
+    /// `(mode & 0o755) | 0o700` ([`NEW_DIR_MODE_MAX`]), so the receiver can
+    /// fill them; set the final mode with
+    /// [`set_dir_times_and_mode`](Self::set_dir_times_and_mode) after the
+    /// contents. Existing directories are left as they are; a symlink or
+    /// file in the way is [`PathError::NotADirectory`].
     pub fn create_dir_all(&self, rel: &RelPath, mode: u32) -> Result<(), FilesError> {
-        let mode = Mode::from_raw_mode((mode & PERM_MASK) | 0o700);
+        let mode = Mode::from_raw_mode((mode & NEW_DIR_MODE_MAX) | 0o700);
         match self.open_beneath(rel.as_bytes(), dir_flags(), Mode::empty()) {
             Ok(_) => return Ok(()),
             Err(Errno::NOENT) => {}
@@ -217,14 +247,31 @@ impl DestRoot {
         Ok(())
     }
 
-    /// Set mode (`& 0o777`) and mtime (nanoseconds since the epoch) of the
-    /// existing directory `rel`. Call after its contents are written, since
-    /// adding entries updates a directory's mtime.
+    /// Set mtime (nanoseconds since the epoch) and mode of the existing
+    /// directory `rel`. The mode only ever narrows: the directory keeps the
+    /// bits it has that `mode` also has (`current & mode & 0o777`), so a
+    /// peer can never widen a directory that was there before it (no
+    /// `chmod 0777` of someone's directory); one this session created (at
+    /// most [`NEW_DIR_MODE_MAX`]) ends as `mode & 0o755`. Nothing is
+    /// changed when that is the mode it has. Call after its contents are
+    /// written, since adding entries updates a directory's mtime.
     pub fn set_dir_times_and_mode(&self, rel: &RelPath, mtime_ns: i128, mode: u32) -> Result<(), FilesError> {
         let fd = self
             .open_beneath(rel.as_bytes(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| dest_err("open directory", rel, e))?;
-        set_times_and_mode(&fd, mtime_ns, mode).map_err(|e| dest_err("set mode/mtime", rel, e))
+        let current = rfs::fstat(&fd)
+            .map_err(|e| dest_err("stat directory", rel, e))?
+            .st_mode
+            & PERM_MASK;
+        let narrowed = current & mode & PERM_MASK;
+        if narrowed != current {
+            rfs::fchmod(&fd, Mode::from_raw_mode(narrowed)).map_err(|e| dest_err("set mode of", rel, e))?;
+        }
+        rfs::futimens(
+            &fd,
+            &mtime_only(mtime_ns).map_err(|e| dest_err("set mtime", rel, e))?,
+        )
+        .map_err(|e| dest_err("set mtime", rel, e))
     }
 
     /// Create a temporary file in `rel`'s directory (which must exist) that
@@ -256,6 +303,44 @@ impl DestRoot {
             }
         }
         Err(dest_err("create temporary file for", rel, Errno::EXIST))
+    }
+
+    /// Reopens a parked temporary file: its directory is resolved again
+    /// beneath the root, the file opened without following symlinks, and it
+    /// must still be the file that was parked (same device and inode).
+    pub fn reopen_temp(&self, parked: ParkedTemp) -> Result<TempFile, FilesError> {
+        let dir = self.parent_dir(&parked.rel)?;
+        let fd = rfs::openat(
+            &dir,
+            parked.tmp_name.as_slice(),
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| dest_err("reopen temporary file for", &parked.rel, e))?;
+        let st = rfs::fstat(&fd).map_err(|e| dest_err("stat temporary file for", &parked.rel, e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || file_id(&st) != parked.id {
+            return Err(dest_err("reopen temporary file for", &parked.rel, Errno::STALE));
+        }
+        Ok(TempFile {
+            dir,
+            tmp_name: parked.tmp_name,
+            name: parked.name,
+            rel: parked.rel,
+            file: File::from(fd),
+            persisted: false,
+        })
+    }
+
+    /// Removes a parked temporary file (best effort, like dropping a
+    /// [`TempFile`]), if it is still the one that was parked.
+    pub fn remove_parked(&self, parked: &ParkedTemp) {
+        if let Ok(dir) = self.parent_dir(&parked.rel) {
+            let same = rfs::statat(&dir, parked.tmp_name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| file_id(&st) == parked.id);
+            if same {
+                let _ = rfs::unlinkat(&dir, parked.tmp_name.as_slice(), AtFlags::empty());
+            }
+        }
     }
 
     /// Open the regular file at `rel` for reading, for a quick check against
@@ -541,6 +626,20 @@ impl TempFile {
         &self.rel
     }
 
+    /// Closes the file's descriptors, keeping it under its temporary name
+    /// (see [`ParkedTemp`]).
+    pub fn park(mut self) -> Result<ParkedTemp, FilesError> {
+        let st = rfs::fstat(&self.file).map_err(|e| dest_err("stat temporary file for", &self.rel, e))?;
+        // Handed over: dropping `self` must not unlink it.
+        self.persisted = true;
+        Ok(ParkedTemp {
+            tmp_name: std::mem::take(&mut self.tmp_name),
+            name: std::mem::take(&mut self.name),
+            rel: self.rel.clone(),
+            id: file_id(&st),
+        })
+    }
+
     /// Set the final mode (`& 0o777`) and mtime (nanoseconds since the
     /// epoch; the access time is left alone). Call after the last write.
     pub fn set_times_and_mode(&self, mtime_ns: i128, mode: u32) -> Result<(), FilesError> {
@@ -620,6 +719,11 @@ pub fn check_symlink_target(link: &RelPath, target: &[u8]) -> Result<(), PathErr
         }
     }
     Ok(())
+}
+
+/// `(st_dev, st_ino)`: which file a stat describes.
+fn file_id(st: &rfs::Stat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
 }
 
 fn beneath() -> ResolveFlags {

@@ -60,7 +60,7 @@ pub use chunk::{
 };
 pub use dest::{
     check_symlink_target, set_file_times_and_mode, DestRoot, FileSpec, FileStat, LandError, Landing,
-    Placement, StatCache, TempFile,
+    ParkedTemp, Placement, StatCache, TempFile,
 };
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};

@@ -301,6 +301,13 @@ impl Sender {
         Ok(Loan { tx: self, slot })
     }
 
+    /// [`Sender::loan`], waiting at most `timeout` for space (`None`:
+    /// forever): [`IpcError::Timeout`] when the peer does not make room.
+    pub fn loan_timeout(&mut self, len: usize, timeout: Option<Duration>) -> Result<Loan<'_>, IpcError> {
+        let slot = self.reserve(len, true, timeout)?;
+        Ok(Loan { tx: self, slot })
+    }
+
     fn send_ref_inner(&mut self, offset: u64, len: u64, block: bool) -> Result<(), IpcError> {
         let blob_len = self.link.blob_len();
         if offset.checked_add(len).is_none_or(|end| end > blob_len) {
@@ -597,6 +604,11 @@ impl Endpoint {
     /// See [`Sender::try_loan`].
     pub fn try_loan(&mut self, len: usize) -> Result<Loan<'_>, IpcError> {
         self.tx.try_loan(len)
+    }
+
+    /// See [`Sender::loan_timeout`].
+    pub fn loan_timeout(&mut self, len: usize, timeout: Option<Duration>) -> Result<Loan<'_>, IpcError> {
+        self.tx.loan_timeout(len, timeout)
     }
 
     /// See [`Sender::send_ref`].

@@ -3,7 +3,7 @@
 //! from a transport and hand to a core.
 
 use std::io::{self, IoSlice};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pfs_transport::{Transport, IOV_MAX};
 use pfs_wire::{put_frame, ErrorFrame, FrameHeader, FrameType, FRAME_HEADER_LEN, GRAM_HEADER_LEN};
@@ -143,30 +143,149 @@ impl Transmit<'_> {
     }
 }
 
-/// The deadline after a call that consumed `used` bytes of whole frames
-/// and left `rest` (the start of the next frame, if any): whole frames are
-/// progress and restart the `timeout`; bytes of a frame still arriving are
-/// not, so a peer trickling bytes cannot hold a session open. A frame that
-/// is still arriving gets, once, one more second per MB of its length (big
-/// bodies at modest rates). `allowance_at` remembers which frame (by the
-/// stream offset `consumed` where it starts) already had its allowance.
-pub fn frame_deadline(
-    deadline: Instant,
-    now: Instant,
-    timeout: std::time::Duration,
-    used: usize,
-    rest: &[u8],
-    consumed: u64,
-    allowance_at: &mut Option<u64>,
-) -> Instant {
-    let mut deadline = if used > 0 { now + timeout } else { deadline };
-    if *allowance_at != Some(consumed) {
-        if let Ok(h) = FrameHeader::parse(rest) {
-            deadline += std::time::Duration::from_secs(u64::from(h.length) / 1_000_000);
-            *allowance_at = Some(consumed);
+/// How long a receiver's reply (ACK, NAK, report, ERROR) may take to be
+/// written, by default, before the session ends: a peer that never reads
+/// holds a session no longer than this.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The rate a frame still arriving earns time at, by default: 1 MB/s.
+pub const DEFAULT_MIN_FRAME_RATE: u64 = 1_000_000;
+
+/// Per-frame, absolute deadlines: the one mechanism of every core that
+/// awaits frames (both receivers, and the files sender awaiting replies).
+///
+/// A frame must begin arriving within `timeout` of the end of the one
+/// before it (or of the phase change that made it due). While it arrives,
+/// every `min_rate` of its bytes earn one second, so the deadline is
+/// `frame due + timeout + ⌊arrived / min_rate⌋ s`: a peer sending at least
+/// `min_rate` never runs out of time, one trickling a byte now and then
+/// loses the session when `timeout` is spent, and nothing a peer declares
+/// (a frame's length) moves the deadline by itself.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameClock {
+    /// When the current frame is due, plus its `timeout`.
+    base: Instant,
+    /// Bytes of the current frame that have arrived (never decreases
+    /// until the next frame).
+    arrived: u64,
+    min_rate: u64,
+}
+
+impl FrameClock {
+    /// A clock whose first frame has `timeout` from `now`; frames earn time
+    /// at `min_rate` bytes per second (at least 1).
+    pub fn new(now: Instant, timeout: Duration, min_rate: u64) -> Self {
+        Self {
+            base: now + timeout,
+            arrived: 0,
+            min_rate: min_rate.max(1),
         }
     }
-    deadline
+
+    /// Whole frames ended (or the phase changed) at `now`: the next frame
+    /// has `timeout` from now, plus what its bytes earn.
+    pub fn next_frame(&mut self, now: Instant, timeout: Duration) {
+        self.base = now + timeout;
+        self.arrived = 0;
+    }
+
+    /// `n` bytes of the current frame have arrived in all (smaller values
+    /// than before change nothing).
+    pub fn arrived(&mut self, n: u64) {
+        self.arrived = self.arrived.max(n);
+    }
+
+    /// Bytes of the frame that starts `rest` that have arrived (at most its
+    /// whole length), for [`Self::arrived`].
+    pub fn arrived_of(&mut self, rest: &[u8]) {
+        let whole =
+            FrameHeader::parse(rest).map_or(FRAME_HEADER_LEN, |h| FRAME_HEADER_LEN + h.length as usize);
+        self.arrived(rest.len().min(whole) as u64);
+    }
+
+    /// When the session times out unless more of the frame arrives.
+    pub fn deadline(&self) -> Instant {
+        // Whole seconds: a few bytes of a header earn nothing.
+        self.base + Duration::from_secs(self.arrived / self.min_rate)
+    }
+}
+
+/// Writes `bytes` (a receiver's reply) within `timeout` plus one second
+/// per `min_rate` bytes of it: [`write_all_before`] with that deadline.
+pub fn write_reply<T: Transport + ?Sized>(
+    t: &mut T,
+    bytes: &[u8],
+    timeout: Duration,
+    min_rate: u64,
+) -> io::Result<u64> {
+    let start = now();
+    let deadline = start + timeout + Duration::from_secs(bytes.len() as u64 / min_rate.max(1));
+    write_all_before(t, &mut [IoSlice::new(bytes)], deadline, now)
+}
+
+/// The read timeout a driver keeps on its transport so it wakes near its
+/// core's deadline. Changed only when the wanted value moves by more than
+/// a second: not one syscall per read.
+#[derive(Debug, Default)]
+pub struct ReadTimeout {
+    set: Option<Duration>,
+}
+
+impl ReadTimeout {
+    /// Sets the transport's read timeout to the time left until `deadline`
+    /// (at least 1 ms; `None`: no deadline), unless already close to it.
+    pub fn update<T: Transport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> io::Result<()> {
+        let wait = deadline.map(|d| d.saturating_duration_since(now).max(Duration::from_millis(1)));
+        let stale = match (wait, self.set) {
+            (Some(w), Some(set)) => w + Duration::from_secs(1) < set || w > set + Duration::from_secs(1),
+            (w, set) => w != set,
+        };
+        if stale {
+            t.set_read_timeout(wait)?;
+            self.set = wait;
+        }
+        Ok(())
+    }
+}
+
+/// Writes all of `bufs` before `deadline` (`now` reads the clock): each
+/// write call may block only until the deadline, so a peer that stops
+/// reading cannot hold the writer longer than that, however it paces its
+/// reads. A write that runs out of time fails with `TimedOut`.
+pub fn write_all_before<T: Transport + ?Sized>(
+    t: &mut T,
+    mut bufs: &mut [IoSlice<'_>],
+    deadline: Instant,
+    now: impl Fn() -> Instant,
+) -> io::Result<u64> {
+    let mut total = 0u64;
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        let left = deadline.saturating_duration_since(now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "write deadline passed"));
+        }
+        t.set_write_timeout(Some(left))?;
+        let n = bufs.len().min(IOV_MAX);
+        match t.write_vectored(&bufs[..n]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => {
+                total += written as u64;
+                IoSlice::advance_slices(&mut bufs, written);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) => {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "write deadline passed"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(total)
 }
 
 /// The peer's ERROR frame body, as an error.
@@ -336,66 +455,50 @@ mod tests {
 
     use pfs_wire::{put_frame, FrameType};
 
-    use super::frame_deadline;
+    use super::FrameClock;
 
     #[test]
     fn only_whole_frames_restart_the_deadline() {
         let t0 = Instant::now();
         let timeout = Duration::from_secs(30);
-        let mut allowance = None;
+        let mut clock = FrameClock::new(t0, timeout, 1_000_000);
         let mut frame = Vec::new();
         put_frame(&mut frame, FrameType::Plan, 0, &[0; 40]);
-        // Half a frame trickles in at t0 + 29 s: the deadline stays t0 + 30 s
-        // (a 40-byte body earns no allowance).
-        let d = frame_deadline(
-            t0 + timeout,
-            t0 + Duration::from_secs(29),
-            timeout,
-            0,
-            &frame[..20],
-            0,
-            &mut allowance,
-        );
-        assert_eq!(d, t0 + timeout);
-        // More of the same frame: still no later.
-        let d = frame_deadline(
-            d,
-            t0 + Duration::from_secs(29),
-            timeout,
-            0,
-            &frame[..30],
-            0,
-            &mut allowance,
-        );
-        assert_eq!(d, t0 + timeout);
+        // Half a frame trickles in at t0 + 29 s: 20 bytes earn nothing.
+        clock.arrived_of(&frame[..20]);
+        assert_eq!(clock.deadline(), t0 + timeout);
+        clock.arrived_of(&frame[..30]);
+        assert_eq!(clock.deadline(), t0 + timeout);
         // The frame completes at t0 + 29 s: a new timeout from then.
-        let d = frame_deadline(
-            d,
-            t0 + Duration::from_secs(29),
-            timeout,
-            frame.len(),
-            &[],
-            56,
-            &mut allowance,
-        );
-        assert_eq!(d, t0 + Duration::from_secs(59));
+        clock.next_frame(t0 + Duration::from_secs(29), timeout);
+        assert_eq!(clock.deadline(), t0 + Duration::from_secs(59));
     }
 
     #[test]
-    fn a_big_frame_gets_one_second_per_mb_once() {
+    fn a_declared_length_earns_nothing_arrived_bytes_do() {
         let t0 = Instant::now();
         let timeout = Duration::from_secs(30);
-        let mut allowance = None;
+        let mut clock = FrameClock::new(t0, timeout, 1_000_000);
         let header = pfs_wire::FrameHeader {
             frame_type: FrameType::Chunks,
             flags: 0,
             length: 8_000_000,
         }
         .emit();
-        let d = frame_deadline(t0 + timeout, t0, timeout, 0, &header, 100, &mut allowance);
-        assert_eq!(d, t0 + Duration::from_secs(38));
-        // The same frame seen again earns nothing more.
-        let d = frame_deadline(d, t0, timeout, 0, &header, 100, &mut allowance);
-        assert_eq!(d, t0 + Duration::from_secs(38));
+        // Only the header is here: a huge declared body buys no time.
+        clock.arrived_of(&header);
+        assert_eq!(clock.deadline(), t0 + timeout);
+        // 4 MB of it arrived: 4 s earned, at the minimum rate.
+        let mut part = header.to_vec();
+        part.resize(4_000_000, 0);
+        clock.arrived_of(&part);
+        assert_eq!(clock.deadline(), t0 + timeout + Duration::from_secs(4));
+        // A shorter view of the same frame takes nothing back.
+        clock.arrived_of(&part[..100]);
+        assert_eq!(clock.deadline(), t0 + timeout + Duration::from_secs(4));
+        // Bytes beyond the frame (the next one) do not count for this one.
+        part.resize(10_000_000, 0);
+        clock.arrived_of(&part);
+        assert_eq!(clock.deadline(), t0 + timeout + Duration::from_secs(8));
     }
 }

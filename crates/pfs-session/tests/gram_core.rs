@@ -494,3 +494,35 @@ fn bytes_of_a_hello_header_trickling_in_do_not_move_its_deadline() {
         assert_eq!(rx.poll_timeout(), Some(first + cfg.handshake_timeout));
     }
 }
+
+/// A GRAM's declared length buys no time (it did: 1 s per MB of a frame
+/// up to 1 GiB let a trickling client hold a slot for 18 minutes); the
+/// bytes that arrive earn it, 1 s per MB.
+#[test]
+fn a_declared_large_gram_earns_no_time_only_its_bytes_do() {
+    let blob = blob_bytes(6);
+    let t0 = Instant::now();
+    let cfg = GramReceiverConfig {
+        idle_timeout: Duration::from_secs(60),
+        ..GramReceiverConfig::default()
+    };
+    let mut rx = GramReceiver::new(view(&blob), &cfg, t0);
+    let h = hello(Mode::Payload, BLOB_LEN as u64, [7; 32]);
+    assert_eq!(rx.handle_input(t0, &h, &mut Discard).unwrap(), h.len());
+    let t1 = t0 + Duration::from_secs(1);
+    // The frame header of a 1 GiB GRAM arrives, then nothing more.
+    let g = pfs_wire::FrameHeader {
+        frame_type: FrameType::Gram,
+        flags: 0,
+        length: 1 << 30,
+    }
+    .emit();
+    let used = rx.handle_input(t1, &g[..16], &mut Discard).unwrap();
+    assert_eq!(used, 16);
+    assert_eq!(
+        rx.poll_timeout(),
+        Some(t0 + Duration::from_secs(60)),
+        "no allowance"
+    );
+    assert!(rx.handle_timeout(t0 + Duration::from_secs(60)).is_err());
+}

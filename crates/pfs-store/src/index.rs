@@ -286,7 +286,15 @@ pub(crate) fn create(
     let tmp = dir.join("index.tmp");
     let head = header.encode()?;
     let write = || -> io::Result<()> {
-        let f = File::create(&tmp)?;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let f = File::options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(crate::store::FILE_MODE)
+            .open(&tmp)?;
+        // A temp file left by a crash keeps its old mode: set it.
+        f.set_permissions(fs::Permissions::from_mode(crate::store::FILE_MODE))?;
         let mut w = BufWriter::with_capacity(1 << 20, f);
         w.write_all(&head)?;
         for e in entries {

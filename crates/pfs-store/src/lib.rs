@@ -23,6 +23,10 @@
 //!
 //! # Files
 //!
+//! Every file is created mode 0600 (an older store's files are made so
+//! when opened), a new store directory 0700: the chunks are what other
+//! clients sent.
+//!
 //! | path | what |
 //! |---|---|
 //! | `DIR/lock` | empty; `flock`ed exclusively while a store is open ([`StoreError::Locked`]) |
@@ -76,7 +80,9 @@
 //!   drops it and everything after it, and a trailing partial record;
 //! - drops records whose range ends beyond the blob file;
 //! - allocates after the end of the last surviving chunk (space of
-//!   uncommitted reservations is reused).
+//!   uncommitted reservations is reused), and shortens the blob file to it
+//!   (rounded up to the growth step): reservations of a process that stopped
+//!   do not keep disk space.
 //!
 //! If anything was dropped, the index is rewritten (temp file, fsync,
 //! rename) under a **new store id**, so a sender's index cached under the

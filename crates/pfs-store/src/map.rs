@@ -8,22 +8,27 @@
 //!    only grows as space is claimed. A page past EOF raises SIGBUS when
 //!    touched, so no byte at or beyond `file_len` is ever touched: a claim is
 //!    handed out only after the file was grown (`fallocate`) to cover it, and
-//!    readable ranges lie below `next <= file_len`. This crate never shrinks
-//!    the blob file; the store's `flock` keeps other pfs processes away.
+//!    readable, claimed and free ranges lie below `next <= file_len`. The
+//!    file shrinks only under the state lock and never below `next`
+//!    (rounded up), when released space at the end leaves a long unused
+//!    tail; the store's `flock` keeps other pfs processes away.
 //!    Someone truncating the file by hand under a running server crashes it,
 //!    as with any mapped file.
 //! 2. **One writer per byte, no reader of a byte being written.** Every
 //!    byte below the capacity is in one of three states:
-//!    - *free* (at or above `next`): nobody touches it;
+//!    - *free* (at or above `next`, or inside an entry of `free`): nobody
+//!      touches it; [`BlobSpace::read`] refuses it;
 //!    - *claimed* (inside an entry of `in_flight`): exactly one [`Claim`]
 //!      writes it, through `&mut self`; [`BlobSpace::read`] refuses it;
-//!    - *readable* (below `next` and not claimed): [`BlobSpace::read`] hands
-//!      out `&[u8]` to it.
+//!    - *readable* (below `next`, neither claimed nor free): [`BlobSpace::read`]
+//!      hands out `&[u8]` to it.
 //!
-//!    Transitions: free → claimed ([`BlobSpace::claim`]); claimed → readable
-//!    when the claim finishes, except its unwritten tail, which goes back to
-//!    free when nothing was claimed after it. Readable bytes never become
-//!    claimed again, so a slice from `read` never aliases bytes a claim writes.
+//!    Transitions: free → claimed ([`BlobSpace::claim`], from `free` first,
+//!    else at `next`); claimed → readable for the part a claim wrote when it
+//!    finishes; its unwritten tail goes back to free (to `next` when nothing
+//!    was claimed after it, else into `free`), so space reserved by a session
+//!    that ended is never lost. Readable bytes never become claimed or free
+//!    again, so a slice from `read` never aliases bytes a claim writes.
 //! 3. **Repair is the exception.** [`BlobSpace::overwrite`] rewrites readable
 //!    bytes (one repair at a time) while readers may hold slices to them. It
 //!    only runs on a chunk whose bytes were already found damaged, readers
@@ -44,6 +49,10 @@ use memmap2::{MmapOptions, MmapRaw};
 
 /// Claims start at multiples of this (a cache line).
 pub(crate) const CLAIM_ALIGN: u64 = 64;
+
+/// The blob file is shrunk when released space leaves at least this much
+/// (or one growth step, if larger) unused at its end.
+const SHRINK_SLACK: u64 = 64 << 20;
 
 /// The blob file, mapped once, with a bump allocator over it.
 pub(crate) struct BlobSpace {
@@ -76,6 +85,9 @@ struct SpaceState {
     file_len: u64,
     /// `[start, end)` of every live claim.
     in_flight: Vec<(u64, u64)>,
+    /// `[start, end)` below `next` that claims released unwritten: never
+    /// readable, handed to later claims. Sorted, disjoint, not adjacent.
+    free: Vec<(u64, u64)>,
 }
 
 impl SpaceState {
@@ -85,13 +97,76 @@ impl SpaceState {
     /// finishing claim `[s, e)` written up to `w` (`s <= w <= e`) removes `s`
     /// and lowers `next` only from `e` to `w >= s`, which is only done when it
     /// was the last claim. Neither step lowers the minimum.
+    /// Free ranges count like claims: a new one starts at or above the
+    /// start of the claim it came from, a claim taken from one starts at or
+    /// above it, and one merged into `next` lowers `next` only to its own
+    /// start, which was in the minimum already.
     fn readable_below(&self) -> u64 {
-        self.in_flight.iter().map(|&(s, _)| s).fold(self.next, u64::min)
+        self.in_flight
+            .iter()
+            .chain(&self.free)
+            .map(|&(s, _)| s)
+            .fold(self.next, u64::min)
     }
 
-    /// True iff `[off, end)` is readable: below `next`, overlapping no claim.
+    /// True iff `[off, end)` is readable: below `next`, overlapping no claim
+    /// and no free range.
     fn is_readable(&self, off: u64, end: u64) -> bool {
-        end <= self.next && !self.in_flight.iter().any(|&(s, e)| off < e && s < end)
+        end <= self.next
+            && !self
+                .in_flight
+                .iter()
+                .chain(&self.free)
+                .any(|&(s, e)| off < e && s < end)
+    }
+
+    /// Bytes in free ranges below `next`.
+    fn free_below_next(&self) -> u64 {
+        self.free.iter().map(|&(s, e)| e - s).sum()
+    }
+
+    /// Takes `len` bytes (aligned) from a free range ending at or below
+    /// `capacity`, if one has room.
+    fn take_free(&mut self, len: u64, capacity: u64) -> Option<u64> {
+        let i = self.free.iter().position(|&(s, e)| {
+            let a = s.next_multiple_of(CLAIM_ALIGN);
+            a + len <= e && a + len <= capacity
+        })?;
+        let (s, e) = self.free.remove(i);
+        let a = s.next_multiple_of(CLAIM_ALIGN);
+        // What is left on either side stays free.
+        if a + len < e {
+            self.free.insert(i, (a + len, e));
+        }
+        if s < a {
+            self.free.insert(i, (s, a));
+        }
+        Some(a)
+    }
+
+    /// Returns `[s, e)` to the free ranges, merged with its neighbours, and
+    /// lowers `next` past free ranges that end at it.
+    fn give_back(&mut self, s: u64, e: u64) {
+        if s < e {
+            let i = self.free.partition_point(|&(fs, _)| fs < s);
+            self.free.insert(i, (s, e));
+            // Merge with the following and the preceding range.
+            if i + 1 < self.free.len() && self.free[i + 1].0 == e {
+                self.free[i].1 = self.free[i + 1].1;
+                self.free.remove(i + 1);
+            }
+            if i > 0 && self.free[i - 1].1 == s {
+                self.free[i - 1].1 = self.free[i].1;
+                self.free.remove(i);
+            }
+        }
+        while let Some(&(fs, fe)) = self.free.last() {
+            if fe != self.next {
+                break;
+            }
+            self.next = fs;
+            self.free.pop();
+        }
     }
 }
 
@@ -161,6 +236,7 @@ impl BlobSpace {
                 next,
                 file_len,
                 in_flight: Vec::new(),
+                free: Vec::new(),
             }),
             readable_below: AtomicU64::new(next),
             size_dirty: AtomicBool::new(false),
@@ -188,10 +264,27 @@ impl BlobSpace {
         let map_len = self.map.len() as u64;
         let capacity = capacity.min(map_len);
         let mut st = self.state();
+        if len > 0 {
+            if let Some(start) = st.take_free(len, capacity) {
+                // Below `next`, so inside the file already.
+                let end = start + len;
+                st.in_flight.push((start, end));
+                self.publish_readable(&st);
+                return Ok(Claim {
+                    space: self,
+                    start,
+                    end,
+                    cursor: start,
+                });
+            }
+        }
         let start = st.next.next_multiple_of(CLAIM_ALIGN);
         let free = capacity.saturating_sub(start);
         if len > free {
-            return Err(ClaimError::Full { free });
+            let largest = st.free.iter().map(|&(s, e)| e - s).max().unwrap_or(0);
+            return Err(ClaimError::Full {
+                free: free.max(largest),
+            });
         }
         let end = start + len;
         if end > st.file_len {
@@ -252,16 +345,27 @@ impl BlobSpace {
     }
 
     /// End a claim: its written part becomes readable; its unwritten tail
-    /// returns to the allocator when nothing was claimed after it.
+    /// returns to the allocator (to `next`, or to the free ranges when
+    /// something was claimed after it). A long unused tail of the file is
+    /// given back to the filesystem.
     fn release(&self, start: u64, written_end: u64, end: u64) {
         let mut st = self.state();
-        if st.next == end {
-            st.next = written_end;
-        }
         if let Some(i) = st.in_flight.iter().position(|&r| r == (start, end)) {
             st.in_flight.swap_remove(i);
         }
+        st.give_back(written_end, end);
         self.publish_readable(&st);
+        let keep = st.next.next_multiple_of(self.grow_step);
+        if st.file_len >= keep + SHRINK_SLACK.max(self.grow_step) {
+            // Nothing at or beyond `next` is readable, claimed or free-listed
+            // (module docs, point 1), and the lock keeps claims out; a failed
+            // shrink only leaves the file longer.
+            if self.file.set_len(keep).is_ok() {
+                st.file_len = keep;
+                // Release: pairs with the swap in `flush`.
+                self.size_dirty.store(true, Ordering::Release);
+            }
+        }
     }
 
     /// The bytes `[off, off + len)` if they are readable (see the module
@@ -335,10 +439,11 @@ impl BlobSpace {
         Ok(())
     }
 
-    /// `(next, file_len)`: bytes handed out so far, and the file's length.
+    /// `(used, file_len)`: bytes handed out and not given back, and the
+    /// file's length.
     pub(crate) fn usage(&self) -> (u64, u64) {
         let st = self.state();
-        (st.next, st.file_len)
+        (st.next - st.free_below_next(), st.file_len)
     }
 
     /// Path of the blob file.
@@ -504,6 +609,45 @@ mod tests {
         drop(c);
         assert!(matches!(s.claim(4000, 8192), Err(ClaimError::Full { .. })));
         s.flush(0, 5000).unwrap();
+    }
+
+    #[test]
+    fn space_released_before_a_later_claim_is_reused_never_read() {
+        let (_d, s) = space(1 << 20);
+        let mut a = s.claim(1000, 1 << 20).unwrap();
+        let b = s.claim(1000, 1 << 20).unwrap();
+        a.push(&[1; 100]).unwrap();
+        let b_start = b.start();
+        // `a` ends (a session gone) while `b` lives: its unwritten 900
+        // bytes are free again, not readable, not lost.
+        drop(a);
+        assert_eq!(s.read(0, 100).unwrap(), &[1; 100][..]);
+        assert!(s.read(100, 1).is_err(), "released bytes are never readable");
+        assert_eq!(s.usage().0, b_start + 1000 - 900);
+        let mut c = s.claim(800, 1 << 20).unwrap();
+        assert!(c.start() >= 100 && c.start() + 800 <= b_start, "reused: {c:?}");
+        c.push(&[3; 800]).unwrap();
+        drop(c);
+        drop(b);
+        // Everything after the last written byte went back to `next`.
+        let (used, _) = s.usage();
+        assert!(used <= 100 + CLAIM_ALIGN + 800, "{used}");
+        let d = s.claim(10, 1 << 20).unwrap();
+        assert!(d.start() < b_start, "the tail after c was given back: {d:?}");
+    }
+
+    #[test]
+    fn a_long_released_tail_shrinks_the_file() {
+        let (_d, s) = space(512 << 20);
+        let mut c = s.claim(200 << 20, 512 << 20).unwrap();
+        assert!(s.usage().1 >= 200 << 20);
+        c.push(&[5; 4096]).unwrap();
+        drop(c);
+        // Only the written part (rounded to the growth step) stays allocated.
+        assert_eq!(s.usage(), (4096, 4096));
+        assert_eq!(s.read(0, 4096).unwrap(), &[5; 4096][..]);
+        let c = s.claim(100, 512 << 20).unwrap();
+        assert_eq!(c.start(), 4096);
     }
 
     #[test]

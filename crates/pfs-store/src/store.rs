@@ -122,8 +122,9 @@ pub struct StoreStats {
     pub chunks: u64,
     /// Sum of their lengths.
     pub chunk_bytes: u64,
-    /// Blob bytes handed out so far, including alignment padding, space of
-    /// abandoned reservations and superseded chunks.
+    /// Blob bytes handed out so far, including alignment padding, bytes
+    /// written by abandoned reservations and superseded chunks (the unwritten
+    /// rest of a reservation is given back when it ends).
     pub used: u64,
     /// The capacity limit of this open.
     pub capacity: u64,
@@ -247,13 +248,16 @@ fn unix_now() -> u64 {
 
 /// Take the store's exclusive lock without waiting.
 fn take_lock(dir: &Path) -> Result<File, StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(LOCK_FILE);
     let file = File::options()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(FILE_MODE)
         .open(&path)
         .map_err(|e| StoreError::io("open lock file", &path, e))?;
+    make_private(&file, &path)?;
     match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(file),
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(StoreError::Locked {
@@ -263,18 +267,43 @@ fn take_lock(dir: &Path) -> Result<File, StoreError> {
     }
 }
 
-/// Open `path` read-write, creating it if absent; true if it was created.
+/// Mode of every file of a store: chunks other clients sent are nobody
+/// else's to read.
+pub(crate) const FILE_MODE: u32 = 0o600;
+
+/// Makes an open store file [`FILE_MODE`] if it is more open (a store made
+/// before stores were private).
+pub(crate) fn make_private(f: &File, path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = f
+        .metadata()
+        .map_err(|e| StoreError::io("stat", path, e))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        f.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+            .map_err(|e| StoreError::io("chmod", path, e))?;
+    }
+    Ok(())
+}
+
+/// Open `path` read-write, creating it (mode 0600) if absent; true if it
+/// was created.
 fn open_or_create(path: &Path) -> Result<(File, bool), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let rw = || File::options().read(true).write(true).clone();
-    match rw().open(path) {
-        Ok(f) => Ok((f, false)),
+    let (f, created) = match rw().open(path) {
+        Ok(f) => (f, false),
         Err(e) if e.kind() == io::ErrorKind::NotFound => rw()
             .create_new(true)
+            .mode(FILE_MODE)
             .open(path)
             .map(|f| (f, true))
-            .map_err(|e| StoreError::io("create", path, e)),
-        Err(e) => Err(StoreError::io("open", path, e)),
-    }
+            .map_err(|e| StoreError::io("create", path, e))?,
+        Err(e) => return Err(StoreError::io("open", path, e)),
+    };
+    make_private(&f, path)?;
+    Ok((f, created))
 }
 
 impl Store {
@@ -289,13 +318,24 @@ impl Store {
                 reason: InputProblem::ZeroCapacity,
             });
         }
-        fs::create_dir_all(dir).map_err(|e| StoreError::io("create store directory", dir, e))?;
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            // A new store directory is private too; an existing one is left.
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| StoreError::io("create store directory", dir, e))?;
+        }
         let lock_file = take_lock(dir)?;
         let mut report = RecoveryReport::default();
         let index_path = dir.join(INDEX_FILE);
 
         let (header, index_file) = match File::options().read(true).write(true).open(&index_path) {
-            Ok(f) => (index::read_header(&f, &index_path)?, Some(f)),
+            Ok(f) => {
+                make_private(&f, &index_path)?;
+                (index::read_header(&f, &index_path)?, Some(f))
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 (Self::new_header(dir, opts, &mut report)?, None)
             }
@@ -374,6 +414,19 @@ impl Store {
         };
         let map_len = opts.capacity.max(blob_len).max(1).next_multiple_of(grow_step);
         let data_end = entries.iter().map(|e| e.loc.end()).max().unwrap_or(0);
+        // Space reserved by sessions that never committed it (they ended,
+        // the server stopped) lies after the last committed chunk: give it
+        // back to the filesystem.
+        let keep = data_end.next_multiple_of(grow_step);
+        if blob_len > keep {
+            blob_file
+                .set_len(keep)
+                .map_err(|e| StoreError::io("truncate", &blob_path, e))?;
+            report.notes.push(format!(
+                "{} bytes reserved by sessions that ended without committing them were reclaimed",
+                blob_len - keep
+            ));
+        }
         let space = BlobSpace::open(blob_file, blob_path.clone(), data_end, map_len, grow_step)
             .map_err(|e| StoreError::io("map", &blob_path, e))?;
 
@@ -795,8 +848,9 @@ enum Slot {
 /// Appends are a `memcpy` into the mapping (no syscall). Appended chunks are
 /// invisible to [`Store::lookup`] until the commit. Dropping a reservation
 /// without committing publishes nothing; the bytes it wrote stay as unused
-/// blob space until the store is reopened (its unwritten tail is returned at
-/// once when no later reservation exists).
+/// blob space, its unwritten rest is free again at once (for later
+/// reservations, wherever it lies), and a blob file left longer than the
+/// committed data by a process that stopped is shortened at the next open.
 pub struct Reservation<'s> {
     store: &'s Store,
     claim: Claim<'s>,

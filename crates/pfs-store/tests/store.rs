@@ -8,7 +8,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 
 use common::{assert_all_present, chunk, fast_opts, hash, open, opts, put};
-use pfs_store::{ChunkLoc, Store, StoreConfig, StoreError};
+use pfs_store::{ChunkLoc, Durability, Store, StoreConfig, StoreError};
 
 const HEADER: u64 = 512;
 const RECORD: u64 = 48;
@@ -541,4 +541,82 @@ fn options_and_fallbacks() {
     assert_all_present(&store, &[a]);
     assert_eq!(store.stats().free, 0);
     assert!(matches!(store.reserve(1), Err(StoreError::Full { .. })));
+}
+
+/// Store files hold chunks other clients sent: owner-only, for new stores
+/// and for stores made before that rule.
+#[test]
+fn store_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let mode = |name: &str| std::fs::metadata(path.join(name)).unwrap().permissions().mode() & 0o777;
+    {
+        let store = Store::open(&path, &StoreConfig::with_capacity(1 << 20)).unwrap();
+        let mut r = store.reserve(5).unwrap();
+        r.append(blake3::hash(b"hello").as_bytes(), b"hello").unwrap();
+        r.commit().unwrap();
+    }
+    for f in ["blob", "index", "lock"] {
+        assert_eq!(mode(f), 0o600, "{f}");
+        std::fs::set_permissions(path.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    drop(Store::open(&path, &StoreConfig::with_capacity(1 << 20)).unwrap());
+    for f in ["blob", "index", "lock"] {
+        assert_eq!(mode(f), 0o600, "{f} made private on open");
+    }
+}
+
+/// A reservation a session never committed (it disconnected, the server
+/// stopped) is not kept: at once while the store runs, and its disk space
+/// at the next open.
+#[test]
+fn abandoned_reservations_are_reclaimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let cfg = StoreConfig {
+        durability: Durability::None,
+        ..StoreConfig::with_capacity(1 << 30)
+    };
+    {
+        let store = Store::open(&path, &cfg).unwrap();
+        let mut keep = store.reserve(5).unwrap();
+        keep.append(blake3::hash(b"hello").as_bytes(), b"hello").unwrap();
+        // A session reserves 90 MiB, another reserves after it, the first
+        // goes away: its space is free again while the second lives.
+        let gone = store.reserve(90 << 20).unwrap();
+        let later = store.reserve(1 << 20).unwrap();
+        drop(gone);
+        assert!(store.stats().used < 2 << 20, "{:?}", store.stats());
+        let again = store.reserve(80 << 20).unwrap();
+        drop(again);
+        drop(later);
+        keep.commit().unwrap();
+        // Simulate a crash holding a reservation: the blob file is longer
+        // than the committed data when the store is next opened.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path.join("blob"))
+            .unwrap();
+        f.set_len(90 << 20).unwrap();
+    }
+    let store = Store::open(&path, &cfg).unwrap();
+    let len = std::fs::metadata(path.join("blob")).unwrap().len();
+    assert!(len <= 1 << 20, "blob file reclaimed to {len}");
+    assert!(
+        store.recovery().notes.iter().any(|n| n.contains("reclaimed")),
+        "{:?}",
+        store.recovery()
+    );
+    assert_eq!(
+        store
+            .bytes(store.lookup(blake3::hash(b"hello").as_bytes()).unwrap())
+            .unwrap(),
+        b"hello"
+    );
+    assert!(store.stats().free > (1 << 30) - (1 << 20));
 }

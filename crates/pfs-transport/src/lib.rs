@@ -37,6 +37,12 @@ pub trait Transport: Send {
     /// Bounds how long a `read` may block (`None` = forever).
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
 
+    /// Bounds how long one write call may block waiting for the peer to
+    /// take bytes (`None` = forever): a peer that never reads cannot hold
+    /// a writer. A write that times out fails with `WouldBlock` or
+    /// `TimedOut`, possibly after a partial write.
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+
     /// Closes the sending side; the peer reads end-of-stream.
     fn shutdown_write(&mut self) -> io::Result<()>;
 
@@ -106,6 +112,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         (**self).set_read_timeout(timeout)
+    }
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        (**self).set_write_timeout(timeout)
     }
     fn shutdown_write(&mut self) -> io::Result<()> {
         (**self).shutdown_write()

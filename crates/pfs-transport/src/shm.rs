@@ -48,6 +48,8 @@ pub struct ShmTransport {
     ep: Endpoint,
     peer: String,
     read_timeout: Option<Duration>,
+    /// How long a write waits for ring space.
+    write_timeout: Option<Duration>,
 }
 
 impl ShmTransport {
@@ -66,6 +68,7 @@ impl ShmTransport {
             ep,
             peer,
             read_timeout: None,
+            write_timeout: None,
         }
     }
 }
@@ -111,7 +114,7 @@ impl Transport for ShmTransport {
         if len == 0 {
             return Ok(0);
         }
-        let mut loan = self.ep.loan(len).map_err(to_io)?;
+        let mut loan = self.ep.loan_timeout(len, self.write_timeout).map_err(to_io)?;
         let mut at = 0;
         for b in bufs {
             let n = b.len().min(len - at);
@@ -137,6 +140,18 @@ impl Transport for ShmTransport {
             ));
         }
         self.read_timeout = timeout;
+        Ok(())
+    }
+
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        if timeout == Some(Duration::ZERO) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a zero write timeout is not a timeout",
+            ));
+        }
+        // The ring has no socket option: the wait for space is bounded instead.
+        self.write_timeout = timeout;
         Ok(())
     }
 

@@ -65,6 +65,11 @@ impl Transport for UnixTransport {
         self.stream.set_read_timeout(timeout)
     }
 
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        // SO_SNDTIMEO: a send blocked on a full socket buffer gives up.
+        self.stream.set_write_timeout(timeout)
+    }
+
     fn shutdown_write(&mut self) -> io::Result<()> {
         self.stream.shutdown(Shutdown::Write)
     }

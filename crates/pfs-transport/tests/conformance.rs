@@ -115,6 +115,27 @@ fn read_timeout<H: Harness>(h: &H) {
     );
 }
 
+/// A write timeout fires when the peer never reads, instead of blocking
+/// forever once the buffers between them are full.
+fn write_timeout<H: Harness>(h: &H) {
+    let l = h.listen();
+    let (_client, mut c) = thread::scope(|s| {
+        let client = s.spawn(|| h.connect(&l));
+        let c = l.accept().unwrap();
+        (client.join().unwrap(), c)
+    });
+    c.set_write_timeout(Some(Duration::from_millis(50))).unwrap();
+    let block = vec![7u8; 1 << 20];
+    // Far more than any socket buffer or ring holds: some write must fail.
+    let err = (0..1024)
+        .find_map(|_| c.write_all(&block).err())
+        .expect("a write to a peer that never reads timed out");
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err:?}"
+    );
+}
+
 /// A large transfer in both directions at once does not deadlock.
 fn bidirectional<H: Harness>(h: &H) {
     let l = h.listen();
@@ -142,6 +163,7 @@ fn suite<H: Harness>(h: H) {
     vectored_roundtrip(&h);
     early_close(&h);
     read_timeout(&h);
+    write_timeout(&h);
     bidirectional(&h);
 }
 

@@ -13,7 +13,7 @@ use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use super::{set_file_times_and_mode, DestRoot, StatCache, TempFile};
+use super::{set_file_times_and_mode, DestRoot, ParkedTemp, StatCache, TempFile};
 use crate::chunk::QuickDigest;
 use crate::error::FilesError;
 use crate::manifest::{Manifest, Written};
@@ -95,6 +95,8 @@ pub struct Landing<'d> {
     dirs_made: HashSet<Vec<u8>>,
     /// Files being rebuilt, by the sender's file number.
     open: HashMap<u64, TempFile>,
+    /// Files being rebuilt that wait with their descriptors closed.
+    parked: HashMap<u64, ParkedTemp>,
 }
 
 impl<'d> Landing<'d> {
@@ -108,6 +110,7 @@ impl<'d> Landing<'d> {
             stat_cache: StatCache::default(),
             dirs_made: HashSet::new(),
             open: HashMap::new(),
+            parked: HashMap::new(),
         }
     }
 
@@ -225,10 +228,36 @@ impl<'d> Landing<'d> {
         Ok(Placement::SameContent)
     }
 
+    /// Closes the descriptors of the file `no` being rebuilt until it is
+    /// written or finished again: a session's open descriptors stay few
+    /// however many files wait (for REPAIR). A file that cannot be parked
+    /// is dropped (and fails when next used).
+    pub fn park(&mut self, no: u64) {
+        if let Some(temp) = self.open.remove(&no) {
+            if let Ok(p) = temp.park() {
+                self.parked.insert(no, p);
+            }
+        }
+    }
+
+    /// Open files being rebuilt, parked ones not counted.
+    pub fn open_files(&self) -> usize {
+        self.open.len()
+    }
+
+    /// The open temporary file of `no`, reopening it if it was parked.
+    fn temp(&mut self, no: u64) -> Result<&TempFile, LandError> {
+        if let Some(p) = self.parked.remove(&no) {
+            let temp = self.root.reopen_temp(p)?;
+            self.open.insert(no, temp);
+        }
+        self.open.get(&no).ok_or(LandError::NotOpen(no))
+    }
+
     /// Writes `slices` at `at` of the file `no` being rebuilt, with as few
     /// `pwritev` calls as the kernel allows.
     pub fn write_at(&mut self, no: u64, at: u64, slices: &mut [IoSlice<'_>]) -> Result<(), LandError> {
-        let temp = self.open.get(&no).ok_or(LandError::NotOpen(no))?;
+        let temp = self.temp(no)?;
         write_all_vectored_at(temp.file(), slices, at).map_err(LandError::Write)
     }
 
@@ -243,6 +272,7 @@ impl<'d> Landing<'d> {
         f: &FileSpec<'_>,
         digests: (Option<Hash>, Option<QuickDigest>),
     ) -> Result<(), LandError> {
+        self.temp(no)?;
         let temp = self.open.remove(&no).ok_or(LandError::NotOpen(no))?;
         let (digest, quick) = match digests {
             (Some(d), Some(q)) => (d, q),
@@ -263,6 +293,19 @@ impl<'d> Landing<'d> {
     /// Drops the temporary file of `no` (it is unlinked).
     pub fn discard(&mut self, no: u64) {
         self.open.remove(&no);
+        if let Some(p) = self.parked.remove(&no) {
+            self.root.remove_parked(&p);
+        }
+    }
+}
+
+impl Drop for Landing<'_> {
+    /// Parked temporary files are unlinked like open ones (whose
+    /// [`TempFile`] does it), however the session ended.
+    fn drop(&mut self) {
+        for p in self.parked.values() {
+            self.root.remove_parked(p);
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{symlink, MetadataExt};
+use std::os::unix::fs::{symlink, FileExt, MetadataExt};
 
 use super::*;
 
@@ -314,4 +314,71 @@ fn stat_and_set_by_name_stay_beneath_and_refuse_symlinks() {
         fs::write(fx.dest.join("d/b"), b"bb").unwrap();
     }
     assert_eq!(fs::read_dir(&fx.outside).unwrap().count(), 1);
+}
+
+#[test]
+fn directory_modes_only_narrow() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new();
+    for (i, root) in fx.roots().into_iter().enumerate() {
+        // An existing directory of the receiver's, 0700: a peer asking
+        // for 0777 does not widen it; asking for less narrows it.
+        let mine = rp(&format!("mine{i}"));
+        let path = fx.dest.join(mine.as_path());
+        fs::create_dir(&path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).unwrap();
+        root.create_dir_all(&mine, 0o777).unwrap();
+        root.set_dir_times_and_mode(&mine, 0, 0o777).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o7777, 0o700, "not widened");
+        root.set_dir_times_and_mode(&mine, 0, 0o500).unwrap();
+        assert_eq!(
+            fs::metadata(&path).unwrap().mode() & 0o7777,
+            0o500,
+            "narrowed as asked"
+        );
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).unwrap();
+        // A new directory gets the peer's mode without group/other write.
+        let new = rp(&format!("new{i}/sub"));
+        root.create_dir_all(&new, 0o777).unwrap();
+        let m = fs::metadata(fx.dest.join(new.as_path())).unwrap().mode() & 0o022;
+        assert_eq!(m, 0, "created without group/other write");
+        root.set_dir_times_and_mode(&new, 0, 0o777).unwrap();
+        let m = fs::metadata(fx.dest.join(new.as_path())).unwrap().mode() & 0o7777;
+        assert_eq!(m & 0o022, 0, "never wider than 0755");
+        assert_eq!(m & 0o700, 0o700);
+    }
+}
+
+#[test]
+fn parked_temps_hold_no_descriptor_and_reopen() {
+    let fx = Fixture::new();
+    let root = DestRoot::open(&fx.dest).unwrap();
+    let rel = rp("p");
+    let tmp = root.create_temp(&rel).unwrap();
+    tmp.file().write_all(b"first ").unwrap();
+    let parked = tmp.park().unwrap();
+    let tmp = root.reopen_temp(parked).unwrap();
+    tmp.file().write_all_at(b"second", 6).unwrap();
+    tmp.persist(false).unwrap();
+    assert_eq!(fs::read(fx.dest.join("p")).unwrap(), b"first second");
+    // A parked file replaced meanwhile is not the parked one: refused.
+    let tmp = root.create_temp(&rel).unwrap();
+    let parked = tmp.park().unwrap();
+    let names: Vec<_> = fs::read_dir(&fx.dest)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().as_bytes().starts_with(TEMP_PREFIX))
+        .collect();
+    assert_eq!(names.len(), 1);
+    // Written beside it and renamed over it: another inode for sure.
+    let other = fx.dest.join("other");
+    fs::write(&other, b"someone else's").unwrap();
+    fs::rename(&other, &names[0]).unwrap();
+    assert!(root.reopen_temp(parked).is_err());
+    // remove_parked leaves a file that is not the parked one.
+    let tmp = root.create_temp(&rp("q")).unwrap();
+    let parked = tmp.park().unwrap();
+    root.remove_parked(&parked);
+    fs::remove_file(&names[0]).unwrap();
+    assert_eq!(fs::read_dir(&fx.dest).unwrap().count(), 1, "only p is left");
 }

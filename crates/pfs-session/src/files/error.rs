@@ -113,6 +113,17 @@ pub enum FilesViolation {
         /// The file.
         file: u64,
     },
+    /// A FILE announcing more chunks than bytes (every chunk has one byte
+    /// at least): refused before anything is sized by it.
+    #[error("file {file} announces {chunks} chunks for {size} bytes (a chunk has at least one byte)")]
+    ChunkCount {
+        /// The FILE's number.
+        file: u64,
+        /// Its `chunk_count`.
+        chunks: u32,
+        /// Its `size`.
+        size: u64,
+    },
     /// A file ended before all the chunks or bytes its FILE announced.
     #[error("file {file} ended after {seen} of {size} bytes ({missing} chunks missing)")]
     FileShort {
@@ -225,6 +236,7 @@ impl FilesViolation {
             | Self::ChunksWithoutFile
             | Self::ChunksForOtherFile { .. }
             | Self::FileOverflow { .. }
+            | Self::ChunkCount { .. }
             | Self::FileShort { .. }
             | Self::RepairNotNaked
             | Self::ProbeReplyOrder { .. }

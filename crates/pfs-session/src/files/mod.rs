@@ -20,7 +20,8 @@ pub use error::{FilesViolation, IndexFault};
 
 pub use receiver::{
     receive_files, FilesHost, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesReceiverOutcome,
-    LocalHost, StoreInfo,
+    LocalHost, StoreInfo, COMMIT_EVERY_CHUNKS, DEFAULT_MAX_FRAME_WORK, DEFAULT_MAX_RESERVATION,
+    DEFAULT_MAX_RESERVATION_PERCENT, DEFAULT_MAX_SESSION_MEMORY, DEFAULT_MAX_UNVERIFIED_BYTES,
 };
 pub use sender::{
     classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesProgress, FilesSender,
@@ -32,6 +33,10 @@ pub use sender::{
 pub const DEFAULT_MAX_CHUNKS_BODY: u32 = 8 << 20;
 /// Target size of the CHUNKS frames a sender builds.
 pub const SENDER_FRAME_TARGET: usize = 4 << 20;
+/// Most chunk bytes (referenced or literal) a sender puts in one frame or
+/// BATCH, plus one chunk: what one frame makes a receiver hash stays well
+/// under its `max_frame_work` (a quarter of the default).
+pub const SENDER_FRAME_WORK: u64 = 256 << 20;
 /// Longest chunk either side accepts (content-defined chunks are far
 /// smaller; this bounds what one entry can make the receiver allocate).
 pub const MAX_CHUNK_LEN: u32 = 16 << 20;

@@ -12,7 +12,7 @@ use super::receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramR
 use super::sender::{GramSender, GramSenderConfig, GramSenderEvent, GramSenderOutcome};
 use super::GramProgress;
 use crate::error::LocalError;
-use crate::framing::{is_timeout, now, send_error, tell_receiver, RecvBuf};
+use crate::framing::{is_timeout, now, send_error, tell_receiver, write_reply, ReadTimeout, RecvBuf};
 use crate::{BlobView, SessionError};
 use pfs_sys::{max_rss_bytes, thread_usage, Usage};
 
@@ -180,6 +180,8 @@ pub fn receive_session<T: Transport + ?Sized>(
     match receive(t, &mut core, cfg, on_progress) {
         Ok(o) => Ok(o),
         Err(e) => {
+            // The ERROR frame too: a peer that does not read cannot hold us.
+            let _ = t.set_write_timeout(Some(cfg.write_timeout));
             if e.tell_peer() {
                 send_error(t, &e);
             } else if let SessionError::Transport { source, .. } = &e {
@@ -201,10 +203,13 @@ fn receive<T: Transport + ?Sized>(
     let mut buf = RecvBuf::new(core.buffer_capacity());
     let mut recorder = GramRecorder::none();
     let mut usage0 = Usage::default();
-    t.set_read_timeout(Some(cfg.idle_timeout))
-        .map_err(|e| SessionError::transport("setup", e))?;
+    let mut read_timeout = ReadTimeout::default();
     loop {
         if buf.filled().len() < core.want() {
+            // Wake at the core's deadline, not a fixed idle time later.
+            read_timeout
+                .update(t, core.poll_timeout(), now())
+                .map_err(|e| SessionError::transport("setup", e))?;
             buf.read_for(t, core.want(), core.awaiting(), || core.timed_out())?;
             // A peer that trickles bytes keeps the socket busy but not the
             // session: the core's deadline catches it.
@@ -213,7 +218,7 @@ fn receive<T: Transport + ?Sized>(
         let used = core.handle_input(now(), buf.filled(), &mut recorder)?;
         buf.consume(used);
         if let Some(bytes) = core.poll_transmit() {
-            t.write_all(bytes)
+            write_reply(t, bytes, cfg.write_timeout, cfg.min_frame_rate)
                 .map_err(|e| SessionError::transport("HELLO_ACK", e))?;
             core.transmitted();
         }
@@ -237,7 +242,7 @@ fn receive<T: Transport + ?Sized>(
         }
     }
     if let Some(bytes) = core.poll_transmit() {
-        t.write_all(bytes)
+        write_reply(t, bytes, cfg.write_timeout, cfg.min_frame_rate)
             .map_err(|e| SessionError::transport("COMPLETE report", e))?;
         core.transmitted();
     }

@@ -32,6 +32,7 @@ use pfs_wire::{
 
 use super::{GramProgress, GramViolation, HelloRejection};
 use crate::error::{Timeout, Violation};
+use crate::framing::{FrameClock, DEFAULT_WRITE_TIMEOUT};
 use crate::{BlobView, Limits, SessionError};
 use pfs_sys::Usage;
 
@@ -51,6 +52,12 @@ pub struct GramReceiverConfig {
     /// A read-only pCPU kernel to run over every received gram's
     /// descriptors (on this blob), besides the integrity check.
     pub exec: Option<Kernel>,
+    /// Every this many bytes of a frame still arriving earn it one more
+    /// second before its deadline (see [`crate::framing::FrameClock`]).
+    pub min_frame_rate: u64,
+    /// Longest a reply (HELLO_ACK, the report, ERROR) may take to be
+    /// written: a peer that never reads cannot hold the session.
+    pub write_timeout: Duration,
     /// Record every received gram's header and descriptor table (no
     /// payload) to `<dir>/session-<nonce>.grams`, for `pfs exec --gram-file`.
     /// Done by the driver; the core only hands it each gram.
@@ -65,6 +72,8 @@ impl Default for GramReceiverConfig {
             idle_timeout: Duration::from_secs(60),
             log_interval: None,
             exec: None,
+            min_frame_rate: crate::framing::DEFAULT_MIN_FRAME_RATE,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
             record_dir: None,
         }
     }
@@ -211,6 +220,10 @@ pub struct GramReceiver<'b> {
     handshake_timeout: Duration,
     /// The first byte of HELLO arrived (its handshake deadline is set).
     hello_begun: bool,
+    /// Per-frame, absolute deadlines (shared with the files cores).
+    clock: FrameClock,
+    /// `wire_in` where the frame now arriving began, and its whole length.
+    frame_at: (u64, u64),
     log_interval: Option<Duration>,
     step: Step,
     session: Option<Negotiated>,
@@ -220,7 +233,6 @@ pub struct GramReceiver<'b> {
     wire_in: u64,
     /// Bytes this side has queued to the peer, report included.
     wire_out: u64,
-    deadline: Instant,
     awaiting: &'static str,
     awaiting_for: Duration,
     started: Option<Instant>,
@@ -248,6 +260,8 @@ impl<'b> GramReceiver<'b> {
             idle_timeout: cfg.idle_timeout,
             handshake_timeout: cfg.handshake_timeout,
             hello_begun: false,
+            clock: FrameClock::new(now, cfg.idle_timeout, cfg.min_frame_rate),
+            frame_at: (0, 0),
             log_interval: cfg.log_interval,
             step: Step::Header,
             session: None,
@@ -255,7 +269,6 @@ impl<'b> GramReceiver<'b> {
             events: VecDeque::with_capacity(4),
             wire_in: 0,
             wire_out: 0,
-            deadline: now + cfg.idle_timeout,
             awaiting: "HELLO",
             awaiting_for: cfg.idle_timeout,
             started: None,
@@ -316,7 +329,7 @@ impl<'b> GramReceiver<'b> {
 
     /// When [`Self::handle_timeout`] must run if no input arrives.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        (!matches!(self.step, Step::Finishing | Step::Done)).then_some(self.deadline)
+        (!matches!(self.step, Step::Finishing | Step::Done)).then(|| self.clock.deadline())
     }
 
     /// The deadline passed: a silent or trickling peer loses its session.
@@ -370,7 +383,7 @@ impl<'b> GramReceiver<'b> {
                     }
                     let fh = FrameHeader::parse(rest).map_err(SessionError::malformed("frame header"))?;
                     let first_after_handshake = self.session.is_some() && self.started.is_none();
-                    self.begin_frame(now, fh)?;
+                    self.begin_frame(fh)?;
                     used += FRAME_HEADER_LEN;
                     self.wire_in += FRAME_HEADER_LEN as u64;
                     if first_after_handshake {
@@ -439,6 +452,16 @@ impl<'b> GramReceiver<'b> {
                 break;
             }
         }
+        let rest = &input[used..];
+        match self.step {
+            Step::Header => self.clock.arrived_of(rest),
+            Step::Finishing | Step::Done => {}
+            _ => {
+                let (at, whole) = self.frame_at;
+                self.clock
+                    .arrived((self.wire_in - at + rest.len() as u64).min(whole));
+            }
+        }
         self.progress(now);
         Ok(used)
     }
@@ -490,7 +513,8 @@ impl<'b> GramReceiver<'b> {
         self.outcome.insert(outcome)
     }
 
-    fn begin_frame(&mut self, now: Instant, fh: FrameHeader) -> Result<(), SessionError> {
+    fn begin_frame(&mut self, fh: FrameHeader) -> Result<(), SessionError> {
+        self.frame_at = (self.wire_in, (FRAME_HEADER_LEN as u64) + u64::from(fh.length));
         match (fh.frame_type, self.session.is_some()) {
             (FrameType::Hello, false) => {
                 self.check_capacity(fh, "HELLO")?;
@@ -507,10 +531,9 @@ impl<'b> GramReceiver<'b> {
                 if (fh.length as usize) < GRAM_HEADER_LEN {
                     return Err(Violation::from(GramViolation::ShortBody { len: fh.length }).into());
                 }
-                // A big gram may take a while at a modest rate: idle timeout
-                // plus 1 s per MB of frame.
-                let allowance = Duration::from_secs(u64::from(fh.length) / 1_000_000);
-                self.set_deadline(now, "GRAM", self.idle_timeout + allowance);
+                // A big gram may take a while at a modest rate: its bytes
+                // earn time as they arrive (the clock), its length none.
+                self.awaiting = "GRAM";
                 self.step = Step::GramHeader(fh);
             }
             (FrameType::Complete, true) if fh.flags & FLAG_COMPLETE_REPORT == 0 => {
@@ -549,7 +572,7 @@ impl<'b> GramReceiver<'b> {
     }
 
     fn set_deadline(&mut self, now: Instant, awaiting: &'static str, after: Duration) {
-        self.deadline = now + after;
+        self.clock.next_frame(now, after);
         self.awaiting = awaiting;
         self.awaiting_for = after;
     }

@@ -3,7 +3,7 @@
 //! session's phases and the handshake (FILES_HELLO, PROBE, INDEX_REQUEST,
 //! PLAN); `stream` beside it owns the file stream and the corrections plane.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use pfs_files::RelPath;
@@ -20,7 +20,7 @@ use super::stream::{Current, Waiting};
 use super::{FilesReceiverConfig, FilesReceiverOutcome};
 use crate::error::{LimitExceeded, LocalError, Timeout};
 use crate::files::{FilesViolation, INDEX_ENTRIES_PER_FRAME};
-use crate::framing::{frame_want, refusal};
+use crate::framing::{frame_want, refusal, FrameClock};
 use crate::SessionError;
 use pfs_sys::Usage;
 
@@ -74,6 +74,19 @@ pub struct FilesReceiver {
     pub(super) idle_timeout: Duration,
     pub(super) max_chunks_body: u32,
     pub(super) commit_every: u64,
+    /// The session's limits (see [`FilesReceiverConfig`]).
+    pub(super) max_session_memory: u64,
+    pub(super) max_frame_work: u64,
+    pub(super) max_unverified_bytes: u64,
+    reservation_limit: (u64, u8),
+    /// Bookkeeping bytes kept for the peer so far (see [`Self::charge`]).
+    pub(super) memory: u64,
+    /// Bytes hashed or decompressed for the frame being handled.
+    pub(super) frame_work: u64,
+    /// Bytes of REF/KNOWN chunks that did not verify.
+    pub(super) unverified: u64,
+    /// Store appends (deduplicated or not) since the last commit.
+    pub(super) appends: u64,
     phase: Phase,
     /// Sub-directory the sender asked for.
     pub(super) base: Option<RelPath>,
@@ -94,8 +107,9 @@ pub struct FilesReceiver {
     /// Hashes to NAK, once each.
     pub(super) nak: Vec<Hash>,
     pub(super) nak_seen: HashSet<Hash>,
-    /// Good bytes from REPAIR frames, until the last.
-    pub(super) repaired: HashMap<Hash, Vec<u8>>,
+    /// NAKed chunks the store was repaired with: their good bytes are read
+    /// back from the store, not kept in memory.
+    pub(super) repaired: HashSet<Hash>,
     pub(super) report: FilesReport<'static>,
     pub(super) messages: String,
     /// Decompressed zstd chunk.
@@ -112,9 +126,8 @@ pub struct FilesReceiver {
     out: Vec<u8>,
     events: VecDeque<FilesReceiverEvent>,
     started: Instant,
-    deadline: Instant,
-    /// `consumed` when the frame now arriving was given its size allowance.
-    allowance_at: Option<u64>,
+    /// Per-frame, absolute deadlines.
+    clock: FrameClock,
     /// Bytes consumed: the receiver's wire bytes.
     consumed: u64,
     now: Instant,
@@ -145,6 +158,14 @@ impl FilesReceiver {
             idle_timeout: cfg.idle_timeout,
             max_chunks_body: cfg.max_chunks_body,
             commit_every: cfg.commit_every,
+            max_session_memory: cfg.max_session_memory,
+            max_frame_work: cfg.max_frame_work,
+            max_unverified_bytes: cfg.max_unverified_bytes,
+            reservation_limit: (cfg.max_reservation, cfg.max_reservation_percent),
+            memory: 0,
+            frame_work: 0,
+            unverified: 0,
+            appends: 0,
             phase: Phase::Hello,
             base: None,
             dry_run: false,
@@ -159,7 +180,7 @@ impl FilesReceiver {
             waiting: Vec::new(),
             nak: Vec::new(),
             nak_seen: HashSet::new(),
-            repaired: HashMap::new(),
+            repaired: HashSet::new(),
             report: FilesReport::default(),
             messages: String::new(),
             zbuf: Vec::new(),
@@ -169,8 +190,7 @@ impl FilesReceiver {
             out: Vec::new(),
             events: VecDeque::new(),
             started: now,
-            deadline: now + cfg.handshake_timeout,
-            allowance_at: None,
+            clock: FrameClock::new(now, cfg.handshake_timeout, cfg.min_frame_rate),
             consumed: 0,
             now,
         })
@@ -209,19 +229,19 @@ impl FilesReceiver {
             if rest.len() < end {
                 break;
             }
+            // The work budget is per frame on the wire (a BATCH and all it
+            // carries count as one).
+            self.frame_work = 0;
             self.frame(header, &rest[FRAME_HEADER_LEN..end], host)?;
             used += end;
             self.consumed += end as u64;
         }
-        self.deadline = crate::framing::frame_deadline(
-            self.deadline,
-            now,
-            self.phase_timeout(),
-            used,
-            &input[used..],
-            self.consumed,
-            &mut self.allowance_at,
-        );
+        if used > 0 {
+            self.clock.next_frame(now, self.phase_timeout());
+        }
+        if !matches!(self.phase, Phase::Finished | Phase::Done) {
+            self.clock.arrived_of(&input[used..]);
+        }
         Ok(used)
     }
 
@@ -242,7 +262,7 @@ impl FilesReceiver {
 
     /// When the session times out unless input arrives.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        (!matches!(self.phase, Phase::Finished | Phase::Done)).then_some(self.deadline)
+        (!matches!(self.phase, Phase::Finished | Phase::Done)).then(|| self.clock.deadline())
     }
 
     /// Ends the session if its deadline passed.
@@ -455,6 +475,7 @@ impl FilesReceiver {
             }
             .into());
         }
+        self.work(u64::from(raw_len))?;
         let mut buf = std::mem::take(&mut self.batch_buf);
         buf.clear();
         buf.resize(raw_len as usize, 0);
@@ -517,6 +538,7 @@ impl FilesReceiver {
             }
             .into());
         }
+        self.charge(u64::from(head.count))?;
         for e in entries {
             let e = e.map_err(malformed("PROBE entry"))?;
             // A path that is not valid is not held.
@@ -619,7 +641,20 @@ impl FilesReceiver {
             return Err(FilesViolation::PlanInDryRun.into());
         }
         let plan = Plan::parse(body).map_err(malformed("PLAN"))?;
-        host.reserve(plan.literal_bytes).map_err(|e| match e {
+        let info = host.store_info();
+        if plan.literal_bytes > info.free {
+            // Refused before anything is written, as before: the plan cannot fit.
+            return Err(LimitExceeded::StoreFull {
+                need: plan.literal_bytes,
+                free: info.free,
+                capacity: info.capacity,
+            }
+            .into());
+        }
+        // One session holds at most its share reserved; the rest is
+        // reserved as bytes arrive (take_literal grows it).
+        let reserved = plan.literal_bytes.min(self.reservation_limit(info.capacity));
+        host.reserve(reserved).map_err(|e| match e {
             StoreError::Full { need, free, capacity } => {
                 LimitExceeded::StoreFull { need, free, capacity }.into()
             }
@@ -627,12 +662,12 @@ impl FilesReceiver {
         })?;
         self.appended = 0;
         let ack = PlanAck {
-            reserved: plan.literal_bytes,
+            reserved,
             free: host.store_info().free,
         };
         put_frame(&mut self.out, FrameType::Ack, 0, &ack.emit());
         self.phase = Phase::Stream;
-        self.deadline = self.now + self.idle_timeout;
+        self.clock.next_frame(self.now, self.idle_timeout);
         Ok(())
     }
 
@@ -665,13 +700,58 @@ impl FilesReceiver {
         // Deepest first, so setting a child does not disturb its parent's mtime.
         for (rel, mtime_ns, mode) in std::mem::take(&mut self.dir_meta).into_iter().rev() {
             if let Err(e) = host.set_dir_meta(&rel, mtime_ns, mode) {
-                self.messages
-                    .push_str(&format!("{rel}: directory mode/mtime: {e}\n"));
+                self.note(&format!("{rel}: directory mode/mtime: {e}\n"));
             }
         }
         self.report.store_generation = host.store_info().generation;
         self.phase = Phase::Finished;
         self.events.push_back(FilesReceiverEvent::Finished);
+    }
+
+    /// Most store space this session may hold reserved in a store of `capacity`.
+    pub(super) fn reservation_limit(&self, capacity: u64) -> u64 {
+        let (max, percent) = self.reservation_limit;
+        let share = u128::from(capacity) * u128::from(percent.min(100)) / 100;
+        max.min(share as u64)
+    }
+
+    /// Accounts `bytes` more of bookkeeping kept because of what the peer
+    /// sent; past the session's limit the session ends (`LIMIT`).
+    pub(super) fn charge(&mut self, bytes: u64) -> Result<(), SessionError> {
+        self.memory += bytes;
+        if self.memory > self.max_session_memory {
+            return Err(LimitExceeded::Peer {
+                what: "session memory (bytes kept for chunks awaiting REPAIR, files waiting, directories, PROBE answers)",
+                asked: self.memory,
+                limit: self.max_session_memory,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Accounts `bytes` more hashed or decompressed for the frame being
+    /// handled; past the limit the session ends (`LIMIT`), so one frame
+    /// costs a bounded amount of CPU however few bytes it is on the wire.
+    pub(super) fn work(&mut self, bytes: u64) -> Result<(), SessionError> {
+        self.frame_work += bytes;
+        if self.frame_work > self.max_frame_work {
+            return Err(LimitExceeded::Peer {
+                what: "bytes one frame makes the receiver hash or decompress",
+                asked: self.frame_work,
+                limit: self.max_frame_work,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// A line for the report beyond the per-entry failures, within the
+    /// report's text limit.
+    pub(super) fn note(&mut self, line: &str) {
+        if self.messages.len() + line.len() <= pfs_wire::files::MAX_REPORT_TEXT {
+            self.messages.push_str(line);
+        }
     }
 
     /// `path` from the sender, beneath the remote directory it asked for.

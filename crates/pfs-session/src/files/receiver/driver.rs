@@ -2,8 +2,6 @@
 //! [`Transport`]: it owns the socket, the clock and CPU accounting; the
 //! core owns the protocol, the [`LocalHost`] the store and the files.
 
-use std::time::Duration;
-
 use pfs_files::{DestRoot, Landing};
 use pfs_store::Store;
 use pfs_transport::Transport;
@@ -11,7 +9,7 @@ use pfs_transport::Transport;
 use super::core::{FilesReceiver, FilesReceiverEvent};
 use super::host::{FilesHost, LocalHost};
 use super::{FilesReceiverConfig, FilesReceiverOutcome};
-use crate::framing::{is_timeout, now, send_error, RecvBuf};
+use crate::framing::{is_timeout, now, send_error, write_reply, ReadTimeout, RecvBuf};
 use crate::SessionError;
 use pfs_sys::{thread_usage, Usage};
 
@@ -29,7 +27,7 @@ pub fn receive_files<T: Transport + ?Sized>(
     let usage0 = thread_usage();
     let mut core = FilesReceiver::new(cfg, now())?;
     let mut host = LocalHost::new(store, Landing::new(dest, cfg.manifest.clone(), cfg.fsync_files));
-    let result = run(t, &mut core, &mut host, &usage0);
+    let result = run(t, &mut core, &mut host, cfg, &usage0);
     // Whatever happened, keep the verified chunks that arrived.
     let salvage = host.commit();
     match result {
@@ -38,6 +36,8 @@ pub fn receive_files<T: Transport + ?Sized>(
             Ok(out)
         }
         Err(e) => {
+            // The ERROR frame too: a peer that does not read cannot hold us.
+            let _ = t.set_write_timeout(Some(cfg.write_timeout));
             if e.tell_peer() {
                 send_error(t, &e);
             }
@@ -50,10 +50,11 @@ fn run<'s, T: Transport + ?Sized>(
     t: &mut T,
     core: &mut FilesReceiver,
     host: &mut LocalHost<'s>,
+    cfg: &FilesReceiverConfig,
     usage0: &Usage,
 ) -> Result<FilesReceiverOutcome, SessionError> {
     let mut buf = RecvBuf::new(core.buffer_capacity());
-    let mut timeout_set: Option<Duration> = None;
+    let mut read_timeout = ReadTimeout::default();
     loop {
         let used = core.handle_input(now(), buf.filled(), host)?;
         buf.consume(used);
@@ -64,27 +65,19 @@ fn run<'s, T: Transport + ?Sized>(
             }
         }
         if let Some(bytes) = core.poll_transmit() {
-            t.write_all(bytes)
+            // Replies have a deadline too: a peer that never reads its
+            // NAKs or its report does not keep the session.
+            write_reply(t, bytes, cfg.write_timeout, cfg.min_frame_rate)
                 .map_err(|e| SessionError::transport(core.awaiting(), e))?;
             core.transmitted();
         }
         if core.is_done() {
             return Ok(core.outcome());
         }
-        // The socket wakes us near the core's deadline. Set only when it
-        // moves by more than a second: not one syscall per read.
-        let wait = core
-            .poll_timeout()
-            .map(|d| d.saturating_duration_since(now()).max(Duration::from_millis(1)));
-        let stale = match (wait, timeout_set) {
-            (Some(w), Some(set)) => w + Duration::from_secs(1) < set || w > set + Duration::from_secs(1),
-            (w, set) => w != set,
-        };
-        if stale {
-            t.set_read_timeout(wait)
-                .map_err(|e| SessionError::transport("setup", e))?;
-            timeout_set = wait;
-        }
+        // The socket wakes us near the core's deadline.
+        read_timeout
+            .update(t, core.poll_timeout(), now())
+            .map_err(|e| SessionError::transport("setup", e))?;
         let want = core.want(buf.filled());
         match buf.read_from(t, want) {
             Ok(0) => core.handle_close(now(), !buf.filled().is_empty())?,

@@ -84,6 +84,9 @@ pub trait FilesHost<'s> {
     ) -> Result<(), LandError>;
     /// Drops the file `no` being rebuilt.
     fn discard(&mut self, no: u64);
+    /// The file `no` being rebuilt waits (for REPAIR): close its
+    /// descriptors until it is written or finished again.
+    fn park(&mut self, no: u64);
 }
 
 /// The host of a real receiver: its store and destination on this machine.
@@ -224,5 +227,16 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
 
     fn discard(&mut self, no: u64) {
         self.landing.discard(no);
+    }
+
+    fn park(&mut self, no: u64) {
+        self.landing.park(no);
+    }
+}
+
+impl LocalHost<'_> {
+    /// Files being rebuilt with a descriptor open (parked ones not counted).
+    pub fn open_files(&self) -> usize {
+        self.landing.open_files()
     }
 }

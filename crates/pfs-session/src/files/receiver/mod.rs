@@ -29,15 +29,54 @@ pub use self::core::{FilesReceiver, FilesReceiverEvent, MAX_PROBE_ENTRIES};
 pub use driver::receive_files;
 pub use host::{FilesHost, LocalHost, StoreInfo};
 
-/// Receiver settings of files sessions.
+/// Most bookkeeping bytes one session may make a receiver keep, by default
+/// (chunks awaiting REPAIR, the NAK list, files waiting, directories whose
+/// metadata is set at the end, PROBE answers).
+pub const DEFAULT_MAX_SESSION_MEMORY: u64 = 64 << 20;
+/// Most bytes one frame (a BATCH with everything in it counts as one) may
+/// make a receiver hash or decompress, by default. A sender keeps its frames
+/// under [`crate::files::SENDER_FRAME_WORK`], a quarter of it.
+pub const DEFAULT_MAX_FRAME_WORK: u64 = 1 << 30;
+/// Most bytes of REF/KNOWN chunks one session may name that turn out not
+/// to match their hash (work that yields nothing; they are NAKed), by default.
+pub const DEFAULT_MAX_UNVERIFIED_BYTES: u64 = 256 << 20;
+/// Most store space one session holds reserved at a time, by default.
+pub const DEFAULT_MAX_RESERVATION: u64 = 1 << 30;
+/// Largest share of the store's capacity one session holds reserved at a
+/// time, in percent, by default.
+pub const DEFAULT_MAX_RESERVATION_PERCENT: u8 = 25;
+/// The store appends of a session are committed at least every this many
+/// chunks (each one appended costs memory until its commit).
+pub const COMMIT_EVERY_CHUNKS: u64 = 64 << 10;
+
+/// Receiver settings of files sessions. The limits hold whatever the peer
+/// declares (docs/security-limits.md lists them with what a peer hitting
+/// one gets).
 #[derive(Debug, Clone)]
 pub struct FilesReceiverConfig {
     /// Longest wait for FILES_HELLO, INDEX_REQUEST and PLAN.
     pub handshake_timeout: Duration,
-    /// Longest silence tolerated while files stream.
+    /// Longest wait for the next frame while files stream.
     pub idle_timeout: Duration,
+    /// A frame still arriving earns one more second before its deadline
+    /// per this many of its bytes (see [`crate::framing::FrameClock`]).
+    pub min_frame_rate: u64,
+    /// Longest a reply (ACK, INDEX, NAK, the report, ERROR) may take to be
+    /// written, plus one second per `min_frame_rate` bytes of it.
+    pub write_timeout: Duration,
     /// Largest CHUNKS/REPAIR body accepted.
     pub max_chunks_body: u32,
+    /// Most bookkeeping bytes the session may make the receiver keep.
+    pub max_session_memory: u64,
+    /// Most bytes one frame may make the receiver hash or decompress.
+    pub max_frame_work: u64,
+    /// Most bytes of REF/KNOWN chunks that fail their hash check per session.
+    pub max_unverified_bytes: u64,
+    /// Most store space the session holds reserved at a time (a PLAN asking
+    /// more gets this much, and more only as bytes arrive).
+    pub max_reservation: u64,
+    /// The same as a percentage of the store's capacity (the smaller wins).
+    pub max_reservation_percent: u8,
     /// Commit (make durable and indexed) appended chunks at least every
     /// this many bytes, so an interrupted transfer keeps what arrived.
     pub commit_every: u64,
@@ -53,7 +92,14 @@ impl Default for FilesReceiverConfig {
         Self {
             handshake_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(120),
+            min_frame_rate: crate::framing::DEFAULT_MIN_FRAME_RATE,
+            write_timeout: crate::framing::DEFAULT_WRITE_TIMEOUT,
             max_chunks_body: crate::files::DEFAULT_MAX_CHUNKS_BODY,
+            max_session_memory: DEFAULT_MAX_SESSION_MEMORY,
+            max_frame_work: DEFAULT_MAX_FRAME_WORK,
+            max_unverified_bytes: DEFAULT_MAX_UNVERIFIED_BYTES,
+            max_reservation: DEFAULT_MAX_RESERVATION,
+            max_reservation_percent: DEFAULT_MAX_RESERVATION_PERCENT,
             commit_every: 256 << 20,
             fsync_files: false,
             manifest: None,

@@ -14,12 +14,24 @@ use pfs_wire::FrameType;
 
 use super::core::{malformed, FilesReceiver};
 use super::host::FilesHost;
+use super::COMMIT_EVERY_CHUNKS;
 use crate::error::{LimitExceeded, LocalError};
 use crate::files::{hash_matches, FilesViolation, MAX_CHUNK_LEN};
 use crate::SessionError;
 
 /// Store space asked for at once when a transfer needs more than planned.
 const GROW_STEP: u64 = 64 << 20;
+
+/// Bookkeeping charged per chunk awaiting REPAIR (its hole, with room for
+/// the vector's growth).
+const HOLE_COST: u64 = 2 * std::mem::size_of::<(u64, Hash, u32)>() as u64;
+/// Bookkeeping charged per distinct NAKed hash (the NAK list and its set).
+const NAK_COST: u64 = 32 + 64;
+/// Bookkeeping charged per file waiting for REPAIR, besides its path.
+const WAITING_COST: u64 = std::mem::size_of::<Waiting>() as u64;
+/// Bookkeeping charged per directory whose metadata is set at the end,
+/// besides its path.
+const DIR_META_COST: u64 = std::mem::size_of::<(RelPath, i128, u32)>() as u64;
 
 /// A file being rebuilt: the hashes computed as its bytes are written.
 #[derive(Debug)]
@@ -84,8 +96,6 @@ pub(super) struct Waiting {
     mtime_ns: i128,
     file_hash: Hash,
     holes: Vec<(u64, Hash, u32)>,
-    /// Why it cannot be finished, if it cannot.
-    broken: Option<Unfinished>,
 }
 
 /// Why a file waiting for REPAIRs cannot be finished.
@@ -171,6 +181,14 @@ impl FilesReceiver {
             .into());
         }
         self.next_no += 1;
+        if u64::from(f.chunk_count) > f.size {
+            return Err(FilesViolation::ChunkCount {
+                file: f.file_no,
+                chunks: f.chunk_count,
+                size: f.size,
+            }
+            .into());
+        }
         let mtime_ns = i128::from(f.mtime_sec) * 1_000_000_000 + i128::from(f.mtime_nsec);
         let rel = match self.full_path(f.path) {
             Ok(r) => r,
@@ -188,6 +206,7 @@ impl FilesReceiver {
                 match host.make_dir(&rel, f.mode) {
                     Ok(()) => {
                         self.report.dirs += 1;
+                        self.charge(DIR_META_COST + rel.as_bytes().len() as u64)?;
                         self.dir_meta.push((rel, mtime_ns, f.mode));
                     }
                     Err(e) => self.fail(f.path, e),
@@ -306,6 +325,9 @@ impl FilesReceiver {
         if e.len == 0 || e.len > MAX_CHUNK_LEN {
             return Err(FilesViolation::ChunkLength { len: e.len }.into());
         }
+        // Every chunk may be hashed (and decompressed): its length is the
+        // work it costs, whatever few bytes it took on the wire.
+        self.work(u64::from(e.len))?;
         let cur = self.current.as_mut().ok_or(FilesViolation::ChunksWithoutFile)?;
         if cur.chunks_left == 0 || cur.seen + u64::from(e.len) > cur.size {
             return Err(FilesViolation::FileOverflow { file: cur.no }.into());
@@ -334,7 +356,7 @@ impl FilesReceiver {
                     self.verified(e.hash);
                     self.put(pending, at, bytes, host);
                 } else {
-                    self.hole(pending, at, e.hash, e.len, host);
+                    self.hole(pending, at, e.hash, e.len, host)?;
                 }
             }
             ChunkData::Known => {
@@ -356,7 +378,7 @@ impl FilesReceiver {
                 // live in the reservation, which may change before the
                 // pending write; write them now.
                 self.flush(pending, host);
-                self.place_appended(e, at, pending, host);
+                self.place_appended(e, at, pending, host)?;
             }
         }
         Ok(())
@@ -370,14 +392,14 @@ impl FilesReceiver {
         at: u64,
         pending: &mut Pending<'b>,
         host: &mut H,
-    ) {
+    ) -> Result<(), SessionError> {
         let Some(Current {
             no,
             target: Target::Rebuild(rb),
             ..
         }) = self.current.as_mut()
         else {
-            return;
+            return Ok(());
         };
         let mut seen = |b: &[u8]| {
             if let Some(h) = rb.hasher.as_mut() {
@@ -393,8 +415,9 @@ impl FilesReceiver {
                 self.verified(e.hash);
             }
             Some(Err(err)) => self.fail_current(err, host),
-            None => self.hole(pending, at, e.hash, e.len, host),
+            None => self.hole(pending, at, e.hash, e.len, host)?,
         }
+        Ok(())
     }
 
     /// A literal entry: decompress, check against its hash, append to the
@@ -460,6 +483,7 @@ impl FilesReceiver {
         }
         host.append(e.hash, bytes).map_err(LocalError::Store)?;
         self.appended += len;
+        self.appends += 1;
         self.verified(e.hash);
         match (compressed, e.data) {
             // Frame bytes outlive the pending write: queue them in place.
@@ -470,6 +494,12 @@ impl FilesReceiver {
                 self.put_now(at, bytes, host);
             }
         }
+        if self.appends >= COMMIT_EVERY_CHUNKS {
+            // Each append is remembered until its commit: commit often
+            // enough that tiny chunks cannot grow that without bound.
+            // (Pending writes hold frame or committed bytes, not these.)
+            self.commit(host)?;
+        }
         Ok(true)
     }
 
@@ -477,6 +507,7 @@ impl FilesReceiver {
     pub(super) fn commit<'s, H: FilesHost<'s>>(&mut self, host: &mut H) -> Result<(), SessionError> {
         self.report.store_appended += host.commit().map_err(LocalError::Store)?;
         self.appended = 0;
+        self.appends = 0;
         Ok(())
     }
 
@@ -568,7 +599,10 @@ impl FilesReceiver {
         }
     }
 
-    /// A chunk whose bytes are not (correctly) here: NAK it after the stream.
+    /// A chunk whose bytes are not (correctly) here: NAK it after the
+    /// stream. Its bytes count against the session's unverified budget
+    /// (hashing them was work for nothing), its bookkeeping against the
+    /// memory budget.
     fn hole<'s, H: FilesHost<'s>>(
         &mut self,
         pending: &mut Pending<'_>,
@@ -576,7 +610,18 @@ impl FilesReceiver {
         hash: &Hash,
         len: u32,
         host: &mut H,
-    ) {
+    ) -> Result<(), SessionError> {
+        self.unverified += u64::from(len);
+        if self.unverified > self.max_unverified_bytes {
+            return Err(LimitExceeded::Peer {
+                what: "bytes of REF/KNOWN chunks that did not match their hash",
+                asked: self.unverified,
+                limit: self.max_unverified_bytes,
+            }
+            .into());
+        }
+        let fresh = !self.nak_seen.contains(hash);
+        self.charge(HOLE_COST + if fresh { NAK_COST } else { 0 })?;
         self.flush(pending, host);
         if let Some(Current {
             target: Target::Rebuild(rb),
@@ -591,6 +636,7 @@ impl FilesReceiver {
             self.nak.push(*hash);
             self.report.nak_chunks += 1;
         }
+        Ok(())
     }
 
     pub(super) fn end_file<'s, H: FilesHost<'s>>(&mut self, host: &mut H) -> Result<(), SessionError> {
@@ -615,16 +661,20 @@ impl FilesReceiver {
                 self.report.files_metadata_only += 1;
                 self.report.effective_bytes += cur.size;
             }
-            (Target::Rebuild(rb), Some(rel)) if !rb.holes.is_empty() => self.waiting.push(Waiting {
-                no: cur.no,
-                rel,
-                size: cur.size,
-                mode: cur.mode,
-                mtime_ns: cur.mtime_ns,
-                file_hash: cur.file_hash,
-                holes: rb.holes,
-                broken: None,
-            }),
+            (Target::Rebuild(rb), Some(rel)) if !rb.holes.is_empty() => {
+                self.charge(WAITING_COST + rel.as_bytes().len() as u64)?;
+                // It waits for REPAIR with no descriptor open.
+                host.park(cur.no);
+                self.waiting.push(Waiting {
+                    no: cur.no,
+                    rel,
+                    size: cur.size,
+                    mode: cur.mode,
+                    mtime_ns: cur.mtime_ns,
+                    file_hash: cur.file_hash,
+                    holes: rb.holes,
+                });
+            }
             (Target::Rebuild(rb), Some(rel)) => {
                 let digest = rb.hasher.map(|h| *h.finalize().as_bytes()).or(rb.single);
                 let quick = rb.quick.map(|q| q.0.finish_128().to_le_bytes());
@@ -666,8 +716,9 @@ impl FilesReceiver {
         }
     }
 
-    /// One REPAIR frame: keep the good bytes of NAKed chunks, repair the
-    /// store; after the last, fill the waiting files and finish.
+    /// One REPAIR frame: repair the store with the good bytes of NAKed
+    /// chunks (they are read back from there, never kept in memory); after
+    /// the last, fill the waiting files and finish.
     pub(super) fn repair_frame<'s, H: FilesHost<'s>>(
         &mut self,
         flags: u16,
@@ -677,56 +728,53 @@ impl FilesReceiver {
         let (_, entries) = parse_chunks(body).map_err(malformed("REPAIR"))?;
         for e in entries {
             let e = e.map_err(malformed("REPAIR entry"))?;
-            if !self.nak_seen.contains(e.hash) || e.len > MAX_CHUNK_LEN {
+            if !self.nak_seen.contains(e.hash) || e.len == 0 || e.len > MAX_CHUNK_LEN {
                 return Err(FilesViolation::RepairNotNaked.into());
             }
-            let bytes = match e.data {
-                ChunkData::Literal(b) if b.len() == e.len as usize => b.to_vec(),
-                ChunkData::Zstd(c) => zstd::bulk::decompress(c, e.len as usize)
-                    .ok()
-                    .filter(|b| b.len() == e.len as usize)
-                    .ok_or(FilesViolation::RepairZstd)?,
-                _ => return Err(FilesViolation::RepairWithoutBytes.into()),
+            self.work(u64::from(e.len))?;
+            let mut zbuf = std::mem::take(&mut self.zbuf);
+            let bytes: &[u8] = match e.data {
+                ChunkData::Literal(b) if b.len() == e.len as usize => b,
+                ChunkData::Zstd(c) => {
+                    zbuf.clear();
+                    zbuf.resize(e.len as usize, 0);
+                    match self.dctx.0.decompress_to_buffer(c, &mut zbuf[..]) {
+                        Ok(n) if n == e.len as usize => &zbuf,
+                        _ => {
+                            self.zbuf = zbuf;
+                            return Err(FilesViolation::RepairZstd.into());
+                        }
+                    }
+                }
+                _ => {
+                    self.zbuf = zbuf;
+                    return Err(FilesViolation::RepairWithoutBytes.into());
+                }
             };
-            if !hash_matches(&bytes, e.hash) {
-                continue;
+            if hash_matches(bytes, e.hash) {
+                self.report.repaired_bytes += u64::from(e.len);
+                match host.repair(e.hash, bytes) {
+                    Ok(()) => {
+                        self.repaired.insert(*e.hash);
+                    }
+                    Err(err) => self.note(&format!("store repair failed: {err}\n")),
+                }
             }
-            self.report.repaired_bytes += u64::from(e.len);
-            if let Err(err) = host.repair(e.hash, &bytes) {
-                self.messages.push_str(&format!("store repair failed: {err}\n"));
-            }
-            self.repaired.insert(*e.hash, bytes);
+            self.zbuf = zbuf;
         }
         if flags & FLAG_LAST != 0 {
-            self.fill_holes(host);
             self.finish_all(host);
         }
         Ok(())
     }
 
-    /// Writes the repaired chunks into the files waiting for them.
-    fn fill_holes<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
-        for w in &mut self.waiting {
-            for (at, hash, len) in std::mem::take(&mut w.holes) {
-                let result = match self.repaired.get(&hash).filter(|b| b.len() == len as usize) {
-                    Some(b) => host
-                        .write(w.no, at, &mut [IoSlice::new(b)])
-                        .map_err(Unfinished::Land),
-                    None => Err(Unfinished::NotRepaired),
-                };
-                if let Err(e) = result {
-                    w.broken = Some(e);
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Finishes the files that waited for REPAIRs (or fails them).
+    /// Finishes the files that waited for REPAIRs, one at a time (each is
+    /// reopened, filled from the repaired store, landed or failed, closed),
+    /// so their number never costs descriptors.
     pub(super) fn finish_waiting<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
         for w in std::mem::take(&mut self.waiting) {
-            match w.broken {
-                None if w.holes.is_empty() => {
+            match self.fill(&w, host) {
+                Ok(()) => {
                     let spec = FileSpec {
                         rel: &w.rel,
                         size: w.size,
@@ -737,15 +785,26 @@ impl FilesReceiver {
                     };
                     self.land(w.no, &spec, (None, None), host);
                 }
-                None => {
-                    host.discard(w.no);
-                    self.fail(w.rel.as_bytes(), Unfinished::NotRepaired);
-                }
-                Some(why) => {
+                Err(why) => {
                     host.discard(w.no);
                     self.fail(w.rel.as_bytes(), why);
                 }
             }
         }
+    }
+
+    /// Writes the repaired chunks into the holes of `w`, from the store.
+    fn fill<'s, H: FilesHost<'s>>(&self, w: &Waiting, host: &mut H) -> Result<(), Unfinished> {
+        for (at, hash, len) in &w.holes {
+            let bytes = Some(hash)
+                .filter(|h| self.repaired.contains(*h))
+                .and_then(|h| host.lookup(h))
+                .filter(|loc| loc.len == *len)
+                .and_then(|loc| host.stored(loc))
+                .filter(|b| hash_matches(b, hash))
+                .ok_or(Unfinished::NotRepaired)?;
+            host.write(w.no, *at, &mut [IoSlice::new(bytes)])?;
+        }
+        Ok(())
     }
 }

@@ -20,8 +20,8 @@ use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
 use super::{classify, ChunkPlan, FilesItem, FilesPlanSummary, FilesProgress, FilesSenderConfig, Unreadable};
 use crate::error::{LocalError, Timeout};
-use crate::files::{FilesViolation, IndexFault, SENDER_FRAME_TARGET};
-use crate::framing::{frame_want, refusal, Transmit};
+use crate::files::{FilesViolation, IndexFault, SENDER_FRAME_TARGET, SENDER_FRAME_WORK};
+use crate::framing::{frame_want, refusal, FrameClock, Transmit, DEFAULT_MIN_FRAME_RATE};
 use crate::SessionError;
 
 /// Largest index BATCH (compressed or not) a sender accepts.
@@ -93,15 +93,16 @@ pub struct FilesSender<'a> {
     phase: Phase,
     now: Instant,
     started: Instant,
-    deadline: Option<Instant>,
-    /// `consumed` when the reply now arriving was given its size allowance.
-    allowance_at: Option<u64>,
+    /// Per-frame, absolute deadlines while a reply is awaited.
+    deadline: Option<FrameClock>,
     consumed: u64,
     wire_sent: u64,
     out: Vec<u8>,
     ready: VecDeque<Ready>,
     /// Small FILE/CHUNKS frames waiting to go out as one BATCH.
     batch: Vec<u8>,
+    /// Chunk bytes the frames in `batch` name.
+    batch_work: u64,
     batch_hdr: [u8; FRAME_HEADER_LEN],
     batch_head: [u8; BATCH_HEAD_LEN],
     /// Compressed BATCH body.
@@ -170,13 +171,13 @@ impl<'a> FilesSender<'a> {
             phase: Phase::Accept,
             now,
             started: now,
-            deadline: Some(now + cfg.reply_timeout),
-            allowance_at: None,
+            deadline: Some(FrameClock::new(now, cfg.reply_timeout, DEFAULT_MIN_FRAME_RATE)),
             consumed: 0,
             wire_sent: 0,
             out: Vec::new(),
             ready: VecDeque::new(),
             batch: Vec::with_capacity(BATCH_TARGET + BATCH_FRAME_MAX),
+            batch_work: 0,
             batch_hdr: [0; FRAME_HEADER_LEN],
             batch_head: [0; BATCH_HEAD_LEN],
             zout: Vec::new(),
@@ -277,23 +278,18 @@ impl<'a> FilesSender<'a> {
             used += end;
             self.consumed += end as u64;
         }
-        if let Some(deadline) = self.deadline {
-            self.deadline = Some(crate::framing::frame_deadline(
-                deadline,
-                now,
-                self.cfg.reply_timeout,
-                used,
-                &input[used..],
-                self.consumed,
-                &mut self.allowance_at,
-            ));
+        if let Some(clock) = self.deadline.as_mut() {
+            if used > 0 {
+                clock.next_frame(now, self.cfg.reply_timeout);
+            }
+            clock.arrived_of(&input[used..]);
         }
         Ok(used)
     }
 
     /// When the awaited reply is late.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline.filter(|_| self.wants_input())
+        self.deadline.filter(|_| self.wants_input()).map(|c| c.deadline())
     }
 
     /// Ends the session if the awaited reply is late.
@@ -374,7 +370,11 @@ impl<'a> FilesSender<'a> {
         self.wire_sent += n as u64;
         if self.ready.is_empty() && self.wants_input() {
             // Awaiting a reply from now on.
-            self.deadline = Some(self.now + self.cfg.reply_timeout);
+            self.deadline = Some(FrameClock::new(
+                self.now,
+                self.cfg.reply_timeout,
+                DEFAULT_MIN_FRAME_RATE,
+            ));
         }
     }
 
@@ -732,9 +732,10 @@ impl<'a> FilesSender<'a> {
         self.phase = Phase::Ack;
     }
 
-    /// The frame in `frame` goes out: small ones in the BATCH, large ones
-    /// alone (after the BATCH so far).
-    fn queue(&mut self, ty: FrameType, what: &'static str) -> Result<(), SessionError> {
+    /// The frame in `frame`, naming `work` chunk bytes, goes out: small ones
+    /// in the BATCH (never more than [`SENDER_FRAME_WORK`] in one), large
+    /// ones alone (after the BATCH so far).
+    fn queue(&mut self, ty: FrameType, what: &'static str, work: u64) -> Result<(), SessionError> {
         let len = FRAME_HEADER_LEN + self.frame.len();
         if len > BATCH_FRAME_MAX {
             self.flush_batch()?;
@@ -747,7 +748,13 @@ impl<'a> FilesSender<'a> {
             self.ready.push_back(Ready::Frame(what));
             return Ok(());
         }
+        if self.batch_work + work > SENDER_FRAME_WORK {
+            // Leaves only this frame in the batch: below BATCH_TARGET, so
+            // no second BATCH is queued before this one is sent.
+            self.flush_batch()?;
+        }
         put_frame(&mut self.batch, ty, 0, &self.frame);
+        self.batch_work += work;
         if self.batch.len() >= BATCH_TARGET {
             self.flush_batch()?;
         }
@@ -781,6 +788,7 @@ impl<'a> FilesSender<'a> {
         }
         .emit();
         self.batch.clear();
+        self.batch_work = 0;
         self.ready.push_back(Ready::Batch);
         Ok(())
     }
@@ -834,7 +842,7 @@ impl<'a> FilesSender<'a> {
         match self.next_chunk {
             None => {
                 self.file_frame(no);
-                self.queue(FrameType::File, "FILE")?;
+                self.queue(FrameType::File, "FILE", 0)?;
                 let item = &self.items[no];
                 let chunks = item
                     .recipe
@@ -847,8 +855,8 @@ impl<'a> FilesSender<'a> {
                 }
             }
             Some(i) => {
-                let end = self.chunks_frame(no, i, src)?;
-                self.queue(FrameType::Chunks, "CHUNKS")?;
+                let (end, work) = self.chunks_frame(no, i, src)?;
+                self.queue(FrameType::Chunks, "CHUNKS", work)?;
                 let total = self.items[no].recipe.as_ref().map_or(0, |r| r.chunks.len());
                 if end == total {
                     self.end_item();
@@ -911,24 +919,27 @@ impl<'a> FilesSender<'a> {
 
     /// One CHUNKS frame of entry `no` from chunk `first` on, into `frame`
     /// (literal bytes read straight into it: one copy from the page cache);
-    /// returns the chunk after the last one in it.
+    /// returns the chunk after the last one in it and the chunk bytes it
+    /// names (what it makes the receiver hash).
     fn chunks_frame<S: FilesSource + ?Sized>(
         &mut self,
         no: usize,
         first: usize,
         src: &mut S,
-    ) -> Result<usize, SessionError> {
+    ) -> Result<(usize, u64), SessionError> {
         let item = &self.items[no];
         let Some(recipe) = item.recipe.as_ref() else {
-            return Ok(first);
+            return Ok((first, 0));
         };
         let plan = &self.plans[no];
         let frame = &mut self.frame;
         frame.clear();
         frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
         let mut i = first;
-        while i < recipe.chunks.len() && frame.len() < SENDER_FRAME_TARGET {
+        let mut work = 0u64;
+        while i < recipe.chunks.len() && frame.len() < SENDER_FRAME_TARGET && work < SENDER_FRAME_WORK {
             let c = &recipe.chunks[i];
+            work += u64::from(c.len);
             match plan[i] {
                 ChunkPlan::Ref { offset } => {
                     emit_entry_head(frame, tag::REF, &c.hash, c.len);
@@ -963,7 +974,7 @@ impl<'a> FilesSender<'a> {
             }
             .emit(),
         );
-        Ok(i)
+        Ok((i, work))
     }
 
     /// The NAKs are complete: find each named chunk in the files.
