@@ -516,7 +516,11 @@ impl<T: Transport> SecureTransport<T> {
             taken += n;
         }
         self.sealer.seal(kind, &mut self.out).map_err(invalid)?;
-        self.inner.write_all(&self.out)?;
+        if let Err(e) = self.inner.write_all(&self.out) {
+            // Part of a record may be out: nothing sent after it could open.
+            self.closed = true;
+            return Err(e);
+        }
         Ok(taken)
     }
 }
@@ -604,6 +608,10 @@ impl<T: Transport> Transport for SecureTransport<T> {
         self.inner.set_read_timeout(timeout)
     }
 
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_write_timeout(timeout)
+    }
+
     fn shutdown_write(&mut self) -> io::Result<()> {
         if !self.closed {
             self.send_record(RecordKind::Close, &[])?;
@@ -663,6 +671,9 @@ impl<T: Transport> Transport for Prefixed<T> {
     }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         self.inner.set_read_timeout(timeout)
+    }
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_write_timeout(timeout)
     }
     fn shutdown_write(&mut self) -> io::Result<()> {
         self.inner.shutdown_write()

@@ -43,6 +43,9 @@ impl Transport for Capture {
     fn set_read_timeout(&mut self, t: Option<Duration>) -> io::Result<()> {
         self.inner.set_read_timeout(t)
     }
+    fn set_write_timeout(&mut self, t: Option<Duration>) -> io::Result<()> {
+        self.inner.set_write_timeout(t)
+    }
     fn shutdown_write(&mut self) -> io::Result<()> {
         self.inner.shutdown_write()
     }

@@ -139,6 +139,9 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         (**self).set_read_timeout(timeout)
     }
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        (**self).set_write_timeout(timeout)
+    }
     fn shutdown_write(&mut self) -> io::Result<()> {
         (**self).shutdown_write()
     }
