@@ -174,7 +174,9 @@ fn quick_suite_reports_every_column_and_row() {
             assert!(!r[c].is_null(), "row {} has no {c}: {r:#}", r["label"]);
         }
         let notes = r["notes"].as_str().unwrap();
-        let measured = r["effective_mb"].as_f64().unwrap() > 0.0;
+        // A latency row (the handshake) measures time, not bytes.
+        let measured = r["effective_mb"].as_f64().unwrap() > 0.0
+            || (r["purpose"] == "Latency" && r["elapsed_s"].as_f64().unwrap() > 0.0);
         assert!(
             measured || notes.starts_with("skipped: ") || notes.starts_with("failed: "),
             "row {} is neither measured nor skipped/failed: {r:#}",
@@ -189,6 +191,27 @@ fn quick_suite_reports_every_column_and_row() {
     ] {
         row(&v, label);
     }
+    // Protected sessions: each cipher, and the handshake's latency.
+    let offset_protected = rows(&v)
+        .iter()
+        .find(|r| {
+            r["label"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("Native PFS Offset-only Mode - TCP ("))
+        })
+        .and_then(|r| r["label"].as_str())
+        .expect("a protected offset-only row");
+    for label in [
+        "PFS-With-Payload-TCP (aes-256-gcm)",
+        "PFS-With-Payload-TCP (chacha20-poly1305)",
+        offset_protected,
+    ] {
+        let r = row(&v, label);
+        assert_eq!(r["integrity"], "OK", "{r:#}");
+        assert!(r["notes"].as_str().unwrap().contains("× plain"), "{r:#}");
+    }
+    let hs = row(&v, "Noise XX handshake - TCP");
+    assert!(hs["notes"].as_str().unwrap().contains("median"), "{hs:#}");
     // Same-host rows over shared-memory rings run whatever the network path.
     for label in [
         "PFS-With-Payload-SHM",
@@ -219,7 +242,8 @@ fn quick_suite_reports_every_column_and_row() {
     for line in lines {
         let f = csv_fields(line);
         assert_eq!(f.len(), COLUMNS.len(), "{line}");
-        let measured = f[2].parse::<f64>().unwrap() > 0.0;
+        let measured = f[2].parse::<f64>().unwrap() > 0.0
+            || (f[1] == "Latency" && f[5].parse::<f64>().unwrap() > 0.0);
         assert!(
             measured || f[14].starts_with("skipped: ") || f[14].starts_with("failed: "),
             "{line}"

@@ -1,5 +1,5 @@
 //! The files receiver's resource bounds against a hostile peer (issue 13,
-//! docs/security-limits.md): whatever a peer declares, the memory, hashing
+//! docs/security.md): whatever a peer declares, the memory, hashing
 //! work, open descriptors and store reservation of its session stay under
 //! the limits the receiver states, and a well-behaved session is served
 //! afterwards. The sans-I/O core over a [`LocalHost`]; time is a value, and

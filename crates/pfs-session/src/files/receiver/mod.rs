@@ -50,7 +50,7 @@ pub const DEFAULT_MAX_RESERVATION_PERCENT: u8 = 25;
 pub const COMMIT_EVERY_CHUNKS: u64 = 64 << 10;
 
 /// Receiver settings of files sessions. The limits hold whatever the peer
-/// declares (docs/security-limits.md lists them with what a peer hitting
+/// declares (docs/security.md lists them with what a peer hitting
 /// one gets).
 #[derive(Debug, Clone)]
 pub struct FilesReceiverConfig {
