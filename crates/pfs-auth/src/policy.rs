@@ -90,7 +90,8 @@ impl AuthorizedKeys {
 
     /// Parses the text of an `authorized_keys` file: one key a line,
     /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-exec]
-    /// [group=NAME] [# comment]`; blank lines and `#` lines are skipped.
+    /// [group=NAME] [comment]` (a `.pub` line as `pfs keygen` writes it is
+    /// a valid line); `#` starts a comment anywhere, blank lines are skipped.
     /// Errors carry the 1-based line number.
     pub fn parse(text: &str) -> Result<Self, (usize, String)> {
         let mut keys = HashMap::new();
@@ -103,8 +104,25 @@ impl AuthorizedKeys {
             let mut words = line.split_whitespace();
             let key = parse_key_words(&mut words).map_err(|p| (line_no, p.to_string()))?;
             let mut rights = Rights::all(&key);
+            // Options first; the first word that does not look like one
+            // starts a comment (a `.pub` line's `user@host`). An option
+            // after the comment began would be silently lost: refused.
+            let mut comment = None;
             for word in words {
-                apply_option(&mut rights, word).map_err(|p| (line_no, p))?;
+                let option_like = word.contains('=') || word.starts_with("no-");
+                match (option_like, comment) {
+                    (true, None) => apply_option(&mut rights, word).map_err(|p| (line_no, p))?,
+                    (true, Some(c)) => {
+                        return Err((
+                            line_no,
+                            format!(
+                                "option {word:?} after the comment {c:?}: put options before the comment"
+                            ),
+                        ))
+                    }
+                    (false, None) => comment = Some(word),
+                    (false, Some(_)) => {}
+                }
             }
             if keys.insert(key, rights).is_some() {
                 return Err((line_no, format!("key {} is listed twice", key.fingerprint())));
@@ -365,6 +383,12 @@ mod tests {
             assert_eq!(err.0, 2, "{opts}");
             assert!(err.1.contains(why), "{opts}: {}", err.1);
         }
+        let late = AuthorizedKeys::parse(&format!("{k} alice@host no-exec\n")).unwrap_err();
+        assert!(late.1.contains("before the comment"), "{}", late.1);
+        let typo = AuthorizedKeys::parse(&format!("{k} no-exce\n")).unwrap_err();
+        assert!(typo.1.contains("unknown option"), "{}", typo.1);
+        let pub_line = AuthorizedKeys::parse(&format!("{}\n", k.line("alice@host"))).unwrap();
+        assert_eq!(pub_line.rights(&k), Some(&Rights::all(&k)));
         let twice = format!("{k}\n{k} no-exec\n");
         assert!(AuthorizedKeys::parse(&twice).unwrap_err().1.contains("twice"));
         assert!(AuthorizedKeys::parse("ssh-ed25519 AAAA\n").is_err());

@@ -242,8 +242,8 @@ fn quick_suite_reports_every_column_and_row() {
     for line in lines {
         let f = csv_fields(line);
         assert_eq!(f.len(), COLUMNS.len(), "{line}");
-        let measured = f[2].parse::<f64>().unwrap() > 0.0
-            || (f[1] == "Latency" && f[5].parse::<f64>().unwrap() > 0.0);
+        let measured =
+            f[2].parse::<f64>().unwrap() > 0.0 || (f[1] == "Latency" && f[5].parse::<f64>().unwrap() > 0.0);
         assert!(
             measured || f[14].starts_with("skipped: ") || f[14].starts_with("failed: "),
             "{line}"

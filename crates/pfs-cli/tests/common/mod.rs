@@ -243,3 +243,26 @@ pub fn listening_addr(line: &str) -> Option<String> {
     }
     None
 }
+
+impl Server {
+    /// The next JSON event named `event` the server prints (bounded).
+    #[allow(dead_code)]
+    pub fn wait_event(&mut self, event: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).unwrap_or_else(|e| {
+                panic!(
+                    "no {event:?} event from pfs serve ({e}); stdout so far:\n{}",
+                    self.seen.join("\n")
+                )
+            });
+            self.seen.push(line.clone());
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if v["event"] == event {
+                    return v;
+                }
+            }
+        }
+    }
+}

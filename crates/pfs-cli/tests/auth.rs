@@ -1,0 +1,370 @@
+//! End-to-end tests of protected sessions and the server's admission
+//! policy, run as a user would: `pfs keygen` key files, `pfs serve
+//! --authorized-keys`, `pfs send --server-key` / `known_hosts`.
+//!
+//! Every child is bounded (see `common`); servers listen on `127.0.0.1:0`
+//! and exit by `--max-sessions`.
+
+mod common;
+use common::{run, Out, Server};
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn pfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pfs"))
+}
+
+/// A key pair written by `pfs keygen`; returns the private key's path.
+fn keygen(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let mut cmd = pfs();
+    cmd.args(["keygen", "--json", "-f"]).arg(&path);
+    run(cmd).expect_code(0, "keygen");
+    path
+}
+
+fn public_line(private: &Path) -> String {
+    fs::read_to_string(pfs_auth::public_path(private))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+struct Setup {
+    tmp: tempfile::TempDir,
+    server_id: PathBuf,
+    alice: PathBuf,
+    bob: PathBuf,
+    store: PathBuf,
+    dest: PathBuf,
+    src: PathBuf,
+}
+
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let server_id = keygen(t, "server");
+    let alice = keygen(t, "alice");
+    let bob = keygen(t, "bob");
+    let src = t.join("src");
+    fs::create_dir_all(&src).unwrap();
+    let data: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    fs::write(src.join("data.bin"), &data).unwrap();
+    fs::write(src.join("note.txt"), b"hello\n").unwrap();
+    Setup {
+        store: t.join("store"),
+        dest: t.join("dest"),
+        src,
+        server_id,
+        alice,
+        bob,
+        tmp,
+    }
+}
+
+impl Setup {
+    fn authorized(&self, lines: &[String]) -> PathBuf {
+        let p = self.tmp.path().join("authorized_keys");
+        fs::write(&p, lines.join("\n") + "\n").unwrap();
+        p
+    }
+
+    fn serve(&self, authorized: &Path, sessions: u32) -> Server {
+        let mut cmd = pfs();
+        cmd.args(["serve", "--json", "--listen", "127.0.0.1:0", "--store"])
+            .arg(&self.store)
+            .arg("--dest")
+            .arg(&self.dest)
+            .arg("--identity")
+            .arg(&self.server_id)
+            .arg("--authorized-keys")
+            .arg(authorized)
+            .args(["--max-sessions", &sessions.to_string()]);
+        Server::spawn(cmd)
+    }
+
+    /// `pfs send SRC/… --to ADDR[:DIR]` as `identity`, pinning `server_key`.
+    fn send(&self, to: &str, identity: Option<&Path>, server_key: Option<&Path>, extra: &[&str]) -> Out {
+        let mut cmd = pfs();
+        cmd.arg("send")
+            .arg(self.src.join("data.bin"))
+            .arg(self.src.join("note.txt"))
+            .args(["--to", to, "--json", "--progress", "never", "--cache-dir"])
+            .arg(self.tmp.path().join("cache"))
+            .args(extra);
+        // No stray default identity or known_hosts from the machine.
+        cmd.env("XDG_CONFIG_HOME", self.tmp.path().join("config"));
+        if let Some(id) = identity {
+            cmd.arg("--identity").arg(id);
+        }
+        if let Some(k) = server_key {
+            cmd.arg("--server-key").arg(pfs_auth::public_path(k));
+        }
+        run(cmd)
+    }
+}
+
+fn files_under(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn unknown_keys_and_wrong_servers_are_refused_and_the_server_keeps_serving() {
+    let s = setup();
+    let ak = s.authorized(&[public_line(&s.alice)]);
+    let mut server = s.serve(&ak, 4);
+    let addr = server.addr.clone();
+
+    // Bob's key is not listed: one generic refusal, exit 8, nothing written.
+    let bob = s.send(&addr, Some(&s.bob), Some(&s.server_id), &[]);
+    bob.expect_code(8, "unlisted key");
+    assert!(bob.stderr.contains("not authorized"), "{}", bob.stderr);
+    // Alice pins the wrong server key (her own): refused before she reveals herself.
+    let wrong = s.send(&addr, Some(&s.alice), Some(&s.alice), &[]);
+    wrong.expect_code(8, "wrong server key");
+    assert!(wrong.stderr.contains("is pinned"), "{}", wrong.stderr);
+    // No key at all.
+    let plain = s.send(&addr, None, None, &[]);
+    plain.expect_code(8, "plain to a keyed server");
+    assert!(
+        plain.stderr.contains("requires an authenticated session"),
+        "{}",
+        plain.stderr
+    );
+    assert!(files_under(&s.dest).is_empty(), "{:?}", files_under(&s.dest));
+
+    // Alice, pinned correctly: served.
+    let ok = s.send(&addr, Some(&s.alice), Some(&s.server_id), &[]);
+    ok.expect_code(0, "alice");
+    assert_eq!(
+        fs::read(s.dest.join("data.bin")).unwrap(),
+        fs::read(s.src.join("data.bin")).unwrap()
+    );
+    let denied = server.wait_event("denied");
+    assert!(
+        denied["reason"].as_str().unwrap().contains("authorized_keys"),
+        "{denied}"
+    );
+    let admitted = server.wait_event("admitted");
+    let alice_key = pfs_auth::Identity::load(&s.alice).unwrap().public();
+    assert_eq!(admitted["key"], alice_key.fingerprint());
+    server.finish();
+}
+
+#[test]
+fn a_confined_key_cannot_write_outside_its_directory() {
+    let s = setup();
+    fs::create_dir_all(s.dest.join("b")).unwrap();
+    fs::create_dir_all(s.dest.join("a")).unwrap();
+    // A symlink inside the confined directory pointing at a sibling.
+    symlink("../b", s.dest.join("a/escape")).unwrap();
+    let ak = s.authorized(&[format!("{} dir=a", public_line(&s.alice))]);
+    let server = s.serve(&ak, 4);
+    let addr = server.addr.clone();
+    let key = Some(s.server_id.as_path());
+
+    // Lands under dest/a, whatever remote directory is asked for.
+    s.send(&format!("{addr}:b"), Some(&s.alice), key, &[])
+        .expect_code(0, "into a/b");
+    assert!(s.dest.join("a/b/data.bin").is_file());
+    // An absolute remote directory is taken beneath the key's root too.
+    s.send(&format!("{addr}:/etc"), Some(&s.alice), key, &[])
+        .expect_code(0, "absolute");
+    assert!(
+        s.dest.join("a/etc/data.bin").is_file(),
+        "{:?}",
+        files_under(&s.dest)
+    );
+    for (target, what) in [
+        (format!("{addr}:../b"), "parent"),
+        (format!("{addr}:escape"), "symlink"),
+    ] {
+        let out = s.send(&target, Some(&s.alice), key, &[]);
+        assert_ne!(out.code(), Some(0), "{what}: {}", out.stderr);
+    }
+    assert!(
+        files_under(&s.dest.join("b")).is_empty(),
+        "{:?}",
+        files_under(&s.dest)
+    );
+    drop(server);
+}
+
+#[test]
+fn a_confined_directory_that_is_a_symlink_is_refused() {
+    let s = setup();
+    let outside = s.tmp.path().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::create_dir_all(&s.dest).unwrap();
+    symlink(&outside, s.dest.join("x")).unwrap();
+    let ak = s.authorized(&[format!("{} dir=x", public_line(&s.alice))]);
+    let server = s.serve(&ak, 1);
+    let out = s.send(&server.addr, Some(&s.alice), Some(&s.server_id), &[]);
+    assert_ne!(out.code(), Some(0), "{}", out.stderr);
+    assert!(files_under(&outside).is_empty());
+    server.finish();
+}
+
+#[test]
+fn rights_are_enforced_and_groups_do_not_share_chunks() {
+    let s = setup();
+    let carol = keygen(s.tmp.path(), "carol");
+    let dave = keygen(s.tmp.path(), "dave");
+    let ak = s.authorized(&[
+        format!("{} dir=alice group=team", public_line(&s.alice)),
+        format!("{} dir=bob", public_line(&s.bob)),
+        format!("{} dir=carol group=team", public_line(&carol)),
+        format!("{} no-files", public_line(&dave)),
+    ]);
+    let mut server = s.serve(&ak, 4);
+    let addr = server.addr.clone();
+    let key = Some(s.server_id.as_path());
+    let literal = |out: &Out| -> u64 {
+        let v: Value = out.json("send");
+        v["receiver"]["literal_bytes"].as_u64().unwrap()
+    };
+
+    let first = s.send(&addr, Some(&s.alice), key, &[]);
+    first.expect_code(0, "alice");
+    assert!(literal(&first) >= 300_000);
+    // Bob is in a group of his own: Alice's chunks are not his to reference.
+    let other = s.send(&addr, Some(&s.bob), key, &[]);
+    other.expect_code(0, "bob");
+    assert!(
+        literal(&other) >= 300_000,
+        "bob referenced another group's chunks"
+    );
+    // Carol shares Alice's group: her copy travels as references.
+    let same = s.send(&addr, Some(&carol), key, &[]);
+    same.expect_code(0, "carol");
+    assert!(literal(&same) < 1000, "carol: {}", literal(&same));
+    // Dave may not send files: told which right he lacks.
+    let denied = s.send(&addr, Some(&dave), key, &[]);
+    denied.expect_code(8, "no-files");
+    assert!(denied.stderr.contains("no-files"), "{}", denied.stderr);
+    assert!(s.store.join("groups/group-team").is_dir());
+    server.wait_event("denied");
+    server.finish();
+}
+
+#[test]
+fn known_hosts_pins_and_an_unknown_server_is_refused_with_the_line_to_add() {
+    let s = setup();
+    let ak = s.authorized(&[public_line(&s.alice)]);
+    let server = s.serve(&ak, 2);
+    let addr = server.addr.clone();
+    let kh = s.tmp.path().join("known_hosts");
+    fs::write(&kh, "").unwrap();
+    let kh_arg = kh.to_str().unwrap();
+
+    let unknown = s.send(&addr, Some(&s.alice), None, &["--known-hosts", kh_arg]);
+    unknown.expect_code(8, "unknown server");
+    let line = format!("{addr} {}", public_line(&s.server_id));
+    let line = line.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    assert!(unknown.stderr.contains(&line), "{}\nwant {line}", unknown.stderr);
+
+    fs::write(&kh, format!("{line}\n")).unwrap();
+    s.send(&addr, Some(&s.alice), None, &["--known-hosts", kh_arg])
+        .expect_code(0, "pinned in known_hosts");
+    server.finish();
+}
+
+#[test]
+fn serve_on_a_non_loopback_address_needs_keys_or_an_explicit_opt_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = pfs();
+    cmd.args(["serve", "--listen", "0.0.0.0:0", "--size", "1M", "--once"])
+        .env("XDG_CONFIG_HOME", tmp.path());
+    let out = run(cmd);
+    assert_ne!(out.code(), Some(0));
+    assert!(out.stderr.contains("--authorized-keys"), "{}", out.stderr);
+
+    // With the opt-out it starts (and warns); loopback needs nothing.
+    for extra in [
+        &["--listen", "0.0.0.0:0", "--insecure-no-auth"][..],
+        &["--listen", "127.0.0.1:0"],
+    ] {
+        let mut cmd = pfs();
+        cmd.args(["serve", "--size", "1M", "--max-sessions", "1"])
+            .args(extra)
+            .env("XDG_CONFIG_HOME", tmp.path());
+        let server = Server::spawn(cmd);
+        assert!(!server.addr.is_empty());
+        drop(server);
+    }
+}
+
+#[test]
+fn blob_sessions_run_protected_with_both_ciphers_and_honour_no_blob() {
+    let s = setup();
+    let ak = s.authorized(&[public_line(&s.alice), format!("{} no-blob", public_line(&s.bob))]);
+    let mut cmd = pfs();
+    cmd.args([
+        "serve",
+        "--json",
+        "--listen",
+        "127.0.0.1:0",
+        "--size",
+        "8M",
+        "--max-sessions",
+        "3",
+    ])
+    .arg("--identity")
+    .arg(&s.server_id)
+    .arg("--authorized-keys")
+    .arg(&ak);
+    let server = Server::spawn(cmd);
+    for cipher in ["aes-256-gcm", "chacha20-poly1305"] {
+        let mut send = pfs();
+        send.args([
+            "send",
+            "--to",
+            &server.addr,
+            "--size",
+            "8M",
+            "--mode",
+            "payload",
+            "--bytes",
+            "4M",
+            "--json",
+        ])
+        .args(["--cipher", cipher, "--identity"])
+        .arg(&s.alice)
+        .arg("--server-key")
+        .arg(pfs_auth::public_path(&s.server_id));
+        let out = run(send);
+        out.expect_code(0, cipher);
+        let v = out.json(cipher);
+        assert_eq!(v["receiver"]["integrity"], "OK", "{v:#}");
+    }
+    let mut send = pfs();
+    send.args(["send", "--to", &server.addr, "--size", "8M", "--bytes", "4M"])
+        .arg("--identity")
+        .arg(&s.bob)
+        .arg("--server-key")
+        .arg(pfs_auth::public_path(&s.server_id));
+    let out = run(send);
+    out.expect_code(8, "no-blob");
+    assert!(out.stderr.contains("no-blob"), "{}", out.stderr);
+    server.finish();
+}
