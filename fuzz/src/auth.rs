@@ -49,7 +49,9 @@ pub fn record(data: &[u8]) {
         while let Some(head) = data.get(at..at + RECORD_HEADER) {
             let head: [u8; RECORD_HEADER] = head.try_into().expect("4 bytes");
             let Ok(h) = RecordHeader::parse(head) else { break };
-            let Some(rec) = data.get(at..at + h.record_len()) else { break };
+            let Some(rec) = data.get(at..at + h.record_len()) else {
+                break;
+            };
             let mut rec = rec.to_vec();
             if opener.open(&mut rec).is_err() {
                 break;
