@@ -292,12 +292,55 @@ struct PfsServer {
     addr: String,
 }
 
-fn start_pfs_server(exe: &Path, store: &Path, dest: &Path) -> anyhow::Result<PfsServer> {
+/// Key files of the protected rows: the server's identity, the client's,
+/// and an `authorized_keys` listing the client.
+struct BenchKeys {
+    server: PathBuf,
+    client: PathBuf,
+    authorized: PathBuf,
+}
+
+impl BenchKeys {
+    fn new(dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let server = dir.join("server");
+        let client = dir.join("client");
+        for p in [&server, &client] {
+            pfs_auth::Identity::generate()?.save(p, "pfs bench files", true)?;
+        }
+        let authorized = dir.join("authorized_keys");
+        std::fs::copy(pfs_auth::public_path(&client), &authorized)?;
+        Ok(Self {
+            server,
+            client,
+            authorized,
+        })
+    }
+
+    /// What `pfs send` adds: our identity, the server's key pinned.
+    fn send_args(&self) -> Vec<std::ffi::OsString> {
+        vec![
+            "--identity".into(),
+            self.client.clone().into(),
+            "--server-key".into(),
+            pfs_auth::public_path(&self.server).into(),
+        ]
+    }
+}
+
+fn start_pfs_server(exe: &Path, store: &Path, dest: &Path, keys: Option<&BenchKeys>) -> anyhow::Result<PfsServer> {
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--json", "--store"])
         .arg(store)
         .arg("--dest")
-        .arg(dest)
+        .arg(dest);
+    if let Some(k) = keys {
+        cmd.arg("--identity")
+            .arg(&k.server)
+            .arg("--authorized-keys")
+            .arg(&k.authorized);
+    }
+    cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
@@ -327,6 +370,7 @@ fn pfs_send(
     remote: &str,
     cache: &Path,
     extra: &[&str],
+    keys: Option<&BenchKeys>,
     net: &NetPath,
 ) -> anyhow::Result<(Timed, serde_json::Value)> {
     let mut cmd = Command::new(exe);
@@ -337,7 +381,8 @@ fn pfs_send(
         .arg("--cache-dir")
         .arg(cache)
         .args(["--json", "--progress", "never"])
-        .args(extra);
+        .args(extra)
+        .args(keys.map(BenchKeys::send_args).unwrap_or_default());
     let t = timed(server.guard.id(), cmd, net)?;
     let v: serde_json::Value = serde_json::from_str(&t.stdout).context("pfs send --json output")?;
     Ok((t, v))
@@ -536,7 +581,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
         "PFS files: version B over A",
     ];
     if pfs_rows.iter().any(|l| want(l)) {
-        match start_pfs_server(&pfs.path, &store, &dest) {
+        match start_pfs_server(&pfs.path, &store, &dest, None) {
             Err(e) => rows.extend(pfs_rows.iter().map(|l| Row::failed(l, "Transfer", &e))),
             Ok(server) => {
                 // Random data does not compress; source trees do (zstd level 3
@@ -554,7 +599,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
                     eprintln!("pfs bench files: {label} …");
                     let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
                     let landed = dest.join(remote).join(name);
-                    let row = pfs_send(&pfs.path, &server, &data.dir, remote, &cache, extra, &net).and_then(
+                    let row = pfs_send(&pfs.path, &server, &data.dir, remote, &cache, extra, None, &net).and_then(
                         |(t, v)| {
                             let same = same_tree(&data.dir, &landed)?;
                             let flags = if extra.is_empty() {
@@ -571,6 +616,43 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
             }
         }
         // Memory back before the next tool (tmpfs).
+        for d in [&store, &dest, &cache] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    // The version pair again with every session protected (keys required by
+    // the server, records sealed with the preferred cipher): its own
+    // server, store and destination, A then B over A.
+    let cipher = pfs_auth::Cipher::preferred().name();
+    let protected_rows = [
+        format!("PFS files ({cipher}): version A (empty store)"),
+        format!("PFS files ({cipher}): version B over A"),
+    ];
+    if protected_rows.iter().any(|l| want(l)) {
+        let started = BenchKeys::new(&scratch.path().join("pfs-keys"))
+            .and_then(|k| start_pfs_server(&pfs.path, &store, &dest, Some(&k)).map(|s| (k, s)));
+        match started {
+            Err(e) => rows.extend(protected_rows.iter().map(|l| Row::failed(l, "Transfer", &e))),
+            Ok((keys, server)) => {
+                for (label, data) in [(&protected_rows[0], &a), (&protected_rows[1], &b)] {
+                    if !want(label) {
+                        continue;
+                    }
+                    eprintln!("pfs bench files: {label} …");
+                    let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+                    let landed = dest.join("pair").join(name);
+                    let extra = ["--compress"];
+                    let row = pfs_send(&pfs.path, &server, &data.dir, "pair", &cache, &extra, Some(&keys), &net)
+                        .and_then(|(t, v)| {
+                            let same = same_tree(&data.dir, &landed)?;
+                            Ok(row_of(label, data, &t, same, format!("--compress, keys; {}", pfs_notes(&v))))
+                        });
+                    rows.push(row.unwrap_or_else(|e| Row::failed(label, "Transfer", &e)));
+                }
+                drop(server);
+            }
+        }
         for d in [&store, &dest, &cache] {
             let _ = std::fs::remove_dir_all(d);
         }
@@ -687,6 +769,19 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
 /// `B over A` against rsync's delta transfer, and `scp`: wire, elapsed, CPU.
 fn add_ratios(rows: &mut [Row]) {
     let find = |rows: &[Row], l: &str| rows.iter().find(|r| r.label == l && r.ran()).cloned();
+    if let Some(plain) = find(rows, "PFS files: version B over A") {
+        for r in rows.iter_mut().filter(|r| {
+            r.ran() && r.label.starts_with("PFS files (") && r.label.ends_with("version B over A")
+        }) {
+            let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+            r.notes.push_str(&format!(
+                "; vs plain: elapsed {:.2}×, CPU {:.2}×, wire {:.2}×",
+                ratio(r.elapsed_s, plain.elapsed_s),
+                ratio(r.cpu_total_s, plain.cpu_total_s),
+                ratio(r.wire_mb, plain.wire_mb)
+            ));
+        }
+    }
     let Some(rsync) = find(rows, "Conventional (rsync): version B over A (delta)") else {
         return;
     };
