@@ -202,6 +202,80 @@ mod tests {
         }
     }
 
+    /// Writes `text` as a config file in a new directory; (dir, file).
+    fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("serve.toml");
+        std::fs::write(&file, text).expect("write config");
+        (dir, file)
+    }
+
+    fn flags(args: &[&str]) -> ServeArgs {
+        let os: Vec<OsString> = args.iter().map(OsString::from).collect();
+        parse(&os, &[]).expect("flags parse")
+    }
+
+    /// A file and the flags it stands for give the same settings, field
+    /// for field (relative paths resolved beside the file).
+    #[test]
+    fn a_file_is_its_flags() {
+        let (dir, file) = config_file(
+            "listen = \"0.0.0.0:7878\"\nstore = \"store\"\ndest = \"/srv/dest\"\nauthorized_keys = \"keys\"\n\
+             max_clients = 8\nstore_capacity = \"100G\"\nhandshake_timeout = 2.5\nfsync = true\n\
+             shutdown_grace = 5\nlog_level = \"debug\"\nlog_format = \"json\"\nsock_buf = 1048576\n",
+        );
+        let by_file = serve_args(&file, &[]).expect("config parses");
+        let base = dir.path().display().to_string();
+        let by_flags = flags(&[
+            "--listen",
+            "0.0.0.0:7878",
+            "--store",
+            &format!("{base}/store"),
+            "--dest",
+            "/srv/dest",
+            "--authorized-keys",
+            &format!("{base}/keys"),
+            "--max-clients",
+            "8",
+            "--store-capacity",
+            "100G",
+            "--handshake-timeout",
+            "2.5",
+            "--fsync",
+            "--shutdown-grace",
+            "5",
+            "--log-level",
+            "debug",
+            "--log-format",
+            "json",
+            "--sock-buf",
+            "1048576",
+        ]);
+        assert_eq!(format!("{by_file:?}"), format!("{by_flags:?}"));
+    }
+
+    #[test]
+    fn a_flag_overrides_the_file() {
+        let (_dir, file) = config_file("max_clients = 8\nsize = \"64M\"\n");
+        let cli: Vec<OsString> = ["--max-clients", "2"].iter().map(OsString::from).collect();
+        let args = serve_args(&file, &cli).expect("config parses");
+        assert_eq!(args.max_clients, 2);
+        assert_eq!(args.blob.size, 64 << 20);
+    }
+
+    #[test]
+    fn file_mistakes_name_key_and_line() {
+        let (_dir, file) = config_file("listen = \"127.0.0.1:0\"\n\nsize = \"12Q\"\n");
+        let e = serve_args(&file, &[]).expect_err("bad size").to_string();
+        assert!(e.contains("key `size` (line 3)") && e.contains("12Q"), "{e}");
+        let (_dir, file) = config_file("listen = \"127.0.0.1:0\"\nlisten_on = 1\n");
+        let e = serve_args(&file, &[]).expect_err("unknown key").to_string();
+        assert!(
+            e.contains("unknown field `listen_on`") && e.contains("line 2"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn file_flags_are_flag_values() {
         let f: ServeFile = toml::from_str(

@@ -387,13 +387,15 @@ fn serve_loop<L: Listener, O>(
                     return;
                 }
             };
-            let admitted = admit(&mut conn, &peer, cfg, offer, &cancel);
-            leave_queue(admitting, id);
-            // `{ admitted }` moves the result out whole, so its borrow of
-            // `conn` ends when `transport` is dropped.
-            let (mut transport, client) = match { admitted } {
-                Ok(a) => a,
+            // Matched as a temporary, so that its borrow of `conn` ends when
+            // `transport` is dropped.
+            let (mut transport, client) = match admit(&mut conn, &peer, cfg, offer, &cancel) {
+                Ok(a) => {
+                    leave_queue(admitting, id);
+                    a
+                }
                 Err(reason) => {
+                    leave_queue(admitting, id);
                     failed.fetch_add(1, Ordering::Relaxed);
                     decided.done();
                     on_event(ServerEvent::Denied {
