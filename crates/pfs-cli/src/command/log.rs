@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 
 use pfs_session::server::Traffic;
-use pfs_session::{Client, SessionError};
+use pfs_session::Client;
 use tracing::level_filters::LevelFilter;
 
 use crate::args::{LogArgs, LogFormatArg, LogLevelArg};
@@ -96,14 +96,4 @@ pub fn session_end(client: &Client, traffic: &Traffic, did: &Did<'_>) {
     } else {
         line!(tracing::Level::WARN);
     }
-}
-
-/// The end-of-session line of a session that failed with `error`.
-pub fn session_failed(client: &Client, traffic: &Traffic, service: &str, error: &SessionError) {
-    let did = Did {
-        service,
-        failure: Some(error.to_string()),
-        ..Did::default()
-    };
-    session_end(client, traffic, &did);
 }

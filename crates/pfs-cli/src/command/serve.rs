@@ -292,7 +292,12 @@ pub(super) fn report_common<O>(
                         .to_string(),
                 );
             }
-            log::session_failed(client, traffic, service, error);
+            let did = log::Did {
+                service,
+                failure: Some(error.to_string()),
+                ..log::Did::default()
+            };
+            log::session_end(client, traffic, &did);
             Some(exit::of_session(error))
         }
         ServerEvent::Busy { peer } => {

@@ -13,6 +13,7 @@ use pfs_session::server::Shutdown;
 use pfs_transport::{AnyListener, Listener};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
+use signal_hook::low_level::signal_name;
 
 use crate::exit;
 
@@ -69,7 +70,7 @@ pub fn watch(listener: &AnyListener, shutdown: Arc<Shutdown>, grace: Duration) -
                 return;
             };
             tracing::info!(
-                signal = name(sig),
+                signal = signal_name(sig).unwrap_or("signal"),
                 grace_s = grace.as_secs_f64(),
                 "stopping: no new sessions; running sessions have the grace period to finish"
             );
@@ -86,7 +87,10 @@ pub fn watch(listener: &AnyListener, shutdown: Arc<Shutdown>, grace: Duration) -
                 std::thread::sleep(Duration::from_millis(20));
             };
             match second {
-                Some(s) => tracing::warn!(signal = name(s), "second signal: cutting running sessions"),
+                Some(s) => tracing::warn!(
+                    signal = signal_name(s).unwrap_or("signal"),
+                    "second signal: cutting running sessions"
+                ),
                 None => tracing::info!("grace period over: cutting running sessions"),
             }
             shutdown.cut();
@@ -104,12 +108,4 @@ pub fn grace(secs: f64) -> anyhow::Result<Duration> {
         anyhow::bail!("--shutdown-grace must be a number of seconds, 0 or more (got {secs})");
     }
     Ok(Duration::from_secs_f64(secs))
-}
-
-fn name(sig: i32) -> &'static str {
-    match sig {
-        SIGTERM => "SIGTERM",
-        SIGINT => "SIGINT",
-        _ => "signal",
-    }
 }
