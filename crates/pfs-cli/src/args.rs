@@ -535,7 +535,7 @@ pub enum LogLevelArg {
 pub enum LogFormatArg {
     /// Human-readable lines.
     Text,
-    /// One JSON object a line (`fields` holds the event's fields).
+    /// One JSON object a line, the event's fields beside timestamp, level and message.
     Json,
 }
 
