@@ -3,6 +3,8 @@
 
 use libfuzzer_sys::fuzz_target;
 
+// Each target uses one of the checks.
+#[allow(dead_code)]
 #[path = "../src/auth.rs"]
 mod auth;
 

@@ -11,8 +11,11 @@ use pfs_auth::handshake::{
 use pfs_auth::record::{Opener, RecordHeader, RecordKind, Sealer, RECORD_HEADER};
 use pfs_auth::Cipher;
 
+/// A check: panics if an invariant does not hold for the input.
+pub type Check = fn(&[u8]);
+
 /// Every auth fuzz target: its name (also its corpus directory) and check.
-pub const AUTH_TARGETS: &[(&str, fn(&[u8]))] = &[("handshake", handshake), ("record", record)];
+pub const AUTH_TARGETS: &[(&str, Check)] = &[("handshake", handshake), ("record", record)];
 
 const SERVER: [u8; 32] = [0x40; 32];
 const CLIENT: [u8; 32] = [0x11; 32];

@@ -66,7 +66,8 @@ pub enum Command {
   pfs serve --once --json                     # one session, JSON report, exit status = its result
   pfs serve --blob-name shared --huge-dir /mnt/huge
   pfs serve --transport shm --listen /tmp/pfs.sock   # same-host senders over shared-memory rings
-  pfs serve --store /srv/pfs/store --dest /srv/pfs/files --store-capacity 100G   # receive files")]
+  pfs serve --store /srv/pfs/store --dest /srv/pfs/files --store-capacity 100G   # receive files
+  pfs serve --config /etc/pfs/serve.toml --log-format json   # deployed: dist/pfs-serve.toml, dist/pfs-serve.service")]
     Serve(ServeArgs),
     /// Execute a kernel over a descriptor schedule on this host's blob (pCPU), on N pThreads.
     #[command(after_help = "Examples:
@@ -517,9 +518,47 @@ pub struct ServerAuthArgs {
     pub handshake_timeout: f64,
 }
 
+/// How much the server logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevelArg {
+    /// Failures of the server itself.
+    Error,
+    /// Also sessions that failed, refused or denied connections.
+    Warn,
+    /// Also one line per session, admissions, start and stop.
+    Info,
+    /// Also every accepted connection.
+    Debug,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line, the event's fields beside timestamp, level and message.
+    Json,
+}
+
+/// The server's logs (stderr; its results stay on stdout).
+#[derive(Debug, Clone, Args)]
+pub struct LogArgs {
+    /// Least severe log events written to stderr.
+    #[arg(long, value_enum, default_value_t = LogLevelArg::Info)]
+    pub log_level: LogLevelArg,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
+    pub log_format: LogFormatArg,
+}
+
 /// `pfs serve`
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// Read settings from this TOML file: one key per flag, its long name with `_` for `-`
+    /// (`max_clients = 8`); relative paths are relative to the file. Flags given here override it.
+    /// Example: dist/pfs-serve.toml.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Address to listen on: host:port for tcp (loopback by default; any other address must be
     /// given explicitly), a socket path for unix and shm [default: 127.0.0.1:7878, or
     /// $XDG_RUNTIME_DIR/pfs.sock (else /tmp/pfs-UID.sock) for unix and shm].
@@ -572,6 +611,14 @@ pub struct ServeArgs {
     /// its index names new chunks).
     #[arg(long, requires = "store")]
     pub fsync: bool,
+    /// On SIGTERM or SIGINT: stop accepting at once, give running sessions SECS to finish, then
+    /// cut them (their unfinished files are never left under their final names) and exit 0.
+    /// A second signal cuts at once.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub shutdown_grace: f64,
+    /// Logs.
+    #[command(flatten)]
+    pub log: LogArgs,
     /// Blob.
     #[command(flatten)]
     pub blob: BlobArgs,

@@ -6,8 +6,7 @@ use pfs_session::SessionError;
 pub const OK: i32 = 0;
 /// Any other failure (bad option value, local I/O, blob errors).
 pub const FAILURE: i32 = 1;
-/// Command-line usage error (clap's own code).
-#[allow(dead_code)]
+/// Command-line usage error (clap's own code), or a config file that cannot be used.
 pub const USAGE: i32 = 2;
 /// The transfer ran but integrity did not hold (MISMATCH).
 pub const INTEGRITY: i32 = 3;
@@ -54,6 +53,9 @@ pub fn of_secure(e: &pfs_auth::SecureError) -> i32 {
 
 /// Maps an error to its exit code.
 pub fn classify(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<crate::config::ConfigError>().is_some() {
+        return USAGE;
+    }
     if let Some(s) = e.downcast_ref::<pfs_auth::SecureError>() {
         return of_secure(s);
     }

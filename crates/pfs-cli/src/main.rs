@@ -3,6 +3,7 @@
 
 mod args;
 mod command;
+mod config;
 mod exit;
 
 use clap::Parser;

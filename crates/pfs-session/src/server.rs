@@ -9,8 +9,14 @@
 //! being admitted are capped apart from `max_clients`; when that cap is
 //! reached the oldest is dropped, so a flood of silent connections cannot
 //! keep an authorized client out.
+//!
+//! A [`Shutdown`] stops it in two steps: stop accepting (running sessions
+//! go on), then cut what still runs. Every connection is wrapped so that a
+//! cut is seen within [`CUT_POLL`] by a session waiting to read, and by the
+//! next write of one that is sending.
 
 use std::collections::VecDeque;
+use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,7 +72,50 @@ pub struct ServerConfig {
     pub pin_cpu: Option<usize>,
     /// Who may connect.
     pub admission: Admission,
+    /// Tells the server to stop (shared with whoever handles the signals).
+    pub shutdown: Arc<Shutdown>,
 }
+
+/// Stops a server: [`Shutdown::stop`] ends the accept loop (running
+/// sessions go on), [`Shutdown::cut`] then ends the sessions still running.
+#[derive(Debug, Default)]
+pub struct Shutdown {
+    stopping: AtomicBool,
+    cut: AtomicBool,
+}
+
+impl Shutdown {
+    /// Stops accepting: the accept loop ends when its `accept` next returns
+    /// (the caller wakes a blocked `accept`, e.g. by connecting to the
+    /// listener); connections not yet admitted are dropped, admitted
+    /// sessions run on.
+    pub fn stop(&self) {
+        // Paired with the Acquire loads in is_stopping.
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    /// Cuts the sessions still running (and stops accepting): a session
+    /// waiting to read fails within [`CUT_POLL`], one sending fails at its
+    /// next write, each with [`io::ErrorKind::ConnectionAborted`].
+    pub fn cut(&self) {
+        self.stop();
+        // Paired with the Acquire loads in is_cut.
+        self.cut.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Shutdown::stop`] (or `cut`) was called.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Whether [`Shutdown::cut`] was called.
+    pub fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::Acquire)
+    }
+}
+
+/// Longest a session waiting to read goes without seeing a cut.
+pub const CUT_POLL: Duration = Duration::from_millis(100);
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -77,6 +126,7 @@ impl Default for ServerConfig {
             max_sessions: None,
             pin_cpu: None,
             admission: Admission::default(),
+            shutdown: Arc::default(),
         }
     }
 }
@@ -138,13 +188,21 @@ pub enum ServerEvent<'a, O> {
     Finished {
         /// Peer address.
         peer: &'a str,
+        /// Who ran it.
+        client: &'a Client,
+        /// Its duration and the bytes its connection carried.
+        traffic: Traffic,
         /// The outcome.
         outcome: &'a O,
     },
-    /// A session ended in an error; the server goes on.
+    /// A session ended in an error (a cut one too); the server goes on.
     Failed {
         /// Peer address.
         peer: &'a str,
+        /// Who ran it.
+        client: &'a Client,
+        /// Its duration and the bytes its connection carried.
+        traffic: Traffic,
         /// What went wrong.
         error: &'a SessionError,
     },
@@ -158,6 +216,18 @@ pub enum ServerEvent<'a, O> {
         /// The OS error.
         error: &'a std::io::Error,
     },
+}
+
+/// An admitted session's duration, and the bytes its connection carried
+/// (handshake and record overhead included, unlike a report's wire bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Admission to end.
+    pub elapsed: Duration,
+    /// Bytes read from the connection.
+    pub bytes_in: u64,
+    /// Bytes written to it.
+    pub bytes_out: u64,
 }
 
 /// Serves gram sessions on `listener` over `blob` until `max_sessions` have
@@ -176,12 +246,7 @@ pub fn serve<L: Listener>(
     serve_loop(listener, cfg, offer, on_event, &|conn, client| {
         let peer = client.addr.as_str();
         let mut progress = |p: &GramProgress| on_event(ServerEvent::Progress { peer, progress: p });
-        let outcome = receive_session(conn, blob, receiver, &mut progress)?;
-        on_event(ServerEvent::Finished {
-            peer,
-            outcome: &outcome,
-        });
-        Ok(())
+        receive_session(conn, blob, receiver, &mut progress)
     })
 }
 
@@ -225,12 +290,7 @@ pub fn serve_files<L: Listener>(
             manifest: here.manifest.clone(),
             ..files_cfg.clone()
         };
-        let outcome = receive_files(conn, &here.store, &here.dest, &cfg)?;
-        on_event(ServerEvent::Finished {
-            peer: &client.addr,
-            outcome: &outcome,
-        });
-        Ok(())
+        receive_files(conn, &here.store, &here.dest, &cfg)
     })
 }
 
@@ -242,7 +302,7 @@ struct Offer {
 }
 
 /// Runs one session on an admitted connection.
-type SessionFn<'a> = dyn Fn(&mut dyn Transport, &Client) -> Result<(), SessionError> + Sync + 'a;
+type SessionFn<'a, O> = dyn Fn(&mut dyn Transport, &Client) -> Result<O, SessionError> + Sync + 'a;
 
 /// Connections being admitted, oldest first, each with its cancel flag.
 #[derive(Default)]
@@ -254,14 +314,17 @@ struct Admitting {
 /// The accept loop shared by both kinds of server: each connection is
 /// admitted on its own thread, then runs `session` if one of
 /// `max_clients` slots frees within 2 s (else ERROR BUSY). A session's
-/// error is reported as [`ServerEvent::Failed`].
+/// outcome is reported as [`ServerEvent::Finished`], its error as
+/// [`ServerEvent::Failed`]. Ends at `max_sessions` or on a shutdown, once
+/// every session has ended.
 fn serve_loop<L: Listener, O>(
     listener: &L,
     cfg: &ServerConfig,
     offer: Offer,
     on_event: &(dyn Fn(ServerEvent<'_, O>) + Sync),
-    session: &SessionFn<'_>,
+    session: &SessionFn<'_, O>,
 ) -> (u64, u64) {
+    let shutdown = &*cfg.shutdown;
     let active = AtomicUsize::new(0);
     let ok = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
@@ -271,6 +334,10 @@ fn serve_loop<L: Listener, O>(
     let undecided = AtomicUsize::new(0);
     let admitting = Mutex::new(Admitting::default());
     std::thread::scope(|scope| loop {
+        if shutdown.is_stopping() {
+            cancel_admitting(&admitting);
+            break;
+        }
         if let Some(max) = cfg.max_sessions {
             if started.load(Ordering::Acquire) >= max {
                 // A connection still waiting for a slot may yet be
@@ -282,7 +349,13 @@ fn serve_loop<L: Listener, O>(
                 continue;
             }
         }
-        let conn = match listener.accept() {
+        let accepted = listener.accept();
+        // The connection that woke a stopping loop, or one that came as it
+        // stopped, is dropped unanswered.
+        if shutdown.is_stopping() {
+            continue;
+        }
+        let conn = match accepted {
             Ok(c) => c,
             Err(error) => {
                 on_event(ServerEvent::AcceptFailed { error: &error });
@@ -298,13 +371,31 @@ fn serve_loop<L: Listener, O>(
         let (active, ok, failed, started, undecided, admitting) =
             (&active, &ok, &failed, &started, &undecided, &admitting);
         scope.spawn(move || {
-            let mut conn = conn;
             let mut decided = Decided(undecided, false);
-            let admitted = admit(&mut conn, &peer, cfg, offer, &cancel);
-            leave_queue(admitting, id);
-            let (mut transport, client) = match admitted {
-                Ok(a) => a,
+            let mut conn = match Cuttable::new(conn, shutdown) {
+                Ok(c) => c,
+                Err(e) => {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    leave_queue(admitting, id);
+                    decided.done();
+                    let reason = format!("setting up the connection: {e}");
+                    on_event(ServerEvent::Denied {
+                        peer: &peer,
+                        key: None,
+                        reason: &reason,
+                    });
+                    return;
+                }
+            };
+            // Matched as a temporary, so that its borrow of `conn` ends when
+            // `transport` is dropped.
+            let (mut transport, client) = match admit(&mut conn, &peer, cfg, offer, &cancel) {
+                Ok(a) => {
+                    leave_queue(admitting, id);
+                    a
+                }
                 Err(reason) => {
+                    leave_queue(admitting, id);
                     failed.fetch_add(1, Ordering::Relaxed);
                     decided.done();
                     on_event(ServerEvent::Denied {
@@ -330,13 +421,22 @@ fn serve_loop<L: Listener, O>(
                     }
                     continue;
                 }
-                if Instant::now() >= patience {
+                if Instant::now() >= patience || shutdown.is_stopping() {
                     break None;
                 }
                 std::thread::sleep(Duration::from_millis(1));
             };
+            let slot = slot.filter(|_| !shutdown.is_stopping());
             let Some(_slot) = slot else {
-                refuse_busy(&mut *transport, cfg.max_clients);
+                if shutdown.is_stopping() {
+                    refuse(
+                        &mut *transport,
+                        ErrorCode::Busy,
+                        "server shutting down; retry later",
+                    );
+                } else {
+                    refuse_busy(&mut *transport, cfg.max_clients);
+                }
                 started.fetch_sub(1, Ordering::AcqRel);
                 decided.done();
                 on_event(ServerEvent::Busy { peer: &peer });
@@ -347,14 +447,32 @@ fn serve_loop<L: Listener, O>(
                 let _ = pin_current_thread(cpu);
             }
             on_event(ServerEvent::Admitted { client: &client });
-            match session(&mut *transport, &client) {
-                Ok(()) => {
+            let t0 = Instant::now();
+            let result = session(&mut *transport, &client);
+            // The wrappers above the connection are done with it: its
+            // counters are final.
+            drop(transport);
+            let traffic = Traffic {
+                elapsed: t0.elapsed(),
+                bytes_in: conn.bytes_in,
+                bytes_out: conn.bytes_out,
+            };
+            match result {
+                Ok(outcome) => {
                     ok.fetch_add(1, Ordering::Relaxed);
+                    on_event(ServerEvent::Finished {
+                        peer: &peer,
+                        client: &client,
+                        traffic,
+                        outcome: &outcome,
+                    });
                 }
                 Err(error) => {
                     failed.fetch_add(1, Ordering::Relaxed);
                     on_event(ServerEvent::Failed {
                         peer: &peer,
+                        client: &client,
+                        traffic,
                         error: &error,
                     });
                 }
@@ -396,6 +514,15 @@ fn admit_slot(admitting: &Mutex<Admitting>, max: usize) -> (u64, Arc<AtomicBool>
     let cancel = Arc::new(AtomicBool::new(false));
     a.queue.push_back((id, cancel.clone()));
     (id, cancel)
+}
+
+/// Drops every connection still being admitted (their admission reads
+/// see the flag within their poll interval).
+fn cancel_admitting(admitting: &Mutex<Admitting>) {
+    let a = admitting.lock().unwrap_or_else(|p| p.into_inner());
+    for (_, cancel) in &a.queue {
+        cancel.store(true, Ordering::Release);
+    }
 }
 
 fn leave_queue(admitting: &Mutex<Admitting>, id: u64) {
@@ -549,4 +676,91 @@ fn refuse<T: Transport + ?Sized>(conn: &mut T, code: ErrorCode, msg: &str) {
     put_frame(&mut frame, FrameType::Error, 0, &body);
     let _ = conn.write_all(&frame);
     let _ = conn.shutdown_write();
+}
+
+/// A connection a [`Shutdown`] can cut, counting the bytes it carries.
+/// Reads wait at most [`CUT_POLL`] at a time, so the flag is seen; a
+/// caller's own read timeout is kept, give or take one poll.
+struct Cuttable<'s, T> {
+    inner: T,
+    shutdown: &'s Shutdown,
+    /// The read timeout the caller asked for.
+    timeout: Option<Duration>,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+impl<'s, T: Transport> Cuttable<'s, T> {
+    fn new(mut inner: T, shutdown: &'s Shutdown) -> io::Result<Self> {
+        inner.set_read_timeout(Some(CUT_POLL))?;
+        Ok(Self {
+            inner,
+            shutdown,
+            timeout: None,
+            bytes_in: 0,
+            bytes_out: 0,
+        })
+    }
+
+    fn check(&self) -> io::Result<()> {
+        if self.shutdown.is_cut() {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "session cut: the server is shutting down",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<T: Transport> Transport for Cuttable<'_, T> {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn peer(&self) -> String {
+        self.inner.peer()
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.check()?;
+        let n = self.inner.write_vectored(bufs)?;
+        self.bytes_out += n as u64;
+        Ok(n)
+    }
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // When the caller's timeout will have passed; known from the first
+        // poll that comes back empty (the clock is read only when idle).
+        let mut until: Option<Instant> = None;
+        loop {
+            self.check()?;
+            match self.inner.read(buf) {
+                Ok(n) => {
+                    self.bytes_in += n as u64;
+                    return Ok(n);
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    let Some(total) = self.timeout else { continue };
+                    if total <= CUT_POLL {
+                        return Err(e);
+                    }
+                    let at = *until.get_or_insert_with(|| Instant::now() + (total - CUT_POLL));
+                    if Instant::now() >= at {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let poll = timeout.map_or(CUT_POLL, |t| t.min(CUT_POLL));
+        self.inner.set_read_timeout(Some(poll))?;
+        self.timeout = timeout;
+        Ok(())
+    }
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.inner.set_write_timeout(timeout)
+    }
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.inner.shutdown_write()
+    }
 }

@@ -451,3 +451,53 @@ fn a_trickling_client_loses_its_slot_at_the_handshake_deadline() {
     let failures = failures.into_inner().unwrap();
     assert!(failures.iter().any(|f| f.contains("deadline")), "{failures:?}");
 }
+
+/// A shutdown stops the accept loop (woken by a connection of its own),
+/// then a cut ends the session still waiting for the rest of its HELLO:
+/// the server returns, the session reported failed because it was cut.
+#[test]
+fn shutdown_stops_accepting_then_cuts_running_sessions() {
+    let blob = blob_bytes(3);
+    let listener = TcpListener::bind("127.0.0.1:0", TcpConfig::default()).unwrap();
+    let addr = listener.socket_addr().unwrap().to_string();
+    let cfg = ServerConfig::default();
+    let shutdown = cfg.shutdown.clone();
+    let admitted = std::sync::atomic::AtomicBool::new(false);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            serve(
+                &listener,
+                &view(&blob),
+                &cfg,
+                &Default::default(),
+                &|ev| match ev {
+                    ServerEvent::Admitted { .. } => {
+                        admitted.store(true, std::sync::atomic::Ordering::Release)
+                    }
+                    ServerEvent::Failed { error, .. } => failures.lock().unwrap().push(error.to_string()),
+                    _ => {}
+                },
+            )
+        });
+        // Half a HELLO, then silence: a running session.
+        let hello = hello_frame(Mode::Offset, BLOB_LEN as u64, [7; 32]);
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.write_all(&hello[..40]).unwrap();
+        let guard = std::time::Instant::now() + Duration::from_secs(60);
+        while !admitted.load(std::sync::atomic::Ordering::Acquire) {
+            assert!(
+                std::time::Instant::now() < guard,
+                "the session was never admitted"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        shutdown.stop();
+        drop(TcpStream::connect(&addr));
+        shutdown.cut();
+        assert_eq!(server.join().unwrap(), (0, 1));
+        drop(c);
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.iter().any(|f| f.contains("session cut")), "{failures:?}");
+}

@@ -290,6 +290,8 @@ fn row_of(label: &str, data: &Tree, t: &Timed, same: bool, notes: String) -> Row
 struct PfsServer {
     guard: ChildGuard,
     addr: String,
+    /// What a sender adds to reach it: its keys, when it requires them.
+    send_args: Vec<std::ffi::OsString>,
 }
 
 /// Key files of the protected rows: the server's identity, the client's,
@@ -328,7 +330,12 @@ impl BenchKeys {
     }
 }
 
-fn start_pfs_server(exe: &Path, store: &Path, dest: &Path, keys: Option<&BenchKeys>) -> anyhow::Result<PfsServer> {
+fn start_pfs_server(
+    exe: &Path,
+    store: &Path,
+    dest: &Path,
+    keys: Option<&BenchKeys>,
+) -> anyhow::Result<PfsServer> {
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--json", "--store"])
         .arg(store)
@@ -340,8 +347,7 @@ fn start_pfs_server(exe: &Path, store: &Path, dest: &Path, keys: Option<&BenchKe
             .arg("--authorized-keys")
             .arg(&k.authorized);
     }
-    cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = cmd.spawn().context("starting pfs serve")?;
@@ -357,7 +363,11 @@ fn start_pfs_server(exe: &Path, store: &Path, dest: &Path, keys: Option<&BenchKe
         }
     });
     match serve_listening(&rx, Duration::from_secs(30)) {
-        Some(addr) => Ok(PfsServer { guard, addr }),
+        Some(addr) => Ok(PfsServer {
+            guard,
+            addr,
+            send_args: keys.map(BenchKeys::send_args).unwrap_or_default(),
+        }),
         None => bail!("pfs serve did not start listening"),
     }
 }
@@ -370,7 +380,6 @@ fn pfs_send(
     remote: &str,
     cache: &Path,
     extra: &[&str],
-    keys: Option<&BenchKeys>,
     net: &NetPath,
 ) -> anyhow::Result<(Timed, serde_json::Value)> {
     let mut cmd = Command::new(exe);
@@ -382,7 +391,7 @@ fn pfs_send(
         .arg(cache)
         .args(["--json", "--progress", "never"])
         .args(extra)
-        .args(keys.map(BenchKeys::send_args).unwrap_or_default());
+        .args(&server.send_args);
     let t = timed(server.guard.id(), cmd, net)?;
     let v: serde_json::Value = serde_json::from_str(&t.stdout).context("pfs send --json output")?;
     Ok((t, v))
@@ -599,7 +608,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
                     eprintln!("pfs bench files: {label} …");
                     let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
                     let landed = dest.join(remote).join(name);
-                    let row = pfs_send(&pfs.path, &server, &data.dir, remote, &cache, extra, None, &net).and_then(
+                    let row = pfs_send(&pfs.path, &server, &data.dir, remote, &cache, extra, &net).and_then(
                         |(t, v)| {
                             let same = same_tree(&data.dir, &landed)?;
                             let flags = if extra.is_empty() {
@@ -634,7 +643,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
             .and_then(|k| start_pfs_server(&pfs.path, &store, &dest, Some(&k)).map(|s| (k, s)));
         match started {
             Err(e) => rows.extend(protected_rows.iter().map(|l| Row::failed(l, "Transfer", &e))),
-            Ok((keys, server)) => {
+            Ok((_keys, server)) => {
                 for (label, data) in [(&protected_rows[0], &a), (&protected_rows[1], &b)] {
                     if !want(label) {
                         continue;
@@ -643,11 +652,18 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
                     let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
                     let landed = dest.join("pair").join(name);
                     let extra = ["--compress"];
-                    let row = pfs_send(&pfs.path, &server, &data.dir, "pair", &cache, &extra, Some(&keys), &net)
-                        .and_then(|(t, v)| {
+                    let row = pfs_send(&pfs.path, &server, &data.dir, "pair", &cache, &extra, &net).and_then(
+                        |(t, v)| {
                             let same = same_tree(&data.dir, &landed)?;
-                            Ok(row_of(label, data, &t, same, format!("--compress, keys; {}", pfs_notes(&v))))
-                        });
+                            Ok(row_of(
+                                label,
+                                data,
+                                &t,
+                                same,
+                                format!("--compress, keys; {}", pfs_notes(&v)),
+                            ))
+                        },
+                    );
                     rows.push(row.unwrap_or_else(|e| Row::failed(label, "Transfer", &e)));
                 }
                 drop(server);

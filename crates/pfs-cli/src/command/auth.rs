@@ -154,8 +154,8 @@ pub fn server_admission(
             None
         };
     if remote && authorized.is_none() {
-        eprintln!(
-            "pfs: warning: serving {listen} (not loopback) without authentication (--insecure-no-auth): \
+        tracing::warn!(
+            "serving {listen} (not loopback) without authentication (--insecure-no-auth): \
              anyone who can reach it can write into this server"
         );
     }

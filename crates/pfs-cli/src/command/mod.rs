@@ -5,10 +5,12 @@ mod auth;
 mod blob;
 mod exec;
 mod keygen;
+mod log;
 mod send;
 mod send_files;
 mod serve;
 mod serve_files;
+mod shutdown;
 
 use std::time::Duration;
 

@@ -1,8 +1,9 @@
 //! `pfs serve`: the receiver. Listens (loopback unless told otherwise),
 //! serves sessions over its own blob, prints each receiver report.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pfs_session::{
     serve, GramReceiverConfig, GramReceiverOutcome, Limits, ServerConfig, ServerEvent, SessionStats,
@@ -15,7 +16,7 @@ use crate::exit;
 use pfs_bench::labels;
 use pfs_bench::peer::progress_line;
 
-use super::{interval, open_blob};
+use super::{interval, log, open_blob, shutdown};
 
 /// Writes a result line to stdout; a closed stdout (reader gone) must not
 /// take a session thread down with it.
@@ -48,9 +49,7 @@ fn listen_addr(args: &ServeArgs) -> String {
 pub fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     let listen = listen_addr(args);
     let (admission, notes) = super::auth::server_admission(&args.auth, &listen, args.transport.transport)?;
-    if !args.run.json {
-        eprintln!("pfs serve: {}", notes.join("; "));
-    }
+    tracing::info!("{}", notes.join("; "));
     Ok(ServerConfig {
         max_clients: args.max_clients.max(1),
         max_admitting: args.auth.max_admitting.max(1),
@@ -58,7 +57,31 @@ pub fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         max_sessions: if args.once { Some(1) } else { args.max_sessions },
         pin_cpu: args.run.pin,
         admission,
+        shutdown: Arc::default(),
     })
+}
+
+/// Binds the listener, prints its address, and from then on stops the
+/// server on SIGTERM or SIGINT.
+pub fn listen(args: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<AnyListener> {
+    let listener = bind_listener(args)?;
+    shutdown::watch(
+        &listener,
+        cfg.shutdown.clone(),
+        shutdown::grace(args.shutdown_grace)?,
+    )?;
+    announce(&listener, args.run.json);
+    Ok(listener)
+}
+
+/// The server's last log line; a stop by signal is a graceful end.
+pub fn finished(cfg: &ServerConfig, ok: u64, failed: u64) {
+    let how = if cfg.shutdown.is_stopping() {
+        "stopped"
+    } else {
+        "done"
+    };
+    tracing::info!("pfs serve: {how}: {ok} session(s) completed, {failed} failed");
 }
 
 /// Binds the listener `--transport` and `--listen` name.
@@ -107,6 +130,16 @@ fn default_socket_path() -> PathBuf {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    let args = match &args.config {
+        // The file's settings, then the command line's (those after `serve`).
+        Some(file) => {
+            let cli: Vec<OsString> = std::env::args_os().skip_while(|a| a != "serve").skip(1).collect();
+            crate::config::serve_args(file, &cli)?
+        }
+        None => args,
+    };
+    log::init(&args.log);
+    shutdown::grace(args.shutdown_grace)?;
     args.transport.check()?;
     if let Some(store) = &args.store {
         return super::serve_files::run(&args, store);
@@ -141,7 +174,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 ranges.first()
             );
         }
-        eprintln!("blob verified: fingerprint {}", actual.short());
+        tracing::info!("blob verified: fingerprint {}", actual.short());
     }
     let kind = transport_label(args.transport.transport);
     let receiver = GramReceiverConfig {
@@ -160,12 +193,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     // Exit status of the last session, for --once.
     let last_status = Mutex::new(exit::OK);
     let on_event = |ev: ServerEvent<'_, GramReceiverOutcome>| match ev {
-        ServerEvent::Accepted { peer } => {
-            if !json {
-                eprintln!("session from {peer}");
-            }
-        }
-        ServerEvent::Progress { peer, progress: p } => eprintln!(
+        ServerEvent::Progress { peer, progress: p } => tracing::info!(
             "{}",
             progress_line(
                 &format!("recv {peer}"),
@@ -176,9 +204,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 p.planned_bytes
             )
         ),
-        ServerEvent::Finished { peer, outcome } => {
+        ServerEvent::Finished {
+            peer,
+            client,
+            traffic,
+            outcome,
+        } => {
             let stats =
                 SessionStats::from_report(&outcome.report, kind, labels::session(outcome.report.mode, kind));
+            let did = log::Did {
+                service: "blob",
+                mode: Some(&stats.mode),
+                effective_bytes: stats.effective_bytes,
+                wire_bytes: stats.wire_bytes,
+                failure: (!stats.ok()).then(|| stats.mismatch_line()),
+                ..log::Did::default()
+            };
+            log::session_end(client, &traffic, &did);
             if let Ok(mut st) = last_status.lock() {
                 *st = if stats.ok() { exit::OK } else { exit::INTEGRITY };
             }
@@ -203,69 +245,80 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                     emit(&format!("  exec {k:<9} {text}"));
                 }
             }
-            if !stats.ok() {
-                eprintln!("pfs: from {peer}: {}", stats.mismatch_line());
-            }
         }
         ServerEvent::Failed { .. }
+        | ServerEvent::Accepted { .. }
         | ServerEvent::Busy { .. }
         | ServerEvent::AcceptFailed { .. }
         | ServerEvent::Admitted { .. }
         | ServerEvent::Denied { .. } => {
-            if let (Some(code), Ok(mut st)) = (report_common(&ev, json, args.max_clients), last_status.lock())
-            {
+            if let (Some(code), Ok(mut st)) = (report_common(&ev, json, &cfg, "blob"), last_status.lock()) {
                 *st = code;
             }
         }
     };
-    let listener = bind_listener(&args)?;
-    announce(&listener, json);
+    let listener = listen(&args, &cfg)?;
     let (ok, failed) = serve(&listener, &opened.view(), &cfg, &receiver, &on_event);
-    if !json {
-        eprintln!("pfs serve: {ok} session(s) completed, {failed} failed");
-    }
+    finished(&cfg, ok, failed);
     // With --once the exit status is that session's result.
     let last = last_status.lock().map(|g| *g).unwrap_or(exit::FAILURE);
     Ok(if args.once { last } else { exit::OK })
 }
 
 /// Reports the events every kind of server reports alike (a failed
-/// session, a busy refusal, a failed accept); for a failed session, returns
-/// the exit status it implies, seen from the receiver.
-pub(super) fn report_common<O>(ev: &ServerEvent<'_, O>, json: bool, max_clients: usize) -> Option<i32> {
+/// session, a refusal, an admission, a failed accept) for a server of
+/// `service`; for a session that failed or was denied, returns the exit
+/// status it implies, seen from the receiver.
+pub(super) fn report_common<O>(
+    ev: &ServerEvent<'_, O>,
+    json: bool,
+    cfg: &ServerConfig,
+    service: &str,
+) -> Option<i32> {
     match ev {
-        ServerEvent::Failed { peer, error } => {
+        ServerEvent::Accepted { peer } => {
+            tracing::debug!(peer = %peer, "connection accepted");
+            None
+        }
+        ServerEvent::Failed {
+            peer,
+            client,
+            traffic,
+            error,
+        } => {
             if json {
                 emit(
                     &serde_json::json!({"event": "session_failed", "peer": peer, "error": error.to_string()})
                         .to_string(),
                 );
             }
-            eprintln!("pfs: session from {peer} failed: {error}");
+            let did = log::Did {
+                service,
+                failure: Some(error.to_string()),
+                ..log::Did::default()
+            };
+            log::session_end(client, traffic, &did);
             Some(exit::of_session(error))
         }
         ServerEvent::Busy { peer } => {
-            eprintln!("pfs: refused {peer}: busy ({max_clients} sessions running)");
+            if cfg.shutdown.is_stopping() {
+                tracing::info!(peer = %peer, "refused: shutting down");
+            } else {
+                tracing::warn!(peer = %peer, "refused: busy ({} sessions running)", cfg.max_clients);
+            }
             None
         }
         ServerEvent::Admitted { client } => {
-            if client.key.is_some() {
-                let cipher = client.cipher.map_or("-", |c| c.name());
-                if json {
-                    emit(
-                        &serde_json::json!({"event": "admitted", "peer": client.addr, "key": client.fingerprint(),
-                                            "cipher": cipher, "rights": client.rights.describe()})
-                        .to_string(),
-                    );
-                } else {
-                    eprintln!(
-                        "session from {}: key {} ({}), {cipher}",
-                        client.addr,
-                        client.fingerprint(),
-                        client.rights.describe()
-                    );
-                }
+            let cipher = client.cipher.map_or("-", |c| c.name());
+            if json && client.key.is_some() {
+                emit(
+                    &serde_json::json!({"event": "admitted", "peer": client.addr, "key": client.fingerprint(),
+                                        "cipher": cipher, "rights": client.rights.describe()})
+                    .to_string(),
+                );
             }
+            tracing::info!(peer = %client.addr, key = %client.fingerprint(), cipher, rights = %client.rights.describe(),
+                           "session admitted");
             None
         }
         ServerEvent::Denied { peer, key, reason } => {
@@ -276,13 +329,13 @@ pub(super) fn report_common<O>(ev: &ServerEvent<'_, O>, json: bool, max_clients:
                         .to_string(),
                 );
             }
-            eprintln!("pfs: denied {peer} (key {fp}): {reason}");
+            tracing::warn!(peer = %peer, key = %fp, reason = %reason, "denied");
             Some(exit::AUTH)
         }
         ServerEvent::AcceptFailed { error } => {
-            eprintln!("pfs: accept failed: {error}");
+            tracing::error!("accept failed: {error}");
             None
         }
-        _ => None,
+        ServerEvent::Progress { .. } | ServerEvent::Finished { .. } => None,
     }
 }

@@ -14,7 +14,8 @@ use pfs_store::{Durability, Store, StoreConfig};
 use crate::args::ServeArgs;
 use crate::exit;
 
-use super::serve::{announce, bind_listener, emit, report_common, server_config};
+use super::log;
+use super::serve::{emit, finished, listen, report_common, server_config};
 
 /// Stores and destinations per client, opened on first use and shared by
 /// every session of the same group (stores) or `dir=` (destinations).
@@ -77,7 +78,7 @@ impl Places {
                     let (m, warning) =
                         Manifest::open(self.store_dir.join(format!("dest-manifest-{}", &tag[..16])));
                     if let Some(w) = warning {
-                        eprintln!("pfs: warning: {w}");
+                        tracing::warn!("{w}");
                     }
                     let m = Arc::new(m);
                     dests.insert(r.dir.clone(), (d.clone(), m.clone()));
@@ -125,12 +126,12 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
     let store = Store::open(store_dir, &opts)?;
     let cfg = server_config(args)?;
     for note in &store.recovery().notes {
-        eprintln!("pfs: store recovery: {note}");
+        tracing::warn!("store recovery: {note}");
     }
     let dest = DestRoot::open(dest_dir)?;
     let stale = dest.remove_stale_temps()?;
     if stale > 0 {
-        eprintln!("pfs: removed {stale} temporary file(s) left by an interrupted transfer");
+        tracing::info!("removed {stale} temporary file(s) left by an interrupted transfer");
     }
     let st = store.stats();
     let json = args.run.json;
@@ -149,8 +150,8 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
             .to_string(),
         );
     } else {
-        eprintln!(
-            "pfs serve: store {} (id {}, generation {}, {} chunks, {:.1} of {:.1} MB used, {}); destination {}",
+        tracing::info!(
+            "store {} (id {}, generation {}, {} chunks, {:.1} of {:.1} MB used, {}); destination {}",
             store_dir.display(),
             store.identity().id_hex(),
             st.generation,
@@ -161,12 +162,11 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
             dest_dir.display()
         );
     }
-    let listener = bind_listener(args)?;
-    announce(&listener, json);
+    let listener = listen(args, &cfg)?;
     // What this server wrote into --dest, kept beside the store.
     let (manifest, warning) = Manifest::open(store_dir.join("dest-manifest"));
     if let Some(w) = warning {
-        eprintln!("pfs: warning: {w}");
+        tracing::warn!("{w}");
     }
     let manifest = Arc::new(manifest);
     let dest = Arc::new(dest);
@@ -193,12 +193,24 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
         }
     };
     let on_event = |ev: ServerEvent<'_, FilesReceiverOutcome>| match ev {
-        ServerEvent::Accepted { peer } if !json => eprintln!("session from {peer}"),
-        ServerEvent::Finished { peer, outcome } => {
+        ServerEvent::Finished {
+            peer,
+            client,
+            traffic,
+            outcome,
+        } => {
             for e in places.save_manifests() {
-                eprintln!("pfs: warning: destination manifest not saved: {e}");
+                tracing::warn!("destination manifest not saved: {e}");
             }
             let r = &outcome.report;
+            let did = log::Did {
+                service: "files",
+                files: Some((r.files_written, r.files_unchanged, r.files_failed)),
+                effective_bytes: r.effective_bytes,
+                wire_bytes: r.wire_bytes,
+                ..log::Did::default()
+            };
+            log::session_end(client, &traffic, &did);
             set(if r.files_failed > 0 {
                 exit::PARTIAL
             } else {
@@ -232,21 +244,19 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
                     r.elapsed_ns as f64 / 1e9,
                 ));
                 for line in outcome.messages.lines() {
-                    eprintln!("pfs: from {peer}: not written: {line}");
+                    tracing::warn!(peer = %peer, "not written: {line}");
                 }
             }
         }
         ref other => {
-            if let Some(code) = report_common(other, json, args.max_clients) {
+            if let Some(code) = report_common(other, json, &cfg, "files") {
                 set(code);
             }
         }
     };
     let place = |client: &Client| places.of(client);
     let (ok, failed) = serve_files(&listener, &place, &cfg, &files_cfg, &on_event);
-    if !json {
-        eprintln!("pfs serve: {ok} session(s) completed, {failed} failed");
-    }
+    finished(&cfg, ok, failed);
     let last = last_status.lock().map(|g| *g).unwrap_or(exit::FAILURE);
     Ok(if args.once { last } else { exit::OK })
 }
