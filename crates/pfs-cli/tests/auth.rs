@@ -368,3 +368,75 @@ fn blob_sessions_run_protected_with_both_ciphers_and_honour_no_blob() {
     assert!(out.stderr.contains("no-blob"), "{}", out.stderr);
     server.finish();
 }
+
+#[test]
+fn a_unix_socket_server_refuses_another_users_client() {
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a client as another user");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_pfs");
+    let probe = Command::new("runuser")
+        .args(["-u", "nobody", "--", bin, "--version"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: runuser cannot run {bin} as nobody here");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = tmp.path().join("pfs.sock");
+    let mut cmd = pfs();
+    cmd.args([
+        "serve",
+        "--transport",
+        "unix",
+        "--size",
+        "1M",
+        "--max-sessions",
+        "1",
+        "--listen",
+    ])
+    .arg(&sock)
+    .env("XDG_CONFIG_HOME", tmp.path());
+    let server = Server::spawn(cmd);
+    // Let anyone connect at the file-system level: only the credential check stands.
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o777)).unwrap();
+    let other = Command::new("runuser")
+        .args([
+            "-u",
+            "nobody",
+            "--",
+            bin,
+            "send",
+            "--transport",
+            "unix",
+            "--size",
+            "1M",
+            "--bytes",
+            "1M",
+            "--to",
+        ])
+        .arg(&sock)
+        .env("XDG_CONFIG_HOME", tmp.path())
+        .output()
+        .unwrap();
+    assert!(!other.status.success(), "another user's client was served");
+    let mut own = pfs();
+    own.args([
+        "send",
+        "--transport",
+        "unix",
+        "--size",
+        "1M",
+        "--bytes",
+        "1M",
+        "--to",
+    ])
+    .arg(&sock)
+    .env("XDG_CONFIG_HOME", tmp.path());
+    run(own).expect_code(0, "own user");
+    let out = server.finish();
+    assert!(out.stderr.contains("uid"), "{}", out.stderr);
+}

@@ -359,7 +359,12 @@ fn serve_loop<L: Listener, O>(
             Ok(c) => c,
             Err(error) => {
                 on_event(ServerEvent::AcceptFailed { error: &error });
-                std::thread::sleep(Duration::from_millis(50));
+                // Out of descriptors or memory: give the system a moment.
+                // A refused peer (another user's, on a Unix socket) is no
+                // reason to slow everyone else down.
+                if error.kind() != std::io::ErrorKind::PermissionDenied {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
                 continue;
             }
         };

@@ -105,8 +105,23 @@ impl Drop for UnixListener {
 impl Listener for UnixListener {
     type Conn = UnixTransport;
 
+    /// Accepts only this server's own user or root (`SO_PEERCRED`), as the
+    /// shared-memory transport does: a plain session over a socket another
+    /// user can reach must not let that user write.
     fn accept(&self) -> io::Result<UnixTransport> {
         let (stream, _) = self.inner.accept()?;
+        let cred = rustix::net::sockopt::socket_peercred(&stream)?;
+        let me = rustix::process::getuid();
+        if cred.uid != me && !cred.uid.is_root() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "refused a Unix-socket client of uid {} (this server runs as uid {})",
+                    cred.uid.as_raw(),
+                    me.as_raw()
+                ),
+            ));
+        }
         Ok(UnixTransport {
             stream,
             peer: self.path.display().to_string(),
