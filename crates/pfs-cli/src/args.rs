@@ -22,7 +22,10 @@ Examples:
   pfs send --to 127.0.0.1:7878 --mode offset  # sender, same --size/--seed as the receiver
   pfs blob create --blob-name b1 --size 1G --seed 42 --blob-keep
   pfs serve --store /srv/pfs/store --dest /srv/pfs/files   # receive files, deduplicated
-  pfs send ./build-42 --to 127.0.0.1:7878:builds --stats   # send a tree; only new chunks travel";
+  pfs send ./build-42 --to 127.0.0.1:7878:builds --stats   # send a tree; only new chunks travel
+  pfs keygen                                  # your key pair: ~/.config/pfs/identity{,.pub}
+  pfs serve --listen 0.0.0.0:7878 --store S --dest D --authorized-keys keys   # between hosts: keys required
+  pfs send ./docs --to backup.example:7878 --server-key server.pub           # protected, server key pinned";
 
 /// The `pfs` command.
 #[derive(Debug, Parser)]

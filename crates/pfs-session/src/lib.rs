@@ -17,6 +17,7 @@ mod error;
 pub mod files;
 pub mod framing;
 pub mod gram;
+pub mod places;
 pub mod server;
 pub mod stats;
 
@@ -25,6 +26,7 @@ pub use gram::{
     receive_session, send_session, GramReceiverConfig, GramReceiverOutcome, GramSenderConfig,
     GramSenderOutcome, GramViolation, HelloRejection, DEFAULT_PAYLOAD_BUDGET,
 };
+pub use places::FilesPlaces;
 pub use server::{serve, serve_files, Admission, Client, FilesPlace, ServerConfig, ServerEvent};
 pub use stats::SessionStats;
 

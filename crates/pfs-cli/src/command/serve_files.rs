@@ -1,14 +1,13 @@
 //! `pfs serve --store DIR --dest DIR`: receive files into the destination
 //! root, deduplicated against a persistent store; one report per session.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use pfs_files::{DestRoot, Manifest};
 use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome};
-use pfs_session::{serve_files, Client, FilesPlace, ServerEvent};
+use pfs_session::{serve_files, Client, FilesPlace, FilesPlaces, ServerEvent};
 use pfs_store::{Durability, Store, StoreConfig};
 
 use crate::args::ServeArgs;
@@ -16,101 +15,6 @@ use crate::exit;
 
 use super::log;
 use super::serve::{emit, finished, listen, report_common, server_config};
-
-/// Stores and destinations per client, opened on first use and shared by
-/// every session of the same group (stores) or `dir=` (destinations).
-struct Places {
-    store_dir: PathBuf,
-    opts: StoreConfig,
-    dest: Arc<DestRoot>,
-    shared: FilesPlace,
-    stores: Mutex<HashMap<String, Arc<Store>>>,
-    dests: Mutex<HashMap<PathBuf, DestPlace>>,
-}
-
-/// A `dir=` destination and the record of what it holds.
-type DestPlace = (Arc<DestRoot>, Arc<Manifest>);
-
-impl Places {
-    /// The place of `client`: plain clients and keys of the unnamed group
-    /// share the store at the root of --store; every other group has its
-    /// own under `groups/`, so a key can only reference (and only sees
-    /// the index of) chunks its group stored.
-    fn of(&self, client: &Client) -> Result<FilesPlace, String> {
-        let r = &client.rights;
-        if r.group.is_empty() && r.dir.as_os_str().is_empty() {
-            return Ok(self.shared.clone());
-        }
-        let store = if r.group.is_empty() {
-            self.shared.store.clone()
-        } else {
-            let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
-            match stores.get(&r.group) {
-                Some(s) => s.clone(),
-                None => {
-                    let dir = self.store_dir.join("groups").join(&r.group);
-                    std::fs::create_dir_all(&dir).map_err(|e| format!("store for group {}: {e}", r.group))?;
-                    let s = Arc::new(
-                        Store::open(&dir, &self.opts)
-                            .map_err(|e| format!("store for group {}: {e}", r.group))?,
-                    );
-                    stores.insert(r.group.clone(), s.clone());
-                    s
-                }
-            }
-        };
-        let (dest, manifest) = if r.dir.as_os_str().is_empty() {
-            (self.shared.dest.clone(), self.shared.manifest.clone())
-        } else {
-            let mut dests = self.dests.lock().unwrap_or_else(|p| p.into_inner());
-            match dests.get(&r.dir) {
-                Some((d, m)) => (d.clone(), Some(m.clone())),
-                None => {
-                    let rel = pfs_files::RelPath::parse(r.dir.as_os_str().as_encoded_bytes())
-                        .map_err(|e| format!("dir={}: {e}", r.dir.display()))?;
-                    let d = Arc::new(
-                        self.dest
-                            .subroot(&rel)
-                            .map_err(|e| format!("dir={}: {e}", r.dir.display()))?,
-                    );
-                    // One manifest per destination directory, named by its path.
-                    let tag = blake3::hash(r.dir.as_os_str().as_encoded_bytes()).to_hex();
-                    let (m, warning) =
-                        Manifest::open(self.store_dir.join(format!("dest-manifest-{}", &tag[..16])));
-                    if let Some(w) = warning {
-                        tracing::warn!("{w}");
-                    }
-                    let m = Arc::new(m);
-                    dests.insert(r.dir.clone(), (d.clone(), m.clone()));
-                    (d, Some(m))
-                }
-            }
-        };
-        Ok(FilesPlace {
-            store,
-            dest,
-            manifest,
-        })
-    }
-
-    fn save_manifests(&self) -> Vec<String> {
-        let mut errors = Vec::new();
-        let mut all: Vec<Arc<Manifest>> = self.shared.manifest.iter().cloned().collect();
-        all.extend(
-            self.dests
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .map(|(_, m)| m.clone()),
-        );
-        for m in all {
-            if let Err(e) = m.save() {
-                errors.push(e.to_string());
-            }
-        }
-        errors
-    }
-}
 
 pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
     let dest_dir = args.dest.as_deref().context("--store needs --dest")?;
@@ -170,18 +74,15 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
     }
     let manifest = Arc::new(manifest);
     let dest = Arc::new(dest);
-    let places = Places {
-        store_dir: store_dir.to_path_buf(),
-        opts: opts.clone(),
-        dest: dest.clone(),
-        shared: FilesPlace {
+    let places = FilesPlaces::new(
+        store_dir,
+        opts.clone(),
+        FilesPlace {
             store: Arc::new(store),
             dest,
             manifest: Some(manifest),
         },
-        stores: Mutex::new(HashMap::new()),
-        dests: Mutex::new(HashMap::new()),
-    };
+    );
     let files_cfg = FilesReceiverConfig {
         fsync_files: args.fsync,
         ..FilesReceiverConfig::default()
@@ -254,7 +155,13 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
             }
         }
     };
-    let place = |client: &Client| places.of(client);
+    let place = |client: &Client| {
+        let found = places.of(client);
+        for w in places.take_warnings() {
+            tracing::warn!("{w}");
+        }
+        found
+    };
     let (ok, failed) = serve_files(&listener, &place, &cfg, &files_cfg, &on_event);
     finished(&cfg, ok, failed);
     let last = last_status.lock().map(|g| *g).unwrap_or(exit::FAILURE);
