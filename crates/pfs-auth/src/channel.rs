@@ -598,7 +598,9 @@ impl<T: Transport> Transport for SecureTransport<T> {
                 } else {
                     "the connection ended inside a record: the stream was cut short"
                 };
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, what));
+                // Not `UnexpectedEof`: callers take that for a peer that
+                // closed; this is a stream someone cut, and must say so.
+                return Err(io::Error::new(io::ErrorKind::ConnectionAborted, what));
             }
             self.raw.end += n;
         }

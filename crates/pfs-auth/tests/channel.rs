@@ -214,14 +214,14 @@ fn tampered_replayed_reordered_dropped_and_cut_streams_end_with_an_error() {
             "cut between records",
             |r| vec![r[0].clone()],
             b"one",
-            io::ErrorKind::UnexpectedEof,
+            io::ErrorKind::ConnectionAborted,
             "cut short",
         ),
         (
             "cut inside a record",
             |r| vec![r[0].clone(), r[1][..10].to_vec()],
             b"one",
-            io::ErrorKind::UnexpectedEof,
+            io::ErrorKind::ConnectionAborted,
             "inside a record",
         ),
     ];

@@ -440,3 +440,103 @@ fn a_unix_socket_server_refuses_another_users_client() {
     let out = server.finish();
     assert!(out.stderr.contains("uid"), "{}", out.stderr);
 }
+
+/// What a man in the middle does to the client's stream.
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    /// Flips one bit.
+    Flip,
+    /// Closes both connections (a truncated stream).
+    Cut,
+}
+
+/// A one-connection TCP proxy to `upstream` that applies `damage` to the
+/// client → server bytes once `after` of them have passed. Returns its address.
+fn man_in_the_middle(
+    upstream: String,
+    after: usize,
+    damage: Damage,
+) -> (String, std::thread::JoinHandle<()>) {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let handle = std::thread::spawn(move || {
+        let (client, _) = listener.accept().unwrap();
+        let server = TcpStream::connect(upstream).unwrap();
+        let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        let (mut s_in, mut c_out) = (server.try_clone().unwrap(), client.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut s_in, &mut c_out);
+            let _ = c_out.shutdown(Shutdown::Write);
+        });
+        let mut passed = 0usize;
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match c_in.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if passed <= after && after < passed + n {
+                match damage {
+                    Damage::Flip => buf[after - passed] ^= 0x10,
+                    Damage::Cut => {
+                        let _ = s_out.write_all(&buf[..after - passed]);
+                        let _ = server.shutdown(Shutdown::Both);
+                        let _ = client.shutdown(Shutdown::Both);
+                        return;
+                    }
+                }
+            }
+            passed += n;
+            if s_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = s_out.shutdown(Shutdown::Write);
+    });
+    (addr, handle)
+}
+
+#[test]
+fn a_tampered_or_cut_stream_ends_the_session_and_lands_nothing() {
+    for damage in [Damage::Flip, Damage::Cut] {
+        let s = setup();
+        // A file large enough that the damage falls inside it.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let big: Vec<u8> = (0..4_000_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8
+            })
+            .collect();
+        fs::write(s.src.join("data.bin"), &big).unwrap();
+        let ak = s.authorized(&[public_line(&s.alice)]);
+        let server = s.serve(&ak, 1);
+        let (via, proxy) = man_in_the_middle(server.addr.clone(), 2_000_000, damage);
+        let out = s.send(&via, Some(&s.alice), Some(&s.server_id), &[]);
+        assert_ne!(out.code(), Some(0), "{damage:?}: the damaged session succeeded");
+        let _ = proxy.join();
+        let served = server.finish();
+        let says = match damage {
+            Damage::Flip => "failed authentication",
+            Damage::Cut => "cut short",
+        };
+        assert!(
+            served.stderr.contains(says),
+            "{damage:?}: server said:\n{}",
+            served.stderr
+        );
+        let landed = files_under(&s.dest);
+        assert!(
+            !landed.iter().any(|p| p.ends_with("data.bin")),
+            "{damage:?}: the damaged file landed: {landed:?}"
+        );
+        assert!(
+            !landed.iter().any(|p| p.to_string_lossy().contains(".pfs-tmp.")),
+            "{damage:?}: temporary files left: {landed:?}"
+        );
+    }
+}
