@@ -516,7 +516,8 @@ pub struct ServerAuthArgs {
     /// dropped. Counted apart from --max-clients.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_admitting: usize,
-    /// Seconds a connection has for its first bytes, and again for its handshake.
+    /// Seconds a connection has for its handshake (for its first bytes: at least 60, since a plain
+    /// sender connects and then sets up its blob).
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub handshake_timeout: f64,
 }

@@ -448,6 +448,8 @@ enum Damage {
     Flip,
     /// Closes both connections (a truncated stream).
     Cut,
+    /// Holds the client's first bytes back this long (a slow blob setup).
+    Hold(std::time::Duration),
 }
 
 /// A one-connection TCP proxy to `upstream` that applies `damage` to the
@@ -470,6 +472,9 @@ fn man_in_the_middle(
             let _ = std::io::copy(&mut s_in, &mut c_out);
             let _ = c_out.shutdown(Shutdown::Write);
         });
+        if let Damage::Hold(d) = damage {
+            std::thread::sleep(d);
+        }
         let mut passed = 0usize;
         let mut buf = vec![0u8; 64 << 10];
         loop {
@@ -479,6 +484,7 @@ fn man_in_the_middle(
             };
             if passed <= after && after < passed + n {
                 match damage {
+                    Damage::Hold(_) => {}
                     Damage::Flip => buf[after - passed] ^= 0x10,
                     Damage::Cut => {
                         let _ = s_out.write_all(&buf[..after - passed]);
@@ -523,6 +529,7 @@ fn a_tampered_or_cut_stream_ends_the_session_and_lands_nothing() {
         let says = match damage {
             Damage::Flip => "failed authentication",
             Damage::Cut => "cut short",
+            Damage::Hold(_) => unreachable!("not a damage that fails"),
         };
         assert!(
             served.stderr.contains(says),
@@ -539,4 +546,32 @@ fn a_tampered_or_cut_stream_ends_the_session_and_lands_nothing() {
             "{damage:?}: temporary files left: {landed:?}"
         );
     }
+}
+
+#[test]
+fn a_plain_sender_may_be_silent_longer_than_the_handshake_timeout() {
+    // `pfs send` connects before it sets up its blob: its first bytes may
+    // come late. Only the handshake, once started, has --handshake-timeout.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = pfs();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--size",
+        "1M",
+        "--once",
+        "--handshake-timeout",
+        "1",
+    ])
+    .env("XDG_CONFIG_HOME", tmp.path());
+    let server = Server::spawn(cmd);
+    let hold = Damage::Hold(std::time::Duration::from_secs(2));
+    let (via, proxy) = man_in_the_middle(server.addr.clone(), usize::MAX, hold);
+    let mut send = pfs();
+    send.args(["send", "--to", &via, "--size", "1M", "--bytes", "1M"])
+        .env("XDG_CONFIG_HOME", tmp.path());
+    run(send).expect_code(0, "a sender silent for 2 s");
+    let _ = proxy.join();
+    server.finish().expect_code(0, "server");
 }

@@ -56,6 +56,10 @@ impl Default for Admission {
     }
 }
 
+/// How long a new connection may be silent by default: the gram receiver's
+/// wait for the first byte of HELLO before this check existed.
+pub const DEFAULT_FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Server settings, whichever protocol it serves.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -64,8 +68,10 @@ pub struct ServerConfig {
     /// Connections being admitted at once (first bytes, handshake); past
     /// it the oldest is dropped.
     pub max_admitting: usize,
-    /// Longest an admission may take, accept to verdict.
-    pub admission_timeout: Duration,
+    /// Longest a new connection may stay silent before its first bytes
+    /// (a plain sender connects, then sets up its blob before its HELLO);
+    /// the handshake then has its own deadline (`ServerSecurity::timeout`).
+    pub first_bytes_timeout: Duration,
     /// Stop after this many sessions (successful or not); `None` = forever.
     pub max_sessions: Option<u64>,
     /// Pin session threads to this CPU.
@@ -122,7 +128,7 @@ impl Default for ServerConfig {
         Self {
             max_clients: 4,
             max_admitting: 64,
-            admission_timeout: pfs_auth::DEFAULT_HANDSHAKE_TIMEOUT,
+            first_bytes_timeout: DEFAULT_FIRST_BYTES_TIMEOUT,
             max_sessions: None,
             pin_cpu: None,
             admission: Admission::default(),
@@ -564,7 +570,7 @@ fn admit<'c, C: Transport>(
     cancel: &AtomicBool,
 ) -> Result<(Box<dyn Transport + 'c>, Client), DenyReason> {
     let policy = &cfg.admission;
-    let head = pfs_auth::read_head(&mut *conn, cfg.admission_timeout, cancel)
+    let head = pfs_auth::read_head(&mut *conn, cfg.first_bytes_timeout, cancel)
         .map_err(|e| DenyReason::new(None, format!("before its first bytes: {e}")))?;
     if !pfs_auth::is_handshake(&head) {
         if !policy.allow_plain {

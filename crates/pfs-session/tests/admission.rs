@@ -142,7 +142,7 @@ fn a_flood_of_silent_connections_never_keeps_an_authorized_client_out() {
         max_sessions: Some(silent + 1),
         max_admitting: 8,
         // Far longer than the test: only eviction can free the queue.
-        admission_timeout: Duration::from_secs(600),
+        first_bytes_timeout: Duration::from_secs(600),
         admission: keyed(&k, true),
         ..ServerConfig::default()
     };

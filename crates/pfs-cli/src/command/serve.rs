@@ -53,7 +53,8 @@ pub fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     Ok(ServerConfig {
         max_clients: args.max_clients.max(1),
         max_admitting: args.auth.max_admitting.max(1),
-        admission_timeout: std::time::Duration::from_secs_f64(args.auth.handshake_timeout),
+        first_bytes_timeout: pfs_session::server::DEFAULT_FIRST_BYTES_TIMEOUT
+            .max(std::time::Duration::from_secs_f64(args.auth.handshake_timeout)),
         max_sessions: if args.once { Some(1) } else { args.max_sessions },
         pin_cpu: args.run.pin,
         admission,
