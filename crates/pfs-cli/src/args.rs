@@ -478,19 +478,19 @@ pub struct ClientAuthArgs {
     /// the default identity). An address listed here gets a protected session.
     #[arg(long, value_name = "FILE")]
     pub known_hosts: Option<PathBuf>,
-    /// Record cipher of a protected session [default: aes-256-gcm where the CPU has AES-NI,
-    /// else chacha20-poly1305].
+    /// Record cipher [default: aes-256-gcm where the CPU has AES-NI, else chacha20-poly1305].
+    /// Giving it asks for a protected session.
     #[arg(long, value_name = "CIPHER", value_parser = ["aes-256-gcm", "chacha20-poly1305"])]
     pub cipher: Option<String>,
     /// Pre-shared key file (base64 of 32 bytes), if the server requires one.
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
-    /// Keys rotate after 2^N bytes in each direction (16–40).
-    #[arg(long, value_name = "N", default_value_t = pfs_auth::DEFAULT_ROTATE_LOG2,
-          value_parser = clap::value_parser!(u8).range(16..=40))]
-    pub rotate_log2: u8,
+    /// Session keys rotate after 2^N bytes in each direction (16–40) [default: 32]. Giving it
+    /// asks for a protected session.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(16..=40))]
+    pub rotate_log2: Option<u8>,
     /// Send in clear, unauthenticated, to a non-loopback address (never the default).
-    #[arg(long, conflicts_with_all = ["server_key", "identity", "psk_file"])]
+    #[arg(long, conflicts_with_all = ["server_key", "identity", "psk_file", "cipher", "rotate_log2"])]
     pub insecure_no_auth: bool,
 }
 

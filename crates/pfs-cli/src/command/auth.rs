@@ -76,11 +76,15 @@ pub fn client_security(
     let wanted = args.server_key.is_some()
         || args.identity.is_some()
         || args.psk_file.is_some()
+        || args.cipher.is_some()
+        || args.rotate_log2.is_some()
         || hosts.knows(addr)
         || (remote && !args.insecure_no_auth);
     if !wanted {
         if remote {
             eprintln!("pfs: warning: sending to {addr} in clear and unauthenticated (--insecure-no-auth)");
+        } else if args.insecure_no_auth {
+            eprintln!("pfs: note: --insecure-no-auth changes nothing here: {addr} is on this host");
         }
         return Ok(None);
     }
@@ -101,7 +105,7 @@ pub fn client_security(
         pin,
         psk: args.psk_file.as_deref().map(load_psk).transpose()?,
         cipher,
-        rotate_log2: args.rotate_log2,
+        rotate_log2: args.rotate_log2.unwrap_or(pfs_auth::DEFAULT_ROTATE_LOG2),
         timeout: pfs_auth::DEFAULT_HANDSHAKE_TIMEOUT,
     }))
 }
@@ -153,6 +157,11 @@ pub fn server_admission(
         } else {
             None
         };
+    if !remote && args.insecure_no_auth {
+        notes.push(format!(
+            "--insecure-no-auth changes nothing on {listen}: it is on this host"
+        ));
+    }
     if remote && authorized.is_none() {
         tracing::warn!(
             "serving {listen} (not loopback) without authentication (--insecure-no-auth): \
