@@ -247,20 +247,32 @@ impl Sealer {
     /// bytes of room followed by at most [`MAX_RECORD_PLAINTEXT`] bytes of
     /// plaintext; on return it is the whole record, header and tag included.
     pub fn seal(&mut self, kind: RecordKind, buf: &mut Vec<u8>) -> Result<(), RecordError> {
-        let plain = buf.len().saturating_sub(RECORD_HEADER);
+        self.seal_from(kind, buf, 0)
+    }
+
+    /// [`Sealer::seal`] of the record that starts at `start` of `buf` (the
+    /// records before it stay as they are): several records can be sealed
+    /// into one buffer and written with one call.
+    pub fn seal_from(
+        &mut self,
+        kind: RecordKind,
+        buf: &mut Vec<u8>,
+        start: usize,
+    ) -> Result<(), RecordError> {
+        let plain = buf.len().saturating_sub(start + RECORD_HEADER);
         assert!(
-            buf.len() >= RECORD_HEADER && plain <= MAX_RECORD_PLAINTEXT,
+            buf.len() >= start + RECORD_HEADER && plain <= MAX_RECORD_PLAINTEXT,
             "caller bounds records"
         );
         let sealed = plain + TAG_LEN;
         let header = header(kind, sealed);
-        buf[..RECORD_HEADER].copy_from_slice(&header);
+        buf[start..start + RECORD_HEADER].copy_from_slice(&header);
         let (_, nonce) = self.0.next_nonce()?;
         let tag = self
             .0
             .key
             .key
-            .seal_in_place_separate_tag(nonce, Aad::from(header), &mut buf[RECORD_HEADER..])
+            .seal_in_place_separate_tag(nonce, Aad::from(header), &mut buf[start + RECORD_HEADER..])
             .map_err(|_| RecordError::TooLarge(plain))?;
         buf.extend_from_slice(tag.as_ref());
         self.0.count(RECORD_HEADER + sealed);

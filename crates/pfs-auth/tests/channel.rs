@@ -116,8 +116,10 @@ fn bytes_cross_both_ways_with_key_rotation_and_a_clean_close() {
         std::thread::scope(|sc| {
             let d = &data;
             sc.spawn(move || {
-                // Odd-sized vectored writes: records do not follow frames.
-                for part in d.chunks(70_001) {
+                // Odd-sized vectored writes, small and several records
+                // long: records do not follow frames.
+                let (small, large) = d.split_at(1_000_000);
+                for part in small.chunks(70_001).chain(large.chunks(700_001)) {
                     let (x, y) = part.split_at(part.len() / 3);
                     c.write_all_vectored(&mut [IoSlice::new(x), IoSlice::new(y)])
                         .unwrap();
@@ -126,7 +128,7 @@ fn bytes_cross_both_ways_with_key_rotation_and_a_clean_close() {
                 let mut back = [0u8; 5];
                 c.read_exact(&mut back).unwrap();
                 assert_eq!(&back, b"thank");
-                assert!(c.rotations().0 >= 40, "{:?}", c.rotations());
+                assert!(c.rotations().0 >= 10, "{:?}", c.rotations());
             });
             let mut got = Vec::new();
             let mut buf = vec![0u8; 100_000];
@@ -139,7 +141,7 @@ fn bytes_cross_both_ways_with_key_rotation_and_a_clean_close() {
             }
             assert!(got == *d, "stream differs ({} of {} bytes)", got.len(), d.len());
             s.write_all(b"thank").unwrap();
-            assert!(s.rotations().1 >= 40);
+            assert!(s.rotations().1 >= 10);
         });
     }
 }
