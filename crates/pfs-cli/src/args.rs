@@ -13,7 +13,7 @@ Sizes accept K/M/G/T (binary: KiB, MiB, …), KB/MB/GB (decimal) or plain bytes.
 Rates are decimal MB/s (10^6 bytes per second).
 
 Exit codes: 0 ok · 1 failure · 2 usage · 3 integrity MISMATCH · 4 refused by peer (pfs serve --once: the peer was refused) · 5 transport failure ·
-6 partial transfer (some entries not written; see the report) · 7 the peer broke the protocol ·
+6 partial transfer (entries not written or not readable; listed) · 7 the peer broke the protocol ·
 8 authentication failed (server key unknown or changed, our key refused, keys required)
 
 Examples:

@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use pfs_files::{default_cache_dir, scan, ChunkParams, Excludes, RecipeCache, WalkKind};
+use pfs_files::{default_cache_dir, scan, ChunkParams, Excludes, RecipeCache, SkipReason, WalkKind};
 use pfs_session::files::{
     send_files, FilesItem, FilesProgress, FilesSenderConfig, FilesSenderOutcome, LocalPrepare,
 };
@@ -41,10 +41,38 @@ fn mb(b: u64) -> f64 {
     b as f64 / 1e6
 }
 
+/// The exit status of a send that ran: partial if any entry was not
+/// delivered (failed at the receiver, or not readable here).
+fn exit_code(failed_at_receiver: Option<u64>, failed_here: u64) -> i32 {
+    match failed_at_receiver {
+        Some(n) if n > 0 || failed_here > 0 => exit::PARTIAL,
+        _ => exit::OK,
+    }
+}
+
+/// How the wire compares with the data, in words that read right when
+/// nothing was saved (or the wire carried more than the data).
+fn saving(effective: u64, wire: u64) -> String {
+    if wire == 0 || effective == 0 {
+        return "nothing on the wire".into();
+    }
+    let ratio = effective as f64 / wire as f64;
+    if ratio >= 1.05 {
+        format!("{ratio:.1}× less than the data")
+    } else if ratio > 0.95 {
+        "about the size of the data: nothing saved".into()
+    } else {
+        format!("{:.2}× the data", 1.0 / ratio)
+    }
+}
+
 /// What the scan found, with the quick-check cache's recipes filled in.
 struct Prepared {
     items: Vec<FilesItem>,
     warnings: Vec<String>,
+    /// Entries the scan could not read or name (not special files, which
+    /// are left out by design).
+    failed: usize,
     /// The recipe cache (`None` with `--no-cache`).
     cache: Option<RecipeCache>,
     scan_time: Duration,
@@ -62,6 +90,11 @@ fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<Prepared> {
         .iter()
         .map(|s| format!("skipping {}: {}", s.path.display(), s.reason))
         .collect();
+    let failed = tree
+        .skipped
+        .iter()
+        .filter(|s| matches!(s.reason, SkipReason::Unreadable(_) | SkipReason::BadPath(_)))
+        .count();
     let mut cache = if f.no_cache {
         None
     } else {
@@ -94,6 +127,7 @@ fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<Prepared> {
     Ok(Prepared {
         items,
         warnings,
+        failed,
         cache,
         scan_time: t0.elapsed(),
     })
@@ -123,6 +157,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     let Prepared {
         mut items,
         warnings,
+        failed: failed_at_scan,
         mut cache,
         scan_time,
     } = prepare(args, &params)?;
@@ -204,10 +239,12 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     for w in &out.warnings {
         eprintln!("pfs: warning: {w}");
     }
-    let code = match &out.report {
-        Some(r) if r.files_failed > 0 => exit::PARTIAL,
-        _ => exit::OK,
-    };
+    // Any entry not delivered makes the transfer partial: failed at the
+    // receiver, unreadable at the scan, or unreadable while sent.
+    let code = exit_code(
+        out.report.as_ref().map(|r| r.files_failed),
+        failed_at_scan as u64 + out.skipped,
+    );
     if json {
         println!(
             "{}",
@@ -324,7 +361,7 @@ fn human(out: &FilesSenderOutcome, kind: &str, prep: &Prep<'_>, stats: bool) -> 
     };
     let mut s = format!(
         "sent {} entries over {kind}: {} written, {} unchanged, {} same content, {} failed; {:.1} MB effective, \
-         {:.3} MB wire ({:.1}× less), {:.1} MB/s effective in {:.2} s\n",
+         {:.3} MB wire ({}), {:.1} MB/s effective in {:.2} s\n",
         p.entries,
         r.files_written,
         r.files_unchanged,
@@ -332,7 +369,7 @@ fn human(out: &FilesSenderOutcome, kind: &str, prep: &Prep<'_>, stats: bool) -> 
         r.files_failed,
         mb(r.effective_bytes),
         mb(wire),
-        if wire > 0 { r.effective_bytes as f64 / wire as f64 } else { 0.0 },
+        saving(r.effective_bytes, wire),
         mb(r.effective_bytes) / secs,
         secs,
     );
@@ -420,5 +457,25 @@ mod tests {
             split_target("/tmp/p.sock", s),
             ("/tmp/p.sock".into(), String::new())
         );
+    }
+
+    #[test]
+    fn any_entry_not_delivered_makes_the_send_partial() {
+        assert_eq!(exit_code(Some(0), 0), exit::OK);
+        assert_eq!(exit_code(Some(2), 0), exit::PARTIAL);
+        assert_eq!(exit_code(Some(0), 1), exit::PARTIAL);
+        // A dry run has no report: nothing was meant to be delivered.
+        assert_eq!(exit_code(None, 1), exit::OK);
+    }
+
+    #[test]
+    fn the_summary_reads_right_whatever_was_saved() {
+        assert_eq!(saving(100_000, 1_000), "100.0× less than the data");
+        assert_eq!(
+            saving(1_000_000, 1_003_000),
+            "about the size of the data: nothing saved"
+        );
+        assert_eq!(saving(1_000, 2_000), "2.00× the data");
+        assert_eq!(saving(0, 0), "nothing on the wire");
     }
 }

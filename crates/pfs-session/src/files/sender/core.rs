@@ -138,6 +138,8 @@ pub struct FilesSender<'a> {
     probed: u64,
     report: Option<(FilesReport<'static>, String)>,
     warnings: Vec<String>,
+    /// Entries left out because they could not be read.
+    skipped: u64,
     events: VecDeque<FilesSenderEvent>,
 }
 
@@ -208,6 +210,7 @@ impl<'a> FilesSender<'a> {
             probed: 0,
             report: None,
             warnings: Vec::new(),
+            skipped: 0,
             events: VecDeque::new(),
         };
         let mut hello = Vec::new();
@@ -408,6 +411,11 @@ impl<'a> FilesSender<'a> {
         (self.wire_sent, self.consumed)
     }
 
+    /// Entries left out because they could not be read.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
     /// Warnings so far (items left out, cache trouble).
     pub fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings)
@@ -566,6 +574,7 @@ impl<'a> FilesSender<'a> {
             return;
         }
         let mut gone = vec![false; self.items.len()];
+        self.skipped += failed.len() as u64;
         for (i, why) in failed {
             self.warnings
                 .push(format!("skipping {}: {why}", self.items[i].entry.abs.display()));

@@ -98,6 +98,7 @@ fn send<T: Transport + ?Sized>(
         elapsed,
         usage: thread_usage().since(&usage0),
         warnings,
+        skipped: core.skipped(),
     })
 }
 

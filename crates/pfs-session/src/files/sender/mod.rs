@@ -180,6 +180,9 @@ pub struct FilesSenderOutcome {
     pub usage: Usage,
     /// Warnings (cache trouble, files that changed while sent).
     pub warnings: Vec<String>,
+    /// Entries left out because they could not be read while the session
+    /// ran (each also has a warning): the transfer is partial.
+    pub skipped: u64,
 }
 
 /// Decides, per chunk of every file, how it travels: a descriptor when
