@@ -302,6 +302,18 @@ pub fn refusal(body: &[u8]) -> SessionError {
     }
 }
 
+/// Appends an ERROR frame (`code`, `message`) to `out`: the one place
+/// ERROR bytes are built, for sessions and for the server's refusals.
+pub fn put_error_frame(out: &mut Vec<u8>, code: pfs_wire::ErrorCode, message: &str) {
+    let mut body = Vec::with_capacity(message.len() + 8);
+    ErrorFrame {
+        code: code as u16,
+        message,
+    }
+    .emit(&mut body);
+    put_frame(out, FrameType::Error, 0, &body);
+}
+
 /// Appends the ERROR frame that tells the peer about `err`.
 pub fn put_error(out: &mut Vec<u8>, err: &SessionError) {
     let message = match err {
@@ -309,13 +321,7 @@ pub fn put_error(out: &mut Vec<u8>, err: &SessionError) {
         SessionError::Rejected(r) => r.to_string(),
         other => other.to_string(),
     };
-    let mut body = Vec::with_capacity(message.len() + 8);
-    ErrorFrame {
-        code: err.code() as u16,
-        message: &message,
-    }
-    .emit(&mut body);
-    put_frame(out, FrameType::Error, 0, &body);
+    put_error_frame(out, err.code(), &message);
 }
 
 /// A sender's result, after telling the receiver when the receiver is the

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use pfs_auth::{AuthorizedKeys, Cipher, Prefixed, PublicKey, Rights, SecureError, ServerSecurity, Service};
 use pfs_transport::{Listener, Transport};
-use pfs_wire::{put_frame, ErrorCode, ErrorFrame, FrameType};
+use pfs_wire::ErrorCode;
 
 use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
 use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
@@ -677,14 +677,8 @@ fn refuse_busy(conn: &mut dyn Transport, max: usize) {
 
 /// Best-effort ERROR frame before closing.
 fn refuse<T: Transport + ?Sized>(conn: &mut T, code: ErrorCode, msg: &str) {
-    let mut body = Vec::new();
-    ErrorFrame {
-        code: code as u16,
-        message: msg,
-    }
-    .emit(&mut body);
     let mut frame = Vec::new();
-    put_frame(&mut frame, FrameType::Error, 0, &body);
+    crate::framing::put_error_frame(&mut frame, code, msg);
     let _ = conn.write_all(&frame);
     let _ = conn.shutdown_write();
 }
