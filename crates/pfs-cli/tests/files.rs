@@ -183,3 +183,58 @@ fn killed_receiver_leaves_each_file_old_or_new_and_a_resend_completes() {
         temp_files(&d.dest)
     );
 }
+
+/// A receiver killed half-way through one large file keeps what it had
+/// checkpointed (every 64 MiB): the next send of the file moves only the
+/// rest, and the partial file is gone once the file lands.
+#[test]
+fn a_large_file_interrupted_by_a_killed_receiver_resumes_from_its_checkpoint() {
+    let d = dirs();
+    let size = 200 << 20;
+    let data = random_bytes(6000, size);
+    let path = d.src.join("large.bin");
+    write(&path, &data);
+    let mut server = serve(&d.store, &d.dest, &[]);
+    let mut cmd = send_cmd(&[&path], &server.addr, &d.cache, &[]);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _sender = ChildGuard(Some(cmd.spawn().expect("spawn pfs send")));
+    // The first checkpoint is in the index once it grows past its header.
+    let index = d.dest.join(".pfs/index");
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while fs::metadata(&index).map_or(0, |m| m.len()) <= 64 {
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint within {EVENT_TIMEOUT:?}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let mut child = server.guard.0.take().expect("server");
+    child.kill().expect("SIGKILL the receiver");
+    let _ = child.wait();
+    assert!(
+        !d.dest.join("large.bin").exists(),
+        "landed before the kill: nothing to test"
+    );
+    assert_eq!(temp_files(&d.dest).len(), 1, "the partial file is kept");
+
+    let server = serve(&d.store, &d.dest, &["--max-sessions", "1"]);
+    assert_eq!(temp_files(&d.dest).len(), 1, "kept across the restart");
+    let v = good(
+        &send(&[&path], &server.addr, &d.cache, &[]),
+        "resend after the kill",
+    );
+    server.finish().expect_code(0, "restarted server");
+    assert_eq!(
+        hash_file(&d.dest.join("large.bin")),
+        *blake3::hash(&data).as_bytes()
+    );
+    let matched = num(&v, "/receiver/matched_bytes");
+    assert!(
+        matched >= (64 << 20) - MAX_CHUNK,
+        "checkpointed bytes were not reused: {v:#}"
+    );
+    assert!(wire(&v) < size as u64 - matched + (1 << 20), "{v:#}");
+    assert!(temp_files(&d.dest).is_empty(), "{:?}", temp_files(&d.dest));
+}

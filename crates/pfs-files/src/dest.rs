@@ -63,7 +63,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags, Timestamps};
 use rustix::io::Errno;
@@ -81,6 +81,9 @@ pub use landing::{FileSpec, LandError, Landing, Placement};
 pub const STATE_DIR: &str = ".pfs";
 /// Where temporary files are written, beneath the root.
 pub const TEMP_DIR: &str = ".pfs/tmp";
+/// A partial file left for a later send is removed at a start after this
+/// long without a write.
+pub const PARTIAL_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// Permission bits applied to created entries.
 const PERM_MASK: u32 = 0o777;
@@ -95,8 +98,9 @@ pub struct DestRoot {
     root: OwnedFd,
     path: PathBuf,
     openat2: bool,
-    /// `.pfs/tmp`, opened (and created) on first use.
-    tmp: OnceLock<OwnedFd>,
+    /// `.pfs/tmp`, opened (and created) on first use; shared with the
+    /// temporary files made in it (no descriptor copied per file).
+    tmp: OnceLock<Arc<OwnedFd>>,
 }
 
 /// A file being received: written under a temporary name in `.pfs/tmp`,
@@ -105,9 +109,9 @@ pub struct DestRoot {
 #[derive(Debug)]
 pub struct TempFile {
     /// `.pfs/tmp`, where it is written.
-    tmp_dir: OwnedFd,
+    tmp_dir: Arc<OwnedFd>,
     /// Its final directory.
-    dir: OwnedFd,
+    dir: Arc<OwnedFd>,
     tmp_name: Vec<u8>,
     name: Vec<u8>,
     rel: RelPath,
@@ -134,6 +138,16 @@ impl ParkedTemp {
     pub fn rel(&self) -> &RelPath {
         &self.rel
     }
+
+    /// Its name in `.pfs/tmp`.
+    pub fn tmp_name(&self) -> &[u8] {
+        &self.tmp_name
+    }
+
+    /// Its inode.
+    pub fn ino(&self) -> u64 {
+        self.id.1
+    }
 }
 
 /// The open parent directory of the last [`DestRoot::stat_existing`] or
@@ -143,7 +157,7 @@ impl ParkedTemp {
 /// meanwhile; keep one per session and drop it when the session ends.
 #[derive(Debug, Default)]
 pub struct StatCache {
-    dir: Option<(Vec<u8>, OwnedFd)>,
+    dir: Option<(Vec<u8>, Arc<OwnedFd>)>,
 }
 
 /// What [`DestRoot::stat_existing`] found.
@@ -237,13 +251,13 @@ impl DestRoot {
     }
 
     /// `.pfs/tmp`, opened once per root.
-    fn tmp_dir(&self) -> Result<&OwnedFd, FilesError> {
+    fn tmp_dir(&self) -> Result<&Arc<OwnedFd>, FilesError> {
         if let Some(fd) = self.tmp.get() {
             return Ok(fd);
         }
         let fd = self.private_dir(TEMP_DIR)?;
         // Another thread may have won the race; either descriptor names the same directory.
-        let _ = self.tmp.set(fd);
+        let _ = self.tmp.set(Arc::new(fd));
         self.tmp.get().ok_or_else(|| {
             FilesError::io(
                 "open",
@@ -304,6 +318,16 @@ impl DestRoot {
             Err(Errno::NOENT) => {}
             Err(e) => return Err(dest_err("open directory", rel, e)),
         }
+        // Trees arrive parents first: usually only the last component is new.
+        if let Some(parent) = rel.parent() {
+            if let Ok(p) = self.open_beneath(parent.as_bytes(), dir_flags(), Mode::empty()) {
+                match rfs::mkdirat(&p, rel.file_name(), mode) {
+                    Ok(()) => return Ok(()),
+                    Err(Errno::EXIST) => {}
+                    Err(e) => return Err(dest_err("create directory", rel, e)),
+                }
+            }
+        }
         let mut cur = self.root_dup().map_err(|e| dest_err("open", rel, e))?;
         for c in rel.components() {
             let next = match rfs::openat(&cur, c, dir_flags(), Mode::empty()) {
@@ -353,7 +377,23 @@ impl DestRoot {
     /// Create a temporary file in `.pfs/tmp` that [`TempFile::persist`]
     /// will rename to `rel` (whose directory must exist).
     pub fn create_temp(&self, rel: &RelPath) -> Result<TempFile, FilesError> {
-        let dir = self.parent_dir(rel)?;
+        let dir = Arc::new(self.parent_dir(rel)?);
+        self.create_temp_in(dir, rel)
+    }
+
+    /// [`Self::create_temp`] with `rel`'s directory taken from (or opened
+    /// into) `cache`: a tree's files mostly share their directory.
+    pub fn create_temp_cached(&self, cache: &mut StatCache, rel: &RelPath) -> Result<TempFile, FilesError> {
+        match self.cached_parent(cache, rel)? {
+            Some(dir) => {
+                let dir = dir.clone();
+                self.create_temp_in(dir, rel)
+            }
+            None => self.create_temp(rel),
+        }
+    }
+
+    fn create_temp_in(&self, dir: Arc<OwnedFd>, rel: &RelPath) -> Result<TempFile, FilesError> {
         let tmp_dir = self.tmp_dir()?;
         let name = rel.file_name();
         for _ in 0..16 {
@@ -367,7 +407,7 @@ impl DestRoot {
             ) {
                 Ok(fd) => {
                     return Ok(TempFile {
-                        tmp_dir: dup(tmp_dir, rel)?,
+                        tmp_dir: tmp_dir.clone(),
                         dir,
                         tmp_name,
                         name: name.to_vec(),
@@ -387,7 +427,7 @@ impl DestRoot {
     /// beneath the root, the file opened without following symlinks, and it
     /// must still be the file that was parked (same device and inode).
     pub fn reopen_temp(&self, parked: ParkedTemp) -> Result<TempFile, FilesError> {
-        let dir = self.parent_dir(&parked.rel)?;
+        let dir = Arc::new(self.parent_dir(&parked.rel)?);
         let tmp_dir = self.tmp_dir()?;
         let fd = rfs::openat(
             tmp_dir,
@@ -401,7 +441,7 @@ impl DestRoot {
             return Err(dest_err("reopen temporary file for", &parked.rel, Errno::STALE));
         }
         Ok(TempFile {
-            tmp_dir: dup(tmp_dir, &parked.rel)?,
+            tmp_dir: tmp_dir.clone(),
             dir,
             tmp_name: parked.tmp_name,
             name: parked.name,
@@ -435,15 +475,31 @@ impl DestRoot {
             }
             Err(e) => return Err(e),
         };
+        Self::open_existing_in(&dir, rel)
+    }
+
+    /// [`Self::open_existing`] with `rel`'s directory from (or opened into) `cache`.
+    pub fn open_existing_cached(
+        &self,
+        cache: &mut StatCache,
+        rel: &RelPath,
+    ) -> Result<Option<(File, Metadata)>, FilesError> {
+        match self.cached_parent(cache, rel)? {
+            Some(dir) => Self::open_existing_in(dir, rel),
+            None => Ok(None),
+        }
+    }
+
+    fn open_existing_in(dir: &OwnedFd, rel: &RelPath) -> Result<Option<(File, Metadata)>, FilesError> {
         let name = rel.file_name();
         // Look before opening: opening a device node can have side effects.
-        match rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {}
             Ok(_) | Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(dest_err("stat", rel, e)),
         }
         let fd = match rfs::openat(
-            &dir,
+            dir,
             name,
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
@@ -534,7 +590,7 @@ impl DestRoot {
         &self,
         cache: &'c mut StatCache,
         rel: &RelPath,
-    ) -> Result<Option<&'c OwnedFd>, FilesError> {
+    ) -> Result<Option<&'c Arc<OwnedFd>>, FilesError> {
         let parent = rel.parent();
         let key = parent.as_ref().map_or(&b""[..], |p| p.as_bytes());
         let stale = match &cache.dir {
@@ -551,7 +607,7 @@ impl DestRoot {
                 }
                 Err(e) => return Err(e),
             };
-            cache.dir = Some((key.to_vec(), dir));
+            cache.dir = Some((key.to_vec(), Arc::new(dir)));
         }
         Ok(cache.dir.as_ref().map(|(_, d)| d))
     }
@@ -584,6 +640,13 @@ impl DestRoot {
     /// Nothing else in the destination is looked at. Must not run while
     /// another transfer writes here.
     pub fn remove_stale_temps(&self) -> Result<usize, FilesError> {
+        self.remove_stale_temps_except(&[])
+    }
+
+    /// [`Self::remove_stale_temps`], keeping the files named in `keep`
+    /// (partial files a later send may use) unless older than
+    /// [`PARTIAL_MAX_AGE`].
+    pub fn remove_stale_temps_except(&self, keep: &[&[u8]]) -> Result<usize, FilesError> {
         let shown = || self.path.join(TEMP_DIR);
         let dir = self.tmp_dir()?;
         let readable = rfs::openat(
@@ -602,6 +665,17 @@ impl DestRoot {
             if name == b"." || name == b".." {
                 continue;
             }
+            if keep.contains(&name) {
+                let young = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs() as i64);
+                    now - st.st_mtime < PARTIAL_MAX_AGE.as_secs() as i64
+                });
+                if young {
+                    continue;
+                }
+            }
             match rfs::unlinkat(dir, name, AtFlags::empty()) {
                 Ok(()) => removed += 1,
                 // Only files are ever made here; anything else is left alone.
@@ -610,6 +684,20 @@ impl DestRoot {
             }
         }
         Ok(removed)
+    }
+
+    /// Removes the regular file `rel` (never a directory; a symlink in the
+    /// path is not followed); a missing file is not an error.
+    pub fn remove_file(&self, rel: &RelPath) -> Result<(), FilesError> {
+        let dir = match self.parent_dir(rel) {
+            Ok(d) => d,
+            Err(FilesError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match rfs::unlinkat(&dir, rel.file_name(), AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(dest_err("remove", rel, e)),
+        }
     }
 
     /// A new descriptor for the root directory itself.
@@ -675,6 +763,18 @@ impl TempFile {
     /// Where the file will land.
     pub fn rel(&self) -> &RelPath {
         &self.rel
+    }
+
+    /// Its name in `.pfs/tmp`.
+    pub fn tmp_name(&self) -> &[u8] {
+        &self.tmp_name
+    }
+
+    /// Closes the file and leaves it under its temporary name (a partial
+    /// file a later send may use; [`DestRoot::remove_stale_temps`] keeps
+    /// the ones it is told to).
+    pub fn leave(mut self) {
+        self.persisted = true;
     }
 
     /// Closes the file's descriptors, keeping it under its temporary name
@@ -818,15 +918,10 @@ fn mtime_only(mtime_ns: i128) -> Result<Timestamps, Errno> {
 fn temp_name() -> Vec<u8> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = RandomState::new().build_hasher();
+    // RandomState's keys are random per process (and per thread); the
+    // counter makes every call differ. No system call per name.
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
     format!("{:016x}", h.finish()).into_bytes()
-}
-
-/// A second descriptor for `fd` (a temporary file keeps its own).
-fn dup(fd: &OwnedFd, rel: &RelPath) -> Result<OwnedFd, FilesError> {
-    fd.try_clone()
-        .map_err(|e| FilesError::io("open temporary directory for", rel.as_path(), e))
 }
 
 /// A failed rename into place: `EXDEV` means the target directory is on

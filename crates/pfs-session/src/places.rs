@@ -106,13 +106,13 @@ impl FilesPlaces {
         if r.group.is_empty() && r.dir.as_os_str().is_empty() {
             return Ok(self.shared.clone());
         }
+        let chunks = self.index(&r.dir, &r.group)?;
         let (dest, manifest) = if r.dir.as_os_str().is_empty() {
             (self.shared.dest.clone(), self.shared.manifest.clone())
         } else {
-            let (d, m) = self.dir_place(&r.dir)?;
+            let (d, m) = self.dir_place(&r.dir, &chunks)?;
             (d, Some(m))
         };
-        let chunks = self.index(&r.dir, &r.group)?;
         Ok(FilesPlace {
             chunks,
             dest,
@@ -120,8 +120,9 @@ impl FilesPlaces {
         })
     }
 
-    /// The `dir=` destination `dir` and its manifest.
-    fn dir_place(&self, dir: &Path) -> Result<DestPlace, String> {
+    /// The `dir=` destination `dir` and its manifest; opened the first
+    /// time, its `.pfs/tmp` is cleaned (but for partial files `chunks` names).
+    fn dir_place(&self, dir: &Path, chunks: &SharedChunkIndex) -> Result<DestPlace, String> {
         let mut dests = self.dests.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = dests.get(dir) {
             return Ok(p.clone());
@@ -144,6 +145,14 @@ impl FilesPlaces {
             }
         };
         self.warn(warning);
+        match clean_temps(&d, chunks) {
+            Ok(0) => {}
+            Ok(n) => self.warn([format!(
+                "dir={}: removed {n} temporary file(s) left by an interrupted transfer",
+                dir.display()
+            )]),
+            Err(e) => self.warn([format!("dir={}: {e}", dir.display())]),
+        }
         let place = (d, Arc::new(m));
         dests.insert(dir.to_path_buf(), place.clone());
         Ok(place)
@@ -217,4 +226,26 @@ fn dest_manifest(dest: &DestRoot) -> Result<(Manifest, Option<String>), String> 
     dest.state_dir().map_err(|e| e.to_string())?;
     let (m, w) = Manifest::open(dest.path().join(pfs_files::dest::STATE_DIR).join("manifest"));
     Ok((m, w.map(|w| w.to_string())))
+}
+
+/// Removes what interrupted transfers left in `dest`'s `.pfs/tmp`, but for
+/// the partial files `chunks` (a dest index) still names; returns how many
+/// files were removed. Call before any session writes into `dest`.
+pub fn clean_temps(dest: &DestRoot, chunks: &SharedChunkIndex) -> Result<usize, pfs_files::FilesError> {
+    let SharedChunkIndex::Dest(index, _) = chunks else {
+        return dest.remove_stale_temps();
+    };
+    // Partial files are named from the index's root: keep those in `dest`'s own `.pfs/tmp`.
+    let mine = match dest.path().strip_prefix(index.root().path()) {
+        Ok(p) if p.as_os_str().is_empty() => pfs_files::dest::TEMP_DIR.to_string(),
+        Ok(p) => format!("{}/{}", p.display(), pfs_files::dest::TEMP_DIR),
+        Err(_) => return dest.remove_stale_temps(),
+    };
+    let temps = index.part_temps();
+    let keep: Vec<&[u8]> = temps
+        .iter()
+        .filter(|t| t.parent().is_some_and(|p| p.as_bytes() == mine.as_bytes()))
+        .map(|t| t.file_name())
+        .collect();
+    dest.remove_stale_temps_except(&keep)
 }

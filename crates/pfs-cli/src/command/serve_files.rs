@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use pfs_files::{DestRoot, Manifest};
 use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome, SharedChunkIndex};
-use pfs_session::{serve_files, Client, FilesPlace, FilesPlaces, Keeping, ServerEvent};
+use pfs_session::{clean_temps, serve_files, Client, FilesPlace, FilesPlaces, Keeping, ServerEvent};
 use pfs_store::{Durability, Store, StoreConfig};
 
 use crate::args::ServeArgs;
@@ -21,10 +21,6 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     std::fs::create_dir_all(dest_dir).with_context(|| format!("--dest {}", dest_dir.display()))?;
     let cfg = server_config(args)?;
     let dest = Arc::new(DestRoot::open(dest_dir)?);
-    let stale = dest.remove_stale_temps()?;
-    if stale > 0 {
-        tracing::info!("removed {stale} temporary file(s) left by an interrupted transfer");
-    }
     let json = args.run.json;
     let (keeping, shared, mut info) = match &args.store {
         None => {
@@ -75,6 +71,10 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
             )
         }
     };
+    let stale = clean_temps(&dest, &shared.chunks)?;
+    if stale > 0 {
+        tracing::info!("removed {stale} temporary file(s) left by an interrupted transfer");
+    }
     if json {
         emit(&info.to_string());
     } else {

@@ -37,10 +37,26 @@
 //!   kind 1, FILE  (40 + path bytes): base u64, size u64, inode u64,
 //!                 mtime ns i64, ctime ns i64, path beneath the root
 //!   kind 2, CHUNK (44): BLAKE3 [32], offset u64 (base + offset in file), length u32
+//!   kind 3, PART  (50 + paths): base u64, length u64, inode u64, mtime ns i64,
+//!                 ctime ns i64, offset u64 (in the file), temporary path
+//!                 length u16, temporary path, then the path it is for
 //! ```
 //!
 //! A FILE record for a path already indexed replaces the older file. The
 //! generation senders cache is the number of CHUNK records.
+//!
+//! # Partial files
+//! A file still being received is checkpointed at every commit: a PART
+//! record gives the range written since the last one (a base of its own)
+//! and CHUNK records its chunks, so a receiver killed mid-file keeps what
+//! arrived. The temporary file stays in `.pfs/tmp` across a restart
+//! ([`DestIndex::part_temps`]); the next send of the file references those
+//! chunks instead of sending them again (they are copied into the new
+//! file, checked like any other). A PART's file may keep growing, or be
+//! shorter than its range (only its inode is checked, then each chunk's
+//! bytes). When the
+//! file it was for lands, its PARTs die and their temporary files are
+//! removed ([`DestIndex::drop_parts`]).
 //!
 //! # Crash safety
 //! Records of a file are appended after it was renamed into place, and
@@ -75,7 +91,9 @@ const VERSION: u32 = 1;
 const HEADER_LEN: usize = 64;
 const KIND_FILE: u8 = 1;
 const KIND_CHUNK: u8 = 2;
+const KIND_PART: u8 = 3;
 const FILE_FIXED: usize = 40;
+const PART_FIXED: usize = 50;
 const CHUNK_BODY: usize = 44;
 /// Record framing around a body: kind, length, CRC.
 const FRAMING: usize = 1 + 2 + 4;
@@ -96,17 +114,32 @@ pub struct IndexedChunk {
     pub len: u32,
 }
 
-/// A file whose chunks are indexed, as found by [`DestIndex::file_at`].
+/// A file (or a range of a partial file) whose chunks are indexed, as
+/// found by [`DestIndex::file_at`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexedFile {
     /// Its virtual base offset.
     pub base: u64,
     /// Where it is, beneath the destination root.
     pub rel: RelPath,
-    /// Size when indexed.
+    /// Size when indexed (of the range, for a partial file).
     pub size: u64,
     /// Inode when indexed.
     pub ino: u64,
+    /// Where the range starts in the file (0 but for partial files).
+    pub offset: u64,
+    /// A partial file: it may have grown since, or (killed before a
+    /// write reached it) be shorter than the range; only its inode is
+    /// checked, and each chunk's bytes.
+    pub partial: bool,
+}
+
+impl IndexedFile {
+    /// Whether a file found with inode `ino` and size `size` is still the
+    /// one indexed.
+    pub fn still(&self, ino: u64, size: u64) -> bool {
+        ino == self.ino && (self.partial || size == self.size)
+    }
 }
 
 /// What [`DestIndex::file_at`] found for a range.
@@ -140,6 +173,9 @@ struct FileRec {
     mtime_ns: i64,
     ctime_ns: i64,
     live: bool,
+    /// A partial file's range: its offset in the file and the path the
+    /// file is for.
+    part: Option<(u64, RelPath)>,
 }
 
 #[derive(Debug)]
@@ -155,6 +191,8 @@ struct Inner {
     next_base: u64,
     /// Encoded records published but not yet written.
     pending: Vec<u8>,
+    /// Temporary files of partial records that a running session still writes.
+    claimed: std::collections::HashSet<RelPath>,
     /// Chunk records in `pending`, in order.
     pending_chunks: Vec<IndexedChunk>,
 }
@@ -343,24 +381,78 @@ impl DestIndex {
             mtime_ns: clamp_ns(stat.mtime_ns),
             ctime_ns: clamp_ns(stat.ctime_ns),
             live: true,
+            part: None,
         };
-        let mut buf = std::mem::take(&mut i.pending);
-        encode_file(&mut buf, base, &rec);
-        i.add_file(base, rec);
-        for &(at, len, hash) in chunks {
-            if at.checked_add(u64::from(len)).is_none_or(|end| end > stat.size) {
-                continue;
+        i.append_file(base, rec, chunks);
+    }
+
+    /// Checkpoints a file still being received: `chunks` (offset in the
+    /// file, length, BLAKE3), written since its last checkpoint into the
+    /// temporary file `temp` (inode `ino`), which will become `target`.
+    /// The session's temporary file `temp` is claimed until
+    /// [`Self::release`]: [`Self::drop_parts`] does not offer it for removal.
+    pub fn publish_part(&self, temp: &RelPath, target: &RelPath, ino: u64, chunks: &[(u64, u32, Hash)]) {
+        let (Some(start), Some(end)) = (
+            chunks.iter().map(|c| c.0).min(),
+            chunks
+                .iter()
+                .filter_map(|c| c.0.checked_add(u64::from(c.1)))
+                .max(),
+        ) else {
+            return;
+        };
+        let mut i = self.lock();
+        let base = i.next_base;
+        let rec = FileRec {
+            rel: temp.clone(),
+            size: end - start,
+            ino,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            live: true,
+            part: Some((start, target.clone())),
+        };
+        let shifted: Vec<(u64, u32, Hash)> = chunks.iter().map(|&(at, l, h)| (at - start, l, h)).collect();
+        i.claimed.insert(temp.clone());
+        i.append_file(base, rec, &shifted);
+    }
+
+    /// The session writing `temp` is done with it (landed, dropped, or left
+    /// for a later send).
+    pub fn release(&self, temp: &RelPath) {
+        self.lock().claimed.remove(temp);
+    }
+
+    /// The file for `target` landed: its partial files' entries die.
+    /// Returns the temporary files no session claims (to remove, if they
+    /// still exist).
+    pub fn drop_parts(&self, target: &RelPath) -> Vec<RelPath> {
+        let mut guard = self.lock();
+        let i = &mut *guard;
+        let mut temps = Vec::new();
+        for f in i.files.values_mut() {
+            if f.live && f.part.as_ref().is_some_and(|(_, t)| t == target) {
+                f.live = false;
+                if !temps.contains(&f.rel) && !i.claimed.contains(&f.rel) {
+                    temps.push(f.rel.clone());
+                }
             }
-            let c = IndexedChunk {
-                hash,
-                offset: base + at,
-                len,
-            };
-            encode_chunk(&mut buf, &c);
-            i.chunks.insert(hash, (c.offset, len));
-            i.pending_chunks.push(c);
         }
-        i.pending = buf;
+        temps
+    }
+
+    /// Temporary files live partial records name (to keep across a restart).
+    pub fn part_temps(&self) -> Vec<RelPath> {
+        let i = self.lock();
+        let mut temps: Vec<RelPath> = i
+            .files
+            .values()
+            .filter(|f| f.live && f.part.is_some())
+            .map(|f| f.rel.clone())
+            .collect();
+        temps.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        temps.dedup();
+        temps
     }
 
     /// Writes the published records (and `fdatasync`s when durable);
@@ -418,6 +510,7 @@ impl Inner {
             next_base: 0,
             pending: Vec::new(),
             pending_chunks: Vec::new(),
+            claimed: std::collections::HashSet::new(),
         }
     }
 
@@ -442,6 +535,31 @@ impl Inner {
                         mtime_ns: u64_at(body, 24) as i64,
                         ctime_ns: u64_at(body, 32) as i64,
                         live: true,
+                        part: None,
+                    };
+                    self.add_file(base, rec);
+                }
+                KIND_PART if body.len() >= PART_FIXED => {
+                    let tlen = usize::from(u16::from_le_bytes([body[48], body[49]]));
+                    let Some((temp, target)) = body[PART_FIXED..]
+                        .split_at_checked(tlen)
+                        .and_then(|(t, g)| Some((RelPath::parse(t).ok()?, RelPath::parse(g).ok()?)))
+                    else {
+                        break;
+                    };
+                    let base = u64_at(body, 0);
+                    let size = u64_at(body, 8);
+                    if base < self.next_base || base.checked_add(size).is_none() {
+                        break;
+                    }
+                    let rec = FileRec {
+                        rel: temp,
+                        size,
+                        ino: u64_at(body, 16),
+                        mtime_ns: u64_at(body, 24) as i64,
+                        ctime_ns: u64_at(body, 32) as i64,
+                        live: true,
+                        part: Some((u64_at(body, 40), target)),
                     };
                     self.add_file(base, rec);
                 }
@@ -467,14 +585,39 @@ impl Inner {
     }
 
     fn add_file(&mut self, base: u64, rec: FileRec) {
-        let key: Box<[u8]> = rec.rel.as_bytes().into();
-        if let Some(old) = self.by_path.insert(key, base) {
-            if let Some(f) = self.files.get_mut(&old) {
-                f.live = false;
+        // Ranges of partial files do not replace one another.
+        if rec.part.is_none() {
+            let key: Box<[u8]> = rec.rel.as_bytes().into();
+            if let Some(old) = self.by_path.insert(key, base) {
+                if let Some(f) = self.files.get_mut(&old) {
+                    f.live = false;
+                }
             }
         }
         self.next_base = base + rec.size;
         self.files.insert(base, rec);
+    }
+
+    /// Encodes and applies a file record at `base` and its chunk records.
+    fn append_file(&mut self, base: u64, rec: FileRec, chunks: &[(u64, u32, Hash)]) {
+        let mut buf = std::mem::take(&mut self.pending);
+        encode_file(&mut buf, base, &rec);
+        let size = rec.size;
+        self.add_file(base, rec);
+        for &(at, len, hash) in chunks {
+            if at.checked_add(u64::from(len)).is_none_or(|end| end > size) {
+                continue;
+            }
+            let c = IndexedChunk {
+                hash,
+                offset: base + at,
+                len,
+            };
+            encode_chunk(&mut buf, &c);
+            self.chunks.insert(hash, (c.offset, len));
+            self.pending_chunks.push(c);
+        }
+        self.pending = buf;
     }
 
     fn file_at(&self, offset: u64, len: u32) -> FileAt {
@@ -493,6 +636,8 @@ impl Inner {
             rel: f.rel.clone(),
             size: f.size,
             ino: f.ino,
+            offset: f.part.as_ref().map_or(0, |p| p.0),
+            partial: f.part.is_some(),
         })
     }
 
@@ -634,6 +779,24 @@ fn encode(out: &mut Vec<u8>, kind: u8, body: &[&[u8]]) {
 }
 
 fn encode_file(out: &mut Vec<u8>, base: u64, f: &FileRec) {
+    if let Some((offset, target)) = &f.part {
+        let temp = f.rel.as_bytes();
+        return encode(
+            out,
+            KIND_PART,
+            &[
+                &base.to_le_bytes(),
+                &f.size.to_le_bytes(),
+                &f.ino.to_le_bytes(),
+                &f.mtime_ns.to_le_bytes(),
+                &f.ctime_ns.to_le_bytes(),
+                &offset.to_le_bytes(),
+                &(temp.len() as u16).to_le_bytes(),
+                temp,
+                target.as_bytes(),
+            ],
+        );
+    }
     encode(
         out,
         KIND_FILE,

@@ -178,7 +178,7 @@ impl<'d> Landing<'d> {
         if f.held {
             return self.open_held(f);
         }
-        let existing = self.root.open_existing(f.rel)?;
+        let existing = self.root.open_existing_cached(&mut self.stat_cache, f.rel)?;
         if let Some((file, meta)) = &existing {
             if unchanged(meta, f.size, f.mtime_ns) {
                 return Ok(Placement::Unchanged);
@@ -195,7 +195,7 @@ impl<'d> Landing<'d> {
                 return Ok(Placement::SameContent);
             }
         }
-        let temp = self.root.create_temp(f.rel)?;
+        let temp = self.root.create_temp_cached(&mut self.stat_cache, f.rel)?;
         self.open.insert(no, temp);
         Ok(Placement::Rebuild)
     }
@@ -259,6 +259,26 @@ impl<'d> Landing<'d> {
     pub fn write_at(&mut self, no: u64, at: u64, slices: &mut [IoSlice<'_>]) -> Result<(), LandError> {
         let temp = self.temp(no)?;
         write_all_vectored_at(temp.file(), slices, at).map_err(LandError::Write)
+    }
+
+    /// The temporary file of `no` being rebuilt: its name in `.pfs/tmp`,
+    /// where it will land, its inode.
+    pub fn temp_info(&self, no: u64) -> Option<(&[u8], &RelPath, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        if let Some(t) = self.open.get(&no) {
+            let ino = t.file().metadata().ok()?.ino();
+            return Some((t.tmp_name(), t.rel(), ino));
+        }
+        self.parked.get(&no).map(|p| (p.tmp_name(), p.rel(), p.ino()))
+    }
+
+    /// Leaves the temporary file of `no` in `.pfs/tmp` for a later send
+    /// (its chunks were checkpointed): closed, never renamed nor removed.
+    pub fn keep(&mut self, no: u64) {
+        if let Some(t) = self.open.remove(&no) {
+            t.leave();
+        }
+        self.parked.remove(&no);
     }
 
     /// Reads `buf.len()` bytes at `at` of the file `no` being rebuilt (a

@@ -6,7 +6,7 @@ use pfs_files::{DestRoot, Landing};
 use pfs_transport::Transport;
 
 use super::core::{FilesReceiver, FilesReceiverEvent};
-use super::host::{ChunkIndex, FilesHost, LocalHost};
+use super::host::{ChunkIndex, LocalHost};
 use super::{FilesReceiverConfig, FilesReceiverOutcome};
 use crate::framing::{is_timeout, now, send_error, write_reply, ReadTimeout, RecvBuf};
 use crate::SessionError;
@@ -29,7 +29,7 @@ pub fn receive_files<T: Transport + ?Sized>(
     let mut host = LocalHost::new(chunks, Landing::new(dest, cfg.manifest.clone(), cfg.fsync_files));
     let result = run(t, &mut core, &mut host, cfg, &usage0);
     // Whatever happened, keep the verified chunks that arrived.
-    let salvage = host.commit();
+    let salvage = host.salvage();
     match result {
         Ok(out) => {
             salvage.map_err(crate::LocalError::Store)?;

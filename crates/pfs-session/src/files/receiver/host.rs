@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 
-use pfs_files::dest::index::FileAt;
+use pfs_files::dest::index::{FileAt, IndexedFile};
 use pfs_files::{DestIndex, FileSpec, FilesError, LandError, Landing, Placement, QuickDigest, RelPath};
 use pfs_store::{ChunkLoc, IndexRecord, Reservation, Store, StoreError};
 use pfs_wire::files::Hash;
@@ -200,8 +200,8 @@ struct DestHost<'s> {
     index: &'s DestIndex,
     /// The session's destination beneath the index's root.
     within: Option<&'s RelPath>,
-    /// Source files checked this session: (base, size, file).
-    sources: Vec<(u64, u64, File)>,
+    /// Source files checked this session.
+    sources: Vec<Source>,
     /// Chunks written into each file being rebuilt: (offset, len, hash).
     building: HashMap<u64, Vec<(u64, u32, Hash)>>,
     building_count: usize,
@@ -210,6 +210,28 @@ struct DestHost<'s> {
     /// Literal bytes written since the last commit.
     landed: u64,
     buf: Vec<u8>,
+    /// Chunks of each file being rebuilt already checkpointed (PART records).
+    checkpointed: HashMap<u64, usize>,
+    /// Temporary files this session claimed in the index.
+    claimed: HashMap<u64, RelPath>,
+}
+
+/// A held file (or a range of a partial one) a session copies chunks from.
+#[derive(Debug)]
+struct Source {
+    base: u64,
+    size: u64,
+    /// Where the range starts in the file.
+    offset: u64,
+    file: File,
+}
+
+impl Drop for DestHost<'_> {
+    fn drop(&mut self) {
+        for t in self.claimed.values() {
+            self.index.release(t);
+        }
+    }
 }
 
 impl<'s> LocalHost<'s> {
@@ -226,6 +248,8 @@ impl<'s> LocalHost<'s> {
                 appended: HashMap::new(),
                 landed: 0,
                 buf: Vec::new(),
+                checkpointed: HashMap::new(),
+                claimed: HashMap::new(),
             }),
         };
         Self { held, landing }
@@ -234,6 +258,27 @@ impl<'s> LocalHost<'s> {
     /// Files being rebuilt with a descriptor open (parked ones not counted).
     pub fn open_files(&self) -> usize {
         self.landing.open_files()
+    }
+
+    /// At the end of a session however it ended: commits what arrived and,
+    /// without a store, leaves files that were checkpointed half-way in
+    /// `.pfs/tmp` for the next send to use (the rest are removed).
+    pub fn salvage(&mut self) -> Result<u64, StoreError> {
+        let committed = self.commit()?;
+        if let Held::Dest(d) = &mut self.held {
+            for no in d.checkpointed.keys() {
+                self.landing.keep(*no);
+            }
+        }
+        Ok(committed)
+    }
+}
+
+/// `within`/`rel`, or `rel` alone.
+fn beneath(within: Option<&RelPath>, rel: &[u8]) -> Option<RelPath> {
+    match within {
+        Some(w) => w.join(rel).ok(),
+        None => RelPath::parse(rel).ok(),
     }
 }
 
@@ -247,22 +292,27 @@ impl DestHost<'_> {
 
     /// The source file for `base`, opened and checked once per session:
     /// still the inode and size indexed, else its entries are dropped.
-    fn source(&mut self, base: u64, rel: &RelPath, size: u64, ino: u64) -> Option<usize> {
-        if let Some(i) = self.sources.iter().position(|s| s.0 == base) {
+    fn source(&mut self, f: &IndexedFile) -> Option<usize> {
+        if let Some(i) = self.sources.iter().position(|s| s.base == f.base) {
             return Some(i);
         }
-        let found = self.index.root().open_existing(rel).ok().flatten();
+        let found = self.index.root().open_existing(&f.rel).ok().flatten();
         let Some((file, _)) = found.filter(|(_, m)| {
             use std::os::unix::fs::MetadataExt;
-            m.ino() == ino && m.size() == size
+            f.still(m.ino(), m.size())
         }) else {
-            self.index.drop_file(base);
+            self.index.drop_file(f.base);
             return None;
         };
         if self.sources.len() >= OPEN_SOURCES {
             self.sources.remove(0);
         }
-        self.sources.push((base, size, file));
+        self.sources.push(Source {
+            base: f.base,
+            size: f.size,
+            offset: f.offset,
+            file,
+        });
         Some(self.sources.len() - 1)
     }
 
@@ -276,27 +326,29 @@ impl DestHost<'_> {
         seen: &mut dyn FnMut(&[u8]),
     ) -> Copied {
         let len = loc.len as usize;
+        let end = loc.offset + u64::from(loc.len);
         // The open source covering `loc`, if any, saves the index lookup.
         let cached = self
             .sources
             .iter()
-            .position(|s| s.0 <= loc.offset && loc.offset + u64::from(loc.len) <= s.0 + s.1);
-        let (i, base) = match cached {
-            Some(i) => (i, self.sources[i].0),
+            .position(|s| s.base <= loc.offset && end <= s.base + s.size);
+        let i = match cached {
+            Some(i) => i,
             None => {
                 let FileAt::File(f) = self.index.file_at(loc.offset, loc.len) else {
                     return Copied::Absent;
                 };
-                match self.source(f.base, &f.rel, f.size, f.ino) {
-                    Some(i) => (i, f.base),
+                match self.source(&f) {
+                    Some(i) => i,
                     None => return Copied::Absent,
                 }
             }
         };
+        let src = &self.sources[i];
         self.buf.resize(len, 0);
-        let good = self.sources[i]
-            .2
-            .read_exact_at(&mut self.buf, loc.offset - base)
+        let good = src
+            .file
+            .read_exact_at(&mut self.buf, loc.offset - src.base + src.offset)
             .is_ok()
             && hash_matches(&self.buf, hash);
         if !good {
@@ -340,7 +392,39 @@ impl DestHost<'_> {
         Some(Ok(()))
     }
 
+    /// Checkpoints every file being rebuilt: a PART record for the
+    /// chunks written since its last checkpoint.
+    fn checkpoint(&mut self, landing: &Landing<'_>) {
+        for (&no, chunks) in &self.building {
+            let from = self.checkpointed.get(&no).copied().unwrap_or(0);
+            if chunks.len() <= from {
+                continue;
+            }
+            let Some((name, target, ino)) = landing.temp_info(no) else {
+                continue;
+            };
+            let mut temp = pfs_files::dest::TEMP_DIR.as_bytes().to_vec();
+            temp.push(b'/');
+            temp.extend_from_slice(name);
+            let (Some(temp), Some(target)) = (
+                beneath(self.within, &temp),
+                beneath(self.within, target.as_bytes()),
+            ) else {
+                continue;
+            };
+            self.index.publish_part(&temp, &target, ino, &chunks[from..]);
+            self.checkpointed.insert(no, chunks.len());
+            self.claimed.insert(no, temp);
+        }
+    }
+
+    /// The file `no` is done with (landed or dropped): forgets its chunks
+    /// and releases its temporary file's claim.
     fn forget(&mut self, no: u64) -> Vec<(u64, u32, Hash)> {
+        self.checkpointed.remove(&no);
+        if let Some(t) = self.claimed.remove(&no) {
+            self.index.release(&t);
+        }
         let chunks = self.building.remove(&no).unwrap_or_default();
         self.building_count -= chunks.len();
         for (_, _, h) in &chunks {
@@ -454,6 +538,7 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
                 Ok(written)
             }
             Held::Dest(d) => {
+                d.checkpoint(&self.landing);
                 d.index.commit().map_err(|e| StoreError::Io {
                     op: "append to the destination index",
                     path: d.index.path().to_path_buf(),
@@ -564,12 +649,12 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         let landed = self.landing.finish_file(no, f, digests);
         if let Held::Dest(d) = &mut self.held {
             let chunks = d.forget(no);
-            if let Ok(stat) = &landed {
-                match d.within.map(|w| w.join(f.rel.as_bytes())) {
-                    Some(Ok(full)) => d.index.publish(&full, stat, &chunks),
-                    // Too long a path from the index's root: not indexed.
-                    Some(Err(_)) => {}
-                    None => d.index.publish(f.rel, stat, &chunks),
+            // Too long a path from the index's root: not indexed.
+            if let (Ok(stat), Some(full)) = (&landed, beneath(d.within, f.rel.as_bytes())) {
+                d.index.publish(&full, stat, &chunks);
+                // Partial files a killed session left for this file are done with.
+                for t in d.index.drop_parts(&full) {
+                    let _ = d.index.root().remove_file(&t);
                 }
             }
         }

@@ -45,6 +45,10 @@ pub const DEFAULT_MAX_RESERVATION: u64 = 1 << 30;
 /// Largest share of the store's capacity one session holds reserved at a
 /// time, in percent, by default.
 pub const DEFAULT_MAX_RESERVATION_PERCENT: u8 = 25;
+/// New bytes after which a receiver commits what arrived, by default: at
+/// most this much is sent again after the receiver is killed (files that
+/// landed stay; a file received half-way is checkpointed).
+pub const DEFAULT_COMMIT_EVERY: u64 = 64 << 20;
 /// The store appends of a session are committed at least every this many
 /// chunks (each one appended costs memory until its commit).
 pub const COMMIT_EVERY_CHUNKS: u64 = 64 << 10;
@@ -78,7 +82,8 @@ pub struct FilesReceiverConfig {
     /// The same as a percentage of the store's capacity (the smaller wins).
     pub max_reservation_percent: u8,
     /// Commit (make durable and indexed) appended chunks at least every
-    /// this many bytes, so an interrupted transfer keeps what arrived.
+    /// this many new bytes, so an interrupted transfer keeps what arrived
+    /// (without a store, a file being received is checkpointed too).
     pub commit_every: u64,
     /// fsync each file before renaming it into place.
     pub fsync_files: bool,
@@ -100,7 +105,7 @@ impl Default for FilesReceiverConfig {
             max_unverified_bytes: DEFAULT_MAX_UNVERIFIED_BYTES,
             max_reservation: DEFAULT_MAX_RESERVATION,
             max_reservation_percent: DEFAULT_MAX_RESERVATION_PERCENT,
-            commit_every: 256 << 20,
+            commit_every: DEFAULT_COMMIT_EVERY,
             fsync_files: false,
             manifest: None,
         }

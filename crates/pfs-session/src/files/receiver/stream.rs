@@ -556,7 +556,10 @@ impl FilesReceiver {
                 self.put_now(at, bytes, host);
             }
         }
-        if self.appends >= COMMIT_EVERY_CHUNKS {
+        if self.appends >= COMMIT_EVERY_CHUNKS || self.appended >= self.commit_every {
+            // What a commit names must be written first (a checkpoint of
+            // the file being received points into it).
+            self.flush(pending, host);
             // Each append is remembered until its commit: commit often
             // enough that tiny chunks cannot grow that without bound.
             // (Pending writes hold frame or committed bytes, not these.)
