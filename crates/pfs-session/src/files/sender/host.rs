@@ -173,33 +173,56 @@ impl FilesSource for LocalSource<'_> {
 
     fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError> {
         let e = &item.entry;
-        let mut warning = None;
+        let io = |what, source| LocalError::Io {
+            what,
+            path: e.abs.clone(),
+            source,
+        };
+        let mut changed = None;
         if self.open.as_ref().is_none_or(|(p, _)| p != &e.abs) {
-            let f = File::open(&e.abs).map_err(|source| LocalError::Io {
-                what: "open",
-                path: e.abs.clone(),
-                source,
-            })?;
+            self.open = None;
+            let f = File::open(&e.abs).map_err(|source| io("open", source))?;
             if let (Ok(meta), Some(r)) = (f.metadata(), item.recipe.as_ref()) {
                 use std::os::unix::fs::MetadataExt;
                 let now_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+                if meta.size() < r.size {
+                    // Its end cannot be sent: no need to read up to it.
+                    return Err(io("read", shrank(r.size, meta.size())));
+                }
                 if meta.size() != r.size || now_ns != e.mtime_ns {
-                    warning = Some(format!(
-                        "{} changed since it was scanned; the receiver will refuse it",
-                        e.abs.display()
-                    ));
+                    changed = Some(match meta.size() == r.size {
+                        true => "it was modified since it was scanned".to_string(),
+                        false => format!(
+                            "it grew from {} to {} bytes since it was scanned",
+                            r.size,
+                            meta.size()
+                        ),
+                    });
                 }
             }
             self.open = Some((e.abs.clone(), f));
         }
         let Some((_, f)) = self.open.as_ref() else {
-            return Ok(warning);
+            return Ok(changed);
         };
-        f.read_exact_at(buf, offset).map_err(|source| LocalError::Io {
-            what: "read",
-            path: e.abs.clone(),
-            source,
-        })?;
-        Ok(warning)
+        f.read_exact_at(buf, offset)
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    let end = offset + buf.len() as u64;
+                    let size = f.metadata().map_or(offset, |m| m.len());
+                    io("read", shrank(end, size))
+                }
+                _ => io("read", source),
+            })?;
+        Ok(changed)
     }
+}
+
+/// The error of a file that ends before the byte `needed` its recipe says
+/// it has.
+fn shrank(needed: u64, size: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        format!("it shrank to {size} bytes since it was scanned (byte {needed} was planned)"),
+    )
 }

@@ -137,7 +137,10 @@ pub struct FilesPlanSummary {
 pub struct FilesProgress {
     /// Entries sent.
     pub entries: u64,
-    /// File bytes described so far (effective bytes on their way).
+    /// Entries in the session.
+    pub total_entries: u64,
+    /// File bytes described so far (effective bytes on their way), counted
+    /// per CHUNKS frame: it moves inside a large file.
     pub bytes: u64,
     /// File bytes in the plan.
     pub total_bytes: u64,
@@ -183,6 +186,10 @@ pub struct FilesSenderOutcome {
     /// Entries left out because they could not be read while the session
     /// ran (each also has a warning): the transfer is partial.
     pub skipped: u64,
+    /// Entries given up on while streaming (FILE_DROP: changed, shrunk or
+    /// unreadable after their FILE was sent); also in the receiver's
+    /// `files_failed`, listed in its messages with the reason.
+    pub dropped: u64,
 }
 
 /// Decides, per chunk of every file, how it travels: a descriptor when
