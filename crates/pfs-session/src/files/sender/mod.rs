@@ -11,10 +11,13 @@
 //! - [`driver`]: [`send_files`], the core over a blocking transport.
 //! - [`host`]: [`LocalSource`] and [`LocalPrepare`], the core's host on
 //!   this machine's files.
+//! - [`meter`]: [`FilesMeter`], the send's progress for a display thread
+//!   (hashing and chunking included), its rate and its one-line text.
 
 pub mod core;
 pub mod driver;
 pub mod host;
+pub mod meter;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +31,7 @@ use pfs_sys::Usage;
 pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, MAX_INDEX_BATCH};
 pub use driver::send_files;
 pub use host::{FilesPrepare, LocalPrepare, LocalSource, Unreadable};
+pub use meter::{FilesMeter, MeterRate, MeterReading, SendPhase};
 
 /// One entry to send, with its recipe if it is a regular file.
 #[derive(Debug, Clone)]
