@@ -348,9 +348,9 @@ pub struct FileSendArgs {
 /// When to draw a progress bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProgressArg {
-    /// When stderr is a terminal and --json is not given.
+    /// A bar when stderr is a terminal and --json is not given; elsewhere lines only with --log-interval.
     Auto,
-    /// Always.
+    /// A bar on a terminal, plain lines elsewhere.
     Always,
     /// Never.
     Never,
