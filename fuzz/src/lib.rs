@@ -11,7 +11,7 @@ use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary};
 use pfs_wire::desc::{encode_table, DescIter, Encoding};
 use pfs_wire::files::{
     emit_entry_head, parse_chunks, parse_index, parse_index_request, parse_nak, tag, ChunkData, ChunksHeader,
-    FileEntry, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck, FLAG_FILES_REPORT,
+    FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck, FLAG_FILES_REPORT,
 };
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GRAM_HEADER_LEN};
@@ -74,6 +74,7 @@ pub fn frame_header(data: &[u8]) {
         FrameType::FilesEnd if frame.header.flags & FLAG_FILES_REPORT != 0 => files_body(9, frame.body),
         FrameType::Probe => files_body(10, frame.body),
         FrameType::ProbeReply => files_body(11, frame.body),
+        FrameType::FileDrop => files_body(12, frame.body),
         FrameType::FilesEnd => {}
         FrameType::Batch => {
             if let Ok((raw, z)) = pfs_wire::files::parse_batch(frame.body) {
@@ -193,10 +194,10 @@ pub fn varint(data: &[u8]) {
     }
 }
 
-/// First byte: which files body (mod 12); the rest: that body.
+/// First byte: which files body (mod 13); the rest: that body.
 pub fn files(data: &[u8]) {
     if let Some((&which, body)) = data.split_first() {
-        files_body(which % 12, body);
+        files_body(which % 13, body);
     }
 }
 
@@ -270,6 +271,13 @@ fn files_body(which: u8, body: &[u8]) {
                 let mut out = head.emit().to_vec();
                 out.extend_from_slice(bits);
                 assert_eq!(out, body, "PROBE_REPLY re-encode");
+            }
+        }
+        12 => {
+            if let Ok(d) = FileDrop::parse(body) {
+                let mut out = Vec::new();
+                d.emit(&mut out);
+                assert_eq!(out, body, "FILE_DROP re-encode");
             }
         }
         _ => {

@@ -13,7 +13,7 @@ Sizes accept K/M/G/T (binary: KiB, MiB, …), KB/MB/GB (decimal) or plain bytes.
 Rates are decimal MB/s (10^6 bytes per second).
 
 Exit codes: 0 ok · 1 failure · 2 usage · 3 integrity MISMATCH · 4 refused by peer (pfs serve --once: the peer was refused) · 5 transport failure ·
-6 partial transfer (entries not written or not readable; listed) · 7 the peer broke the protocol ·
+6 partial transfer (entries not written, unreadable or changed while sent; listed) · 7 the peer broke the protocol ·
 8 authentication failed (server key unknown or changed, our key refused, keys required)
 
 Examples:
@@ -339,7 +339,8 @@ pub struct FileSendArgs {
     /// Chunking threads (0 = all cores).
     #[arg(long, default_value_t = 0, requires = "paths")]
     pub threads: usize,
-    /// Progress bar on stderr: auto (on a terminal), always, never.
+    /// Progress on stderr: a bar on a terminal (auto unless --json, always); elsewhere a plain line every
+    /// --log-interval seconds, 1 by default (always; auto only with --log-interval). E.g. --progress always 2>send.log
     #[arg(long, value_enum, default_value_t = ProgressArg::Auto)]
     pub progress: ProgressArg,
 }
@@ -347,9 +348,9 @@ pub struct FileSendArgs {
 /// When to draw a progress bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProgressArg {
-    /// When stderr is a terminal and --json is not given.
+    /// A bar when stderr is a terminal and --json is not given; elsewhere lines only with --log-interval.
     Auto,
-    /// Always.
+    /// A bar on a terminal, plain lines elsewhere.
     Always,
     /// Never.
     Never,

@@ -20,7 +20,7 @@ use pfs_session::{LimitExceeded, SessionError, Timeout, Violation};
 use pfs_store::{Durability, Store, StoreConfig};
 use pfs_sys::Usage;
 use pfs_wire::files::{
-    batch_head, emit_entry_head, parse_chunks, tag, ChunksHeader, EntryKind, FileEntry, FilesHello,
+    batch_head, emit_entry_head, parse_chunks, tag, ChunksHeader, EntryKind, FileDrop, FileEntry, FilesHello,
     FilesReport, Plan, FLAG_FILES_REPORT, FLAG_LAST,
 };
 use pfs_wire::{put_frame, ErrorCode, Frame, FrameHeader, FrameType, WireError, FRAME_HEADER_LEN};
@@ -216,6 +216,13 @@ fn reference(no: u64, hash: &[u8; 32], offset: u64, len: u32) -> Vec<u8> {
     body
 }
 
+/// A FILE_DROP body.
+fn drop_body(no: u64, reason: &str) -> Vec<u8> {
+    let mut body = Vec::new();
+    FileDrop { file_no: no, reason }.emit(&mut body);
+    body
+}
+
 /// A frame header alone, announcing `length` body bytes.
 fn header(frame_type: FrameType, length: u32) -> Vec<u8> {
     FrameHeader {
@@ -408,11 +415,57 @@ fn entries_that_cannot_be_placed_fail_alone() {
 }
 
 #[test]
+fn a_file_the_sender_drops_fails_alone() {
+    let fx = Fixture::new(64 << 20);
+    let (a, b) = (vec![1u8; 3000], vec![2u8; 2000]);
+    let two = [a.clone(), b.clone()].concat();
+    let mut rx = fx.receiver();
+    rx.handshake(3 * two.len() as u64);
+    // Dropped after one of its two chunks arrived (the temporary file holds it).
+    let mut f = file_of(0, b"half", &two);
+    f[20..24].copy_from_slice(&2u32.to_le_bytes());
+    rx.send(FrameType::File, 0, &f).expect("FILE");
+    rx.send(FrameType::Chunks, 0, &literals(0, &[(&a, &a)]))
+        .expect("CHUNKS");
+    rx.send(FrameType::FileDrop, 0, &drop_body(0, "it shrank"))
+        .expect("FILE_DROP");
+    // Dropped inside a BATCH, right after its FILE.
+    let mut frames = Vec::new();
+    put_frame(&mut frames, FrameType::File, 0, &file_of(1, b"none", &b));
+    put_frame(&mut frames, FrameType::FileDrop, 0, &drop_body(1, "unreadable"));
+    put_frame(&mut frames, FrameType::File, 0, &file_of(2, b"fine", &b));
+    put_frame(&mut frames, FrameType::Chunks, 0, &literals(2, &[(&b, &b)]));
+    rx.send(FrameType::Batch, 0, &batch_of(&frames)).expect("BATCH");
+    // A file that failed here already is counted once when dropped.
+    rx.send(FrameType::File, 0, &file_of(3, b"../evil", &b))
+        .expect("FILE");
+    rx.send(FrameType::FileDrop, 0, &drop_body(3, "changed"))
+        .expect("FILE_DROP");
+    let (r, messages) = rx.end();
+    assert_eq!((r.files_written, r.files_failed), (1, 3), "{messages}");
+    assert!(
+        messages.contains("half: the sender dropped it: it shrank"),
+        "{messages}"
+    );
+    assert!(
+        messages.contains("none: the sender dropped it: unreadable"),
+        "{messages}"
+    );
+    assert!(messages.contains("../evil: refused"), "{messages}");
+    assert_eq!(fs::read(fx.dest_dir.join("fine")).expect("fine"), b);
+    let names: Vec<_> = fs::read_dir(&fx.dest_dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["fine"], "no temporary file is left");
+}
+
+#[test]
 fn hostile_frames_end_the_session_with_their_violation() {
     let fx = Fixture::new(64 << 20);
     let data = vec![9u8; 300];
     type Script = fn(&mut Rx<'_>, &[u8]) -> Result<(), SessionError>;
-    let cases: [(&str, Script, FilesViolation, ErrorCode); 12] = [
+    let cases: [(&str, Script, FilesViolation, ErrorCode); 14] = [
         (
             "blob HELLO",
             |rx, _| rx.send(FrameType::Hello, 0, &[0; 16]),
@@ -484,6 +537,28 @@ fn hostile_frames_end_the_session_with_their_violation() {
                 rx.send(FrameType::Chunks, 0, &literals(0, &[(d, d)]))
             },
             FilesViolation::FileOverflow { file: 0 },
+            ErrorCode::Protocol,
+        ),
+        (
+            "FILE_DROP with no file streaming",
+            |rx, _| {
+                rx.handshake(0);
+                rx.send(FrameType::FileDrop, 0, &drop_body(0, "gone"))
+            },
+            FilesViolation::DropNotStreaming { got: 0, open: None },
+            ErrorCode::Protocol,
+        ),
+        (
+            "FILE_DROP of another file",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &file_of(0, b"f", d))?;
+                rx.send(FrameType::FileDrop, 0, &drop_body(1, "gone"))
+            },
+            FilesViolation::DropNotStreaming {
+                got: 1,
+                open: Some(0),
+            },
             ErrorCode::Protocol,
         ),
         (
@@ -709,11 +784,13 @@ mod pair {
     use std::path::PathBuf;
     use std::time::{Duration, Instant};
 
-    use pfs_files::{Entry, RelPath, WalkKind};
+    use pfs_files::{Entry, IndexCache, RelPath, WalkKind};
     use pfs_session::files::{
-        FilesItem, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesReceiverOutcome, FilesSender,
-        FilesSenderConfig, LocalHost,
+        FilesItem, FilesProgress, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
+        FilesReceiverOutcome, FilesSender, FilesSenderConfig, FilesSenderEvent, FilesSource, LocalHost,
+        Unreadable,
     };
+    use pfs_session::LocalError;
 
     use pfs_sys::Usage;
 
@@ -808,7 +885,37 @@ mod pair {
         src: &mut MemSource,
         cfg: &FilesSenderConfig,
     ) -> FilesReceiverOutcome {
-        let now = Instant::now();
+        drive(fx, items, src, cfg, Drive::default()).outcome
+    }
+
+    /// How [`drive`] moves bytes and time.
+    #[derive(Default)]
+    struct Drive {
+        /// Bytes delivered at once to the receiver (0: one at a time).
+        piece: usize,
+        /// Time added before each transmission of the sender.
+        tick: Duration,
+    }
+
+    /// What [`drive`] saw.
+    struct Driven {
+        outcome: FilesReceiverOutcome,
+        progress: Vec<FilesProgress>,
+        warnings: Vec<String>,
+        dropped: u64,
+    }
+
+    /// Runs both cores against each other as `how` says.
+    fn drive<S: FilesSource>(
+        fx: &Fixture,
+        items: &mut Vec<FilesItem>,
+        src: &mut S,
+        cfg: &FilesSenderConfig,
+        how: Drive,
+    ) -> Driven {
+        let mut now = Instant::now();
+        let mut progress = Vec::new();
+        let mut warnings = Vec::new();
         let mut tx = FilesSender::new(items, cfg, now).expect("sender");
         let mut rx = FilesReceiver::new(&FilesReceiverConfig::default(), now).expect("receiver");
         let mut host = LocalHost::new(
@@ -822,9 +929,14 @@ mod pair {
                 let mut bytes = Vec::new();
                 t.append_to(&mut bytes);
                 tx.transmitted();
+                now += how.tick;
+                while let Some(FilesSenderEvent::Progress(p)) = tx.poll_event() {
+                    progress.push(p);
+                }
+                warnings.extend(tx.take_warnings());
                 moved = true;
-                for b in bytes {
-                    to_rx.push(b);
+                for b in bytes.chunks(how.piece.max(1)) {
+                    to_rx.extend_from_slice(b);
                     let used = rx.handle_input(now, &to_rx, &mut host).expect("receiver input");
                     to_rx.drain(..used);
                     while let Some(e) = rx.poll_event() {
@@ -855,7 +967,16 @@ mod pair {
                     assert_eq!(r, outcome.report, "both sides hold one report");
                     assert_eq!(m, outcome.messages);
                 }
-                return outcome;
+                while let Some(FilesSenderEvent::Progress(p)) = tx.poll_event() {
+                    progress.push(p);
+                }
+                warnings.extend(tx.take_warnings());
+                return Driven {
+                    outcome,
+                    progress,
+                    warnings,
+                    dropped: tx.dropped(),
+                };
             }
             assert!(moved, "the cores wait for each other");
         }
@@ -908,5 +1029,177 @@ mod pair {
         assert_eq!((r.files_written, r.literal_bytes), (3, 0), "{}", out.messages);
         assert_eq!(r.matched_bytes, 200_000 + 10);
         assert_eq!(src.reads, 0, "nothing read for descriptors");
+    }
+
+    /// Files that change after they were chunked, between the plan and the
+    /// read: what a file being written or truncated by another process
+    /// looks like to the sender.
+    struct Changing {
+        inner: MemSource,
+        /// New content, set once the files are chunked.
+        later: HashMap<PathBuf, Vec<u8>>,
+        /// What the source says when it opens the file (as `LocalSource`
+        /// does when size or mtime moved); none: the change went unseen.
+        notes: HashMap<PathBuf, String>,
+    }
+
+    impl FilesSource for Changing {
+        fn digest(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
+            self.inner.digest(items, which)
+        }
+
+        fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
+            let failed = self.inner.chunk(items, which);
+            self.inner.data.extend(self.later.drain());
+            failed
+        }
+
+        fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>) {
+            self.inner.open_index(store_id)
+        }
+
+        fn save_index(&mut self, cache: &IndexCache) -> Option<String> {
+            self.inner.save_index(cache)
+        }
+
+        fn read(
+            &mut self,
+            item: &FilesItem,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> Result<Option<String>, LocalError> {
+            let path = &item.entry.abs;
+            let d = &self.inner.data[path];
+            let Some(bytes) = d.get(offset as usize..offset as usize + buf.len()) else {
+                return Err(LocalError::Io {
+                    what: "read",
+                    path: path.clone(),
+                    source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "it shrank"),
+                });
+            };
+            buf.copy_from_slice(bytes);
+            Ok(self.notes.get(path).cloned())
+        }
+    }
+
+    fn file(rel: &str, len: usize) -> FilesItem {
+        FilesItem::new(entry(rel, WalkKind::File { size: len as u64 }, 1), None)
+    }
+
+    #[test]
+    fn a_file_that_changes_under_the_sender_fails_alone() {
+        let fx = Fixture::new(256 << 20);
+        let big = super::common::blob_bytes(3, 9 << 20);
+        let names = ["shrinks", "modified", "touched", "unseen", "fine"];
+        let mut data: HashMap<PathBuf, Vec<u8>> = HashMap::new();
+        let mut items = vec![FilesItem::new(entry("t", WalkKind::Dir, 1), None)];
+        for (k, name) in names.iter().enumerate() {
+            // "shrinks" is larger than one CHUNKS frame: its first frame is
+            // sent before the read fails.
+            let bytes = if k == 0 {
+                big.clone()
+            } else {
+                content(10 + k as u64, 20_000)
+            };
+            let it = file(&format!("t/{name}"), bytes.len());
+            data.insert(it.entry.abs.clone(), bytes);
+            items.push(it);
+        }
+        let abs = |name: &str| PathBuf::from("/mem/t").join(name);
+        let mut later = HashMap::new();
+        later.insert(abs("shrinks"), big[..6 << 20].to_vec());
+        let mut modified = data[&abs("modified")].clone();
+        modified[15_000] ^= 0xff;
+        later.insert(abs("modified"), modified);
+        let mut unseen = data[&abs("unseen")].clone();
+        unseen[100] ^= 0xff;
+        later.insert(abs("unseen"), unseen);
+        let notes: HashMap<PathBuf, String> = ["modified", "touched"]
+            .iter()
+            .map(|n| (abs(n), "it was modified since it was scanned".to_string()))
+            .collect();
+        let mut src = Changing {
+            inner: MemSource::new(data.clone()),
+            later,
+            notes,
+        };
+        let how = Drive {
+            piece: 64 << 10,
+            tick: Duration::ZERO,
+        };
+        let out = drive(&fx, &mut items, &mut src, &config(false, None, false), how);
+        let (r, messages) = (out.outcome.report, &out.outcome.messages);
+        // Two dropped by the sender (one mid-file), one refused by the
+        // receiver's hash check (the change was not seen at the sender).
+        assert_eq!(out.dropped, 2, "{messages}");
+        assert_eq!((r.files_written, r.files_failed, r.dirs), (2, 3, 1), "{messages}");
+        assert!(
+            messages.contains("t/shrinks: the sender dropped it: read /mem/t/shrinks: it shrank"),
+            "{messages}"
+        );
+        assert!(
+            messages
+                .contains("t/modified: the sender dropped it: it was modified since it was scanned: bytes"),
+            "{messages}"
+        );
+        assert!(
+            messages.contains("t/unseen: a literal chunk does not match its hash"),
+            "{messages}"
+        );
+        for name in ["touched", "fine"] {
+            assert_eq!(
+                fs::read(fx.dest_dir.join("t").join(name)).expect("landed"),
+                data[&abs(name)],
+                "{name}"
+            );
+        }
+        let mut left: Vec<_> = fs::read_dir(fx.dest_dir.join("t"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+            .collect();
+        left.sort();
+        assert_eq!(left, ["fine", "touched"], "nothing else, no temporary file");
+        assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+        assert!(
+            out.warnings[0].starts_with("/mem/t/touched: it was modified since it was scanned; every chunk"),
+            "{:?}",
+            out.warnings
+        );
+    }
+
+    #[test]
+    fn progress_moves_inside_a_large_file() {
+        let fx = Fixture::new(256 << 20);
+        // Bytes that do not repeat: every chunk is a literal.
+        let big = super::common::blob_bytes(5, 9 << 20);
+        let it = file("big", big.len());
+        let mut data = HashMap::new();
+        data.insert(it.entry.abs.clone(), big.clone());
+        let mut items = vec![it];
+        let mut src = MemSource::new(data);
+        let how = Drive {
+            piece: 64 << 10,
+            tick: Duration::from_secs(1),
+        };
+        let out = drive(&fx, &mut items, &mut src, &config(false, None, false), how);
+        assert_eq!(out.outcome.report.files_written, 1);
+        let total = big.len() as u64;
+        let p = &out.progress;
+        assert!(p.iter().all(|e| e.total_bytes == total && e.total_entries == 1));
+        assert!(p.windows(2).all(|w| w[0].bytes <= w[1].bytes), "{p:?}");
+        assert_eq!(
+            p.first().map(|e| e.bytes),
+            Some(0),
+            "the stream's start is an event"
+        );
+        assert_eq!(p.last().map(|e| (e.bytes, e.entries)), Some((total, 1)));
+        let inside: Vec<u64> = p
+            .iter()
+            .map(|e| e.bytes)
+            .filter(|&b| 0 < b && b < total)
+            .collect();
+        // Events follow CHUNKS frames (4 MiB each here), at most one per
+        // 200 ms of the core's clock: the bytes move before the file ends.
+        assert!(!inside.is_empty(), "{p:?}");
     }
 }

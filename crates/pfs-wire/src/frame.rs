@@ -82,6 +82,8 @@ pub enum FrameType {
     Probe = 18,
     /// Files: which probed files the receiver already holds (a bitmap).
     ProbeReply = 19,
+    /// Files: the sender gives up on the file streaming (it changed or could not be read).
+    FileDrop = 20,
 }
 
 impl FrameType {
@@ -107,6 +109,7 @@ impl FrameType {
             17 => Self::Batch,
             18 => Self::Probe,
             19 => Self::ProbeReply,
+            20 => Self::FileDrop,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -139,6 +142,7 @@ impl FrameType {
             Self::Batch => "BATCH",
             Self::Probe => "PROBE",
             Self::ProbeReply => "PROBE_REPLY",
+            Self::FileDrop => "FILE_DROP",
         }
     }
 }
@@ -252,7 +256,7 @@ mod tests {
 
     #[test]
     fn roundtrip_all_types() {
-        for t in 1..=17u8 {
+        for t in 1..=20u8 {
             let ft = FrameType::from_u8(t).unwrap();
             let flags = if ft == FrameType::Complete {
                 FLAG_COMPLETE_REPORT

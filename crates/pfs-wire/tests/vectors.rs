@@ -14,8 +14,8 @@ use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary, NO_MISMATC
 use pfs_wire::desc::{encode_table, Descriptor, Encoding};
 use pfs_wire::files::{
     parse_chunks, parse_index, parse_index_request, parse_nak, parse_probe, parse_probe_reply, ChunkData,
-    EntryKind, FileEntry, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, ProbeEntry, ProbeHead,
-    FLAG_FILES_REPORT, FLAG_LAST,
+    EntryKind, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, ProbeEntry,
+    ProbeHead, FLAG_FILES_REPORT, FLAG_LAST,
 };
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GramHeader, GRAM_FLAG_PAYLOAD};
@@ -604,7 +604,7 @@ const INVALID: &[(&str, As, WireError)] = &[
     (
         "invalid-unknown-frame-type",
         As::Frame,
-        WireError::UnknownFrameType(20),
+        WireError::UnknownFrameType(255),
     ),
     ("invalid-oversized-control", As::Frame, WireError::TooLarge),
     ("invalid-frame-flags", As::Frame, WireError::BadFlags),
@@ -667,6 +667,11 @@ const INVALID: &[(&str, As, WireError)] = &[
         WireError::LengthMismatch,
     ),
     ("invalid-files-file-flags", As::Frame, WireError::BadFlags),
+    (
+        "invalid-files-file-drop-length",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
 ];
 
 /// The full decode path of docs/wire.md §9 for one frame.
@@ -707,6 +712,7 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
             entries.try_for_each(|e| e.map(drop))
         }
         FrameType::ProbeReply => pfs_wire::files::parse_probe_reply(frame.body).map(drop),
+        FrameType::FileDrop => FileDrop::parse(frame.body).map(drop),
     }
 }
 
@@ -766,6 +772,20 @@ fn files_vectors() {
     let body = files_frame("files-nak", FrameType::Nak, FLAG_LAST);
     let hashes: Vec<_> = parse_nak(&body).unwrap().collect();
     assert_eq!(hashes, [&[0xaa; 32]]);
+
+    let body = files_frame("files-file-drop", FrameType::FileDrop, 0);
+    let expected = FileDrop {
+        file_no: 3,
+        reason: "changed while being read",
+    };
+    assert_eq!(FileDrop::parse(&body), Ok(expected));
+    let mut out = Vec::new();
+    expected.emit(&mut out);
+    assert_eq!(
+        frame_bytes(FrameType::FileDrop, 0, &out),
+        bytes("files-file-drop"),
+        "files-file-drop re-encode"
+    );
 }
 
 #[test]
@@ -894,6 +914,7 @@ fn vector_names_match_the_document() {
     expected.push("error-out-of-bounds");
     expected.extend(["files-file", "files-chunks", "files-nak"]);
     expected.extend(["files-probe", "files-probe-reply", "files-file-held"]);
+    expected.push("files-file-drop");
     expected.extend(VARINTS.iter().map(|c| c.0));
     expected.extend(ZIGZAGS.iter().map(|c| c.0));
     expected.extend(INVALID.iter().map(|c| c.0));

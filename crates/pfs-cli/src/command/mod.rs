@@ -6,6 +6,7 @@ mod blob;
 mod exec;
 mod keygen;
 mod log;
+mod progress;
 mod send;
 mod send_files;
 mod serve;

@@ -3,16 +3,15 @@
 //! receiver's report, rsync-style statistics with `--stats`, JSON with
 //! `--json`.
 
-use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use pfs_files::{default_cache_dir, scan, ChunkParams, Excludes, RecipeCache, SkipReason, WalkKind};
 use pfs_session::files::{
-    send_files, FilesItem, FilesProgress, FilesSenderConfig, FilesSenderOutcome, LocalPrepare,
+    send_files, FilesItem, FilesMeter, FilesSenderConfig, FilesSenderOutcome, LocalPrepare,
 };
 
-use crate::args::{ProgressArg, SendArgs, TransportArg};
+use crate::args::{SendArgs, TransportArg};
 use crate::exit;
 
 use super::send::target;
@@ -42,22 +41,24 @@ fn mb(b: u64) -> f64 {
 }
 
 /// The exit status of a send that ran: partial if any entry was not
-/// delivered (failed at the receiver, or not readable here).
+/// delivered (failed at the receiver, or not readable here: a dry run
+/// says so too, as the real run would).
 fn exit_code(failed_at_receiver: Option<u64>, failed_here: u64) -> i32 {
-    match failed_at_receiver {
-        Some(n) if n > 0 || failed_here > 0 => exit::PARTIAL,
-        _ => exit::OK,
+    match failed_at_receiver.unwrap_or(0) + failed_here {
+        0 => exit::OK,
+        _ => exit::PARTIAL,
     }
 }
 
 /// How the wire compares with the data, in words that read right when
 /// nothing was saved (or the wire carried more than the data).
 fn saving(effective: u64, wire: u64) -> String {
-    if wire == 0 || effective == 0 {
-        return "nothing on the wire".into();
-    }
     let ratio = effective as f64 / wire as f64;
-    if ratio >= 1.05 {
+    if effective == 0 {
+        "no file data delivered".into()
+    } else if wire == 0 {
+        "nothing on the wire".into()
+    } else if ratio >= 1.05 {
         format!("{ratio:.1}× less than the data")
     } else if ratio > 0.95 {
         "about the size of the data: nothing saved".into()
@@ -185,48 +186,17 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             .unwrap_or(1),
         probe: !f.no_probe,
     };
+    let show = super::progress::choose(f.progress, json, args.run.log_interval)?;
     let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;
     let target = target(&addr, &args.transport, args.run.sock_buf);
     let mut t = target.connect_as(security.as_ref(), pfs_auth::Service::Files)?;
     let kind = t.kind();
-    let show_bar = match f.progress {
-        ProgressArg::Always => true,
-        ProgressArg::Never => false,
-        ProgressArg::Auto => !json && std::io::stderr().is_terminal(),
-    };
-    let bar = show_bar.then(|| {
-        let total: u64 = items
-            .iter()
-            .map(|i| match i.entry.kind {
-                WalkKind::File { size } => size,
-                _ => 0,
-            })
-            .sum();
-        let pb = indicatif::ProgressBar::new(total);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {bytes}/{total_bytes} [{bar:30}] {bytes_per_sec}, ETA {eta} {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        pb
-    });
-    let mut on_progress = |p: &FilesProgress| {
-        if let Some(pb) = &bar {
-            pb.set_position(p.bytes);
-            pb.set_message(format!(
-                "{} entries, {:.1} MB on the wire",
-                p.entries,
-                mb(p.wire_bytes)
-            ));
-        }
-    };
-    let mut local = LocalPrepare::new(params, f.threads);
-    let out = send_files(&mut *t, &mut items, &cfg, &mut local, &mut on_progress)?;
-    if let Some(pb) = &bar {
-        pb.finish_and_clear();
-    }
+    // Hashing, chunking and the stream count into the meter a thread shows.
+    let meter = std::sync::Arc::new(FilesMeter::new());
+    let mut local = LocalPrepare::new(params, f.threads).metered(meter.clone());
+    let mut out = super::progress::during(show, &meter, || {
+        send_files(&mut *t, &mut items, &cfg, &mut local, &mut |p| meter.stream(p))
+    })?;
     if let Some(c) = &mut cache {
         if let Some(w) = save_recipes(c, &items, &params) {
             eprintln!("pfs: warning: {w}");
@@ -239,12 +209,10 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     for w in &out.warnings {
         eprintln!("pfs: warning: {w}");
     }
-    // Any entry not delivered makes the transfer partial: failed at the
-    // receiver, unreadable at the scan, or unreadable while sent.
-    let code = exit_code(
-        out.report.as_ref().map(|r| r.files_failed),
-        failed_at_scan as u64 + out.skipped,
-    );
+    // Any entry not delivered makes the transfer partial: failed or dropped
+    // (FILE_DROP) at the receiver, unreadable at the scan or when chunked.
+    out.skipped += failed_at_scan as u64;
+    let code = exit_code(out.report.as_ref().map(|r| r.files_failed), out.skipped);
     if json {
         println!(
             "{}",
@@ -323,6 +291,8 @@ fn to_json(out: &FilesSenderOutcome, kind: &str, prep: &Prep<'_>, remote_dir: &s
             "files_chunked": prep.local.chunked.0,
             "bytes_chunked": prep.local.chunked.1,
             "files_probed": out.probed,
+            "entries_unreadable": out.skipped,
+            "entries_dropped": out.dropped,
             "session_s": out.elapsed.as_secs_f64(),
             "user_s": out.usage.user_us as f64 / 1e6,
             "sys_s": out.usage.sys_us as f64 / 1e6,
@@ -464,8 +434,9 @@ mod tests {
         assert_eq!(exit_code(Some(0), 0), exit::OK);
         assert_eq!(exit_code(Some(2), 0), exit::PARTIAL);
         assert_eq!(exit_code(Some(0), 1), exit::PARTIAL);
-        // A dry run has no report: nothing was meant to be delivered.
-        assert_eq!(exit_code(None, 1), exit::OK);
+        // A dry run has no report; what it could not read, a send could not send.
+        assert_eq!(exit_code(None, 0), exit::OK);
+        assert_eq!(exit_code(None, 1), exit::PARTIAL);
     }
 
     #[test]
@@ -476,6 +447,8 @@ mod tests {
             "about the size of the data: nothing saved"
         );
         assert_eq!(saving(1_000, 2_000), "2.00× the data");
-        assert_eq!(saving(0, 0), "nothing on the wire");
+        assert_eq!(saving(0, 0), "no file data delivered");
+        assert_eq!(saving(0, 5_000), "no file data delivered");
+        assert_eq!(saving(5_000, 0), "nothing on the wire");
     }
 }

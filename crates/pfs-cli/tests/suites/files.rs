@@ -92,14 +92,18 @@ fn serve(store: &Path, dest: &Path, extra: &[&str]) -> Server {
 }
 
 /// `pfs send PATHS… --to TO --cache-dir CACHE --json --progress never EXTRA…`
-/// (with keys and the cipher when the run is protected).
+/// (`--progress never` unless EXTRA says how to show progress; with keys
+/// and the cipher when the run is protected).
 fn send_cmd(paths: &[&Path], to: &str, cache: &Path, extra: &[&str]) -> Command {
     let mut cmd = pfs();
     cmd.arg("send")
         .args(paths)
-        .args(["--to", to, "--json", "--progress", "never", "--cache-dir"])
+        .args(["--to", to, "--json", "--cache-dir"])
         .arg(cache)
         .args(extra);
+    if !extra.contains(&"--progress") && !extra.contains(&"--log-interval") {
+        cmd.args(["--progress", "never"]);
+    }
     if let Some(cipher) = PROTECTED {
         let k = keys();
         cmd.arg("--identity")
@@ -1245,4 +1249,89 @@ fn compressed_literals_round_trip_with_fewer_wire_bytes() {
     assert!(on_wire * 2 < literal, "literal {literal}, on the wire {on_wire}");
     assert!(wire(&v) < literal, "{v:#}");
     assert_eq!(fs::read(d.dest.join("log.txt")).expect("read"), text.as_bytes());
+}
+
+// ---------------------------------------------------------------------------
+// 12. progress on stderr, files that change under the sender
+
+#[test]
+fn progress_is_plain_lines_when_stderr_is_not_a_terminal() {
+    let d = dirs();
+    let tree = d.src.join("t");
+    write(&tree.join("big.bin"), &random_bytes(41, 24 << 20));
+    write(&tree.join("a.txt"), b"a");
+    write(&tree.join("b.txt"), b"b");
+    let server = serve(&d.store, &d.dest, &[]);
+    // (options, whether lines appear): stderr is a pipe here.
+    let cases: [(&[&str], bool); 4] = [
+        (&["--progress", "always", "--log-interval", "0.05"], true),
+        (&["--progress", "always"], true),
+        (&["--log-interval", "0.05"], true),
+        (&["--progress", "auto"], false),
+    ];
+    for (k, (extra, shown)) in cases.into_iter().enumerate() {
+        let remote = format!("{}:r{k}", server.addr);
+        let out = send(&[&tree], &remote, &d.cache, extra);
+        good(&out, &format!("send {extra:?}"));
+        let lines: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("pfs send: "))
+            .collect();
+        if !shown {
+            assert!(lines.is_empty(), "{extra:?}: {}", out.stderr);
+            continue;
+        }
+        // How many depends on the machine's speed; the last one is the end.
+        let verbs = ["starting ", "hashing ", "chunking ", "sending ", "sent "];
+        for l in &lines {
+            assert!(verbs.iter().any(|v| l.starts_with(v)), "{extra:?}: {l}");
+        }
+        let last = lines.last().unwrap_or_else(|| panic!("{extra:?}: no line: {}", out.stderr));
+        assert!(
+            last.starts_with("sent 25.2 MB of 25.2 MB (100 %), 4 of 4 entries, "),
+            "{extra:?}: {last}"
+        );
+    }
+    let out = send(&[&tree], &format!("{}:r9", server.addr), &d.cache, &["--progress", "never"]);
+    good(&out, "send --progress never");
+    assert!(!out.stderr.contains("pfs send: "), "{}", out.stderr);
+}
+
+#[test]
+fn a_file_changed_behind_the_recipe_cache_fails_alone_with_exit_6() {
+    let d = dirs();
+    let tree = d.src.join("t");
+    let a = tree.join("a.bin");
+    write(&a, &random_bytes(51, 600_000));
+    write(&tree.join("b.bin"), &random_bytes(52, 300_000));
+    write(&tree.join("c.txt"), b"small");
+    for name in ["a.bin", "b.bin", "c.txt"] {
+        set_mtime(&tree.join(name), 1_600_000_000, 0);
+    }
+    let server = serve(&d.store, &d.dest, &[]);
+    good(&send(&[&tree], &server.addr, &d.cache, &[]), "first send");
+    // Rewritten in place with its size and mtime kept: the quick-check
+    // cache still vouches for the old recipe, the bytes say otherwise.
+    let mut data = fs::read(&a).expect("read");
+    data[400_000] ^= 0xff;
+    fs::write(&a, &data).expect("rewrite");
+    set_mtime(&a, 1_600_000_000, 0);
+    // A receiver holding nothing: every chunk travels as literal bytes.
+    let fresh = dirs();
+    let server2 = serve(&fresh.store, &fresh.dest, &[]);
+    let out = send(&[&tree], &server2.addr, &d.cache, &[]);
+    out.expect_code(6, "a changed file");
+    let v = out.json("a changed file");
+    assert_eq!(num(&v, "/receiver/files_written"), 2, "{v:#}");
+    assert_eq!(num(&v, "/receiver/files_failed"), 1, "{v:#}");
+    let messages = v["messages"].as_str().unwrap_or_default();
+    assert!(
+        messages.contains("t/a.bin: a literal chunk does not match its hash"),
+        "{messages}"
+    );
+    assert!(out.stderr.contains("pfs: not written: t/a.bin: "), "{}", out.stderr);
+    assert!(!fresh.dest.join("t/a.bin").exists());
+    assert_eq!(fs::read(fresh.dest.join("t/c.txt")).expect("c.txt"), b"small");
+    assert!(temp_files(&fresh.dest).is_empty());
 }

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ const MAX_IN_FLIGHT: usize = 4;
 ///
 /// Holes of sparse files are not read (they are zeros); see the module docs.
 pub fn chunk_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<Recipe, FilesError> {
-    chunk_file_windowed(path.as_ref(), params, params.window())
+    chunk_file_windowed(path.as_ref(), params, params.window(), &AtomicU64::new(0))
 }
 
 thread_local! {
@@ -36,26 +36,31 @@ thread_local! {
     static SMALL: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// [`chunk_file`] with its window size, adding the bytes it reads to `read`.
 pub(super) fn chunk_file_windowed(
     path: &Path,
     params: &ChunkParams,
     window: usize,
+    read: &AtomicU64,
 ) -> Result<Recipe, FilesError> {
     read_file(
         path,
         window,
+        read,
         |data| chunk_bytes_windowed(data, params, window),
-        |file, size| pipeline(file, path, size, params, window),
+        |file, size| pipeline(file, path, size, params, window, read),
     )
 }
 
 /// Opens the regular file `path`; a file of at most `window` bytes is read
 /// whole into this thread's reused buffer and given to `small`, a larger one
 /// goes to `large` (with its size). Either way the file must still have the
-/// size and timestamps it had when opened ([`FilesError::Changed`]).
+/// size and timestamps it had when opened ([`FilesError::Changed`]). A
+/// small file's bytes are added to `read` here, a large one's by `large`.
 fn read_file<R>(
     path: &Path,
     window: usize,
+    read: &AtomicU64,
     small: impl FnOnce(&[u8]) -> R,
     large: impl FnOnce(&File, u64) -> Result<R, FilesError>,
 ) -> Result<R, FilesError> {
@@ -75,6 +80,7 @@ fn read_file<R>(
             }
             let data = &mut buf[..size as usize];
             read_full_at(&file, data, 0, path)?;
+            read.fetch_add(size, Ordering::Relaxed);
             Ok::<_, FilesError>(small(data))
         })?
     } else {
@@ -118,11 +124,20 @@ pub fn quick_digest(data: &[u8]) -> QuickDigest {
 /// reads (holes skipped), the next window while the current one is hashed.
 /// A file that changes while read is [`FilesError::Changed`].
 pub fn digest_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64, QuickDigest), FilesError> {
-    let path = path.as_ref();
+    digest_file_metered(path.as_ref(), params, &AtomicU64::new(0))
+}
+
+/// [`digest_file`], adding the bytes it reads to `read`.
+pub(super) fn digest_file_metered(
+    path: &Path,
+    params: &ChunkParams,
+    read: &AtomicU64,
+) -> Result<(u64, QuickDigest), FilesError> {
     let window = params.window();
     read_file(
         path,
         window,
+        read,
         |data| (data.len() as u64, quick_digest(data)),
         |file, size| {
             let n = size.div_ceil(window as u64) as usize;
@@ -131,7 +146,7 @@ pub fn digest_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64,
             let (mut cur, mut next) = (vec![0u8; window], vec![0u8; window]);
             read_sparse_at(file, &mut cur[..window_len(0)], 0, path)?;
             for k in 0..n {
-                let ((), read) = rayon::join(
+                let ((), read_next) = rayon::join(
                     || h.write(&cur[..window_len(k)]),
                     || match k + 1 < n {
                         true => read_sparse_at(
@@ -143,7 +158,8 @@ pub fn digest_file(path: impl AsRef<Path>, params: &ChunkParams) -> Result<(u64,
                         false => Ok(()),
                     },
                 );
-                read?;
+                read_next?;
+                read.fetch_add(window_len(k) as u64, Ordering::Relaxed);
                 std::mem::swap(&mut cur, &mut next);
             }
             Ok((size, h.finish_128().to_le_bytes()))
@@ -217,6 +233,7 @@ fn pipeline(
     size: u64,
     params: &ChunkParams,
     window: usize,
+    read: &AtomicU64,
 ) -> Result<Recipe, FilesError> {
     let cutter = Cutter::new(params);
     let max = cutter.max();
@@ -228,6 +245,7 @@ fn pipeline(
     let read_window = |k: usize, mut buf: Vec<u8>| -> Result<Vec<u8>, FilesError> {
         let off = k as u64 * window as u64;
         read_sparse_at(file, &mut buf[max..max + window_len(k)], off, path)?;
+        read.fetch_add(window_len(k) as u64, Ordering::Relaxed);
         Ok(buf)
     };
     let results = Mutex::new(Vec::with_capacity(n));

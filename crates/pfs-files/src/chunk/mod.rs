@@ -42,6 +42,7 @@ mod cdc;
 mod file;
 mod tree;
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
@@ -51,6 +52,7 @@ use crate::walk::{Entry, WalkKind};
 
 use cdc::{Cutter, ZERO_FLAG};
 pub use file::{chunk_file, digest_file, quick_digest, QuickDigest};
+use file::{chunk_file_windowed, digest_file_metered};
 
 /// Default average chunk size: 32 KiB.
 pub const DEFAULT_AVG: u32 = 32 * 1024;
@@ -312,7 +314,21 @@ pub fn chunk_files(
     params: &ChunkParams,
     threads: usize,
 ) -> Result<Vec<Result<Recipe, FilesError>>, FilesError> {
-    on_files(entries, threads, "pfs-chunk", |path| chunk_file(path, params))
+    chunk_files_metered(entries, params, threads, &AtomicU64::new(0))
+}
+
+/// [`chunk_files`], adding the bytes read to `read` as they are read (once
+/// per file or 8 MiB window, not per chunk): a meter another thread may
+/// watch to show how far chunking is.
+pub fn chunk_files_metered(
+    entries: &[&Entry],
+    params: &ChunkParams,
+    threads: usize,
+    read: &AtomicU64,
+) -> Result<Vec<Result<Recipe, FilesError>>, FilesError> {
+    on_files(entries, threads, "pfs-chunk", |path| {
+        chunk_file_windowed(path, params, params.window(), read)
+    })
 }
 
 /// [`digest_file`] for many entries on `threads` threads (0 = one per
@@ -323,7 +339,21 @@ pub fn digest_files(
     params: &ChunkParams,
     threads: usize,
 ) -> Result<Vec<Result<(u64, QuickDigest), FilesError>>, FilesError> {
-    on_files(entries, threads, "pfs-hash", |path| digest_file(path, params))
+    digest_files_metered(entries, params, threads, &AtomicU64::new(0))
+}
+
+/// [`digest_files`], adding the bytes read to `read` as
+/// [`chunk_files_metered`] does.
+#[allow(clippy::type_complexity)]
+pub fn digest_files_metered(
+    entries: &[&Entry],
+    params: &ChunkParams,
+    threads: usize,
+    read: &AtomicU64,
+) -> Result<Vec<Result<(u64, QuickDigest), FilesError>>, FilesError> {
+    on_files(entries, threads, "pfs-hash", |path| {
+        digest_file_metered(path, params, read)
+    })
 }
 
 /// `work` on every regular file of `entries`, one file per task, on a pool

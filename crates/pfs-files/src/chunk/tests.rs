@@ -211,7 +211,7 @@ fn file_equals_bytes() {
         check_recipe(&data[..len], &want, &p);
         // Small windows exercise the multi-window pipeline and its carries.
         for window in [4096, 16_384, 1 << 20] {
-            let got = chunk_file_windowed(f.path(), &p, window).unwrap();
+            let got = chunk_file_windowed(f.path(), &p, window, &Default::default()).unwrap();
             assert_eq!(got, want, "len {len} window {window}");
         }
     }
@@ -326,6 +326,16 @@ fn chunk_files_in_order_with_errors() {
             assert_eq!(r.as_ref().unwrap(), &chunk_bytes(data, &p));
         }
         assert!(matches!(out.last(), Some(Err(FilesError::NotAFile { .. }))));
+        // The meters count every byte read, once (small files whole, large
+        // ones window by window).
+        let total: u64 = datas.iter().map(|d| d.len() as u64).sum();
+        let read = AtomicU64::new(0);
+        let metered = chunk_files_metered(&refs, &p, threads, &read).unwrap();
+        assert_eq!(metered.len(), out.len());
+        assert_eq!(read.into_inner(), total);
+        let read = AtomicU64::new(0);
+        digest_files_metered(&refs, &p, threads, &read).unwrap();
+        assert_eq!(read.into_inner(), total);
     }
 }
 
@@ -348,7 +358,10 @@ fn sparse_file_equals_dense_bytes() {
     check_recipe(&dense, &want, &p);
     assert_eq!(chunk_file(f.path(), &p).unwrap(), want);
     // Small windows: holes and data start and end inside windows.
-    assert_eq!(chunk_file_windowed(f.path(), &p, 1 << 18).unwrap(), want);
+    assert_eq!(
+        chunk_file_windowed(f.path(), &p, 1 << 18, &Default::default()).unwrap(),
+        want
+    );
 }
 
 #[test]

@@ -101,6 +101,17 @@ pub enum FilesViolation {
         /// The open file.
         open: u64,
     },
+    /// FILE_DROP naming another file than the one whose CHUNKS are expected.
+    #[error("FILE_DROP of file {got} while {}", match open {
+        Some(no) => format!("file {no} is streaming"),
+        None => "no file is streaming".to_string(),
+    })]
+    DropNotStreaming {
+        /// The file it names.
+        got: u64,
+        /// The file streaming, if any.
+        open: Option<u64>,
+    },
     /// A chunk of length 0 or over [`MAX_CHUNK_LEN`].
     #[error("chunk of {len} bytes (1 … {MAX_CHUNK_LEN} accepted)")]
     ChunkLength {
@@ -235,6 +246,7 @@ impl FilesViolation {
             | Self::FileOrder { .. }
             | Self::ChunksWithoutFile
             | Self::ChunksForOtherFile { .. }
+            | Self::DropNotStreaming { .. }
             | Self::FileOverflow { .. }
             | Self::ChunkCount { .. }
             | Self::FileShort { .. }

@@ -25,9 +25,9 @@ pub use receiver::{
     DEFAULT_MAX_SESSION_MEMORY, DEFAULT_MAX_UNVERIFIED_BYTES,
 };
 pub use sender::{
-    classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesProgress, FilesSender,
-    FilesSenderConfig, FilesSenderEvent, FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource,
-    Unreadable,
+    classify, send_files, ChunkPlan, FilesItem, FilesMeter, FilesPlanSummary, FilesPrepare, FilesProgress,
+    FilesSender, FilesSenderConfig, FilesSenderEvent, FilesSenderOutcome, FilesSource, LocalPrepare,
+    LocalSource, MeterRate, MeterReading, SendPhase, Unreadable,
 };
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.

@@ -8,7 +8,7 @@
 //! S: (PROBE* with LAST          R: PROBE_REPLY* with LAST)?   optional
 //! S: INDEX_REQUEST (from gen)   R: INDEX* (entries since gen; last has LAST)
 //! S: PLAN (totals)              R: ACK (space reserved) | ERROR
-//! S: (FILE CHUNKS*)* FILES_END
+//! S: (FILE CHUNKS* FILE_DROP?)* FILES_END
 //!                               R: (NAK* with LAST, S: REPAIR* with LAST)?
 //!                               R: FILES_END with REPORT
 //! ```
@@ -18,12 +18,14 @@
 //! One file per frame group, each holding its frames' field tables:
 //! `session` (FILES_HELLO, FILES_ACCEPT, the FILES_END report), `index`
 //! (INDEX_REQUEST, INDEX), `plan` (PLAN and its ACK), `entry` (FILE),
-//! `chunks` (CHUNKS and REPAIR bodies, BATCH), `probe` (PROBE, PROBE_REPLY)
-//! and `repair` (NAK). Everything public is re-exported here, so callers
-//! name `pfs_wire::files::X` whatever file `X` lives in.
+//! `chunks` (CHUNKS and REPAIR bodies, BATCH), `probe` (PROBE, PROBE_REPLY),
+//! `repair` (NAK) and `file_drop` (FILE_DROP). Everything public is
+//! re-exported here, so callers name `pfs_wire::files::X` whatever file `X`
+//! lives in.
 
 mod chunks;
 mod entry;
+mod file_drop;
 mod index;
 mod plan;
 mod probe;
@@ -35,6 +37,7 @@ pub use chunks::{
     ChunksHeader, BATCH_FIXED_LEN, CHUNKS_FIXED_LEN,
 };
 pub use entry::{EntryKind, FileEntry, FILE_FIXED_LEN, FILE_HELD, MAX_PATH_LEN};
+pub use file_drop::{FileDrop, FILE_DROP_FIXED_LEN, MAX_DROP_REASON};
 pub use index::{
     parse_index, parse_index_request, IndexEntry, INDEX_ENTRY_LEN, INDEX_KEY_LEN, INDEX_REQUEST_LEN,
 };

@@ -1,14 +1,15 @@
 //! The file stream of the receiver core: FILE entries, CHUNKS bodies
 //! checked chunk by chunk and written in place (one `pwritev` per run of
-//! contiguous chunks), the end of each file, and the corrections plane
-//! (NAKed chunks, REPAIR frames, files waiting for them).
+//! contiguous chunks), the end of each file, files the sender drops
+//! (FILE_DROP), and the corrections plane (NAKed chunks, REPAIR frames,
+//! files waiting for them).
 
 use std::io::IoSlice;
 
 use pfs_files::{FileSpec, LandError, Placement, RelPath};
 use pfs_store::{ChunkLoc, StoreError};
 use pfs_wire::files::{
-    parse_chunks, ChunkData, ChunkEntry, EntryKind, FileEntry, Hash, FLAG_LAST, MAX_REPORT_TEXT,
+    parse_chunks, ChunkData, ChunkEntry, EntryKind, FileDrop, FileEntry, Hash, FLAG_LAST, MAX_REPORT_TEXT,
 };
 use pfs_wire::FrameType;
 
@@ -123,7 +124,7 @@ struct Pending<'b> {
 }
 
 impl FilesReceiver {
-    /// One FILE or CHUNKS frame of the stream (alone or in a BATCH).
+    /// One FILE, CHUNKS or FILE_DROP frame of the stream (alone or in a BATCH).
     pub(super) fn stream_frame<'s, H: FilesHost<'s>>(
         &mut self,
         ty: FrameType,
@@ -136,6 +137,7 @@ impl FilesReceiver {
                 self.begin_file(body, host)
             }
             FrameType::Chunks => self.chunks(body, host),
+            FrameType::FileDrop => self.drop_file(body, host),
             other => Err(FilesViolation::NotAllowed {
                 frame: other,
                 place: "inside a BATCH",
@@ -175,6 +177,26 @@ impl FilesReceiver {
             .map(|r| r.as_bytes().to_vec())
             .unwrap_or_default();
         self.fail(&rel, reason);
+    }
+
+    /// FILE_DROP: the sender cannot finish the file streaming. What
+    /// arrived of it is discarded and the entry fails with its reason.
+    fn drop_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
+        let d = FileDrop::parse(body).map_err(malformed("FILE_DROP"))?;
+        let open = self.current.as_ref().map(|c| c.no);
+        if open != Some(d.file_no) {
+            return Err(FilesViolation::DropNotStreaming { got: d.file_no, open }.into());
+        }
+        // A file that failed here already is counted once.
+        if !self
+            .current
+            .as_ref()
+            .is_some_and(|c| matches!(c.target, Target::Failed))
+        {
+            self.fail_current(format_args!("the sender dropped it: {}", d.reason), host);
+        }
+        self.current = None;
+        Ok(())
     }
 
     fn begin_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
@@ -346,7 +368,7 @@ impl FilesReceiver {
             ChunkData::Literal(_) | ChunkData::Zstd(_) => {
                 if !self.literal(e, at, pending, host)? && rebuilding {
                     self.flush(pending, host);
-                    self.fail_current("a literal chunk does not match its hash (sender error)", host);
+                    self.fail_current("a literal chunk does not match its hash (the file changed at the sender while read, or a sender bug)", host);
                 }
             }
             ChunkData::Ref { offset } => {

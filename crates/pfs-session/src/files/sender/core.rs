@@ -1,6 +1,7 @@
 //! The sender core, sans I/O: it decides every frame of a files session
 //! (FILES_HELLO, PROBE, INDEX_REQUEST, PLAN, FILE/CHUNKS in zstd BATCH
-//! frames, FILES_END, REPAIR) and reads the receiver's replies from any byte
+//! frames, FILE_DROP for a file that changed or could not be read while
+//! sent, FILES_END, REPAIR) and reads the receiver's replies from any byte
 //! boundary. Reading files, hashing and chunking them, and the index cache
 //! on disk are the host's ([`FilesSource`]); compressing is computation and
 //! stays here.
@@ -8,11 +9,11 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use pfs_files::IndexCache;
+use pfs_files::{ChunkRef, IndexCache};
 use pfs_wire::files::{
     batch_head, emit_entry_head, parse_batch, parse_index, parse_nak, parse_probe_reply, tag, ChunksHeader,
-    EntryKind, FileEntry, FilesAccept, FilesHello, FilesReport, Hash, Plan, PlanAck, ProbeEntry, ProbeHead,
-    CHUNKS_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_COMPRESS, HELLO_DRY_RUN, INDEX_KEY_LEN,
+    EntryKind, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, Hash, Plan, PlanAck, ProbeEntry,
+    ProbeHead, CHUNKS_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_COMPRESS, HELLO_DRY_RUN, INDEX_KEY_LEN,
     INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
@@ -20,7 +21,7 @@ use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
 use super::{classify, ChunkPlan, FilesItem, FilesPlanSummary, FilesProgress, FilesSenderConfig, Unreadable};
 use crate::error::{LocalError, Timeout};
-use crate::files::{FilesViolation, IndexFault, SENDER_FRAME_TARGET, SENDER_FRAME_WORK};
+use crate::files::{hash_matches, FilesViolation, IndexFault, SENDER_FRAME_TARGET, SENDER_FRAME_WORK};
 use crate::framing::{frame_want, refusal, FrameClock, Transmit, DEFAULT_MIN_FRAME_RATE};
 use crate::SessionError;
 
@@ -49,8 +50,11 @@ pub trait FilesSource {
     /// Saves the index cache; a warning if it could not be saved.
     fn save_index(&mut self, cache: &IndexCache) -> Option<String>;
     /// Reads `buf.len()` bytes at `offset` of `item`'s file, straight into
-    /// `buf` (a frame being built). A warning, if the file changed since
-    /// it was scanned.
+    /// `buf` (a frame being built). `Some(how)` when the file changed since
+    /// it was scanned (how, without its path): the core then checks every
+    /// chunk it reads of that file against the planned hash. An error
+    /// (unreadable, shorter than planned) fails this file only: the core
+    /// sends FILE_DROP and goes on with the next entry.
     fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError>;
 }
 
@@ -127,7 +131,14 @@ pub struct FilesSender<'a> {
     /// (`None`: its FILE is not sent yet).
     next_item: usize,
     next_chunk: Option<usize>,
+    /// File bytes described so far, and where the current entry began.
     done_bytes: u64,
+    item_base: u64,
+    /// How the entry being streamed changed since it was scanned: its
+    /// chunks are checked against their hashes as they are read.
+    changed: Option<String>,
+    /// Entries given up on while streaming (FILE_DROP).
+    dropped: u64,
     stream_start: Instant,
     last_progress: Instant,
     wanted: Vec<Hash>,
@@ -201,6 +212,9 @@ impl<'a> FilesSender<'a> {
             next_item: 0,
             next_chunk: None,
             done_bytes: 0,
+            item_base: 0,
+            changed: None,
+            dropped: 0,
             stream_start: now,
             last_progress: now,
             wanted: Vec::new(),
@@ -416,6 +430,13 @@ impl<'a> FilesSender<'a> {
         self.skipped
     }
 
+    /// Entries given up on while streaming (FILE_DROP): changed or
+    /// unreadable after their FILE was sent. The receiver counts each in
+    /// `files_failed` and lists it with the reason.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
     /// Warnings so far (items left out, cache trouble).
     pub fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings)
@@ -546,6 +567,8 @@ impl<'a> FilesSender<'a> {
                 self.phase = Phase::Stream;
                 self.stream_start = self.now;
                 self.last_progress = self.now;
+                // Tells the host the stream began (bytes are counted from here).
+                self.progress(true);
                 Ok(())
             }
             (Phase::Report, FrameType::Nak) => {
@@ -863,25 +886,56 @@ impl<'a> FilesSender<'a> {
                     self.end_item();
                 }
             }
-            Some(i) => {
-                let (end, work) = self.chunks_frame(no, i, src)?;
-                self.queue(FrameType::Chunks, "CHUNKS", work)?;
-                let total = self.items[no].recipe.as_ref().map_or(0, |r| r.chunks.len());
-                if end == total {
-                    self.end_item();
-                } else {
-                    self.next_chunk = Some(end);
+            Some(i) => match self.chunks_frame(no, i, src) {
+                Ok((end, work)) => {
+                    self.queue(FrameType::Chunks, "CHUNKS", work)?;
+                    // Byte-level progress: at most one event per PROGRESS_EVERY.
+                    self.done_bytes += work;
+                    let total = self.items[no].recipe.as_ref().map_or(0, |r| r.chunks.len());
+                    if end == total {
+                        self.end_item();
+                    } else {
+                        self.next_chunk = Some(end);
+                        self.progress(false);
+                    }
                 }
-            }
+                Err(why) => self.drop_item(no, &why)?,
+            },
         }
         Ok(())
     }
 
     fn end_item(&mut self) {
-        self.done_bytes += self.items[self.next_item].recipe.as_ref().map_or(0, |r| r.size);
+        let item = &self.items[self.next_item];
+        let size = item.size_and_hash().map_or(0, |(n, _)| n);
+        if let Some(how) = self.changed.take() {
+            self.warnings.push(format!(
+                "{}: {how}; every chunk read still matched its plan: sent as scanned",
+                item.entry.abs.display()
+            ));
+        }
+        self.done_bytes = self.item_base + size;
+        self.item_base = self.done_bytes;
         self.next_item += 1;
         self.next_chunk = None;
         self.progress(false);
+    }
+
+    /// The entry being streamed cannot be finished: what is built of its
+    /// CHUNKS frame is abandoned and FILE_DROP tells the receiver to
+    /// discard the rest; the session goes on with the next entry.
+    fn drop_item(&mut self, no: usize, why: &str) -> Result<(), SessionError> {
+        self.frame.clear();
+        FileDrop {
+            file_no: no as u64,
+            reason: why,
+        }
+        .emit(&mut self.frame);
+        self.queue(FrameType::FileDrop, "FILE_DROP", 0)?;
+        self.dropped += 1;
+        self.changed = None;
+        self.end_item();
+        Ok(())
     }
 
     fn progress(&mut self, last: bool) {
@@ -891,6 +945,7 @@ impl<'a> FilesSender<'a> {
         self.last_progress = self.now;
         self.events.push_back(FilesSenderEvent::Progress(FilesProgress {
             entries: self.next_item as u64,
+            total_entries: self.items.len() as u64,
             bytes: self.done_bytes,
             total_bytes: self.summary.total_bytes,
             wire_bytes: self.wire_sent,
@@ -929,13 +984,14 @@ impl<'a> FilesSender<'a> {
     /// One CHUNKS frame of entry `no` from chunk `first` on, into `frame`
     /// (literal bytes read straight into it: one copy from the page cache);
     /// returns the chunk after the last one in it and the chunk bytes it
-    /// names (what it makes the receiver hash).
+    /// names (what it makes the receiver hash), or why the file cannot be
+    /// sent (unreadable, shorter than planned, or changed).
     fn chunks_frame<S: FilesSource + ?Sized>(
         &mut self,
         no: usize,
         first: usize,
         src: &mut S,
-    ) -> Result<(usize, u64), SessionError> {
+    ) -> Result<(usize, u64), String> {
         let item = &self.items[no];
         let Some(recipe) = item.recipe.as_ref() else {
             return Ok((first, 0));
@@ -960,17 +1016,7 @@ impl<'a> FilesSender<'a> {
                         .cfg
                         .compress
                         .map(|level| (&mut self.zctx, &mut self.zlevel, level));
-                    let warning = push_literal(
-                        frame,
-                        &mut self.zbuf,
-                        src,
-                        item,
-                        c.offset,
-                        c.len,
-                        &c.hash,
-                        compress,
-                    )?;
-                    self.warnings.extend(warning);
+                    push_literal(frame, &mut self.zbuf, src, item, c, compress, &mut self.changed)?;
                 }
             }
             i += 1;
@@ -1018,21 +1064,27 @@ impl<'a> FilesSender<'a> {
                 .cfg
                 .compress
                 .map(|level| (&mut self.zctx, &mut self.zlevel, level));
-            let warning = push_literal(
-                frame,
-                &mut self.zbuf,
-                src,
-                &self.items[i],
-                off,
+            self.repair_next += 1;
+            let chunk = ChunkRef {
+                hash,
+                offset: off,
                 len,
-                &hash,
-                compress,
-            )?;
-            self.warnings.extend(warning);
+            };
+            // Checked whether or not the file changed: bytes that do not
+            // match would be refused anyway (and cost the wire).
+            let mut changed = Some(String::new());
+            let head = frame.len();
+            let item = &self.items[i];
+            if let Err(why) = push_literal(frame, &mut self.zbuf, src, item, &chunk, compress, &mut changed) {
+                // The receiver fails the files that wait for this chunk.
+                frame.truncate(head);
+                self.warnings
+                    .push(format!("{} not repaired: {why}", item.entry.abs.display()));
+                continue;
+            }
             self.repaired.0 += 1;
             self.repaired.1 += u64::from(len);
             count += 1;
-            self.repair_next += 1;
         }
         frame[..CHUNKS_FIXED_LEN].copy_from_slice(
             &ChunksHeader {
@@ -1058,23 +1110,39 @@ impl<'a> FilesSender<'a> {
 }
 
 /// Appends one literal entry: the chunk's bytes read by `src` straight into
-/// the frame, or zstd-compressed when that is smaller.
-#[allow(clippy::too_many_arguments)]
+/// the frame, or zstd-compressed when that is smaller. Once the file is
+/// known to have `changed` since it was scanned, the bytes are checked
+/// against the chunk's hash first. An error says why the chunk cannot be
+/// sent (the frame then ends in a partial entry).
 fn push_literal<S: FilesSource + ?Sized>(
     frame: &mut Vec<u8>,
     zbuf: &mut Vec<u8>,
     src: &mut S,
     item: &FilesItem,
-    offset: u64,
-    len: u32,
-    hash: &Hash,
+    c: &ChunkRef,
     compress: Option<(&mut Zstd, &mut i32, i32)>,
-) -> Result<Option<String>, SessionError> {
+    changed: &mut Option<String>,
+) -> Result<(), String> {
+    let (hash, len) = (&c.hash, c.len);
     let head = frame.len();
     emit_entry_head(frame, tag::LITERAL, hash, len);
     let start = frame.len();
     frame.resize(start + len as usize, 0);
-    let warning = src.read(item, offset, &mut frame[start..])?;
+    match src.read(item, c.offset, &mut frame[start..]) {
+        Ok(Some(how)) => *changed = Some(how),
+        Ok(None) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    if let Some(how) = changed.as_deref() {
+        if !hash_matches(&frame[start..], hash) {
+            let how = if how.is_empty() { "changed" } else { how };
+            return Err(format!(
+                "{how}: bytes {}..{} no longer match the chunk planned there",
+                c.offset,
+                c.offset + u64::from(len)
+            ));
+        }
+    }
     if let Some((zctx, zlevel, level)) = compress {
         // Compression that saves nothing is not worth the receiver's time.
         if let Ok(n) = compress_into(zctx, zlevel, level, &frame[start..], zbuf) {
@@ -1086,7 +1154,7 @@ fn push_literal<S: FilesSource + ?Sized>(
             }
         }
     }
-    Ok(warning)
+    Ok(())
 }
 
 /// Compresses `src` into `dst` (replacing its contents) with the session's

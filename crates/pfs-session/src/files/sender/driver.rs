@@ -99,6 +99,7 @@ fn send<T: Transport + ?Sized>(
         usage: thread_usage().since(&usage0),
         warnings,
         skipped: core.skipped(),
+        dropped: core.dropped(),
     })
 }
 

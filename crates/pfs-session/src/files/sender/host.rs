@@ -1,18 +1,21 @@
 //! The sender core's host on this machine: [`LocalSource`] reads files
 //! with `pread` and keeps the index cache in a directory; [`LocalPrepare`]
 //! hashes and chunks files on all cores ([`pfs_files::digest_files`],
-//! [`pfs_files::chunk_files`]) and counts the time it spends. Everything
-//! here does I/O or reads the clock; the core does neither.
+//! [`pfs_files::chunk_files`]), counts the time it spends and, given a
+//! [`FilesMeter`], the bytes it reads. Everything here does I/O or reads
+//! the clock; the core does neither.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pfs_files::{Entry, IndexCache};
+use pfs_files::{Entry, IndexCache, WalkKind};
 
 use super::core::FilesSource;
+use super::meter::{FilesMeter, SendPhase};
 use super::FilesItem;
 use crate::error::LocalError;
 
@@ -45,6 +48,8 @@ pub struct LocalPrepare {
     pub hashed: (u64, u64),
     /// Files chunked, and their bytes.
     pub chunked: (u64, u64),
+    /// Where the bytes read while hashing and chunking are counted.
+    meter: Option<Arc<FilesMeter>>,
 }
 
 impl LocalPrepare {
@@ -56,17 +61,27 @@ impl LocalPrepare {
             spent: Duration::ZERO,
             hashed: (0, 0),
             chunked: (0, 0),
+            meter: None,
         }
     }
 
+    /// Counts its phases and the bytes it reads in `meter`.
+    pub fn metered(mut self, meter: Arc<FilesMeter>) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    #[allow(clippy::type_complexity)]
     fn run<R>(
         &mut self,
+        phase: SendPhase,
         items: &mut [FilesItem],
         which: &[usize],
         work: impl FnOnce(
             &[&Entry],
             &pfs_files::ChunkParams,
             usize,
+            &AtomicU64,
         ) -> Result<Vec<Result<R, pfs_files::FilesError>>, pfs_files::FilesError>,
         mut put: impl FnMut(&mut FilesItem, R),
     ) -> Unreadable {
@@ -75,7 +90,22 @@ impl LocalPrepare {
         }
         let t0 = Instant::now();
         let entries: Vec<&Entry> = which.iter().map(|&i| &items[i].entry).collect();
-        let results = match work(&entries, &self.params, self.threads) {
+        let unmetered = AtomicU64::new(0);
+        let read = match &self.meter {
+            Some(m) => {
+                let bytes = entries
+                    .iter()
+                    .map(|e| match e.kind {
+                        WalkKind::File { size } => size,
+                        _ => 0,
+                    })
+                    .sum();
+                m.begin(phase, bytes, entries.len() as u64);
+                m.read_counter()
+            }
+            None => &unmetered,
+        };
+        let results = match work(&entries, &self.params, self.threads, read) {
             Ok(r) => r,
             Err(e) => {
                 let e = Arc::new(e);
@@ -97,22 +127,34 @@ impl LocalPrepare {
 impl FilesPrepare for LocalPrepare {
     fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
         let mut done = (0, 0);
-        let failed = self.run(items, which, pfs_files::digest_files, |it, d| {
-            done.0 += 1;
-            done.1 += d.0;
-            it.digest = Some(d);
-        });
+        let failed = self.run(
+            SendPhase::Hash,
+            items,
+            which,
+            pfs_files::digest_files_metered,
+            |it, d| {
+                done.0 += 1;
+                done.1 += d.0;
+                it.digest = Some(d);
+            },
+        );
         self.hashed = (self.hashed.0 + done.0, self.hashed.1 + done.1);
         failed
     }
 
     fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
         let mut done = (0, 0);
-        let failed = self.run(items, which, pfs_files::chunk_files, |it, r| {
-            done.0 += 1;
-            done.1 += r.size;
-            it.recipe = Some(r);
-        });
+        let failed = self.run(
+            SendPhase::Chunk,
+            items,
+            which,
+            pfs_files::chunk_files_metered,
+            |it, r| {
+                done.0 += 1;
+                done.1 += r.size;
+                it.recipe = Some(r);
+            },
+        );
         self.chunked = (self.chunked.0 + done.0, self.chunked.1 + done.1);
         failed
     }
@@ -173,33 +215,56 @@ impl FilesSource for LocalSource<'_> {
 
     fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError> {
         let e = &item.entry;
-        let mut warning = None;
+        let io = |what, source| LocalError::Io {
+            what,
+            path: e.abs.clone(),
+            source,
+        };
+        let mut changed = None;
         if self.open.as_ref().is_none_or(|(p, _)| p != &e.abs) {
-            let f = File::open(&e.abs).map_err(|source| LocalError::Io {
-                what: "open",
-                path: e.abs.clone(),
-                source,
-            })?;
+            self.open = None;
+            let f = File::open(&e.abs).map_err(|source| io("open", source))?;
             if let (Ok(meta), Some(r)) = (f.metadata(), item.recipe.as_ref()) {
                 use std::os::unix::fs::MetadataExt;
                 let now_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+                if meta.size() < r.size {
+                    // Its end cannot be sent: no need to read up to it.
+                    return Err(io("read", shrank(r.size, meta.size())));
+                }
                 if meta.size() != r.size || now_ns != e.mtime_ns {
-                    warning = Some(format!(
-                        "{} changed since it was scanned; the receiver will refuse it",
-                        e.abs.display()
-                    ));
+                    changed = Some(match meta.size() == r.size {
+                        true => "it was modified since it was scanned".to_string(),
+                        false => format!(
+                            "it grew from {} to {} bytes since it was scanned",
+                            r.size,
+                            meta.size()
+                        ),
+                    });
                 }
             }
             self.open = Some((e.abs.clone(), f));
         }
         let Some((_, f)) = self.open.as_ref() else {
-            return Ok(warning);
+            return Ok(changed);
         };
-        f.read_exact_at(buf, offset).map_err(|source| LocalError::Io {
-            what: "read",
-            path: e.abs.clone(),
-            source,
-        })?;
-        Ok(warning)
+        f.read_exact_at(buf, offset)
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    let end = offset + buf.len() as u64;
+                    let size = f.metadata().map_or(offset, |m| m.len());
+                    io("read", shrank(end, size))
+                }
+                _ => io("read", source),
+            })?;
+        Ok(changed)
     }
+}
+
+/// The error of a file that ends before the byte `needed` its recipe says
+/// it has.
+fn shrank(needed: u64, size: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        format!("it shrank to {size} bytes since it was scanned (byte {needed} was planned)"),
+    )
 }

@@ -11,10 +11,13 @@
 //! - [`driver`]: [`send_files`], the core over a blocking transport.
 //! - [`host`]: [`LocalSource`] and [`LocalPrepare`], the core's host on
 //!   this machine's files.
+//! - [`meter`]: [`FilesMeter`], the send's progress for a display thread
+//!   (hashing and chunking included), its rate and its one-line text.
 
 pub mod core;
 pub mod driver;
 pub mod host;
+pub mod meter;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +31,7 @@ use pfs_sys::Usage;
 pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, MAX_INDEX_BATCH};
 pub use driver::send_files;
 pub use host::{FilesPrepare, LocalPrepare, LocalSource, Unreadable};
+pub use meter::{FilesMeter, MeterRate, MeterReading, SendPhase};
 
 /// One entry to send, with its recipe if it is a regular file.
 #[derive(Debug, Clone)]
@@ -137,7 +141,10 @@ pub struct FilesPlanSummary {
 pub struct FilesProgress {
     /// Entries sent.
     pub entries: u64,
-    /// File bytes described so far (effective bytes on their way).
+    /// Entries in the session.
+    pub total_entries: u64,
+    /// File bytes described so far (effective bytes on their way), counted
+    /// per CHUNKS frame: it moves inside a large file.
     pub bytes: u64,
     /// File bytes in the plan.
     pub total_bytes: u64,
@@ -183,6 +190,10 @@ pub struct FilesSenderOutcome {
     /// Entries left out because they could not be read while the session
     /// ran (each also has a warning): the transfer is partial.
     pub skipped: u64,
+    /// Entries given up on while streaming (FILE_DROP: changed, shrunk or
+    /// unreadable after their FILE was sent); also in the receiver's
+    /// `files_failed`, listed in its messages with the reason.
+    pub dropped: u64,
 }
 
 /// Decides, per chunk of every file, how it travels: a descriptor when
