@@ -90,6 +90,34 @@ impl FilesPlaces {
         ))
     }
 
+    /// The shared place of a server keeping a content store in `dir`
+    /// besides `dest` (manifest beside the store). Returns notes on what
+    /// opening the store recovered from.
+    pub fn open_store(
+        dest: Arc<DestRoot>,
+        dir: &Path,
+        config: &StoreConfig,
+    ) -> Result<(FilesPlace, Vec<String>), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--store {}: {e}", dir.display()))?;
+        let store = Store::open(dir, config).map_err(|e| e.to_string())?;
+        let mut notes: Vec<String> = store
+            .recovery()
+            .notes
+            .iter()
+            .map(|n| format!("store recovery: {n}"))
+            .collect();
+        let (manifest, warning) = Manifest::open(dir.join("dest-manifest"));
+        notes.extend(warning.map(|w| w.to_string()));
+        Ok((
+            FilesPlace {
+                chunks: SharedChunkIndex::Store(Arc::new(store)),
+                dest,
+                manifest: Some(Arc::new(manifest)),
+            },
+            notes,
+        ))
+    }
+
     /// Warnings from opening places (a damaged manifest started afresh,
     /// an index recovered), each returned once.
     pub fn take_warnings(&self) -> Vec<String> {

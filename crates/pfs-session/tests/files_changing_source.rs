@@ -149,7 +149,12 @@ fn files_changed_after_the_plan_fail_alone_over_the_real_stack() {
     let (received, sent) = thread::scope(|s| {
         let receiver = s.spawn(|| {
             let mut t = theirs;
-            receive_files(&mut t, &store, &dest, &rx_cfg)
+            receive_files(
+                &mut t,
+                pfs_session::files::ChunkIndex::Store(&store),
+                &dest,
+                &rx_cfg,
+            )
         });
         let sent = send_files(&mut ours, &mut items, &cfg, &mut prep, &mut |_| {});
         (receiver.join().expect("receiver thread"), sent)

@@ -453,11 +453,16 @@ fn a_file_the_sender_drops_fails_alone() {
     );
     assert!(messages.contains("../evil: refused"), "{messages}");
     assert_eq!(fs::read(fx.dest_dir.join("fine")).expect("fine"), b);
-    let names: Vec<_> = fs::read_dir(&fx.dest_dir)
+    let mut names: Vec<_> = fs::read_dir(&fx.dest_dir)
         .expect("list")
         .map(|e| e.expect("entry").file_name())
         .collect();
-    assert_eq!(names, ["fine"], "no temporary file is left");
+    names.sort();
+    assert_eq!(names, [".pfs", "fine"]);
+    let temps = fs::read_dir(fx.dest_dir.join(pfs_files::dest::TEMP_DIR))
+        .expect("list temps")
+        .count();
+    assert_eq!(temps, 0, "no temporary file is left");
 }
 
 #[test]

@@ -5,10 +5,10 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use pfs_files::{DestRoot, Manifest};
-use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome, SharedChunkIndex};
-use pfs_session::{clean_temps, serve_files, Client, FilesPlace, FilesPlaces, Keeping, ServerEvent};
-use pfs_store::{Durability, Store, StoreConfig};
+use pfs_files::DestRoot;
+use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome};
+use pfs_session::{clean_temps, serve_files, Client, FilesPlaces, Keeping, ServerEvent};
+use pfs_store::{Durability, StoreConfig};
 
 use crate::args::ServeArgs;
 use crate::exit;
@@ -22,64 +22,45 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     let cfg = server_config(args)?;
     let dest = Arc::new(DestRoot::open(dest_dir)?);
     let json = args.run.json;
-    let (keeping, shared, mut info) = match &args.store {
-        None => {
-            let (place, notes) = FilesPlaces::open_dest(dest.clone(), true).map_err(anyhow::Error::msg)?;
-            notes.iter().for_each(|n| tracing::warn!("{n}"));
-            let SharedChunkIndex::Dest(ix, _) = &place.chunks else {
-                unreachable!("open_dest")
-            };
-            let (id, st) = (ix.identity(), ix.stats());
-            let info = serde_json::json!({ "event": "index", "dir": dest_dir.display().to_string(),
-                "id": hex(&id.0), "generation": id.1, "files": st.files, "chunks": st.chunks, "bytes": st.bytes });
-            (Keeping::Dest { durable: true }, place, info)
-        }
-        Some(store_dir) => {
-            std::fs::create_dir_all(store_dir).with_context(|| format!("--store {}", store_dir.display()))?;
+    let (keeping, opened) = match &args.store {
+        None => (
+            Keeping::Dest { durable: true },
+            FilesPlaces::open_dest(dest.clone(), true),
+        ),
+        Some(dir) => {
+            // Chunk bytes reach the disk before the index names them, always.
             let config = StoreConfig {
                 capacity: args.store_capacity,
                 huge_dir: args.blob.huge_dir.clone(),
-                // Chunk bytes reach the disk before the index names them, always:
-                // the index must never point at bytes that are not there.
                 durability: Durability::Fsync,
             };
-            let store = Store::open(store_dir, &config)?;
-            for note in &store.recovery().notes {
-                tracing::warn!("store recovery: {note}");
-            }
-            let st = store.stats();
-            let info = serde_json::json!({ "event": "store", "dir": store_dir.display().to_string(),
-                "id": store.identity().id_hex(), "generation": st.generation, "chunks": st.chunks,
-                "used": st.used, "capacity": st.capacity, "backing": st.backing.description });
-            // What this server wrote into --dest, kept beside the store.
-            let (manifest, warning) = Manifest::open(store_dir.join("dest-manifest"));
-            if let Some(w) = warning {
-                tracing::warn!("{w}");
-            }
-            let shared = FilesPlace {
-                chunks: SharedChunkIndex::Store(Arc::new(store)),
-                dest: dest.clone(),
-                manifest: Some(Arc::new(manifest)),
-            };
+            let opened = FilesPlaces::open_store(dest.clone(), dir, &config);
             (
                 Keeping::Store {
-                    dir: store_dir.clone(),
+                    dir: dir.clone(),
                     config,
                 },
-                shared,
-                info,
+                opened,
             )
         }
     };
+    let (shared, notes) = opened.map_err(anyhow::Error::msg)?;
+    notes.iter().for_each(|n| tracing::warn!("{n}"));
+    let h = shared.chunks.holding();
     let stale = clean_temps(&dest, &shared.chunks)?;
     if stale > 0 {
         tracing::info!("removed {stale} temporary file(s) left by an interrupted transfer");
     }
     if json {
-        emit(&info.to_string());
+        emit(
+            &serde_json::json!({ "event": h.kind, "dir": h.path.display().to_string(), "id": h.id,
+            "generation": h.generation, "chunks": h.chunks, "bytes": h.bytes, "files": h.files,
+            "capacity": h.capacity.as_ref().map(|c| c.0), "backing": h.capacity.as_ref().map(|c| &c.1),
+            "dest": dest_dir.display().to_string() })
+            .to_string(),
+        );
     } else {
-        info["dest"] = dest_dir.display().to_string().into();
-        tracing::info!("{}", start_line(&info));
+        tracing::info!("{h}; destination {}", dest_dir.display());
     }
     let listener = listen(args, &cfg)?;
     let places = FilesPlaces::new(keeping, shared);
@@ -166,31 +147,4 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     finished(&cfg, ok, failed);
     let last = last_status.lock().map(|g| *g).unwrap_or(exit::FAILURE);
     Ok(if args.once { last } else { exit::OK })
-}
-
-/// The start line: where chunks are kept and how many.
-fn start_line(v: &serde_json::Value) -> String {
-    let mb = |k: &str| v[k].as_u64().unwrap_or(0) as f64 / 1e6;
-    if v["event"] == "index" {
-        format!(
-            "destination {} (one copy: chunk index {}/.pfs/index, id {}, generation {}, {} files, {} chunks, {:.1} MB)",
-            v["dest"].as_str().unwrap_or(""), v["dir"].as_str().unwrap_or(""), v["id"].as_str().unwrap_or(""),
-            v["generation"], v["files"], v["chunks"], mb("bytes"))
-    } else {
-        format!(
-            "store {} (id {}, generation {}, {} chunks, {:.1} of {:.1} MB used, {}); destination {}",
-            v["dir"].as_str().unwrap_or(""),
-            v["id"].as_str().unwrap_or(""),
-            v["generation"],
-            v["chunks"],
-            mb("used"),
-            mb("capacity"),
-            v["backing"].as_str().unwrap_or(""),
-            v["dest"].as_str().unwrap_or("")
-        )
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -71,6 +71,7 @@ enum BatchOf {
 #[derive(Debug)]
 pub struct FilesReceiver {
     pub(super) handshake_timeout: Duration,
+    pub(super) prepare_timeout: Duration,
     pub(super) idle_timeout: Duration,
     pub(super) max_chunks_body: u32,
     pub(super) commit_every: u64,
@@ -154,6 +155,7 @@ impl FilesReceiver {
         })?;
         Ok(Self {
             handshake_timeout: cfg.handshake_timeout,
+            prepare_timeout: cfg.prepare_timeout,
             idle_timeout: cfg.idle_timeout,
             max_chunks_body: cfg.max_chunks_body,
             commit_every: cfg.commit_every,
@@ -353,7 +355,10 @@ impl FilesReceiver {
 
     fn phase_timeout(&self) -> Duration {
         match self.phase {
-            Phase::Hello | Phase::Index | Phase::Plan => self.handshake_timeout,
+            Phase::Hello => self.handshake_timeout,
+            // The sender hashes and chunks what the receiver lacks between
+            // its PROBE answers and its PLAN: minutes for a large tree.
+            Phase::Index | Phase::Plan => self.handshake_timeout.max(self.prepare_timeout),
             _ => self.idle_timeout,
         }
     }

@@ -39,7 +39,83 @@ pub enum SharedChunkIndex {
     Dest(std::sync::Arc<DestIndex>, Option<RelPath>),
 }
 
+/// What a chunk index holds, for a server's start line and `--json` event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// `index` (a dest index) or `store`.
+    pub kind: &'static str,
+    /// Its file.
+    pub path: std::path::PathBuf,
+    /// Id, in hex.
+    pub id: String,
+    /// Committed records.
+    pub generation: u64,
+    /// Distinct chunks.
+    pub chunks: u64,
+    /// Bytes held (a store's used bytes; a dest index's live files).
+    pub bytes: u64,
+    /// Files indexed (dest index).
+    pub files: Option<u64>,
+    /// Capacity and backing (store).
+    pub capacity: Option<(u64, String)>,
+}
+
+impl std::fmt::Display for Holding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mb = |b: u64| b as f64 / 1e6;
+        write!(
+            f,
+            "{} {} (id {}, generation {}, {} chunks",
+            self.kind,
+            self.path.display(),
+            self.id,
+            self.generation,
+            self.chunks
+        )?;
+        if let Some(n) = self.files {
+            write!(f, " in {n} files, {:.1} MB: one copy on disk", mb(self.bytes))?;
+        }
+        if let Some((cap, backing)) = &self.capacity {
+            write!(f, ", {:.1} of {:.1} MB used, {backing}", mb(self.bytes), mb(*cap))?;
+        }
+        f.write_str(")")
+    }
+}
+
 impl SharedChunkIndex {
+    /// What it holds.
+    pub fn holding(&self) -> Holding {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        match self {
+            Self::Dest(ix, _) => {
+                let ((id, generation), st) = (ix.identity(), ix.stats());
+                Holding {
+                    kind: "index",
+                    path: ix.path().to_path_buf(),
+                    id: hex(&id),
+                    generation,
+                    chunks: st.chunks,
+                    bytes: st.bytes,
+                    files: Some(st.files),
+                    capacity: None,
+                }
+            }
+            Self::Store(s) => {
+                let st = s.stats();
+                Holding {
+                    kind: "store",
+                    path: s.dir().to_path_buf(),
+                    id: s.identity().id_hex(),
+                    generation: st.generation,
+                    chunks: st.chunks,
+                    bytes: st.used,
+                    files: None,
+                    capacity: Some((st.capacity, st.backing.description.clone())),
+                }
+            }
+        }
+    }
+
     /// The index to run a session with.
     pub fn get(&self) -> ChunkIndex<'_> {
         match self {

@@ -27,7 +27,7 @@ use pfs_wire::files::FilesReport;
 
 pub use self::core::{FilesReceiver, FilesReceiverEvent, MAX_PROBE_ENTRIES};
 pub use driver::receive_files;
-pub use host::{ChunkIndex, Copied, FilesHost, Lent, LocalHost, SharedChunkIndex, StoreInfo};
+pub use host::{ChunkIndex, Copied, FilesHost, Holding, Lent, LocalHost, SharedChunkIndex, StoreInfo};
 
 /// Most bookkeeping bytes one session may make a receiver keep, by default
 /// (chunks awaiting REPAIR, the NAK list, files waiting, directories whose
@@ -45,6 +45,10 @@ pub const DEFAULT_MAX_RESERVATION: u64 = 1 << 30;
 /// Largest share of the store's capacity one session holds reserved at a
 /// time, in percent, by default.
 pub const DEFAULT_MAX_RESERVATION_PERCENT: u8 = 25;
+/// Longest a receiver waits, by default, for a sender hashing and chunking
+/// before its INDEX_REQUEST or PLAN (about 100 GB of new data at the
+/// chunking rate of two cores).
+pub const DEFAULT_PREPARE_TIMEOUT: Duration = Duration::from_secs(600);
 /// New bytes after which a receiver commits what arrived, by default: at
 /// most this much is sent again after the receiver is killed (files that
 /// landed stay; a file received half-way is checkpointed).
@@ -58,8 +62,11 @@ pub const COMMIT_EVERY_CHUNKS: u64 = 64 << 10;
 /// one gets).
 #[derive(Debug, Clone)]
 pub struct FilesReceiverConfig {
-    /// Longest wait for FILES_HELLO, INDEX_REQUEST and PLAN.
+    /// Longest wait for FILES_HELLO (and at least this for INDEX_REQUEST and PLAN).
     pub handshake_timeout: Duration,
+    /// Longest wait for INDEX_REQUEST and PLAN: the sender hashes and
+    /// chunks the files the receiver lacks meanwhile.
+    pub prepare_timeout: Duration,
     /// Longest wait for the next frame while files stream.
     pub idle_timeout: Duration,
     /// A frame still arriving earns one more second before its deadline
@@ -96,6 +103,7 @@ impl Default for FilesReceiverConfig {
     fn default() -> Self {
         Self {
             handshake_timeout: Duration::from_secs(30),
+            prepare_timeout: DEFAULT_PREPARE_TIMEOUT,
             idle_timeout: Duration::from_secs(120),
             min_frame_rate: crate::framing::DEFAULT_MIN_FRAME_RATE,
             write_timeout: crate::framing::DEFAULT_WRITE_TIMEOUT,
