@@ -21,10 +21,10 @@ Examples:
   pfs serve --listen 127.0.0.1:7878           # receiver (loopback only unless you say otherwise)
   pfs send --to 127.0.0.1:7878 --mode offset  # sender, same --size/--seed as the receiver
   pfs blob create --blob-name b1 --size 1G --seed 42 --blob-keep
-  pfs serve --store /srv/pfs/store --dest /srv/pfs/files   # receive files, deduplicated
+  pfs serve --dest /srv/pfs/files             # receive files, deduplicated, one copy on disk
   pfs send ./build-42 --to 127.0.0.1:7878:builds --stats   # send a tree; only new chunks travel
   pfs keygen                                  # your key pair: ~/.config/pfs/identity{,.pub}
-  pfs serve --listen 0.0.0.0:7878 --store S --dest D --authorized-keys keys   # between hosts: keys required
+  pfs serve --listen 0.0.0.0:7878 --dest D --authorized-keys keys   # between hosts: keys required
   pfs send ./docs --to backup.example:7878 --server-key server.pub           # protected, server key pinned";
 
 /// The `pfs` command.
@@ -69,7 +69,7 @@ pub enum Command {
   pfs serve --once --json                     # one session, JSON report, exit status = its result
   pfs serve --blob-name shared --huge-dir /mnt/huge
   pfs serve --transport shm --listen /tmp/pfs.sock   # same-host senders over shared-memory rings
-  pfs serve --store /srv/pfs/store --dest /srv/pfs/files --store-capacity 100G   # receive files
+  pfs serve --dest /srv/pfs/files             # receive files (one copy; --store S adds a chunk history)
   pfs serve --config /etc/pfs/serve.toml --log-format json   # deployed: dist/pfs-serve.toml, dist/pfs-serve.service")]
     Serve(ServeArgs),
     /// Execute a kernel over a descriptor schedule on this host's blob (pCPU), on N pThreads.
@@ -599,13 +599,16 @@ pub struct ServeArgs {
     /// Recompute the blob fingerprint at start and refuse to serve if it differs from the record.
     #[arg(long)]
     pub verify_blob: bool,
-    /// Receive files (`pfs send PATH… --to`) into --dest, deduplicated against this persistent
-    /// store (blob file + chunk index; created if absent, reused across restarts).
-    #[arg(long, value_name = "DIR", requires = "dest",
-          conflicts_with_all = ["exec", "record", "verify_blob", "blob_name", "fill_file", "no_fill", "size", "seed"])]
+    /// Also keep every received chunk in this content store (blob file + chunk index; created
+    /// if absent, reused across restarts) and deduplicate against it: a chunk history, at the
+    /// cost of a second copy on disk. Without it, files are deduplicated against --dest's own.
+    #[arg(long, value_name = "DIR", requires = "dest")]
     pub store: Option<PathBuf>,
-    /// Destination root for received files (created if absent); nothing is written outside it.
-    #[arg(long, value_name = "DIR", requires = "store")]
+    /// Receive files (`pfs send PATH… --to`) into this root (created if absent); nothing is
+    /// written outside it. Deduplicated against the files it holds (one copy on disk; the chunk
+    /// index, manifest and temporary files live in DIR/.pfs).
+    #[arg(long, value_name = "DIR",
+          conflicts_with_all = ["exec", "record", "verify_blob", "blob_name", "fill_file", "no_fill", "size", "seed"])]
     pub dest: Option<PathBuf>,
     /// Most bytes the store's blob may hold; a transfer that would exceed it is refused before
     /// any destination file is touched.
@@ -613,7 +616,7 @@ pub struct ServeArgs {
     pub store_capacity: u64,
     /// fsync every received file before renaming it into place (the store is always synced before
     /// its index names new chunks).
-    #[arg(long, requires = "store")]
+    #[arg(long, requires = "dest")]
     pub fsync: bool,
     /// On SIGTERM or SIGINT: stop accepting at once, give running sessions SECS to finish, then
     /// cut them (their unfinished files are never left under their final names) and exit 0.

@@ -237,7 +237,8 @@ mod tests {
     fn the_dist_example_parses() {
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/pfs-serve.toml");
         let args = serve_args(&file, &[]).expect("dist/pfs-serve.toml parses");
-        assert_eq!(args.store.as_deref(), Some(Path::new("/srv/pfs/store")));
+        assert_eq!(args.dest.as_deref(), Some(Path::new("/srv/pfs/files")));
+        assert_eq!(args.store, None);
         assert_eq!(args.shutdown_grace, 30.0);
     }
 

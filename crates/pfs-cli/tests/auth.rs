@@ -77,12 +77,18 @@ impl Setup {
     }
 
     fn serve(&self, authorized: &Path, sessions: u32) -> Server {
+        self.serve_keeping(authorized, sessions, true)
+    }
+
+    /// [`Self::serve`], with a content store or (`store` false) one copy.
+    fn serve_keeping(&self, authorized: &Path, sessions: u32, store: bool) -> Server {
         let mut cmd = pfs();
-        cmd.args(["serve", "--json", "--listen", "127.0.0.1:0", "--store"])
-            .arg(&self.store)
-            .arg("--dest")
-            .arg(&self.dest)
-            .arg("--identity")
+        cmd.args(["serve", "--json", "--listen", "127.0.0.1:0", "--dest"])
+            .arg(&self.dest);
+        if store {
+            cmd.arg("--store").arg(&self.store);
+        }
+        cmd.arg("--identity")
             .arg(&self.server_id)
             .arg("--authorized-keys")
             .arg(authorized)
@@ -227,6 +233,12 @@ fn a_confined_directory_that_is_a_symlink_is_refused() {
 
 #[test]
 fn rights_are_enforced_and_groups_do_not_share_chunks() {
+    for store in [true, false] {
+        rights_and_groups(store);
+    }
+}
+
+fn rights_and_groups(store: bool) {
     let s = setup();
     let carol = keygen(s.tmp.path(), "carol");
     let dave = keygen(s.tmp.path(), "dave");
@@ -236,7 +248,7 @@ fn rights_are_enforced_and_groups_do_not_share_chunks() {
         format!("{} dir=carol group=team", public_line(&carol)),
         format!("{} no-files", public_line(&dave)),
     ]);
-    let mut server = s.serve(&ak, 4);
+    let mut server = s.serve_keeping(&ak, 4, store);
     let addr = server.addr.clone();
     let key = Some(s.server_id.as_path());
     let literal = |out: &Out| -> u64 {
@@ -262,7 +274,12 @@ fn rights_are_enforced_and_groups_do_not_share_chunks() {
     let denied = s.send(&addr, Some(&dave), key, &[]);
     denied.expect_code(8, "no-files");
     assert!(denied.stderr.contains("no-files"), "{}", denied.stderr);
-    assert!(s.store.join("groups/group-team").is_dir());
+    if store {
+        assert!(s.store.join("groups/group-team").is_dir());
+    } else {
+        assert!(s.dest.join(".pfs/groups/group-team/index").is_file());
+        assert!(!s.store.exists());
+    }
     server.wait_event("denied");
     server.finish();
 }
@@ -542,7 +559,7 @@ fn a_tampered_or_cut_stream_ends_the_session_and_lands_nothing() {
             "{damage:?}: the damaged file landed: {landed:?}"
         );
         assert!(
-            !landed.iter().any(|p| p.to_string_lossy().contains(".pfs-tmp.")),
+            !landed.iter().any(|p| p.starts_with(".pfs/tmp")),
             "{damage:?}: temporary files left: {landed:?}"
         );
     }

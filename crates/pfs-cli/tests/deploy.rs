@@ -21,7 +21,8 @@ use serde_json::Value;
 /// Longest wait for a file-system condition (a hang guard only).
 const HANG_GUARD: Duration = Duration::from_secs(120);
 /// Name prefix of the receiver's temporary files.
-const TEMP_PREFIX: &str = ".pfs-tmp.";
+/// Where the receiver writes files before renaming them into place.
+const TEMP_DIR: &str = ".pfs/tmp";
 
 fn pfs(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_pfs"));
@@ -264,12 +265,12 @@ fn pausing_proxy(listener: TcpListener, to: String, limit: usize) {
     });
 }
 
+/// The receiver's temporary files in the destination `dir`.
 fn temps_in(dir: &Path) -> Vec<String> {
-    fs::read_dir(dir)
+    fs::read_dir(dir.join(TEMP_DIR))
         .map(|it| {
             it.filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(TEMP_PREFIX))
                 .collect()
         })
         .unwrap_or_default()

@@ -1,5 +1,6 @@
 //! End-to-end tests of file transfer: `pfs send PATH… --to ADDR[:DIR]` into a
-//! `pfs serve --store DIR --dest DIR` (docs/wire.md §10), run as a user would.
+//! `pfs serve --dest DIR` (docs/wire.md §10), run as a user would: here with
+//! one copy on disk (no store); `files_protected.rs` runs them with `--store`.
 //!
 //! Every child is bounded (see `common`): senders run to completion within
 //! `common::CMD_TIMEOUT`, servers exit by `--max-sessions` or are killed on
@@ -17,4 +18,168 @@ mod common;
 /// Plain sessions.
 const PROTECTED: Option<&str> = None;
 
+/// Whether the server keeps a content store (`--store`) besides the destination.
+const STORE: bool = false;
+
 include!("suites/files.rs");
+
+// ---------------------------------------------------------------------------
+// One copy on disk (no --store): the destination's files are what the
+// receiver deduplicates against.
+
+/// Bytes allocated on disk beneath `root` (st_blocks, hard links once).
+fn allocated(root: &Path) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).expect("read_dir").filter_map(Result::ok) {
+            let m = fs::symlink_metadata(e.path()).expect("lstat");
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+            if seen.insert((m.dev(), m.ino())) {
+                total += m.blocks() * 512;
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn a_tree_sent_twice_under_two_names_is_held_once_per_name_and_nowhere_else() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    let mut bytes = 0;
+    for i in 0..12u64 {
+        let data = random_bytes(3000 + i, (1 << 20) + (i as usize) * 150_000);
+        bytes += data.len() as u64;
+        write(&tree.join(format!("d{}/f{i}.bin", i % 3)), &data);
+    }
+    let server = serve(&d.store, &d.dest, &["--max-sessions", "2"]);
+    good(
+        &send(&[&tree], &format!("{}:a", server.addr), &d.cache, &[]),
+        "first name",
+    );
+    let v = good(
+        &send(&[&tree], &format!("{}:b", server.addr), &d.cache, &[]),
+        "second name",
+    );
+    server.finish().expect_code(0, "server after two sessions");
+    assert_same_tree(&tree, &d.dest.join("a/tree"));
+    assert_same_tree(&tree, &d.dest.join("b/tree"));
+    // The second copy came from the first, not over the wire.
+    assert!(
+        num(&v, "/receiver/matched_bytes") >= bytes - 2 * MAX_CHUNK,
+        "{v:#}"
+    );
+    assert!(wire(&v) < bytes / 20, "{v:#}");
+    // No hidden second copy: the two trees, and an index far smaller than them.
+    assert!(!d.store.exists(), "no store was made");
+    let state = allocated(&d.dest.join(STATE_DIR));
+    let all = allocated(&d.dest);
+    assert!(
+        state < bytes / 50,
+        "receiver state {state} B for {bytes} B of files"
+    );
+    assert!(
+        (all - state) as f64 <= 1.05 * 2.0 * bytes as f64,
+        "{all} B allocated under the destination for 2 × {bytes} B"
+    );
+}
+
+#[test]
+fn the_receivers_state_directory_is_reserved() {
+    let d = dirs();
+    write(&d.src.join("x.txt"), b"not for .pfs");
+    let server = serve(&d.store, &d.dest, &["--max-sessions", "1"]);
+    let out = send(
+        &[&d.src.join("x.txt")],
+        &format!("{}:.pfs", server.addr),
+        &d.cache,
+        &[],
+    );
+    out.expect_code(6, "send into .pfs");
+    let v = out.json("send into .pfs");
+    assert_eq!(num(&v, "/receiver/files_failed"), 1, "{v:#}");
+    assert!(out.stdout.contains("reserved"), "{}", out.stdout);
+    server.finish();
+    assert!(!d.dest.join(".pfs/x.txt").exists());
+}
+
+/// A receiver killed with SIGKILL while a new version of a tree replaces
+/// the old: every file under its final name is one version or the other,
+/// never a mix; a restarted receiver completes the send without moving
+/// what had already landed.
+#[test]
+fn killed_receiver_leaves_each_file_old_or_new_and_a_resend_completes() {
+    let d = dirs();
+    let (v1, v2) = (d.src.join("v1/t"), d.src.join("v2/t"));
+    let n = 24;
+    let each = 4 << 20;
+    for i in 0..n {
+        let old = random_bytes(4000 + i, each);
+        let mut new = old.clone();
+        new[each / 2..each / 2 + 4096].fill(0x5a);
+        new.extend_from_slice(&random_bytes(5000 + i, 300_000));
+        write(&v1.join(format!("f{i:02}.bin")), &old);
+        write(&v2.join(format!("f{i:02}.bin")), &new);
+    }
+    let server = serve(&d.store, &d.dest, &["--max-sessions", "1"]);
+    good(&send(&[&v1], &server.addr, &d.cache, &[]), "version 1");
+    server.finish().expect_code(0, "first server");
+
+    let mut server = serve(&d.store, &d.dest, &[]);
+    let mut cmd = send_cmd(&[&v2], &server.addr, &d.cache, &[]);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut sender = ChildGuard(Some(cmd.spawn().expect("spawn pfs send")));
+    let got = d.dest.join("t");
+    let new_hash = |i: u64| hash_file(&v2.join(format!("f{i:02}.bin")));
+    let old_hash = |i: u64| hash_file(&v1.join(format!("f{i:02}.bin")));
+    let landed_new = |got: &Path| {
+        (0..n)
+            .filter(|&i| hash_file(&got.join(format!("f{i:02}.bin"))) == new_hash(i))
+            .count()
+    };
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while landed_new(&got) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no new file landed within {EVENT_TIMEOUT:?}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let mut child = server.guard.0.take().expect("server");
+    child.kill().expect("SIGKILL the receiver");
+    let _ = child.wait();
+    let _ = common::wait_bounded(sender.0.as_mut().expect("sender"), Duration::from_secs(60));
+    drop(sender);
+    let mut new_count = 0;
+    for i in 0..n {
+        let h = hash_file(&got.join(format!("f{i:02}.bin")));
+        assert!(
+            h == old_hash(i) || h == new_hash(i),
+            "f{i:02}.bin is neither version"
+        );
+        new_count += usize::from(h == new_hash(i));
+    }
+    eprintln!("{new_count} of {n} files were new when the receiver died");
+    assert!(new_count < n as usize, "the kill came too late to test anything");
+
+    // Restarted: the send completes; the files that had landed stay.
+    let server = serve(&d.store, &d.dest, &["--max-sessions", "1"]);
+    let v = good(
+        &send(&[&v2], &server.addr, &d.cache, &[]),
+        "resend after the kill",
+    );
+    server.finish().expect_code(0, "restarted server");
+    assert_same_tree(&v2, &got);
+    assert!(num(&v, "/receiver/files_unchanged") >= new_count as u64, "{v:#}");
+    assert!(
+        temp_files(&d.dest).is_empty(),
+        "temporary files left: {:?}",
+        temp_files(&d.dest)
+    );
+}

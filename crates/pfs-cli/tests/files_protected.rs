@@ -9,4 +9,7 @@ mod common;
 /// Every session protected, with this cipher.
 const PROTECTED: Option<&str> = Some("chacha20-poly1305");
 
+/// Whether the server keeps a content store (`--store`) besides the destination.
+const STORE: bool = true;
+
 include!("suites/files.rs");

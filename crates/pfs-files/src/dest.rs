@@ -31,13 +31,23 @@
 //! contains no escaping links of its own. Use [`check_symlink_target`] to
 //! apply the same rule on the sending side.
 //!
-//! # Temporary files
-//! File content is written to `.pfs-tmp.<name>.<random>` in the final
-//! directory (`O_EXCL`, mode 0600) and renamed into place by
-//! [`TempFile::persist`]; a dropped, unpersisted [`TempFile`] unlinks itself.
-//! Temporaries left by a killed receiver are removed by
-//! [`DestRoot::remove_stale_temps`], which must not run while another
-//! transfer writes into the same destination.
+//! # The receiver's state directory and temporary files
+//! `.pfs` at the root of a destination ([`STATE_DIR`], mode 0700) belongs to
+//! the receiver: its temporary files (`.pfs/tmp/`), and in a destination
+//! without a separate store its chunk index ([`index`]) and manifest. A
+//! peer's path whose first component is `.pfs` is refused
+//! ([`RelPath::is_reserved`]), so nothing a sender writes can land there and
+//! no user file can be mistaken for pfs's own.
+//!
+//! File content is written to `.pfs/tmp/<random>` (`O_EXCL`, mode 0600) and
+//! renamed into its final directory by [`TempFile::persist`] (a rename within
+//! the destination's filesystem; a directory in the destination that is
+//! another mount point cannot receive files: `EXDEV`, reported as such); a
+//! dropped, unpersisted [`TempFile`] unlinks itself. Temporaries left by a
+//! killed receiver are removed by [`DestRoot::remove_stale_temps`], which
+//! looks only in `.pfs/tmp/` and must not run while another transfer writes
+//! into the same destination. A temporary name therefore never collides
+//! with, and cleaning never removes, a user's file.
 //!
 //! Modes are applied with the setuid, setgid and sticky bits cleared
 //! (`mode & 0o777`): a peer does not get to plant setuid files. A
@@ -47,14 +57,13 @@
 //! or other-writable ([`NEW_DIR_MODE_MAX`], the umask 0022 policy).
 
 use std::collections::hash_map::RandomState;
-use std::ffi::OsStr;
 use std::fs::{File, Metadata};
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags, Timestamps};
 use rustix::io::Errno;
@@ -62,12 +71,16 @@ use rustix::io::Errno;
 use crate::error::{FilesError, PathError};
 use crate::path::{RelPath, MAX_COMPONENT, MAX_PATH};
 
+pub mod index;
 pub mod landing;
 
+pub use index::{DestIndex, IndexedFile};
 pub use landing::{FileSpec, LandError, Landing, Placement};
 
-/// Prefix of every temporary file name.
-pub const TEMP_PREFIX: &[u8] = b".pfs-tmp.";
+/// The receiver's own directory at the root of a destination (module docs).
+pub const STATE_DIR: &str = ".pfs";
+/// Where temporary files are written, beneath the root.
+pub const TEMP_DIR: &str = ".pfs/tmp";
 
 /// Permission bits applied to created entries.
 const PERM_MASK: u32 = 0o777;
@@ -82,12 +95,18 @@ pub struct DestRoot {
     root: OwnedFd,
     path: PathBuf,
     openat2: bool,
+    /// `.pfs/tmp`, opened (and created) on first use.
+    tmp: OnceLock<OwnedFd>,
 }
 
-/// A file being received: written under a temporary name, renamed into
-/// place by [`persist`](TempFile::persist), removed if dropped first.
+/// A file being received: written under a temporary name in `.pfs/tmp`,
+/// renamed into place by [`persist`](TempFile::persist), removed if dropped
+/// first.
 #[derive(Debug)]
 pub struct TempFile {
+    /// `.pfs/tmp`, where it is written.
+    tmp_dir: OwnedFd,
+    /// Its final directory.
     dir: OwnedFd,
     tmp_name: Vec<u8>,
     name: Vec<u8>,
@@ -187,7 +206,12 @@ impl DestRoot {
         // ENOSYS: kernel before 5.6; EPERM: a seccomp filter; EINVAL: flags
         // unknown to this kernel. All mean: resolve component by component.
         let openat2 = !matches!(probe, Err(Errno::NOSYS | Errno::PERM | Errno::INVAL));
-        Ok(Self { root, path, openat2 })
+        Ok(Self {
+            root,
+            path,
+            openat2,
+            tmp: OnceLock::new(),
+        })
     }
 
     /// The directory `rel` beneath this root (created, mode 0755, if
@@ -202,7 +226,59 @@ impl DestRoot {
             root,
             path: self.path.join(rel.as_path()),
             openat2: self.openat2,
+            tmp: OnceLock::new(),
         })
+    }
+
+    /// The receiver's state directory `.pfs` (created, mode 0700, if
+    /// absent; a symlink or file there is refused), opened for `*at` calls.
+    pub fn state_dir(&self) -> Result<OwnedFd, FilesError> {
+        self.private_dir(STATE_DIR)
+    }
+
+    /// `.pfs/tmp`, opened once per root.
+    fn tmp_dir(&self) -> Result<&OwnedFd, FilesError> {
+        if let Some(fd) = self.tmp.get() {
+            return Ok(fd);
+        }
+        let fd = self.private_dir(TEMP_DIR)?;
+        // Another thread may have won the race; either descriptor names the same directory.
+        let _ = self.tmp.set(fd);
+        self.tmp.get().ok_or_else(|| {
+            FilesError::io(
+                "open",
+                self.path.join(TEMP_DIR),
+                io::Error::other("state directory"),
+            )
+        })
+    }
+
+    /// Opens (creating with mode 0700) the receiver-owned directory `rel`
+    /// (`.pfs` or beneath it), without following symlinks.
+    pub(crate) fn private_dir(&self, rel: &str) -> Result<OwnedFd, FilesError> {
+        let shown = || self.path.join(rel);
+        let mut at = String::new();
+        for c in rel.split('/') {
+            if !at.is_empty() {
+                at.push('/');
+            }
+            at.push_str(c);
+            match rfs::mkdirat(&self.root, at.as_str(), Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(FilesError::io("create", shown(), e.into())),
+            }
+        }
+        let fd = self
+            .open_beneath(rel.as_bytes(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| match e {
+                Errno::LOOP | Errno::NOTDIR | Errno::XDEV => FilesError::io(
+                    "open pfs's state directory",
+                    shown(),
+                    io::Error::other("not a directory (a symlink or a file is in the way)"),
+                ),
+                e => FilesError::io("open pfs's state directory", shown(), e.into()),
+            })?;
+        Ok(fd)
     }
 
     /// The directory this root was opened from.
@@ -274,15 +350,16 @@ impl DestRoot {
         .map_err(|e| dest_err("set mtime", rel, e))
     }
 
-    /// Create a temporary file in `rel`'s directory (which must exist) that
-    /// [`TempFile::persist`] will rename to `rel`.
+    /// Create a temporary file in `.pfs/tmp` that [`TempFile::persist`]
+    /// will rename to `rel` (whose directory must exist).
     pub fn create_temp(&self, rel: &RelPath) -> Result<TempFile, FilesError> {
         let dir = self.parent_dir(rel)?;
+        let tmp_dir = self.tmp_dir()?;
         let name = rel.file_name();
         for _ in 0..16 {
-            let tmp_name = temp_name(name);
+            let tmp_name = temp_name();
             match rfs::openat(
-                &dir,
+                tmp_dir,
                 tmp_name.as_slice(),
                 // Readable too: a file completed by REPAIR is re-read to verify it.
                 OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -290,6 +367,7 @@ impl DestRoot {
             ) {
                 Ok(fd) => {
                     return Ok(TempFile {
+                        tmp_dir: dup(tmp_dir, rel)?,
                         dir,
                         tmp_name,
                         name: name.to_vec(),
@@ -310,8 +388,9 @@ impl DestRoot {
     /// must still be the file that was parked (same device and inode).
     pub fn reopen_temp(&self, parked: ParkedTemp) -> Result<TempFile, FilesError> {
         let dir = self.parent_dir(&parked.rel)?;
+        let tmp_dir = self.tmp_dir()?;
         let fd = rfs::openat(
-            &dir,
+            tmp_dir,
             parked.tmp_name.as_slice(),
             OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
@@ -322,6 +401,7 @@ impl DestRoot {
             return Err(dest_err("reopen temporary file for", &parked.rel, Errno::STALE));
         }
         Ok(TempFile {
+            tmp_dir: dup(tmp_dir, &parked.rel)?,
             dir,
             tmp_name: parked.tmp_name,
             name: parked.name,
@@ -334,11 +414,11 @@ impl DestRoot {
     /// Removes a parked temporary file (best effort, like dropping a
     /// [`TempFile`]), if it is still the one that was parked.
     pub fn remove_parked(&self, parked: &ParkedTemp) {
-        if let Ok(dir) = self.parent_dir(&parked.rel) {
-            let same = rfs::statat(&dir, parked.tmp_name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+        if let Ok(dir) = self.tmp_dir() {
+            let same = rfs::statat(dir, parked.tmp_name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|st| file_id(&st) == parked.id);
             if same {
-                let _ = rfs::unlinkat(&dir, parked.tmp_name.as_slice(), AtFlags::empty());
+                let _ = rfs::unlinkat(dir, parked.tmp_name.as_slice(), AtFlags::empty());
             }
         }
     }
@@ -482,13 +562,14 @@ impl DestRoot {
     pub fn create_symlink(&self, rel: &RelPath, target: &[u8]) -> Result<(), FilesError> {
         check_symlink_target(rel, target).map_err(|source| path_err(rel, source))?;
         let dir = self.parent_dir(rel)?;
+        let tmp_dir = self.tmp_dir()?;
         for _ in 0..16 {
-            let tmp_name = temp_name(rel.file_name());
-            match rfs::symlinkat(target, &dir, tmp_name.as_slice()) {
+            let tmp_name = temp_name();
+            match rfs::symlinkat(target, tmp_dir, tmp_name.as_slice()) {
                 Ok(()) => {
-                    return rfs::renameat(&dir, tmp_name.as_slice(), &dir, rel.file_name()).map_err(|e| {
-                        let _ = rfs::unlinkat(&dir, tmp_name.as_slice(), AtFlags::empty());
-                        dest_err("rename symlink into place at", rel, e)
+                    return rfs::renameat(tmp_dir, tmp_name.as_slice(), &dir, rel.file_name()).map_err(|e| {
+                        let _ = rfs::unlinkat(tmp_dir, tmp_name.as_slice(), AtFlags::empty());
+                        rename_err("rename symlink into place at", rel, e)
                     });
                 }
                 Err(Errno::EXIST) => continue,
@@ -498,64 +579,34 @@ impl DestRoot {
         Err(dest_err("create symlink", rel, Errno::EXIST))
     }
 
-    /// Remove every `.pfs-tmp.*` regular file or symlink beneath the root,
-    /// left behind by a transfer that was killed; returns how many were
-    /// removed. Does not follow symlinks. Must not run while another transfer
-    /// writes here.
+    /// Removes everything in `.pfs/tmp/` (temporary files and symlinks left
+    /// by a transfer that was killed); returns how many were removed.
+    /// Nothing else in the destination is looked at. Must not run while
+    /// another transfer writes here.
     pub fn remove_stale_temps(&self) -> Result<usize, FilesError> {
+        let shown = || self.path.join(TEMP_DIR);
+        let dir = self.tmp_dir()?;
+        let readable = rfs::openat(
+            dir,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FilesError::io("read directory", shown(), e.into()))?;
+        let mut entries =
+            rfs::Dir::new(readable).map_err(|e| FilesError::io("read directory", shown(), e.into()))?;
         let mut removed = 0;
-        let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
-        while let Some(dir_rel) = stack.pop() {
-            let shown = || PathBuf::from(OsStr::from_bytes(&dir_rel));
-            let dir = if dir_rel.is_empty() {
-                self.root_dup()
-            } else {
-                self.open_beneath(&dir_rel, dir_flags(), Mode::empty())
-            };
-            let dir = match dir {
-                Ok(d) => d,
-                // Replaced or removed while we walked: nothing of ours there.
-                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => continue,
-                Err(e) => return Err(FilesError::io("open directory", shown(), e.into())),
-            };
-            let readable = rfs::openat(
-                &dir,
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| FilesError::io("read directory", shown(), e.into()))?;
-            let mut entries =
-                rfs::Dir::new(readable).map_err(|e| FilesError::io("read directory", shown(), e.into()))?;
-            while let Some(ent) = entries.read() {
-                let ent = ent.map_err(|e| FilesError::io("read directory", shown(), e.into()))?;
-                let name = ent.file_name().to_bytes();
-                if name == b"." || name == b".." {
-                    continue;
-                }
-                let ft = match ent.file_type() {
-                    FileType::Unknown => match rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-                        Ok(st) => FileType::from_raw_mode(st.st_mode),
-                        Err(_) => continue,
-                    },
-                    ft => ft,
-                };
-                if ft == FileType::Directory {
-                    let mut sub = dir_rel.clone();
-                    if !sub.is_empty() {
-                        sub.push(b'/');
-                    }
-                    sub.extend_from_slice(name);
-                    stack.push(sub);
-                } else if matches!(ft, FileType::RegularFile | FileType::Symlink)
-                    && name.starts_with(TEMP_PREFIX)
-                {
-                    match rfs::unlinkat(&dir, name, AtFlags::empty()) {
-                        Ok(()) => removed += 1,
-                        Err(Errno::NOENT) => {}
-                        Err(e) => return Err(FilesError::io("remove temporary file in", shown(), e.into())),
-                    }
-                }
+        while let Some(ent) = entries.read() {
+            let ent = ent.map_err(|e| FilesError::io("read directory", shown(), e.into()))?;
+            let name = ent.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            match rfs::unlinkat(dir, name, AtFlags::empty()) {
+                Ok(()) => removed += 1,
+                // Only files are ever made here; anything else is left alone.
+                Err(Errno::NOENT | Errno::ISDIR | Errno::PERM) => {}
+                Err(e) => return Err(FilesError::io("remove temporary file in", shown(), e.into())),
             }
         }
         Ok(removed)
@@ -657,12 +708,12 @@ impl TempFile {
                 .map_err(|e| FilesError::io("fsync", self.rel.as_path(), e))?;
         }
         rfs::renameat(
-            &self.dir,
+            &self.tmp_dir,
             self.tmp_name.as_slice(),
             &self.dir,
             self.name.as_slice(),
         )
-        .map_err(|e| dest_err("rename into place at", &self.rel, e))?;
+        .map_err(|e| rename_err("rename into place at", &self.rel, e))?;
         self.persisted = true;
         if fsync {
             let d = rfs::openat(
@@ -685,7 +736,7 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.persisted {
             // Best effort: a leftover is cleaned by `remove_stale_temps`.
-            let _ = rfs::unlinkat(&self.dir, self.tmp_name.as_slice(), AtFlags::empty());
+            let _ = rfs::unlinkat(&self.tmp_dir, self.tmp_name.as_slice(), AtFlags::empty());
         }
     }
 }
@@ -762,18 +813,35 @@ fn mtime_only(mtime_ns: i128) -> Result<Timestamps, Errno> {
     })
 }
 
-/// `.pfs-tmp.<name, truncated to fit>.<16 hex digits>`.
-fn temp_name(name: &[u8]) -> Vec<u8> {
+/// A fresh temporary name: 16 hex digits (unique per process and call;
+/// `O_EXCL` settles the rest).
+fn temp_name() -> Vec<u8> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = RandomState::new().build_hasher();
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     h.write_u32(std::process::id());
-    let keep = name.len().min(MAX_COMPONENT - TEMP_PREFIX.len() - 17);
-    let mut v = Vec::with_capacity(TEMP_PREFIX.len() + keep + 17);
-    v.extend_from_slice(TEMP_PREFIX);
-    v.extend_from_slice(&name[..keep]);
-    v.extend_from_slice(format!(".{:016x}", h.finish()).as_bytes());
-    v
+    format!("{:016x}", h.finish()).into_bytes()
+}
+
+/// A second descriptor for `fd` (a temporary file keeps its own).
+fn dup(fd: &OwnedFd, rel: &RelPath) -> Result<OwnedFd, FilesError> {
+    fd.try_clone()
+        .map_err(|e| FilesError::io("open temporary directory for", rel.as_path(), e))
+}
+
+/// A failed rename into place: `EXDEV` means the target directory is on
+/// another filesystem than the destination root (a mount inside it).
+fn rename_err(op: &'static str, rel: &RelPath, e: Errno) -> FilesError {
+    if e == Errno::XDEV {
+        return FilesError::io(
+            op,
+            rel.as_path(),
+            io::Error::other(format!(
+                "its directory is on another filesystem than the destination root (pfs writes files in {TEMP_DIR} and renames them into place)"
+            )),
+        );
+    }
+    dest_err(op, rel, e)
 }
 
 /// An error for a destination operation: symlink/non-directory problems

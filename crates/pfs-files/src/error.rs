@@ -45,6 +45,10 @@ pub enum PathError {
     /// destination if it should be replaced.
     #[error("a symlink or non-directory is in the way inside the destination; remove it to replace it")]
     NotADirectory,
+    /// The path is inside `.pfs` at the destination's root, which the
+    /// receiver keeps for its own state.
+    #[error("`.pfs` at the destination's root is reserved for the receiver's state")]
+    Reserved,
 }
 
 /// A chunk-size bound outside what the chunker supports.

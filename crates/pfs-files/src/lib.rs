@@ -59,8 +59,8 @@ pub use chunk::{
     ChunkParams, ChunkRef, QuickDigest, Recipe,
 };
 pub use dest::{
-    check_symlink_target, set_file_times_and_mode, DestRoot, FileSpec, FileStat, LandError, Landing,
-    ParkedTemp, Placement, StatCache, TempFile,
+    check_symlink_target, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat, LandError,
+    Landing, ParkedTemp, Placement, StatCache, TempFile,
 };
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};

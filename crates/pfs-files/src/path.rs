@@ -71,6 +71,12 @@ impl RelPath {
         Some(Self(self.0[..i].into()))
     }
 
+    /// Whether the path is inside the receiver's own state directory
+    /// ([`crate::dest::STATE_DIR`]): its first component is `.pfs`.
+    pub fn is_reserved(&self) -> bool {
+        self.components().next() == Some(crate::dest::STATE_DIR.as_bytes())
+    }
+
     /// This path with one more component (or several, if `name` contains `/`).
     pub fn join(&self, name: &[u8]) -> Result<RelPath, PathError> {
         let mut v = Vec::with_capacity(self.0.len() + 1 + name.len());

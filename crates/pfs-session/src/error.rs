@@ -166,8 +166,8 @@ pub enum LimitExceeded {
     /// The receiver's store cannot take the plan's new bytes; refused
     /// before anything was written.
     #[error(
-        "store full: this transfer needs {need} new bytes, the store has {free} free of {capacity}; \
-         nothing was written (start the receiver with a larger --store-capacity, or a new store)"
+        "receiver full: this transfer needs {need} new bytes, {free} of {capacity} are free (the \
+         destination's filesystem, or --store-capacity of a receiver with --store); nothing was written"
     )]
     StoreFull {
         /// New bytes the plan needs.
@@ -180,7 +180,7 @@ pub enum LimitExceeded {
     /// The receiver's store filled up during the transfer (more new bytes
     /// than planned, or another session took the space).
     #[error(
-        "store full: {need} more bytes needed during the transfer, the store has {free} free of {capacity}"
+        "receiver full: {need} more bytes needed during the transfer, the store has {free} free of {capacity}"
     )]
     StoreFilled {
         /// Bytes needed.

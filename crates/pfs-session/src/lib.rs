@@ -26,7 +26,7 @@ pub use gram::{
     receive_session, send_session, GramReceiverConfig, GramReceiverOutcome, GramSenderConfig,
     GramSenderOutcome, GramViolation, HelloRejection, DEFAULT_PAYLOAD_BUDGET,
 };
-pub use places::FilesPlaces;
+pub use places::{FilesPlaces, Keeping};
 pub use server::{serve, serve_files, Admission, Client, FilesPlace, ServerConfig, ServerEvent};
 pub use stats::SessionStats;
 

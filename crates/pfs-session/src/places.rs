@@ -1,28 +1,57 @@
-//! Where each client of a files server lands: its group's store (plain
-//! clients and open servers share the store at the root of `--store`;
-//! every `group=` has its own under `groups/`, so a key can only reference,
-//! and only sees the index of, chunks its group stored) and its `dir=`
-//! destination beneath `--dest` (opened without following symlinks), each
-//! opened on first use and shared by later sessions.
+//! Where each client of a files server lands: its `dir=` destination
+//! beneath `--dest` (opened without following symlinks) and its group's
+//! chunk index, each opened on first use and shared by later sessions.
+//!
+//! A key can only reference, and only sees the index of, chunks its group
+//! holds: plain clients and open servers share the unnamed group; every
+//! `group=` (by default one per key) has its own index.
+//!
+//! - **Without a store** (`pfs serve --dest DIR`): the chunks are the
+//!   destination's own files. The unnamed group's index is
+//!   `DEST/.pfs/index`, a named group's `DEST/.pfs/groups/NAME/index`, each
+//!   covering the files its group's sessions wrote anywhere beneath `DEST`
+//!   (its `dir=` destinations included). Each `dir=` destination has its
+//!   own `.pfs` at its root for its temporary files and manifest.
+//! - **With a store** (`--store DIR`): the unnamed group's store is at the
+//!   root of `--store`, a named group's under `groups/`; manifests are kept
+//!   beside the store (`dest-manifest`, `dest-manifest-<tag>` per `dir=`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use pfs_files::{DestRoot, Manifest};
+use pfs_files::{DestIndex, DestRoot, Manifest};
 use pfs_store::{Store, StoreConfig};
 
+use crate::files::receiver::SharedChunkIndex;
 use crate::server::{Client, FilesPlace};
 
-/// Stores and destinations per client of a files server, opened on first use and shared by
-/// every session of the same group (stores) or `dir=` (destinations).
+/// Where a files server keeps the chunks it holds.
+#[derive(Debug, Clone)]
+pub enum Keeping {
+    /// In the destinations' own files; `durable` commits indexes with `fdatasync`.
+    Dest {
+        /// `fdatasync` each index commit.
+        durable: bool,
+    },
+    /// In content stores under `dir`.
+    Store {
+        /// The `--store` directory.
+        dir: PathBuf,
+        /// How group stores are opened.
+        config: StoreConfig,
+    },
+}
+
+/// Indexes and destinations per client of a files server, opened on first
+/// use and shared by every session of the same group (indexes) or `dir=`
+/// (destinations).
 #[derive(Debug)]
 pub struct FilesPlaces {
-    store_dir: PathBuf,
-    opts: StoreConfig,
-    dest: Arc<DestRoot>,
+    keeping: Keeping,
     shared: FilesPlace,
-    stores: Mutex<HashMap<String, Arc<Store>>>,
+    /// Chunk indexes (stores, or dest indexes over all of `--dest`) by group.
+    indexes: Mutex<HashMap<String, SharedChunkIndex>>,
     dests: Mutex<HashMap<PathBuf, DestPlace>>,
     warnings: Mutex<Vec<String>>,
 }
@@ -31,90 +60,139 @@ pub struct FilesPlaces {
 type DestPlace = (Arc<DestRoot>, Arc<Manifest>);
 
 impl FilesPlaces {
-    /// Places under `store_dir` (group stores in `groups/`, manifests of
-    /// `dir=` destinations beside the store), `shared` the place of plain
-    /// clients and of keys in the unnamed group without a `dir=`.
-    pub fn new(store_dir: &Path, opts: StoreConfig, shared: FilesPlace) -> Self {
+    /// Places kept as `keeping`; `shared` is the place of plain clients and
+    /// of keys in the unnamed group without a `dir=`.
+    pub fn new(keeping: Keeping, shared: FilesPlace) -> Self {
         Self {
-            store_dir: store_dir.to_path_buf(),
-            opts,
-            dest: shared.dest.clone(),
+            keeping,
             shared,
-            stores: Mutex::new(HashMap::new()),
+            indexes: Mutex::new(HashMap::new()),
             dests: Mutex::new(HashMap::new()),
             warnings: Mutex::new(Vec::new()),
         }
     }
 
-    /// Warnings from opening places (a damaged manifest started afresh),
-    /// each returned once.
+    /// The shared place of a server keeping chunks in `dest` itself: its
+    /// index and manifest under `dest`'s `.pfs`. Returns notes on what
+    /// opening them recovered from, for the log.
+    pub fn open_dest(dest: Arc<DestRoot>, durable: bool) -> Result<(FilesPlace, Vec<String>), String> {
+        let (index, mut notes) =
+            DestIndex::open(dest.clone(), durable).map_err(|e| format!("destination index: {e}"))?;
+        let (manifest, warning) = dest_manifest(&dest)?;
+        notes.extend(warning);
+        Ok((
+            FilesPlace {
+                chunks: SharedChunkIndex::Dest(Arc::new(index), None),
+                dest,
+                manifest: Some(Arc::new(manifest)),
+            },
+            notes,
+        ))
+    }
+
+    /// Warnings from opening places (a damaged manifest started afresh,
+    /// an index recovered), each returned once.
     pub fn take_warnings(&self) -> Vec<String> {
         std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|p| p.into_inner()))
     }
-    /// The place of `client`: plain clients and keys of the unnamed group
-    /// share the store at the root of --store; every other group has its
-    /// own under `groups/`, so a key can only reference (and only sees
-    /// the index of) chunks its group stored.
+
+    fn warn(&self, w: impl IntoIterator<Item = String>) {
+        self.warnings.lock().unwrap_or_else(|p| p.into_inner()).extend(w);
+    }
+
+    /// The place of `client` (see the module docs).
     pub fn of(&self, client: &Client) -> Result<FilesPlace, String> {
         let r = &client.rights;
         if r.group.is_empty() && r.dir.as_os_str().is_empty() {
             return Ok(self.shared.clone());
         }
-        let store = if r.group.is_empty() {
-            self.shared.store.clone()
-        } else {
-            let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
-            match stores.get(&r.group) {
-                Some(s) => s.clone(),
-                None => {
-                    let dir = self.store_dir.join("groups").join(&r.group);
-                    std::fs::create_dir_all(&dir).map_err(|e| format!("store for group {}: {e}", r.group))?;
-                    let s = Arc::new(
-                        Store::open(&dir, &self.opts)
-                            .map_err(|e| format!("store for group {}: {e}", r.group))?,
-                    );
-                    stores.insert(r.group.clone(), s.clone());
-                    s
-                }
-            }
-        };
         let (dest, manifest) = if r.dir.as_os_str().is_empty() {
             (self.shared.dest.clone(), self.shared.manifest.clone())
         } else {
-            let mut dests = self.dests.lock().unwrap_or_else(|p| p.into_inner());
-            match dests.get(&r.dir) {
-                Some((d, m)) => (d.clone(), Some(m.clone())),
-                None => {
-                    let rel = pfs_files::RelPath::parse(r.dir.as_os_str().as_encoded_bytes())
-                        .map_err(|e| format!("dir={}: {e}", r.dir.display()))?;
-                    let d = Arc::new(
-                        self.dest
-                            .subroot(&rel)
-                            .map_err(|e| format!("dir={}: {e}", r.dir.display()))?,
-                    );
-                    // One manifest per destination directory, named by its path.
-                    let tag = blake3::hash(r.dir.as_os_str().as_encoded_bytes()).to_hex();
-                    let (m, warning) =
-                        Manifest::open(self.store_dir.join(format!("dest-manifest-{}", &tag[..16])));
-                    if let Some(w) = warning {
-                        self.warnings
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(w.to_string());
-                    }
-                    let m = Arc::new(m);
-                    dests.insert(r.dir.clone(), (d.clone(), m.clone()));
-                    (d, Some(m))
-                }
-            }
+            let (d, m) = self.dir_place(&r.dir)?;
+            (d, Some(m))
         };
+        let chunks = self.index(&r.dir, &r.group)?;
         Ok(FilesPlace {
-            store,
+            chunks,
             dest,
             manifest,
         })
     }
 
+    /// The `dir=` destination `dir` and its manifest.
+    fn dir_place(&self, dir: &Path) -> Result<DestPlace, String> {
+        let mut dests = self.dests.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = dests.get(dir) {
+            return Ok(p.clone());
+        }
+        let rel = pfs_files::RelPath::parse(dir.as_os_str().as_encoded_bytes())
+            .map_err(|e| format!("dir={}: {e}", dir.display()))?;
+        let d = Arc::new(
+            self.shared
+                .dest
+                .subroot(&rel)
+                .map_err(|e| format!("dir={}: {e}", dir.display()))?,
+        );
+        let (m, warning) = match &self.keeping {
+            Keeping::Dest { .. } => dest_manifest(&d)?,
+            Keeping::Store { dir: store_dir, .. } => {
+                // One manifest per destination directory, named by its path.
+                let tag = blake3::hash(dir.as_os_str().as_encoded_bytes()).to_hex();
+                let (m, w) = Manifest::open(store_dir.join(format!("dest-manifest-{}", &tag[..16])));
+                (m, w.map(|w| w.to_string()))
+            }
+        };
+        self.warn(warning);
+        let place = (d, Arc::new(m));
+        dests.insert(dir.to_path_buf(), place.clone());
+        Ok(place)
+    }
+
+    /// The chunk index of `group`, for a session writing beneath `dir`
+    /// (empty: the root of `--dest`). Without a store, a group's index
+    /// covers the whole `--dest` and lives in its `.pfs`, so keys of one
+    /// group share chunks across their `dir=` destinations.
+    fn index(&self, dir: &Path, group: &str) -> Result<SharedChunkIndex, String> {
+        let within = if dir.as_os_str().is_empty() {
+            None
+        } else {
+            Some(
+                pfs_files::RelPath::parse(dir.as_os_str().as_encoded_bytes())
+                    .map_err(|e| format!("dir={}: {e}", dir.display()))?,
+            )
+        };
+        let mut indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        let index = match indexes.get(group) {
+            Some(i) => i.clone(),
+            None => {
+                let index = match &self.keeping {
+                    _ if group.is_empty() => self.shared.chunks.clone(),
+                    Keeping::Store { dir, config } => {
+                        let dir = dir.join("groups").join(group);
+                        std::fs::create_dir_all(&dir).map_err(|e| format!("store for group {group}: {e}"))?;
+                        let s =
+                            Store::open(&dir, config).map_err(|e| format!("store for group {group}: {e}"))?;
+                        SharedChunkIndex::Store(Arc::new(s))
+                    }
+                    Keeping::Dest { durable } => {
+                        let (ix, notes) = DestIndex::open_group(self.shared.dest.clone(), group, *durable)
+                            .map_err(|e| format!("destination index for group {group}: {e}"))?;
+                        self.warn(notes);
+                        SharedChunkIndex::Dest(Arc::new(ix), None)
+                    }
+                };
+                indexes.insert(group.to_string(), index.clone());
+                index
+            }
+        };
+        Ok(match index {
+            SharedChunkIndex::Dest(ix, _) => SharedChunkIndex::Dest(ix, within),
+            store => store,
+        })
+    }
+
+    /// Saves every manifest; returns the errors.
     pub fn save_manifests(&self) -> Vec<String> {
         let mut errors = Vec::new();
         let mut all: Vec<Arc<Manifest>> = self.shared.manifest.iter().cloned().collect();
@@ -132,4 +210,11 @@ impl FilesPlaces {
         }
         errors
     }
+}
+
+/// The manifest of a destination kept in its `.pfs`.
+fn dest_manifest(dest: &DestRoot) -> Result<(Manifest, Option<String>), String> {
+    dest.state_dir().map_err(|e| e.to_string())?;
+    let (m, w) = Manifest::open(dest.path().join(pfs_files::dest::STATE_DIR).join("manifest"));
+    Ok((m, w.map(|w| w.to_string())))
 }

@@ -29,7 +29,6 @@ use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
 use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
-use pfs_store::Store;
 use pfs_sys::pin_current_thread;
 
 /// Who may connect, and how.
@@ -260,8 +259,9 @@ pub fn serve<L: Listener>(
 /// destination root (its `dir=`), and the record of what that root holds.
 #[derive(Debug, Clone)]
 pub struct FilesPlace {
-    /// The chunk store the client deduplicates against.
-    pub store: Arc<Store>,
+    /// Where the chunks the client deduplicates against are: a store, or
+    /// the destination's own index.
+    pub chunks: crate::files::receiver::SharedChunkIndex,
     /// The root its files are written beneath.
     pub dest: Arc<DestRoot>,
     /// What was written into `dest`, if recorded.
@@ -296,7 +296,7 @@ pub fn serve_files<L: Listener>(
             manifest: here.manifest.clone(),
             ..files_cfg.clone()
         };
-        receive_files(conn, &here.store, &here.dest, &cfg)
+        receive_files(conn, here.chunks.get(), &here.dest, &cfg)
     })
 }
 

@@ -11,14 +11,14 @@ use common::{batch_body, batch_of, literals_body};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::thread;
 use std::time::Duration;
 
 use pfs_files::{chunk_file, scan, ChunkParams, DestRoot, Excludes, WalkKind};
 use pfs_session::files::{
-    receive_files, send_files, FilesItem, FilesReceiverConfig, FilesReceiverOutcome, FilesSenderConfig,
-    LocalPrepare,
+    receive_files, send_files, ChunkIndex, FilesItem, FilesReceiverConfig, FilesReceiverOutcome,
+    FilesSenderConfig, LocalPrepare,
 };
 use pfs_session::SessionError;
 use pfs_store::{Durability, Store, StoreConfig};
@@ -85,7 +85,7 @@ impl Fixture {
             let receiver = s.spawn(|| {
                 // Owned here: the socket closes as soon as the receiver returns.
                 let mut t = theirs;
-                receive_files(&mut t, &self.store, &self.dest, &cfg)
+                receive_files(&mut t, ChunkIndex::Store(&self.store), &self.dest, &cfg)
             });
             let mut p = Peer { t: ours };
             p.t.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
@@ -110,14 +110,10 @@ impl Fixture {
             .collect();
         beside.sort();
         assert_eq!(beside, ["dest", "outside", "src", "store"]);
-        for p in walk(&self.dest_dir) {
-            let name = p.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();
-            assert!(
-                !name.starts_with(b".pfs-tmp."),
-                "temporary file left: {}",
-                p.display()
-            );
-        }
+        let temps: Vec<_> = fs::read_dir(self.dest_dir.join(pfs_files::dest::TEMP_DIR))
+            .map(|d| d.map(|e| e.expect("entry").path()).collect())
+            .unwrap_or_default();
+        assert!(temps.is_empty(), "temporary files left: {temps:?}");
         assert_eq!(self.store.verify_all(1), Vec::new(), "store damaged");
     }
 
@@ -177,22 +173,6 @@ impl Fixture {
         }
         self.assert_contained();
     }
-}
-
-/// Every path beneath `root`, not following symlinks.
-fn walk(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).expect("read_dir") {
-            let e = e.expect("entry");
-            if e.file_type().expect("file type").is_dir() {
-                stack.push(e.path());
-            }
-            out.push(e.path());
-        }
-    }
-    out
 }
 
 /// The hostile sender's end.

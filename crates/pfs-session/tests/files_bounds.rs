@@ -14,7 +14,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pfs_files::{DestRoot, Landing};
-use pfs_session::files::{FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesViolation, LocalHost};
+use pfs_session::files::{
+    ChunkIndex, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesViolation, LocalHost,
+};
 use pfs_session::{LimitExceeded, SessionError, Violation};
 use pfs_store::{ChunkLoc, Durability, Store, StoreConfig};
 use pfs_sys::Usage;
@@ -56,7 +58,10 @@ impl Fixture {
         let now = Instant::now();
         Rx {
             core: FilesReceiver::new(&cfg, now).expect("core"),
-            host: LocalHost::new(&self.store, Landing::new(&self.dest, None, false)),
+            host: LocalHost::new(
+                ChunkIndex::Store(&self.store),
+                Landing::new(&self.dest, None, false),
+            ),
             buf: Vec::new(),
             sent: Vec::new(),
             now,
@@ -550,7 +555,7 @@ fn a_peer_that_never_reads_its_naks_loses_the_session() {
     std::thread::scope(|s| {
         let receiver = s.spawn(|| {
             let mut t = theirs;
-            receive_files(&mut t, &fx.store, &fx.dest, &cfg)
+            receive_files(&mut t, ChunkIndex::Store(&fx.store), &fx.dest, &cfg)
         });
         let mut out = Vec::new();
         let mut hello = Vec::new();

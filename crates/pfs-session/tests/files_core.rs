@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pfs_files::{DestRoot, Landing};
-use pfs_session::files::{FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesViolation, LocalHost};
+use pfs_session::files::{
+    ChunkIndex, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesViolation, LocalHost,
+};
 use pfs_session::{LimitExceeded, SessionError, Timeout, Violation};
 use pfs_store::{Durability, Store, StoreConfig};
 use pfs_sys::Usage;
@@ -58,7 +60,10 @@ impl Fixture {
         let now = Instant::now();
         Rx {
             core: FilesReceiver::new(&cfg, now).expect("core"),
-            host: LocalHost::new(&self.store, Landing::new(&self.dest, None, false)),
+            host: LocalHost::new(
+                ChunkIndex::Store(&self.store),
+                Landing::new(&self.dest, None, false),
+            ),
             buf: Vec::new(),
             sent: Vec::new(),
             now,
@@ -390,11 +395,16 @@ fn entries_that_cannot_be_placed_fail_alone() {
     );
     assert!(!fx.dest_dir.join("lying").exists());
     assert_eq!(fs::read(fx.dest_dir.join("fine")).expect("fine"), data);
-    let names: Vec<_> = fs::read_dir(&fx.dest_dir)
+    let mut names: Vec<_> = fs::read_dir(&fx.dest_dir)
         .expect("list")
         .map(|e| e.expect("entry").file_name())
         .collect();
-    assert_eq!(names, ["fine"], "no temporary file is left");
+    names.sort();
+    assert_eq!(names, [".pfs", "fine"]);
+    let temps = fs::read_dir(fx.dest_dir.join(pfs_files::dest::TEMP_DIR))
+        .expect("list temps")
+        .count();
+    assert_eq!(temps, 0, "no temporary file is left");
 }
 
 #[test]
@@ -630,7 +640,7 @@ fn a_full_store_refuses_the_plan() {
         Err(e @ SessionError::Limit(LimitExceeded::StoreFull { need, .. })) => {
             assert_eq!(need, 1 << 30);
             assert_eq!(e.code(), ErrorCode::Limit);
-            assert!(e.to_string().contains("store full"), "{e}");
+            assert!(e.to_string().contains("receiver full"), "{e}");
         }
         other => panic!("expected store full, got {other:?}"),
     }
@@ -801,7 +811,10 @@ mod pair {
         let now = Instant::now();
         let mut tx = FilesSender::new(items, cfg, now).expect("sender");
         let mut rx = FilesReceiver::new(&FilesReceiverConfig::default(), now).expect("receiver");
-        let mut host = LocalHost::new(&fx.store, pfs_files::Landing::new(&fx.dest, None, false));
+        let mut host = LocalHost::new(
+            pfs_session::files::ChunkIndex::Store(&fx.store),
+            pfs_files::Landing::new(&fx.dest, None, false),
+        );
         let (mut to_rx, mut to_tx) = (Vec::new(), Vec::new());
         for _round in 0..100_000 {
             let mut moved = false;

@@ -927,7 +927,7 @@ proptest! {
             ..FilesReceiverConfig::default()
         };
         let mut rx = FilesReceiver::new(&cfg, now).expect("core");
-        let mut host = LocalHost::new(&fx.store, Landing::new(&fx.dest, None, false));
+        let mut host = LocalHost::new(pfs_session::files::ChunkIndex::Store(&fx.store), Landing::new(&fx.dest, None, false));
         let mut hello = Vec::new();
         FilesHello {
             flags: 0,

@@ -142,8 +142,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     log::init(&args.log);
     shutdown::grace(args.shutdown_grace)?;
     args.transport.check()?;
-    if let Some(store) = &args.store {
-        return super::serve_files::run(&args, store);
+    if args.dest.is_some() {
+        return super::serve_files::run(&args);
     }
     let log = interval(args.run.log_interval, args.run.json)?;
     let exec = match &args.exec {

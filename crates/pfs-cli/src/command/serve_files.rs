@@ -1,13 +1,13 @@
-//! `pfs serve --store DIR --dest DIR`: receive files into the destination
-//! root, deduplicated against a persistent store; one report per session.
+//! `pfs serve --dest DIR [--store DIR]`: receive files into the destination
+//! root, deduplicated against the files it holds (or a content store); one
+//! report per session.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use pfs_files::{DestRoot, Manifest};
-use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome};
-use pfs_session::{serve_files, Client, FilesPlace, FilesPlaces, ServerEvent};
+use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome, SharedChunkIndex};
+use pfs_session::{serve_files, Client, FilesPlace, FilesPlaces, Keeping, ServerEvent};
 use pfs_store::{Durability, Store, StoreConfig};
 
 use crate::args::ServeArgs;
@@ -16,73 +16,73 @@ use crate::exit;
 use super::log;
 use super::serve::{emit, finished, listen, report_common, server_config};
 
-pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
-    let dest_dir = args.dest.as_deref().context("--store needs --dest")?;
-    std::fs::create_dir_all(store_dir).with_context(|| format!("--store {}", store_dir.display()))?;
+pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
+    let dest_dir = args.dest.as_deref().context("files need --dest")?;
     std::fs::create_dir_all(dest_dir).with_context(|| format!("--dest {}", dest_dir.display()))?;
-    let opts = StoreConfig {
-        capacity: args.store_capacity,
-        huge_dir: args.blob.huge_dir.clone(),
-        // Chunk bytes reach the disk before the index names them, always:
-        // the index must never point at bytes that are not there.
-        durability: Durability::Fsync,
-    };
-    let store = Store::open(store_dir, &opts)?;
     let cfg = server_config(args)?;
-    for note in &store.recovery().notes {
-        tracing::warn!("store recovery: {note}");
-    }
-    let dest = DestRoot::open(dest_dir)?;
+    let dest = Arc::new(DestRoot::open(dest_dir)?);
     let stale = dest.remove_stale_temps()?;
     if stale > 0 {
         tracing::info!("removed {stale} temporary file(s) left by an interrupted transfer");
     }
-    let st = store.stats();
     let json = args.run.json;
+    let (keeping, shared, mut info) = match &args.store {
+        None => {
+            let (place, notes) = FilesPlaces::open_dest(dest.clone(), true).map_err(anyhow::Error::msg)?;
+            notes.iter().for_each(|n| tracing::warn!("{n}"));
+            let SharedChunkIndex::Dest(ix, _) = &place.chunks else {
+                unreachable!("open_dest")
+            };
+            let (id, st) = (ix.identity(), ix.stats());
+            let info = serde_json::json!({ "event": "index", "dir": dest_dir.display().to_string(),
+                "id": hex(&id.0), "generation": id.1, "files": st.files, "chunks": st.chunks, "bytes": st.bytes });
+            (Keeping::Dest { durable: true }, place, info)
+        }
+        Some(store_dir) => {
+            std::fs::create_dir_all(store_dir).with_context(|| format!("--store {}", store_dir.display()))?;
+            let config = StoreConfig {
+                capacity: args.store_capacity,
+                huge_dir: args.blob.huge_dir.clone(),
+                // Chunk bytes reach the disk before the index names them, always:
+                // the index must never point at bytes that are not there.
+                durability: Durability::Fsync,
+            };
+            let store = Store::open(store_dir, &config)?;
+            for note in &store.recovery().notes {
+                tracing::warn!("store recovery: {note}");
+            }
+            let st = store.stats();
+            let info = serde_json::json!({ "event": "store", "dir": store_dir.display().to_string(),
+                "id": store.identity().id_hex(), "generation": st.generation, "chunks": st.chunks,
+                "used": st.used, "capacity": st.capacity, "backing": st.backing.description });
+            // What this server wrote into --dest, kept beside the store.
+            let (manifest, warning) = Manifest::open(store_dir.join("dest-manifest"));
+            if let Some(w) = warning {
+                tracing::warn!("{w}");
+            }
+            let shared = FilesPlace {
+                chunks: SharedChunkIndex::Store(Arc::new(store)),
+                dest: dest.clone(),
+                manifest: Some(Arc::new(manifest)),
+            };
+            (
+                Keeping::Store {
+                    dir: store_dir.clone(),
+                    config,
+                },
+                shared,
+                info,
+            )
+        }
+    };
     if json {
-        emit(
-            &serde_json::json!({
-                "event": "store",
-                "dir": store_dir.display().to_string(),
-                "id": store.identity().id_hex(),
-                "generation": st.generation,
-                "chunks": st.chunks,
-                "used": st.used,
-                "capacity": st.capacity,
-                "backing": st.backing.description,
-            })
-            .to_string(),
-        );
+        emit(&info.to_string());
     } else {
-        tracing::info!(
-            "store {} (id {}, generation {}, {} chunks, {:.1} of {:.1} MB used, {}); destination {}",
-            store_dir.display(),
-            store.identity().id_hex(),
-            st.generation,
-            st.chunks,
-            st.used as f64 / 1e6,
-            st.capacity as f64 / 1e6,
-            st.backing.description,
-            dest_dir.display()
-        );
+        info["dest"] = dest_dir.display().to_string().into();
+        tracing::info!("{}", start_line(&info));
     }
     let listener = listen(args, &cfg)?;
-    // What this server wrote into --dest, kept beside the store.
-    let (manifest, warning) = Manifest::open(store_dir.join("dest-manifest"));
-    if let Some(w) = warning {
-        tracing::warn!("{w}");
-    }
-    let manifest = Arc::new(manifest);
-    let dest = Arc::new(dest);
-    let places = FilesPlaces::new(
-        store_dir,
-        opts.clone(),
-        FilesPlace {
-            store: Arc::new(store),
-            dest,
-            manifest: Some(manifest),
-        },
-    );
+    let places = FilesPlaces::new(keeping, shared);
     let files_cfg = FilesReceiverConfig {
         fsync_files: args.fsync,
         ..FilesReceiverConfig::default()
@@ -132,7 +132,7 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
             } else {
                 emit(&format!(
                     "session from {peer} complete: {} written, {} unchanged, {} same content (metadata only), {} failed; \
-                     {:.1} MB effective, {:.3} MB wire, {:.1} MB matched in the store, {:.1} MB literal, {} chunks repaired; {:.2} s",
+                     {:.1} MB effective, {:.3} MB wire, {:.1} MB matched (held), {:.1} MB literal, {} chunks repaired; {:.2} s",
                     r.files_written,
                     r.files_unchanged,
                     r.files_metadata_only,
@@ -166,4 +166,31 @@ pub fn run(args: &ServeArgs, store_dir: &Path) -> anyhow::Result<i32> {
     finished(&cfg, ok, failed);
     let last = last_status.lock().map(|g| *g).unwrap_or(exit::FAILURE);
     Ok(if args.once { last } else { exit::OK })
+}
+
+/// The start line: where chunks are kept and how many.
+fn start_line(v: &serde_json::Value) -> String {
+    let mb = |k: &str| v[k].as_u64().unwrap_or(0) as f64 / 1e6;
+    if v["event"] == "index" {
+        format!(
+            "destination {} (one copy: chunk index {}/.pfs/index, id {}, generation {}, {} files, {} chunks, {:.1} MB)",
+            v["dest"].as_str().unwrap_or(""), v["dir"].as_str().unwrap_or(""), v["id"].as_str().unwrap_or(""),
+            v["generation"], v["files"], v["chunks"], mb("bytes"))
+    } else {
+        format!(
+            "store {} (id {}, generation {}, {} chunks, {:.1} of {:.1} MB used, {}); destination {}",
+            v["dir"].as_str().unwrap_or(""),
+            v["id"].as_str().unwrap_or(""),
+            v["generation"],
+            v["chunks"],
+            mb("used"),
+            mb("capacity"),
+            v["backing"].as_str().unwrap_or(""),
+            v["dest"].as_str().unwrap_or("")
+        )
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -19,8 +19,8 @@ use serde_json::Value;
 const EVENT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Largest content-defined chunk with the default `--chunk-avg 32K`.
 const MAX_CHUNK: u64 = 128 << 10;
-/// Name prefix of the receiver's temporary files.
-const TEMP_PREFIX: &str = ".pfs-tmp.";
+/// The receiver's own directory at the root of a destination.
+const STATE_DIR: &str = ".pfs";
 
 // ---------------------------------------------------------------------------
 // helpers
@@ -71,14 +71,15 @@ fn chunk_store(store: &Path) -> PathBuf {
     }
 }
 
-/// `pfs serve --json --store STORE --dest DEST [--listen 127.0.0.1:0] EXTRA…`,
-/// requiring keys when the run is protected.
+/// `pfs serve --json [--store STORE] --dest DEST [--listen 127.0.0.1:0] EXTRA…`
+/// (`--store` when the run keeps a store), requiring keys when the run is
+/// protected.
 fn serve(store: &Path, dest: &Path, extra: &[&str]) -> Server {
     let mut cmd = pfs();
-    cmd.args(["serve", "--json", "--store"])
-        .arg(store)
-        .arg("--dest")
-        .arg(dest);
+    cmd.args(["serve", "--json", "--dest"]).arg(dest);
+    if STORE {
+        cmd.arg("--store").arg(store);
+    }
     if PROTECTED.is_some() {
         let k = keys();
         cmd.arg("--identity").arg(&k.server).arg("--authorized-keys").arg(&k.authorized);
@@ -206,6 +207,10 @@ fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, Node> {
         let dir = root.join(&rel);
         for ent in fs::read_dir(&dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display())) {
             let ent = ent.expect("directory entry");
+            // The receiver's own state is not part of the tree.
+            if rel.as_os_str().is_empty() && ent.file_name() == STATE_DIR {
+                continue;
+            }
             let rel = rel.join(ent.file_name());
             let abs = root.join(&rel);
             let m = fs::symlink_metadata(&abs).expect("lstat");
@@ -270,7 +275,6 @@ fn final_files(dir: &Path) -> Vec<PathBuf> {
     };
     let mut v: Vec<PathBuf> = rd
         .filter_map(Result::ok)
-        .filter(|e| !e.file_name().as_bytes().starts_with(TEMP_PREFIX.as_bytes()))
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .map(|e| e.path())
         .collect();
@@ -278,22 +282,11 @@ fn final_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// Every `.pfs-tmp.*` beneath `root`.
+/// The receiver's temporary files in the destination `root` (`.pfs/tmp`).
 fn temp_files(root: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        for e in rd.filter_map(Result::ok) {
-            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-            if e.file_name().as_bytes().starts_with(TEMP_PREFIX.as_bytes()) {
-                found.push(e.path());
-            } else if is_dir {
-                stack.push(e.path());
-            }
-        }
-    }
-    found
+    fs::read_dir(root.join(STATE_DIR).join("tmp"))
+        .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default()
 }
 
 /// Opens a store the server has released and checks every chunk's bytes.
@@ -723,7 +716,12 @@ fn symlinks_follow_the_documented_policy() {
         .collect();
     let mut beside: Vec<_> = beside.iter().map(|n| n.to_string_lossy().into_owned()).collect();
     beside.sort();
-    assert_eq!(beside, ["cache", "dest", "src", "store"]);
+    let expected: &[&str] = if STORE {
+        &["cache", "dest", "src", "store"]
+    } else {
+        &["cache", "dest", "src"]
+    };
+    assert_eq!(beside, expected);
 }
 
 // ---------------------------------------------------------------------------
@@ -813,6 +811,9 @@ fn killed_sender_leaves_no_partial_file_and_a_resend_completes() {
 
 #[test]
 fn damaged_store_chunks_are_naked_and_repaired() {
+    if !STORE {
+        return damaged_destination_file_is_never_copied_and_is_repaired();
+    }
     let d = dirs();
     let size = 4 << 20;
     let data = random_bytes(7, size);
@@ -886,6 +887,66 @@ fn damaged_store_chunks_are_naked_and_repaired() {
     assert_eq!(hash_file(&d.dest.join("a.bin")), *blake3::hash(&data).as_bytes());
 }
 
+/// Without a store: a held file changed behind the receiver's back (same
+/// inode, size and mtime) is detected when a new file references it; the
+/// new file gets the chunk through NAK/REPAIR, the changed file is left as
+/// its owner made it, and later sends no longer reference it.
+fn damaged_destination_file_is_never_copied_and_is_repaired() {
+    let d = dirs();
+    let size = 4 << 20;
+    let data = random_bytes(7, size);
+    write(&d.src.join("one/a.bin"), &data);
+    let server = serve(&d.store, &d.dest, &["--max-sessions", "3"]);
+    good(
+        &send(&[&d.src.join("one/a.bin")], &server.addr, &d.cache, &[]),
+        "first send",
+    );
+    // Flip bytes in the middle of the held file, keeping its mtime.
+    let held = d.dest.join("a.bin");
+    let before = fs::metadata(&held).expect("stat");
+    {
+        let mut f = File::options().read(true).write(true).open(&held).expect("open a.bin");
+        let at = size as u64 / 2;
+        let mut b = [0u8; 16];
+        f.seek(SeekFrom::Start(at)).expect("seek");
+        f.read_exact(&mut b).expect("read");
+        b.iter_mut().for_each(|x| *x ^= 0xff);
+        f.seek(SeekFrom::Start(at)).expect("seek");
+        f.write_all(&b).expect("write");
+    }
+    set_mtime(&held, before.mtime() as u64, before.mtime_nsec() as u32);
+    let damaged = hash_file(&held);
+
+    // A modified copy under another name: its middle chunks go as
+    // descriptors into the damaged file.
+    let mut b = data.clone();
+    b[..64].fill(0xb0);
+    write(&d.src.join("two/b.bin"), &b);
+    let v = good(
+        &send(&[&d.src.join("two/b.bin")], &server.addr, &d.cache, &[]),
+        "send the copy",
+    );
+    assert!(num(&v, "/receiver/nak_chunks") >= 1, "{v:#}");
+    assert!(num(&v, "/receiver/repaired_bytes") > 0, "{v:#}");
+    assert!(num(&v, "/sender/repaired_chunks") >= 1, "{v:#}");
+    assert_eq!(hash_file(&d.dest.join("b.bin")), *blake3::hash(&b).as_bytes());
+    assert_eq!(hash_file(&held), damaged, "the changed file is not ours to touch");
+
+    // The good bytes are held in b.bin now: a third copy needs no repair.
+    let mut c = data.clone();
+    let end = c.len();
+    c[end - 64..].fill(0xc0);
+    write(&d.src.join("three/c.bin"), &c);
+    let v = good(
+        &send(&[&d.src.join("three/c.bin")], &server.addr, &d.cache, &[]),
+        "send a third copy",
+    );
+    assert_eq!(num(&v, "/receiver/nak_chunks"), 0, "{v:#}");
+    assert!(num(&v, "/receiver/matched_bytes") >= size as u64 - 2 * MAX_CHUNK, "{v:#}");
+    assert_eq!(hash_file(&d.dest.join("c.bin")), *blake3::hash(&c).as_bytes());
+    server.finish().expect_code(0, "server after three sessions");
+}
+
 // ---------------------------------------------------------------------------
 // 8. two senders at once
 
@@ -926,8 +987,10 @@ fn two_concurrent_senders_share_one_store() {
         "{}",
         done.stdout
     );
-    let stats = assert_store_verifies(&chunk_store(&d.store));
-    assert!(stats.chunks > 0);
+    if STORE {
+        let stats = assert_store_verifies(&chunk_store(&d.store));
+        assert!(stats.chunks > 0);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -935,6 +998,9 @@ fn two_concurrent_senders_share_one_store() {
 
 #[test]
 fn full_store_refuses_before_writing_anything() {
+    if !STORE {
+        return full_destination_refuses_before_writing_anything();
+    }
     let d = dirs();
     let big = d.src.join("big");
     write(&big.join("x.bin"), &random_bytes(900, 8 << 20));
@@ -946,13 +1012,17 @@ fn full_store_refuses_before_writing_anything() {
     );
     let out = send(&[&big], &server.addr, &d.cache, &[]);
     out.expect_code(4, "send into a full store");
-    assert!(out.stderr.contains("store full"), "stderr: {}", out.stderr);
+    assert!(out.stderr.contains("receiver full"), "stderr: {}", out.stderr);
     let failed = server.wait_event("session_failed");
     assert!(
-        failed["error"].as_str().unwrap_or("").contains("store full"),
+        failed["error"].as_str().unwrap_or("").contains("receiver full"),
         "{failed}"
     );
-    let left: Vec<_> = fs::read_dir(&d.dest).expect("read dest").collect();
+    let left: Vec<_> = fs::read_dir(&d.dest)
+        .expect("read dest")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() != STATE_DIR)
+        .collect();
     assert!(left.is_empty(), "the destination was touched: {left:?}");
 
     // The server keeps serving.
@@ -965,6 +1035,46 @@ fn full_store_refuses_before_writing_anything() {
     assert_same_tree(&small, &d.dest.join("small"));
     server.finish().expect_code(0, "server after two sessions");
     assert_store_verifies(&chunk_store(&d.store));
+}
+
+/// Without a store: a destination filesystem without room for the plan's
+/// new bytes refuses before any file is written (a 6 MiB tmpfs; root only).
+fn full_destination_refuses_before_writing_anything() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: mounting a small tmpfs as the destination needs root");
+        return;
+    }
+    let d = dirs();
+    fs::create_dir_all(&d.dest).expect("mkdir dest");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=6m", "pfs-test"])
+        .arg(&d.dest)
+        .status()
+        .expect("run mount");
+    assert!(mounted.success(), "mount a tmpfs on {}", d.dest.display());
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(d.dest.clone());
+    let big = d.src.join("big");
+    write(&big.join("x.bin"), &random_bytes(900, 8 << 20));
+    write(&big.join("y.bin"), &random_bytes(901, 8 << 20));
+    let mut server = serve(&d.store, &d.dest, &["--max-sessions", "2"]);
+    let out = send(&[&big], &server.addr, &d.cache, &[]);
+    out.expect_code(4, "send into a full destination");
+    assert!(out.stderr.contains("receiver full"), "stderr: {}", out.stderr);
+    let failed = server.wait_event("session_failed");
+    assert!(failed["error"].as_str().unwrap_or("").contains("receiver full"), "{failed}");
+    assert!(!d.dest.join("big").exists(), "the destination was touched");
+    // The server keeps serving.
+    let small = d.src.join("small");
+    write(&small.join("s.txt"), b"small enough");
+    good(&send(&[&small], &server.addr, &d.cache, &[]), "small send after the refusal");
+    assert_same_tree(&small, &d.dest.join("small"));
+    server.finish().expect_code(0, "server after two sessions");
 }
 
 // ---------------------------------------------------------------------------

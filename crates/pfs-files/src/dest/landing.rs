@@ -13,7 +13,7 @@ use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use super::{set_file_times_and_mode, DestRoot, ParkedTemp, StatCache, TempFile};
+use super::{set_file_times_and_mode, DestRoot, FileStat, ParkedTemp, StatCache, TempFile};
 use crate::chunk::QuickDigest;
 use crate::error::FilesError;
 use crate::manifest::{Manifest, Written};
@@ -261,17 +261,24 @@ impl<'d> Landing<'d> {
         write_all_vectored_at(temp.file(), slices, at).map_err(LandError::Write)
     }
 
+    /// Reads `buf.len()` bytes at `at` of the file `no` being rebuilt (a
+    /// chunk written earlier that another place repeats).
+    pub fn read_at(&mut self, no: u64, at: u64, buf: &mut [u8]) -> Result<(), LandError> {
+        let temp = self.temp(no)?;
+        temp.file().read_exact_at(buf, at).map_err(LandError::Reread)
+    }
+
     /// Finishes the file `no`: checks its BLAKE3 against the sender's, sets
     /// mode and mtime, renames it into place, records it in the manifest.
     /// `digests` are the BLAKE3 and XXH3-128 computed while it was written;
     /// a missing one (chunks written out of order) is computed by reading
-    /// the file back.
+    /// the file back. Returns the landed file's stat.
     pub fn finish_file(
         &mut self,
         no: u64,
         f: &FileSpec<'_>,
         digests: (Option<Hash>, Option<QuickDigest>),
-    ) -> Result<(), LandError> {
+    ) -> Result<FileStat, LandError> {
         self.temp(no)?;
         let temp = self.open.remove(&no).ok_or(LandError::NotOpen(no))?;
         let (digest, quick) = match digests {
@@ -287,7 +294,7 @@ impl<'d> Landing<'d> {
         if let Some(m) = &self.manifest {
             m.insert(f.rel.as_bytes(), Written::of(&meta, f.file_hash, quick));
         }
-        Ok(())
+        Ok(FileStat::of(&meta))
     }
 
     /// Drops the temporary file of `no` (it is unlinked).

@@ -99,7 +99,8 @@ fn dropped_temp_is_removed() {
     let tmp = root.create_temp(&rp("f")).unwrap();
     tmp.file().write_all(b"partial").unwrap();
     drop(tmp);
-    assert!(fs::read_dir(&fx.dest).unwrap().next().is_none());
+    assert!(fs::read_dir(fx.dest.join(TEMP_DIR)).unwrap().next().is_none());
+    assert!(!fx.dest.join("f").exists());
 }
 
 #[test]
@@ -201,28 +202,37 @@ fn symlink_policy() {
 }
 
 #[test]
-fn stale_temps_are_removed() {
+fn stale_temps_are_removed_and_user_files_never() {
     let fx = Fixture::new();
     let root = DestRoot::open(&fx.dest).unwrap();
     root.create_dir_all(&rp("a/b"), 0o755).unwrap();
-    for f in [".pfs-tmp.x.1", "a/.pfs-tmp.y.2", "a/b/.pfs-tmp.z.3"] {
-        fs::write(fx.dest.join(f), b"junk").unwrap();
+    // Files of the user's named like the temporaries of older versions stay.
+    for f in [".pfs-tmp.x.1", "a/.pfs-tmp.y.2"] {
+        fs::write(fx.dest.join(f), b"mine").unwrap();
     }
-    fs::write(fx.dest.join("a/keep"), b"k").unwrap();
-    symlink("x", fx.dest.join("a/.pfs-tmp.link.5")).unwrap();
-    fs::create_dir(fx.dest.join("a/.pfs-tmp.dir")).unwrap();
-    // Temporaries behind a symlink are not ours to touch.
-    fs::write(fx.outside.join(".pfs-tmp.out.4"), b"o").unwrap();
-    symlink(&fx.outside, fx.dest.join("a/link")).unwrap();
-    // A temp created through the API and leaked (as by a killed process).
-    let leaked = root.create_temp(&rp("a/b/file")).unwrap();
-    std::mem::forget(leaked);
-    assert_eq!(root.remove_stale_temps().unwrap(), 5);
-    assert!(fx.dest.join("a/keep").exists());
-    assert!(fx.dest.join("a/.pfs-tmp.dir").is_dir());
-    assert!(fx.outside.join(".pfs-tmp.out.4").exists());
-    assert_eq!(fs::read_dir(fx.dest.join("a/b")).unwrap().count(), 0);
+    // Temps created through the API and leaked (as by a killed process).
+    std::mem::forget(root.create_temp(&rp("a/b/file")).unwrap());
+    std::mem::forget(root.create_temp(&rp("top")).unwrap());
+    assert_eq!(fs::read_dir(fx.dest.join(TEMP_DIR)).unwrap().count(), 2);
+    assert_eq!(
+        fs::read_dir(fx.dest.join("a/b")).unwrap().count(),
+        0,
+        "nothing beside the target"
+    );
+    assert_eq!(root.remove_stale_temps().unwrap(), 2);
+    assert!(fx.dest.join(".pfs-tmp.x.1").exists());
+    assert!(fx.dest.join("a/.pfs-tmp.y.2").exists());
     assert_eq!(root.remove_stale_temps().unwrap(), 0);
+    let mode = fs::metadata(fx.dest.join(STATE_DIR)).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[test]
+fn reserved_paths() {
+    assert!(rp(".pfs").is_reserved());
+    assert!(rp(".pfs/tmp/x").is_reserved());
+    assert!(!rp("a/.pfs").is_reserved());
+    assert!(!rp(".pfsx").is_reserved());
 }
 
 #[test]
@@ -231,7 +241,7 @@ fn long_names_get_short_temps() {
     let root = DestRoot::open(&fx.dest).unwrap();
     let name = "n".repeat(255);
     let tmp = root.create_temp(&rp(&name)).unwrap();
-    assert!(tmp.tmp_name.len() <= 255);
+    assert_eq!(tmp.tmp_name.len(), 16);
     tmp.persist(false).unwrap();
     assert!(fx.dest.join(&name).is_file());
 }
@@ -364,10 +374,9 @@ fn parked_temps_hold_no_descriptor_and_reopen() {
     // A parked file replaced meanwhile is not the parked one: refused.
     let tmp = root.create_temp(&rel).unwrap();
     let parked = tmp.park().unwrap();
-    let names: Vec<_> = fs::read_dir(&fx.dest)
+    let names: Vec<_> = fs::read_dir(fx.dest.join(TEMP_DIR))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().as_bytes().starts_with(TEMP_PREFIX))
         .collect();
     assert_eq!(names.len(), 1);
     // Written beside it and renamed over it: another inode for sure.
@@ -380,5 +389,10 @@ fn parked_temps_hold_no_descriptor_and_reopen() {
     let parked = tmp.park().unwrap();
     root.remove_parked(&parked);
     fs::remove_file(&names[0]).unwrap();
-    assert_eq!(fs::read_dir(&fx.dest).unwrap().count(), 1, "only p is left");
+    assert_eq!(fs::read_dir(fx.dest.join(TEMP_DIR)).unwrap().count(), 0);
+    let left: Vec<_> = fs::read_dir(&fx.dest)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "only p and .pfs are left: {left:?}");
 }

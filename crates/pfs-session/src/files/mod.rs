@@ -19,9 +19,10 @@ pub mod sender;
 pub use error::{FilesViolation, IndexFault};
 
 pub use receiver::{
-    receive_files, FilesHost, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesReceiverOutcome,
-    LocalHost, StoreInfo, COMMIT_EVERY_CHUNKS, DEFAULT_MAX_FRAME_WORK, DEFAULT_MAX_RESERVATION,
-    DEFAULT_MAX_RESERVATION_PERCENT, DEFAULT_MAX_SESSION_MEMORY, DEFAULT_MAX_UNVERIFIED_BYTES,
+    receive_files, ChunkIndex, Copied, FilesHost, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
+    FilesReceiverOutcome, Lent, LocalHost, SharedChunkIndex, StoreInfo, COMMIT_EVERY_CHUNKS,
+    DEFAULT_MAX_FRAME_WORK, DEFAULT_MAX_RESERVATION, DEFAULT_MAX_RESERVATION_PERCENT,
+    DEFAULT_MAX_SESSION_MEMORY, DEFAULT_MAX_UNVERIFIED_BYTES,
 };
 pub use sender::{
     classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesProgress, FilesSender,

@@ -3,7 +3,7 @@
 //! session's phases and the handshake (FILES_HELLO, PROBE, INDEX_REQUEST,
 //! PLAN); `stream` beside it owns the file stream and the corrections plane.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use pfs_files::RelPath;
@@ -107,9 +107,8 @@ pub struct FilesReceiver {
     /// Hashes to NAK, once each.
     pub(super) nak: Vec<Hash>,
     pub(super) nak_seen: HashSet<Hash>,
-    /// NAKed chunks the store was repaired with: their good bytes are read
-    /// back from the store, not kept in memory.
-    pub(super) repaired: HashSet<Hash>,
+    /// Holes of the waiting files by hash (filled as REPAIRs arrive).
+    pub(super) holes_by_hash: HashMap<Hash, Vec<(usize, u64)>>,
     pub(super) report: FilesReport<'static>,
     pub(super) messages: String,
     /// Decompressed zstd chunk.
@@ -180,7 +179,7 @@ impl FilesReceiver {
             waiting: Vec::new(),
             nak: Vec::new(),
             nak_seen: HashSet::new(),
-            repaired: HashSet::new(),
+            holes_by_hash: HashMap::new(),
             report: FilesReport::default(),
             messages: String::new(),
             zbuf: Vec::new(),
@@ -757,9 +756,13 @@ impl FilesReceiver {
     /// `path` from the sender, beneath the remote directory it asked for.
     pub(super) fn full_path(&self, path: &[u8]) -> Result<RelPath, pfs_files::PathError> {
         let rel = RelPath::parse(path)?;
-        match &self.base {
-            None => Ok(rel),
-            Some(b) => b.join(rel.as_bytes()),
+        let rel = match &self.base {
+            None => rel,
+            Some(b) => b.join(rel.as_bytes())?,
+        };
+        if rel.is_reserved() {
+            return Err(pfs_files::PathError::Reserved);
         }
+        Ok(rel)
     }
 }

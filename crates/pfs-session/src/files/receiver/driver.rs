@@ -3,30 +3,30 @@
 //! core owns the protocol, the [`LocalHost`] the store and the files.
 
 use pfs_files::{DestRoot, Landing};
-use pfs_store::Store;
 use pfs_transport::Transport;
 
 use super::core::{FilesReceiver, FilesReceiverEvent};
-use super::host::{FilesHost, LocalHost};
+use super::host::{ChunkIndex, FilesHost, LocalHost};
 use super::{FilesReceiverConfig, FilesReceiverOutcome};
 use crate::framing::{is_timeout, now, send_error, write_reply, ReadTimeout, RecvBuf};
 use crate::SessionError;
 use pfs_sys::{thread_usage, Usage};
 
-/// Runs one files session on an accepted connection over `store` into
-/// `dest`. A protocol violation sends ERROR and returns the error; entries
-/// that cannot be written (refused path, disk full) fail individually and
-/// are listed in the report. Chunks that arrived before the session ended,
-/// however it ended, are committed to the store.
+/// Runs one files session on an accepted connection into `dest`, with the
+/// chunks held in `chunks` (a store, or the destination's index). A
+/// protocol violation sends ERROR and returns the error; entries that
+/// cannot be written (refused path, disk full) fail individually and are
+/// listed in the report. Chunks (and, without a store, files) that arrived
+/// before the session ended, however it ended, are committed to the index.
 pub fn receive_files<T: Transport + ?Sized>(
     t: &mut T,
-    store: &Store,
+    chunks: ChunkIndex<'_>,
     dest: &DestRoot,
     cfg: &FilesReceiverConfig,
 ) -> Result<FilesReceiverOutcome, SessionError> {
     let usage0 = thread_usage();
     let mut core = FilesReceiver::new(cfg, now())?;
-    let mut host = LocalHost::new(store, Landing::new(dest, cfg.manifest.clone(), cfg.fsync_files));
+    let mut host = LocalHost::new(chunks, Landing::new(dest, cfg.manifest.clone(), cfg.fsync_files));
     let result = run(t, &mut core, &mut host, cfg, &usage0);
     // Whatever happened, keep the verified chunks that arrived.
     let salvage = host.commit();

@@ -1,13 +1,76 @@
 //! What the receiver core asks of its host, as one trait ([`FilesHost`]),
-//! and the host of a real receiver ([`LocalHost`]): a [`Store`] and a
-//! [`Landing`] in a destination directory. The core decides; the host
-//! touches the store's mapping, the index and the destination's files.
+//! and the host of a real receiver ([`LocalHost`]): its chunk index (a
+//! [`Store`], or the destination's own [`DestIndex`]) and a [`Landing`] in
+//! a destination directory. The core decides; the host touches the store's
+//! mapping, the index and the destination's files.
 
+use std::collections::HashMap;
+use std::fs::File;
 use std::io::IoSlice;
+use std::os::unix::fs::FileExt;
 
-use pfs_files::{FileSpec, FilesError, LandError, Landing, Placement, QuickDigest, RelPath};
+use pfs_files::dest::index::FileAt;
+use pfs_files::{DestIndex, FileSpec, FilesError, LandError, Landing, Placement, QuickDigest, RelPath};
 use pfs_store::{ChunkLoc, IndexRecord, Reservation, Store, StoreError};
 use pfs_wire::files::Hash;
+
+use crate::files::hash_matches;
+
+/// Where the chunks a receiver holds are, and where new ones go.
+#[derive(Debug, Clone, Copy)]
+pub enum ChunkIndex<'s> {
+    /// A content store (`pfs serve --store`): chunks kept a second time,
+    /// as a history.
+    Store(&'s Store),
+    /// The destination's own files (one copy on disk): the index, and
+    /// where the session's destination is beneath the index's root (a
+    /// `dir=` key writes into a subdirectory of what its group's index
+    /// covers).
+    Dest(&'s DestIndex, Option<&'s RelPath>),
+}
+
+/// A [`ChunkIndex`] shared by the sessions of a server.
+#[derive(Debug, Clone)]
+pub enum SharedChunkIndex {
+    /// A content store.
+    Store(std::sync::Arc<Store>),
+    /// The destination's own files, and where the session's destination
+    /// is beneath the index's root.
+    Dest(std::sync::Arc<DestIndex>, Option<RelPath>),
+}
+
+impl SharedChunkIndex {
+    /// The index to run a session with.
+    pub fn get(&self) -> ChunkIndex<'_> {
+        match self {
+            Self::Store(s) => ChunkIndex::Store(s),
+            Self::Dest(d, within) => ChunkIndex::Dest(d, within.as_ref()),
+        }
+    }
+}
+
+/// Where the bytes a REF or KNOWN chunk names are, for the core.
+#[derive(Debug, Clone, Copy)]
+pub enum Lent<'s> {
+    /// In memory for the session's life (a store's mapping): the core
+    /// checks and queues them itself.
+    Bytes(&'s [u8]),
+    /// In a file: [`FilesHost::copy_chunk`] checks and copies them.
+    InFile,
+    /// Never given out by this receiver: the peer's error.
+    Outside,
+}
+
+/// What [`FilesHost::copy_chunk`] did.
+#[derive(Debug)]
+pub enum Copied {
+    /// Checked against its hash, shown to `seen`, written.
+    Placed,
+    /// Not there any more, or not what its hash says: a hole to NAK.
+    Absent,
+    /// Writing it failed: the file fails.
+    Failed(LandError),
+}
 
 /// The store's identity and space, for FILES_ACCEPT and the plan's ACK.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,13 +99,26 @@ pub trait FilesHost<'s> {
     fn reserve(&mut self, bytes: u64) -> Result<(), StoreError>;
     /// Reserved space still unused.
     fn reserved_left(&self) -> u64;
-    /// Appends a chunk whose BLAKE3 the core checked to the reservation.
-    fn append(&mut self, hash: &Hash, bytes: &[u8]) -> Result<(), StoreError>;
+    /// Appends a chunk whose BLAKE3 the core checked to the reservation;
+    /// `place` is where it is being written (file number, offset), if the
+    /// file is rebuilt.
+    fn append(&mut self, place: Option<(u64, u64)>, hash: &Hash, bytes: &[u8]) -> Result<(), StoreError>;
     /// Makes appended chunks durable and visible, keeping the unused rest
     /// reserved; returns the bytes committed.
     fn commit(&mut self) -> Result<u64, StoreError>;
-    /// Committed bytes at `loc`; `None` outside the store.
-    fn stored(&self, loc: ChunkLoc) -> Option<&'s [u8]>;
+    /// Where the committed bytes at `loc` are.
+    fn stored(&self, loc: ChunkLoc) -> Lent<'s>;
+    /// For [`Lent::InFile`] bytes: reads the chunk at `loc`, checks it
+    /// against `hash`, shows it to `seen` and writes it at `at` of the file
+    /// `no`.
+    fn copy_chunk(
+        &mut self,
+        no: u64,
+        at: u64,
+        loc: ChunkLoc,
+        hash: &Hash,
+        seen: &mut dyn FnMut(&[u8]),
+    ) -> Copied;
     /// Where the committed chunk `hash` is.
     fn lookup(&self, hash: &Hash) -> Option<ChunkLoc>;
     /// If this session appended the chunk `hash` of `len` bytes (not yet
@@ -56,7 +132,8 @@ pub trait FilesHost<'s> {
         len: u32,
         seen: &mut dyn FnMut(&[u8]),
     ) -> Option<Result<(), LandError>>;
-    /// Replaces the damaged stored chunk `hash` with good `bytes`.
+    /// Replaces the damaged stored chunk `hash` with good `bytes` (the core
+    /// writes them into the files waiting for them itself).
     fn repair(&mut self, hash: &Hash, bytes: &[u8]) -> Result<(), StoreError>;
 
     /// Whether the destination holds the probed file.
@@ -84,84 +161,338 @@ pub trait FilesHost<'s> {
     ) -> Result<(), LandError>;
     /// Drops the file `no` being rebuilt.
     fn discard(&mut self, no: u64);
+    /// The chunk `hash` of `len` bytes was written at `at` of the file `no`
+    /// by [`Self::write`] (a repaired hole): an index of the destination's
+    /// files records it.
+    fn wrote_chunk(&mut self, no: u64, at: u64, hash: &Hash, len: u32);
     /// The file `no` being rebuilt waits (for REPAIR): close its
     /// descriptors until it is written or finished again.
     fn park(&mut self, no: u64);
 }
 
-/// The host of a real receiver: its store and destination on this machine.
+/// Chunk records one session keeps for the files it has not landed yet
+/// (beyond this, a file's further chunks are not indexed; it is still
+/// written and checked).
+const MAX_BUILDING_CHUNKS: usize = 1 << 20;
+/// Source files kept open by a destination host.
+const OPEN_SOURCES: usize = 16;
+
+/// The host of a real receiver: its chunk index and destination on this machine.
 #[derive(Debug)]
 pub struct LocalHost<'s> {
-    store: &'s Store,
-    res: Option<Reservation<'s>>,
+    held: Held<'s>,
     landing: Landing<'s>,
 }
 
+#[derive(Debug)]
+enum Held<'s> {
+    Store {
+        store: &'s Store,
+        res: Option<Reservation<'s>>,
+    },
+    Dest(DestHost<'s>),
+}
+
+/// The session's side of a [`DestIndex`]: source files open, the chunks of
+/// files not landed yet, a buffer for chunk bytes.
+#[derive(Debug)]
+struct DestHost<'s> {
+    index: &'s DestIndex,
+    /// The session's destination beneath the index's root.
+    within: Option<&'s RelPath>,
+    /// Source files checked this session: (base, size, file).
+    sources: Vec<(u64, u64, File)>,
+    /// Chunks written into each file being rebuilt: (offset, len, hash).
+    building: HashMap<u64, Vec<(u64, u32, Hash)>>,
+    building_count: usize,
+    /// Literal chunks of this session not landed yet: hash → (file, offset, len).
+    appended: HashMap<Hash, (u64, u64, u32)>,
+    /// Literal bytes written since the last commit.
+    landed: u64,
+    buf: Vec<u8>,
+}
+
 impl<'s> LocalHost<'s> {
-    /// A host over `store`, landing files through `landing`.
-    pub fn new(store: &'s Store, landing: Landing<'s>) -> Self {
-        Self {
-            store,
-            res: None,
-            landing,
+    /// A host over `chunks`, landing files through `landing`.
+    pub fn new(chunks: ChunkIndex<'s>, landing: Landing<'s>) -> Self {
+        let held = match chunks {
+            ChunkIndex::Store(store) => Held::Store { store, res: None },
+            ChunkIndex::Dest(index, within) => Held::Dest(DestHost {
+                index,
+                within,
+                sources: Vec::new(),
+                building: HashMap::new(),
+                building_count: 0,
+                appended: HashMap::new(),
+                landed: 0,
+                buf: Vec::new(),
+            }),
+        };
+        Self { held, landing }
+    }
+
+    /// Files being rebuilt with a descriptor open (parked ones not counted).
+    pub fn open_files(&self) -> usize {
+        self.landing.open_files()
+    }
+}
+
+impl DestHost<'_> {
+    fn note(&mut self, no: u64, at: u64, len: u32, hash: &Hash) {
+        if self.building_count < MAX_BUILDING_CHUNKS {
+            self.building.entry(no).or_default().push((at, len, *hash));
+            self.building_count += 1;
         }
+    }
+
+    /// The source file for `base`, opened and checked once per session:
+    /// still the inode and size indexed, else its entries are dropped.
+    fn source(&mut self, base: u64, rel: &RelPath, size: u64, ino: u64) -> Option<usize> {
+        if let Some(i) = self.sources.iter().position(|s| s.0 == base) {
+            return Some(i);
+        }
+        let found = self.index.root().open_existing(rel).ok().flatten();
+        let Some((file, _)) = found.filter(|(_, m)| {
+            use std::os::unix::fs::MetadataExt;
+            m.ino() == ino && m.size() == size
+        }) else {
+            self.index.drop_file(base);
+            return None;
+        };
+        if self.sources.len() >= OPEN_SOURCES {
+            self.sources.remove(0);
+        }
+        self.sources.push((base, size, file));
+        Some(self.sources.len() - 1)
+    }
+
+    fn copy(
+        &mut self,
+        landing: &mut Landing<'_>,
+        no: u64,
+        at: u64,
+        loc: ChunkLoc,
+        hash: &Hash,
+        seen: &mut dyn FnMut(&[u8]),
+    ) -> Copied {
+        let len = loc.len as usize;
+        // The open source covering `loc`, if any, saves the index lookup.
+        let cached = self
+            .sources
+            .iter()
+            .position(|s| s.0 <= loc.offset && loc.offset + u64::from(loc.len) <= s.0 + s.1);
+        let (i, base) = match cached {
+            Some(i) => (i, self.sources[i].0),
+            None => {
+                let FileAt::File(f) = self.index.file_at(loc.offset, loc.len) else {
+                    return Copied::Absent;
+                };
+                match self.source(f.base, &f.rel, f.size, f.ino) {
+                    Some(i) => (i, f.base),
+                    None => return Copied::Absent,
+                }
+            }
+        };
+        self.buf.resize(len, 0);
+        let good = self.sources[i]
+            .2
+            .read_exact_at(&mut self.buf, loc.offset - base)
+            .is_ok()
+            && hash_matches(&self.buf, hash);
+        if !good {
+            // Changed behind the receiver's back (same inode and size):
+            // this chunk is NAKed; others of the file are still checked
+            // one by one, so what is intact keeps serving.
+            return Copied::Absent;
+        }
+        seen(&self.buf);
+        if let Err(e) = landing.write_at(no, at, &mut [IoSlice::new(&self.buf)]) {
+            return Copied::Failed(e);
+        }
+        self.note(no, at, loc.len, hash);
+        Copied::Placed
+    }
+
+    /// A literal chunk this session wrote into a file not landed yet.
+    fn copy_appended(
+        &mut self,
+        landing: &mut Landing<'_>,
+        no: u64,
+        at: u64,
+        hash: &Hash,
+        len: u32,
+        seen: &mut dyn FnMut(&[u8]),
+    ) -> Option<Result<(), LandError>> {
+        let &(from, from_at, from_len) = self.appended.get(hash)?;
+        if from_len != len {
+            return None;
+        }
+        self.buf.resize(len as usize, 0);
+        landing.read_at(from, from_at, &mut self.buf).ok()?;
+        if !hash_matches(&self.buf, hash) {
+            return None;
+        }
+        seen(&self.buf);
+        if let Err(e) = landing.write_at(no, at, &mut [IoSlice::new(&self.buf)]) {
+            return Some(Err(e));
+        }
+        self.note(no, at, len, hash);
+        Some(Ok(()))
+    }
+
+    fn forget(&mut self, no: u64) -> Vec<(u64, u32, Hash)> {
+        let chunks = self.building.remove(&no).unwrap_or_default();
+        self.building_count -= chunks.len();
+        for (_, _, h) in &chunks {
+            if self.appended.get(h).is_some_and(|a| a.0 == no) {
+                self.appended.remove(h);
+            }
+        }
+        chunks
     }
 }
 
 impl<'s> FilesHost<'s> for LocalHost<'s> {
     fn store_info(&self) -> StoreInfo {
-        let ident = self.store.identity();
-        let stats = self.store.stats();
-        StoreInfo {
-            id: ident.id,
-            generation: ident.generation,
-            capacity: stats.capacity,
-            free: stats.capacity.saturating_sub(stats.used),
+        match &self.held {
+            Held::Store { store, .. } => {
+                let ident = store.identity();
+                let stats = store.stats();
+                StoreInfo {
+                    id: ident.id,
+                    generation: ident.generation,
+                    capacity: stats.capacity,
+                    free: stats.capacity.saturating_sub(stats.used),
+                }
+            }
+            Held::Dest(d) => {
+                let (id, generation) = d.index.identity();
+                // The destination's filesystem is the capacity: files are the store.
+                let (capacity, free) = rustix::fs::statvfs(self.landing.root().path())
+                    .map(|v| (v.f_blocks * v.f_frsize, v.f_bavail * v.f_frsize))
+                    .unwrap_or((u64::MAX, u64::MAX));
+                StoreInfo {
+                    id,
+                    generation,
+                    capacity,
+                    free,
+                }
+            }
         }
     }
 
     fn index_since(&self, generation: u64) -> Vec<IndexRecord> {
-        self.store.entries_since(generation)
+        match &self.held {
+            Held::Store { store, .. } => store.entries_since(generation),
+            Held::Dest(d) => d
+                .index
+                .records_since(generation)
+                .into_iter()
+                .map(|c| IndexRecord {
+                    hash: c.hash,
+                    loc: ChunkLoc {
+                        offset: c.offset,
+                        len: c.len,
+                    },
+                })
+                .collect(),
+        }
     }
 
     fn reserve(&mut self, bytes: u64) -> Result<(), StoreError> {
-        self.res = Some(self.store.reserve(bytes)?);
-        Ok(())
+        match &mut self.held {
+            Held::Store { store, res } => {
+                *res = Some(store.reserve(bytes)?);
+                Ok(())
+            }
+            // Space is taken file by file, as they are written (a full
+            // disk fails the file being written, never the session).
+            Held::Dest(_) => Ok(()),
+        }
     }
 
     fn reserved_left(&self) -> u64 {
-        self.res.as_ref().map_or(0, Reservation::left)
+        match &self.held {
+            Held::Store { res, .. } => res.as_ref().map_or(0, Reservation::left),
+            Held::Dest(_) => u64::MAX,
+        }
     }
 
-    fn append(&mut self, hash: &Hash, bytes: &[u8]) -> Result<(), StoreError> {
-        match self.res.as_mut() {
-            Some(res) => res.append_unchecked(hash, bytes).map(drop),
-            None => Err(StoreError::ReservationExhausted {
-                len: bytes.len() as u64,
-                left: 0,
-            }),
+    fn append(&mut self, place: Option<(u64, u64)>, hash: &Hash, bytes: &[u8]) -> Result<(), StoreError> {
+        match &mut self.held {
+            Held::Store { res, .. } => match res.as_mut() {
+                Some(res) => res.append_unchecked(hash, bytes).map(drop),
+                None => Err(StoreError::ReservationExhausted {
+                    len: bytes.len() as u64,
+                    left: 0,
+                }),
+            },
+            Held::Dest(d) => {
+                if let Some((no, at)) = place {
+                    let len = bytes.len() as u32;
+                    d.note(no, at, len, hash);
+                    d.appended.entry(*hash).or_insert((no, at, len));
+                    d.landed += u64::from(len);
+                }
+                Ok(())
+            }
         }
     }
 
     fn commit(&mut self) -> Result<u64, StoreError> {
-        let Some(res) = self.res.take() else {
-            return Ok(0);
-        };
-        let left = res.left();
-        let written = res.written();
-        res.commit()?;
-        if left > 0 {
-            self.res = Some(self.store.reserve(left)?);
+        match &mut self.held {
+            Held::Store { store, res } => {
+                let Some(r) = res.take() else {
+                    return Ok(0);
+                };
+                let left = r.left();
+                let written = r.written();
+                r.commit()?;
+                if left > 0 {
+                    *res = Some(store.reserve(left)?);
+                }
+                Ok(written)
+            }
+            Held::Dest(d) => {
+                d.index.commit().map_err(|e| StoreError::Io {
+                    op: "append to the destination index",
+                    path: d.index.path().to_path_buf(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+                Ok(std::mem::take(&mut d.landed))
+            }
         }
-        Ok(written)
     }
 
-    fn stored(&self, loc: ChunkLoc) -> Option<&'s [u8]> {
-        self.store.bytes(loc).ok()
+    fn stored(&self, loc: ChunkLoc) -> Lent<'s> {
+        match &self.held {
+            Held::Store { store, .. } => store.bytes(loc).map_or(Lent::Outside, Lent::Bytes),
+            Held::Dest(d) => match d.index.file_at(loc.offset, loc.len) {
+                FileAt::Outside => Lent::Outside,
+                FileAt::File(_) | FileAt::Gone => Lent::InFile,
+            },
+        }
+    }
+
+    fn copy_chunk(
+        &mut self,
+        no: u64,
+        at: u64,
+        loc: ChunkLoc,
+        hash: &Hash,
+        seen: &mut dyn FnMut(&[u8]),
+    ) -> Copied {
+        match &mut self.held {
+            Held::Store { .. } => Copied::Absent,
+            Held::Dest(d) => d.copy(&mut self.landing, no, at, loc, hash, seen),
+        }
     }
 
     fn lookup(&self, hash: &Hash) -> Option<ChunkLoc> {
-        self.store.lookup(hash)
+        match &self.held {
+            Held::Store { store, .. } => store.lookup(hash),
+            Held::Dest(d) => d.index.lookup(hash).map(|(offset, len)| ChunkLoc { offset, len }),
+        }
     }
 
     fn place_appended(
@@ -172,16 +503,24 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         len: u32,
         seen: &mut dyn FnMut(&[u8]),
     ) -> Option<Result<(), LandError>> {
-        let bytes = self.res.as_ref()?.bytes_of(hash)?;
-        if bytes.len() != len as usize {
-            return None;
+        match &mut self.held {
+            Held::Store { res, .. } => {
+                let bytes = res.as_ref()?.bytes_of(hash)?;
+                if bytes.len() != len as usize {
+                    return None;
+                }
+                seen(bytes);
+                Some(self.landing.write_at(no, at, &mut [IoSlice::new(bytes)]))
+            }
+            Held::Dest(d) => d.copy_appended(&mut self.landing, no, at, hash, len, seen),
         }
-        seen(bytes);
-        Some(self.landing.write_at(no, at, &mut [IoSlice::new(bytes)]))
     }
 
     fn repair(&mut self, hash: &Hash, bytes: &[u8]) -> Result<(), StoreError> {
-        self.store.repair(hash, bytes).map(drop)
+        match &self.held {
+            Held::Store { store, .. } => store.repair(hash, bytes).map(drop),
+            Held::Dest(_) => Ok(()),
+        }
     }
 
     fn holds(&mut self, rel: &RelPath, size: u64, mtime_ns: i128, key: &[u8]) -> bool {
@@ -222,21 +561,35 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         f: &FileSpec<'_>,
         digests: (Option<Hash>, Option<QuickDigest>),
     ) -> Result<(), LandError> {
-        self.landing.finish_file(no, f, digests)
+        let landed = self.landing.finish_file(no, f, digests);
+        if let Held::Dest(d) = &mut self.held {
+            let chunks = d.forget(no);
+            if let Ok(stat) = &landed {
+                match d.within.map(|w| w.join(f.rel.as_bytes())) {
+                    Some(Ok(full)) => d.index.publish(&full, stat, &chunks),
+                    // Too long a path from the index's root: not indexed.
+                    Some(Err(_)) => {}
+                    None => d.index.publish(f.rel, stat, &chunks),
+                }
+            }
+        }
+        landed.map(drop)
+    }
+
+    fn wrote_chunk(&mut self, no: u64, at: u64, hash: &Hash, len: u32) {
+        if let Held::Dest(d) = &mut self.held {
+            d.note(no, at, len, hash);
+        }
     }
 
     fn discard(&mut self, no: u64) {
+        if let Held::Dest(d) = &mut self.held {
+            d.forget(no);
+        }
         self.landing.discard(no);
     }
 
     fn park(&mut self, no: u64) {
         self.landing.park(no);
-    }
-}
-
-impl LocalHost<'_> {
-    /// Files being rebuilt with a descriptor open (parked ones not counted).
-    pub fn open_files(&self) -> usize {
-        self.landing.open_files()
     }
 }

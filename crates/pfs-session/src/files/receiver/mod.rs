@@ -27,7 +27,7 @@ use pfs_wire::files::FilesReport;
 
 pub use self::core::{FilesReceiver, FilesReceiverEvent, MAX_PROBE_ENTRIES};
 pub use driver::receive_files;
-pub use host::{FilesHost, LocalHost, StoreInfo};
+pub use host::{ChunkIndex, Copied, FilesHost, Lent, LocalHost, SharedChunkIndex, StoreInfo};
 
 /// Most bookkeeping bytes one session may make a receiver keep, by default
 /// (chunks awaiting REPAIR, the NAK list, files waiting, directories whose

@@ -13,7 +13,7 @@ use pfs_wire::files::{
 use pfs_wire::FrameType;
 
 use super::core::{malformed, FilesReceiver};
-use super::host::FilesHost;
+use super::host::{Copied, FilesHost, Lent};
 use super::COMMIT_EVERY_CHUNKS;
 use crate::error::{LimitExceeded, LocalError};
 use crate::files::{hash_matches, FilesViolation, MAX_CHUNK_LEN};
@@ -95,7 +95,13 @@ pub(super) struct Waiting {
     mode: u32,
     mtime_ns: i128,
     file_hash: Hash,
+    /// Its holes, until the first REPAIR moves them into the receiver's
+    /// map of holes by hash.
     holes: Vec<(u64, Hash, u32)>,
+    /// Holes not filled yet.
+    missing: usize,
+    /// Filling a hole failed.
+    broken: Option<LandError>,
 }
 
 /// Why a file waiting for REPAIRs cannot be finished.
@@ -103,7 +109,7 @@ pub(super) struct Waiting {
 enum Unfinished {
     #[error(transparent)]
     Land(#[from] LandError),
-    #[error("chunks damaged in the store were not repaired")]
+    #[error("chunks missing or damaged at the receiver were not repaired")]
     NotRepaired,
 }
 
@@ -345,34 +351,43 @@ impl FilesReceiver {
             }
             ChunkData::Ref { offset } => {
                 let loc = ChunkLoc { offset, len: e.len };
-                let bytes = host
-                    .stored(loc)
-                    .ok_or(FilesViolation::OutsideStore { offset, len: e.len })?;
-                if !rebuilding {
-                    return Ok(());
-                }
-                if hash_matches(bytes, e.hash) {
-                    self.report.matched_bytes += u64::from(e.len);
-                    self.verified(e.hash);
-                    self.put(pending, at, bytes, host);
-                } else {
-                    self.hole(pending, at, e.hash, e.len, host)?;
+                match host.stored(loc) {
+                    Lent::Outside => return Err(FilesViolation::OutsideStore { offset, len: e.len }.into()),
+                    _ if !rebuilding => {}
+                    Lent::Bytes(bytes) if hash_matches(bytes, e.hash) => {
+                        self.report.matched_bytes += u64::from(e.len);
+                        self.verified(e.hash);
+                        self.put(pending, at, bytes, host);
+                    }
+                    Lent::Bytes(_) => self.hole(pending, at, e.hash, e.len, host)?,
+                    Lent::InFile => {
+                        self.flush(pending, host);
+                        if !self.copy(e, at, loc, host) {
+                            self.hole(pending, at, e.hash, e.len, host)?;
+                        }
+                    }
                 }
             }
             ChunkData::Known => {
                 if !rebuilding {
                     return Ok(());
                 }
-                let committed = host
-                    .lookup(e.hash)
-                    .filter(|l| l.len == e.len)
-                    .and_then(|loc| host.stored(loc))
-                    .filter(|b| hash_matches(b, e.hash));
-                if let Some(b) = committed {
-                    self.report.matched_bytes += u64::from(e.len);
-                    self.verified(e.hash);
-                    self.put(pending, at, b, host);
-                    return Ok(());
+                if let Some(loc) = host.lookup(e.hash).filter(|l| l.len == e.len) {
+                    match host.stored(loc) {
+                        Lent::Bytes(b) if hash_matches(b, e.hash) => {
+                            self.report.matched_bytes += u64::from(e.len);
+                            self.verified(e.hash);
+                            self.put(pending, at, b, host);
+                            return Ok(());
+                        }
+                        Lent::InFile => {
+                            self.flush(pending, host);
+                            if self.copy(e, at, loc, host) {
+                                return Ok(());
+                            }
+                        }
+                        Lent::Bytes(_) | Lent::Outside => {}
+                    }
                 }
                 // Appended by this session, not committed yet: its bytes
                 // live in the reservation, which may change before the
@@ -382,6 +397,45 @@ impl FilesReceiver {
             }
         }
         Ok(())
+    }
+
+    /// A chunk the host holds in a file: copied by the host, which checks
+    /// it. False if it was not there (a hole).
+    fn copy<'s, H: FilesHost<'s>>(
+        &mut self,
+        e: &ChunkEntry<'_>,
+        at: u64,
+        loc: ChunkLoc,
+        host: &mut H,
+    ) -> bool {
+        let Some(Current {
+            no,
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.current.as_mut()
+        else {
+            return true;
+        };
+        let mut seen = |b: &[u8]| {
+            if let Some(h) = rb.hasher.as_mut() {
+                h.update(b);
+            }
+            if let Some(q) = rb.quick.as_mut() {
+                q.0.write(b);
+            }
+        };
+        match host.copy_chunk(*no, at, loc, e.hash, &mut seen) {
+            Copied::Placed => {
+                self.report.matched_bytes += u64::from(e.len);
+                self.verified(e.hash);
+                true
+            }
+            Copied::Absent => false,
+            Copied::Failed(err) => {
+                self.fail_current(err, host);
+                true
+            }
+        }
     }
 
     /// A Known chunk this session appended: hashed and written by the host
@@ -481,7 +535,15 @@ impl FilesReceiver {
                     other => LocalError::Store(other).into(),
                 })?;
         }
-        host.append(e.hash, bytes).map_err(LocalError::Store)?;
+        let place = match self.current.as_ref() {
+            Some(Current {
+                no,
+                target: Target::Rebuild(_),
+                ..
+            }) => Some((*no, at)),
+            _ => None,
+        };
+        host.append(place, e.hash, bytes).map_err(LocalError::Store)?;
         self.appended += len;
         self.appends += 1;
         self.verified(e.hash);
@@ -672,7 +734,9 @@ impl FilesReceiver {
                     mode: cur.mode,
                     mtime_ns: cur.mtime_ns,
                     file_hash: cur.file_hash,
+                    missing: rb.holes.len(),
                     holes: rb.holes,
+                    broken: None,
                 });
             }
             (Target::Rebuild(rb), Some(rel)) => {
@@ -716,9 +780,9 @@ impl FilesReceiver {
         }
     }
 
-    /// One REPAIR frame: repair the store with the good bytes of NAKed
-    /// chunks (they are read back from there, never kept in memory); after
-    /// the last, fill the waiting files and finish.
+    /// One REPAIR frame: the good bytes of each NAKed chunk go into every
+    /// hole waiting for them (and repair the store, if there is one; they
+    /// are never kept in memory); after the last, finish the waiting files.
     pub(super) fn repair_frame<'s, H: FilesHost<'s>>(
         &mut self,
         flags: u16,
@@ -753,12 +817,10 @@ impl FilesReceiver {
             };
             if hash_matches(bytes, e.hash) {
                 self.report.repaired_bytes += u64::from(e.len);
-                match host.repair(e.hash, bytes) {
-                    Ok(()) => {
-                        self.repaired.insert(*e.hash);
-                    }
-                    Err(err) => self.note(&format!("store repair failed: {err}\n")),
+                if let Err(err) = host.repair(e.hash, bytes) {
+                    self.note(&format!("store repair failed: {err}\n"));
                 }
+                self.fill_holes(e.hash, bytes, host);
             }
             self.zbuf = zbuf;
         }
@@ -768,13 +830,56 @@ impl FilesReceiver {
         Ok(())
     }
 
-    /// Finishes the files that waited for REPAIRs, one at a time (each is
-    /// reopened, filled from the repaired store, landed or failed, closed),
-    /// so their number never costs descriptors.
+    /// Writes the good `bytes` of `hash` into every hole waiting for
+    /// them, each file reopened for its writes and parked again.
+    fn fill_holes<'s, H: FilesHost<'s>>(&mut self, hash: &Hash, bytes: &[u8], host: &mut H) {
+        if self.holes_by_hash.is_empty() {
+            for (i, w) in self.waiting.iter_mut().enumerate() {
+                for (at, h, _) in std::mem::take(&mut w.holes) {
+                    self.holes_by_hash.entry(h).or_default().push((i, at));
+                }
+            }
+        }
+        let Some(spots) = self.holes_by_hash.remove(hash) else {
+            return;
+        };
+        let mut open: Option<usize> = None;
+        for (i, at) in spots {
+            let Some(w) = self.waiting.get_mut(i) else {
+                continue;
+            };
+            if w.broken.is_none() {
+                match host.write(w.no, at, &mut [IoSlice::new(bytes)]) {
+                    Ok(()) => {
+                        w.missing -= 1;
+                        host.wrote_chunk(w.no, at, hash, bytes.len() as u32);
+                    }
+                    Err(e) => w.broken = Some(e),
+                }
+            }
+            if let Some(j) = open.filter(|&j| j != i) {
+                host.park(self.waiting[j].no);
+            }
+            open = Some(i);
+        }
+        if let Some(j) = open {
+            host.park(self.waiting[j].no);
+        }
+    }
+
+    /// Finishes the files that waited for REPAIRs, one at a time (each
+    /// reopened, re-read to verify, landed or failed, closed), so their
+    /// number never costs descriptors.
     pub(super) fn finish_waiting<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
+        self.holes_by_hash.clear();
         for w in std::mem::take(&mut self.waiting) {
-            match self.fill(&w, host) {
-                Ok(()) => {
+            let why = match w.broken {
+                Some(e) => Some(Unfinished::Land(e)),
+                None if w.missing > 0 => Some(Unfinished::NotRepaired),
+                None => None,
+            };
+            match why {
+                None => {
                     let spec = FileSpec {
                         rel: &w.rel,
                         size: w.size,
@@ -785,26 +890,11 @@ impl FilesReceiver {
                     };
                     self.land(w.no, &spec, (None, None), host);
                 }
-                Err(why) => {
+                Some(why) => {
                     host.discard(w.no);
                     self.fail(w.rel.as_bytes(), why);
                 }
             }
         }
-    }
-
-    /// Writes the repaired chunks into the holes of `w`, from the store.
-    fn fill<'s, H: FilesHost<'s>>(&self, w: &Waiting, host: &mut H) -> Result<(), Unfinished> {
-        for (at, hash, len) in &w.holes {
-            let bytes = Some(hash)
-                .filter(|h| self.repaired.contains(*h))
-                .and_then(|h| host.lookup(h))
-                .filter(|loc| loc.len == *len)
-                .and_then(|loc| host.stored(loc))
-                .filter(|b| hash_matches(b, hash))
-                .ok_or(Unfinished::NotRepaired)?;
-            host.write(w.no, *at, &mut [IoSlice::new(bytes)])?;
-        }
-        Ok(())
     }
 }
