@@ -86,8 +86,8 @@ pub struct BenchFilesArgs {
     /// Where the ext4 image goes (default: /dev/shm when it has room for the whole image, else /var/tmp). Example: --image-dir /var/tmp to put it on this host's disk
     #[arg(long, value_name = "DIR")]
     pub image_dir: Option<PathBuf>,
-    /// How each `pfs serve` keeps what it receives: store (--store and --dest), dest-only (--dest alone: needs a pfs serve with that mode). Both: --receiver-storage store,dest-only
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "store")]
+    /// How each `pfs serve` keeps what it receives, one PFS row set per value: dest-only (--dest alone: one copy), store (--store and --dest: a second copy in a chunk store). Example: --receiver-storage dest-only
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "dest-only,store")]
     pub receiver_storage: Vec<StorageKind>,
     /// Only rows whose label contains this text (case-insensitive; labels end with their filesystem, e.g. `[ext4]`); repeatable.
     #[arg(long, value_name = "TEXT")]
@@ -110,7 +110,7 @@ impl BenchFilesArgs {
             cold_file_size: 1 << 30,
             fs: vec![FsKind::Tmpfs],
             image_dir: None,
-            receiver_storage: vec![StorageKind::Store],
+            receiver_storage: vec![StorageKind::DestOnly],
             only,
             out: None,
             json: false,
@@ -820,10 +820,11 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
     }
     for &k in &storage {
         if k != StorageKind::Store {
+            // --dest alone is recent: say so plainly when this pfs lacks it.
             let probe = Scratch::new(Path::new("/var/tmp"), "pfs-bench-files-probe")?;
             check_storage(&pfs.path, k, probe.path()).with_context(|| {
                 format!(
-                    "--receiver-storage {}: this pfs serve does not run without --store",
+                    "--receiver-storage {}: this pfs serve does not run without --store (use --receiver-storage store)",
                     clap::ValueEnum::to_possible_value(&k)
                         .map(|v| v.get_name().to_string())
                         .unwrap_or_default()
@@ -963,8 +964,8 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
             receiver_storage: storage
                 .iter()
                 .map(|k| match k {
-                    StorageKind::Store => "store: pfs serve --store DIR --dest DIR",
-                    StorageKind::DestOnly => "dest only: pfs serve --dest DIR",
+                    StorageKind::Store => "PFS files (with store): pfs serve --store DIR --dest DIR",
+                    StorageKind::DestOnly => "PFS files: pfs serve --dest DIR (one copy; index in DEST/.pfs)",
                 })
                 .collect::<Vec<_>>()
                 .join("; "),
@@ -1221,18 +1222,18 @@ fn targets_json(t: &[Target]) -> serde_json::Value {
 fn targets_table(t: &[Target]) -> Table {
     let mut table = Table::new(&[
         Column::text("fs", 5),
-        Column::text("issue 15 figure", 78),
         Column::num("ratio", 6),
         Column::text("target", 8),
-        Column::text("verdict", 0),
+        Column::text("verdict", 7),
+        Column::text("issue 15 figure", 0),
     ]);
     for x in t {
         table.push(vec![
             Cell::text(&x.fs),
-            Cell::text(&x.what),
             x.value.map_or(Cell::Missing, |v| Cell::Num(v, 2)),
             Cell::text(format!("≤ {:.2}×", x.limit)),
             Cell::text(x.verdict()),
+            Cell::text(&x.what),
         ]);
     }
     table
@@ -1380,7 +1381,7 @@ mod tests {
         Naming {
             cold_file: human_size(1 << 30),
             cipher: "aes-256-gcm",
-            keys_storage: StorageKind::Store,
+            keys_storage: StorageKind::DestOnly,
         }
     }
 
@@ -1389,11 +1390,11 @@ mod tests {
         let n = naming();
         assert_eq!(
             n.label(Case::ColdFile, Tool::Pfs(StorageKind::Store)),
-            "PFS files: cold 1 GiB file (empty store)"
+            "PFS files (with store): cold 1 GiB file (empty store)"
         );
         assert_eq!(
             n.label(Case::SmallA, Tool::Pfs(StorageKind::DestOnly)),
-            "PFS files (dest only): small-file version A (empty destination)"
+            "PFS files: small-file version A (empty destination)"
         );
         assert_eq!(
             n.label(Case::PairB, Tool::Rsync),
@@ -1409,7 +1410,7 @@ mod tests {
         );
         assert_eq!(
             n.label(Case::PairA, Tool::PfsKeys),
-            "PFS files (aes-256-gcm): version A (empty store)"
+            "PFS files (aes-256-gcm): version A (empty destination)"
         );
         // Every row of a pass has its own label.
         let jobs = all_jobs(&[StorageKind::Store, StorageKind::DestOnly]);
@@ -1420,19 +1421,19 @@ mod tests {
     #[test]
     fn only_keeps_the_rows_a_selected_row_stands_on() {
         let n = naming();
-        let jobs = selected(all_jobs(&[StorageKind::Store]), |c, t| {
+        let jobs = selected(all_jobs(&[StorageKind::DestOnly]), |c, t| {
             n.label(c, t).contains("small-file version B over A")
         });
         assert_eq!(
             jobs,
             [
-                (Case::SmallA, Tool::Pfs(StorageKind::Store)),
-                (Case::SmallB, Tool::Pfs(StorageKind::Store)),
+                (Case::SmallA, Tool::Pfs(StorageKind::DestOnly)),
+                (Case::SmallB, Tool::Pfs(StorageKind::DestOnly)),
                 (Case::SmallA, Tool::Rsync),
                 (Case::SmallB, Tool::Rsync),
             ]
         );
-        let floors = selected(all_jobs(&[StorageKind::Store]), |c, t| {
+        let floors = selected(all_jobs(&[StorageKind::DestOnly]), |c, t| {
             n.label(c, t).contains("tar | tar")
         });
         assert_eq!(
@@ -1469,7 +1470,7 @@ mod tests {
 
     #[test]
     fn ratios_and_targets_compare_rows_of_one_filesystem() {
-        let pfs = Tool::Pfs(StorageKind::Store);
+        let pfs = Tool::Pfs(StorageKind::DestOnly);
         let mut rows = vec![
             row(FsKind::Ext4, Case::ColdFile, pfs, 3.0, 100, Some((200, 100))),
             row(
@@ -1535,7 +1536,8 @@ mod tests {
         let disk = get("ext4", "receiver disk");
         assert_eq!(disk.value, Some(2.0));
         assert!(
-            disk.what.contains("(PFS files: cold 1 GiB file (empty store))"),
+            disk.what
+                .contains("(PFS files: cold 1 GiB file (empty destination))"),
             "{}",
             disk.what
         );

@@ -89,19 +89,20 @@ pub fn timed(
 /// How `pfs serve` keeps what it receives, on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum StorageKind {
-    /// `--store DIR --dest DIR`: a chunk store beside the destination.
-    Store,
-    /// `--dest DIR` alone: the destination files are the blob, the chunk
-    /// index in DEST/.pfs (needs a `pfs serve` that has this mode).
+    /// `--dest DIR` alone: one copy, deduplicated against the destination's
+    /// own files (chunk index in DEST/.pfs).
     DestOnly,
+    /// `--store DIR --dest DIR`: every chunk also kept in a content store.
+    Store,
 }
 
 impl StorageKind {
-    /// What PFS row labels add for it (the store mode is the plain label).
+    /// What PFS row labels add for it (`pfs serve`'s default, --dest alone,
+    /// is the plain label).
     pub fn label_tag(self) -> Option<&'static str> {
         match self {
-            Self::Store => None,
-            Self::DestOnly => Some("dest only"),
+            Self::DestOnly => None,
+            Self::Store => Some("with store"),
         }
     }
 
@@ -486,8 +487,8 @@ mod tests {
             .collect();
         assert_eq!(a, ["--dest", "/x/dest"]);
         assert_eq!(d.dirs(), [Path::new("/x/dest")]);
-        assert_eq!(StorageKind::Store.label_tag(), None);
-        assert_eq!(StorageKind::DestOnly.label_tag(), Some("dest only"));
+        assert_eq!(StorageKind::DestOnly.label_tag(), None);
+        assert_eq!(StorageKind::Store.label_tag(), Some("with store"));
     }
 
     #[test]
