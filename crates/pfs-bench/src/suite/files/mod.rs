@@ -1230,7 +1230,8 @@ fn targets_table(t: &[Target]) -> Table {
     for x in t {
         table.push(vec![
             Cell::text(&x.fs),
-            x.value.map_or(Cell::Missing, |v| Cell::Num(v, 2)),
+            // Three digits: a ratio of 0.502 against ≤ 0.50 must not read 0.50.
+            x.value.map_or(Cell::Missing, |v| Cell::Num(v, 3)),
             Cell::text(format!("≤ {:.2}×", x.limit)),
             Cell::text(x.verdict()),
             Cell::text(&x.what),
