@@ -114,7 +114,7 @@ pub enum BenchStudy {
     Exec(crate::exec::BenchExecArgs),
     /// IPC latency study: 32-byte messages between two processes, one-way TSC latency per method vs Unix socket + epoll.
     Ipc(crate::ipc::IpcArgs),
-    /// File transfer: cold send, unchanged re-send and a real version pair, against rsync (delta) and scp.
+    /// File transfer on tmpfs and/or ext4: a cold file, cold and unchanged sends, a small-file and a large version pair, against rsync, scp, cp -a and tar | tar.
     #[command(alias = "sync")]
     Files(crate::suite::files::BenchFilesArgs),
     /// The server side of one `pfs bench ipc` row (started by the study itself).

@@ -1,7 +1,7 @@
 //! Ctrl-C / SIGTERM: undo what this process set up before exiting, as a
 //! normal exit would — remove named blobs it created (and was not asked to
-//! keep), kill the helper processes it started, delete the network
-//! namespaces and scratch directories it made.
+//! keep), kill the helper processes it started, unmount the filesystems it
+//! mounted, delete the network namespaces and scratch directories it made.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
@@ -15,6 +15,9 @@ pub enum Undo {
     Process(u32),
     /// A network namespace (and the host end of its veth pair).
     Netns { ns: String, host_if: String },
+    /// A filesystem this process mounted (a loop-mounted image): unmounted,
+    /// lazily if it stays busy; its loop device goes with it.
+    Mount(PathBuf),
     /// A scratch directory: removed recursively.
     Dir(PathBuf),
 }
@@ -104,10 +107,53 @@ fn execute(undo: Undo) {
                 .stderr(std::process::Stdio::null())
                 .status();
         }
+        Undo::Mount(path) => unmount(&path),
         Undo::Dir(path) => {
             let _ = std::fs::remove_dir_all(path);
         }
     }
+}
+
+/// Unmounts `path`: a few tries while processes that had files open there
+/// exit, then a lazy unmount (detached now, released when the last file
+/// closes). `umount(8)` also frees the loop device of a `mount -o loop`.
+pub fn unmount(path: &Path) {
+    let umount = |lazy: bool| {
+        let mut cmd = std::process::Command::new("umount");
+        if lazy {
+            cmd.arg("-l");
+        }
+        cmd.arg(path)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    for _ in 0..20 {
+        if !is_mount_point(path) || umount(false) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    if is_mount_point(path) && !umount(true) {
+        eprintln!(
+            "pfs: warning: could not unmount {} (see `findmnt {}`)",
+            path.display(),
+            path.display()
+        );
+    }
+}
+
+/// Whether something is mounted on `path` (this process's mount table;
+/// `path` as it was mounted, without `\040`-escaped blanks).
+pub fn is_mount_point(path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    // Field 5 of each line is the mount point.
+    table.lines().any(|l| l.split(' ').nth(4) == Some(want.as_ref()))
 }
 
 fn install() {

@@ -843,15 +843,9 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
         // this suite's blobs and scratch file given back first.
         drop(opened);
         drop(scratch);
-        let files_args = files::BenchFilesArgs {
-            pair: None,
-            cold_size: 1 << 30,
-            only: args.only.clone(),
-            out: None,
-            json: false,
-        };
+        let files_args = files::BenchFilesArgs::all_on_tmpfs(args.only.clone());
         match files::collect(&files_args, pfs) {
-            Ok((_, files_rows)) => rows.extend(files_rows),
+            Ok((_, files_rows)) => rows.extend(files_rows.into_iter().map(|r| r.row)),
             Err(e) => rows.push(Row::failed("PFS files (pfs bench files rows)", "Transfer", &e)),
         }
     }

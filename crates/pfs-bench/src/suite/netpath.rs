@@ -1,6 +1,8 @@
-//! Where the suite's receivers run: loopback in this namespace, or a network
-//! namespace reached over a veth pair that the harness creates itself and
-//! always removes (on success, on failure, and on Ctrl-C).
+//! Where the suite's receivers run: loopback in this namespace, loopback in a
+//! private network namespace (so its counters see the study's traffic
+//! alone), or a network namespace reached over a veth pair. The harness
+//! creates each namespace itself and always removes it (on success, on
+//! failure, and on Ctrl-C).
 
 use std::process::{Command, Stdio};
 
@@ -15,6 +17,34 @@ pub enum NetPath {
     Loopback,
     /// A namespace of our own behind a veth pair.
     Veth(Veth),
+    /// 127.0.0.1 in a namespace of our own that this thread has entered.
+    Private(Private),
+}
+
+/// A network namespace with only its loopback, entered by the thread that
+/// made it: the processes it starts inherit it, and its `lo` counters count
+/// nothing but theirs. Dropping it goes back to the namespace it came from.
+#[derive(Debug)]
+pub struct Private {
+    ns: String,
+    back: std::fs::File,
+    ticket: u64,
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        use std::os::fd::AsFd;
+        // Back first: a namespace cannot be deleted while we are in it.
+        let _ = rustix::thread::move_into_link_name_space(
+            self.back.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        );
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns])
+            .stderr(Stdio::null())
+            .status();
+        cleanup::done(self.ticket);
+    }
 }
 
 /// A namespace + veth pair owned by this process.
@@ -93,10 +123,40 @@ impl NetPath {
         Ok(NetPath::Veth(veth))
     }
 
-    /// `loopback` or `veth`.
+    /// Creates the namespace `pfsl-<pid>` with its loopback up, and moves
+    /// the calling thread into it (so the children it starts run there too).
+    /// Needs root.
+    pub fn private_loopback() -> anyhow::Result<Self> {
+        use std::os::fd::AsFd;
+        if !rustix::process::geteuid().is_root() {
+            bail!("a private network namespace needs root");
+        }
+        let ns = format!("pfsl-{}", std::process::id());
+        let back = std::fs::File::open("/proc/thread-self/ns/net")
+            .context("opening this thread's network namespace")?;
+        // Registered before creation so an interruption mid-setup still cleans up.
+        let ticket = cleanup::on_interrupt(Undo::Netns {
+            ns: ns.clone(),
+            host_if: String::new(),
+        });
+        let private = Private { ns, back, ticket };
+        ip(&["netns", "add", &private.ns])?;
+        ip(&["-n", &private.ns, "link", "set", "lo", "up"])?;
+        let target =
+            std::fs::File::open(format!("/run/netns/{}", private.ns)).context("opening the new namespace")?;
+        rustix::thread::move_into_link_name_space(
+            target.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .context("entering the new network namespace (setns)")?;
+        Ok(NetPath::Private(private))
+    }
+
+    /// `loopback`, `veth` or `private loopback`.
     pub fn name(&self) -> String {
         match self {
             NetPath::Loopback => "loopback".into(),
+            NetPath::Private(p) => format!("loopback in a private network namespace ({})", p.ns),
             NetPath::Veth(v) => format!(
                 "veth (netns {}, {} → {}, mtu {})",
                 v.ns, v.host_ip, v.peer_ip, v.mtu
@@ -107,7 +167,7 @@ impl NetPath {
     /// Address receivers listen on and senders connect to.
     pub fn server_ip(&self) -> &str {
         match self {
-            NetPath::Loopback => "127.0.0.1",
+            NetPath::Loopback | NetPath::Private(_) => "127.0.0.1",
             NetPath::Veth(v) => &v.peer_ip,
         }
     }
@@ -115,7 +175,8 @@ impl NetPath {
     /// A command that runs `program` on the receiving side of the path.
     pub fn receiver_command(&self, program: &str) -> Command {
         match self {
-            NetPath::Loopback => Command::new(program),
+            // In a private namespace both sides run where this thread runs.
+            NetPath::Loopback | NetPath::Private(_) => Command::new(program),
             NetPath::Veth(v) => {
                 // `ip netns exec` execs the program, so the child's pid is the program's.
                 let mut c = Command::new("ip");
@@ -138,8 +199,22 @@ impl NetPath {
             // On lo every byte is counted once as tx and once as rx.
             NetPath::Loopback => read("lo", "tx_bytes"),
             NetPath::Veth(v) => read(&v.host_if, "tx_bytes") + read(&v.host_if, "rx_bytes"),
+            // /sys shows the namespace it was mounted in; /proc/thread-self
+            // shows this thread's.
+            NetPath::Private(_) => std::fs::read_to_string("/proc/thread-self/net/dev")
+                .ok()
+                .and_then(|t| lo_tx_bytes(&t))
+                .unwrap_or(0),
         }
     }
+}
+
+/// The transmitted bytes of `lo` in a `/proc/net/dev` table (after the
+/// interface name: 8 receive fields, then transmitted bytes).
+fn lo_tx_bytes(table: &str) -> Option<u64> {
+    let line = table.lines().find(|l| l.trim_start().starts_with("lo:"))?;
+    let (_, fields) = line.split_once(':')?;
+    fields.split_whitespace().nth(8)?.parse().ok()
 }
 
 /// Host and peer addresses of the /30 for `pid`: 10.b.c.d with b, c and the
@@ -162,5 +237,52 @@ impl Drop for Veth {
             .stderr(Stdio::null())
             .status();
         cleanup::done(self.ticket);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lo_counters_from_proc_net_dev() {
+        let t = "Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo: 1234567      10    0    0    0     0          0         0  7654321      12    0    0    0     0       0          0
+  eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16
+";
+        assert_eq!(lo_tx_bytes(t), Some(7_654_321));
+        assert_eq!(lo_tx_bytes("no table"), None);
+    }
+
+    #[test]
+    fn private_loopback_counts_only_its_own_traffic() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: a private network namespace needs root");
+            return;
+        }
+        // On a thread of its own: entering the namespace changes the calling thread only.
+        std::thread::spawn(|| {
+            let before = std::fs::read_link("/proc/thread-self/ns/net").unwrap();
+            let net = NetPath::private_loopback().unwrap();
+            assert_ne!(std::fs::read_link("/proc/thread-self/ns/net").unwrap(), before);
+            let w0 = net.wire_counter();
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            std::io::Write::write_all(&mut c, &[0u8; 100_000]).unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = vec![0u8; 100_000];
+            std::io::Read::read_exact(&mut s, &mut buf).unwrap();
+            let w = net.wire_counter() - w0;
+            // The payload and its headers, and nothing of the host's traffic.
+            assert!((100_000..200_000).contains(&w), "{w}");
+            let NetPath::Private(p) = &net else { unreachable!() };
+            let ns = p.ns.clone();
+            drop(net);
+            assert_eq!(std::fs::read_link("/proc/thread-self/ns/net").unwrap(), before);
+            assert!(!std::path::Path::new("/run/netns").join(ns).exists());
+        })
+        .join()
+        .unwrap();
     }
 }
