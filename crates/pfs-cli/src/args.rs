@@ -269,8 +269,9 @@ pub struct ScheduleArgs {
 /// `pfs send`
 #[derive(Debug, Args)]
 pub struct SendArgs {
-    /// Files and directories to send (each arrives under its own name, like `scp -r`). Without
-    /// PATH, `pfs send` runs a seeded descriptor schedule against the receiver's blob (a benchmark).
+    /// Files and directories to send: each arrives under its own name, and `DIR/` sends DIR's
+    /// contents (as rsync: `pfs send photos/ --to h:7878:pics` fills `pics`). Without PATH,
+    /// `pfs send` runs a seeded descriptor schedule against the receiver's blob (a benchmark).
     #[arg(value_name = "PATH",
           conflicts_with_all = ["mode", "integrity", "grams", "bytes", "pattern", "size", "seed", "blob_name", "fill_file", "no_fill"])]
     pub paths: Vec<PathBuf>,

@@ -108,8 +108,10 @@ pub enum FilesError {
         path: PathBuf,
     },
 
-    /// Two roots have the same basename and would land on the same destination path.
-    #[error("two roots are both named {name:?} and would overwrite each other at the destination; send them separately")]
+    /// Two roots have the same basename, or two roots given as their
+    /// contents (a trailing slash) hold the same name: they would land on
+    /// the same destination path.
+    #[error("two sources would both land at {name:?} and overwrite each other at the destination; send them separately")]
     DuplicateRoot {
         /// The shared basename, lossily shown.
         name: String,

@@ -7,9 +7,13 @@
 //! comes before everything inside it and a receiver can create directories
 //! as it meets them.
 //!
-//! Naming follows `scp -r` / rsync without a trailing slash: each root's
-//! basename becomes the top-level name at the destination (`pfs send
-//! /data/photos` creates `photos/...`). A root given as a file yields one
+//! Naming follows rsync: each root's basename becomes the top-level name at
+//! the destination (`pfs send /data/photos` creates `photos/...`), and a
+//! directory root with a trailing slash, or whose last component is `.`,
+//! stands for its contents (`pfs send /data/photos/` puts what is in
+//! `photos` directly at the destination; [`Scan::contents`] says so). Two
+//! roots whose entries would land on the same top-level name are refused
+//! (rsync merges them). A root given as a file yields one
 //! entry. A root that is a symlink is followed (the user named it); symlinks
 //! below a root are reported as [`WalkKind::Symlink`] and never followed.
 //! FIFOs, sockets and devices are skipped, as are entries that cannot be read
@@ -79,6 +83,9 @@ pub struct Scan {
     pub entries: Vec<Entry>,
     /// Things found but not sent, with the reason.
     pub skipped: Vec<Skipped>,
+    /// A directory root was given as its contents (a trailing slash): the
+    /// destination directory itself is one of the tree's directories.
+    pub contents: bool,
 }
 
 /// Something the scan did not include.
@@ -200,21 +207,26 @@ impl Default for Excludes {
 /// itself (missing, unnamed, two roots with one name); problems below a root
 /// land in [`Scan::skipped`].
 pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> {
+    let mut scan = Scan::default();
     let mut tops: Vec<(RelPath, PathBuf, Metadata)> = Vec::with_capacity(roots.len());
     for root in roots {
         let abs = std::path::absolute(root).map_err(|e| FilesError::io("resolve", root, e))?;
         let meta = fs::metadata(&abs).map_err(|e| FilesError::io("stat", root, e))?;
-        let rel = root_name(root, &abs)?;
-        if tops.iter().any(|(r, _, _)| *r == rel) {
-            return Err(FilesError::DuplicateRoot {
-                name: rel.to_string(),
-            });
+        if meta.is_dir() && means_contents(root) {
+            scan.contents = true;
+            list_dir(None, &abs, &mut tops, &mut scan);
+            continue;
         }
+        let rel = root_name(root, &abs)?;
         tops.push((rel, abs, meta));
     }
     tops.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(w) = tops.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(FilesError::DuplicateRoot {
+            name: w[0].0.to_string(),
+        });
+    }
 
-    let mut scan = Scan::default();
     // Depth-first, pre-order: pop an item, emit it, push its children in
     // reverse name order so the smallest comes out next.
     let mut stack: Vec<(RelPath, PathBuf, Metadata)> = tops.into_iter().rev().collect();
@@ -260,15 +272,28 @@ pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> 
         });
         if is_dir {
             let before = stack.len();
-            list_dir(&rel, &abs, &mut stack, &mut scan);
+            list_dir(Some(&rel), &abs, &mut stack, &mut scan);
             stack[before..].sort_by(|a, b| b.0.cmp(&a.0));
         }
     }
     Ok(scan)
 }
 
-/// Push the children of directory `abs` (at `rel`) onto `stack`.
-fn list_dir(rel: &RelPath, abs: &Path, stack: &mut Vec<(RelPath, PathBuf, Metadata)>, scan: &mut Scan) {
+/// Whether a root names its contents rather than itself: a trailing `/`,
+/// or `.` as its last component (as rsync reads them).
+fn means_contents(root: &Path) -> bool {
+    let b = root.as_os_str().as_bytes();
+    b.ends_with(b"/") || b == b"." || b.ends_with(b"/.")
+}
+
+/// Push the children of directory `abs` (at `rel`; top-level names when
+/// `None`) onto `stack`.
+fn list_dir(
+    rel: Option<&RelPath>,
+    abs: &Path,
+    stack: &mut Vec<(RelPath, PathBuf, Metadata)>,
+    scan: &mut Scan,
+) {
     let rd = match fs::read_dir(abs) {
         Ok(rd) => rd,
         Err(e) => return skip(scan, abs.to_path_buf(), SkipReason::Unreadable(e)),
@@ -279,7 +304,12 @@ fn list_dir(rel: &RelPath, abs: &Path, stack: &mut Vec<(RelPath, PathBuf, Metada
             Err(e) => return skip(scan, abs.to_path_buf(), SkipReason::Unreadable(e)),
         };
         let child_abs = ent.path();
-        let child_rel = match rel.join(ent.file_name().as_bytes()) {
+        let name = ent.file_name();
+        let joined = match rel {
+            Some(r) => r.join(name.as_bytes()),
+            None => RelPath::parse(name.as_bytes()),
+        };
+        let child_rel = match joined {
             Ok(r) => r,
             Err(e) => {
                 skip(scan, child_abs, SkipReason::BadPath(e));
