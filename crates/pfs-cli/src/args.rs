@@ -320,6 +320,10 @@ pub struct FileSendArgs {
     /// Show what would travel as descriptors and as literal bytes; send no data.
     #[arg(long, requires = "paths")]
     pub dry_run: bool,
+    /// Remove, in each directory sent, what the source lacks, as rsync's --delete (`--exclude`d
+    /// names stay; nothing if any entry failed). `pfs send site/ --to h:7878:www --delete`.
+    #[arg(long, requires = "paths")]
+    pub delete: bool,
     /// Skip paths matching this glob (repeatable; without `/` it matches any file name, like rsync).
     #[arg(long, value_name = "PATTERN", requires = "paths")]
     pub exclude: Vec<String>,

@@ -165,3 +165,174 @@ fn a_trailing_slash_sends_the_contents() {
     assert_eq!(v["plan"]["files"], 2, "{v:#}");
     assert!(!d.dest.join("dry").exists());
 }
+
+// ---------------------------------------------------------------------------
+// --delete
+
+/// The `deleted` entries of a send's JSON.
+fn deleted(v: &Value) -> Vec<String> {
+    v["deleted"]["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no deleted entries in {v:#}"))
+        .iter()
+        .map(|e| e.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn delete_removes_what_the_source_lacks_and_nothing_else() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("keep.txt"), b"keep");
+    write(&tree.join("sub/keep.bin"), b"bin");
+    write(&tree.join("sub/old.txt"), b"old");
+    write(&tree.join("gone/deep/x"), b"x");
+    write(&tree.join("build.o"), b"object");
+    let server = serve(&d);
+    let to = format!("{}:site", server.addr);
+    good(&send(&d, &[&arg(&tree, true)], &to, &[]), "first send");
+    let site = d.dest.join("site");
+    assert!(site.join("gone/deep/x").exists());
+
+    // The source loses entries; the destination gains some of its own: a
+    // symlink to a file outside the destination, a state directory at the
+    // destination root, a file beside the remote directory.
+    fs::remove_file(tree.join("sub/old.txt")).unwrap();
+    fs::remove_dir_all(tree.join("gone")).unwrap();
+    fs::remove_file(tree.join("build.o")).unwrap();
+    let outside = d.src.join("outside.txt");
+    write(&outside, b"precious");
+    std::os::unix::fs::symlink(&outside, site.join("link-out")).unwrap();
+    write(&site.join("extra/file"), b"e");
+    write(&site.join("old.o"), b"excluded, so protected");
+    write(&d.dest.join(".pfs/state"), b"receiver state");
+    write(&d.dest.join("beside.txt"), b"not in the remote directory");
+
+    // Without --delete nothing goes.
+    good(&send(&d, &[&arg(&tree, true)], &to, &[]), "send without --delete");
+    assert!(site.join("gone/deep/x").exists() && site.join("extra/file").exists());
+
+    // A dry run lists what would go and removes nothing.
+    let out = send(
+        &d,
+        &[&arg(&tree, true)],
+        &to,
+        &["--delete", "--dry-run", "--exclude", "*.o"],
+    );
+    out.expect_code(0, "dry run of --delete");
+    let v = out.json("dry run of --delete");
+    let would = deleted(&v);
+    assert_eq!(
+        would,
+        [
+            "extra/file",
+            "extra/",
+            "gone/deep/x",
+            "gone/deep/",
+            "gone/",
+            "link-out",
+            "sub/old.txt"
+        ],
+        "{v:#}"
+    );
+    assert_eq!(v["deleted"]["count"], 7, "{v:#}");
+    assert_eq!(v["dry_run"], true, "{v:#}");
+    assert!(site.join("gone/deep/x").exists() && site.join("sub/old.txt").exists());
+
+    // The real thing: the same list, gone from the destination.
+    let v = good(
+        &send(&d, &[&arg(&tree, true)], &to, &["--delete", "--exclude", "*.o"]),
+        "--delete",
+    );
+    assert_eq!(deleted(&v), would, "{v:#}");
+    assert_eq!(v["receiver"]["files_deleted"], 7, "{v:#}");
+    // build.o left the source, but `--exclude *.o` protects it, as rsync does.
+    assert_eq!(
+        listing(&site),
+        ["build.o", "keep.txt", "old.o", "sub", "sub/keep.bin"]
+    );
+    // The link went as a link: its target is untouched.
+    assert_eq!(fs::read(&outside).unwrap(), b"precious");
+    // Outside the remote directory, and the receiver's state, nothing moved.
+    assert_eq!(fs::read(d.dest.join(".pfs/state")).unwrap(), b"receiver state");
+    assert!(d.dest.join("beside.txt").exists());
+
+    // Human output: rsync's `deleting` lines.
+    write(&site.join("stray"), b"s");
+    let mut cmd = pfs();
+    cmd.arg("send")
+        .arg(arg(&tree, true))
+        .args([
+            "--to",
+            &to,
+            "--progress",
+            "never",
+            "--delete",
+            "--exclude",
+            "*.o",
+            "--cache-dir",
+        ])
+        .arg(&d.cache);
+    let out = run(cmd);
+    out.expect_code(0, "human --delete");
+    assert!(out.stdout.starts_with("deleting stray\n"), "{}", out.stdout);
+}
+
+#[test]
+fn delete_stays_inside_named_directories_and_the_state_directory_is_never_written() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("a"), b"a");
+    let server = serve(&d);
+    // A directory sent by name: only what is inside it can go.
+    write(&d.dest.join("tree/stale"), b"s");
+    write(&d.dest.join("other"), b"o");
+    let v = good(
+        &send(&d, &[&arg(&tree, false)], &server.addr, &["--delete"]),
+        "tree --delete",
+    );
+    assert_eq!(deleted(&v), ["tree/stale"], "{v:#}");
+    assert!(d.dest.join("other").exists());
+    // The contents of a directory into the destination root: everything
+    // else at the root goes, but the receiver's `.pfs` stays.
+    write(&d.dest.join(".pfs/state"), b"receiver state");
+    let v = good(
+        &send(&d, &[&arg(&tree, true)], &server.addr, &["--delete"]),
+        "tree/ --delete",
+    );
+    assert_eq!(deleted(&v), ["other", "tree/a", "tree/"], "{v:#}");
+    assert_eq!(listing(&d.dest), [".pfs", ".pfs/state", "a"]);
+    // A sender may not write into `.pfs`, as a remote directory or by a name in it.
+    let out = send(&d, &[&arg(&tree, false)], &format!("{}:.pfs", server.addr), &[]);
+    assert_ne!(out.code(), Some(0), "{out:?}");
+    assert!(out.stderr.contains(".pfs"), "{}", out.stderr);
+    let pfs_named = d.src.join("x/.pfs");
+    write(&pfs_named.join("f"), b"f");
+    let out = send(&d, &[&arg(&d.src.join("x"), true)], &server.addr, &[]);
+    out.expect_code(6, "a tree holding .pfs at its top");
+    assert_eq!(fs::read(d.dest.join(".pfs/state")).unwrap(), b"receiver state");
+    assert!(!d.dest.join(".pfs/f").exists());
+}
+
+#[test]
+fn nothing_is_deleted_when_an_entry_fails() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("a"), b"a");
+    let server = serve(&d);
+    good(&send(&d, &[&arg(&tree, true)], &server.addr, &[]), "first send");
+    write(&d.dest.join("stale"), b"s");
+    // A symlink pointing out of the destination is refused by the receiver.
+    std::os::unix::fs::symlink("/etc/passwd", tree.join("escape")).unwrap();
+    let out = send(&d, &[&arg(&tree, true)], &server.addr, &["--delete"]);
+    out.expect_code(6, "a failed entry");
+    let v = out.json("a failed entry");
+    assert_eq!(v["deleted"]["count"], 0, "{v:#}");
+    assert_eq!(v["deleted"]["status"], "entries of the session failed", "{v:#}");
+    assert!(
+        out.stderr.contains("nothing deleted at the receiver"),
+        "{}",
+        out.stderr
+    );
+    assert!(d.dest.join("stale").exists());
+}

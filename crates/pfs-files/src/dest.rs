@@ -62,8 +62,10 @@ use rustix::io::Errno;
 use crate::error::{FilesError, PathError};
 use crate::path::{RelPath, MAX_COMPONENT, MAX_PATH};
 
+pub mod delete;
 pub mod landing;
 
+pub use delete::{is_reserved, Removed, STATE_DIR};
 pub use landing::{FileSpec, LandError, Landing, Placement};
 
 /// Prefix of every temporary file name.

@@ -45,6 +45,12 @@ pub enum PathError {
     /// destination if it should be replaced.
     #[error("a symlink or non-directory is in the way inside the destination; remove it to replace it")]
     NotADirectory,
+    /// The path is in `.pfs` at the root of the destination, the receiver's
+    /// own state ([`crate::dest::STATE_DIR`]).
+    #[error(
+        "`.pfs` at the root of the destination holds the receiver's state; a sender may not write there"
+    )]
+    Reserved,
 }
 
 /// A chunk-size bound outside what the chunker supports.

@@ -59,8 +59,8 @@ pub use chunk::{
     ChunkParams, ChunkRef, QuickDigest, Recipe,
 };
 pub use dest::{
-    check_symlink_target, set_file_times_and_mode, DestRoot, FileSpec, FileStat, LandError, Landing,
-    ParkedTemp, Placement, StatCache, TempFile,
+    check_symlink_target, is_reserved, set_file_times_and_mode, DestRoot, FileSpec, FileStat, LandError,
+    Landing, ParkedTemp, Placement, Removed, StatCache, TempFile, STATE_DIR,
 };
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};

@@ -181,6 +181,7 @@ fn file_body(no: u64, kind: EntryKind, path: &[u8], size: u64, chunks: u32, hash
         path,
         link_target: &[],
         held: false,
+        extra: pfs_wire::files::FileExtra::default(),
     }
     .emit(&mut body);
     body
@@ -787,6 +788,9 @@ mod pair {
             reply_timeout: Duration::from_secs(30),
             session_nonce: 9,
             probe,
+            delete: None,
+            checksum: false,
+            bwlimit: None,
         }
     }
 

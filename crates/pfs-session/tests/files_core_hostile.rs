@@ -77,6 +77,9 @@ fn config() -> FilesSenderConfig {
         reply_timeout: Duration::from_secs(30),
         session_nonce: 9,
         probe: true,
+        delete: None,
+        checksum: false,
+        bwlimit: None,
     }
 }
 

@@ -82,6 +82,10 @@ pub enum FrameType {
     Probe = 18,
     /// Files: which probed files the receiver already holds (a bitmap).
     ProbeReply = 19,
+    /// Files: the sender asks the receiver to remove what its tree lacks (rsync's --delete).
+    Delete = 20,
+    /// Files: what the receiver removed (or would remove), or why it did not.
+    Deleted = 21,
 }
 
 impl FrameType {
@@ -107,6 +111,8 @@ impl FrameType {
             17 => Self::Batch,
             18 => Self::Probe,
             19 => Self::ProbeReply,
+            20 => Self::Delete,
+            21 => Self::Deleted,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -139,6 +145,8 @@ impl FrameType {
             Self::Batch => "BATCH",
             Self::Probe => "PROBE",
             Self::ProbeReply => "PROBE_REPLY",
+            Self::Delete => "DELETE",
+            Self::Deleted => "DELETED",
         }
     }
 }
@@ -187,7 +195,8 @@ impl FrameHeader {
             | FrameType::Nak
             | FrameType::Repair
             | FrameType::Probe
-            | FrameType::ProbeReply => crate::files::FLAG_LAST,
+            | FrameType::ProbeReply
+            | FrameType::Deleted => crate::files::FLAG_LAST,
             FrameType::FilesEnd => crate::files::FLAG_FILES_REPORT,
             _ => 0,
         };

@@ -22,12 +22,14 @@ pub use receiver::{
     receive_files, FilesHost, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent, FilesReceiverOutcome,
     LocalHost, StoreInfo, COMMIT_EVERY_CHUNKS, DEFAULT_MAX_FRAME_WORK, DEFAULT_MAX_RESERVATION,
     DEFAULT_MAX_RESERVATION_PERCENT, DEFAULT_MAX_SESSION_MEMORY, DEFAULT_MAX_UNVERIFIED_BYTES,
+    MAX_DELETED_NAMED,
 };
 pub use sender::{
-    classify, send_files, ChunkPlan, FilesItem, FilesPlanSummary, FilesPrepare, FilesProgress, FilesSender,
-    FilesSenderConfig, FilesSenderEvent, FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource,
-    Unreadable,
+    classify, send_files, ChunkPlan, DeleteConfig, DeleteStatus, DeletedKind, DeletionOutcome, FilesItem,
+    FilesPlanSummary, FilesPrepare, FilesProgress, FilesSender, FilesSenderConfig, FilesSenderEvent,
+    FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource, ScanConfig, Scanned, Unreadable,
 };
+pub use sender::{save_recipes, scan_items};
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.
 pub const DEFAULT_MAX_CHUNKS_BODY: u32 = 8 << 20;

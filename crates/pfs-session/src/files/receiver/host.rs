@@ -5,7 +5,7 @@
 
 use std::io::IoSlice;
 
-use pfs_files::{FileSpec, FilesError, LandError, Landing, Placement, QuickDigest, RelPath};
+use pfs_files::{FileSpec, FilesError, LandError, Landing, Placement, QuickDigest, RelPath, Removed};
 use pfs_store::{ChunkLoc, IndexRecord, Reservation, Store, StoreError};
 use pfs_wire::files::Hash;
 
@@ -87,6 +87,18 @@ pub trait FilesHost<'s> {
     /// The file `no` being rebuilt waits (for REPAIR): close its
     /// descriptors until it is written or finished again.
     fn park(&mut self, no: u64);
+
+    /// Removes from the directory `dir` (the root when `None`) each entry
+    /// `keep(path, is_dir)` does not keep, with everything beneath it;
+    /// `removed` sees each (see [`pfs_files::DestRoot::delete_extraneous`]).
+    /// With `dry_run` nothing is removed, only reported.
+    fn delete_extraneous(
+        &mut self,
+        dir: Option<&RelPath>,
+        keep: &mut dyn FnMut(&RelPath, bool) -> bool,
+        dry_run: bool,
+        removed: &mut dyn FnMut(&RelPath, Removed),
+    ) -> Result<(), FilesError>;
 }
 
 /// The host of a real receiver: its store and destination on this machine.
@@ -231,6 +243,16 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
 
     fn park(&mut self, no: u64) {
         self.landing.park(no);
+    }
+
+    fn delete_extraneous(
+        &mut self,
+        dir: Option<&RelPath>,
+        keep: &mut dyn FnMut(&RelPath, bool) -> bool,
+        dry_run: bool,
+        removed: &mut dyn FnMut(&RelPath, Removed),
+    ) -> Result<(), FilesError> {
+        self.landing.root().delete_extraneous(dir, keep, dry_run, removed)
     }
 }
 

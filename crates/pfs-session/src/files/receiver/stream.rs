@@ -173,6 +173,13 @@ impl FilesReceiver {
 
     fn begin_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
         let f = FileEntry::parse(body).map_err(malformed("FILE"))?;
+        if f.extra.listed != self.dry_run {
+            return Err(FilesViolation::Listing {
+                file: f.file_no,
+                dry_run: self.dry_run,
+            }
+            .into());
+        }
         if f.file_no != self.next_no {
             return Err(FilesViolation::FileOrder {
                 got: f.file_no,
@@ -197,6 +204,11 @@ impl FilesReceiver {
                 return self.start(&f, None, mtime_ns, Target::Failed, host);
             }
         };
+        self.note_named(&rel, f.kind == EntryKind::Dir);
+        if f.extra.listed {
+            // A dry run's listing: named for DELETE, nothing written.
+            return Ok(());
+        }
         if let Err(e) = host.make_parent(&rel) {
             self.fail(f.path, e);
             return self.start(&f, Some(rel), mtime_ns, Target::Failed, host);

@@ -10,15 +10,19 @@ use std::time::{Duration, Instant};
 
 use pfs_files::IndexCache;
 use pfs_wire::files::{
-    batch_head, emit_entry_head, parse_batch, parse_index, parse_nak, parse_probe_reply, tag, ChunksHeader,
-    EntryKind, FileEntry, FilesAccept, FilesHello, FilesReport, Hash, Plan, PlanAck, ProbeEntry, ProbeHead,
-    CHUNKS_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_COMPRESS, HELLO_DRY_RUN, INDEX_KEY_LEN,
-    INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
+    batch_head, emit_entry_head, parse_batch, parse_deleted, parse_index, parse_nak, parse_probe_reply, tag,
+    ChunksHeader, DeleteRequest, EntryKind, FileEntry, FileExtra, FilesAccept, FilesHello, FilesReport, Hash,
+    Plan, PlanAck, ProbeEntry, ProbeHead, CHUNKS_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM,
+    HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN, INDEX_KEY_LEN, INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN,
+    PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
-use super::{classify, ChunkPlan, FilesItem, FilesPlanSummary, FilesProgress, FilesSenderConfig, Unreadable};
+use super::{
+    classify, ChunkPlan, DeletionOutcome, FilesItem, FilesPlanSummary, FilesProgress, FilesSenderConfig,
+    Unreadable,
+};
 use crate::error::{LocalError, Timeout};
 use crate::files::{FilesViolation, IndexFault, SENDER_FRAME_TARGET, SENDER_FRAME_WORK};
 use crate::framing::{frame_want, refusal, FrameClock, Transmit, DEFAULT_MIN_FRAME_RATE};
@@ -141,6 +145,12 @@ pub struct FilesSender<'a> {
     /// Entries left out because they could not be read.
     skipped: u64,
     events: VecDeque<FilesSenderEvent>,
+    /// A dry run of DELETE: the stream is FILE entries flagged LISTED.
+    listing: bool,
+    /// DELETE went out: DELETED frames come before the report.
+    delete_sent: bool,
+    /// What DELETED said so far.
+    deletion: Option<DeletionOutcome>,
 }
 
 /// A zstd compression context (the context itself has no `Debug`).
@@ -212,11 +222,16 @@ impl<'a> FilesSender<'a> {
             warnings: Vec::new(),
             skipped: 0,
             events: VecDeque::new(),
+            listing: false,
+            delete_sent: false,
+            deletion: None,
         };
         let mut hello = Vec::new();
         FilesHello {
             flags: if cfg.dry_run { HELLO_DRY_RUN } else { 0 }
-                | if cfg.compress.is_some() { HELLO_COMPRESS } else { 0 },
+                | if cfg.compress.is_some() { HELLO_COMPRESS } else { 0 }
+                | if cfg.delete.is_some() { HELLO_DELETE } else { 0 }
+                | if cfg.checksum { HELLO_CHECKSUM } else { 0 },
             auth_method: 0,
             chunk_avg: cfg.chunk_avg,
             session_nonce: cfg.session_nonce,
@@ -421,9 +436,15 @@ impl<'a> FilesSender<'a> {
         std::mem::take(&mut self.warnings)
     }
 
-    /// The receiver's report and its messages, once the session is done.
+    /// The receiver's report and its messages, once the session is done
+    /// (`None` for a dry run).
     pub fn take_report(&mut self) -> Option<(FilesReport<'static>, String)> {
         self.report.take()
+    }
+
+    /// What the receiver removed (or in a dry run would remove), if DELETE went out.
+    pub fn take_deletion(&mut self) -> Option<DeletionOutcome> {
+        self.deletion.take()
     }
 
     /// When the session started.
@@ -556,11 +577,33 @@ impl<'a> FilesSender<'a> {
                 }
                 Ok(())
             }
+            (Phase::Report, FrameType::Deleted) if self.delete_sent => {
+                let (head, entries) = parse_deleted(body).map_err(malformed("DELETED"))?;
+                let d = self.deletion.get_or_insert(DeletionOutcome {
+                    status: head.status,
+                    count: 0,
+                    entries: Vec::new(),
+                });
+                d.status = head.status;
+                for e in entries {
+                    let e = e.map_err(malformed("DELETED entry"))?;
+                    if d.entries.len() < crate::files::MAX_DELETED_NAMED {
+                        d.entries
+                            .push((e.kind, String::from_utf8_lossy(e.path).into_owned()));
+                    }
+                }
+                Ok(())
+            }
             (Phase::Report, FrameType::FilesEnd)
                 if h.flags & FLAG_FILES_REPORT != 0 && self.wanted.is_empty() =>
             {
                 let r = FilesReport::parse(body).map_err(malformed("FILES_END report"))?;
-                self.report = Some((FilesReport { messages: "", ..r }, r.messages.to_string()));
+                if let Some(d) = self.deletion.as_mut() {
+                    d.count = r.files_deleted;
+                }
+                if !self.cfg.dry_run {
+                    self.report = Some((FilesReport { messages: "", ..r }, r.messages.to_string()));
+                }
                 self.phase = Phase::Done;
                 Ok(())
             }
@@ -726,6 +769,12 @@ impl<'a> FilesSender<'a> {
         let (plans, summary) = classify(self.items, |h| cache.lookup(h));
         self.plans = plans;
         self.summary = summary;
+        if self.cfg.dry_run && self.cfg.delete.is_some() {
+            // What --delete would remove needs the tree's names at the receiver.
+            self.listing = true;
+            self.phase = Phase::Stream;
+            return;
+        }
         if self.cfg.dry_run {
             self.phase = Phase::Done;
             return;
@@ -844,6 +893,7 @@ impl<'a> FilesSender<'a> {
         if no == self.items.len() {
             self.progress(true);
             self.flush_batch()?;
+            self.queue_delete();
             self.control(FrameType::FilesEnd, 0, &[]);
             self.phase = Phase::Report;
             return Ok(());
@@ -856,7 +906,7 @@ impl<'a> FilesSender<'a> {
                 let chunks = item
                     .recipe
                     .as_ref()
-                    .filter(|_| !item.held)
+                    .filter(|_| !item.held && !self.listing)
                     .map_or(0, |r| r.chunks.len());
                 self.next_chunk = (chunks > 0).then_some(0);
                 if chunks == 0 {
@@ -875,6 +925,34 @@ impl<'a> FilesSender<'a> {
             }
         }
         Ok(())
+    }
+
+    /// DELETE, if the session asked for it and every entry could be read
+    /// (an entry left out would look extraneous: rsync skips deletion
+    /// after I/O errors too).
+    fn queue_delete(&mut self) {
+        let Some(d) = &self.cfg.delete else {
+            return;
+        };
+        if self.skipped > 0 {
+            self.warnings.push(format!(
+                "not deleting anything at the receiver: {} entries could not be read",
+                self.skipped
+            ));
+            return;
+        }
+        let mut body = Vec::new();
+        match DeleteRequest::emit(d.root, d.protect.iter().map(String::as_str), &mut body) {
+            Ok(()) => {
+                self.control(FrameType::Delete, 0, &body);
+                self.delete_sent = true;
+            }
+            Err(_) => self.warnings.push(format!(
+                "not deleting anything at the receiver: more than {} exclude patterns, or one longer than {} bytes",
+                pfs_wire::files::MAX_DELETE_RULES,
+                pfs_wire::files::MAX_PATH_LEN
+            )),
+        }
     }
 
     fn end_item(&mut self) {
@@ -904,6 +982,10 @@ impl<'a> FilesSender<'a> {
         let e = &item.entry;
         let (kind, link) = super::entry_kind(e);
         let (size, file_hash, chunk_count) = match (&item.recipe, item.size_and_hash()) {
+            _ if self.listing => match e.kind {
+                pfs_files::WalkKind::File { size } => (size, [0; 32], 0),
+                _ => (0, [0; 32], 0),
+            },
             (_, Some((size, hash))) if item.held => (size, hash, 0),
             (Some(r), _) => (r.size, r.file_hash, r.chunks.len() as u32),
             _ => (0, [0; 32], 0),
@@ -920,7 +1002,11 @@ impl<'a> FilesSender<'a> {
             file_hash,
             path: e.rel.as_bytes(),
             link_target: link,
-            held: item.held,
+            held: item.held && !self.listing,
+            extra: FileExtra {
+                listed: self.listing,
+                ..FileExtra::default()
+            },
         }
         .emit(&mut self.frame);
         debug_assert!(kind != EntryKind::File || chunk_count == 0 || item.recipe.is_some());

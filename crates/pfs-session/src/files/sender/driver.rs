@@ -76,6 +76,7 @@ fn send<T: Transport + ?Sized>(
     let (fetched, cached) = core.index_counts();
     let (sent, received) = core.wire_bytes();
     let report = core.take_report();
+    let deletion = core.take_deletion();
     let (repaired_chunks, repaired_bytes) = core.repaired;
     let elapsed = now() - core.started();
     let (report, messages) = match report {
@@ -99,6 +100,7 @@ fn send<T: Transport + ?Sized>(
         usage: thread_usage().since(&usage0),
         warnings,
         skipped: core.skipped(),
+        deletion,
     })
 }
 

@@ -11,10 +11,13 @@
 //! - [`driver`]: [`send_files`], the core over a blocking transport.
 //! - [`host`]: [`LocalSource`] and [`LocalPrepare`], the core's host on
 //!   this machine's files.
+//! - [`scan`]: [`scan_items`], the paths a user names as [`FilesItem`]s
+//!   with what the quick-check cache knows, before the session.
 
 pub mod core;
 pub mod driver;
 pub mod host;
+pub mod scan;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +31,8 @@ use pfs_sys::Usage;
 pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, MAX_INDEX_BATCH};
 pub use driver::send_files;
 pub use host::{FilesPrepare, LocalPrepare, LocalSource, Unreadable};
+pub use pfs_wire::files::{DeleteStatus, DeletedKind};
+pub use scan::{save_recipes, scan_items, ScanConfig, Scanned};
 
 /// One entry to send, with its recipe if it is a regular file.
 #[derive(Debug, Clone)]
@@ -91,6 +96,36 @@ pub struct FilesSenderConfig {
     pub session_nonce: u64,
     /// Ask the receiver which files it holds before chunking them (PROBE).
     pub probe: bool,
+    /// Have the receiver remove what the tree lacks (rsync's `--delete`).
+    pub delete: Option<DeleteConfig>,
+    /// Have the receiver decide "unchanged" by content, not size and mtime
+    /// (rsync's `--checksum`; the sender rehashes every file itself).
+    pub checksum: bool,
+    /// Most bytes per second written to the transport (`None`: as fast as
+    /// it goes); the driver paces its writes.
+    pub bwlimit: Option<u64>,
+}
+
+/// What a sender asks the receiver to remove (docs/wire.md §10.11).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteConfig {
+    /// The destination directory itself is one of the tree's directories
+    /// (a directory's contents were sent: `DIR/`).
+    pub root: bool,
+    /// Exclude patterns: destination entries they match are kept.
+    pub protect: Vec<String>,
+}
+
+/// What the receiver removed because the sender's tree lacks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletionOutcome {
+    /// Whether it removed (in a dry run, would remove) anything, or why not.
+    pub status: DeleteStatus,
+    /// Entries removed (or that would be), all counted.
+    pub count: u64,
+    /// The entries it named (at most [`crate::files::MAX_DELETED_NAMED`]),
+    /// relative to the remote directory, a directory after its contents.
+    pub entries: Vec<(DeletedKind, String)>,
 }
 
 /// How one chunk travels.
@@ -183,6 +218,8 @@ pub struct FilesSenderOutcome {
     /// Entries left out because they could not be read while the session
     /// ran (each also has a warning): the transfer is partial.
     pub skipped: u64,
+    /// What the receiver removed, when the session asked for DELETE and sent it.
+    pub deletion: Option<DeletionOutcome>,
 }
 
 /// Decides, per chunk of every file, how it travels: a descriptor when
