@@ -324,6 +324,10 @@ pub struct FileSendArgs {
     /// names stay; nothing if any entry failed). `pfs send site/ --to h:7878:www --delete`.
     #[arg(long, requires = "paths")]
     pub delete: bool,
+    /// Find unchanged files by content, not size and mtime, as rsync's -c: every file is read
+    /// on both sides (by default a file the receiver wrote is compared by content anyway).
+    #[arg(short = 'c', long, requires = "paths")]
+    pub checksum: bool,
     /// Skip paths matching this glob (repeatable; without `/` it matches any file name, like rsync).
     #[arg(long, value_name = "PATTERN", requires = "paths")]
     pub exclude: Vec<String>,

@@ -13,6 +13,7 @@ mod common;
 use common::{run, Out, Server};
 
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -335,4 +336,99 @@ fn nothing_is_deleted_when_an_entry_fails() {
         out.stderr
     );
     assert!(d.dest.join("stale").exists());
+}
+
+// ---------------------------------------------------------------------------
+// content check and --checksum
+
+/// Sets the modification time of `path` to `secs` since the epoch.
+fn set_mtime(path: &Path, secs: u64) {
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)))
+        .unwrap_or_else(|e| panic!("set mtime of {}: {e}", path.display()));
+}
+
+/// Rewrites `path` in place with `data` (same length) and its old mtime.
+fn rewrite_keeping_size_and_mtime(path: &Path, data: &[u8]) {
+    let before = fs::metadata(path).unwrap();
+    assert_eq!(before.len(), data.len() as u64);
+    let mtime = before.modified().unwrap();
+    fs::write(path, data).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+}
+
+#[test]
+fn a_content_change_with_the_same_size_and_mtime_is_sent_again() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("version.h"), b"#define VERSION 41\n");
+    write(&tree.join("same.txt"), b"unchanged");
+    set_mtime(&tree.join("version.h"), 1_600_000_000);
+    set_mtime(&tree.join("same.txt"), 1_600_000_000);
+    let server = serve(&d);
+    good(&send(&d, &[&arg(&tree, false)], &server.addr, &[]), "first send");
+    // Release 42 of an archive: one byte differs, size and mtime do not.
+    rewrite_keeping_size_and_mtime(&tree.join("version.h"), b"#define VERSION 42\n");
+    let v = good(&send(&d, &[&arg(&tree, false)], &server.addr, &[]), "second send");
+    assert_eq!(
+        fs::read(d.dest.join("tree/version.h")).unwrap(),
+        b"#define VERSION 42\n"
+    );
+    assert_eq!(v["receiver"]["files_written"], 1, "{v:#}");
+    assert_eq!(v["receiver"]["files_unchanged"], 1, "{v:#}");
+    let mtime = fs::metadata(d.dest.join("tree/version.h")).unwrap().mtime();
+    assert_eq!(mtime, 1_600_000_000);
+}
+
+#[test]
+fn checksum_compares_files_the_receiver_did_not_write() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("a.txt"), b"sender's a");
+    write(&tree.join("b.txt"), b"same bytes");
+    write(&tree.join("c.txt"), b"same, newer");
+    for f in ["a.txt", "b.txt"] {
+        set_mtime(&tree.join(f), 1_600_000_000);
+    }
+    set_mtime(&tree.join("c.txt"), 1_700_000_000);
+    // The destination got its copies some other way: same sizes and mtimes,
+    // a.txt with other bytes, c.txt with the same bytes and an older mtime.
+    let dest_tree = d.dest.join("tree");
+    write(&dest_tree.join("a.txt"), b"stale a!!!");
+    write(&dest_tree.join("b.txt"), b"same bytes");
+    write(&dest_tree.join("c.txt"), b"same, newer");
+    for f in ["a.txt", "b.txt"] {
+        set_mtime(&dest_tree.join(f), 1_600_000_000);
+    }
+    set_mtime(&dest_tree.join("c.txt"), 1_600_000_000);
+    let server = serve(&d);
+    // By default, as with rsync, size and mtime decide for files the
+    // receiver knows nothing about: a.txt stays as it is.
+    let v = good(&send(&d, &[&arg(&tree, false)], &server.addr, &[]), "default");
+    assert_eq!(fs::read(dest_tree.join("a.txt")).unwrap(), b"stale a!!!", "{v:#}");
+    // --checksum reads both sides: a.txt is rewritten, b.txt left alone,
+    // c.txt (same content, other mtime) only gets its mtime.
+    set_mtime(&dest_tree.join("c.txt"), 1_600_000_000);
+    let v = good(
+        &send(&d, &[&arg(&tree, false)], &server.addr, &["--checksum"]),
+        "--checksum",
+    );
+    assert_eq!(fs::read(dest_tree.join("a.txt")).unwrap(), b"sender's a");
+    assert_eq!(v["receiver"]["files_written"], 1, "{v:#}");
+    assert_eq!(v["receiver"]["files_unchanged"], 1, "{v:#}");
+    assert_eq!(v["receiver"]["files_metadata_only"], 1, "{v:#}");
+    assert_eq!(
+        fs::metadata(dest_tree.join("c.txt")).unwrap().mtime(),
+        1_700_000_000
+    );
+    // The sender read every file again (nothing from its cache).
+    let read = |k: &str| v["sender"][k].as_u64().unwrap();
+    assert!(read("files_hashed_whole") + read("files_chunked") >= 3, "{v:#}");
 }

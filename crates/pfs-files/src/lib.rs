@@ -65,4 +65,4 @@ pub use dest::{
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};
 pub use path::RelPath;
-pub use walk::{scan, Entry, Excludes, Scan, SkipReason, Skipped, WalkKind};
+pub use walk::{scan, Entry, EntryMeta, Excludes, Scan, SkipReason, Skipped, WalkKind};

@@ -57,6 +57,26 @@ pub struct Entry {
     /// Where it is on this machine: absolute (made so lexically, symlinks in
     /// the root path are not resolved).
     pub abs: PathBuf,
+    /// Status change time, owner, links, extended attributes.
+    pub meta: EntryMeta,
+}
+
+/// What the scan reads of an entry beyond what every send needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntryMeta {
+    /// Status change time, nanoseconds since the Unix epoch: no tool can
+    /// set it, so the quick-check cache keys on it (a rewrite in place that
+    /// restores size and mtime still changes it).
+    pub ctime_ns: i128,
+    /// Numeric owner.
+    pub uid: u32,
+    /// Numeric group.
+    pub gid: u32,
+    /// Hard links to the inode (`st_nlink`).
+    pub nlink: u64,
+    /// Extended attributes (name, value), read only when asked for,
+    /// sorted by name.
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// The kind of an [`Entry`].
@@ -269,6 +289,13 @@ pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> 
             dev: meta.dev(),
             ino: meta.ino(),
             abs: abs.clone(),
+            meta: EntryMeta {
+                ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+                uid: meta.uid(),
+                gid: meta.gid(),
+                nlink: meta.nlink(),
+                xattrs: Vec::new(),
+            },
         });
         if is_dir {
             let before = stack.len();

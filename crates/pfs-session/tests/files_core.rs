@@ -740,6 +740,7 @@ mod pair {
             dev: 0,
             ino: 0,
             abs: PathBuf::from("/mem").join(rel),
+            meta: Default::default(),
         }
     }
 

@@ -46,6 +46,7 @@ fn entry(rel: &str, kind: WalkKind) -> Entry {
         dev: 0,
         ino: 0,
         abs: PathBuf::from("/mem").join(rel),
+        meta: Default::default(),
     }
 }
 

@@ -88,7 +88,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         exclude: &f.exclude,
         cache: recipes,
         params,
-        reread: false,
+        reread: f.checksum,
     })?;
     for w in &warnings {
         eprintln!("pfs: warning: {w}");
@@ -123,7 +123,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             root: contents,
             protect: f.exclude.clone(),
         }),
-        checksum: false,
+        checksum: f.checksum,
         bwlimit: None,
     };
     let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;

@@ -10,7 +10,8 @@ use pfs_files::RelPath;
 use pfs_store::StoreError;
 use pfs_wire::files::{
     parse_batch, parse_index_request, parse_probe, FilesAccept, FilesHello, FilesReport, Hash, IndexEntry,
-    Plan, PlanAck, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST, HELLO_DELETE, HELLO_DRY_RUN, PROBE_HEAD_LEN,
+    Plan, PlanAck, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_DELETE, HELLO_DRY_RUN,
+    PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -464,6 +465,7 @@ impl FilesReceiver {
         if hello.flags & HELLO_DELETE != 0 {
             self.deletion = Some(Box::default());
         }
+        host.set_checksum(hello.flags & HELLO_CHECKSUM != 0);
         let info = host.store_info();
         let accept = FilesAccept {
             store_id: info.id,

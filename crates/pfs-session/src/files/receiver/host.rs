@@ -88,6 +88,10 @@ pub trait FilesHost<'s> {
     /// descriptors until it is written or finished again.
     fn park(&mut self, no: u64);
 
+    /// Decide "unchanged" by content, not size and mtime, for this session
+    /// (rsync's `--checksum`; see [`Landing::set_checksum`]).
+    fn set_checksum(&mut self, on: bool);
+
     /// Removes from the directory `dir` (the root when `None`) each entry
     /// `keep(path, is_dir)` does not keep, with everything beneath it;
     /// `removed` sees each (see [`pfs_files::DestRoot::delete_extraneous`]).
@@ -243,6 +247,10 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
 
     fn park(&mut self, no: u64) {
         self.landing.park(no);
+    }
+
+    fn set_checksum(&mut self, on: bool) {
+        self.landing.set_checksum(on);
     }
 
     fn delete_extraneous(
