@@ -328,6 +328,10 @@ pub struct FileSendArgs {
     /// on both sides (by default a file the receiver wrote is compared by content anyway).
     #[arg(short = 'c', long, requires = "paths")]
     pub checksum: bool,
+    /// Most bytes per second to send, in rsync's units: KiB unless suffixed (K M G: 1024s,
+    /// KB MB GB: 1000s, B: bytes), fractions allowed, 0 = no limit. `--bwlimit 10M`.
+    #[arg(long, value_name = "RATE", value_parser = pfs_session::files::parse_rate, requires = "paths")]
+    pub bwlimit: Option<u64>,
     /// Skip paths matching this glob (repeatable; without `/` it matches any file name, like rsync).
     #[arg(long, value_name = "PATTERN", requires = "paths")]
     pub exclude: Vec<String>,

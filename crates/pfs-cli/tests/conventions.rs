@@ -432,3 +432,36 @@ fn checksum_compares_files_the_receiver_did_not_write() {
     let read = |k: &str| v["sender"][k].as_u64().unwrap();
     assert!(read("files_hashed_whole") + read("files_chunked") >= 3, "{v:#}");
 }
+
+// ---------------------------------------------------------------------------
+// --bwlimit (its pacing is tested on a simulated clock in pfs-session's
+// `files::bwlimit`; here: the option end to end, without timing anything)
+
+#[test]
+fn bwlimit_sends_everything_and_refuses_what_is_not_a_rate() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+    write(&tree.join("a.bin"), &data);
+    write(&tree.join("small"), b"s");
+    let server = serve(&d);
+    let v = good(
+        &send(&d, &[&arg(&tree, false)], &server.addr, &["--bwlimit", "8M"]),
+        "--bwlimit 8M",
+    );
+    assert_eq!(v["bwlimit_bytes_per_s"], 8 << 20, "{v:#}");
+    assert_eq!(fs::read(d.dest.join("tree/a.bin")).unwrap(), data);
+    // 0 is no limit, as with rsync.
+    let v = good(
+        &send(&d, &[&arg(&tree, false)], &server.addr, &["--bwlimit", "0"]),
+        "--bwlimit 0",
+    );
+    assert!(v["bwlimit_bytes_per_s"].is_null(), "{v:#}");
+    for bad in ["fast", "1", "10Q"] {
+        let out = send(&d, &[&arg(&tree, false)], &server.addr, &["--bwlimit", bad]);
+        // Not a rate: a usage error (2); 1 KiB/s: too slow for one chunk (1).
+        let want = if bad == "1" { 1 } else { 2 };
+        assert_eq!(out.code(), Some(want), "--bwlimit {bad}: {out:?}");
+        assert!(out.stderr.contains("--bwlimit"), "{}", out.stderr);
+    }
+}

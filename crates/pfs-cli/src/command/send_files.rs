@@ -71,6 +71,13 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     let json = args.run.json;
     let params = ChunkParams::new(f.chunk_avg).map_err(|e| anyhow::anyhow!("--chunk-avg: {e}"))?;
     let (addr, remote_dir) = split_target(&args.to, args.transport.transport);
+    let bwlimit = f.bwlimit.filter(|&r| r > 0);
+    let floor = pfs_session::files::bwlimit::min_rate(params.max());
+    if let Some(r) = bwlimit.filter(|&r| r < floor) {
+        anyhow::bail!(
+            "--bwlimit: {r} B/s is below {floor} B/s, at which one chunk (--chunk-avg) takes a minute"
+        );
+    }
     let recipes = match (&f.cache_dir, f.no_cache) {
         (_, true) => None,
         (Some(d), false) => Some(d.join("recipes")),
@@ -124,7 +131,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             protect: f.exclude.clone(),
         }),
         checksum: f.checksum,
-        bwlimit: None,
+        bwlimit,
     };
     let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;
     let target = target(&addr, &args.transport, args.run.sock_buf);
@@ -194,6 +201,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     }
     if json {
         let mut v = to_json(&out, kind, &prep, &remote_dir);
+        v["bwlimit_bytes_per_s"] = serde_json::json!(bwlimit);
         v["deleted"] = serde_json::json!(out.deletion.as_ref().map(|d| serde_json::json!({
             "status": d.status.reason(), "count": d.count,
             "entries": d.entries.iter().map(deleted_name).collect::<Vec<_>>() })));

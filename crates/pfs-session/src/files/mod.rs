@@ -10,12 +10,15 @@
 //! Both sides are sans-I/O cores ([`FilesSender`], [`FilesReceiver`]) with
 //! a host trait for the work on files and store ([`FilesSource`],
 //! [`FilesHost`]) and a thin blocking driver ([`send_files`],
-//! [`receive_files`]); [`error`] holds the typed violations.
+//! [`receive_files`]); [`error`] holds the typed violations, [`bwlimit`]
+//! the sender's pacing (`--bwlimit`).
 
+pub mod bwlimit;
 pub mod error;
 pub mod receiver;
 pub mod sender;
 
+pub use bwlimit::{parse_rate, BwLimit, RateError};
 pub use error::{FilesViolation, IndexFault};
 
 pub use receiver::{

@@ -24,6 +24,7 @@ use super::{
     Unreadable,
 };
 use crate::error::{LocalError, Timeout};
+use crate::files::bwlimit::frame_target;
 use crate::files::{FilesViolation, IndexFault, SENDER_FRAME_TARGET, SENDER_FRAME_WORK};
 use crate::framing::{frame_want, refusal, FrameClock, Transmit, DEFAULT_MIN_FRAME_RATE};
 use crate::SessionError;
@@ -113,6 +114,9 @@ pub struct FilesSender<'a> {
     zout: Vec<u8>,
     zctx: Zstd,
     zlevel: i32,
+    /// Frame and BATCH sizes to aim at (smaller when paced: `bwlimit`).
+    frame_target: usize,
+    batch_target: usize,
     /// The frame being built (FILE, CHUNKS, REPAIR), and its header.
     frame: Vec<u8>,
     frame_hdr: [u8; FRAME_HEADER_LEN],
@@ -195,6 +199,12 @@ impl<'a> FilesSender<'a> {
             zout: Vec::new(),
             zctx: Zstd(zctx),
             zlevel: 1,
+            frame_target: cfg
+                .bwlimit
+                .map_or(SENDER_FRAME_TARGET, |r| frame_target(r, SENDER_FRAME_TARGET)),
+            batch_target: cfg
+                .bwlimit
+                .map_or(BATCH_TARGET, |r| frame_target(r, BATCH_TARGET)),
             frame: Vec::with_capacity(SENDER_FRAME_TARGET + (1 << 20)),
             frame_hdr: [0; FRAME_HEADER_LEN],
             zbuf: Vec::new(),
@@ -704,7 +714,7 @@ impl<'a> FilesSender<'a> {
         }
         self.probe_asked = asked;
         self.probe_next = 0;
-        // PROBE frames go in BATCH frames of at most BATCH_TARGET raw bytes.
+        // PROBE frames go in BATCH frames of at most the batch target, raw.
         self.flush_batch_all();
         true
     }
@@ -807,13 +817,13 @@ impl<'a> FilesSender<'a> {
             return Ok(());
         }
         if self.batch_work + work > SENDER_FRAME_WORK {
-            // Leaves only this frame in the batch: below BATCH_TARGET, so
+            // Leaves only this frame in the batch: below the batch target, so
             // no second BATCH is queued before this one is sent.
             self.flush_batch()?;
         }
         put_frame(&mut self.batch, ty, 0, &self.frame);
         self.batch_work += work;
-        if self.batch.len() >= BATCH_TARGET {
+        if self.batch.len() >= self.batch_target {
             self.flush_batch()?;
         }
         Ok(())
@@ -851,7 +861,7 @@ impl<'a> FilesSender<'a> {
         Ok(())
     }
 
-    /// PROBE frames as control BATCH frames, each at most BATCH_TARGET raw.
+    /// PROBE frames as control BATCH frames, each at most the batch target raw.
     fn flush_batch_all(&mut self) {
         let raw = std::mem::take(&mut self.batch);
         let level = self.cfg.compress.unwrap_or(1);
@@ -862,7 +872,7 @@ impl<'a> FilesSender<'a> {
                 let Ok((_, used)) = Frame::parse(&rest[end..]) else {
                     break;
                 };
-                if end > 0 && end + used > BATCH_TARGET {
+                if end > 0 && end + used > self.batch_target {
                     break;
                 }
                 end += used;
@@ -1032,7 +1042,7 @@ impl<'a> FilesSender<'a> {
         frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
         let mut i = first;
         let mut work = 0u64;
-        while i < recipe.chunks.len() && frame.len() < SENDER_FRAME_TARGET && work < SENDER_FRAME_WORK {
+        while i < recipe.chunks.len() && frame.len() < self.frame_target && work < SENDER_FRAME_WORK {
             let c = &recipe.chunks[i];
             work += u64::from(c.len);
             match plan[i] {
@@ -1098,7 +1108,7 @@ impl<'a> FilesSender<'a> {
         frame.clear();
         frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
         let mut count = 0u32;
-        while self.repair_next < self.repairs.len() && frame.len() < SENDER_FRAME_TARGET {
+        while self.repair_next < self.repairs.len() && frame.len() < self.frame_target {
             let (hash, (i, off, len)) = self.repairs[self.repair_next];
             let compress = self
                 .cfg

@@ -102,7 +102,9 @@ pub struct FilesSenderConfig {
     /// (rsync's `--checksum`; the sender rehashes every file itself).
     pub checksum: bool,
     /// Most bytes per second written to the transport (`None`: as fast as
-    /// it goes); the driver paces its writes.
+    /// it goes): the driver paces its writes ([`crate::files::BwLimit`]) and
+    /// the core builds frames that take [`crate::files::bwlimit::FRAME_SECONDS`]
+    /// at most.
     pub bwlimit: Option<u64>,
 }
 
