@@ -332,6 +332,25 @@ pub struct FileSendArgs {
     /// KB MB GB: 1000s, B: bytes), fractions allowed, 0 = no limit. `--bwlimit 10M`.
     #[arg(long, value_name = "RATE", value_parser = pfs_session::files::parse_rate, requires = "paths")]
     pub bwlimit: Option<u64>,
+    /// Archive, as rsync's -a: what pfs keeps anyway (recursion, symlinks, permissions, mtimes)
+    /// plus -o -g. Not -H -X -A (as rsync), nor devices and special files (never sent).
+    #[arg(short = 'a', long, requires = "paths")]
+    pub archive: bool,
+    /// Files that are hard links of one another arrive as hard links (rsync's -H).
+    #[arg(short = 'H', long, requires = "paths")]
+    pub hard_links: bool,
+    /// Owner, as a numeric uid (no name mapping), applied when the receiver runs as root (-o).
+    #[arg(short = 'o', long, requires = "paths")]
+    pub owner: bool,
+    /// Group, as a numeric gid, applied when the receiver runs as root (-g).
+    #[arg(short = 'g', long, requires = "paths")]
+    pub group: bool,
+    /// Extended attributes in the `user.` namespace (rsync's -X; others are never sent).
+    #[arg(short = 'X', long, requires = "paths")]
+    pub xattrs: bool,
+    /// POSIX ACLs, carried as their system.posix_acl_* attributes (rsync's -A).
+    #[arg(short = 'A', long, requires = "paths")]
+    pub acls: bool,
     /// Skip paths matching this glob (repeatable; without `/` it matches any file name, like rsync).
     #[arg(long, value_name = "PATTERN", requires = "paths")]
     pub exclude: Vec<String>,

@@ -465,3 +465,199 @@ fn bwlimit_sends_everything_and_refuses_what_is_not_a_rate() {
         assert!(out.stderr.contains("--bwlimit"), "{}", out.stderr);
     }
 }
+
+// ---------------------------------------------------------------------------
+// -H, -o -g, -X, -A
+
+#[test]
+fn hard_links_arrive_as_hard_links_with_h() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("a/orig"), b"one inode, three names");
+    fs::create_dir_all(tree.join("b")).unwrap();
+    fs::hard_link(tree.join("a/orig"), tree.join("b/link1")).unwrap();
+    fs::hard_link(tree.join("a/orig"), tree.join("link2")).unwrap();
+    write(&tree.join("other"), b"one inode, three names");
+    let server = serve(&d);
+    let v = good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:h", server.addr), &["-H"]),
+        "-H",
+    );
+    let ino = |p: &str| fs::metadata(d.dest.join("h/tree").join(p)).unwrap().ino();
+    assert_eq!(ino("a/orig"), ino("b/link1"));
+    assert_eq!(ino("a/orig"), ino("link2"));
+    assert_ne!(ino("a/orig"), ino("other"));
+    assert_eq!(fs::metadata(d.dest.join("h/tree/a/orig")).unwrap().nlink(), 3);
+    assert_eq!(
+        fs::read(d.dest.join("h/tree/link2")).unwrap(),
+        b"one inode, three names"
+    );
+    // The links were never read: two files' content crossed (orig, other).
+    assert_eq!(v["sender"]["files_chunked"], 2, "{v:#}");
+    // Sent again: nothing changes, the links stay.
+    let v = good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:h", server.addr), &["-H"]),
+        "-H again",
+    );
+    assert_eq!(v["receiver"]["files_written"], 0, "{v:#}");
+    assert_eq!(ino("a/orig"), ino("link2"));
+    // Without -H each name is a file of its own, as before.
+    good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:plain", server.addr), &[]),
+        "no -H",
+    );
+    let plain = |p: &str| fs::metadata(d.dest.join("plain/tree").join(p)).unwrap().ino();
+    assert_ne!(plain("a/orig"), plain("link2"));
+}
+
+#[test]
+fn owner_and_group_arrive_when_the_receiver_is_root() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP: not root (owner and group are applied only by a receiver running as root)");
+        return;
+    }
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("f"), b"owned by nobody");
+    fs::create_dir_all(tree.join("dir")).unwrap();
+    std::os::unix::fs::symlink("f", tree.join("link")).unwrap();
+    for p in ["f", "dir", "link"] {
+        std::os::unix::fs::lchown(tree.join(p), Some(65534), Some(65534)).unwrap();
+    }
+    let server = serve(&d);
+    good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:a", server.addr), &["-a"]),
+        "-a",
+    );
+    for p in ["tree/f", "tree/dir", "tree/link"] {
+        let m = fs::symlink_metadata(d.dest.join("a").join(p)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (65534, 65534), "{p}");
+    }
+    // -o alone: the owner, not the group.
+    good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:o", server.addr), &["-o"]),
+        "-o",
+    );
+    let m = fs::metadata(d.dest.join("o/tree/f")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (65534, 0));
+    // Without them the receiver's user owns what it writes, as before.
+    good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:n", server.addr), &[]),
+        "none",
+    );
+    assert_eq!(fs::metadata(d.dest.join("n/tree/f")).unwrap().uid(), 0);
+}
+
+/// Sets the extended attribute `name` of `path`; false if its filesystem
+/// refuses it (printed as the reason to skip).
+fn try_setxattr(path: &Path, name: &str, value: &[u8]) -> bool {
+    match rustix::fs::setxattr(path, name, value, rustix::fs::XattrFlags::empty()) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("SKIP: {} refuses {name} ({e})", path.display());
+            false
+        }
+    }
+}
+
+fn getxattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    let n = rustix::fs::lgetxattr(path, name, &mut buf[..]).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+#[test]
+fn user_xattrs_arrive_with_x() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("f"), b"f");
+    fs::create_dir_all(tree.join("dir")).unwrap();
+    if !try_setxattr(&tree.join("f"), "user.mime_type", b"text/plain") {
+        return;
+    }
+    try_setxattr(&tree.join("dir"), "user.note", b"a directory");
+    try_setxattr(&tree.join("f"), "user.empty", b"");
+    let server = serve(&d);
+    good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:x", server.addr), &["-X"]),
+        "-X",
+    );
+    let at = |p: &str| d.dest.join("x/tree").join(p);
+    assert_eq!(
+        getxattr(&at("f"), "user.mime_type").as_deref(),
+        Some(&b"text/plain"[..])
+    );
+    assert_eq!(getxattr(&at("f"), "user.empty").as_deref(), Some(&b""[..]));
+    assert_eq!(
+        getxattr(&at("dir"), "user.note").as_deref(),
+        Some(&b"a directory"[..])
+    );
+    // A changed attribute on an unchanged file is applied again.
+    try_setxattr(&tree.join("f"), "user.mime_type", b"text/markdown");
+    let v = good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:x", server.addr), &["-X"]),
+        "-X again",
+    );
+    assert_eq!(v["receiver"]["files_written"], 0, "{v:#}");
+    assert_eq!(
+        getxattr(&at("f"), "user.mime_type").as_deref(),
+        Some(&b"text/markdown"[..])
+    );
+    // Without -X none travel.
+    good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:plain", server.addr), &[]),
+        "no -X",
+    );
+    assert_eq!(getxattr(&d.dest.join("plain/tree/f"), "user.mime_type"), None);
+}
+
+/// A POSIX ACL in the kernel's xattr form: owner rw-, user `uid` r--,
+/// group r--, mask r--, other ---.
+fn acl_with_user(uid: u32) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 4, uid),
+        (0x04, 4, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+#[test]
+fn acls_arrive_with_a() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("f"), b"f");
+    let acl = acl_with_user(4242);
+    if !try_setxattr(&tree.join("f"), "system.posix_acl_access", &acl) {
+        return;
+    }
+    let server = serve(&d);
+    good(
+        &send(
+            &d,
+            &[&arg(&tree, false)],
+            &format!("{}:acl", server.addr),
+            &["-A"],
+        ),
+        "-A",
+    );
+    let got = getxattr(&d.dest.join("acl/tree/f"), "system.posix_acl_access");
+    assert_eq!(got.as_deref(), Some(&acl[..]), "the ACL (user 4242 r--) arrived");
+    // -X alone carries user attributes, not ACLs.
+    good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:x", server.addr), &["-X"]),
+        "-X",
+    );
+    assert_eq!(
+        getxattr(&d.dest.join("x/tree/f"), "system.posix_acl_access"),
+        None
+    );
+}

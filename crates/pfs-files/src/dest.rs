@@ -64,9 +64,11 @@ use crate::path::{RelPath, MAX_COMPONENT, MAX_PATH};
 
 pub mod delete;
 pub mod landing;
+pub mod meta;
 
 pub use delete::{is_reserved, Removed, STATE_DIR};
 pub use landing::{FileSpec, LandError, Landing, Placement};
+pub use meta::{may_chown, Linked};
 
 /// Prefix of every temporary file name.
 pub const TEMP_PREFIX: &[u8] = b".pfs-tmp.";

@@ -51,6 +51,9 @@ pub enum PathError {
         "`.pfs` at the root of the destination holds the receiver's state; a sender may not write there"
     )]
     Reserved,
+    /// A hard link's target is not a regular file (or is the link itself).
+    #[error("not a regular file to make a hard link to")]
+    NotRegularFile,
 }
 
 /// A chunk-size bound outside what the chunker supports.

@@ -38,6 +38,7 @@ use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::error::{FilesError, PathError};
 use crate::path::RelPath;
+use crate::xattr::{self, XattrScope};
 
 /// One file, directory or symlink to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,9 +75,17 @@ pub struct EntryMeta {
     pub gid: u32,
     /// Hard links to the inode (`st_nlink`).
     pub nlink: u64,
-    /// Extended attributes (name, value), read only when asked for,
+    /// Extended attributes (name, value) in [`WalkConfig::xattrs`]'s scope,
     /// sorted by name.
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// What [`scan_with`] reads besides names, kinds, modes, times and owners.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalkConfig {
+    /// Extended attributes to read (none by default: one more system call
+    /// per entry).
+    pub xattrs: XattrScope,
 }
 
 /// The kind of an [`Entry`].
@@ -227,6 +236,12 @@ impl Default for Excludes {
 /// itself (missing, unnamed, two roots with one name); problems below a root
 /// land in [`Scan::skipped`].
 pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> {
+    scan_with(roots, excludes, &WalkConfig::default())
+}
+
+/// [`scan`], reading what `cfg` asks for too; an entry whose extended
+/// attributes cannot be read is skipped as unreadable.
+pub fn scan_with(roots: &[PathBuf], excludes: &Excludes, cfg: &WalkConfig) -> Result<Scan, FilesError> {
     let mut scan = Scan::default();
     let mut tops: Vec<(RelPath, PathBuf, Metadata)> = Vec::with_capacity(roots.len());
     for root in roots {
@@ -281,6 +296,13 @@ pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> 
             continue;
         };
         let is_dir = matches!(kind, WalkKind::Dir);
+        let xattrs = match xattr::read(&abs, cfg.xattrs) {
+            Ok(x) => x,
+            Err(e) => {
+                skip(&mut scan, abs, SkipReason::Unreadable(e));
+                continue;
+            }
+        };
         scan.entries.push(Entry {
             rel: rel.clone(),
             kind,
@@ -294,7 +316,7 @@ pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> 
                 uid: meta.uid(),
                 gid: meta.gid(),
                 nlink: meta.nlink(),
-                xattrs: Vec::new(),
+                xattrs,
             },
         });
         if is_dir {

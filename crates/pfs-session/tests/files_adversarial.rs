@@ -155,6 +155,7 @@ impl Fixture {
                 delete: None,
                 checksum: false,
                 bwlimit: None,
+                preserve: Default::default(),
             };
             let mut items = items.clone();
             let (received, sent) = self.session(|p| {

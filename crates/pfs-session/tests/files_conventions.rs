@@ -332,3 +332,108 @@ fn nothing_goes_after_a_failure_or_past_the_memory_budget() {
     let e = rx.open(0, b".pfs/x").unwrap_err();
     assert!(matches!(violation(e), FilesViolation::RemoteDir { .. }));
 }
+
+/// FILE for a hard link at `path` to `target`.
+fn linked(no: u64, path: &str, target: &str) -> Vec<u8> {
+    let mut body = Vec::new();
+    FileEntry {
+        file_no: no,
+        kind: EntryKind::File,
+        mode: 0o644,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 0,
+        size: 0,
+        chunk_count: 0,
+        file_hash: [0; 32],
+        path: path.as_bytes(),
+        link_target: target.as_bytes(),
+        held: false,
+        extra: FileExtra {
+            linked: true,
+            ..FileExtra::default()
+        },
+    }
+    .emit(&mut body);
+    body
+}
+
+#[test]
+fn hard_links_are_made_at_the_end_beneath_the_destination_only() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::new();
+    let mut rx = fx.receiver(FilesReceiverConfig::default());
+    rx.open(0, b"in").unwrap();
+    rx.entry(0, EntryKind::File, "first", false).unwrap();
+    // A link may come before its target has landed: it is made at the end.
+    rx.send(FrameType::File, 0, &linked(1, "second", "first"))
+        .unwrap();
+    // A target outside the remote directory's names, or missing, fails that entry only.
+    rx.send(FrameType::File, 0, &linked(2, "up", "../etc/passwd"))
+        .unwrap();
+    rx.send(FrameType::File, 0, &linked(3, "nothing", "missing"))
+        .unwrap();
+    rx.send(FrameType::File, 0, &linked(4, "self", "self")).unwrap();
+    let (_, _, report, messages) = rx.end();
+    assert_eq!((report.files_written, report.files_failed), (2, 3), "{messages}");
+    assert!(messages.contains("up: hard link refused"), "{messages}");
+    assert!(
+        messages.contains("nothing: hard link to in/missing"),
+        "{messages}"
+    );
+    let ino = |p: &str| fs::metadata(fx.dest_dir.join("in").join(p)).unwrap().ino();
+    assert_eq!(ino("first"), ino("second"));
+    assert!(!fx.dest_dir.join("in/up").exists() && !fx.dest_dir.join("in/nothing").exists());
+}
+
+#[test]
+fn only_user_attributes_and_acls_are_written() {
+    let fx = Fixture::new();
+    let mut raw = Vec::new();
+    pfs_wire::files::Xattrs::encode(
+        [
+            (&b"user.kept"[..], &b"yes"[..]),
+            (&b"security.capability"[..], &b"\x01\x00\x00\x02"[..]),
+            (&b"trusted.x"[..], &b"no"[..]),
+        ],
+        4096,
+        &mut raw,
+    );
+    let mut body = Vec::new();
+    FileEntry {
+        file_no: 0,
+        kind: EntryKind::Dir,
+        mode: 0o755,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 0,
+        size: 0,
+        chunk_count: 0,
+        file_hash: [0; 32],
+        path: b"d",
+        link_target: &[],
+        held: false,
+        extra: FileExtra {
+            xattrs: pfs_wire::files::Xattrs::parse(&raw).unwrap(),
+            ..FileExtra::default()
+        },
+    }
+    .emit(&mut body);
+    let mut rx = fx.receiver(FilesReceiverConfig::default());
+    rx.open(0, b"").unwrap();
+    rx.send(FrameType::File, 0, &body).unwrap();
+    let (_, _, report, messages) = rx.end();
+    let d = fx.dest_dir.join("d");
+    let get = |n: &str| {
+        let mut buf = [0u8; 64];
+        rustix::fs::getxattr(&d, n, &mut buf[..]).map(|k| buf[..k].to_vec())
+    };
+    match get("user.kept") {
+        Ok(v) => assert_eq!(v, b"yes"),
+        Err(e) => {
+            eprintln!("SKIP: the destination refuses user xattrs ({e}): {messages}");
+            return;
+        }
+    }
+    assert_eq!(report.files_failed, 0, "{messages}");
+    assert!(get("security.capability").is_err());
+    assert!(get("trusted.x").is_err());
+}

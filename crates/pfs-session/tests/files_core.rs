@@ -792,6 +792,7 @@ mod pair {
             delete: None,
             checksum: false,
             bwlimit: None,
+            preserve: Default::default(),
         }
     }
 

@@ -81,6 +81,7 @@ fn config() -> FilesSenderConfig {
         delete: None,
         checksum: false,
         bwlimit: None,
+        preserve: Default::default(),
     }
 }
 

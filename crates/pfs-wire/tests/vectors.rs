@@ -672,7 +672,7 @@ const INVALID: &[(&str, As, WireError)] = &[
         As::Frame,
         WireError::LengthMismatch,
     ),
-    ("invalid-files-file-link-forward", As::Frame, WireError::BadFlags),
+    ("invalid-files-file-attrs-order", As::Frame, WireError::BadFlags),
 ];
 
 /// The full decode path of docs/wire.md §9 for one frame.
@@ -887,10 +887,11 @@ fn conventions_vectors() {
     let f = FileEntry::parse(&body).unwrap();
     assert_eq!((f.file_no, f.size, f.chunk_count), (4, 70_000, 0));
     assert_eq!(f.path, b"docs/read me too.txt");
+    assert_eq!(f.link_target, b"docs/read me.txt");
     let x: FileExtra<'_> = f.extra;
     assert_eq!(
-        (x.link_to, x.uid, x.gid, x.listed),
-        (Some(3), Some(1000), Some(100), false)
+        (x.linked, x.uid, x.gid, x.listed),
+        (true, Some(1000), Some(100), false)
     );
     assert_eq!(
         x.xattrs.iter().collect::<Vec<_>>(),

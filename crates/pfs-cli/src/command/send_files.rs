@@ -96,6 +96,12 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         cache: recipes,
         params,
         reread: f.checksum,
+        walk: pfs_files::WalkConfig {
+            xattrs: pfs_files::XattrScope {
+                user: f.xattrs,
+                acls: f.acls,
+            },
+        },
     })?;
     for w in &warnings {
         eprintln!("pfs: warning: {w}");
@@ -132,6 +138,11 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         }),
         checksum: f.checksum,
         bwlimit,
+        preserve: pfs_session::files::PreserveConfig {
+            owner: f.owner || f.archive,
+            group: f.group || f.archive,
+            hard_links: f.hard_links,
+        },
     };
     let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;
     let target = target(&addr, &args.transport, args.run.sock_buf);

@@ -30,7 +30,8 @@ pub use receiver::{
 pub use sender::{
     classify, send_files, ChunkPlan, DeleteConfig, DeleteStatus, DeletedKind, DeletionOutcome, FilesItem,
     FilesPlanSummary, FilesPrepare, FilesProgress, FilesSender, FilesSenderConfig, FilesSenderEvent,
-    FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource, ScanConfig, Scanned, Unreadable,
+    FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource, PreserveConfig, ScanConfig, Scanned,
+    Unreadable,
 };
 pub use sender::{save_recipes, scan_items};
 

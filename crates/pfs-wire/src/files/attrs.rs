@@ -1,17 +1,17 @@
 //! What a FILE entry carries beyond its fixed fields (`docs/wire.md`
-//! §10.6): the `LISTED` and `LINKED` flags and the attribute block — a hard
-//! link's target entry, numeric owner and group, extended attributes.
+//! §10.6): the `LISTED` and `LINKED` flags (a `LINKED` file's target field
+//! holds the path of the file it is a hard link to) and the attribute
+//! block — numeric owner and group, extended attributes.
 //!
-//! The block follows the path and the symlink target; its length is the
-//! FILE field `attrs_len`. It is a run of items, each `tag` u8, `len` u16,
-//! then `len` bytes, in strictly ascending tag order, each tag at most once:
+//! The block follows the path and the target; its length is the FILE
+//! field `attrs_len`. It is a run of items, each `tag` u8, `len` u16, then
+//! `len` bytes, in strictly ascending tag order, each tag at most once:
 //!
 //! | tag | item | payload |
 //! |---:|---|---|
-//! | 1 | LINK | `file_no` u64 of the earlier regular file this one is a hard link to |
-//! | 2 | UID | u32 |
-//! | 3 | GID | u32 |
-//! | 4 | XATTRS | `count` u16, then `count` × (`name_len` u8 ≥ 1, `value_len` u16, name, value) |
+//! | 1 | UID | u32 |
+//! | 2 | GID | u32 |
+//! | 3 | XATTRS | `count` u16 ≥ 1, then `count` × (`name_len` u8 ≥ 1, `value_len` u16, name, value) |
 //!
 //! [`parse_attrs`] checks the whole block, so reading a parsed
 //! [`FileExtra`] (its [`Xattrs`] included) cannot fail.
@@ -20,10 +20,9 @@ use crate::WireError;
 
 /// Item tags of the attribute block.
 mod tag {
-    pub const LINK: u8 = 1;
-    pub const UID: u8 = 2;
-    pub const GID: u8 = 3;
-    pub const XATTRS: u8 = 4;
+    pub const UID: u8 = 1;
+    pub const GID: u8 = 2;
+    pub const XATTRS: u8 = 3;
 }
 
 /// Item head: `tag` u8, `len` u16.
@@ -36,8 +35,9 @@ pub const MAX_XATTR_NAME: usize = 255;
 pub struct FileExtra<'a> {
     /// `LISTED`: a dry run's listing for DELETE; nothing is written.
     pub listed: bool,
-    /// `LINKED`: a hard link to the earlier entry with this `file_no`.
-    pub link_to: Option<u64>,
+    /// `LINKED`: a hard link to the regular file at the path in the
+    /// entry's target field.
+    pub linked: bool,
     /// Numeric owner.
     pub uid: Option<u32>,
     /// Numeric group.
@@ -49,14 +49,13 @@ pub struct FileExtra<'a> {
 impl FileExtra<'_> {
     /// Whether the attribute block has any item.
     pub fn has_attrs(&self) -> bool {
-        self.link_to.is_some() || self.uid.is_some() || self.gid.is_some() || !self.xattrs.is_empty()
+        self.uid.is_some() || self.gid.is_some() || !self.xattrs.is_empty()
     }
 
     /// Bytes of the encoded attribute block.
     pub fn attrs_len(&self) -> usize {
         let fixed = |present: bool, len: usize| if present { ITEM_HEAD_LEN + len } else { 0 };
-        fixed(self.link_to.is_some(), 8)
-            + fixed(self.uid.is_some(), 4)
+        fixed(self.uid.is_some(), 4)
             + fixed(self.gid.is_some(), 4)
             + fixed(!self.xattrs.is_empty(), self.xattrs.raw.len())
     }
@@ -68,9 +67,6 @@ impl FileExtra<'_> {
             out.extend_from_slice(&(payload.len() as u16).to_le_bytes());
             out.extend_from_slice(payload);
         };
-        if let Some(no) = self.link_to {
-            item(tag::LINK, &no.to_le_bytes());
-        }
         if let Some(uid) = self.uid {
             item(tag::UID, &uid.to_le_bytes());
         }
@@ -99,7 +95,6 @@ pub(super) fn parse_attrs<'a>(mut block: &'a [u8], extra: &mut FileExtra<'a>) ->
         }
         last = t;
         match t {
-            tag::LINK => extra.link_to = Some(u64::from_le_bytes(fixed(payload)?)),
             tag::UID => extra.uid = Some(u32::from_le_bytes(fixed(payload)?)),
             tag::GID => extra.gid = Some(u32::from_le_bytes(fixed(payload)?)),
             tag::XATTRS => {
@@ -260,7 +255,6 @@ mod tests {
         let mut raw = Vec::new();
         Xattrs::encode([(&b"user.k"[..], &b"v"[..])], 1024, &mut raw);
         let e = FileExtra {
-            link_to: Some(3),
             uid: Some(1000),
             gid: Some(100),
             xattrs: Xattrs::parse(&raw).unwrap(),
@@ -290,7 +284,7 @@ mod tests {
         );
         // A UID of three bytes, an unknown tag, an empty list.
         assert_eq!(
-            parse_attrs(&[2, 3, 0, 1, 2, 3], &mut FileExtra::default()),
+            parse_attrs(&[1, 3, 0, 1, 2, 3], &mut FileExtra::default()),
             Err(WireError::LengthMismatch)
         );
         assert_eq!(
@@ -298,7 +292,7 @@ mod tests {
             Err(WireError::BadFlags)
         );
         assert_eq!(
-            parse_attrs(&[4, 2, 0, 0, 0], &mut FileExtra::default()),
+            parse_attrs(&[3, 2, 0, 0, 0], &mut FileExtra::default()),
             Err(WireError::LengthMismatch)
         );
     }

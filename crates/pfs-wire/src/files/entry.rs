@@ -16,8 +16,8 @@ pub const MAX_PATH_LEN: usize = 4095;
 /// FILE `file_flags` bit: the receiver answered PROBE that it holds this
 /// file's content; no CHUNKS follow (`chunk_count` = 0, `size` > 0).
 pub const FILE_HELD: u8 = 0x01;
-/// FILE `file_flags` bit: a hard link to an earlier regular file of the
-/// session (the attribute block's LINK item names it); `chunk_count` = 0.
+/// FILE `file_flags` bit: a hard link to a regular file of the session
+/// whose path is in the target field; `chunk_count` = 0, no CHUNKS.
 pub const FILE_LINKED: u8 = 0x02;
 /// FILE `file_flags` bit: a dry run's listing for DELETE (§10.11): the
 /// entry is named, nothing is written; `chunk_count` = 0, no CHUNKS.
@@ -105,7 +105,8 @@ pub struct FileEntry<'a> {
     pub file_hash: Hash,
     /// Relative path, `/`-separated bytes (the receiver validates it).
     pub path: &'a [u8],
-    /// Symlink target bytes (empty unless a symlink).
+    /// Symlink target bytes, or for a `LINKED` file the path of the file
+    /// it is a hard link to (empty otherwise).
     pub link_target: &'a [u8],
     /// The receiver said (PROBE_REPLY) it holds this content: no CHUNKS follow.
     pub held: bool,
@@ -134,7 +135,6 @@ impl<'a> FileEntry<'a> {
         if Some(body.len()) != (FILE_FIXED_LEN + path_len + link_len).checked_add(attrs_len) {
             return Err(WireError::LengthMismatch);
         }
-        let file_no = b.u64(field::FILE_NO);
         let mtime_nsec = b.u32(field::MTIME_NSEC);
         let size = b.u64(field::SIZE);
         let chunk_count = b.u32(field::CHUNK_COUNT);
@@ -145,7 +145,8 @@ impl<'a> FileEntry<'a> {
         let consistent = valid_nsec(mtime_nsec)
             && match kind {
                 EntryKind::File if held => link_len == 0 && size > 0 && chunk_count == 0,
-                EntryKind::File if linked || listed => link_len == 0 && chunk_count == 0,
+                EntryKind::File if linked => link_len > 0 && chunk_count == 0,
+                EntryKind::File if listed => link_len == 0 && chunk_count == 0,
                 EntryKind::File => link_len == 0 && (chunk_count == 0) == (size == 0),
                 EntryKind::Dir => !held && !linked && link_len == 0 && size == 0 && chunk_count == 0,
                 EntryKind::Symlink => !held && !linked && link_len > 0 && size == 0 && chunk_count == 0,
@@ -160,15 +161,12 @@ impl<'a> FileEntry<'a> {
         let (link_target, attrs) = rest.split_at_checked(link_len).ok_or(WireError::LengthMismatch)?;
         let mut extra = FileExtra {
             listed,
+            linked,
             ..FileExtra::default()
         };
         parse_attrs(attrs, &mut extra)?;
-        // LINKED exactly when a LINK item names an earlier entry.
-        if linked != extra.link_to.is_some() || extra.link_to.is_some_and(|to| to >= file_no) {
-            return Err(WireError::BadFlags);
-        }
         Ok(Self {
-            file_no,
+            file_no: b.u64(field::FILE_NO),
             kind,
             mode: b.u32(field::MODE),
             mtime_sec: b.i64(field::MTIME_SEC),
@@ -189,7 +187,7 @@ impl<'a> FileEntry<'a> {
         let link = &self.link_target[..self.link_target.len().min(MAX_PATH_LEN)];
         let x = &self.extra;
         let flags = if self.held { FILE_HELD } else { 0 }
-            | if x.link_to.is_some() { FILE_LINKED } else { 0 }
+            | if x.linked { FILE_LINKED } else { 0 }
             | if x.listed { FILE_LISTED } else { 0 };
         let mut w = Writer::<FILE_FIXED_LEN>::new();
         w.u8(field::KIND, self.kind as u8)
@@ -295,8 +293,8 @@ mod tests {
                 3 => FileEntry { kind: EntryKind::Symlink, link_target: &target, ..base },
                 4 => FileEntry {
                     size,
-                    file_no: file_no.max(1),
-                    extra: FileExtra { link_to: Some(file_no.max(1) - 1), ..base.extra },
+                    link_target: &target,
+                    extra: FileExtra { linked: true, ..base.extra },
                     ..base
                 },
                 _ => FileEntry { size, extra: FileExtra { listed: true, ..base.extra }, ..base },
@@ -337,8 +335,9 @@ mod extra_tests {
         Xattrs::encode([(&b"user.x"[..], &b"1"[..])], 1024, &mut raw);
         let linked = FileEntry {
             chunk_count: 0,
+            link_target: b"a/first",
             extra: FileExtra {
-                link_to: Some(2),
+                linked: true,
                 uid: Some(65534),
                 gid: Some(65534),
                 xattrs: Xattrs::parse(&raw).unwrap(),
@@ -350,18 +349,7 @@ mod extra_tests {
         linked.emit(&mut out);
         assert_eq!(out[1], FILE_LINKED);
         assert_eq!(FileEntry::parse(&out), Ok(linked));
-        // A link must name an earlier entry.
-        let mut bad = Vec::new();
-        FileEntry {
-            extra: FileExtra {
-                link_to: Some(7),
-                ..FileExtra::default()
-            },
-            ..linked
-        }
-        .emit(&mut bad);
-        assert_eq!(FileEntry::parse(&bad), Err(WireError::BadFlags));
-        // LINKED without its LINK item, and a linked file with chunks.
+        // LINKED without the path it links to, and a linked file with chunks.
         let mut bad = Vec::new();
         file(7).emit(&mut bad);
         bad[1] = FILE_LINKED;

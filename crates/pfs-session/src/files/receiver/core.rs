@@ -16,6 +16,7 @@ use pfs_wire::files::{
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
+use super::attrs::Pending;
 use super::delete::Deletion;
 use super::host::FilesHost;
 use super::stream::{Current, Waiting};
@@ -95,6 +96,8 @@ pub struct FilesReceiver {
     pub(super) dry_run: bool,
     /// What DELETE needs, in a session whose FILES_HELLO announced it.
     pub(super) deletion: Option<Box<Deletion>>,
+    /// Attributes and hard links waiting for their entries.
+    pub(super) pending: Pending,
     remote_dir: String,
     /// The sender ended after the index (a dry run).
     ended_early: bool,
@@ -174,6 +177,7 @@ impl FilesReceiver {
             base: None,
             dry_run: false,
             deletion: None,
+            pending: Pending::default(),
             remote_dir: String::new(),
             ended_early: false,
             probe_held: Vec::new(),
@@ -719,6 +723,7 @@ impl FilesReceiver {
     /// set; the report is due.
     pub(super) fn finish_all<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
         self.finish_waiting(host);
+        self.make_links(host);
         // Before directories get their mtimes: removing changes them.
         self.delete_extraneous(host);
         // Deepest first, so setting a child does not disturb its parent's mtime.

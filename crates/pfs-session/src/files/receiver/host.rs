@@ -5,9 +5,9 @@
 
 use std::io::IoSlice;
 
-use pfs_files::{FileSpec, FilesError, LandError, Landing, Placement, QuickDigest, RelPath, Removed};
+use pfs_files::{FileSpec, FilesError, LandError, Landing, Linked, Placement, QuickDigest, RelPath, Removed};
 use pfs_store::{ChunkLoc, IndexRecord, Reservation, Store, StoreError};
-use pfs_wire::files::Hash;
+use pfs_wire::files::{Hash, Xattrs};
 
 /// The store's identity and space, for FILES_ACCEPT and the plan's ACK.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +91,20 @@ pub trait FilesHost<'s> {
     /// Decide "unchanged" by content, not size and mtime, for this session
     /// (rsync's `--checksum`; see [`Landing::set_checksum`]).
     fn set_checksum(&mut self, on: bool);
+
+    /// Sets the owner and group of the entry `rel` (only where this
+    /// receiver may: [`pfs_files::may_chown`]) and its extended attributes
+    /// (see [`pfs_files::DestRoot::set_attrs`]).
+    fn set_attrs(
+        &mut self,
+        rel: &RelPath,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        xattrs: &Xattrs<'_>,
+    ) -> Result<(), FilesError>;
+
+    /// Makes `rel` a hard link to the regular file `target`.
+    fn hard_link(&mut self, rel: &RelPath, target: &RelPath) -> Result<Linked, FilesError>;
 
     /// Removes from the directory `dir` (the root when `None`) each entry
     /// `keep(path, is_dir)` does not keep, with everything beneath it;
@@ -251,6 +265,22 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
 
     fn set_checksum(&mut self, on: bool) {
         self.landing.set_checksum(on);
+    }
+
+    fn set_attrs(
+        &mut self,
+        rel: &RelPath,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        xattrs: &Xattrs<'_>,
+    ) -> Result<(), FilesError> {
+        let chown = (uid.is_some() || gid.is_some()) && pfs_files::may_chown();
+        let (uid, gid) = (uid.filter(|_| chown), gid.filter(|_| chown));
+        self.landing.root().set_attrs(rel, uid, gid, xattrs.iter())
+    }
+
+    fn hard_link(&mut self, rel: &RelPath, target: &RelPath) -> Result<Linked, FilesError> {
+        self.landing.root().hard_link(rel, target)
     }
 
     fn delete_extraneous(

@@ -11,11 +11,13 @@
 //!
 //! - [`core`], `stream` and `delete`: the sans-I/O core [`FilesReceiver`] —
 //!   bytes and `now` in; frames to send, a deadline, events and host
-//!   actions out (`delete`: the session's side of DELETE).
+//!   actions out (`delete`: the session's side of DELETE; `attrs`: owner,
+//!   group, extended attributes and hard links).
 //! - [`host`]: the [`FilesHost`] trait of those actions, and [`LocalHost`]
 //!   over a [`pfs_store::Store`] and a [`pfs_files::Landing`].
 //! - [`driver`]: [`receive_files`], the core over a blocking transport.
 
+mod attrs;
 pub mod core;
 mod delete;
 pub mod driver;

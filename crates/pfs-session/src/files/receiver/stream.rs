@@ -213,10 +213,14 @@ impl FilesReceiver {
             self.fail(f.path, e);
             return self.start(&f, Some(rel), mtime_ns, Target::Failed, host);
         }
+        if f.extra.linked {
+            return self.link_later(&f, rel);
+        }
         let target = match f.kind {
             EntryKind::Dir => {
                 match host.make_dir(&rel, f.mode) {
                     Ok(()) => {
+                        self.apply_attrs(&f, &rel, host);
                         self.report.dirs += 1;
                         self.charge(DIR_META_COST + rel.as_bytes().len() as u64)?;
                         self.dir_meta.push((rel, mtime_ns, f.mode));
@@ -227,7 +231,10 @@ impl FilesReceiver {
             }
             EntryKind::Symlink => {
                 match host.make_symlink(&rel, f.link_target) {
-                    Ok(()) => self.report.symlinks += 1,
+                    Ok(()) => {
+                        self.report.symlinks += 1;
+                        self.apply_attrs(&f, &rel, host);
+                    }
                     Err(e) => self.fail(f.path, e),
                 }
                 return Ok(());
@@ -257,6 +264,11 @@ impl FilesReceiver {
                 }
             }
         };
+        match target {
+            Target::Unchanged | Target::SameContent => self.apply_attrs(&f, &rel, host),
+            Target::Rebuild(_) => self.stash_attrs(&f)?,
+            Target::Failed => {}
+        }
         self.start(&f, Some(rel), mtime_ns, target, host)
     }
 
@@ -720,10 +732,12 @@ impl FilesReceiver {
             Ok(()) => {
                 self.report.files_written += 1;
                 self.report.effective_bytes += f.size;
+                self.landed_attrs(no, f.rel, true, host);
             }
             Err(e) => {
                 host.discard(no);
                 self.fail(f.rel.as_bytes(), e);
+                self.landed_attrs(no, f.rel, false, host);
             }
         }
     }

@@ -12,9 +12,9 @@ use pfs_files::IndexCache;
 use pfs_wire::files::{
     batch_head, emit_entry_head, parse_batch, parse_deleted, parse_index, parse_nak, parse_probe_reply, tag,
     ChunksHeader, DeleteRequest, EntryKind, FileEntry, FileExtra, FilesAccept, FilesHello, FilesReport, Hash,
-    Plan, PlanAck, ProbeEntry, ProbeHead, CHUNKS_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM,
-    HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN, INDEX_KEY_LEN, INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN,
-    PROBE_HEAD_LEN,
+    Plan, PlanAck, ProbeEntry, ProbeHead, Xattrs, CHUNKS_FIXED_LEN, FILE_FIXED_LEN, FLAG_FILES_REPORT,
+    FLAG_LAST, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN, INDEX_KEY_LEN, INDEX_REQUEST_LEN,
+    PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -114,6 +114,8 @@ pub struct FilesSender<'a> {
     zout: Vec<u8>,
     zctx: Zstd,
     zlevel: i32,
+    /// The extended attributes of the FILE being built, encoded.
+    xattr_buf: Vec<u8>,
     /// Frame and BATCH sizes to aim at (smaller when paced: `bwlimit`).
     frame_target: usize,
     batch_target: usize,
@@ -199,6 +201,7 @@ impl<'a> FilesSender<'a> {
             zout: Vec::new(),
             zctx: Zstd(zctx),
             zlevel: 1,
+            xattr_buf: Vec::new(),
             frame_target: cfg
                 .bwlimit
                 .map_or(SENDER_FRAME_TARGET, |r| frame_target(r, SENDER_FRAME_TARGET)),
@@ -236,6 +239,9 @@ impl<'a> FilesSender<'a> {
             delete_sent: false,
             deletion: None,
         };
+        if cfg.preserve.hard_links {
+            link_items(s.items);
+        }
         let mut hello = Vec::new();
         FilesHello {
             flags: if cfg.dry_run { HELLO_DRY_RUN } else { 0 }
@@ -628,10 +634,23 @@ impl<'a> FilesSender<'a> {
         }
         let mut gone = vec![false; self.items.len()];
         self.skipped += failed.len() as u64;
+        let mut gone_paths = HashSet::new();
         for (i, why) in failed {
             self.warnings
                 .push(format!("skipping {}: {why}", self.items[i].entry.abs.display()));
             gone[i] = true;
+            gone_paths.insert(self.items[i].entry.rel.clone());
+        }
+        // Hard links of a file left out go too: the same inode, unreadable.
+        for (i, it) in self.items.iter().enumerate() {
+            if it.hard_link.as_ref().is_some_and(|t| gone_paths.contains(t)) && !gone[i] {
+                self.warnings.push(format!(
+                    "skipping {}: a hard link of a file that could not be read",
+                    it.entry.abs.display()
+                ));
+                self.skipped += 1;
+                gone[i] = true;
+            }
         }
         let mut k = 0;
         self.items.retain(|_| {
@@ -991,8 +1010,23 @@ impl<'a> FilesSender<'a> {
         let item = &self.items[no];
         let e = &item.entry;
         let (kind, link) = super::entry_kind(e);
+        let linked = item.hard_link.as_ref().filter(|_| !self.listing);
+        let link = linked.map_or(link, |t| t.as_bytes());
+        self.xattr_buf.clear();
+        if !e.meta.xattrs.is_empty() && !self.listing {
+            // Whatever else the frame holds, it stays a control frame.
+            let room = MAX_CONTROL_BODY as usize - FILE_FIXED_LEN - e.rel.as_bytes().len() - link.len() - 17;
+            let attrs = e.meta.xattrs.iter().map(|(n, v)| (&n[..], &v[..]));
+            let left_out = Xattrs::encode(attrs, room, &mut self.xattr_buf);
+            if left_out > 0 {
+                self.warnings.push(format!(
+                    "{}: {left_out} extended attributes not sent (more than one FILE frame holds)",
+                    e.abs.display()
+                ));
+            }
+        }
         let (size, file_hash, chunk_count) = match (&item.recipe, item.size_and_hash()) {
-            _ if self.listing => match e.kind {
+            _ if self.listing || linked.is_some() => match e.kind {
                 pfs_files::WalkKind::File { size } => (size, [0; 32], 0),
                 _ => (0, [0; 32], 0),
             },
@@ -1015,7 +1049,10 @@ impl<'a> FilesSender<'a> {
             held: item.held && !self.listing,
             extra: FileExtra {
                 listed: self.listing,
-                ..FileExtra::default()
+                linked: linked.is_some(),
+                uid: self.cfg.preserve.owner.then_some(e.meta.uid),
+                gid: self.cfg.preserve.group.then_some(e.meta.gid),
+                xattrs: Xattrs::parse(&self.xattr_buf).unwrap_or_default(),
             },
         }
         .emit(&mut self.frame);
@@ -1150,6 +1187,28 @@ impl<'a> FilesSender<'a> {
             self.phase = Phase::Report;
         }
         Ok(())
+    }
+}
+
+/// Marks the later of the file items that share an inode (`st_nlink` > 1)
+/// as hard links of the first one (`-H`): they are never read.
+fn link_items(items: &mut [FilesItem]) {
+    let mut first: HashMap<(u64, u64), pfs_files::RelPath> = HashMap::new();
+    for it in items.iter_mut() {
+        let e = &it.entry;
+        if !matches!(e.kind, pfs_files::WalkKind::File { .. }) || e.meta.nlink < 2 {
+            continue;
+        }
+        match first.entry((e.dev, e.ino)) {
+            std::collections::hash_map::Entry::Occupied(o) => {
+                it.hard_link = Some(o.get().clone());
+                it.recipe = None;
+                it.digest = None;
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(e.rel.clone());
+            }
+        }
     }
 }
 

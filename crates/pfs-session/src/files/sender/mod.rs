@@ -47,6 +47,9 @@ pub struct FilesItem {
     pub digest: Option<(u64, pfs_files::QuickDigest)>,
     /// The receiver said it holds this file: FILE with HELD, no CHUNKS.
     pub held: bool,
+    /// A hard link to the earlier item at this path (`-H`): FILE with
+    /// LINKED, never read.
+    pub hard_link: Option<pfs_files::RelPath>,
 }
 
 impl FilesItem {
@@ -57,11 +60,13 @@ impl FilesItem {
             recipe,
             digest: None,
             held: false,
+            hard_link: None,
         }
     }
 
+    /// A regular file whose content travels (not a hard link of another).
     fn is_file(&self) -> bool {
-        matches!(self.entry.kind, WalkKind::File { .. })
+        matches!(self.entry.kind, WalkKind::File { .. }) && self.hard_link.is_none()
     }
 
     /// Size and the `file_hash` field of its FILE frame: the BLAKE3 from
@@ -106,6 +111,21 @@ pub struct FilesSenderConfig {
     /// the core builds frames that take [`crate::files::bwlimit::FRAME_SECONDS`]
     /// at most.
     pub bwlimit: Option<u64>,
+    /// Owner, group and hard links (extended attributes travel when the
+    /// scan read them).
+    pub preserve: PreserveConfig,
+}
+
+/// What a sender carries besides content, mode and mtime (rsync's `-o -g -H`;
+/// `-X -A` are the scan's [`pfs_files::WalkConfig`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PreserveConfig {
+    /// Numeric owner (applied by a receiver running as root).
+    pub owner: bool,
+    /// Numeric group (likewise).
+    pub group: bool,
+    /// Files that are hard links of one another arrive as hard links.
+    pub hard_links: bool,
 }
 
 /// What a sender asks the receiver to remove (docs/wire.md §10.11).

@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pfs_files::{scan, ChunkParams, Excludes, FilesError, RecipeCache, SkipReason, WalkKind};
+use pfs_files::{
+    scan_with, ChunkParams, Excludes, FilesError, RecipeCache, SkipReason, WalkConfig, WalkKind,
+};
 
 use super::FilesItem;
 
@@ -25,6 +27,8 @@ pub struct ScanConfig<'a> {
     /// Take nothing from the cache: every file is read again (`--checksum`);
     /// the cache is still opened, to be updated.
     pub reread: bool,
+    /// What to read besides names, kinds, modes, times and owners.
+    pub walk: WalkConfig,
 }
 
 /// What [`scan_items`] found.
@@ -49,7 +53,7 @@ pub struct Scanned {
 pub fn scan_items(cfg: &ScanConfig<'_>) -> Result<Scanned, FilesError> {
     let t0 = Instant::now();
     let excludes = Excludes::new(cfg.exclude)?;
-    let tree = scan(cfg.paths, &excludes)?;
+    let tree = scan_with(cfg.paths, &excludes, &cfg.walk)?;
     let mut warnings: Vec<String> = tree
         .skipped
         .iter()
