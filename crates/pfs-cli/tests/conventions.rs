@@ -533,6 +533,15 @@ fn owner_and_group_arrive_when_the_receiver_is_root() {
         let m = fs::symlink_metadata(d.dest.join("a").join(p)).unwrap();
         assert_eq!((m.uid(), m.gid()), (65534, 65534), "{p}");
     }
+    // Giving the file its owner kept the receiver's record of its content:
+    // a change that keeps size and mtime is still seen.
+    rewrite_keeping_size_and_mtime(&tree.join("f"), b"owned by NOBODY");
+    let v = good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:a", server.addr), &["-a"]),
+        "-a again",
+    );
+    assert_eq!(v["receiver"]["files_written"], 1, "{v:#}");
+    assert_eq!(fs::read(d.dest.join("a/tree/f")).unwrap(), b"owned by NOBODY");
     // -o alone: the owner, not the group.
     good(
         &send(&d, &[&arg(&tree, false)], &format!("{}:o", server.addr), &["-o"]),

@@ -17,6 +17,7 @@ use super::{set_file_times_and_mode, DestRoot, ParkedTemp, StatCache, TempFile};
 use check::Verdict;
 
 mod check;
+mod meta;
 use crate::chunk::QuickDigest;
 use crate::error::FilesError;
 use crate::manifest::{Manifest, Written};

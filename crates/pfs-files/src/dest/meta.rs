@@ -34,7 +34,9 @@ impl DestRoot {
     /// attributes of the entry at `rel` (a file, directory or symlink; a
     /// symlink takes no attributes). Only attributes in [`XattrScope::ALL`]
     /// are written, the rest ignored; attributes the entry has and `xattrs`
-    /// does not name are left as they are. Changing the owner needs root
+    /// does not name are left as they are. What already has its value is
+    /// not written again (each write changes the entry's ctime, which the
+    /// receiver's manifest keys on). Changing the owner needs root
     /// (`CAP_CHOWN`); the caller decides whether to ask.
     pub fn set_attrs<'x>(
         &self,
@@ -47,7 +49,10 @@ impl DestRoot {
         let name = rel.file_name();
         // -1 is chown's "unchanged", never an id.
         let (uid, gid) = (uid.filter(|&u| u != u32::MAX), gid.filter(|&g| g != u32::MAX));
-        if uid.is_some() || gid.is_some() {
+        let owned = (uid.is_some() || gid.is_some())
+            && rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| uid.is_none_or(|u| u == st.st_uid) && gid.is_none_or(|g| g == st.st_gid));
+        if (uid.is_some() || gid.is_some()) && !owned {
             let (u, g) = (uid.map(Uid::from_raw), gid.map(Gid::from_raw));
             rfs::chownat(&dir, name, u, g, AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| dest_err("set owner of", rel, e))?;
@@ -70,7 +75,13 @@ impl DestRoot {
             Err(Errno::LOOP) => return Ok(()),
             Err(e) => return Err(dest_err("open", rel, e)),
         };
+        let mut current = Vec::new();
         for (n, v) in xattrs {
+            // One byte more than the value: a longer one cannot look equal.
+            current.resize(v.len() + 1, 0);
+            if rfs::fgetxattr(&fd, n, &mut current[..]).is_ok_and(|len| current[..len] == *v) {
+                continue;
+            }
             rfs::fsetxattr(&fd, n, v, XattrFlags::empty())
                 .map_err(|e| dest_err("set extended attributes of", rel, e))?;
         }

@@ -276,7 +276,7 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
     ) -> Result<(), FilesError> {
         let chown = (uid.is_some() || gid.is_some()) && pfs_files::may_chown();
         let (uid, gid) = (uid.filter(|_| chown), gid.filter(|_| chown));
-        self.landing.root().set_attrs(rel, uid, gid, xattrs.iter())
+        self.landing.set_attrs(rel, uid, gid, xattrs.iter())
     }
 
     fn hard_link(&mut self, rel: &RelPath, target: &RelPath) -> Result<Linked, FilesError> {
