@@ -307,6 +307,21 @@ fn delete_stays_inside_named_directories_and_the_state_directory_is_never_writte
     let out = send(&d, &[&arg(&tree, false)], &format!("{}:.pfs", server.addr), &[]);
     assert_ne!(out.code(), Some(0), "{out:?}");
     assert!(out.stderr.contains(".pfs"), "{}", out.stderr);
+    // An empty directory's contents with --delete empty the remote directory.
+    let empty = d.src.join("empty");
+    fs::create_dir(&empty).unwrap();
+    write(&d.dest.join("emptied/old"), b"o");
+    let v = good(
+        &send(
+            &d,
+            &[&arg(&empty, true)],
+            &format!("{}:emptied", server.addr),
+            &["--delete"],
+        ),
+        "empty/ --delete",
+    );
+    assert_eq!(deleted(&v), ["old"], "{v:#}");
+    assert!(listing(&d.dest.join("emptied")).is_empty());
     let pfs_named = d.src.join("x/.pfs");
     write(&pfs_named.join("f"), b"f");
     let out = send(&d, &[&arg(&d.src.join("x"), true)], &server.addr, &[]);
