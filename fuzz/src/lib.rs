@@ -75,6 +75,8 @@ pub fn frame_header(data: &[u8]) {
         FrameType::Probe => files_body(10, frame.body),
         FrameType::ProbeReply => files_body(11, frame.body),
         FrameType::FileDrop => files_body(12, frame.body),
+        FrameType::Delete => files_body(13, frame.body),
+        FrameType::Deleted => files_body(14, frame.body),
         FrameType::FilesEnd => {}
         FrameType::Batch => {
             if let Ok((raw, z)) = pfs_wire::files::parse_batch(frame.body) {
@@ -194,10 +196,10 @@ pub fn varint(data: &[u8]) {
     }
 }
 
-/// First byte: which files body (mod 13); the rest: that body.
+/// First byte: which files body (mod 15); the rest: that body.
 pub fn files(data: &[u8]) {
     if let Some((&which, body)) = data.split_first() {
-        files_body(which % 13, body);
+        files_body(which % 15, body);
     }
 }
 
@@ -244,6 +246,10 @@ fn files_body(which: u8, body: &[u8]) {
                 let mut out = Vec::new();
                 f.emit(&mut out);
                 assert_eq!(out, body, "FILE re-encode");
+                let x = f.extra.xattrs;
+                let mut again = Vec::new();
+                pfs_wire::files::Xattrs::encode(x.iter(), usize::MAX, &mut again);
+                assert!(x.is_empty() || again == x.as_bytes(), "xattrs re-encode");
             }
         }
         7 => chunks(body),
@@ -278,6 +284,29 @@ fn files_body(which: u8, body: &[u8]) {
                 let mut out = Vec::new();
                 d.emit(&mut out);
                 assert_eq!(out, body, "FILE_DROP re-encode");
+            }
+        }
+        13 => {
+            if let Ok(d) = pfs_wire::files::DeleteRequest::parse(body) {
+                let rules: Vec<&str> = d.rules().collect();
+                assert_eq!(rules.len(), usize::from(d.rule_count()), "DELETE rule count");
+                let mut out = Vec::new();
+                pfs_wire::files::DeleteRequest::emit(d.root, rules.into_iter(), &mut out)
+                    .expect("decoded rules must encode");
+                assert_eq!(out, body, "DELETE re-encode");
+            }
+        }
+        14 => {
+            if let Ok((head, entries)) = pfs_wire::files::parse_deleted(body) {
+                let mut out = head.emit().to_vec();
+                let mut n = 0u32;
+                for e in entries {
+                    let Ok(e) = e else { return };
+                    e.emit(&mut out);
+                    n += 1;
+                }
+                assert_eq!(n, head.count, "DELETED entry count");
+                assert_eq!(out, body, "DELETED re-encode");
             }
         }
         _ => {

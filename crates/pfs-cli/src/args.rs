@@ -269,8 +269,9 @@ pub struct ScheduleArgs {
 /// `pfs send`
 #[derive(Debug, Args)]
 pub struct SendArgs {
-    /// Files and directories to send (each arrives under its own name, like `scp -r`). Without
-    /// PATH, `pfs send` runs a seeded descriptor schedule against the receiver's blob (a benchmark).
+    /// Files and directories to send: each arrives under its own name, and `DIR/` sends DIR's
+    /// contents (as rsync: `pfs send photos/ --to h:7878:pics` fills `pics`). Without PATH,
+    /// `pfs send` runs a seeded descriptor schedule against the receiver's blob (a benchmark).
     #[arg(value_name = "PATH",
           conflicts_with_all = ["mode", "integrity", "grams", "bytes", "pattern", "size", "seed", "blob_name", "fill_file", "no_fill"])]
     pub paths: Vec<PathBuf>,
@@ -319,6 +320,37 @@ pub struct FileSendArgs {
     /// Show what would travel as descriptors and as literal bytes; send no data.
     #[arg(long, requires = "paths")]
     pub dry_run: bool,
+    /// Remove, in each directory sent, what the source lacks, as rsync's --delete (`--exclude`d
+    /// names stay; nothing if any entry failed). `pfs send site/ --to h:7878:www --delete`.
+    #[arg(long, requires = "paths")]
+    pub delete: bool,
+    /// Find unchanged files by content, not size and mtime, as rsync's -c: every file is read
+    /// on both sides (by default a file the receiver wrote is compared by content anyway).
+    #[arg(short = 'c', long, requires = "paths")]
+    pub checksum: bool,
+    /// Most bytes per second to send, in rsync's units: KiB unless suffixed (K M G: 1024s,
+    /// KB MB GB: 1000s, B: bytes), fractions allowed, 0 = no limit. `--bwlimit 10M`.
+    #[arg(long, value_name = "RATE", value_parser = pfs_session::files::parse_rate, requires = "paths")]
+    pub bwlimit: Option<u64>,
+    /// Archive, as rsync's -a: what pfs keeps anyway (recursion, symlinks, permissions, mtimes)
+    /// plus -o -g. Not -H -X -A (as rsync), nor devices and special files (never sent).
+    #[arg(short = 'a', long, requires = "paths")]
+    pub archive: bool,
+    /// Files that are hard links of one another arrive as hard links (rsync's -H).
+    #[arg(short = 'H', long, requires = "paths")]
+    pub hard_links: bool,
+    /// Owner, as a numeric uid (no name mapping), applied when the receiver runs as root (-o).
+    #[arg(short = 'o', long, requires = "paths")]
+    pub owner: bool,
+    /// Group, as a numeric gid, applied when the receiver runs as root (-g).
+    #[arg(short = 'g', long, requires = "paths")]
+    pub group: bool,
+    /// Extended attributes in the `user.` namespace (rsync's -X; others are never sent).
+    #[arg(short = 'X', long, requires = "paths")]
+    pub xattrs: bool,
+    /// POSIX ACLs, carried as their system.posix_acl_* attributes (rsync's -A).
+    #[arg(short = 'A', long, requires = "paths")]
+    pub acls: bool,
     /// Skip paths matching this glob (repeatable; without `/` it matches any file name, like rsync).
     #[arg(long, value_name = "PATTERN", requires = "paths")]
     pub exclude: Vec<String>,

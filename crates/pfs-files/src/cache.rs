@@ -2,11 +2,13 @@
 //! local files) and [`IndexCache`] (a receiver's chunk index).
 //!
 //! # Recipe cache (rsync's quick check)
-//! A file whose absolute path, device, inode, size and mtime match a cached
-//! entry (chunked with the same [`ChunkParams`]) is assumed unchanged and its
-//! recipe is reused without reading it. Like rsync and git, this trusts
-//! mtimes: a tool that rewrites a file and then restores its old mtime and
-//! size defeats it. To avoid git's "racily clean" problem, [`RecipeCache::put`]
+//! A file whose absolute path, device, inode, size, mtime and ctime match a
+//! cached entry (chunked with the same [`ChunkParams`]) is assumed unchanged
+//! and its recipe is reused without reading it. Like git, this trusts the
+//! file's times; unlike rsync's quick check, a tool that rewrites a file in
+//! place and then restores its old mtime and size does not defeat it: the
+//! rewrite changes the ctime, which no tool can set (a chmod or a rename
+//! changes it too, and costs one re-read). To avoid git's "racily clean" problem, [`RecipeCache::put`]
 //! ignores files modified less than [`RACY_WINDOW_NS`] before the call: such a
 //! file could change again within the same timestamp tick. Entries not used
 //! for [`EXPIRE_SECS`] are dropped when saving.
@@ -45,7 +47,9 @@ pub const RACY_WINDOW_NS: i128 = 2_000_000_000;
 /// Recipe-cache entries unused for this long (seconds) are dropped on save.
 pub const EXPIRE_SECS: u64 = 30 * 24 * 3600;
 
-const RECIPE_MAGIC: &[u8; 8] = b"PFSRCPC2";
+const RECIPE_MAGIC: &[u8; 8] = b"PFSRCPC3";
+/// The recipe cache before records had a ctime: replaced without a warning.
+const RECIPE_MAGIC_BEFORE_CTIME: &[u8; 8] = b"PFSRCPC2";
 const INDEX_MAGIC: &[u8; 8] = b"PFSIDX2\0";
 const VERSION: u32 = 1;
 const SUM_LEN: usize = 32;
@@ -86,6 +90,7 @@ struct Cached {
     ino: u64,
     size: u64,
     mtime_ns: i128,
+    ctime_ns: i128,
     params: ChunkParams,
     last_used_s: u64,
     /// The chunks, if the file was chunked.
@@ -104,6 +109,7 @@ impl Cached {
             && self.ino == e.ino
             && self.size == size
             && self.mtime_ns == e.mtime_ns
+            && self.ctime_ns == e.meta.ctime_ns
             && self.params == *params
     }
 }
@@ -127,6 +133,8 @@ impl RecipeCache {
                 }
                 Err(detail) => Some(corrupt(&cache.path, detail)),
             },
+            // The format before ctime: simply replaced on the next save.
+            Err(CacheWarning::Foreign { .. }) if starts_with(&cache.path, RECIPE_MAGIC_BEFORE_CTIME) => None,
             Err(w) => Some(w),
         };
         (cache, warning)
@@ -204,6 +212,7 @@ impl RecipeCache {
                 ino: entry.ino,
                 size: now,
                 mtime_ns: entry.mtime_ns,
+                ctime_ns: entry.meta.ctime_ns,
                 params: *params,
                 last_used_s: self.now_s,
                 recipe: None,
@@ -245,6 +254,7 @@ impl RecipeCache {
             put_u64(&mut body, c.ino);
             put_u64(&mut body, c.size);
             body.extend_from_slice(&c.mtime_ns.to_le_bytes());
+            body.extend_from_slice(&c.ctime_ns.to_le_bytes());
             put_u32(&mut body, c.params.min());
             put_u32(&mut body, c.params.avg());
             put_u32(&mut body, c.params.max());
@@ -273,7 +283,7 @@ fn decode_recipes(body: &[u8]) -> Result<RecipeMap, &'static str> {
     let mut r = Reader(body);
     let n = r.u64()?;
     // Smallest possible record (a digest alone): see `save`.
-    const MIN_RECORD: u64 = 4 + 8 * 3 + 16 + 12 + 8 + 1 + 16;
+    const MIN_RECORD: u64 = 4 + 8 * 3 + 16 * 2 + 12 + 8 + 1 + 16;
     if n > body.len() as u64 / MIN_RECORD {
         return Err("entry count larger than the file");
     }
@@ -285,6 +295,7 @@ fn decode_recipes(body: &[u8]) -> Result<RecipeMap, &'static str> {
         let ino = r.u64()?;
         let size = r.u64()?;
         let mtime_ns = i128::from_le_bytes(r.array()?);
+        let ctime_ns = i128::from_le_bytes(r.array()?);
         let (min, avg, max) = (r.u32()?, r.u32()?, r.u32()?);
         let params = ChunkParams::with_bounds(min, avg, max).map_err(|_| "bad chunk parameters")?;
         let last_used_s = r.u64()?;
@@ -330,6 +341,7 @@ fn decode_recipes(body: &[u8]) -> Result<RecipeMap, &'static str> {
             ino,
             size,
             mtime_ns,
+            ctime_ns,
             params,
             last_used_s,
             recipe,
@@ -491,6 +503,16 @@ fn decode_index(body: &[u8], want: &[u8; 16]) -> Result<Option<(u64, IndexMap)>,
         map.insert(h, (off, len));
     }
     Ok(Some((generation, map)))
+}
+
+/// Whether the file at `path` starts with `magic`.
+fn starts_with(path: &Path, magic: &[u8; 8]) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && head == *magic
 }
 
 /// Read and check a cache file: `Ok(None)` if it does not exist, the body

@@ -71,11 +71,15 @@ use rustix::io::Errno;
 use crate::error::{FilesError, PathError};
 use crate::path::{RelPath, MAX_COMPONENT, MAX_PATH};
 
+pub mod delete;
 pub mod index;
 pub mod landing;
+pub mod meta;
 
+pub use delete::Removed;
 pub use index::{DestIndex, IndexedFile};
 pub use landing::{FileSpec, LandError, Landing, Placement};
+pub use meta::{may_chown, Linked};
 
 /// The receiver's own directory at the root of a destination (module docs).
 pub const STATE_DIR: &str = ".pfs";

@@ -45,10 +45,15 @@ pub enum PathError {
     /// destination if it should be replaced.
     #[error("a symlink or non-directory is in the way inside the destination; remove it to replace it")]
     NotADirectory,
-    /// The path is inside `.pfs` at the destination's root, which the
-    /// receiver keeps for its own state.
-    #[error("`.pfs` at the destination's root is reserved for the receiver's state")]
+    /// The path is in `.pfs` at the root of the destination, the receiver's
+    /// own state ([`crate::dest::STATE_DIR`]).
+    #[error(
+        "`.pfs` at the root of the destination holds the receiver's state; a sender may not write there"
+    )]
     Reserved,
+    /// A hard link's target is not a regular file (or is the link itself).
+    #[error("not a regular file to make a hard link to")]
+    NotRegularFile,
 }
 
 /// A chunk-size bound outside what the chunker supports.
@@ -112,8 +117,10 @@ pub enum FilesError {
         path: PathBuf,
     },
 
-    /// Two roots have the same basename and would land on the same destination path.
-    #[error("two roots are both named {name:?} and would overwrite each other at the destination; send them separately")]
+    /// Two roots have the same basename, or two roots given as their
+    /// contents (a trailing slash) hold the same name: they would land on
+    /// the same destination path.
+    #[error("two sources would both land at {name:?} and overwrite each other at the destination; send them separately")]
     DuplicateRoot {
         /// The shared basename, lossily shown.
         name: String,

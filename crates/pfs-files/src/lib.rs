@@ -14,6 +14,7 @@
 //!   beneath the destination directory;
 //! - [`manifest`]: the receiver's record of the files it wrote, so content
 //!   it already holds is not rewritten;
+//! - [`xattr`]: which extended attributes travel, and reading them;
 //! - [`error`]: typed errors.
 //!
 //! ```no_run
@@ -52,6 +53,7 @@ pub mod error;
 pub mod manifest;
 pub mod path;
 pub mod walk;
+pub mod xattr;
 
 pub use cache::{default_cache_dir, index_key, IndexCache, RecipeCache, INDEX_PREFIX};
 pub use chunk::{
@@ -59,10 +61,13 @@ pub use chunk::{
     digest_files_metered, quick_digest, ChunkParams, ChunkRef, QuickDigest, Recipe,
 };
 pub use dest::{
-    check_symlink_target, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat, LandError,
-    Landing, ParkedTemp, Placement, StatCache, TempFile,
+    check_symlink_target, may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat,
+    LandError, Landing, Linked, ParkedTemp, Placement, Removed, StatCache, TempFile, STATE_DIR,
 };
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};
 pub use path::RelPath;
-pub use walk::{scan, Entry, Excludes, Scan, SkipReason, Skipped, WalkKind};
+pub use walk::{
+    scan, scan_with, Entry, EntryMeta, Excludes, Scan, SkipReason, Skipped, WalkConfig, WalkKind,
+};
+pub use xattr::XattrScope;

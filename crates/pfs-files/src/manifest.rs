@@ -1,5 +1,6 @@
-//! The receiver's record of the files it wrote: destination path → the
-//! file's identity when written (inode, size, ctime) and its content hash.
+//! The receiver's record of the files it wrote (or, for `--checksum`, read
+//! and hashed): destination path → the file's identity when recorded
+//! (inode, size, ctime) and its content hash.
 //!
 //! Each record also keeps the file's XXH3-128 ([`crate::QuickDigest`]),
 //! which is what a sender asks about before it chunks (PROBE).

@@ -7,9 +7,13 @@
 //! comes before everything inside it and a receiver can create directories
 //! as it meets them.
 //!
-//! Naming follows `scp -r` / rsync without a trailing slash: each root's
-//! basename becomes the top-level name at the destination (`pfs send
-//! /data/photos` creates `photos/...`). A root given as a file yields one
+//! Naming follows rsync: each root's basename becomes the top-level name at
+//! the destination (`pfs send /data/photos` creates `photos/...`), and a
+//! directory root with a trailing slash, or whose last component is `.`,
+//! stands for its contents (`pfs send /data/photos/` puts what is in
+//! `photos` directly at the destination; [`Scan::contents`] says so). Two
+//! roots whose entries would land on the same top-level name are refused
+//! (rsync merges them). A root given as a file yields one
 //! entry. A root that is a symlink is followed (the user named it); symlinks
 //! below a root are reported as [`WalkKind::Symlink`] and never followed.
 //! FIFOs, sockets and devices are skipped, as are entries that cannot be read
@@ -34,6 +38,7 @@ use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::error::{FilesError, PathError};
 use crate::path::RelPath;
+use crate::xattr::{self, XattrScope};
 
 /// One file, directory or symlink to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +58,34 @@ pub struct Entry {
     /// Where it is on this machine: absolute (made so lexically, symlinks in
     /// the root path are not resolved).
     pub abs: PathBuf,
+    /// Status change time, owner, links, extended attributes.
+    pub meta: EntryMeta,
+}
+
+/// What the scan reads of an entry beyond what every send needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntryMeta {
+    /// Status change time, nanoseconds since the Unix epoch: no tool can
+    /// set it, so the quick-check cache keys on it (a rewrite in place that
+    /// restores size and mtime still changes it).
+    pub ctime_ns: i128,
+    /// Numeric owner.
+    pub uid: u32,
+    /// Numeric group.
+    pub gid: u32,
+    /// Hard links to the inode (`st_nlink`).
+    pub nlink: u64,
+    /// Extended attributes (name, value) in [`WalkConfig::xattrs`]'s scope,
+    /// sorted by name.
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// What [`scan_with`] reads besides names, kinds, modes, times and owners.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalkConfig {
+    /// Extended attributes to read (none by default: one more system call
+    /// per entry).
+    pub xattrs: XattrScope,
 }
 
 /// The kind of an [`Entry`].
@@ -79,6 +112,9 @@ pub struct Scan {
     pub entries: Vec<Entry>,
     /// Things found but not sent, with the reason.
     pub skipped: Vec<Skipped>,
+    /// A directory root was given as its contents (a trailing slash): the
+    /// destination directory itself is one of the tree's directories.
+    pub contents: bool,
 }
 
 /// Something the scan did not include.
@@ -200,21 +236,32 @@ impl Default for Excludes {
 /// itself (missing, unnamed, two roots with one name); problems below a root
 /// land in [`Scan::skipped`].
 pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> {
+    scan_with(roots, excludes, &WalkConfig::default())
+}
+
+/// [`scan`], reading what `cfg` asks for too; an entry whose extended
+/// attributes cannot be read is skipped as unreadable.
+pub fn scan_with(roots: &[PathBuf], excludes: &Excludes, cfg: &WalkConfig) -> Result<Scan, FilesError> {
+    let mut scan = Scan::default();
     let mut tops: Vec<(RelPath, PathBuf, Metadata)> = Vec::with_capacity(roots.len());
     for root in roots {
         let abs = std::path::absolute(root).map_err(|e| FilesError::io("resolve", root, e))?;
         let meta = fs::metadata(&abs).map_err(|e| FilesError::io("stat", root, e))?;
-        let rel = root_name(root, &abs)?;
-        if tops.iter().any(|(r, _, _)| *r == rel) {
-            return Err(FilesError::DuplicateRoot {
-                name: rel.to_string(),
-            });
+        if meta.is_dir() && means_contents(root) {
+            scan.contents = true;
+            list_dir(None, &abs, &mut tops, &mut scan);
+            continue;
         }
+        let rel = root_name(root, &abs)?;
         tops.push((rel, abs, meta));
     }
     tops.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(w) = tops.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(FilesError::DuplicateRoot {
+            name: w[0].0.to_string(),
+        });
+    }
 
-    let mut scan = Scan::default();
     // Depth-first, pre-order: pop an item, emit it, push its children in
     // reverse name order so the smallest comes out next.
     let mut stack: Vec<(RelPath, PathBuf, Metadata)> = tops.into_iter().rev().collect();
@@ -249,6 +296,13 @@ pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> 
             continue;
         };
         let is_dir = matches!(kind, WalkKind::Dir);
+        let xattrs = match xattr::read(&abs, cfg.xattrs) {
+            Ok(x) => x,
+            Err(e) => {
+                skip(&mut scan, abs, SkipReason::Unreadable(e));
+                continue;
+            }
+        };
         scan.entries.push(Entry {
             rel: rel.clone(),
             kind,
@@ -257,18 +311,38 @@ pub fn scan(roots: &[PathBuf], excludes: &Excludes) -> Result<Scan, FilesError> 
             dev: meta.dev(),
             ino: meta.ino(),
             abs: abs.clone(),
+            meta: EntryMeta {
+                ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+                uid: meta.uid(),
+                gid: meta.gid(),
+                nlink: meta.nlink(),
+                xattrs,
+            },
         });
         if is_dir {
             let before = stack.len();
-            list_dir(&rel, &abs, &mut stack, &mut scan);
+            list_dir(Some(&rel), &abs, &mut stack, &mut scan);
             stack[before..].sort_by(|a, b| b.0.cmp(&a.0));
         }
     }
     Ok(scan)
 }
 
-/// Push the children of directory `abs` (at `rel`) onto `stack`.
-fn list_dir(rel: &RelPath, abs: &Path, stack: &mut Vec<(RelPath, PathBuf, Metadata)>, scan: &mut Scan) {
+/// Whether a root names its contents rather than itself: a trailing `/`,
+/// or `.` as its last component (as rsync reads them).
+fn means_contents(root: &Path) -> bool {
+    let b = root.as_os_str().as_bytes();
+    b.ends_with(b"/") || b == b"." || b.ends_with(b"/.")
+}
+
+/// Push the children of directory `abs` (at `rel`; top-level names when
+/// `None`) onto `stack`.
+fn list_dir(
+    rel: Option<&RelPath>,
+    abs: &Path,
+    stack: &mut Vec<(RelPath, PathBuf, Metadata)>,
+    scan: &mut Scan,
+) {
     let rd = match fs::read_dir(abs) {
         Ok(rd) => rd,
         Err(e) => return skip(scan, abs.to_path_buf(), SkipReason::Unreadable(e)),
@@ -279,7 +353,12 @@ fn list_dir(rel: &RelPath, abs: &Path, stack: &mut Vec<(RelPath, PathBuf, Metada
             Err(e) => return skip(scan, abs.to_path_buf(), SkipReason::Unreadable(e)),
         };
         let child_abs = ent.path();
-        let child_rel = match rel.join(ent.file_name().as_bytes()) {
+        let name = ent.file_name();
+        let joined = match rel {
+            Some(r) => r.join(name.as_bytes()),
+            None => RelPath::parse(name.as_bytes()),
+        };
+        let child_rel = match joined {
             Ok(r) => r,
             Err(e) => {
                 skip(scan, child_abs, SkipReason::BadPath(e));

@@ -148,6 +148,10 @@ impl Fixture {
                 reply_timeout: TIMEOUT,
                 session_nonce: 7,
                 probe: true,
+                delete: None,
+                checksum: false,
+                bwlimit: None,
+                preserve: Default::default(),
             };
             let mut items = items.clone();
             let (received, sent) = self.session(|p| {
@@ -374,6 +378,7 @@ fn file_body(
         path,
         link_target,
         held: false,
+        extra: pfs_wire::files::FileExtra::default(),
     }
     .emit(&mut body);
     body
@@ -597,6 +602,7 @@ fn hostile_probes_and_held_files_are_refused_or_fail_alone() {
             path: b"claimed.txt",
             link_target: &[],
             held: true,
+            extra: pfs_wire::files::FileExtra::default(),
         }
         .emit(&mut body);
         p.send(FrameType::File, 0, &body).expect("send FILE");
@@ -772,6 +778,7 @@ fn garbage_and_truncated_frames_end_the_session_cleanly() {
             path: b"f",
             link_target: &[],
             held: false,
+            extra: pfs_wire::files::FileExtra::default(),
         }
         .emit(&mut body);
         body[2] = 200;

@@ -195,6 +195,7 @@ fn file_body(no: u64, path: &[u8], size: u64, chunks: u32, content: &[u8]) -> Ve
         path,
         link_target: &[],
         held: false,
+        extra: pfs_wire::files::FileExtra::default(),
     }
     .emit(&mut body);
     body
@@ -214,6 +215,7 @@ fn dir_body(no: u64, path: &[u8], mode: u32) -> Vec<u8> {
         path,
         link_target: &[],
         held: false,
+        extra: pfs_wire::files::FileExtra::default(),
     }
     .emit(&mut body);
     body

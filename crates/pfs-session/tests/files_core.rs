@@ -186,6 +186,7 @@ fn file_body(no: u64, kind: EntryKind, path: &[u8], size: u64, chunks: u32, hash
         path,
         link_target: &[],
         held: false,
+        extra: pfs_wire::files::FileExtra::default(),
     }
     .emit(&mut body);
     body
@@ -831,6 +832,7 @@ mod pair {
             dev: 0,
             ino: 0,
             abs: PathBuf::from("/mem").join(rel),
+            meta: Default::default(),
         }
     }
 
@@ -879,6 +881,10 @@ mod pair {
             reply_timeout: Duration::from_secs(30),
             session_nonce: 9,
             probe,
+            delete: None,
+            checksum: false,
+            bwlimit: None,
+            preserve: Default::default(),
         }
     }
 

@@ -46,6 +46,7 @@ fn entry(rel: &str, kind: WalkKind) -> Entry {
         dev: 0,
         ino: 0,
         abs: PathBuf::from("/mem").join(rel),
+        meta: Default::default(),
     }
 }
 
@@ -77,6 +78,10 @@ fn config() -> FilesSenderConfig {
         reply_timeout: Duration::from_secs(30),
         session_nonce: 9,
         probe: true,
+        delete: None,
+        checksum: false,
+        bwlimit: None,
+        preserve: Default::default(),
     }
 }
 

@@ -84,6 +84,10 @@ pub enum FrameType {
     ProbeReply = 19,
     /// Files: the sender gives up on the file streaming (it changed or could not be read).
     FileDrop = 20,
+    /// Files: the sender asks the receiver to remove what its tree lacks (rsync's --delete).
+    Delete = 21,
+    /// Files: what the receiver removed (or would remove), or why it did not.
+    Deleted = 22,
 }
 
 impl FrameType {
@@ -110,6 +114,8 @@ impl FrameType {
             18 => Self::Probe,
             19 => Self::ProbeReply,
             20 => Self::FileDrop,
+            21 => Self::Delete,
+            22 => Self::Deleted,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -143,6 +149,8 @@ impl FrameType {
             Self::Probe => "PROBE",
             Self::ProbeReply => "PROBE_REPLY",
             Self::FileDrop => "FILE_DROP",
+            Self::Delete => "DELETE",
+            Self::Deleted => "DELETED",
         }
     }
 }
@@ -191,7 +199,8 @@ impl FrameHeader {
             | FrameType::Nak
             | FrameType::Repair
             | FrameType::Probe
-            | FrameType::ProbeReply => crate::files::FLAG_LAST,
+            | FrameType::ProbeReply
+            | FrameType::Deleted => crate::files::FLAG_LAST,
             FrameType::FilesEnd => crate::files::FLAG_FILES_REPORT,
             _ => 0,
         };

@@ -672,6 +672,12 @@ const INVALID: &[(&str, As, WireError)] = &[
         As::Frame,
         WireError::LengthMismatch,
     ),
+    (
+        "invalid-files-deleted-skipped-names",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
+    ("invalid-files-file-attrs-order", As::Frame, WireError::BadFlags),
 ];
 
 /// The full decode path of docs/wire.md §9 for one frame.
@@ -713,6 +719,11 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
         }
         FrameType::ProbeReply => pfs_wire::files::parse_probe_reply(frame.body).map(drop),
         FrameType::FileDrop => FileDrop::parse(frame.body).map(drop),
+        FrameType::Delete => pfs_wire::files::DeleteRequest::parse(frame.body).map(drop),
+        FrameType::Deleted => {
+            let (_, mut entries) = pfs_wire::files::parse_deleted(frame.body)?;
+            entries.try_for_each(|e| e.map(drop))
+        }
     }
 }
 
@@ -749,6 +760,7 @@ fn files_vectors() {
         path: b"docs/read me.txt",
         link_target: b"",
         held: false,
+        extra: pfs_wire::files::FileExtra::default(),
     };
     assert_eq!(f, expected);
     let mut out = Vec::new();
@@ -862,6 +874,7 @@ fn files_probe_vectors() {
         path: b"docs/read me.txt",
         link_target: b"",
         held: true,
+        extra: pfs_wire::files::FileExtra::default(),
     };
     assert_eq!(f, expected);
     assert!(f.held);
@@ -872,6 +885,71 @@ fn files_probe_vectors() {
         bytes("files-file-held"),
         "files-file-held re-encode"
     );
+}
+
+#[test]
+fn conventions_vectors() {
+    use pfs_wire::files::{
+        parse_deleted, DeleteRequest, DeleteStatus, DeletedKind, FileExtra, HELLO_CHECKSUM, HELLO_DELETE,
+    };
+    let body = files_frame("files-hello-delete-checksum", FrameType::FilesHello, 0);
+    let h = FilesHello::parse(&body).unwrap();
+    assert_eq!(h.flags, HELLO_DELETE | HELLO_CHECKSUM);
+    assert_eq!(
+        (h.chunk_avg, h.session_nonce, h.remote_dir),
+        (32768, 7, &b"www"[..])
+    );
+    let mut out = Vec::new();
+    h.emit(&mut out);
+    assert_eq!(out, body, "files-hello-delete-checksum re-encode");
+
+    let body = files_frame("files-file-linked", FrameType::File, 0);
+    let f = FileEntry::parse(&body).unwrap();
+    assert_eq!((f.file_no, f.size, f.chunk_count), (4, 70_000, 0));
+    assert_eq!(f.path, b"docs/read me too.txt");
+    assert_eq!(f.link_target, b"docs/read me.txt");
+    let x: FileExtra<'_> = f.extra;
+    assert_eq!(
+        (x.linked, x.uid, x.gid, x.listed),
+        (true, Some(1000), Some(100), false)
+    );
+    assert_eq!(
+        x.xattrs.iter().collect::<Vec<_>>(),
+        [(&b"user.mime_type"[..], &b"text/plain"[..])]
+    );
+    let mut out = Vec::new();
+    f.emit(&mut out);
+    assert_eq!(out, body, "files-file-linked re-encode");
+
+    let body = files_frame("files-delete", FrameType::Delete, 0);
+    let d = DeleteRequest::parse(&body).unwrap();
+    assert!(d.root);
+    assert_eq!(d.rules().collect::<Vec<_>>(), ["*.o", "/build/"]);
+    let mut out = Vec::new();
+    DeleteRequest::emit(true, ["*.o", "/build/"].into_iter(), &mut out).unwrap();
+    assert_eq!(out, body, "files-delete re-encode");
+
+    let body = files_frame("files-deleted", FrameType::Deleted, FLAG_LAST);
+    let (head, entries) = parse_deleted(&body).unwrap();
+    assert_eq!((head.status, head.count), (DeleteStatus::Done, 3));
+    let entries: Vec<_> = entries.collect::<Result<_, _>>().unwrap();
+    let named: Vec<_> = entries.iter().map(|e| (e.kind, e.path)).collect();
+    assert_eq!(
+        named,
+        [
+            (DeletedKind::File, &b"old.txt"[..]),
+            (DeletedKind::Symlink, &b"gone/link"[..]),
+            (DeletedKind::Dir, &b"gone"[..])
+        ]
+    );
+    let mut out = head.emit().to_vec();
+    entries.iter().for_each(|e| e.emit(&mut out));
+    assert_eq!(out, body, "files-deleted re-encode");
+
+    let body = files_frame("files-deleted-skipped", FrameType::Deleted, FLAG_LAST);
+    let (head, mut entries) = parse_deleted(&body).unwrap();
+    assert_eq!((head.status, head.count), (DeleteStatus::SkippedFailures, 0));
+    assert!(entries.next().is_none());
 }
 
 #[test]
@@ -915,6 +993,8 @@ fn vector_names_match_the_document() {
     expected.extend(["files-file", "files-chunks", "files-nak"]);
     expected.extend(["files-probe", "files-probe-reply", "files-file-held"]);
     expected.push("files-file-drop");
+    expected.extend(["files-hello-delete-checksum", "files-file-linked"]);
+    expected.extend(["files-delete", "files-deleted", "files-deleted-skipped"]);
     expected.extend(VARINTS.iter().map(|c| c.0));
     expected.extend(ZIGZAGS.iter().map(|c| c.0));
     expected.extend(INVALID.iter().map(|c| c.0));

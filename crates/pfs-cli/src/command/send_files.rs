@@ -3,12 +3,12 @@
 //! receiver's report, rsync-style statistics with `--stats`, JSON with
 //! `--json`.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
-use pfs_files::{default_cache_dir, scan, ChunkParams, Excludes, RecipeCache, SkipReason, WalkKind};
+use pfs_files::{default_cache_dir, ChunkParams, RecipeCache};
 use pfs_session::files::{
-    send_files, FilesItem, FilesMeter, FilesSenderConfig, FilesSenderOutcome, LocalPrepare,
+    save_recipes, scan_items, send_files, DeleteConfig, DeleteStatus, DeletedKind, FilesMeter,
+    FilesSenderConfig, FilesSenderOutcome, LocalPrepare, ScanConfig, Scanned,
 };
 
 use crate::args::{SendArgs, TransportArg};
@@ -67,106 +67,54 @@ fn saving(effective: u64, wire: u64) -> String {
     }
 }
 
-/// What the scan found, with the quick-check cache's recipes filled in.
-struct Prepared {
-    items: Vec<FilesItem>,
-    warnings: Vec<String>,
-    /// Entries the scan could not read or name (not special files, which
-    /// are left out by design).
-    failed: usize,
-    /// The recipe cache (`None` with `--no-cache`).
-    cache: Option<RecipeCache>,
-    scan_time: Duration,
-}
-
-/// Scans the paths and takes what the quick-check cache knows; chunking
-/// waits for the session (files the receiver holds are never chunked).
-fn prepare(args: &SendArgs, params: &ChunkParams) -> anyhow::Result<Prepared> {
-    let t0 = Instant::now();
-    let f = &args.files;
-    let excludes = Excludes::new(&f.exclude).context("--exclude")?;
-    let tree = scan(&args.paths, &excludes)?;
-    let mut warnings: Vec<String> = tree
-        .skipped
-        .iter()
-        .map(|s| format!("skipping {}: {}", s.path.display(), s.reason))
-        .collect();
-    let failed = tree
-        .skipped
-        .iter()
-        .filter(|s| matches!(s.reason, SkipReason::Unreadable(_) | SkipReason::BadPath(_)))
-        .count();
-    let mut cache = if f.no_cache {
-        None
-    } else {
-        let path = match &f.cache_dir {
-            Some(d) => d.join("recipes"),
-            None => RecipeCache::default_path()?,
-        };
-        let (cache, warning) = RecipeCache::open(path);
-        if let Some(w) = warning {
-            warnings.push(w.to_string());
-        }
-        Some(cache)
-    };
-    let items = tree
-        .entries
-        .into_iter()
-        .map(|e| {
-            let (recipe, digest) = match (&e.kind, &mut cache) {
-                (WalkKind::File { size }, Some(c)) => (
-                    c.get(&e, params).cloned(),
-                    c.get_digest(&e, params).map(|d| (*size, d)),
-                ),
-                _ => (None, None),
-            };
-            let mut item = FilesItem::new(e, recipe);
-            item.digest = digest;
-            item
-        })
-        .collect();
-    Ok(Prepared {
-        items,
-        warnings,
-        failed,
-        cache,
-        scan_time: t0.elapsed(),
-    })
-}
-
-/// Remembers the recipes and whole-file digests of this send for the next one.
-fn save_recipes(cache: &mut RecipeCache, items: &[FilesItem], params: &ChunkParams) -> Option<String> {
-    for it in items {
-        if let Some(r) = &it.recipe {
-            cache.put(&it.entry, params, r.clone());
-        }
-        if let Some((_, d)) = it.digest {
-            cache.put_digest(&it.entry, params, d);
-        }
-    }
-    cache
-        .save()
-        .err()
-        .map(|e| format!("quick-check cache not saved: {e}"))
-}
-
 pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     let f = &args.files;
     let json = args.run.json;
     let params = ChunkParams::new(f.chunk_avg).map_err(|e| anyhow::anyhow!("--chunk-avg: {e}"))?;
     let (addr, remote_dir) = split_target(&args.to, args.transport.transport);
-    let Prepared {
+    let bwlimit = f.bwlimit.filter(|&r| r > 0);
+    let floor = pfs_session::files::bwlimit::min_rate(params.max());
+    if let Some(r) = bwlimit.filter(|&r| r < floor) {
+        anyhow::bail!(
+            "--bwlimit: {r} B/s is below {floor} B/s, at which one chunk (--chunk-avg) takes a minute"
+        );
+    }
+    let recipes = match (&f.cache_dir, f.no_cache) {
+        (_, true) => None,
+        (Some(d), false) => Some(d.join("recipes")),
+        (None, false) => Some(RecipeCache::default_path()?),
+    };
+    let Scanned {
         mut items,
         warnings,
         failed: failed_at_scan,
         mut cache,
-        scan_time,
-    } = prepare(args, &params)?;
+        contents,
+        elapsed: scan_time,
+    } = scan_items(&ScanConfig {
+        paths: &args.paths,
+        exclude: &f.exclude,
+        cache: recipes,
+        params,
+        reread: f.checksum,
+        walk: pfs_files::WalkConfig {
+            xattrs: pfs_files::XattrScope {
+                user: f.xattrs,
+                acls: f.acls,
+            },
+        },
+    })?;
     for w in &warnings {
         eprintln!("pfs: warning: {w}");
     }
-    if items.is_empty() {
+    // An empty DIR/ with --delete empties the destination, as rsync does.
+    if items.is_empty() && !(contents && f.delete) {
         anyhow::bail!("nothing to send (every path was excluded or skipped)");
+    }
+    if f.delete && failed_at_scan > 0 {
+        eprintln!(
+            "pfs: warning: not deleting anything at the receiver: {failed_at_scan} entries could not be read"
+        );
     }
     let cache_dir = match (&f.cache_dir, f.no_cache) {
         (_, true) => None,
@@ -185,6 +133,17 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1),
         probe: !f.no_probe,
+        delete: (f.delete && failed_at_scan == 0).then(|| DeleteConfig {
+            root: contents,
+            protect: f.exclude.clone(),
+        }),
+        checksum: f.checksum,
+        bwlimit,
+        preserve: pfs_session::files::PreserveConfig {
+            owner: f.owner || f.archive,
+            group: f.group || f.archive,
+            hard_links: f.hard_links,
+        },
     };
     let show = super::progress::choose(f.progress, json, args.run.log_interval)?;
     let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;
@@ -213,12 +172,25 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     // (FILE_DROP) at the receiver, unreadable at the scan or when chunked.
     out.skipped += failed_at_scan as u64;
     let code = exit_code(out.report.as_ref().map(|r| r.files_failed), out.skipped);
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&to_json(&out, kind, &prep, &remote_dir))?
+    if let Some(d) = out.deletion.as_ref().filter(|d| d.status != DeleteStatus::Done) {
+        eprintln!(
+            "pfs: warning: nothing deleted at the receiver: {}",
+            d.status.reason()
         );
+    }
+    if json {
+        let mut v = to_json(&out, kind, &prep, &remote_dir);
+        v["bwlimit_bytes_per_s"] = serde_json::json!(bwlimit);
+        v["deleted"] = serde_json::json!(out.deletion.as_ref().map(|d| serde_json::json!({
+            "status": d.status.reason(), "count": d.count,
+            "entries": d.entries.iter().map(deleted_name).collect::<Vec<_>>() })));
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
+        // rsync's `deleting PATH` lines (in a dry run, what would go).
+        out.deletion
+            .iter()
+            .flat_map(|d| &d.entries)
+            .for_each(|e| println!("deleting {}", deleted_name(e)));
         print!("{}", human(&out, kind, &prep, f.stats));
     }
     if !out.messages.is_empty() {
@@ -227,6 +199,11 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// A removed entry as rsync names it: a directory with a trailing `/`.
+fn deleted_name((kind, path): &(DeletedKind, String)) -> String {
+    format!("{path}{}", if *kind == DeletedKind::Dir { "/" } else { "" })
 }
 
 /// Where the sender's time went before and during the session.
@@ -247,6 +224,7 @@ pub(crate) fn report_json(r: &pfs_wire::files::FilesReport<'_>) -> serde_json::V
         "files_failed": r.files_failed,
         "dirs": r.dirs,
         "symlinks": r.symlinks,
+        "files_deleted": r.files_deleted,
         "effective_bytes": r.effective_bytes,
         "matched_bytes": r.matched_bytes,
         "literal_bytes": r.literal_bytes,

@@ -13,6 +13,7 @@ fn entry(abs: &str, size: u64, mtime_ns: i128) -> Entry {
         dev: 7,
         ino: 42,
         abs: PathBuf::from(abs),
+        meta: Default::default(),
     }
 }
 
@@ -50,6 +51,11 @@ fn put_get_save_reopen() {
     let mut other_ino = e.clone();
     other_ino.ino = 43;
     assert!(c.get(&other_ino, &p).is_none());
+    // Rewritten in place with size and mtime restored: the ctime moved.
+    let mut rewritten = e.clone();
+    rewritten.meta.ctime_ns = 1;
+    assert!(c.get(&rewritten, &p).is_none());
+    assert!(c.get_digest(&rewritten, &p).is_none());
     // Saving is repeatable and leaves no temporaries behind.
     c.save().unwrap();
     assert_eq!(std::fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
@@ -232,4 +238,18 @@ fn digests_are_cached_alone_or_beside_recipes() {
     let racy = entry("/data/racy", 10, unix_now_ns());
     c.put_digest(&racy, &p, [4; 16]);
     assert!(c.get_digest(&racy, &p).is_none());
+}
+
+#[test]
+fn a_cache_from_before_ctimes_is_replaced_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("recipes.bin");
+    std::fs::write(&path, b"PFSRCPC2 and whatever followed").unwrap();
+    let (c, w) = RecipeCache::open(&path);
+    assert!(w.is_none() && c.is_empty(), "{w:?}");
+    std::fs::write(&path, b"PFSXXXXX").unwrap();
+    assert!(matches!(
+        RecipeCache::open(&path).1,
+        Some(CacheWarning::Foreign { .. })
+    ));
 }

@@ -306,6 +306,7 @@ fn chunk_files_in_order_with_errors() {
             dev: 0,
             ino: 0,
             abs: path,
+            meta: Default::default(),
         });
         datas.push(data);
     }
@@ -317,6 +318,7 @@ fn chunk_files_in_order_with_errors() {
         dev: 0,
         ino: 0,
         abs: dir.path().to_path_buf(),
+        meta: Default::default(),
     });
     let refs: Vec<&Entry> = entries.iter().collect();
     for threads in [1, 2, 0] {
@@ -420,6 +422,7 @@ fn digest_files_in_order_with_errors() {
         dev: 0,
         ino: 0,
         abs,
+        meta: Default::default(),
     };
     let mut entries = Vec::new();
     let mut datas = Vec::new();

@@ -14,6 +14,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use super::{set_file_times_and_mode, DestRoot, FileStat, ParkedTemp, StatCache, TempFile};
+use check::Verdict;
+
+mod check;
+mod meta;
 use crate::chunk::QuickDigest;
 use crate::error::FilesError;
 use crate::manifest::{Manifest, Written};
@@ -97,6 +101,8 @@ pub struct Landing<'d> {
     open: HashMap<u64, TempFile>,
     /// Files being rebuilt that wait with their descriptors closed.
     parked: HashMap<u64, ParkedTemp>,
+    /// Content decides, not size and mtime (`check`).
+    checksum: bool,
 }
 
 impl<'d> Landing<'d> {
@@ -111,6 +117,7 @@ impl<'d> Landing<'d> {
             dirs_made: HashSet::new(),
             open: HashMap::new(),
             parked: HashMap::new(),
+            checksum: false,
         }
     }
 
@@ -124,19 +131,16 @@ impl<'d> Landing<'d> {
         self.manifest.is_some()
     }
 
-    /// Whether the destination already has the probed file: quick check, or
-    /// the manifest names this very file with a hash starting with `key`.
-    /// Read-only.
+    /// Whether the destination already has the probed file: the manifest
+    /// names this very file with a hash starting with `key`, or (content
+    /// unknown) the quick check passes; see `check`. Changes no file.
     pub fn holds(&mut self, rel: &RelPath, size: u64, mtime_ns: i128, key: &[u8]) -> bool {
         match self.root.stat_existing(&mut self.stat_cache, rel) {
-            Ok(Some(st)) => {
-                (st.size == size && st.mtime_ns == mtime_ns)
-                    || self
-                        .manifest
-                        .as_ref()
-                        .and_then(|m| m.get(rel.as_bytes()))
-                        .is_some_and(|w| w.digest.get(..key.len()) == Some(key) && w.still_stat(&st))
-            }
+            Ok(Some(st)) => match self.verdict(rel, &st, size, |w| w.digest.get(..key.len()) == Some(key)) {
+                Verdict::Same(_) => true,
+                Verdict::Differs => false,
+                Verdict::Unknown => st.size == size && st.mtime_ns == mtime_ns,
+            },
             _ => false,
         }
     }
@@ -180,11 +184,14 @@ impl<'d> Landing<'d> {
         }
         let existing = self.root.open_existing_cached(&mut self.stat_cache, f.rel)?;
         if let Some((file, meta)) = &existing {
-            if unchanged(meta, f.size, f.mtime_ns) {
+            let quick = unchanged(meta, f.size, f.mtime_ns);
+            let verdict = self.verdict(f.rel, &super::FileStat::of(meta), f.size, |w| {
+                w.hash == f.file_hash
+            });
+            if quick && matches!(verdict, Verdict::Same(_) | Verdict::Unknown) {
                 return Ok(Placement::Unchanged);
             }
-            let record = self.manifest.as_ref().and_then(|m| m.get(f.rel.as_bytes()));
-            if let Some(w) = record.filter(|w| w.hash == f.file_hash && w.still(meta)) {
+            if let Verdict::Same(w) = verdict {
                 // The content is already there: metadata only, no chunk read or written.
                 let now = set_file_times_and_mode(file, f.mtime_ns, f.mode)
                     .and_then(|()| file.metadata())
@@ -208,15 +215,14 @@ impl<'d> Landing<'d> {
             .root
             .stat_existing(&mut self.stat_cache, f.rel)?
             .ok_or(LandError::ChangedSinceProbe)?;
-        if st.size == f.size && st.mtime_ns == f.mtime_ns {
-            return Ok(Placement::Unchanged);
-        }
-        let w = self
-            .manifest
-            .as_ref()
-            .and_then(|m| m.get(f.rel.as_bytes()))
-            .filter(|w| f.file_hash[..16] == w.digest && f.file_hash[16..] == [0; 16] && w.still_stat(&st))
-            .ok_or(LandError::ChangedSinceProbe)?;
+        let quick = st.size == f.size && st.mtime_ns == f.mtime_ns;
+        let w = match self.verdict(f.rel, &st, f.size, |w| {
+            f.file_hash[..16] == w.digest && f.file_hash[16..] == [0; 16]
+        }) {
+            Verdict::Same(_) | Verdict::Unknown if quick => return Ok(Placement::Unchanged),
+            Verdict::Same(w) => w,
+            Verdict::Differs | Verdict::Unknown => return Err(LandError::ChangedSinceProbe),
+        };
         let now = self
             .root
             .set_existing_times_and_mode(&mut self.stat_cache, f.rel, &st, f.mtime_ns, f.mode)

@@ -243,18 +243,72 @@ fn roots() {
         &Excludes::none(),
     );
     assert!(matches!(e, Err(FilesError::DuplicateRoot { .. })));
-    // `dir/.` is named like `dir`; `/` has no name.
+    // `dir/.` is the contents of `dir`, like `dir/`; `dir/sub/..` is named
+    // like `dir`; `/..` has no name.
     let s = scan(&[t.path().join("x/.")], &Excludes::none()).unwrap();
-    assert_eq!(rels(&s), ["x", "x/f"]);
+    assert_eq!(rels(&s), ["f"]);
+    assert!(s.contents);
     fs::create_dir(t.path().join("x/sub")).unwrap();
     let s = scan(&[t.path().join("x/sub/..")], &Excludes::none()).unwrap();
     assert_eq!(rels(&s), ["x", "x/f", "x/sub"]);
+    assert!(!s.contents);
     assert!(matches!(
-        scan(&["/".into()], &Excludes::none()),
+        scan(&["/..".into()], &Excludes::none()),
         Err(FilesError::UnnamedRoot { .. })
     ));
     assert!(matches!(
         scan(&[t.path().join("missing")], &Excludes::none()),
         Err(FilesError::Io { op: "stat", .. })
     ));
+}
+
+#[test]
+fn trailing_slash_means_contents() {
+    let t = tempfile::tempdir().unwrap();
+    touch(&t.path().join("a/one"), b"1");
+    touch(&t.path().join("a/sub/deep"), b"2");
+    touch(&t.path().join("b/two"), b"3");
+    touch(&t.path().join("b/one"), b"4");
+    touch(&t.path().join("lone"), b"5");
+    let slash = |p: &str| {
+        let mut s = t.path().join(p).into_os_string();
+        s.push("/");
+        std::path::PathBuf::from(s)
+    };
+    // `a/` puts a's entries at the top; `a` keeps its name.
+    let s = scan(&[slash("a")], &Excludes::none()).unwrap();
+    assert_eq!(rels(&s), ["one", "sub", "sub/deep"]);
+    assert!(s.contents);
+    assert_eq!(s.entries[0].abs, t.path().join("a/one"));
+    let s = scan(&[t.path().join("a")], &Excludes::none()).unwrap();
+    assert_eq!(rels(&s), ["a", "a/one", "a/sub", "a/sub/deep"]);
+    assert!(!s.contents);
+    // Several sources mix, sorted as one tree; a file root with its own name.
+    let s = scan(
+        &[slash("a"), t.path().join("lone"), t.path().join("b")],
+        &Excludes::none(),
+    )
+    .unwrap();
+    assert_eq!(
+        rels(&s),
+        ["b", "b/one", "b/two", "lone", "one", "sub", "sub/deep"]
+    );
+    assert!(s.entries.windows(2).all(|w| w[0].rel < w[1].rel));
+    // Excludes match the names inside, anchored at the contents.
+    let s = scan(&[slash("a")], &ex(&["/sub"])).unwrap();
+    assert_eq!(rels(&s), ["one"]);
+    // Two contents with one name would overwrite each other.
+    assert!(matches!(
+        scan(&[slash("a"), slash("b")], &Excludes::none()),
+        Err(FilesError::DuplicateRoot { ref name }) if name == "one"
+    ));
+    // A file with a trailing slash is not a directory.
+    assert!(matches!(
+        scan(&[slash("lone")], &Excludes::none()),
+        Err(FilesError::Io { op: "stat", .. })
+    ));
+    // An empty directory's contents are nothing, and say so.
+    fs::create_dir(t.path().join("empty")).unwrap();
+    let s = scan(&[slash("empty")], &Excludes::none()).unwrap();
+    assert!(s.entries.is_empty() && s.contents);
 }

@@ -170,6 +170,21 @@ pub enum FilesViolation {
     /// A REPAIR entry without bytes (a descriptor, or a short literal).
     #[error("REPAIR entries carry bytes")]
     RepairWithoutBytes,
+    /// A FILE flagged `LISTED` outside a dry run, or one without it in a
+    /// dry run's listing.
+    #[error("FILE {file}: LISTED is for a dry run's listing only (dry run: {dry_run})")]
+    Listing {
+        /// The FILE's number.
+        file: u64,
+        /// Whether the session is a dry run.
+        dry_run: bool,
+    },
+    /// A DELETE rule that is not a valid exclude pattern.
+    #[error("DELETE rule {rule:?} is not a valid pattern")]
+    DeleteRule {
+        /// The rule.
+        rule: String,
+    },
     /// (Sender side) the receiver's index breaks the rules.
     #[error("receiver sent {what}")]
     BadIndex {
@@ -251,6 +266,8 @@ impl FilesViolation {
             | Self::ChunkCount { .. }
             | Self::FileShort { .. }
             | Self::RepairNotNaked
+            | Self::Listing { .. }
+            | Self::DeleteRule { .. }
             | Self::ProbeReplyOrder { .. }
             | Self::ProbeReplyShort { .. }
             | Self::BadReply { .. }

@@ -10,25 +10,30 @@
 //! Both sides are sans-I/O cores ([`FilesSender`], [`FilesReceiver`]) with
 //! a host trait for the work on files and store ([`FilesSource`],
 //! [`FilesHost`]) and a thin blocking driver ([`send_files`],
-//! [`receive_files`]); [`error`] holds the typed violations.
+//! [`receive_files`]); [`error`] holds the typed violations, [`bwlimit`]
+//! the sender's pacing (`--bwlimit`).
 
+pub mod bwlimit;
 pub mod error;
 pub mod receiver;
 pub mod sender;
 
+pub use bwlimit::{parse_rate, BwLimit, RateError};
 pub use error::{FilesViolation, IndexFault};
 
 pub use receiver::{
     receive_files, ChunkIndex, Copied, FilesHost, FilesReceiver, FilesReceiverConfig, FilesReceiverEvent,
     FilesReceiverOutcome, Holding, Lent, LocalHost, SharedChunkIndex, StoreInfo, COMMIT_EVERY_CHUNKS,
     DEFAULT_MAX_FRAME_WORK, DEFAULT_MAX_RESERVATION, DEFAULT_MAX_RESERVATION_PERCENT,
-    DEFAULT_MAX_SESSION_MEMORY, DEFAULT_MAX_UNVERIFIED_BYTES,
+    DEFAULT_MAX_SESSION_MEMORY, DEFAULT_MAX_UNVERIFIED_BYTES, MAX_DELETED_NAMED,
 };
 pub use sender::{
-    classify, send_files, ChunkPlan, FilesItem, FilesMeter, FilesPlanSummary, FilesPrepare, FilesProgress,
-    FilesSender, FilesSenderConfig, FilesSenderEvent, FilesSenderOutcome, FilesSource, LocalPrepare,
-    LocalSource, MeterRate, MeterReading, SendPhase, Unreadable,
+    classify, send_files, ChunkPlan, DeleteConfig, DeleteStatus, DeletedKind, DeletionOutcome, FilesItem,
+    FilesMeter, FilesPlanSummary, FilesPrepare, FilesProgress, FilesSender, FilesSenderConfig,
+    FilesSenderEvent, FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource, MeterRate, MeterReading,
+    PreserveConfig, ScanConfig, Scanned, SendPhase, Unreadable,
 };
+pub use sender::{save_recipes, scan_items};
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.
 pub const DEFAULT_MAX_CHUNKS_BODY: u32 = 8 << 20;

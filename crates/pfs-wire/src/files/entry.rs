@@ -1,10 +1,13 @@
 //! FILE (`docs/wire.md` §10.6): one entry of the tree — a file, directory
 //! or symlink — with its metadata; a file's chunks follow in CHUNKS frames.
+//! What FILE carries beyond its fixed fields (flags `LISTED` and `LINKED`,
+//! the attribute block) is [`FileExtra`], in `attrs` beside this file.
 
 use crate::layout::{tiles, Field, Reader, Writer};
 use crate::WireError;
 
-use super::{valid_nsec, Hash};
+use super::attrs::parse_attrs;
+use super::{valid_nsec, FileExtra, Hash};
 
 /// Fixed part of FILE.
 pub const FILE_FIXED_LEN: usize = 80;
@@ -13,6 +16,12 @@ pub const MAX_PATH_LEN: usize = 4095;
 /// FILE `file_flags` bit: the receiver answered PROBE that it holds this
 /// file's content; no CHUNKS follow (`chunk_count` = 0, `size` > 0).
 pub const FILE_HELD: u8 = 0x01;
+/// FILE `file_flags` bit: a hard link to a regular file of the session
+/// whose path is in the target field; `chunk_count` = 0, no CHUNKS.
+pub const FILE_LINKED: u8 = 0x02;
+/// FILE `file_flags` bit: a dry run's listing for DELETE (§10.12): the
+/// entry is named, nothing is written; `chunk_count` = 0, no CHUNKS.
+pub const FILE_LISTED: u8 = 0x04;
 
 /// Byte ranges of FILE's fixed part; `path` then the symlink target follow.
 mod field {
@@ -29,7 +38,8 @@ mod field {
     pub const FILE_HASH: Field = Field::new(32, 32);
     pub const FILE_NO: Field = Field::new(64, 8);
     pub const LINK_LEN: Field = Field::new(72, 4);
-    pub const RESERVED: Field = Field::new(76, 4);
+    /// Length of the attribute block after the target (`attrs`).
+    pub const ATTRS_LEN: Field = Field::new(76, 4);
 
     const _: () = assert!(tiles(
         &[
@@ -44,7 +54,7 @@ mod field {
             FILE_HASH,
             FILE_NO,
             LINK_LEN,
-            RESERVED,
+            ATTRS_LEN,
         ],
         FILE_FIXED_LEN
     ));
@@ -95,10 +105,13 @@ pub struct FileEntry<'a> {
     pub file_hash: Hash,
     /// Relative path, `/`-separated bytes (the receiver validates it).
     pub path: &'a [u8],
-    /// Symlink target bytes (empty unless a symlink).
+    /// Symlink target bytes, or for a `LINKED` file the path of the file
+    /// it is a hard link to (empty otherwise).
     pub link_target: &'a [u8],
     /// The receiver said (PROBE_REPLY) it holds this content: no CHUNKS follow.
     pub held: bool,
+    /// Listing and hard-link flags, owner, group, extended attributes.
+    pub extra: FileExtra<'a>,
 }
 
 impl<'a> FileEntry<'a> {
@@ -107,38 +120,51 @@ impl<'a> FileEntry<'a> {
         let b = Reader::<FILE_FIXED_LEN>::new(body)?;
         let kind = EntryKind::from_u8(b.u8(field::KIND))?;
         let file_flags = b.u8(field::FILE_FLAGS);
-        if file_flags & !FILE_HELD != 0 {
+        if file_flags & !(FILE_HELD | FILE_LINKED | FILE_LISTED) != 0 {
             return Err(WireError::BadFlags);
         }
-        if !b.is_zero(field::RESERVED) {
-            return Err(WireError::ReservedNonZero);
-        }
         let held = file_flags & FILE_HELD != 0;
+        let linked = file_flags & FILE_LINKED != 0;
+        let listed = file_flags & FILE_LISTED != 0;
         let path_len = usize::from(b.u16(field::PATH_LEN));
         let link_len = b.u32(field::LINK_LEN) as usize;
+        let attrs_len = b.u32(field::ATTRS_LEN) as usize;
         if path_len > MAX_PATH_LEN || link_len > MAX_PATH_LEN {
             return Err(WireError::TooLarge);
         }
-        if body.len() != FILE_FIXED_LEN + path_len + link_len {
+        if Some(body.len()) != (FILE_FIXED_LEN + path_len + link_len).checked_add(attrs_len) {
             return Err(WireError::LengthMismatch);
         }
         let mtime_nsec = b.u32(field::MTIME_NSEC);
         let size = b.u64(field::SIZE);
         let chunk_count = b.u32(field::CHUNK_COUNT);
+        // At most one of HELD, LINKED, LISTED: each says why no CHUNKS follow.
+        if u8::from(held) + u8::from(linked) + u8::from(listed) > 1 {
+            return Err(WireError::BadFlags);
+        }
         let consistent = valid_nsec(mtime_nsec)
             && match kind {
                 EntryKind::File if held => link_len == 0 && size > 0 && chunk_count == 0,
+                EntryKind::File if linked => link_len > 0 && chunk_count == 0,
+                EntryKind::File if listed => link_len == 0 && chunk_count == 0,
                 EntryKind::File => link_len == 0 && (chunk_count == 0) == (size == 0),
-                EntryKind::Dir => !held && link_len == 0 && size == 0 && chunk_count == 0,
-                EntryKind::Symlink => !held && link_len > 0 && size == 0 && chunk_count == 0,
+                EntryKind::Dir => !held && !linked && link_len == 0 && size == 0 && chunk_count == 0,
+                EntryKind::Symlink => !held && !linked && link_len > 0 && size == 0 && chunk_count == 0,
             };
         if !consistent {
             return Err(WireError::LengthMismatch);
         }
-        let (path, link_target) = body
+        let (path, rest) = body
             .get(FILE_FIXED_LEN..)
             .and_then(|rest| rest.split_at_checked(path_len))
             .ok_or(WireError::LengthMismatch)?;
+        let (link_target, attrs) = rest.split_at_checked(link_len).ok_or(WireError::LengthMismatch)?;
+        let mut extra = FileExtra {
+            listed,
+            linked,
+            ..FileExtra::default()
+        };
+        parse_attrs(attrs, &mut extra)?;
         Ok(Self {
             file_no: b.u64(field::FILE_NO),
             kind,
@@ -151,6 +177,7 @@ impl<'a> FileEntry<'a> {
             path,
             link_target,
             held,
+            extra,
         })
     }
 
@@ -158,9 +185,13 @@ impl<'a> FileEntry<'a> {
     pub fn emit(&self, out: &mut Vec<u8>) {
         let path = &self.path[..self.path.len().min(MAX_PATH_LEN)];
         let link = &self.link_target[..self.link_target.len().min(MAX_PATH_LEN)];
+        let x = &self.extra;
+        let flags = if self.held { FILE_HELD } else { 0 }
+            | if x.linked { FILE_LINKED } else { 0 }
+            | if x.listed { FILE_LISTED } else { 0 };
         let mut w = Writer::<FILE_FIXED_LEN>::new();
         w.u8(field::KIND, self.kind as u8)
-            .u8(field::FILE_FLAGS, if self.held { FILE_HELD } else { 0 })
+            .u8(field::FILE_FLAGS, flags)
             .u16(field::PATH_LEN, path.len() as u16)
             .u32(field::MODE, self.mode)
             .i64(field::MTIME_SEC, self.mtime_sec)
@@ -169,10 +200,12 @@ impl<'a> FileEntry<'a> {
             .u64(field::SIZE, self.size)
             .put(field::FILE_HASH, &self.file_hash)
             .u64(field::FILE_NO, self.file_no)
-            .u32(field::LINK_LEN, link.len() as u32);
+            .u32(field::LINK_LEN, link.len() as u32)
+            .u32(field::ATTRS_LEN, x.attrs_len() as u32);
         out.extend_from_slice(&w.finish());
         out.extend_from_slice(path);
         out.extend_from_slice(link);
+        x.emit_attrs(out);
     }
 }
 
@@ -195,6 +228,7 @@ mod tests {
             path: "dir/ünï".as_bytes(),
             link_target: b"",
             held: false,
+            extra: FileExtra::default(),
         };
         let mut out = Vec::new();
         f.emit(&mut out);
@@ -220,11 +254,14 @@ mod tests {
 
     proptest! {
         /// Any FILE the parser accepts round-trips: `shape` picks a file, a
-        /// held file, a directory or a symlink, which decides which of size,
-        /// chunk count, held and target may be set.
+        /// held file, a directory, a symlink, a hard link or a listed file,
+        /// which decides which of size, chunk count, flags and target may be
+        /// set; any entry may carry an owner and a group.
         #[test]
         fn file_parse_emit(
-            shape in 0u8..4,
+            shape in 0u8..6,
+            uid in proptest::option::of(any::<u32>()),
+            gid in proptest::option::of(any::<u32>()),
             file_no: u64,
             mode: u32,
             mtime_sec: i64,
@@ -247,17 +284,97 @@ mod tests {
                 path: &path,
                 link_target: b"",
                 held: false,
+                extra: FileExtra { uid, gid, ..FileExtra::default() },
             };
             let f = match shape {
                 0 => FileEntry { size, chunk_count, ..base },
                 1 => FileEntry { size, held: true, ..base },
                 2 => FileEntry { kind: EntryKind::Dir, ..base },
-                _ => FileEntry { kind: EntryKind::Symlink, link_target: &target, ..base },
+                3 => FileEntry { kind: EntryKind::Symlink, link_target: &target, ..base },
+                4 => FileEntry {
+                    size,
+                    link_target: &target,
+                    extra: FileExtra { linked: true, ..base.extra },
+                    ..base
+                },
+                _ => FileEntry { size, extra: FileExtra { listed: true, ..base.extra }, ..base },
             };
             let mut out = Vec::new();
             f.emit(&mut out);
-            prop_assert_eq!(out.len(), FILE_FIXED_LEN + f.path.len() + f.link_target.len());
+            prop_assert_eq!(out.len(), FILE_FIXED_LEN + f.path.len() + f.link_target.len() + f.extra.attrs_len());
             prop_assert_eq!(FileEntry::parse(&out), Ok(f));
         }
+    }
+}
+
+#[cfg(test)]
+mod extra_tests {
+    use super::*;
+    use crate::files::Xattrs;
+
+    fn file(no: u64) -> FileEntry<'static> {
+        FileEntry {
+            file_no: no,
+            kind: EntryKind::File,
+            mode: 0o644,
+            mtime_sec: 1,
+            mtime_nsec: 2,
+            size: 5,
+            chunk_count: 1,
+            file_hash: [1; 32],
+            path: b"a/b",
+            link_target: b"",
+            held: false,
+            extra: FileExtra::default(),
+        }
+    }
+
+    #[test]
+    fn linked_listed_and_attributes_round_trip() {
+        let mut raw = Vec::new();
+        Xattrs::encode([(&b"user.x"[..], &b"1"[..])], 1024, &mut raw);
+        let linked = FileEntry {
+            chunk_count: 0,
+            link_target: b"a/first",
+            extra: FileExtra {
+                linked: true,
+                uid: Some(65534),
+                gid: Some(65534),
+                xattrs: Xattrs::parse(&raw).unwrap(),
+                ..FileExtra::default()
+            },
+            ..file(7)
+        };
+        let mut out = Vec::new();
+        linked.emit(&mut out);
+        assert_eq!(out[1], FILE_LINKED);
+        assert_eq!(FileEntry::parse(&out), Ok(linked));
+        // LINKED without the path it links to, and a linked file with chunks.
+        let mut bad = Vec::new();
+        file(7).emit(&mut bad);
+        bad[1] = FILE_LINKED;
+        assert_eq!(FileEntry::parse(&bad), Err(WireError::LengthMismatch));
+        let mut bad = out.clone();
+        bad[20] = 1;
+        assert_eq!(FileEntry::parse(&bad), Err(WireError::LengthMismatch));
+        // A listed file has a size and no chunks; listed and held together are refused.
+        let listed = FileEntry {
+            chunk_count: 0,
+            extra: FileExtra {
+                listed: true,
+                ..FileExtra::default()
+            },
+            ..file(1)
+        };
+        let mut out = Vec::new();
+        listed.emit(&mut out);
+        assert_eq!(FileEntry::parse(&out), Ok(listed));
+        out[1] |= FILE_HELD;
+        assert_eq!(FileEntry::parse(&out), Err(WireError::BadFlags));
+        // attrs_len past the body.
+        let mut out = Vec::new();
+        file(1).emit(&mut out);
+        out[76] = 1;
+        assert_eq!(FileEntry::parse(&out), Err(WireError::LengthMismatch));
     }
 }

@@ -15,6 +15,12 @@ pub const FLAG_FILES_REPORT: u16 = 0x0001;
 pub const HELLO_DRY_RUN: u8 = 0x01;
 /// FILES_HELLO flag: literal chunks may arrive zstd-compressed.
 pub const HELLO_COMPRESS: u8 = 0x02;
+/// FILES_HELLO flag: a DELETE may come before FILES_END (in a dry run, after
+/// the index, with the tree's FILE entries marked `LISTED`).
+pub const HELLO_DELETE: u8 = 0x04;
+/// FILES_HELLO flag: decide "unchanged" by content, not by size and mtime
+/// (rsync's `--checksum`).
+pub const HELLO_CHECKSUM: u8 = 0x08;
 
 /// Fixed part of FILES_HELLO.
 pub const FILES_HELLO_FIXED_LEN: usize = 32;
@@ -89,9 +95,9 @@ mod field {
         ));
     }
 
-    /// FILES_END report: eighteen u64 (in wire order, which is not the
-    /// struct's: `files_metadata_only` came last), then lengths; the text
-    /// follows.
+    /// FILES_END report: nineteen u64 (in wire order, which is not the
+    /// struct's: `files_metadata_only` and `files_deleted` came last), then
+    /// lengths; the text follows.
     pub mod report {
         use super::{tiles, Field};
         use crate::files::session::FILES_REPORT_FIXED_LEN as LEN;
@@ -114,7 +120,7 @@ mod field {
         pub const USER_US: Field = Field::new(120, 8);
         pub const SYS_US: Field = Field::new(128, 8);
         pub const FILES_METADATA_ONLY: Field = Field::new(136, 8);
-        pub const RESERVED_144: Field = Field::new(144, 8);
+        pub const FILES_DELETED: Field = Field::new(144, 8);
         pub const TEXT_LEN: Field = Field::new(152, 4);
         pub const RESERVED_156: Field = Field::new(156, 4);
 
@@ -138,7 +144,7 @@ mod field {
                 USER_US,
                 SYS_US,
                 FILES_METADATA_ONLY,
-                RESERVED_144,
+                FILES_DELETED,
                 TEXT_LEN,
                 RESERVED_156,
             ],
@@ -150,7 +156,7 @@ mod field {
 /// The sender's opening frame of a files session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FilesHello<'a> {
-    /// [`HELLO_DRY_RUN`], [`HELLO_COMPRESS`].
+    /// [`HELLO_DRY_RUN`], [`HELLO_COMPRESS`], [`HELLO_DELETE`], [`HELLO_CHECKSUM`].
     pub flags: u8,
     /// Authentication method (0 = none).
     pub auth_method: u8,
@@ -176,7 +182,7 @@ impl<'a> FilesHello<'a> {
             return Err(WireError::UnsupportedVersion(version.to_le_bytes()[0]));
         }
         let flags = b.u8(f::FLAGS);
-        if flags & !(HELLO_DRY_RUN | HELLO_COMPRESS) != 0 {
+        if flags & !(HELLO_DRY_RUN | HELLO_COMPRESS | HELLO_DELETE | HELLO_CHECKSUM) != 0 {
             return Err(WireError::BadFlags);
         }
         if !b.is_zero(f::RESERVED_12) || !b.is_zero(f::RESERVED_24) {
@@ -291,6 +297,9 @@ pub struct FilesReport<'a> {
     pub dirs: u64,
     /// Symlinks created.
     pub symlinks: u64,
+    /// Entries removed because the sender's tree lacks them (DELETE; in a
+    /// dry run, that would be removed).
+    pub files_deleted: u64,
     /// Bytes of files the destination now holds as sent (written + unchanged).
     pub effective_bytes: u64,
     /// Bytes rebuilt from chunks the store already held.
@@ -325,7 +334,7 @@ impl<'a> FilesReport<'a> {
         use field::report as f;
         let b = Reader::<FILES_REPORT_FIXED_LEN>::new(body)?;
         let text_len = b.u32(f::TEXT_LEN) as usize;
-        if !b.is_zero(f::RESERVED_156) || !b.is_zero(f::RESERVED_144) {
+        if !b.is_zero(f::RESERVED_156) {
             return Err(WireError::ReservedNonZero);
         }
         if text_len > MAX_REPORT_TEXT {
@@ -355,6 +364,7 @@ impl<'a> FilesReport<'a> {
             user_us: b.u64(f::USER_US),
             sys_us: b.u64(f::SYS_US),
             files_metadata_only: b.u64(f::FILES_METADATA_ONLY),
+            files_deleted: b.u64(f::FILES_DELETED),
             messages,
         })
     }
@@ -386,6 +396,7 @@ impl<'a> FilesReport<'a> {
             .u64(f::USER_US, self.user_us)
             .u64(f::SYS_US, self.sys_us)
             .u64(f::FILES_METADATA_ONLY, self.files_metadata_only)
+            .u64(f::FILES_DELETED, self.files_deleted)
             .u32(f::TEXT_LEN, end as u32);
         out.extend_from_slice(&w.finish());
         out.extend_from_slice(&self.messages.as_bytes()[..end]);
@@ -456,7 +467,7 @@ mod tests {
     proptest! {
         #[test]
         fn hello_parse_emit(
-            flags in 0u8..4,
+            flags in 0u8..16,
             auth_method: u8,
             chunk_avg: u32,
             session_nonce: u64,
@@ -483,7 +494,7 @@ mod tests {
         }
 
         #[test]
-        fn report_parse_emit(v: [u64; 18], messages in "\\PC{0,40}") {
+        fn report_parse_emit(v: [u64; 19], messages in "\\PC{0,40}") {
             let r = FilesReport {
                 files_written: v[0],
                 files_unchanged: v[1],
@@ -503,6 +514,7 @@ mod tests {
                 elapsed_ns: v[15],
                 user_us: v[16],
                 sys_us: v[17],
+                files_deleted: v[18],
                 messages: &messages,
             };
             let mut out = Vec::new();

@@ -10,11 +10,14 @@ use pfs_files::RelPath;
 use pfs_store::StoreError;
 use pfs_wire::files::{
     parse_batch, parse_index_request, parse_probe, FilesAccept, FilesHello, FilesReport, Hash, IndexEntry,
-    Plan, PlanAck, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST, HELLO_DRY_RUN, PROBE_HEAD_LEN,
+    Plan, PlanAck, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_DELETE, HELLO_DRY_RUN,
+    PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
+use super::attrs::Pending;
+use super::delete::Deletion;
 use super::host::FilesHost;
 use super::stream::{Current, Waiting};
 use super::{FilesReceiverConfig, FilesReceiverOutcome};
@@ -91,7 +94,11 @@ pub struct FilesReceiver {
     phase: Phase,
     /// Sub-directory the sender asked for.
     pub(super) base: Option<RelPath>,
-    dry_run: bool,
+    pub(super) dry_run: bool,
+    /// What DELETE needs, in a session whose FILES_HELLO announced it.
+    pub(super) deletion: Option<Box<Deletion>>,
+    /// Attributes and hard links waiting for their entries.
+    pub(super) pending: Pending,
     remote_dir: String,
     /// The sender ended after the index (a dry run).
     ended_early: bool,
@@ -123,7 +130,7 @@ pub struct FilesReceiver {
     /// nothing more is written into them (writing changes a directory's mtime).
     pub(super) dir_meta: Vec<(RelPath, i128, u32)>,
     /// Frames to send.
-    out: Vec<u8>,
+    pub(super) out: Vec<u8>,
     events: VecDeque<FilesReceiverEvent>,
     started: Instant,
     /// Per-frame, absolute deadlines.
@@ -170,6 +177,8 @@ impl FilesReceiver {
             phase: Phase::Hello,
             base: None,
             dry_run: false,
+            deletion: None,
+            pending: Pending::default(),
             remote_dir: String::new(),
             ended_early: false,
             probe_held: Vec::new(),
@@ -348,7 +357,7 @@ impl FilesReceiver {
         FilesReceiverOutcome {
             report,
             messages: self.messages.clone(),
-            dry_run: self.ended_early,
+            dry_run: self.ended_early || self.dry_run,
             remote_dir: self.remote_dir.clone(),
         }
     }
@@ -411,6 +420,11 @@ impl FilesReceiver {
                 let from = parse_index_request(body).map_err(malformed("INDEX_REQUEST"))?;
                 self.send_index(from, host)?;
                 self.phase = Phase::Plan;
+                if self.dry_run && self.deletion.is_some() {
+                    // A dry run of --delete: the listing streams without a PLAN.
+                    self.phase = Phase::Stream;
+                    self.clock.next_frame(self.now, self.idle_timeout);
+                }
                 Ok(())
             }
             (Phase::Plan, FrameType::Plan) => self.plan(body, host),
@@ -419,6 +433,7 @@ impl FilesReceiver {
                 self.stream_frame(ty, body, host)
             }
             (Phase::Stream, FrameType::FilesEnd) if h.flags == 0 && body.is_empty() => self.files_end(host),
+            (Phase::Stream, FrameType::Delete) => self.delete_frame(body),
             (Phase::Stream, _) => Err(FilesViolation::NotAllowed {
                 frame: ty,
                 place: "while files stream",
@@ -443,13 +458,24 @@ impl FilesReceiver {
         }
         self.remote_dir = String::from_utf8_lossy(hello.remote_dir).into_owned();
         if !hello.remote_dir.is_empty() {
-            let dir = RelPath::parse(hello.remote_dir).map_err(|error| FilesViolation::RemoteDir {
-                dir: self.remote_dir.clone(),
-                error,
-            })?;
+            let dir = RelPath::parse(hello.remote_dir)
+                .and_then(|d| {
+                    if d.is_reserved() {
+                        return Err(pfs_files::PathError::Reserved);
+                    }
+                    Ok(d)
+                })
+                .map_err(|error| FilesViolation::RemoteDir {
+                    dir: self.remote_dir.clone(),
+                    error,
+                })?;
             self.base = Some(dir);
         }
         self.dry_run = hello.flags & HELLO_DRY_RUN != 0;
+        if hello.flags & HELLO_DELETE != 0 {
+            self.deletion = Some(Box::default());
+        }
+        host.set_checksum(hello.flags & HELLO_CHECKSUM != 0);
         let info = host.store_info();
         let accept = FilesAccept {
             store_id: info.id,
@@ -703,6 +729,9 @@ impl FilesReceiver {
     /// set; the report is due.
     pub(super) fn finish_all<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
         self.finish_waiting(host);
+        self.make_links(host);
+        // Before directories get their mtimes: removing changes them.
+        self.delete_extraneous(host);
         // Deepest first, so setting a child does not disturb its parent's mtime.
         for (rel, mtime_ns, mode) in std::mem::take(&mut self.dir_meta).into_iter().rev() {
             if let Err(e) = host.set_dir_meta(&rel, mtime_ns, mode) {
@@ -760,7 +789,8 @@ impl FilesReceiver {
         }
     }
 
-    /// `path` from the sender, beneath the remote directory it asked for.
+    /// `path` from the sender, beneath the remote directory it asked for
+    /// and outside the receiver's state directory.
     pub(super) fn full_path(&self, path: &[u8]) -> Result<RelPath, pfs_files::PathError> {
         let rel = RelPath::parse(path)?;
         let rel = match &self.base {

@@ -10,9 +10,11 @@ use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 
 use pfs_files::dest::index::{FileAt, IndexedFile};
-use pfs_files::{DestIndex, FileSpec, FilesError, LandError, Landing, Placement, QuickDigest, RelPath};
+use pfs_files::{
+    DestIndex, FileSpec, FilesError, LandError, Landing, Linked, Placement, QuickDigest, RelPath, Removed,
+};
 use pfs_store::{ChunkLoc, IndexRecord, Reservation, Store, StoreError};
-use pfs_wire::files::Hash;
+use pfs_wire::files::{Hash, Xattrs};
 
 use crate::files::hash_matches;
 
@@ -244,6 +246,36 @@ pub trait FilesHost<'s> {
     /// The file `no` being rebuilt waits (for REPAIR): close its
     /// descriptors until it is written or finished again.
     fn park(&mut self, no: u64);
+
+    /// Decide "unchanged" by content, not size and mtime, for this session
+    /// (rsync's `--checksum`; see [`Landing::set_checksum`]).
+    fn set_checksum(&mut self, on: bool);
+
+    /// Sets the owner and group of the entry `rel` (only where this
+    /// receiver may: [`pfs_files::may_chown`]) and its extended attributes
+    /// (see [`pfs_files::DestRoot::set_attrs`]).
+    fn set_attrs(
+        &mut self,
+        rel: &RelPath,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        xattrs: &Xattrs<'_>,
+    ) -> Result<(), FilesError>;
+
+    /// Makes `rel` a hard link to the regular file `target`.
+    fn hard_link(&mut self, rel: &RelPath, target: &RelPath) -> Result<Linked, FilesError>;
+
+    /// Removes from the directory `dir` (the root when `None`) each entry
+    /// `keep(path, is_dir)` does not keep, with everything beneath it;
+    /// `removed` sees each (see [`pfs_files::DestRoot::delete_extraneous`]).
+    /// With `dry_run` nothing is removed, only reported.
+    fn delete_extraneous(
+        &mut self,
+        dir: Option<&RelPath>,
+        keep: &mut dyn FnMut(&RelPath, bool) -> bool,
+        dry_run: bool,
+        removed: &mut dyn FnMut(&RelPath, Removed),
+    ) -> Result<(), FilesError>;
 }
 
 /// Chunk records one session keeps for the files it has not landed yet
@@ -752,5 +784,35 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
 
     fn park(&mut self, no: u64) {
         self.landing.park(no);
+    }
+
+    fn set_checksum(&mut self, on: bool) {
+        self.landing.set_checksum(on);
+    }
+
+    fn set_attrs(
+        &mut self,
+        rel: &RelPath,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        xattrs: &Xattrs<'_>,
+    ) -> Result<(), FilesError> {
+        let chown = (uid.is_some() || gid.is_some()) && pfs_files::may_chown();
+        let (uid, gid) = (uid.filter(|_| chown), gid.filter(|_| chown));
+        self.landing.set_attrs(rel, uid, gid, xattrs.iter())
+    }
+
+    fn hard_link(&mut self, rel: &RelPath, target: &RelPath) -> Result<Linked, FilesError> {
+        self.landing.root().hard_link(rel, target)
+    }
+
+    fn delete_extraneous(
+        &mut self,
+        dir: Option<&RelPath>,
+        keep: &mut dyn FnMut(&RelPath, bool) -> bool,
+        dry_run: bool,
+        removed: &mut dyn FnMut(&RelPath, Removed),
+    ) -> Result<(), FilesError> {
+        self.landing.root().delete_extraneous(dir, keep, dry_run, removed)
     }
 }

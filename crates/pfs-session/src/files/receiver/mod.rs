@@ -9,13 +9,17 @@
 //! destination, never through a symlink), store offsets against the store,
 //! every chunk against its BLAKE3, every file against its whole-file hash.
 //!
-//! - [`core`] and `stream`: the sans-I/O core [`FilesReceiver`] — bytes
-//!   and `now` in; frames to send, a deadline, events and host actions out.
+//! - [`core`], `stream` and `delete`: the sans-I/O core [`FilesReceiver`] —
+//!   bytes and `now` in; frames to send, a deadline, events and host
+//!   actions out (`delete`: the session's side of DELETE; `attrs`: owner,
+//!   group, extended attributes and hard links).
 //! - [`host`]: the [`FilesHost`] trait of those actions, and [`LocalHost`]
 //!   over a [`pfs_store::Store`] and a [`pfs_files::Landing`].
 //! - [`driver`]: [`receive_files`], the core over a blocking transport.
 
+mod attrs;
 pub mod core;
+mod delete;
 pub mod driver;
 pub mod host;
 mod stream;
@@ -26,6 +30,7 @@ use pfs_files::Manifest;
 use pfs_wire::files::FilesReport;
 
 pub use self::core::{FilesReceiver, FilesReceiverEvent, MAX_PROBE_ENTRIES};
+pub use delete::MAX_DELETED_NAMED;
 pub use driver::receive_files;
 pub use host::{ChunkIndex, Copied, FilesHost, Holding, Lent, LocalHost, SharedChunkIndex, StoreInfo};
 

@@ -201,6 +201,13 @@ impl FilesReceiver {
 
     fn begin_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
         let f = FileEntry::parse(body).map_err(malformed("FILE"))?;
+        if f.extra.listed != self.dry_run {
+            return Err(FilesViolation::Listing {
+                file: f.file_no,
+                dry_run: self.dry_run,
+            }
+            .into());
+        }
         if f.file_no != self.next_no {
             return Err(FilesViolation::FileOrder {
                 got: f.file_no,
@@ -225,14 +232,23 @@ impl FilesReceiver {
                 return self.start(&f, None, mtime_ns, Target::Failed, host);
             }
         };
+        self.note_named(&rel, f.kind == EntryKind::Dir);
+        if f.extra.listed {
+            // A dry run's listing: named for DELETE, nothing written.
+            return Ok(());
+        }
         if let Err(e) = host.make_parent(&rel) {
             self.fail(f.path, e);
             return self.start(&f, Some(rel), mtime_ns, Target::Failed, host);
+        }
+        if f.extra.linked {
+            return self.link_later(&f, rel);
         }
         let target = match f.kind {
             EntryKind::Dir => {
                 match host.make_dir(&rel, f.mode) {
                     Ok(()) => {
+                        self.apply_attrs(&f, &rel, host);
                         self.report.dirs += 1;
                         self.charge(DIR_META_COST + rel.as_bytes().len() as u64)?;
                         self.dir_meta.push((rel, mtime_ns, f.mode));
@@ -243,7 +259,10 @@ impl FilesReceiver {
             }
             EntryKind::Symlink => {
                 match host.make_symlink(&rel, f.link_target) {
-                    Ok(()) => self.report.symlinks += 1,
+                    Ok(()) => {
+                        self.report.symlinks += 1;
+                        self.apply_attrs(&f, &rel, host);
+                    }
                     Err(e) => self.fail(f.path, e),
                 }
                 return Ok(());
@@ -273,6 +292,11 @@ impl FilesReceiver {
                 }
             }
         };
+        match target {
+            Target::Unchanged | Target::SameContent => self.apply_attrs(&f, &rel, host),
+            Target::Rebuild(_) => self.stash_attrs(&f)?,
+            Target::Failed => {}
+        }
         self.start(&f, Some(rel), mtime_ns, target, host)
     }
 
@@ -797,10 +821,12 @@ impl FilesReceiver {
             Ok(()) => {
                 self.report.files_written += 1;
                 self.report.effective_bytes += f.size;
+                self.landed_attrs(no, f.rel, true, host);
             }
             Err(e) => {
                 host.discard(no);
                 self.fail(f.rel.as_bytes(), e);
+                self.landed_attrs(no, f.rel, false, host);
             }
         }
     }

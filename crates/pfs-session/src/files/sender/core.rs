@@ -11,16 +11,21 @@ use std::time::{Duration, Instant};
 
 use pfs_files::{ChunkRef, IndexCache};
 use pfs_wire::files::{
-    batch_head, emit_entry_head, parse_batch, parse_index, parse_nak, parse_probe_reply, tag, ChunksHeader,
-    EntryKind, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, Hash, Plan, PlanAck, ProbeEntry,
-    ProbeHead, CHUNKS_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_COMPRESS, HELLO_DRY_RUN, INDEX_KEY_LEN,
+    batch_head, emit_entry_head, parse_batch, parse_deleted, parse_index, parse_nak, parse_probe_reply, tag,
+    ChunksHeader, DeleteRequest, EntryKind, FileDrop, FileEntry, FileExtra, FilesAccept, FilesHello,
+    FilesReport, Hash, Plan, PlanAck, ProbeEntry, ProbeHead, Xattrs, CHUNKS_FIXED_LEN, FILE_FIXED_LEN,
+    FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN, INDEX_KEY_LEN,
     INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
-use super::{classify, ChunkPlan, FilesItem, FilesPlanSummary, FilesProgress, FilesSenderConfig, Unreadable};
+use super::{
+    classify, ChunkPlan, DeletionOutcome, FilesItem, FilesPlanSummary, FilesProgress, FilesSenderConfig,
+    Unreadable,
+};
 use crate::error::{LocalError, Timeout};
+use crate::files::bwlimit::frame_target;
 use crate::files::{hash_matches, FilesViolation, IndexFault, SENDER_FRAME_TARGET, SENDER_FRAME_WORK};
 use crate::framing::{frame_want, refusal, FrameClock, Transmit, DEFAULT_MIN_FRAME_RATE};
 use crate::SessionError;
@@ -113,6 +118,11 @@ pub struct FilesSender<'a> {
     zout: Vec<u8>,
     zctx: Zstd,
     zlevel: i32,
+    /// The extended attributes of the FILE being built, encoded.
+    xattr_buf: Vec<u8>,
+    /// Frame and BATCH sizes to aim at (smaller when paced: `bwlimit`).
+    frame_target: usize,
+    batch_target: usize,
     /// The frame being built (FILE, CHUNKS, REPAIR), and its header.
     frame: Vec<u8>,
     frame_hdr: [u8; FRAME_HEADER_LEN],
@@ -152,6 +162,12 @@ pub struct FilesSender<'a> {
     /// Entries left out because they could not be read.
     skipped: u64,
     events: VecDeque<FilesSenderEvent>,
+    /// A dry run of DELETE: the stream is FILE entries flagged LISTED.
+    listing: bool,
+    /// DELETE went out: DELETED frames come before the report.
+    delete_sent: bool,
+    /// What DELETED said so far.
+    deletion: Option<DeletionOutcome>,
 }
 
 /// A zstd compression context (the context itself has no `Debug`).
@@ -196,6 +212,13 @@ impl<'a> FilesSender<'a> {
             zout: Vec::new(),
             zctx: Zstd(zctx),
             zlevel: 1,
+            xattr_buf: Vec::new(),
+            frame_target: cfg
+                .bwlimit
+                .map_or(SENDER_FRAME_TARGET, |r| frame_target(r, SENDER_FRAME_TARGET)),
+            batch_target: cfg
+                .bwlimit
+                .map_or(BATCH_TARGET, |r| frame_target(r, BATCH_TARGET)),
             frame: Vec::with_capacity(SENDER_FRAME_TARGET + (1 << 20)),
             frame_hdr: [0; FRAME_HEADER_LEN],
             zbuf: Vec::new(),
@@ -226,11 +249,19 @@ impl<'a> FilesSender<'a> {
             warnings: Vec::new(),
             skipped: 0,
             events: VecDeque::new(),
+            listing: false,
+            delete_sent: false,
+            deletion: None,
         };
+        if cfg.preserve.hard_links {
+            link_items(s.items);
+        }
         let mut hello = Vec::new();
         FilesHello {
             flags: if cfg.dry_run { HELLO_DRY_RUN } else { 0 }
-                | if cfg.compress.is_some() { HELLO_COMPRESS } else { 0 },
+                | if cfg.compress.is_some() { HELLO_COMPRESS } else { 0 }
+                | if cfg.delete.is_some() { HELLO_DELETE } else { 0 }
+                | if cfg.checksum { HELLO_CHECKSUM } else { 0 },
             auth_method: 0,
             chunk_avg: cfg.chunk_avg,
             session_nonce: cfg.session_nonce,
@@ -442,9 +473,15 @@ impl<'a> FilesSender<'a> {
         std::mem::take(&mut self.warnings)
     }
 
-    /// The receiver's report and its messages, once the session is done.
+    /// The receiver's report and its messages, once the session is done
+    /// (`None` for a dry run).
     pub fn take_report(&mut self) -> Option<(FilesReport<'static>, String)> {
         self.report.take()
+    }
+
+    /// What the receiver removed (or in a dry run would remove), if DELETE went out.
+    pub fn take_deletion(&mut self) -> Option<DeletionOutcome> {
+        self.deletion.take()
     }
 
     /// When the session started.
@@ -579,11 +616,33 @@ impl<'a> FilesSender<'a> {
                 }
                 Ok(())
             }
+            (Phase::Report, FrameType::Deleted) if self.delete_sent => {
+                let (head, entries) = parse_deleted(body).map_err(malformed("DELETED"))?;
+                let d = self.deletion.get_or_insert(DeletionOutcome {
+                    status: head.status,
+                    count: 0,
+                    entries: Vec::new(),
+                });
+                d.status = head.status;
+                for e in entries {
+                    let e = e.map_err(malformed("DELETED entry"))?;
+                    if d.entries.len() < crate::files::MAX_DELETED_NAMED {
+                        d.entries
+                            .push((e.kind, String::from_utf8_lossy(e.path).into_owned()));
+                    }
+                }
+                Ok(())
+            }
             (Phase::Report, FrameType::FilesEnd)
                 if h.flags & FLAG_FILES_REPORT != 0 && self.wanted.is_empty() =>
             {
                 let r = FilesReport::parse(body).map_err(malformed("FILES_END report"))?;
-                self.report = Some((FilesReport { messages: "", ..r }, r.messages.to_string()));
+                if let Some(d) = self.deletion.as_mut() {
+                    d.count = r.files_deleted;
+                }
+                if !self.cfg.dry_run {
+                    self.report = Some((FilesReport { messages: "", ..r }, r.messages.to_string()));
+                }
                 self.phase = Phase::Done;
                 Ok(())
             }
@@ -598,10 +657,23 @@ impl<'a> FilesSender<'a> {
         }
         let mut gone = vec![false; self.items.len()];
         self.skipped += failed.len() as u64;
+        let mut gone_paths = HashSet::new();
         for (i, why) in failed {
             self.warnings
                 .push(format!("skipping {}: {why}", self.items[i].entry.abs.display()));
             gone[i] = true;
+            gone_paths.insert(self.items[i].entry.rel.clone());
+        }
+        // Hard links of a file left out go too: the same inode, unreadable.
+        for (i, it) in self.items.iter().enumerate() {
+            if it.hard_link.as_ref().is_some_and(|t| gone_paths.contains(t)) && !gone[i] {
+                self.warnings.push(format!(
+                    "skipping {}: a hard link of a file that could not be read",
+                    it.entry.abs.display()
+                ));
+                self.skipped += 1;
+                gone[i] = true;
+            }
         }
         let mut k = 0;
         self.items.retain(|_| {
@@ -684,7 +756,7 @@ impl<'a> FilesSender<'a> {
         }
         self.probe_asked = asked;
         self.probe_next = 0;
-        // PROBE frames go in BATCH frames of at most BATCH_TARGET raw bytes.
+        // PROBE frames go in BATCH frames of at most the batch target, raw.
         self.flush_batch_all();
         true
     }
@@ -749,6 +821,12 @@ impl<'a> FilesSender<'a> {
         let (plans, summary) = classify(self.items, |h| cache.lookup(h));
         self.plans = plans;
         self.summary = summary;
+        if self.cfg.dry_run && self.cfg.delete.is_some() {
+            // What --delete would remove needs the tree's names at the receiver.
+            self.listing = true;
+            self.phase = Phase::Stream;
+            return;
+        }
         if self.cfg.dry_run {
             self.phase = Phase::Done;
             return;
@@ -781,13 +859,13 @@ impl<'a> FilesSender<'a> {
             return Ok(());
         }
         if self.batch_work + work > SENDER_FRAME_WORK {
-            // Leaves only this frame in the batch: below BATCH_TARGET, so
+            // Leaves only this frame in the batch: below the batch target, so
             // no second BATCH is queued before this one is sent.
             self.flush_batch()?;
         }
         put_frame(&mut self.batch, ty, 0, &self.frame);
         self.batch_work += work;
-        if self.batch.len() >= BATCH_TARGET {
+        if self.batch.len() >= self.batch_target {
             self.flush_batch()?;
         }
         Ok(())
@@ -825,7 +903,7 @@ impl<'a> FilesSender<'a> {
         Ok(())
     }
 
-    /// PROBE frames as control BATCH frames, each at most BATCH_TARGET raw.
+    /// PROBE frames as control BATCH frames, each at most the batch target raw.
     fn flush_batch_all(&mut self) {
         let raw = std::mem::take(&mut self.batch);
         let level = self.cfg.compress.unwrap_or(1);
@@ -836,7 +914,7 @@ impl<'a> FilesSender<'a> {
                 let Ok((_, used)) = Frame::parse(&rest[end..]) else {
                     break;
                 };
-                if end > 0 && end + used > BATCH_TARGET {
+                if end > 0 && end + used > self.batch_target {
                     break;
                 }
                 end += used;
@@ -867,6 +945,7 @@ impl<'a> FilesSender<'a> {
         if no == self.items.len() {
             self.progress(true);
             self.flush_batch()?;
+            self.queue_delete();
             self.control(FrameType::FilesEnd, 0, &[]);
             self.phase = Phase::Report;
             return Ok(());
@@ -879,7 +958,7 @@ impl<'a> FilesSender<'a> {
                 let chunks = item
                     .recipe
                     .as_ref()
-                    .filter(|_| !item.held)
+                    .filter(|_| !item.held && !self.listing)
                     .map_or(0, |r| r.chunks.len());
                 self.next_chunk = (chunks > 0).then_some(0);
                 if chunks == 0 {
@@ -903,6 +982,34 @@ impl<'a> FilesSender<'a> {
             },
         }
         Ok(())
+    }
+
+    /// DELETE, if the session asked for it and every entry could be read
+    /// (an entry left out would look extraneous: rsync skips deletion
+    /// after I/O errors too).
+    fn queue_delete(&mut self) {
+        let Some(d) = &self.cfg.delete else {
+            return;
+        };
+        if self.skipped > 0 {
+            self.warnings.push(format!(
+                "not deleting anything at the receiver: {} entries could not be read",
+                self.skipped
+            ));
+            return;
+        }
+        let mut body = Vec::new();
+        match DeleteRequest::emit(d.root, d.protect.iter().map(String::as_str), &mut body) {
+            Ok(()) => {
+                self.control(FrameType::Delete, 0, &body);
+                self.delete_sent = true;
+            }
+            Err(_) => self.warnings.push(format!(
+                "not deleting anything at the receiver: more than {} exclude patterns, or one longer than {} bytes",
+                pfs_wire::files::MAX_DELETE_RULES,
+                pfs_wire::files::MAX_PATH_LEN
+            )),
+        }
     }
 
     fn end_item(&mut self) {
@@ -958,7 +1065,26 @@ impl<'a> FilesSender<'a> {
         let item = &self.items[no];
         let e = &item.entry;
         let (kind, link) = super::entry_kind(e);
+        let linked = item.hard_link.as_ref().filter(|_| !self.listing);
+        let link = linked.map_or(link, |t| t.as_bytes());
+        self.xattr_buf.clear();
+        if !e.meta.xattrs.is_empty() && !self.listing {
+            // Whatever else the frame holds, it stays a control frame.
+            let room = MAX_CONTROL_BODY as usize - FILE_FIXED_LEN - e.rel.as_bytes().len() - link.len() - 17;
+            let attrs = e.meta.xattrs.iter().map(|(n, v)| (&n[..], &v[..]));
+            let left_out = Xattrs::encode(attrs, room, &mut self.xattr_buf);
+            if left_out > 0 {
+                self.warnings.push(format!(
+                    "{}: {left_out} extended attributes not sent (more than one FILE frame holds)",
+                    e.abs.display()
+                ));
+            }
+        }
         let (size, file_hash, chunk_count) = match (&item.recipe, item.size_and_hash()) {
+            _ if self.listing || linked.is_some() => match e.kind {
+                pfs_files::WalkKind::File { size } => (size, [0; 32], 0),
+                _ => (0, [0; 32], 0),
+            },
             (_, Some((size, hash))) if item.held => (size, hash, 0),
             (Some(r), _) => (r.size, r.file_hash, r.chunks.len() as u32),
             _ => (0, [0; 32], 0),
@@ -975,7 +1101,14 @@ impl<'a> FilesSender<'a> {
             file_hash,
             path: e.rel.as_bytes(),
             link_target: link,
-            held: item.held,
+            held: item.held && !self.listing,
+            extra: FileExtra {
+                listed: self.listing,
+                linked: linked.is_some(),
+                uid: self.cfg.preserve.owner.then_some(e.meta.uid),
+                gid: self.cfg.preserve.group.then_some(e.meta.gid),
+                xattrs: Xattrs::parse(&self.xattr_buf).unwrap_or_default(),
+            },
         }
         .emit(&mut self.frame);
         debug_assert!(kind != EntryKind::File || chunk_count == 0 || item.recipe.is_some());
@@ -1002,7 +1135,7 @@ impl<'a> FilesSender<'a> {
         frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
         let mut i = first;
         let mut work = 0u64;
-        while i < recipe.chunks.len() && frame.len() < SENDER_FRAME_TARGET && work < SENDER_FRAME_WORK {
+        while i < recipe.chunks.len() && frame.len() < self.frame_target && work < SENDER_FRAME_WORK {
             let c = &recipe.chunks[i];
             work += u64::from(c.len);
             match plan[i] {
@@ -1058,7 +1191,7 @@ impl<'a> FilesSender<'a> {
         frame.clear();
         frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
         let mut count = 0u32;
-        while self.repair_next < self.repairs.len() && frame.len() < SENDER_FRAME_TARGET {
+        while self.repair_next < self.repairs.len() && frame.len() < self.frame_target {
             let (hash, (i, off, len)) = self.repairs[self.repair_next];
             let compress = self
                 .cfg
@@ -1106,6 +1239,28 @@ impl<'a> FilesSender<'a> {
             self.phase = Phase::Report;
         }
         Ok(())
+    }
+}
+
+/// Marks the later of the file items that share an inode (`st_nlink` > 1)
+/// as hard links of the first one (`-H`): they are never read.
+fn link_items(items: &mut [FilesItem]) {
+    let mut first: HashMap<(u64, u64), pfs_files::RelPath> = HashMap::new();
+    for it in items.iter_mut() {
+        let e = &it.entry;
+        if !matches!(e.kind, pfs_files::WalkKind::File { .. }) || e.meta.nlink < 2 {
+            continue;
+        }
+        match first.entry((e.dev, e.ino)) {
+            std::collections::hash_map::Entry::Occupied(o) => {
+                it.hard_link = Some(o.get().clone());
+                it.recipe = None;
+                it.digest = None;
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(e.rel.clone());
+            }
+        }
     }
 }
 

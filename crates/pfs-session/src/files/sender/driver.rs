@@ -9,6 +9,7 @@ use super::core::{FilesSender, FilesSenderEvent};
 use super::host::{FilesPrepare, LocalSource};
 use super::store_hex;
 use super::{FilesItem, FilesProgress, FilesSenderConfig, FilesSenderOutcome};
+use crate::files::bwlimit::{write_paced, BwLimit};
 use crate::framing::{now, tell_receiver, RecvBuf};
 use crate::SessionError;
 use pfs_sys::thread_usage;
@@ -43,10 +44,15 @@ fn send<T: Transport + ?Sized>(
     t.set_read_timeout(Some(cfg.reply_timeout))
         .map_err(|e| SessionError::transport("setup", e))?;
     let mut warnings = Vec::new();
+    let mut limit = cfg.bwlimit.map(|rate| BwLimit::new(rate, now()));
     loop {
         if let Some(tx) = core.poll_transmit(now(), &mut src)? {
             let what = tx.what();
-            if let Err(e) = tx.write_to(t) {
+            let written = match limit.as_mut() {
+                Some(l) => write_paced(t, &tx, l, now, std::thread::sleep),
+                None => tx.write_to(t),
+            };
+            if let Err(e) = written {
                 return Err(explain_write_failure(t, &mut buf, e, what));
             }
             core.transmitted();
@@ -76,6 +82,7 @@ fn send<T: Transport + ?Sized>(
     let (fetched, cached) = core.index_counts();
     let (sent, received) = core.wire_bytes();
     let report = core.take_report();
+    let deletion = core.take_deletion();
     let (repaired_chunks, repaired_bytes) = core.repaired;
     let elapsed = now() - core.started();
     let (report, messages) = match report {
@@ -100,6 +107,7 @@ fn send<T: Transport + ?Sized>(
         warnings,
         skipped: core.skipped(),
         dropped: core.dropped(),
+        deletion,
     })
 }
 

@@ -13,11 +13,14 @@
 //!   this machine's files.
 //! - [`meter`]: [`FilesMeter`], the send's progress for a display thread
 //!   (hashing and chunking included), its rate and its one-line text.
+//! - [`scan`]: [`scan_items`], the paths a user names as [`FilesItem`]s
+//!   with what the quick-check cache knows, before the session.
 
 pub mod core;
 pub mod driver;
 pub mod host;
 pub mod meter;
+pub mod scan;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -32,6 +35,8 @@ pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, MAX_INDEX_BATCH
 pub use driver::send_files;
 pub use host::{FilesPrepare, LocalPrepare, LocalSource, Unreadable};
 pub use meter::{FilesMeter, MeterRate, MeterReading, SendPhase};
+pub use pfs_wire::files::{DeleteStatus, DeletedKind};
+pub use scan::{save_recipes, scan_items, ScanConfig, Scanned};
 
 /// One entry to send, with its recipe if it is a regular file.
 #[derive(Debug, Clone)]
@@ -46,6 +51,9 @@ pub struct FilesItem {
     pub digest: Option<(u64, pfs_files::QuickDigest)>,
     /// The receiver said it holds this file: FILE with HELD, no CHUNKS.
     pub held: bool,
+    /// A hard link to the earlier item at this path (`-H`): FILE with
+    /// LINKED, never read.
+    pub hard_link: Option<pfs_files::RelPath>,
 }
 
 impl FilesItem {
@@ -56,11 +64,13 @@ impl FilesItem {
             recipe,
             digest: None,
             held: false,
+            hard_link: None,
         }
     }
 
+    /// A regular file whose content travels (not a hard link of another).
     fn is_file(&self) -> bool {
-        matches!(self.entry.kind, WalkKind::File { .. })
+        matches!(self.entry.kind, WalkKind::File { .. }) && self.hard_link.is_none()
     }
 
     /// Size and the `file_hash` field of its FILE frame: the BLAKE3 from
@@ -95,6 +105,53 @@ pub struct FilesSenderConfig {
     pub session_nonce: u64,
     /// Ask the receiver which files it holds before chunking them (PROBE).
     pub probe: bool,
+    /// Have the receiver remove what the tree lacks (rsync's `--delete`).
+    pub delete: Option<DeleteConfig>,
+    /// Have the receiver decide "unchanged" by content, not size and mtime
+    /// (rsync's `--checksum`; the sender rehashes every file itself).
+    pub checksum: bool,
+    /// Most bytes per second written to the transport (`None`: as fast as
+    /// it goes): the driver paces its writes ([`crate::files::BwLimit`]) and
+    /// the core builds frames that take [`crate::files::bwlimit::FRAME_SECONDS`]
+    /// at most.
+    pub bwlimit: Option<u64>,
+    /// Owner, group and hard links (extended attributes travel when the
+    /// scan read them).
+    pub preserve: PreserveConfig,
+}
+
+/// What a sender carries besides content, mode and mtime (rsync's `-o -g -H`;
+/// `-X -A` are the scan's [`pfs_files::WalkConfig`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PreserveConfig {
+    /// Numeric owner (applied by a receiver running as root).
+    pub owner: bool,
+    /// Numeric group (likewise).
+    pub group: bool,
+    /// Files that are hard links of one another arrive as hard links.
+    pub hard_links: bool,
+}
+
+/// What a sender asks the receiver to remove (docs/wire.md §10.12).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteConfig {
+    /// The destination directory itself is one of the tree's directories
+    /// (a directory's contents were sent: `DIR/`).
+    pub root: bool,
+    /// Exclude patterns: destination entries they match are kept.
+    pub protect: Vec<String>,
+}
+
+/// What the receiver removed because the sender's tree lacks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletionOutcome {
+    /// Whether it removed (in a dry run, would remove) anything, or why not.
+    pub status: DeleteStatus,
+    /// Entries removed (or that would be), all counted.
+    pub count: u64,
+    /// The entries it named (at most [`crate::files::MAX_DELETED_NAMED`]),
+    /// relative to the remote directory, a directory after its contents.
+    pub entries: Vec<(DeletedKind, String)>,
 }
 
 /// How one chunk travels.
@@ -194,6 +251,8 @@ pub struct FilesSenderOutcome {
     /// unreadable after their FILE was sent); also in the receiver's
     /// `files_failed`, listed in its messages with the reason.
     pub dropped: u64,
+    /// What the receiver removed, when the session asked for DELETE and sent it.
+    pub deletion: Option<DeletionOutcome>,
 }
 
 /// Decides, per chunk of every file, how it travels: a descriptor when
