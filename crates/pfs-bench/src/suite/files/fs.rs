@@ -70,9 +70,10 @@ impl Needs {
     }
 }
 
-/// Programs the rows start, run once after the page cache is dropped so that
-/// loading their code is not part of any row.
-pub type Warm = Vec<(OsString, &'static str)>;
+/// Programs the rows start, each with arguments that make it load and exit,
+/// run once after the page cache is dropped so that loading their code is
+/// not part of any row.
+pub type Warm = Vec<Vec<OsString>>;
 
 /// The filesystem every row of one pass runs on.
 #[derive(Debug)]
@@ -206,9 +207,12 @@ impl BenchFs {
         rustix::fs::sync();
         std::fs::write("/proc/sys/vm/drop_caches", "3")
             .context("dropping the page cache (/proc/sys/vm/drop_caches)")?;
-        for (program, arg) in &self.warm {
+        for argv in &self.warm {
+            let Some((program, args)) = argv.split_first() else {
+                continue;
+            };
             let mut cmd = Command::new(program);
-            cmd.arg(arg);
+            cmd.args(args);
             // Its exit status says nothing here: the program was loaded.
             let _ = run_client(cmd, Duration::from_secs(30));
         }
@@ -307,12 +311,13 @@ fn run_ok(cmd: Command, what: &str, timeout: Duration) -> anyhow::Result<()> {
 
 /// The programs to warm: `pfs` and the baselines' tools.
 pub fn warm_list(pfs: &Path, rsync: &str) -> Warm {
-    let mut w: Warm = vec![(pfs.as_os_str().to_owned(), "--version")];
-    for p in [rsync, "cp", "tar", "sh"] {
-        w.push((p.into(), "--version"));
+    let mut w: Warm = vec![vec![pfs.as_os_str().to_owned(), "--version".into()]];
+    for p in [rsync, "cp", "tar"] {
+        w.push(vec![p.into(), "--version".into()]);
     }
+    w.push(vec!["sh".into(), "-c".into(), "true".into()]);
     if have("ssh") {
-        w.push(("ssh".into(), "-V"));
+        w.push(vec!["ssh".into(), "-V".into()]);
     }
     w
 }

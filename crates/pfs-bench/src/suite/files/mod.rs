@@ -896,21 +896,26 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
         if jobs.is_empty() {
             continue;
         }
+        // A filesystem that cannot be set up or filled fails its own rows;
+        // the other filesystems' rows still run.
+        let failed = |rows: &mut Vec<FilesRow>, e: &anyhow::Error| {
+            for &(c, t) in &jobs {
+                let label = format!("{} [{kind}]", naming.label(c, t));
+                rows.push(FilesRow {
+                    fs: kind,
+                    case: c,
+                    tool: t,
+                    row: Row::failed(&label, "Transfer", e),
+                    disk: None,
+                    sync_s: 0.0,
+                });
+            }
+        };
         let fs = match BenchFs::new(kind, needs, args.image_dir.as_deref(), warm.clone()) {
             Ok(fs) => fs,
             Err(e) => {
                 filesystems.push(format!("{kind}: not set up: {e:#}"));
-                for (c, t) in jobs {
-                    let label = format!("{} [{kind}]", naming.label(c, t));
-                    rows.push(FilesRow {
-                        fs: kind,
-                        case: c,
-                        tool: t,
-                        row: Row::failed(&label, "Transfer", &e),
-                        disk: None,
-                        sync_s: 0.0,
-                    });
-                }
+                failed(&mut rows, &e);
                 continue;
             }
         };
@@ -918,7 +923,10 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
         filesystems.push(fs.about().to_string());
         let src = match stage_sources(&fs, &data) {
             Ok(s) => s,
-            Err(e) => bail!("staging the data on {kind}: {e:#}"),
+            Err(e) => {
+                failed(&mut rows, &e.context(format!("staging the data on {kind}")));
+                continue;
+            }
         };
         let mut pass = Pass {
             fs: &fs,
