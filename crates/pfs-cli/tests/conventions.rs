@@ -302,7 +302,8 @@ fn delete_stays_inside_named_directories_and_the_state_directory_is_never_writte
         "tree/ --delete",
     );
     assert_eq!(deleted(&v), ["other", "tree/a", "tree/"], "{v:#}");
-    assert_eq!(listing(&d.dest), [".pfs", ".pfs/state", "a"]);
+    // (.pfs/tmp is the receiver's too: its temporary files.)
+    assert_eq!(listing(&d.dest), [".pfs", ".pfs/state", ".pfs/tmp", "a"]);
     // A sender may not write into `.pfs`, as a remote directory or by a name in it.
     let out = send(&d, &[&arg(&tree, false)], &format!("{}:.pfs", server.addr), &[]);
     assert_ne!(out.code(), Some(0), "{out:?}");

@@ -11,14 +11,14 @@
 //!   with keys, rsync; B over a copy of A with `rsync -z`; `scp -r` of B;
 //!   `cp -a` and `tar | tar` of A.
 //!
-//! Every row runs the real programs as children ([`tools`]); the sources,
-//! destinations, stores and caches of a pass live on its filesystem ([`fs`]:
+//! Every row runs the real programs as children (`tools`); the sources,
+//! destinations, stores and caches of a pass live on its filesystem (`fs`:
 //! a tmpfs directory, or an ext4 image the harness loop-mounts, with the
 //! page cache dropped before each row). Elapsed is the client's wall time
 //! plus a `syncfs` of the filesystem; CPU is client + server; wire bytes
 //! come from the loopback interface counters. After each row the received
 //! tree is compared with its source and the receiver's disk is measured
-//! ([`tree`]). Ratios between rows of one filesystem go into the notes, and
+//! (`tree`). Ratios between rows of one filesystem go into the notes, and
 //! the targets into a block under the table.
 
 mod fs;
