@@ -308,6 +308,19 @@ fn delete_stays_inside_named_directories_and_the_state_directory_is_never_writte
     let out = send(&d, &[&arg(&tree, false)], &format!("{}:.pfs", server.addr), &[]);
     assert_ne!(out.code(), Some(0), "{out:?}");
     assert!(out.stderr.contains(".pfs"), "{}", out.stderr);
+    // Nor may an empty DIR/ with --delete, which names nothing to fail,
+    // have `.pfs` emptied (refused at FILES_HELLO; the receiver's removal
+    // never enters `.pfs` either: pfs-files' dest/delete.rs tests).
+    let nothing = d.src.join("nothing");
+    fs::create_dir(&nothing).unwrap();
+    let out = send(
+        &d,
+        &[&arg(&nothing, true)],
+        &format!("{}:.pfs", server.addr),
+        &["--delete"],
+    );
+    assert_ne!(out.code(), Some(0), "{out:?}");
+    assert_eq!(fs::read(d.dest.join(".pfs/state")).unwrap(), b"receiver state");
     // An empty directory's contents with --delete empty the remote directory.
     let empty = d.src.join("empty");
     fs::create_dir(&empty).unwrap();

@@ -60,6 +60,10 @@ impl DestRoot {
         dry_run: bool,
         removed: &mut dyn FnMut(&RelPath, Removed),
     ) -> Result<(), FilesError> {
+        if dir.is_some_and(RelPath::is_reserved) {
+            // The receiver's own state: nothing in it is a sender's to remove.
+            return Ok(());
+        }
         let at = dir.map_or(&b"."[..], RelPath::as_bytes);
         let failed = |op: &'static str, e: Errno| match dir {
             Some(d) => dest_err(op, d, e),
@@ -264,6 +268,10 @@ mod tests {
         let root = DestRoot::open(d).unwrap();
         let did = delete(&root, None, &[], false);
         assert_eq!(did, ["x/.pfs Dir", "x Dir", "y File"]);
+        assert!(d.join(".pfs/state").is_dir());
+        // Nor is anything inside it, whatever directory is named.
+        assert!(delete(&root, Some(".pfs"), &[], false).is_empty());
+        assert!(delete(&root, Some(".pfs/state"), &[], false).is_empty());
         assert!(d.join(".pfs/state").is_dir());
         assert!(rel(".pfs").is_reserved() && rel(".pfs/x").is_reserved());
         assert!(!rel("x/.pfs").is_reserved() && !rel(".pfsx").is_reserved());
