@@ -189,6 +189,12 @@ fn read_full_at(file: &File, mut buf: &mut [u8], mut offset: u64, path: &Path) -
 /// filesystem cannot tell, everything is read.
 fn read_sparse_at(file: &File, buf: &mut [u8], offset: u64, path: &Path) -> Result<(), FilesError> {
     use rustix::fs::{seek, SeekFrom};
+    // A file with every block allocated has no hole to skip, and asking
+    // costs: on tmpfs SEEK_HOLE walks the page cache to the end of the
+    // file, for every window (a quarter of the sender's CPU on 1 GiB).
+    if rustix::fs::fstat(file).is_ok_and(|st| st.st_blocks.saturating_mul(512) >= st.st_size) {
+        return read_full_at(file, buf, offset, path);
+    }
     let end = offset + buf.len() as u64;
     let mut pos = offset;
     while pos < end {
