@@ -188,6 +188,8 @@ struct Inner {
     chunks: HashMap<Hash, (u64, u32)>,
     files: BTreeMap<u64, FileRec>,
     by_path: HashMap<Box<[u8]>, u64>,
+    /// Bases of the partial-file ranges, by the path their file is for.
+    parts: HashMap<Box<[u8]>, Vec<u64>>,
     next_base: u64,
     /// Encoded records published but not yet written.
     pending: Vec<u8>,
@@ -430,8 +432,9 @@ impl DestIndex {
         let mut guard = self.lock();
         let i = &mut *guard;
         let mut temps = Vec::new();
-        for f in i.files.values_mut() {
-            if f.live && f.part.as_ref().is_some_and(|(_, t)| t == target) {
+        // Looked up by target: a session lands thousands of files.
+        for base in i.parts.remove(target.as_bytes()).unwrap_or_default() {
+            if let Some(f) = i.files.get_mut(&base).filter(|f| f.live) {
                 f.live = false;
                 if !temps.contains(&f.rel) && !i.claimed.contains(&f.rel) {
                     temps.push(f.rel.clone());
@@ -507,6 +510,7 @@ impl Inner {
             chunks: HashMap::new(),
             files: BTreeMap::new(),
             by_path: HashMap::new(),
+            parts: HashMap::new(),
             next_base: 0,
             pending: Vec::new(),
             pending_chunks: Vec::new(),
@@ -586,13 +590,16 @@ impl Inner {
 
     fn add_file(&mut self, base: u64, rec: FileRec) {
         // Ranges of partial files do not replace one another.
-        if rec.part.is_none() {
-            let key: Box<[u8]> = rec.rel.as_bytes().into();
-            if let Some(old) = self.by_path.insert(key, base) {
-                if let Some(f) = self.files.get_mut(&old) {
-                    f.live = false;
+        match &rec.part {
+            None => {
+                let key: Box<[u8]> = rec.rel.as_bytes().into();
+                if let Some(old) = self.by_path.insert(key, base) {
+                    if let Some(f) = self.files.get_mut(&old) {
+                        f.live = false;
+                    }
                 }
             }
+            Some((_, target)) => self.parts.entry(target.as_bytes().into()).or_default().push(base),
         }
         self.next_base = base + rec.size;
         self.files.insert(base, rec);
@@ -664,6 +671,11 @@ impl Inner {
             .collect();
         self.files.retain(|_, f| f.live);
         self.by_path.retain(|_, b| self.files.contains_key(b));
+        let files = &self.files;
+        self.parts.retain(|_, bases| {
+            bases.retain(|b| files.contains_key(b));
+            !bases.is_empty()
+        });
         self.chunks = keep.iter().map(|c| (c.hash, (c.offset, c.len))).collect();
         self.records = keep;
     }

@@ -131,3 +131,36 @@ fn a_symlinked_state_dir_is_refused() {
     assert!(err.to_string().contains("state directory"), "{err}");
     assert_eq!(fs::read_dir(elsewhere.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn partial_ranges_serve_until_their_file_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Arc::new(DestRoot::open(dir.path()).unwrap());
+    let (ix, _) = open(&root);
+    let (temp, target) = (rp(".pfs/tmp/0123456789abcdef"), rp("big"));
+    ix.publish_part(&temp, &target, 9, &[(0, 100, h(1)), (100, 50, h(2))]);
+    ix.publish_part(&temp, &target, 9, &[(150, 70, h(3))]);
+    ix.commit().unwrap();
+    match ix.file_at(150, 70) {
+        FileAt::File(f) => {
+            assert_eq!((&f.rel, f.offset, f.size, f.partial), (&temp, 150, 70, true));
+            assert!(f.still(9, 10), "a partial file may be shorter than its range");
+            assert!(!f.still(8, 1000), "but not another inode");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Claimed by the session that writes it: not offered for removal.
+    assert_eq!(ix.drop_parts(&rp("other")), Vec::<RelPath>::new());
+    drop(ix);
+    // After a restart nothing claims it; it is kept for a later send.
+    let (ix, notes) = open(&root);
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(ix.part_temps(), [temp.clone()]);
+    assert_eq!(ix.lookup(&h(3)), Some((150, 70)));
+    // Its file lands: the ranges die and the temporary file is to go.
+    ix.publish(&target, &stat(220, 10), &[(0, 220, h(4))]);
+    assert_eq!(ix.drop_parts(&target), [temp]);
+    assert_eq!(ix.lookup(&h(1)), None);
+    assert!(ix.part_temps().is_empty());
+    assert_eq!(ix.drop_parts(&target), Vec::<RelPath>::new(), "once");
+}
