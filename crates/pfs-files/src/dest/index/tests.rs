@@ -155,7 +155,7 @@ fn partial_ranges_serve_until_their_file_lands() {
     // After a restart nothing claims it; it is kept for a later send.
     let (ix, notes) = open(&root);
     assert!(notes.is_empty(), "{notes:?}");
-    assert_eq!(ix.part_temps(), [temp.clone()]);
+    assert_eq!(ix.part_temps(), std::slice::from_ref(&temp));
     assert_eq!(ix.lookup(&h(3)), Some((150, 70)));
     // Its file lands: the ranges die and the temporary file is to go.
     ix.publish(&target, &stat(220, 10), &[(0, 220, h(4))]);
