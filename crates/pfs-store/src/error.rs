@@ -234,7 +234,7 @@ impl StoreError {
 }
 
 /// Lowercase hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes
         .iter()

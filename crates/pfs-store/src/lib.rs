@@ -129,9 +129,10 @@ mod map;
 mod store;
 
 pub use backing::{Backing, StoreBacking};
+pub use error::hex;
 pub use error::{FormatProblem, InputProblem, StoreError};
 pub use store::{
-    ChunkHash, ChunkLoc, Durability, IndexRecord, RecoveryReport, Reservation, Store, StoreConfig,
+    random_id, ChunkHash, ChunkLoc, Durability, IndexRecord, RecoveryReport, Reservation, Store, StoreConfig,
     StoreIdentity, StoreStats, DEFAULT_CAPACITY,
 };
 

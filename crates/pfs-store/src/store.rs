@@ -222,8 +222,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// 16 random bytes for a store id.
-fn random_id() -> [u8; 16] {
+/// 16 random bytes for an index id (a store's, or a destination index's).
+pub fn random_id() -> [u8; 16] {
     let mut id = [0u8; 16];
     let from_kernel = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut id));
     if from_kernel.is_err() {

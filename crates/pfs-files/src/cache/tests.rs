@@ -247,6 +247,7 @@ fn a_cache_from_before_ctimes_is_replaced_quietly() {
     std::fs::write(&path, b"PFSRCPC2 and whatever followed").unwrap();
     let (c, w) = RecipeCache::open(&path);
     assert!(w.is_none() && c.is_empty(), "{w:?}");
+    // Another format's magic: set aside with a warning, not read.
     std::fs::write(&path, b"PFSXXXXX").unwrap();
     assert!(matches!(
         RecipeCache::open(&path).1,

@@ -305,7 +305,7 @@ impl DestIndex {
         if rewrite {
             // Every rewrite compacts: the new id tells senders to fetch it all.
             inner.compact();
-            inner.id = new_id();
+            inner.id = pfs_store::random_id();
             inner.rewrite(&dir, &path, durable)?;
         }
         Ok((
@@ -720,22 +720,6 @@ impl Inner {
         self.file = File::from(fd);
         Ok(())
     }
-}
-
-fn new_id() -> [u8; 16] {
-    use std::hash::{BuildHasher, Hasher};
-    let mut id = [0u8; 16];
-    for (i, half) in id.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_usize(i);
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        half.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    id
 }
 
 fn header(id: &[u8; 16]) -> [u8; HEADER_LEN] {

@@ -87,14 +87,13 @@ impl std::fmt::Display for Holding {
 impl SharedChunkIndex {
     /// What it holds.
     pub fn holding(&self) -> Holding {
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         match self {
             Self::Dest(ix, _) => {
                 let ((id, generation), st) = (ix.identity(), ix.stats());
                 Holding {
                     kind: "index",
                     path: ix.path().to_path_buf(),
-                    id: hex(&id),
+                    id: pfs_store::hex(&id),
                     generation,
                     chunks: st.chunks,
                     bytes: st.bytes,
