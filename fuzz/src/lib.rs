@@ -11,7 +11,7 @@ use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary};
 use pfs_wire::desc::{encode_table, DescIter, Encoding};
 use pfs_wire::files::{
     emit_entry_head, parse_chunks, parse_index, parse_index_request, parse_nak, tag, ChunkData, ChunksHeader,
-    FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck, FLAG_FILES_REPORT,
+    FileDone, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck, FLAG_FILES_REPORT,
 };
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GRAM_HEADER_LEN};
@@ -77,6 +77,7 @@ pub fn frame_header(data: &[u8]) {
         FrameType::FileDrop => files_body(12, frame.body),
         FrameType::Delete => files_body(13, frame.body),
         FrameType::Deleted => files_body(14, frame.body),
+        FrameType::FileDone => files_body(15, frame.body),
         FrameType::FilesEnd => {}
         FrameType::Batch => {
             if let Ok((raw, z)) = pfs_wire::files::parse_batch(frame.body) {
@@ -199,7 +200,7 @@ pub fn varint(data: &[u8]) {
 /// First byte: which files body (mod 15); the rest: that body.
 pub fn files(data: &[u8]) {
     if let Some((&which, body)) = data.split_first() {
-        files_body(which % 15, body);
+        files_body(which % 16, body);
     }
 }
 
@@ -307,6 +308,11 @@ fn files_body(which: u8, body: &[u8]) {
                 }
                 assert_eq!(n, head.count, "DELETED entry count");
                 assert_eq!(out, body, "DELETED re-encode");
+            }
+        }
+        15 => {
+            if let Ok(d) = FileDone::parse(body) {
+                assert_eq!(d.emit()[..], *body, "FILE_DONE re-encode");
             }
         }
         _ => {

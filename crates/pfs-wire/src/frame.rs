@@ -88,6 +88,8 @@ pub enum FrameType {
     Delete = 21,
     /// Files: what the receiver removed (or would remove), or why it did not.
     Deleted = 22,
+    /// Files: a streamed file's chunk count and whole-file hash, after its CHUNKS.
+    FileDone = 23,
 }
 
 impl FrameType {
@@ -116,6 +118,7 @@ impl FrameType {
             20 => Self::FileDrop,
             21 => Self::Delete,
             22 => Self::Deleted,
+            23 => Self::FileDone,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -151,6 +154,7 @@ impl FrameType {
             Self::FileDrop => "FILE_DROP",
             Self::Delete => "DELETE",
             Self::Deleted => "DELETED",
+            Self::FileDone => "FILE_DONE",
         }
     }
 }

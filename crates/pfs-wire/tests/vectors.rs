@@ -14,7 +14,7 @@ use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary, NO_MISMATC
 use pfs_wire::desc::{encode_table, Descriptor, Encoding};
 use pfs_wire::files::{
     parse_chunks, parse_index, parse_index_request, parse_nak, parse_probe, parse_probe_reply, ChunkData,
-    EntryKind, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, ProbeEntry,
+    EntryKind, FileDone, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, ProbeEntry,
     ProbeHead, FLAG_FILES_REPORT, FLAG_LAST,
 };
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
@@ -678,6 +678,16 @@ const INVALID: &[(&str, As, WireError)] = &[
         WireError::LengthMismatch,
     ),
     ("invalid-files-file-attrs-order", As::Frame, WireError::BadFlags),
+    (
+        "invalid-files-file-streamed-hash",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
+    (
+        "invalid-files-file-done-no-chunks",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
 ];
 
 /// The full decode path of docs/wire.md §9 for one frame.
@@ -719,6 +729,7 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
         }
         FrameType::ProbeReply => pfs_wire::files::parse_probe_reply(frame.body).map(drop),
         FrameType::FileDrop => FileDrop::parse(frame.body).map(drop),
+        FrameType::FileDone => FileDone::parse(frame.body).map(drop),
         FrameType::Delete => pfs_wire::files::DeleteRequest::parse(frame.body).map(drop),
         FrameType::Deleted => {
             let (_, mut entries) = pfs_wire::files::parse_deleted(frame.body)?;
@@ -797,6 +808,32 @@ fn files_vectors() {
         frame_bytes(FrameType::FileDrop, 0, &out),
         bytes("files-file-drop"),
         "files-file-drop re-encode"
+    );
+
+    let body = files_frame("files-file-streamed", FrameType::File, 0);
+    let f = FileEntry::parse(&body).unwrap();
+    assert!(f.extra.streamed && !f.held && !f.extra.linked && !f.extra.listed);
+    assert_eq!((f.file_no, f.size, f.chunk_count, f.file_hash), (3, 70_000, 0, [0; 32]));
+    assert_eq!(f.path, b"docs/read me.txt");
+    let mut out = Vec::new();
+    f.emit(&mut out);
+    assert_eq!(
+        frame_bytes(FrameType::File, 0, &out),
+        bytes("files-file-streamed"),
+        "files-file-streamed re-encode"
+    );
+
+    let body = files_frame("files-file-done", FrameType::FileDone, 0);
+    let expected = FileDone {
+        file_no: 3,
+        chunk_count: 2,
+        file_hash: std::array::from_fn(|i| i as u8),
+    };
+    assert_eq!(FileDone::parse(&body), Ok(expected));
+    assert_eq!(
+        frame_bytes(FrameType::FileDone, 0, &expected.emit()),
+        bytes("files-file-done"),
+        "files-file-done re-encode"
     );
 }
 
@@ -992,7 +1029,7 @@ fn vector_names_match_the_document() {
     expected.push("error-out-of-bounds");
     expected.extend(["files-file", "files-chunks", "files-nak"]);
     expected.extend(["files-probe", "files-probe-reply", "files-file-held"]);
-    expected.push("files-file-drop");
+    expected.extend(["files-file-drop", "files-file-streamed", "files-file-done"]);
     expected.extend(["files-hello-delete-checksum", "files-file-linked"]);
     expected.extend(["files-delete", "files-deleted", "files-deleted-skipped"]);
     expected.extend(VARINTS.iter().map(|c| c.0));

@@ -22,6 +22,10 @@ pub const FILE_LINKED: u8 = 0x02;
 /// FILE `file_flags` bit: a dry run's listing for DELETE (§10.12): the
 /// entry is named, nothing is written; `chunk_count` = 0, no CHUNKS.
 pub const FILE_LISTED: u8 = 0x04;
+/// FILE `file_flags` bit: a file sent while the sender still reads it
+/// (§10.13): `chunk_count` = 0 and `file_hash` zero here, `size` > 0; its
+/// CHUNKS follow until their lengths reach `size`, then FILE_DONE.
+pub const FILE_STREAMED: u8 = 0x08;
 
 /// Byte ranges of FILE's fixed part; `path` then the symlink target follow.
 mod field {
@@ -120,12 +124,13 @@ impl<'a> FileEntry<'a> {
         let b = Reader::<FILE_FIXED_LEN>::new(body)?;
         let kind = EntryKind::from_u8(b.u8(field::KIND))?;
         let file_flags = b.u8(field::FILE_FLAGS);
-        if file_flags & !(FILE_HELD | FILE_LINKED | FILE_LISTED) != 0 {
+        if file_flags & !(FILE_HELD | FILE_LINKED | FILE_LISTED | FILE_STREAMED) != 0 {
             return Err(WireError::BadFlags);
         }
         let held = file_flags & FILE_HELD != 0;
         let linked = file_flags & FILE_LINKED != 0;
         let listed = file_flags & FILE_LISTED != 0;
+        let streamed = file_flags & FILE_STREAMED != 0;
         let path_len = usize::from(b.u16(field::PATH_LEN));
         let link_len = b.u32(field::LINK_LEN) as usize;
         let attrs_len = b.u32(field::ATTRS_LEN) as usize;
@@ -138,18 +143,25 @@ impl<'a> FileEntry<'a> {
         let mtime_nsec = b.u32(field::MTIME_NSEC);
         let size = b.u64(field::SIZE);
         let chunk_count = b.u32(field::CHUNK_COUNT);
-        // At most one of HELD, LINKED, LISTED: each says why no CHUNKS follow.
-        if u8::from(held) + u8::from(linked) + u8::from(listed) > 1 {
+        // At most one of HELD, LINKED, LISTED, STREAMED: each says why
+        // `chunk_count` is zero.
+        if u8::from(held) + u8::from(linked) + u8::from(listed) + u8::from(streamed) > 1 {
             return Err(WireError::BadFlags);
         }
+        let file_hash: Hash = b.array(field::FILE_HASH);
         let consistent = valid_nsec(mtime_nsec)
             && match kind {
                 EntryKind::File if held => link_len == 0 && size > 0 && chunk_count == 0,
                 EntryKind::File if linked => link_len > 0 && chunk_count == 0,
                 EntryKind::File if listed => link_len == 0 && chunk_count == 0,
+                EntryKind::File if streamed => {
+                    link_len == 0 && size > 0 && chunk_count == 0 && file_hash == [0; 32]
+                }
                 EntryKind::File => link_len == 0 && (chunk_count == 0) == (size == 0),
-                EntryKind::Dir => !held && !linked && link_len == 0 && size == 0 && chunk_count == 0,
-                EntryKind::Symlink => !held && !linked && link_len > 0 && size == 0 && chunk_count == 0,
+                EntryKind::Dir => !held && !linked && !streamed && link_len == 0 && size == 0 && chunk_count == 0,
+                EntryKind::Symlink => {
+                    !held && !linked && !streamed && link_len > 0 && size == 0 && chunk_count == 0
+                }
             };
         if !consistent {
             return Err(WireError::LengthMismatch);
@@ -162,6 +174,7 @@ impl<'a> FileEntry<'a> {
         let mut extra = FileExtra {
             listed,
             linked,
+            streamed,
             ..FileExtra::default()
         };
         parse_attrs(attrs, &mut extra)?;
@@ -173,7 +186,7 @@ impl<'a> FileEntry<'a> {
             mtime_nsec,
             size,
             chunk_count,
-            file_hash: b.array(field::FILE_HASH),
+            file_hash,
             path,
             link_target,
             held,
@@ -188,7 +201,8 @@ impl<'a> FileEntry<'a> {
         let x = &self.extra;
         let flags = if self.held { FILE_HELD } else { 0 }
             | if x.linked { FILE_LINKED } else { 0 }
-            | if x.listed { FILE_LISTED } else { 0 };
+            | if x.listed { FILE_LISTED } else { 0 }
+            | if x.streamed { FILE_STREAMED } else { 0 };
         let mut w = Writer::<FILE_FIXED_LEN>::new();
         w.u8(field::KIND, self.kind as u8)
             .u8(field::FILE_FLAGS, flags)

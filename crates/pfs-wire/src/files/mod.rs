@@ -8,7 +8,7 @@
 //! S: (PROBE* with LAST          R: PROBE_REPLY* with LAST)?   optional
 //! S: INDEX_REQUEST (from gen)   R: INDEX* (entries since gen; last has LAST)
 //! S: PLAN (totals)              R: ACK (space reserved) | ERROR
-//! S: (FILE CHUNKS* FILE_DROP?)* DELETE? FILES_END
+//! S: (FILE CHUNKS* (FILE_DONE | FILE_DROP)?)* DELETE? FILES_END
 //!                               R: (NAK* with LAST, S: REPAIR* with LAST)?
 //!                               R: DELETED* with LAST (if DELETE)
 //!                               R: FILES_END with REPORT
@@ -20,7 +20,7 @@
 //! `session` (FILES_HELLO, FILES_ACCEPT, the FILES_END report), `index`
 //! (INDEX_REQUEST, INDEX), `plan` (PLAN and its ACK), `entry` (FILE),
 //! `chunks` (CHUNKS and REPAIR bodies, BATCH), `probe` (PROBE, PROBE_REPLY),
-//! `repair` (NAK), `file_drop` (FILE_DROP) and `delete` (DELETE, DELETED).
+//! `repair` (NAK), `file_done` (FILE_DONE), `file_drop` (FILE_DROP) and `delete` (DELETE, DELETED).
 //! Everything public is re-exported here, so callers name
 //! `pfs_wire::files::X` whatever file `X` lives in.
 
@@ -28,6 +28,7 @@ mod attrs;
 mod chunks;
 mod delete;
 mod entry;
+mod file_done;
 mod file_drop;
 mod index;
 mod plan;
@@ -44,7 +45,10 @@ pub use delete::{
     parse_deleted, DeleteRequest, DeleteStatus, DeletedEntry, DeletedHead, DeletedIter, DeletedKind,
     DELETED_ENTRY_FIXED_LEN, DELETED_HEAD_LEN, DELETE_HEAD_LEN, DELETE_ROOT, MAX_DELETE_RULES,
 };
-pub use entry::{EntryKind, FileEntry, FILE_FIXED_LEN, FILE_HELD, FILE_LINKED, FILE_LISTED, MAX_PATH_LEN};
+pub use entry::{
+    EntryKind, FileEntry, FILE_FIXED_LEN, FILE_HELD, FILE_LINKED, FILE_LISTED, FILE_STREAMED, MAX_PATH_LEN,
+};
+pub use file_done::{FileDone, FILE_DONE_LEN};
 pub use file_drop::{FileDrop, FILE_DROP_FIXED_LEN, MAX_DROP_REASON};
 pub use index::{
     parse_index, parse_index_request, IndexEntry, INDEX_ENTRY_LEN, INDEX_KEY_LEN, INDEX_REQUEST_LEN,
