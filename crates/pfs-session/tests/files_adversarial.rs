@@ -152,6 +152,7 @@ impl Fixture {
                 checksum: false,
                 bwlimit: None,
                 preserve: Default::default(),
+                stream_min: None,
             };
             let mut items = items.clone();
             let (received, sent) = self.session(|p| {

@@ -20,8 +20,8 @@ use pfs_session::{LimitExceeded, SessionError, Timeout, Violation};
 use pfs_store::{Durability, Store, StoreConfig};
 use pfs_sys::Usage;
 use pfs_wire::files::{
-    batch_head, emit_entry_head, parse_chunks, tag, ChunksHeader, EntryKind, FileDrop, FileEntry, FilesHello,
-    FilesReport, Plan, FLAG_FILES_REPORT, FLAG_LAST,
+    batch_head, emit_entry_head, parse_chunks, tag, ChunksHeader, EntryKind, FileDone, FileDrop, FileEntry,
+    FilesHello, FilesReport, Plan, FLAG_FILES_REPORT, FLAG_LAST,
 };
 use pfs_wire::{put_frame, ErrorCode, Frame, FrameHeader, FrameType, WireError, FRAME_HEADER_LEN};
 
@@ -222,6 +222,41 @@ fn drop_body(no: u64, reason: &str) -> Vec<u8> {
     let mut body = Vec::new();
     FileDrop { file_no: no, reason }.emit(&mut body);
     body
+}
+
+/// FILE of a STREAMED file of `size` bytes (count and hash come later).
+fn streamed_of(no: u64, path: &[u8], size: u64) -> Vec<u8> {
+    let mut body = Vec::new();
+    FileEntry {
+        file_no: no,
+        kind: EntryKind::File,
+        mode: 0o640,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 5,
+        size,
+        chunk_count: 0,
+        file_hash: [0; 32],
+        path,
+        link_target: &[],
+        held: false,
+        extra: pfs_wire::files::FileExtra {
+            streamed: true,
+            ..Default::default()
+        },
+    }
+    .emit(&mut body);
+    body
+}
+
+/// A FILE_DONE body.
+fn done_body(no: u64, chunks: u32, data: &[u8]) -> Vec<u8> {
+    FileDone {
+        file_no: no,
+        chunk_count: chunks,
+        file_hash: *blake3::hash(data).as_bytes(),
+    }
+    .emit()
+    .to_vec()
 }
 
 /// A frame header alone, announcing `length` body bytes.
@@ -464,6 +499,147 @@ fn a_file_the_sender_drops_fails_alone() {
         .expect("list temps")
         .count();
     assert_eq!(temps, 0, "no temporary file is left");
+}
+
+#[test]
+fn streamed_files_land_when_their_file_done_matches() {
+    let fx = Fixture::new(64 << 20);
+    let (a, b) = (vec![1u8; 3000], vec![2u8; 2000]);
+    let two = [a.clone(), b.clone()].concat();
+    let mut rx = fx.receiver();
+    rx.handshake(4 * two.len() as u64);
+    // Two frames of chunks, then FILE_DONE.
+    rx.send(FrameType::File, 0, &streamed_of(0, b"two", two.len() as u64))
+        .expect("FILE");
+    rx.send(FrameType::Chunks, 0, &literals(0, &[(&a, &a)]))
+        .expect("CHUNKS a");
+    rx.send(FrameType::Chunks, 0, &literals(0, &[(&b, &b)]))
+        .expect("CHUNKS b");
+    rx.send(FrameType::FileDone, 0, &done_body(0, 2, &two))
+        .expect("FILE_DONE");
+    // Inside a BATCH, with a FILE_DONE whose hash is not the content's.
+    let mut frames = Vec::new();
+    put_frame(
+        &mut frames,
+        FrameType::File,
+        0,
+        &streamed_of(1, b"lying", b.len() as u64),
+    );
+    put_frame(&mut frames, FrameType::Chunks, 0, &literals(1, &[(&b, &b)]));
+    put_frame(&mut frames, FrameType::FileDone, 0, &done_body(1, 1, &a));
+    put_frame(
+        &mut frames,
+        FrameType::File,
+        0,
+        &streamed_of(2, b"batched", b.len() as u64),
+    );
+    put_frame(&mut frames, FrameType::Chunks, 0, &literals(2, &[(&b, &b)]));
+    put_frame(&mut frames, FrameType::FileDone, 0, &done_body(2, 1, &b));
+    rx.send(FrameType::Batch, 0, &batch_of(&frames)).expect("BATCH");
+    // Dropped by the sender before FILE_DONE.
+    rx.send(FrameType::File, 0, &streamed_of(3, b"dropped", two.len() as u64))
+        .expect("FILE");
+    rx.send(FrameType::Chunks, 0, &literals(3, &[(&a, &a)]))
+        .expect("CHUNKS");
+    rx.send(FrameType::FileDrop, 0, &drop_body(3, "it changed while read"))
+        .expect("FILE_DROP");
+    let (r, messages) = rx.end();
+    assert_eq!((r.files_written, r.files_failed), (2, 2), "{messages}");
+    assert_eq!(fs::read(fx.dest_dir.join("two")).expect("two"), two);
+    assert_eq!(fs::read(fx.dest_dir.join("batched")).expect("batched"), b);
+    assert!(messages.contains("lying: "), "{messages}");
+    assert!(
+        messages.contains("dropped: the sender dropped it: it changed while read"),
+        "{messages}"
+    );
+    assert!(!fx.dest_dir.join("lying").exists() && !fx.dest_dir.join("dropped").exists());
+    let temps = fs::read_dir(fx.dest_dir.join(pfs_files::dest::TEMP_DIR))
+        .expect("list temps")
+        .count();
+    assert_eq!(temps, 0, "no temporary file is left");
+}
+
+#[test]
+fn streamed_files_that_break_the_rules_end_the_session() {
+    let fx = Fixture::new(64 << 20);
+    let data = vec![9u8; 300];
+    type Script = fn(&mut Rx<'_>, &[u8]) -> Result<(), SessionError>;
+    let cases: [(&str, Script, FilesViolation); 5] = [
+        (
+            "FILE_DONE of a file not streamed",
+            |rx, d| {
+                rx.handshake(0);
+                let mut f = file_of(0, b"f", d);
+                // Two announced chunks: the file stays open after one.
+                f[20..24].copy_from_slice(&2u32.to_le_bytes());
+                rx.send(FrameType::File, 0, &f)?;
+                rx.send(FrameType::FileDone, 0, &done_body(0, 1, d))
+            },
+            FilesViolation::DoneNotStreaming {
+                got: 0,
+                open: Some(0),
+            },
+        ),
+        (
+            "FILE_DONE before the file's size",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &streamed_of(0, b"f", 600))?;
+                rx.send(FrameType::Chunks, 0, &literals(0, &[(d, d)]))?;
+                rx.send(FrameType::FileDone, 0, &done_body(0, 1, d))
+            },
+            FilesViolation::DoneMismatch {
+                file: 0,
+                said: 1,
+                got: 1,
+                seen: 300,
+                size: 600,
+            },
+        ),
+        (
+            "FILE_DONE with another count",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &streamed_of(0, b"f", 300))?;
+                rx.send(FrameType::Chunks, 0, &literals(0, &[(d, d)]))?;
+                rx.send(FrameType::FileDone, 0, &done_body(0, 2, d))
+            },
+            FilesViolation::DoneMismatch {
+                file: 0,
+                said: 2,
+                got: 1,
+                seen: 300,
+                size: 300,
+            },
+        ),
+        (
+            "streamed file ended by FILES_END",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &streamed_of(0, b"f", 300))?;
+                rx.send(FrameType::Chunks, 0, &literals(0, &[(d, d)]))?;
+                rx.send(FrameType::FilesEnd, 0, &[])
+            },
+            FilesViolation::DoneMissing { file: 0 },
+        ),
+        (
+            "streamed file ended by the next FILE",
+            |rx, d| {
+                rx.handshake(0);
+                rx.send(FrameType::File, 0, &streamed_of(0, b"f", 300))?;
+                rx.send(FrameType::Chunks, 0, &literals(0, &[(d, d)]))?;
+                rx.send(FrameType::File, 0, &file_of(1, b"g", d))
+            },
+            FilesViolation::DoneMissing { file: 0 },
+        ),
+    ];
+    for (what, script, want) in cases {
+        let mut rx = fx.receiver();
+        let v = violation(script(&mut rx, &data));
+        assert_eq!(v, want, "{what}");
+        assert_eq!(v.code(), ErrorCode::Protocol, "{what}: {v}");
+        assert!(!fx.dest_dir.join("f").exists(), "{what}");
+    }
 }
 
 #[test]
@@ -885,6 +1061,7 @@ mod pair {
             checksum: false,
             bwlimit: None,
             preserve: Default::default(),
+            stream_min: None,
         }
     }
 
@@ -1095,6 +1272,98 @@ mod pair {
 
     fn file(rel: &str, len: usize) -> FilesItem {
         FilesItem::new(entry(rel, WalkKind::File { size: len as u64 }, 1), None)
+    }
+
+    /// A config that streams every file with content (`stream_min` 1).
+    fn streaming(probe: bool) -> FilesSenderConfig {
+        FilesSenderConfig {
+            stream_min: Some(1),
+            ..config(false, None, probe)
+        }
+    }
+
+    #[test]
+    fn streamed_files_arrive_whole_and_reference_what_the_receiver_holds() {
+        // Chunks handed out a few at a time, and by a source that cannot
+        // stream (the core chunks such a file whole after its FILE).
+        for runs in [Some(3), None] {
+            let fx = Fixture::new(64 << 20);
+            let mtime = 1_700_000_000_000_000_000i128;
+            let (mut items, data) = tree(mtime);
+            let mut src = MemSource::new(data.clone());
+            src.stream_runs = runs;
+            let out = run(&fx, &mut items, &mut src, &streaming(true));
+            let r = out.report;
+            assert_eq!(
+                (r.files_written, r.files_failed),
+                (3, 0),
+                "{runs:?}: {}",
+                out.messages
+            );
+            // content() repeats a block: its second copy went as KNOWN.
+            assert!(r.literal_bytes < 200_000, "{runs:?}: {}", r.literal_bytes);
+            for (rel, bytes) in [
+                ("t/big", &data[&PathBuf::from("/mem/t/big")]),
+                ("t/sub/small", &b"small file".to_vec()),
+            ] {
+                assert_eq!(
+                    &fs::read(fx.dest_dir.join(rel)).expect("read"),
+                    bytes,
+                    "{runs:?} {rel}"
+                );
+            }
+            assert!(items.iter().filter(|i| i.streamed).count() == 2, "{runs:?}");
+            assert!(
+                items.iter().filter(|i| i.streamed).all(|i| i.recipe.is_some()),
+                "{runs:?}: the recipe is kept for the cache and for REPAIR"
+            );
+            // New mtimes, no probe: streamed again, every chunk by reference.
+            let (mut moved, _) = tree(mtime + 1_000_000_000);
+            src.reads = 0;
+            let out = run(&fx, &mut moved, &mut src, &streaming(false));
+            let r = out.report;
+            assert_eq!(
+                (r.files_written, r.literal_bytes),
+                (3, 0),
+                "{runs:?}: {}",
+                out.messages
+            );
+            assert_eq!(r.matched_bytes, 200_000 + 10, "{runs:?}");
+            assert_eq!(src.reads, 0, "{runs:?}: nothing read for descriptors");
+        }
+    }
+
+    #[test]
+    fn a_streamed_file_that_grew_or_shrank_since_the_scan_fails_alone() {
+        let fx = Fixture::new(64 << 20);
+        let mut items = vec![FilesItem::new(entry("t", WalkKind::Dir, 1), None)];
+        let mut data: HashMap<PathBuf, Vec<u8>> = HashMap::new();
+        // Scanned at 20,000 bytes each; read at 25,000, 15,000 and 20,000.
+        for (name, now) in [("grew", 25_000), ("shrank", 15_000), ("fine", 20_000)] {
+            let it = file(&format!("t/{name}"), 20_000);
+            data.insert(it.entry.abs.clone(), content(name.len() as u64, now));
+            items.push(it);
+        }
+        let mut src = MemSource::new(data.clone());
+        src.stream_runs = Some(4);
+        let out = drive(&fx, &mut items, &mut src, &streaming(false), Drive::default());
+        let (r, messages) = (out.outcome.report, &out.outcome.messages);
+        assert_eq!(out.dropped, 2, "{messages}");
+        assert_eq!((r.files_written, r.files_failed), (1, 2), "{messages}");
+        assert!(
+            messages
+                .contains("t/grew: the sender dropped it: it grew past the 20000 bytes it had when scanned"),
+            "{messages}"
+        );
+        assert!(
+            messages.contains("t/shrank: the sender dropped it: it has 15000 bytes, not the 20000"),
+            "{messages}"
+        );
+        assert_eq!(
+            fs::read(fx.dest_dir.join("t/fine")).expect("fine"),
+            data[&PathBuf::from("/mem/t/fine")]
+        );
+        assert!(!fx.dest_dir.join("t/grew").exists() && !fx.dest_dir.join("t/shrank").exists());
     }
 
     #[test]

@@ -14,8 +14,8 @@ use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary, NO_MISMATC
 use pfs_wire::desc::{encode_table, Descriptor, Encoding};
 use pfs_wire::files::{
     parse_chunks, parse_index, parse_index_request, parse_nak, parse_probe, parse_probe_reply, ChunkData,
-    EntryKind, FileDone, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, ProbeEntry,
-    ProbeHead, FLAG_FILES_REPORT, FLAG_LAST,
+    EntryKind, FileDone, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, Plan, PlanAck,
+    ProbeEntry, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST,
 };
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GramHeader, GRAM_FLAG_PAYLOAD};
@@ -813,7 +813,10 @@ fn files_vectors() {
     let body = files_frame("files-file-streamed", FrameType::File, 0);
     let f = FileEntry::parse(&body).unwrap();
     assert!(f.extra.streamed && !f.held && !f.extra.linked && !f.extra.listed);
-    assert_eq!((f.file_no, f.size, f.chunk_count, f.file_hash), (3, 70_000, 0, [0; 32]));
+    assert_eq!(
+        (f.file_no, f.size, f.chunk_count, f.file_hash),
+        (3, 70_000, 0, [0; 32])
+    );
     assert_eq!(f.path, b"docs/read me.txt");
     let mut out = Vec::new();
     f.emit(&mut out);

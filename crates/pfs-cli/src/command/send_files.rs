@@ -144,6 +144,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             group: f.group || f.archive,
             hard_links: f.hard_links,
         },
+        stream_min: Some(pfs_session::files::DEFAULT_STREAM_MIN),
     };
     let show = super::progress::choose(f.progress, json, args.run.log_interval)?;
     let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;

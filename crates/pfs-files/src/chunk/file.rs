@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{
-    assemble, chunk_bytes_windowed, hash_chunks, lock, tree, ChunkParams, Cutter, Recipe, ZERO_FLAG,
+    assemble, chunk_bytes_windowed, hash_chunks, lock, tree, ChunkParams, ChunkRef, Cutter, Recipe, ZERO_FLAG,
 };
 use crate::error::FilesError;
 
@@ -48,8 +48,51 @@ pub(super) fn chunk_file_windowed(
         window,
         read,
         |data| chunk_bytes_windowed(data, params, window),
-        |file, size| pipeline(file, path, size, params, window, read),
+        |file, size| pipeline(file, path, size, params, window, read, None),
     )
+}
+
+/// Where [`chunk_file_streaming`] hands each run of chunks, in file order.
+pub type ChunkSink<'s> = &'s mut (dyn FnMut(&[ChunkRef]) + Send);
+
+/// [`chunk_file`] on a pool of `threads` threads (0 = one per core),
+/// handing the chunks to `sink` in file order as their windows are hashed,
+/// so a caller can send the first chunks of a large file while the rest is
+/// still being read; bytes read are added to `read`. The recipe is
+/// returned at the end; if the file changed while read
+/// ([`FilesError::Changed`]) the chunks already handed out describe no
+/// single version of it and must be discarded.
+pub fn chunk_file_streaming(
+    path: impl AsRef<Path>,
+    params: &ChunkParams,
+    threads: usize,
+    read: &AtomicU64,
+    sink: ChunkSink<'_>,
+) -> Result<Recipe, FilesError> {
+    let path = path.as_ref();
+    let window = params.window();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("pfs-stream-{i}"))
+        .build()
+        .map_err(|source| FilesError::ThreadPool { threads, source })?;
+    pool.install(move || {
+        // One of the two closures runs; a Cell lets both hold the sink.
+        let sink = std::cell::Cell::new(Some(sink));
+        read_file(
+            path,
+            window,
+            read,
+            |data| {
+                let r = chunk_bytes_windowed(data, params, window);
+                if let Some(s) = sink.take() {
+                    s(&r.chunks);
+                }
+                r
+            },
+            |file, size| pipeline(file, path, size, params, window, read, sink.take()),
+        )
+    })
 }
 
 /// Opens the regular file `path`; a file of at most `window` bytes is read
@@ -240,6 +283,7 @@ fn pipeline(
     params: &ChunkParams,
     window: usize,
     read: &AtomicU64,
+    mut sink: Option<ChunkSink<'_>>,
 ) -> Result<Recipe, FilesError> {
     let cutter = Cutter::new(params);
     let max = cutter.max();
@@ -260,6 +304,22 @@ fn pipeline(
     let in_flight = AtomicUsize::new(0);
     let mut carry: Vec<u8> = Vec::with_capacity(max);
     let mut carry_off = 0u64;
+    // Windows handed to `sink` so far: hashing finishes in any order, the
+    // sink sees file order.
+    let mut emitted = 0usize;
+    let mut emit_ready = |sink: &mut Option<ChunkSink<'_>>| {
+        let Some(sink) = sink.as_mut() else { return };
+        loop {
+            // Copied out so the hashing tasks never wait on a slow sink.
+            let next = lock(&results)
+                .iter()
+                .find(|r: &&super::WindowResult| r.k == emitted)
+                .map(|r| r.chunks.clone());
+            let Some(chunks) = next else { return };
+            sink(&chunks);
+            emitted += 1;
+        }
+    };
     rayon::scope(|s| -> Result<(), FilesError> {
         let mut next = Some(read_window(0, take_buf())?);
         for k in 0..n {
@@ -297,9 +357,11 @@ fn pipeline(
                 lock(spare).push(buf);
                 in_flight.fetch_sub(1, Ordering::AcqRel);
             });
+            emit_ready(&mut sink);
         }
         Ok(())
     })?;
+    emit_ready(&mut sink);
     debug_assert!(carry.is_empty() && carry_off == size);
     let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(assemble(size, results))

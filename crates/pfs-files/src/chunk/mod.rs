@@ -51,7 +51,7 @@ use crate::error::{ChunkParamsError, FilesError};
 use crate::walk::{Entry, WalkKind};
 
 use cdc::{Cutter, ZERO_FLAG};
-pub use file::{chunk_file, digest_file, quick_digest, QuickDigest};
+pub use file::{chunk_file, chunk_file_streaming, digest_file, quick_digest, ChunkSink, QuickDigest};
 use file::{chunk_file_windowed, digest_file_metered};
 
 /// Default average chunk size: 32 KiB.

@@ -227,6 +227,31 @@ fn file_larger_than_a_window() {
     assert_eq!(got.file_hash, *blake3::hash(&data).as_bytes());
 }
 
+/// Streaming hands out exactly the recipe's chunks, in file order, for a
+/// file of one window and for one of several (whose windows are hashed in
+/// any order).
+#[test]
+fn streaming_hands_out_the_recipe_in_order() {
+    let p = ChunkParams::default();
+    for (len, seed) in [(100_000, 10), (20 << 20, 11)] {
+        let data = random_bytes(len, seed);
+        let f = write_temp(&data);
+        let mut seen: Vec<ChunkRef> = Vec::new();
+        let mut calls = 0;
+        let read = std::sync::atomic::AtomicU64::new(0);
+        let got = chunk_file_streaming(f.path(), &p, 2, &read, &mut |c: &[ChunkRef]| {
+            seen.extend_from_slice(c);
+            calls += 1;
+        })
+        .unwrap();
+        assert_eq!(got, chunk_bytes(&data, &p), "len {len}");
+        assert_eq!(seen, got.chunks, "len {len}: streamed chunks");
+        assert_eq!(read.into_inner(), len as u64);
+        let windows = len.div_ceil(p.window());
+        assert_eq!(calls, windows, "len {len}: one hand-out per window");
+    }
+}
+
 /// Sparse file of `len` bytes with a few written ranges; returns the file
 /// and the ranges.
 fn sparse_file(len: u64) -> (tempfile::NamedTempFile, Vec<(u64, Vec<u8>)>) {

@@ -112,6 +112,39 @@ pub enum FilesViolation {
         /// The file streaming, if any.
         open: Option<u64>,
     },
+    /// FILE_DONE naming another file than a streamed one whose CHUNKS are
+    /// expected.
+    #[error("FILE_DONE of file {got} while {}", match open {
+        Some(no) => format!("file {no} is open and not STREAMED, or another file"),
+        None => "no file is streaming".to_string(),
+    })]
+    DoneNotStreaming {
+        /// The file it names.
+        got: u64,
+        /// The file open, if any.
+        open: Option<u64>,
+    },
+    /// FILE_DONE whose count disagrees with what arrived, or that came
+    /// before the chunks reached the FILE's size.
+    #[error("FILE_DONE of file {file}: {said} chunks said, {got} received; {seen} of {size} bytes")]
+    DoneMismatch {
+        /// The file.
+        file: u64,
+        /// FILE_DONE's `chunk_count`.
+        said: u32,
+        /// Chunks received.
+        got: u32,
+        /// Bytes received.
+        seen: u64,
+        /// The FILE's size.
+        size: u64,
+    },
+    /// A STREAMED file ended (another FILE or FILES_END came) without FILE_DONE.
+    #[error("file {file} was STREAMED and ended without FILE_DONE")]
+    DoneMissing {
+        /// The file.
+        file: u64,
+    },
     /// A chunk of length 0 or over [`MAX_CHUNK_LEN`].
     #[error("chunk of {len} bytes (1 … {MAX_CHUNK_LEN} accepted)")]
     ChunkLength {
@@ -262,6 +295,9 @@ impl FilesViolation {
             | Self::ChunksWithoutFile
             | Self::ChunksForOtherFile { .. }
             | Self::DropNotStreaming { .. }
+            | Self::DoneNotStreaming { .. }
+            | Self::DoneMismatch { .. }
+            | Self::DoneMissing { .. }
             | Self::FileOverflow { .. }
             | Self::ChunkCount { .. }
             | Self::FileShort { .. }

@@ -33,7 +33,9 @@ pub use sender::{
     FilesSenderEvent, FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource, MeterRate, MeterReading,
     PreserveConfig, ScanConfig, Scanned, SendPhase, Unreadable,
 };
-pub use sender::{save_recipes, scan_items};
+pub use sender::{
+    plan_chunk, save_recipes, scan_items, ChunkStream, Streamed, DEFAULT_STREAM_MIN, STREAM_AHEAD,
+};
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.
 pub const DEFAULT_MAX_CHUNKS_BODY: u32 = 8 << 20;

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use pfs_files::{chunk_bytes, quick_digest, ChunkParams, IndexCache};
-use pfs_session::files::{FilesItem, FilesSource, Unreadable};
+use pfs_files::{chunk_bytes, quick_digest, ChunkParams, ChunkRef, IndexCache, Recipe};
+use pfs_session::files::{FilesItem, FilesSource, Streamed, Unreadable};
 use pfs_session::{BlobView, LocalError};
 use pfs_wire::desc::encode_table;
 use pfs_wire::files::{batch_head, emit_entry_head, tag, ChunksHeader};
@@ -103,6 +103,11 @@ pub struct MemSource {
     pub index_dir: tempfile::TempDir,
     /// Reads of file bytes so far.
     pub reads: u64,
+    /// Stream files (`stream_start`) handing out this many chunks at a
+    /// time; `None`: this source cannot stream.
+    pub stream_runs: Option<usize>,
+    /// The file being streamed: its recipe and the chunks handed out.
+    streaming: Option<(Recipe, usize)>,
 }
 
 impl MemSource {
@@ -112,6 +117,8 @@ impl MemSource {
             data,
             index_dir: tempfile::tempdir().expect("tmp"),
             reads: 0,
+            stream_runs: None,
+            streaming: None,
         }
     }
 }
@@ -141,6 +148,29 @@ impl FilesSource for MemSource {
 
     fn save_index(&mut self, _: &IndexCache) -> Option<String> {
         None
+    }
+
+    fn stream_start(&mut self, item: &FilesItem) -> bool {
+        if self.stream_runs.is_none() {
+            return false;
+        }
+        let params = ChunkParams::new(1024).expect("params");
+        self.streaming = Some((chunk_bytes(&self.data[&item.entry.abs], &params), 0));
+        true
+    }
+
+    fn stream_next(&mut self, out: &mut Vec<ChunkRef>) -> Streamed {
+        let (Some((recipe, at)), Some(run)) = (self.streaming.as_mut(), self.stream_runs) else {
+            return Streamed::Failed("not streaming".into());
+        };
+        if *at == recipe.chunks.len() {
+            let (r, _) = self.streaming.take().expect("streaming");
+            return Streamed::Done(r);
+        }
+        let end = (*at + run.max(1)).min(recipe.chunks.len());
+        out.extend_from_slice(&recipe.chunks[*at..end]);
+        *at = end;
+        Streamed::More
     }
 
     fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError> {

@@ -158,7 +158,9 @@ impl<'a> FileEntry<'a> {
                     link_len == 0 && size > 0 && chunk_count == 0 && file_hash == [0; 32]
                 }
                 EntryKind::File => link_len == 0 && (chunk_count == 0) == (size == 0),
-                EntryKind::Dir => !held && !linked && !streamed && link_len == 0 && size == 0 && chunk_count == 0,
+                EntryKind::Dir => {
+                    !held && !linked && !streamed && link_len == 0 && size == 0 && chunk_count == 0
+                }
                 EntryKind::Symlink => {
                     !held && !linked && !streamed && link_len > 0 && size == 0 && chunk_count == 0
                 }

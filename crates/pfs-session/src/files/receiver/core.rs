@@ -429,9 +429,10 @@ impl FilesReceiver {
             }
             (Phase::Plan, FrameType::Plan) => self.plan(body, host),
             (Phase::Stream, FrameType::Batch) => self.batch(body, BatchOf::Stream, host),
-            (Phase::Stream, FrameType::File | FrameType::Chunks | FrameType::FileDrop) => {
-                self.stream_frame(ty, body, host)
-            }
+            (
+                Phase::Stream,
+                FrameType::File | FrameType::Chunks | FrameType::FileDrop | FrameType::FileDone,
+            ) => self.stream_frame(ty, body, host),
             (Phase::Stream, FrameType::FilesEnd) if h.flags == 0 && body.is_empty() => self.files_end(host),
             (Phase::Stream, FrameType::Delete) => self.delete_frame(body),
             (Phase::Stream, _) => Err(FilesViolation::NotAllowed {

@@ -9,7 +9,8 @@ use std::io::IoSlice;
 use pfs_files::{FileSpec, LandError, Placement, RelPath};
 use pfs_store::{ChunkLoc, StoreError};
 use pfs_wire::files::{
-    parse_chunks, ChunkData, ChunkEntry, EntryKind, FileDrop, FileEntry, Hash, FLAG_LAST, MAX_REPORT_TEXT,
+    parse_chunks, ChunkData, ChunkEntry, EntryKind, FileDone, FileDrop, FileEntry, Hash, FLAG_LAST,
+    MAX_REPORT_TEXT,
 };
 use pfs_wire::FrameType;
 
@@ -81,8 +82,12 @@ pub(super) struct Current {
     mode: u32,
     mtime_ns: i128,
     file_hash: Hash,
+    /// Announced by FILE; for a STREAMED file, the chunks received so far.
     chunk_count: u32,
     chunks_left: u32,
+    /// STREAMED and its FILE_DONE not seen yet: the chunk count and
+    /// `file_hash` are not known, the file ends by size then FILE_DONE.
+    streamed: bool,
     seen: u64,
     target: Target,
 }
@@ -138,6 +143,7 @@ impl FilesReceiver {
             }
             FrameType::Chunks => self.chunks(body, host),
             FrameType::FileDrop => self.drop_file(body, host),
+            FrameType::FileDone => self.done_file(body, host),
             other => Err(FilesViolation::NotAllowed {
                 frame: other,
                 place: "inside a BATCH",
@@ -197,6 +203,29 @@ impl FilesReceiver {
         }
         self.current = None;
         Ok(())
+    }
+
+    /// FILE_DONE: a STREAMED file's count and hash; it ends here.
+    fn done_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
+        let d = FileDone::parse(body).map_err(malformed("FILE_DONE"))?;
+        let Some(cur) = self.current.as_mut().filter(|c| c.no == d.file_no && c.streamed) else {
+            let open = self.current.as_ref().map(|c| c.no);
+            return Err(FilesViolation::DoneNotStreaming { got: d.file_no, open }.into());
+        };
+        if d.chunk_count != cur.chunk_count || cur.seen != cur.size {
+            return Err(FilesViolation::DoneMismatch {
+                file: cur.no,
+                said: d.chunk_count,
+                got: cur.chunk_count,
+                seen: cur.seen,
+                size: cur.size,
+            }
+            .into());
+        }
+        cur.file_hash = d.file_hash;
+        cur.streamed = false;
+        cur.chunks_left = 0;
+        self.end_file(host)
     }
 
     fn begin_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
@@ -280,7 +309,7 @@ impl FilesReceiver {
                     Ok(Placement::Unchanged) => Target::Unchanged,
                     Ok(Placement::SameContent) => Target::SameContent,
                     Ok(Placement::Rebuild) => Target::Rebuild(Box::new(Rebuild {
-                        hasher: (f.chunk_count > 1).then(blake3::Hasher::new),
+                        hasher: (f.chunk_count > 1 || f.extra.streamed).then(blake3::Hasher::new),
                         single: None,
                         holes: Vec::new(),
                         quick: host.wants_quick().then(Box::default),
@@ -320,11 +349,12 @@ impl FilesReceiver {
             file_hash: f.file_hash,
             chunk_count: f.chunk_count,
             chunks_left: f.chunk_count,
+            streamed: f.extra.streamed,
             // A held file has no CHUNKS: nothing more to see.
             seen: if f.held { f.size } else { 0 },
             target,
         });
-        if f.chunk_count == 0 {
+        if f.chunk_count == 0 && !f.extra.streamed {
             self.end_file(host)?;
         }
         Ok(())
@@ -362,7 +392,11 @@ impl FilesReceiver {
         }
         self.flush(&mut pending, host);
         result?;
-        if self.current.as_ref().is_some_and(|c| c.chunks_left == 0) {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.chunks_left == 0 && !c.streamed)
+        {
             self.end_file(host)?;
         }
         Ok(())
@@ -381,10 +415,17 @@ impl FilesReceiver {
         // work it costs, whatever few bytes it took on the wire.
         self.work(u64::from(e.len))?;
         let cur = self.current.as_mut().ok_or(FilesViolation::ChunksWithoutFile)?;
-        if cur.chunks_left == 0 || cur.seen + u64::from(e.len) > cur.size {
+        let no_room = match cur.streamed {
+            true => cur.chunk_count == u32::MAX,
+            false => cur.chunks_left == 0,
+        };
+        if no_room || cur.seen + u64::from(e.len) > cur.size {
             return Err(FilesViolation::FileOverflow { file: cur.no }.into());
         }
-        cur.chunks_left -= 1;
+        match cur.streamed {
+            true => cur.chunk_count += 1,
+            false => cur.chunks_left -= 1,
+        }
         let at = cur.seen;
         cur.seen += u64::from(e.len);
         let rebuilding = matches!(cur.target, Target::Rebuild(_));
@@ -754,6 +795,9 @@ impl FilesReceiver {
         let Some(cur) = self.current.take() else {
             return Ok(());
         };
+        if cur.streamed {
+            return Err(FilesViolation::DoneMissing { file: cur.no }.into());
+        }
         if cur.chunks_left != 0 || cur.seen != cur.size {
             return Err(FilesViolation::FileShort {
                 file: cur.no,

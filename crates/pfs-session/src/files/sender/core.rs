@@ -12,17 +12,17 @@ use std::time::{Duration, Instant};
 use pfs_files::{ChunkRef, IndexCache};
 use pfs_wire::files::{
     batch_head, emit_entry_head, parse_batch, parse_deleted, parse_index, parse_nak, parse_probe_reply, tag,
-    ChunksHeader, DeleteRequest, EntryKind, FileDrop, FileEntry, FileExtra, FilesAccept, FilesHello,
-    FilesReport, Hash, Plan, PlanAck, ProbeEntry, ProbeHead, Xattrs, CHUNKS_FIXED_LEN, FILE_FIXED_LEN,
-    FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN, INDEX_KEY_LEN,
-    INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
+    ChunksHeader, DeleteRequest, EntryKind, FileDone, FileDrop, FileEntry, FileExtra, FilesAccept,
+    FilesHello, FilesReport, Hash, Plan, PlanAck, ProbeEntry, ProbeHead, Xattrs, CHUNKS_FIXED_LEN,
+    FILE_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE,
+    HELLO_DRY_RUN, INDEX_KEY_LEN, INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
 use super::{
-    classify, ChunkPlan, DeletionOutcome, FilesItem, FilesPlanSummary, FilesProgress, FilesSenderConfig,
-    Unreadable,
+    classify, plan_chunk, ChunkPlan, DeletionOutcome, FilesItem, FilesPlanSummary, FilesProgress,
+    FilesSenderConfig, Unreadable,
 };
 use crate::error::{LocalError, Timeout};
 use crate::files::bwlimit::frame_target;
@@ -61,6 +61,39 @@ pub trait FilesSource {
     /// (unreadable, shorter than planned) fails this file only: the core
     /// sends FILE_DROP and goes on with the next entry.
     fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError>;
+    /// Starts cutting and hashing `item`'s file for a STREAMED send; false
+    /// if this host cannot (the core then chunks the file whole first).
+    fn stream_start(&mut self, _item: &FilesItem) -> bool {
+        false
+    }
+    /// Appends to `out` the next chunks of the file [`Self::stream_start`]
+    /// began, in file order, waiting until some are cut; or says that all
+    /// were (with the recipe), or why the file cannot be finished.
+    fn stream_next(&mut self, _out: &mut Vec<ChunkRef>) -> Streamed {
+        Streamed::Failed("no file is being streamed".into())
+    }
+}
+
+/// What [`FilesSource::stream_next`] got.
+#[derive(Debug)]
+pub enum Streamed {
+    /// More chunks were appended.
+    More,
+    /// Every chunk was handed out: the file's recipe.
+    Done(pfs_files::Recipe),
+    /// The file cannot be finished (unreadable, or it changed while read).
+    Failed(String),
+}
+
+/// The STREAMED file being sent: its chunks so far, how each travels,
+/// what they add to the plan, and its recipe once it is cut to the end.
+#[derive(Debug, Default)]
+struct Streaming {
+    chunks: Vec<ChunkRef>,
+    plan: Vec<ChunkPlan>,
+    sum: FilesPlanSummary,
+    done: Option<pfs_files::Recipe>,
+    failed: Option<String>,
 }
 
 /// Where a files session is, from the sender's side.
@@ -168,6 +201,10 @@ pub struct FilesSender<'a> {
     delete_sent: bool,
     /// What DELETED said so far.
     deletion: Option<DeletionOutcome>,
+    /// Hashes sent literally so far: a later chunk names them KNOWN.
+    sent: HashSet<Hash>,
+    /// The STREAMED file being sent, if any.
+    streaming: Option<Streaming>,
 }
 
 /// A zstd compression context (the context itself has no `Debug`).
@@ -252,6 +289,8 @@ impl<'a> FilesSender<'a> {
             listing: false,
             delete_sent: false,
             deletion: None,
+            sent: HashSet::new(),
+            streaming: None,
         };
         if cfg.preserve.hard_links {
             link_items(s.items);
@@ -764,7 +803,20 @@ impl<'a> FilesSender<'a> {
     /// Chunks what the receiver lacks, opens the index cache, asks for the
     /// index from the cached generation on.
     fn request_index<S: FilesSource + ?Sized>(&mut self, src: &mut S) {
-        let todo = self.unchunked();
+        let mut todo = self.unchunked();
+        if let Some(min) = self
+            .cfg
+            .stream_min
+            .filter(|_| !self.cfg.dry_run && !self.cfg.checksum)
+        {
+            // Large files are chunked while they are sent, not before.
+            let items = &mut *self.items;
+            todo.retain(|&i| {
+                let big = matches!(items[i].entry.kind, pfs_files::WalkKind::File { size } if size >= min && size > 0);
+                items[i].streamed = big;
+                !big
+            });
+        }
         let failed = src.chunk(self.items, &todo);
         self.drop_failed(failed);
         let (store_id, generation) = self
@@ -818,9 +870,10 @@ impl<'a> FilesSender<'a> {
             return;
         };
         self.warnings.extend(src.save_index(cache));
-        let (plans, summary) = classify(self.items, |h| cache.lookup(h));
+        let (plans, summary, sent) = classify(self.items, |h| cache.lookup(h));
         self.plans = plans;
         self.summary = summary;
+        self.sent = sent;
         if self.cfg.dry_run && self.cfg.delete.is_some() {
             // What --delete would remove needs the tree's names at the receiver.
             self.listing = true;
@@ -954,6 +1007,11 @@ impl<'a> FilesSender<'a> {
             None => {
                 self.file_frame(no);
                 self.queue(FrameType::File, "FILE", 0)?;
+                if self.items[no].streamed && !self.listing {
+                    self.start_streamed(no, src);
+                    self.next_chunk = Some(0);
+                    return Ok(());
+                }
                 let item = &self.items[no];
                 let chunks = item
                     .recipe
@@ -965,6 +1023,7 @@ impl<'a> FilesSender<'a> {
                     self.end_item();
                 }
             }
+            Some(i) if self.streaming.is_some() => self.streamed_step(no, i, src)?,
             Some(i) => match self.chunks_frame(no, i, src) {
                 Ok((end, work)) => {
                     self.queue(FrameType::Chunks, "CHUNKS", work)?;
@@ -1041,6 +1100,125 @@ impl<'a> FilesSender<'a> {
         self.queue(FrameType::FileDrop, "FILE_DROP", 0)?;
         self.dropped += 1;
         self.changed = None;
+        self.streaming = None;
+        self.end_item();
+        Ok(())
+    }
+
+    /// The FILE of STREAMED entry `no` is out: its chunks come from the
+    /// host as they are cut (or, from a host that cannot stream, all now).
+    fn start_streamed<S: FilesSource + ?Sized>(&mut self, no: usize, src: &mut S) {
+        let mut st = Streaming::default();
+        if !src.stream_start(&self.items[no]) {
+            let failed = src.chunk(self.items, &[no]);
+            match (failed.first(), self.items[no].recipe.take()) {
+                (Some((_, e)), _) => st.failed = Some(e.to_string()),
+                (None, Some(r)) => {
+                    st.chunks = r.chunks.clone();
+                    st.done = Some(r);
+                }
+                (None, None) => st.failed = Some("it could not be chunked".into()),
+            }
+        }
+        self.streaming = Some(st);
+    }
+
+    /// The next CHUNKS frame of the STREAMED entry `no` from chunk `first`
+    /// on (waiting for the host to cut more), or its FILE_DONE.
+    fn streamed_step<S: FilesSource + ?Sized>(
+        &mut self,
+        no: usize,
+        first: usize,
+        src: &mut S,
+    ) -> Result<(), SessionError> {
+        let Some(st) = self.streaming.as_mut() else {
+            return Ok(());
+        };
+        if let Some(why) = st.failed.take() {
+            return self.drop_item(no, &why);
+        }
+        if first == st.chunks.len() && st.done.is_none() {
+            match src.stream_next(&mut st.chunks) {
+                Streamed::More => {}
+                Streamed::Done(r) => st.done = Some(r),
+                Streamed::Failed(why) => return self.drop_item(no, &why),
+            }
+            if first == st.chunks.len() && st.done.is_none() {
+                // Nothing new yet: asked again on the next step.
+                return Ok(());
+            }
+        }
+        let size = self.items[no].announced_size();
+        if st
+            .chunks
+            .last()
+            .is_some_and(|c| c.offset + u64::from(c.len) > size)
+        {
+            // Its FILE promised `size` bytes: more would be a protocol error.
+            return self.drop_item(no, &format!("it grew past the {size} bytes it had when scanned"));
+        }
+        let cache = self.cache.as_ref();
+        while st.plan.len() < st.chunks.len() {
+            let c = &st.chunks[st.plan.len()];
+            let lookup = |h: &Hash| cache.and_then(|c| c.lookup(h));
+            st.plan.push(plan_chunk(c, lookup, &mut self.sent, &mut st.sum));
+        }
+        if first < st.chunks.len() {
+            let compress = self
+                .cfg
+                .compress
+                .map(|level| (&mut self.zctx, &mut self.zlevel, level));
+            let mut fill = Fill {
+                frame: &mut self.frame,
+                zbuf: &mut self.zbuf,
+                compress,
+                changed: &mut self.changed,
+                frame_target: self.frame_target,
+            };
+            return match fill.chunks(src, &self.items[no], no, &st.chunks, &st.plan, first) {
+                Ok((end, work)) => {
+                    self.queue(FrameType::Chunks, "CHUNKS", work)?;
+                    self.done_bytes += work;
+                    self.next_chunk = Some(end);
+                    self.progress(false);
+                    Ok(())
+                }
+                Err(why) => self.drop_item(no, &why),
+            };
+        }
+        let Some(mut st) = self.streaming.take() else {
+            return Ok(());
+        };
+        let Some(recipe) = st.done.take().filter(|r| r.chunks == st.chunks) else {
+            // A host bug, not the file's: still, only this file fails.
+            return self.drop_item(no, "its chunks and its recipe disagree");
+        };
+        if recipe.size != size || recipe.chunks.is_empty() {
+            return self.drop_item(
+                no,
+                &format!("it has {} bytes, not the {size} it had when scanned", recipe.size),
+            );
+        }
+        self.frame.clear();
+        let done = FileDone {
+            file_no: no as u64,
+            chunk_count: u32::try_from(recipe.chunks.len())
+                .map_err(|_| LocalError::FrameTooLarge { what: "FILE_DONE" })?,
+            file_hash: recipe.file_hash,
+        };
+        self.frame.extend_from_slice(&done.emit());
+        self.queue(FrameType::FileDone, "FILE_DONE", 0)?;
+        // The plan's upper bound for this file becomes what it sent.
+        let s = &mut self.summary;
+        s.literal_bytes = s.literal_bytes.saturating_sub(recipe.size) + st.sum.literal_bytes;
+        s.matched_bytes += st.sum.matched_bytes;
+        s.known_bytes += st.sum.known_bytes;
+        s.chunks += st.sum.chunks;
+        s.literal_chunks += st.sum.literal_chunks;
+        if let Some(p) = self.plans.get_mut(no) {
+            *p = st.plan;
+        }
+        self.items[no].recipe = Some(recipe);
         self.end_item();
         Ok(())
     }
@@ -1086,6 +1264,8 @@ impl<'a> FilesSender<'a> {
                 _ => (0, [0; 32], 0),
             },
             (_, Some((size, hash))) if item.held => (size, hash, 0),
+            // Count and hash come in FILE_DONE; the size is the scan's.
+            _ if item.streamed => (item.announced_size(), [0; 32], 0),
             (Some(r), _) => (r.size, r.file_hash, r.chunks.len() as u32),
             _ => (0, [0; 32], 0),
         };
@@ -1105,6 +1285,7 @@ impl<'a> FilesSender<'a> {
             extra: FileExtra {
                 listed: self.listing,
                 linked: linked.is_some(),
+                streamed: item.streamed && !self.listing && linked.is_none(),
                 uid: self.cfg.preserve.owner.then_some(e.meta.uid),
                 gid: self.cfg.preserve.group.then_some(e.meta.gid),
                 xattrs: Xattrs::parse(&self.xattr_buf).unwrap_or_default(),
@@ -1115,10 +1296,7 @@ impl<'a> FilesSender<'a> {
     }
 
     /// One CHUNKS frame of entry `no` from chunk `first` on, into `frame`
-    /// (literal bytes read straight into it: one copy from the page cache);
-    /// returns the chunk after the last one in it and the chunk bytes it
-    /// names (what it makes the receiver hash), or why the file cannot be
-    /// sent (unreadable, shorter than planned, or changed).
+    /// (see [`Fill::chunks`]).
     fn chunks_frame<S: FilesSource + ?Sized>(
         &mut self,
         no: usize,
@@ -1129,40 +1307,18 @@ impl<'a> FilesSender<'a> {
         let Some(recipe) = item.recipe.as_ref() else {
             return Ok((first, 0));
         };
-        let plan = &self.plans[no];
-        let frame = &mut self.frame;
-        frame.clear();
-        frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
-        let mut i = first;
-        let mut work = 0u64;
-        while i < recipe.chunks.len() && frame.len() < self.frame_target && work < SENDER_FRAME_WORK {
-            let c = &recipe.chunks[i];
-            work += u64::from(c.len);
-            match plan[i] {
-                ChunkPlan::Ref { offset } => {
-                    emit_entry_head(frame, tag::REF, &c.hash, c.len);
-                    frame.extend_from_slice(&offset.to_le_bytes());
-                }
-                ChunkPlan::Known => emit_entry_head(frame, tag::KNOWN, &c.hash, c.len),
-                ChunkPlan::Literal => {
-                    let compress = self
-                        .cfg
-                        .compress
-                        .map(|level| (&mut self.zctx, &mut self.zlevel, level));
-                    push_literal(frame, &mut self.zbuf, src, item, c, compress, &mut self.changed)?;
-                }
-            }
-            i += 1;
-        }
-        let count = (i - first) as u32;
-        frame[..CHUNKS_FIXED_LEN].copy_from_slice(
-            &ChunksHeader {
-                file_no: no as u64,
-                count,
-            }
-            .emit(),
-        );
-        Ok((i, work))
+        let compress = self
+            .cfg
+            .compress
+            .map(|level| (&mut self.zctx, &mut self.zlevel, level));
+        let mut fill = Fill {
+            frame: &mut self.frame,
+            zbuf: &mut self.zbuf,
+            compress,
+            changed: &mut self.changed,
+            frame_target: self.frame_target,
+        };
+        fill.chunks(src, item, no, &recipe.chunks, &self.plans[no], first)
     }
 
     /// The NAKs are complete: find each named chunk in the files.
@@ -1261,6 +1417,69 @@ fn link_items(items: &mut [FilesItem]) {
                 v.insert(e.rel.clone());
             }
         }
+    }
+}
+
+/// What building a CHUNKS frame uses of the core (borrowed field by field,
+/// so the chunks and plans may live in any other field).
+struct Fill<'f> {
+    frame: &'f mut Vec<u8>,
+    zbuf: &'f mut Vec<u8>,
+    compress: Option<(&'f mut Zstd, &'f mut i32, i32)>,
+    changed: &'f mut Option<String>,
+    frame_target: usize,
+}
+
+impl Fill<'_> {
+    /// One CHUNKS frame of entry `no` (`item`) from `chunks[first]` on,
+    /// each travelling as `plan` says (literal bytes read straight into
+    /// the frame: one copy from the page cache); returns the chunk after
+    /// the last one in it and the chunk bytes it names (what it makes the
+    /// receiver hash), or why the file cannot be sent (unreadable, shorter
+    /// than planned, or changed).
+    fn chunks<S: FilesSource + ?Sized>(
+        &mut self,
+        src: &mut S,
+        item: &FilesItem,
+        no: usize,
+        chunks: &[ChunkRef],
+        plan: &[ChunkPlan],
+        first: usize,
+    ) -> Result<(usize, u64), String> {
+        let frame = &mut *self.frame;
+        frame.clear();
+        frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
+        let mut i = first;
+        let mut work = 0u64;
+        let n = chunks.len().min(plan.len());
+        while i < n && frame.len() < self.frame_target && work < SENDER_FRAME_WORK {
+            let c = &chunks[i];
+            work += u64::from(c.len);
+            match plan[i] {
+                ChunkPlan::Ref { offset } => {
+                    emit_entry_head(frame, tag::REF, &c.hash, c.len);
+                    frame.extend_from_slice(&offset.to_le_bytes());
+                }
+                ChunkPlan::Known => emit_entry_head(frame, tag::KNOWN, &c.hash, c.len),
+                ChunkPlan::Literal => {
+                    let compress = self
+                        .compress
+                        .as_mut()
+                        .map(|(z, l, level)| (&mut **z, &mut **l, *level));
+                    push_literal(frame, self.zbuf, src, item, c, compress, self.changed)?;
+                }
+            }
+            i += 1;
+        }
+        let count = (i - first) as u32;
+        frame[..CHUNKS_FIXED_LEN].copy_from_slice(
+            &ChunksHeader {
+                file_no: no as u64,
+                count,
+            }
+            .emit(),
+        );
+        Ok((i, work))
     }
 }
 

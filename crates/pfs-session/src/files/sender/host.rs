@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pfs_files::{Entry, IndexCache, WalkKind};
 
-use super::core::FilesSource;
+use super::core::{FilesSource, Streamed};
 use super::meter::{FilesMeter, SendPhase};
 use super::FilesItem;
 use crate::error::LocalError;
@@ -32,6 +32,63 @@ pub trait FilesPrepare {
     fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable;
     /// Sets `recipe` of `items[i]` for each `i` in `which`.
     fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable;
+    /// Starts cutting and hashing `entry`'s file on threads of its own for
+    /// a STREAMED send (`None`: this preparer cannot).
+    fn stream(&mut self, _entry: &Entry) -> Option<ChunkStream> {
+        None
+    }
+}
+
+/// A file being cut and hashed on threads of its own, its chunks handed
+/// over in file order as they are ready ([`pfs_files::chunk_file_streaming`]).
+/// At most [`STREAM_AHEAD`] runs of chunks wait: the chunker stays a few
+/// windows ahead of the sender and no more.
+#[derive(Debug)]
+pub struct ChunkStream {
+    rx: std::sync::mpsc::Receiver<StreamMsg>,
+}
+
+/// Runs of chunks (one per 8 MiB window) a [`ChunkStream`] may hold.
+pub const STREAM_AHEAD: usize = 4;
+
+#[derive(Debug)]
+enum StreamMsg {
+    Chunks(Vec<pfs_files::ChunkRef>),
+    Done(Result<pfs_files::Recipe, pfs_files::FilesError>),
+}
+
+impl ChunkStream {
+    /// Starts chunking `path` on `threads` threads (0 = one per core).
+    pub fn start(path: PathBuf, params: pfs_files::ChunkParams, threads: usize) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(STREAM_AHEAD);
+        // Not joined: a session that stops early drops the receiving end,
+        // and the thread ends once the file is read (its sends just fail).
+        std::thread::Builder::new()
+            .name("pfs-stream".into())
+            .spawn(move || {
+                let read = AtomicU64::new(0);
+                let chunks = tx.clone();
+                let mut sink = move |c: &[pfs_files::ChunkRef]| {
+                    let _ = chunks.send(StreamMsg::Chunks(c.to_vec()));
+                };
+                let result = pfs_files::chunk_file_streaming(&path, &params, threads, &read, &mut sink);
+                let _ = tx.send(StreamMsg::Done(result));
+            })?;
+        Ok(Self { rx })
+    }
+
+    /// The next run of chunks (appended to `out`), or the end.
+    pub fn next(&mut self, out: &mut Vec<pfs_files::ChunkRef>) -> Streamed {
+        match self.rx.recv() {
+            Ok(StreamMsg::Chunks(c)) => {
+                out.extend_from_slice(&c);
+                Streamed::More
+            }
+            Ok(StreamMsg::Done(Ok(r))) => Streamed::Done(r),
+            Ok(StreamMsg::Done(Err(e))) => Streamed::Failed(e.to_string()),
+            Err(_) => Streamed::Failed("its chunking thread ended before the file did".into()),
+        }
+    }
 }
 
 /// [`FilesPrepare`] on this machine's files with [`pfs_files::digest_files`]
@@ -125,6 +182,14 @@ impl LocalPrepare {
 }
 
 impl FilesPrepare for LocalPrepare {
+    fn stream(&mut self, entry: &Entry) -> Option<ChunkStream> {
+        let stream = ChunkStream::start(entry.abs.clone(), self.params, self.threads).ok()?;
+        if let WalkKind::File { size } = entry.kind {
+            self.chunked = (self.chunked.0 + 1, self.chunked.1 + size);
+        }
+        Some(stream)
+    }
+
     fn hash(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
         let mut done = (0, 0);
         let failed = self.run(
@@ -166,6 +231,8 @@ pub struct LocalSource<'p> {
     cache_dir: Option<PathBuf>,
     /// The file read last, kept open for its next chunk.
     open: Option<(PathBuf, File)>,
+    /// The file being cut for a STREAMED send.
+    streaming: Option<ChunkStream>,
 }
 
 impl std::fmt::Debug for LocalSource<'_> {
@@ -183,6 +250,7 @@ impl<'p> LocalSource<'p> {
             prep,
             cache_dir,
             open: None,
+            streaming: None,
         }
     }
 }
@@ -211,6 +279,18 @@ impl FilesSource for LocalSource<'_> {
     fn save_index(&mut self, cache: &IndexCache) -> Option<String> {
         self.cache_dir.as_ref()?;
         cache.save().err().map(|e| format!("index cache not saved: {e}"))
+    }
+
+    fn stream_start(&mut self, item: &FilesItem) -> bool {
+        self.streaming = self.prep.stream(&item.entry);
+        self.streaming.is_some()
+    }
+
+    fn stream_next(&mut self, out: &mut Vec<pfs_files::ChunkRef>) -> Streamed {
+        match self.streaming.as_mut() {
+            Some(s) => s.next(out),
+            None => Streamed::Failed("no file is being streamed".into()),
+        }
     }
 
     fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError> {

@@ -22,7 +22,7 @@ pub mod host;
 pub mod meter;
 pub mod scan;
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,9 +31,9 @@ use pfs_wire::files::{EntryKind, FilesReport, Hash};
 
 use pfs_sys::Usage;
 
-pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, MAX_INDEX_BATCH};
+pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, Streamed, MAX_INDEX_BATCH};
 pub use driver::send_files;
-pub use host::{FilesPrepare, LocalPrepare, LocalSource, Unreadable};
+pub use host::{ChunkStream, FilesPrepare, LocalPrepare, LocalSource, Unreadable, STREAM_AHEAD};
 pub use meter::{FilesMeter, MeterRate, MeterReading, SendPhase};
 pub use pfs_wire::files::{DeleteStatus, DeletedKind};
 pub use scan::{save_recipes, scan_items, ScanConfig, Scanned};
@@ -54,6 +54,9 @@ pub struct FilesItem {
     /// A hard link to the earlier item at this path (`-H`): FILE with
     /// LINKED, never read.
     pub hard_link: Option<pfs_files::RelPath>,
+    /// Sent STREAMED (docs/wire.md §10.13): its FILE goes out before it is
+    /// chunked, its chunks as they are cut, FILE_DONE at the end.
+    pub streamed: bool,
 }
 
 impl FilesItem {
@@ -65,6 +68,16 @@ impl FilesItem {
             digest: None,
             held: false,
             hard_link: None,
+            streamed: false,
+        }
+    }
+
+    /// The size the scan found (0 unless a regular file): what a STREAMED
+    /// FILE announces.
+    fn announced_size(&self) -> u64 {
+        match self.entry.kind {
+            WalkKind::File { size } => size,
+            _ => 0,
         }
     }
 
@@ -118,7 +131,15 @@ pub struct FilesSenderConfig {
     /// Owner, group and hard links (extended attributes travel when the
     /// scan read them).
     pub preserve: PreserveConfig,
+    /// Files of at least this many bytes that have no recipe yet are sent
+    /// STREAMED, chunked while they are sent (`None`: every file is chunked
+    /// before its FILE). Never in a dry run or with `checksum`.
+    pub stream_min: Option<u64>,
 }
+
+/// Default [`FilesSenderConfig::stream_min`]: two chunking windows, so
+/// smaller files keep being chunked many at a time on every thread.
+pub const DEFAULT_STREAM_MIN: u64 = 16 << 20;
 
 /// What a sender carries besides content, mode and mtime (rsync's `-o -g -H`;
 /// `-X -A` are the scan's [`pfs_files::WalkConfig`]).
@@ -191,6 +212,9 @@ pub struct FilesPlanSummary {
     pub held_files: u64,
     /// Their bytes.
     pub held_bytes: u64,
+    /// Files sent STREAMED (chunked while sent). Until one is done its
+    /// bytes count as literal: the PLAN's upper bound.
+    pub streamed_files: u64,
 }
 
 /// Sender-side progress.
@@ -258,12 +282,15 @@ pub struct FilesSenderOutcome {
 /// Decides, per chunk of every file, how it travels: a descriptor when
 /// `lookup` knows it (with the same length), a known-hash reference when
 /// an earlier chunk of this send carries it, literal bytes otherwise.
+/// A STREAMED file has no chunks yet: all its bytes count as literal (an
+/// upper bound) until [`plan_chunk`] classifies them as they come. Returns
+/// the hashes sent literally, which later chunks may name as known.
 pub fn classify(
     items: &[FilesItem],
     lookup: impl Fn(&Hash) -> Option<(u64, u32)>,
-) -> (Vec<Vec<ChunkPlan>>, FilesPlanSummary) {
+) -> (Vec<Vec<ChunkPlan>>, FilesPlanSummary, HashSet<Hash>) {
     let mut sum = FilesPlanSummary::default();
-    let mut sent: HashMap<Hash, ()> = HashMap::new();
+    let mut sent: HashSet<Hash> = HashSet::new();
     let plans = items
         .iter()
         .map(|item| {
@@ -276,6 +303,14 @@ pub fn classify(
                 sum.held_bytes += size;
                 return Vec::new();
             }
+            if item.streamed {
+                let size = item.announced_size();
+                sum.files += 1;
+                sum.streamed_files += 1;
+                sum.total_bytes += size;
+                sum.literal_bytes += size;
+                return Vec::new();
+            }
             let Some(recipe) = &item.recipe else {
                 return Vec::new();
             };
@@ -284,29 +319,37 @@ pub fn classify(
             recipe
                 .chunks
                 .iter()
-                .map(|c| {
-                    sum.chunks += 1;
-                    let len = u64::from(c.len);
-                    match lookup(&c.hash) {
-                        Some((offset, l)) if l == c.len => {
-                            sum.matched_bytes += len;
-                            ChunkPlan::Ref { offset }
-                        }
-                        _ if sent.insert(c.hash, ()).is_some() => {
-                            sum.known_bytes += len;
-                            ChunkPlan::Known
-                        }
-                        _ => {
-                            sum.literal_bytes += len;
-                            sum.literal_chunks += 1;
-                            ChunkPlan::Literal
-                        }
-                    }
-                })
+                .map(|c| plan_chunk(c, &lookup, &mut sent, &mut sum))
                 .collect()
         })
         .collect();
-    (plans, sum)
+    (plans, sum, sent)
+}
+
+/// How chunk `c` travels (see [`classify`]), counted in `sum`.
+pub fn plan_chunk(
+    c: &pfs_files::ChunkRef,
+    lookup: impl Fn(&Hash) -> Option<(u64, u32)>,
+    sent: &mut HashSet<Hash>,
+    sum: &mut FilesPlanSummary,
+) -> ChunkPlan {
+    sum.chunks += 1;
+    let len = u64::from(c.len);
+    match lookup(&c.hash) {
+        Some((offset, l)) if l == c.len => {
+            sum.matched_bytes += len;
+            ChunkPlan::Ref { offset }
+        }
+        _ if !sent.insert(c.hash) => {
+            sum.known_bytes += len;
+            ChunkPlan::Known
+        }
+        _ => {
+            sum.literal_bytes += len;
+            sum.literal_chunks += 1;
+            ChunkPlan::Literal
+        }
+    }
 }
 
 fn entry_kind(e: &Entry) -> (EntryKind, &[u8]) {
