@@ -15,9 +15,10 @@
 //! Every row runs the real programs as children (`tools`); the sources,
 //! destinations, stores and caches of a pass live on its filesystem (`fs`:
 //! a tmpfs directory, or an ext4 image the harness loop-mounts, with the
-//! page cache dropped before each row). Elapsed is the client's wall time
-//! plus a `syncfs` of the filesystem; CPU is client + server; wire bytes
-//! come from the loopback interface counters. After each row the received
+//! page cache dropped before each row and its memory touched once before
+//! the first). Elapsed is the client's wall time plus a `syncfs` of the
+//! filesystem; CPU is client + server; wire bytes come from the loopback
+//! interface counters. After each row the received
 //! tree is compared with its source and the receiver's disk is measured
 //! (`tree`). Ratios between rows of one filesystem go into the notes, and
 //! the targets into a block under the table.
@@ -68,6 +69,10 @@ formats it (mkfs.ext4), loop-mounts it in its scratch directory, and
 unmounts and deletes it at the end and on Ctrl-C. Before each timed row it
 drops the page cache (sync; echo 3 > /proc/sys/vm/drop_caches). Every row on
 every filesystem ends with a syncfs of that filesystem inside its time.
+Before the first timed row it writes, syncs and deletes one file of random
+data as large as the largest data set (not timed), so the image's memory is
+touched once before any row: in a VM a fresh page costs far more the first
+time it is written, and the first row to write into it paid for that.
 
 --rounds N (default 3): the cold single-file rows (PFS per receiver storage,
 rsync, cp -a) run N rounds of every tool once, the order rotating from round
@@ -387,6 +392,20 @@ struct Sources {
     cold_tree: Option<Tree>,
     small: Option<(Tree, Tree)>,
     pair: Option<(Tree, Tree)>,
+}
+
+impl Sources {
+    /// Bytes of the largest data set staged: what one row moves at most.
+    fn largest(&self) -> u64 {
+        let pairs = [&self.small, &self.pair].into_iter().flatten();
+        [&self.cold_file, &self.cold_tree]
+            .into_iter()
+            .flatten()
+            .chain(pairs.flat_map(|(a, b)| [a, b]))
+            .map(|t| t.bytes)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 fn stage_sources(fs: &BenchFs, d: &DataSets) -> anyhow::Result<Sources> {
@@ -1145,6 +1164,10 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
                 continue;
             }
         };
+        if let Err(e) = fs.pre_touch(src.largest()) {
+            failed(&mut rows, &e.context(format!("pre-touching the {kind} image")));
+            continue;
+        }
         let mut pass = Pass {
             fs: &fs,
             pfs,
@@ -1200,7 +1223,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
             },
             placement: "every row's sources, destination, store, rsync module, cp/tar target and the sender's cache on the filesystem named in its label; each receiver starts empty (B over A: over its own A)".into(),
             method: format!(
-                "before each timed run on ext4: sync; echo 3 > /proc/sys/vm/drop_caches, then each tool run once with --version (data cold, programs warm); tmpfs has no cache to drop. Cold single file: {} of every tool, the order rotating (round r starts at tool r mod k), each run into an empty destination; each row is its median run by elapsed (the range in its notes); other rows run once. Every row, every filesystem: elapsed = client wall time + syncfs(2) of the row's filesystem right after the client exits (the sync's share is in the notes); no tool fsyncs on its own (pfs serve without --fsync)",
+                "ext4: the image pre-touched before the first timed row (one file of random data as large as the largest data set written, synced and deleted, not trimmed), so no row pays for the first use of its memory; before each timed run on ext4: sync; echo 3 > /proc/sys/vm/drop_caches, then each tool run once with --version (data cold, programs warm); tmpfs has no cache to drop. Cold single file: {} of every tool, the order rotating (round r starts at tool r mod k), each run into an empty destination; each row is its median run by elapsed (the range in its notes); other rows run once. Every row, every filesystem: elapsed = client wall time + syncfs(2) of the row's filesystem right after the client exits (the sync's share is in the notes); no tool fsyncs on its own (pfs serve without --fsync)",
                 match args.rounds {
                     1 => "1 round".to_string(),
                     n => format!("{n} rounds"),
@@ -1878,6 +1901,31 @@ mod tests {
             one.row.notes
         );
         assert!(median_run(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn largest_data_set_bounds_the_pre_touch() {
+        let t = |bytes: u64| Tree {
+            dir: PathBuf::new(),
+            bytes,
+            files: 1,
+            dirs: 1,
+            block_bytes: bytes,
+        };
+        let s = Sources {
+            cold_file: Some(t(100)),
+            cold_tree: None,
+            small: Some((t(20), t(30))),
+            pair: Some((t(300), t(250))),
+        };
+        assert_eq!(s.largest(), 300);
+        let none = Sources {
+            cold_file: None,
+            cold_tree: None,
+            small: None,
+            pair: None,
+        };
+        assert_eq!(none.largest(), 0);
     }
 
     #[test]
