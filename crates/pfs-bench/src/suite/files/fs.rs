@@ -1,7 +1,8 @@
 //! The filesystem a files study runs on (`--fs`): a private directory on
 //! tmpfs, or an ext4 image the harness creates, loop-mounts and removes
 //! itself. Owns what makes rows on it start equal — the page cache dropped
-//! before each timed row on a disk filesystem — and the one durability rule:
+//! before each timed row on a disk filesystem, an image's memory touched once
+//! before the first — and the one durability rule:
 //! a `syncfs(2)` of the filesystem inside every row's timed part.
 
 use std::ffi::OsString;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+use super::tree::make_random_tree;
 use crate::child::{have, run_client};
 use crate::cleanup::{self, Undo};
 use crate::scratch::{memory_dir, Scratch};
@@ -226,6 +228,27 @@ impl BenchFs {
             std::fs::File::open(&self.root).with_context(|| format!("opening {}", self.root.display()))?;
         rustix::fs::syncfs(&dir).with_context(|| format!("syncfs {}", self.root.display()))?;
         Ok(())
+    }
+
+    /// Untimed, once before the first timed row on an image: writes `bytes`
+    /// of random data into it, syncs, deletes them and syncs again (no trim).
+    /// In a VM, memory never written before costs far more the first time
+    /// (the host faults it in); without this, whichever row came first paid
+    /// for the image's memory. The next large file goes into the blocks
+    /// freed here. tmpfs: nothing to do (no image).
+    pub fn pre_touch(&self, bytes: u64) -> anyhow::Result<()> {
+        if self.image.is_none() || bytes == 0 {
+            return Ok(());
+        }
+        eprintln!(
+            "pfs bench files [{}]: pre-touching the image ({:.1} MB, not timed)…",
+            self.kind,
+            bytes as f64 / 1e6
+        );
+        let dir = self.root.join("pre-touch");
+        let r = make_random_tree(&dir, bytes, u64::MAX).and_then(|_| self.sync());
+        let _ = std::fs::remove_dir_all(&dir);
+        r.and_then(|()| self.sync())
     }
 
     /// Untimed, after a group of rows removed its files: gives the image's

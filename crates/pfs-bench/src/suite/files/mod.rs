@@ -2,7 +2,8 @@
 //! on loopback, on each filesystem asked for (`--fs tmpfs,ext4`). Per
 //! filesystem, four groups of rows, each receiver starting empty:
 //!
-//! - a cold single file of random data (1 GiB): PFS, rsync, `cp -a`;
+//! - a cold single file of random data (1 GiB): PFS, rsync, `cp -a`, in
+//!   rounds (`--rounds`, the tools' order rotating; each row its median run);
 //! - cold random data in 64 MiB files, then its unchanged re-send: PFS;
 //! - a small-file version pair (thousands of files, two successive releases
 //!   of a source package): A then B over A for PFS and rsync, `cp -a` and
@@ -14,9 +15,10 @@
 //! Every row runs the real programs as children (`tools`); the sources,
 //! destinations, stores and caches of a pass live on its filesystem (`fs`:
 //! a tmpfs directory, or an ext4 image the harness loop-mounts, with the
-//! page cache dropped before each row). Elapsed is the client's wall time
-//! plus a `syncfs` of the filesystem; CPU is client + server; wire bytes
-//! come from the loopback interface counters. After each row the received
+//! page cache dropped before each row and its memory touched once before
+//! the first). Elapsed is the client's wall time plus a `syncfs` of the
+//! filesystem; CPU is client + server; wire bytes come from the loopback
+//! interface counters. After each row the received
 //! tree is compared with its source and the receiver's disk is measured
 //! (`tree`). Ratios between rows of one filesystem go into the notes, and
 //! the issue's targets into a block under the table.
@@ -37,7 +39,7 @@ use fs::{warm_list, BenchFs, Needs};
 pub use tools::StorageKind;
 use tools::{
     check_storage, floor_copy, pfs_notes, pfs_send, rsync_send, scp_send, start_pfs_server, start_rsyncd,
-    BenchKeys, Floor, ServeStorage, Timed,
+    BenchKeys, Floor, PfsServer, RsyncDaemon, ServeStorage, Timed,
 };
 use tree::{blocks, disk_use, make_random_tree, same_tree, stage, tree_of, DiskUse, Tree};
 
@@ -66,7 +68,21 @@ sdists). A pair is fetched only when a row that needs it is selected.
 formats it (mkfs.ext4), loop-mounts it in its scratch directory, and
 unmounts and deletes it at the end and on Ctrl-C. Before each timed row it
 drops the page cache (sync; echo 3 > /proc/sys/vm/drop_caches). Every row on
-every filesystem ends with a syncfs of that filesystem inside its time.")]
+every filesystem ends with a syncfs of that filesystem inside its time.
+Before the first timed row it writes, syncs and deletes one file of random
+data as large as the largest data set (not timed), so the image's memory is
+touched once before any row: in a VM a fresh page costs far more the first
+time it is written, and the first row to write into it paid for that.
+
+--rounds N (default 3): the cold single-file rows (PFS per receiver storage,
+rsync, cp -a) run N rounds of every tool once, the order rotating from round
+to round (round r starts at tool r mod k), each run into an empty
+destination, the check passing on every run. Each row reports its median run
+(by elapsed; the lower middle one for even N) and the elapsed range. Why: run
+once in a fixed order, the first tool paid for the memory it touched first
+(on one ext4 run, PFS first: 5.1 s of which 1.6 s syncfs; rsync after it:
+1.0 s; by hand, the two are within 20 % of each other in either order).
+Other rows run once.")]
 pub struct BenchFilesArgs {
     /// Large version pair: two directories, A then B (default: fetched by scripts/fetch-version-pair.sh).
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
@@ -80,6 +96,9 @@ pub struct BenchFilesArgs {
     /// Bytes of the cold single-file rows (one file of random data).
     #[arg(long, default_value = "1G", value_parser = crate::args::parse_size)]
     pub cold_file_size: u64,
+    /// Rounds of the cold single-file rows: every tool once per round, the order rotating; each row reports its median run. Example: --rounds 5
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
     /// Filesystems to run every row on, in this order: tmpfs, ext4 (a loop-mounted image; root). Example: --fs tmpfs,ext4
     #[arg(long, value_enum, value_delimiter = ',', default_value = "tmpfs")]
     pub fs: Vec<FsKind>,
@@ -108,6 +127,7 @@ impl BenchFilesArgs {
             small_pair: None,
             cold_size: 1 << 30,
             cold_file_size: 1 << 30,
+            rounds: 3,
             fs: vec![FsKind::Tmpfs],
             image_dir: None,
             receiver_storage: vec![StorageKind::DestOnly],
@@ -263,6 +283,10 @@ pub struct FilesRow {
     pub disk: Option<DiskUse>,
     /// The sync's share of the elapsed time, seconds.
     pub sync_s: f64,
+    /// Runs the row was measured in (`--rounds` for the cold single file, else 1).
+    pub rounds: u32,
+    /// The fastest and slowest run's elapsed, seconds (`None`: the row did not run).
+    pub elapsed_range: Option<(f64, f64)>,
 }
 
 /// The version pair given with `flag`, or fetched (and cached) by `script`
@@ -370,6 +394,20 @@ struct Sources {
     pair: Option<(Tree, Tree)>,
 }
 
+impl Sources {
+    /// Bytes of the largest data set staged: what one row moves at most.
+    fn largest(&self) -> u64 {
+        let pairs = [&self.small, &self.pair].into_iter().flatten();
+        [&self.cold_file, &self.cold_tree]
+            .into_iter()
+            .flatten()
+            .chain(pairs.flat_map(|(a, b)| [a, b]))
+            .map(|t| t.bytes)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 fn stage_sources(fs: &BenchFs, d: &DataSets) -> anyhow::Result<Sources> {
     let src = fs.root().join("src");
     eprintln!("pfs bench files [{}]: staging the data…", fs.kind());
@@ -411,22 +449,76 @@ struct Pass<'a> {
     rows: Vec<FilesRow>,
 }
 
+/// One timed run of a row: its measurements, the receiver's disk after it,
+/// and the sync's share of its elapsed time.
+#[derive(Debug, Clone)]
+struct Run {
+    row: Row,
+    disk: DiskUse,
+    sync_s: f64,
+}
+
+/// The order of `k` tools in round `round`: starting at tool `round mod k`,
+/// so that over k rounds each tool runs first once.
+fn rotation(k: usize, round: usize) -> Vec<usize> {
+    (0..k).map(|i| (round + i) % k).collect()
+}
+
+/// Which of the runs with these elapsed times is the median one: the middle
+/// of them sorted (the lower middle for an even count, so the row reports a
+/// run that happened, not an average of two); ties keep run order.
+fn median_index(elapsed: &[f64]) -> Option<usize> {
+    let mut order: Vec<usize> = (0..elapsed.len()).collect();
+    order.sort_by(|&a, &b| elapsed[a].total_cmp(&elapsed[b]));
+    order.get(elapsed.len().checked_sub(1)? / 2).copied()
+}
+
+/// The row of a tool measured in rounds: its median run, with the rounds
+/// and the elapsed range in its notes (after the sync's share, which stays
+/// first), and that range.
+fn median_run(mut runs: Vec<Run>) -> Option<(Run, (f64, f64))> {
+    let elapsed: Vec<f64> = runs.iter().map(|r| r.row.elapsed_s).collect();
+    let i = median_index(&elapsed)?;
+    let lo = elapsed.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = elapsed.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let n = runs.len();
+    let mut run = runs.swap_remove(i);
+    let plural = if n == 1 { "" } else { "s" };
+    let said = format!("median of {n} round{plural} (elapsed min–max {lo:.3}–{hi:.3} s)");
+    run.row.notes = match run.row.notes.split_once("; ") {
+        Some((sync, rest)) => format!("{sync}; {said}; {rest}"),
+        None => format!("{}; {said}", run.row.notes),
+    };
+    Some((run, (lo, hi)))
+}
+
 impl Pass<'_> {
     fn label(&self, case: Case, tool: Tool) -> String {
         format!("{} [{}]", self.naming.label(case, tool), self.fs.kind())
     }
 
-    fn push(&mut self, case: Case, tool: Tool, r: anyhow::Result<(Row, DiskUse, f64)>) {
+    /// A row measured once.
+    fn push(&mut self, case: Case, tool: Tool, r: anyhow::Result<Run>) {
+        self.push_runs(
+            case,
+            tool,
+            1,
+            r.map(|run| (run.row.elapsed_s, run.row.elapsed_s, run)),
+        );
+    }
+
+    /// A row of `rounds` runs: `Ok` with the elapsed range and the run it reports.
+    fn push_runs(&mut self, case: Case, tool: Tool, rounds: u32, r: anyhow::Result<(f64, f64, Run)>) {
         let label = self.label(case, tool);
-        let (row, disk, sync_s) = match r {
-            Ok((row, disk, sync_s)) => (row, Some(disk), sync_s),
+        let (row, disk, sync_s, elapsed_range) = match r {
+            Ok((lo, hi, run)) => (run.row, Some(run.disk), run.sync_s, Some((lo, hi))),
             Err(e) => {
                 let row = if e.to_string().contains("not installed") || e.to_string().contains("needs root") {
                     Row::skipped(&label, "Transfer", format!("{e:#}"))
                 } else {
                     Row::failed(&label, "Transfer", &e)
                 };
-                (row, None, 0.0)
+                (row, None, 0.0, None)
             }
         };
         self.rows.push(FilesRow {
@@ -436,6 +528,8 @@ impl Pass<'_> {
             row,
             disk,
             sync_s,
+            rounds,
+            elapsed_range,
         });
     }
 
@@ -452,6 +546,40 @@ impl Pass<'_> {
         r.integrity = if same { "OK" } else { "MISMATCH" }.into();
         r.notes = format!("sync {:.2} s; {notes}", t.sync);
         r
+    }
+
+    /// One PFS step on a running server: page cache dropped, the send timed,
+    /// the landed tree checked, the receiver's disk measured.
+    fn pfs_step(
+        &self,
+        tool: Tool,
+        server: &PfsServer,
+        st: &ServeStorage,
+        cache: &Path,
+        keys: bool,
+        (case, data, remote, extra): (Case, &Tree, &str, &[&str]),
+    ) -> anyhow::Result<Run> {
+        let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        let landed = st.dest.join(remote).join(name);
+        self.fs.before_row()?;
+        let (t, v) = pfs_send(server, &data.dir, remote, cache, extra, self.net, self.fs)?;
+        let same = same_tree(&data.dir, &landed)?;
+        let disk = disk_use(&st.dirs(), &st.dest)?;
+        let mut flags: Vec<&str> = extra.to_vec();
+        if keys {
+            flags.push("keys");
+        }
+        let flags = if flags.is_empty() {
+            String::new()
+        } else {
+            format!("{}; ", flags.join(" "))
+        };
+        let row = self.row(case, tool, data, &t, same, format!("{flags}{}", pfs_notes(&v)));
+        Ok(Run {
+            row,
+            disk,
+            sync_s: t.sync,
+        })
     }
 
     /// PFS rows on one server: `steps` of (case, data, remote dir, extra send flags).
@@ -481,27 +609,10 @@ impl Pass<'_> {
                 }
             }
             Ok(server) => {
-                for &(case, data, remote, extra) in steps {
-                    eprintln!("pfs bench files: {} …", self.label(case, tool));
-                    let name = data.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-                    let landed = st.dest.join(remote).join(name);
-                    let r = self.fs.before_row().and_then(|()| {
-                        let (t, v) = pfs_send(&server, &data.dir, remote, &cache, extra, self.net, self.fs)?;
-                        let same = same_tree(&data.dir, &landed)?;
-                        let disk = disk_use(&st.dirs(), &st.dest)?;
-                        let mut flags: Vec<&str> = extra.to_vec();
-                        if keys.is_some() {
-                            flags.push("keys");
-                        }
-                        let flags = if flags.is_empty() {
-                            String::new()
-                        } else {
-                            format!("{}; ", flags.join(" "))
-                        };
-                        let row = self.row(case, tool, data, &t, same, format!("{flags}{}", pfs_notes(&v)));
-                        Ok((row, disk, t.sync))
-                    });
-                    self.push(case, tool, r);
+                for &step in steps {
+                    eprintln!("pfs bench files: {} …", self.label(step.0, tool));
+                    let r = self.pfs_step(tool, &server, &st, &cache, keys.is_some(), step);
+                    self.push(step.0, tool, r);
                 }
                 drop(server);
             }
@@ -511,19 +622,36 @@ impl Pass<'_> {
         self.fs.trim();
     }
 
+    /// One rsync step on a running daemon: page cache dropped, the transfer
+    /// timed, the tree in the module checked, the module's disk measured.
+    fn rsync_step(
+        &self,
+        d: &RsyncDaemon,
+        module: &Path,
+        (case, t, data, remote): (Case, Tool, &Tree, &str),
+    ) -> anyhow::Result<Run> {
+        let z = t == Tool::RsyncZ;
+        self.fs.before_row()?;
+        let (tm, stats) = rsync_send(d, &data.dir, remote, z, self.net, self.fs)?;
+        let same = same_tree(&data.dir, &module.join(remote))?;
+        let disk = disk_use(&[module], module)?;
+        let how = if z { "-a -z" } else { "-a" };
+        let notes = format!("daemon, {how} (delta transfer); {stats}");
+        Ok(Run {
+            row: self.row(case, t, data, &tm, same, notes),
+            disk,
+            sync_s: tm.sync,
+        })
+    }
+
     /// rsync rows on one daemon: `steps` of (case, data, module dir, -z).
     fn rsync_series(&mut self, steps: &[(Case, Tool, &Tree, &str)], stage_z: Option<&Tree>) {
         if steps.is_empty() {
             return;
         }
-        let rsync = tool("rsync", "rsync");
-        if !have(&rsync) {
+        if !have(&tool("rsync", "rsync")) {
             for &(case, t, ..) in steps {
-                self.push(
-                    case,
-                    t,
-                    Err(anyhow::anyhow!("rsync not installed (apt-get install rsync)")),
-                );
+                self.push(case, t, Err(rsync_missing()));
             }
             return;
         }
@@ -536,7 +664,8 @@ impl Pass<'_> {
                 }
             }
             Ok(d) => {
-                for &(case, t, data, remote) in steps {
+                for &step in steps {
+                    let (case, t, _, remote) = step;
                     let z = t == Tool::RsyncZ;
                     eprintln!("pfs bench files: {} …", self.label(case, t));
                     let target = module.join(remote);
@@ -549,14 +678,7 @@ impl Pass<'_> {
                             Ok(std::fs::remove_dir(module.join("z"))?)
                         }),
                     };
-                    let r = staged.and_then(|()| self.fs.before_row()).and_then(|()| {
-                        let (tm, stats) = rsync_send(&d, &data.dir, remote, z, self.net, self.fs)?;
-                        let same = same_tree(&data.dir, &target)?;
-                        let disk = disk_use(&[&module], &module)?;
-                        let how = if z { "-a -z" } else { "-a" };
-                        let notes = format!("daemon, {how} (delta transfer); {stats}");
-                        Ok((self.row(case, t, data, &tm, same, notes), disk, tm.sync))
-                    });
+                    let r = staged.and_then(|()| self.rsync_step(&d, &module, step));
                     self.push(case, t, r);
                     if z {
                         let _ = std::fs::remove_dir_all(&target);
@@ -569,10 +691,9 @@ impl Pass<'_> {
         self.fs.trim();
     }
 
-    /// One local copy: `floor` of `data` into a new directory.
-    fn floor(&mut self, case: Case, floor: Floor, data: &Tree) {
+    /// One local copy: `floor` of `data` into a new directory, removed after.
+    fn floor_once(&self, case: Case, floor: Floor, data: &Tree) -> anyhow::Result<Run> {
         let tool = Tool::Floor(floor);
-        eprintln!("pfs bench files: {} …", self.label(case, tool));
         let dst = self.fs.root().join("rx-floor");
         let r = self.fs.before_row().and_then(|()| {
             let t = floor_copy(floor, &data.dir, &dst, self.fs)?;
@@ -582,10 +703,21 @@ impl Pass<'_> {
                 Floor::Cp => "local copy, cp -a SRC/. DST",
                 Floor::Tar => "local copy, tar -C SRC -cf - . | tar -C DST -xf -",
             };
-            Ok((self.row(case, tool, data, &t, same, notes.into()), disk, t.sync))
+            Ok(Run {
+                row: self.row(case, tool, data, &t, same, notes.into()),
+                disk,
+                sync_s: t.sync,
+            })
         });
-        self.push(case, tool, r);
         let _ = std::fs::remove_dir_all(&dst);
+        r
+    }
+
+    /// One local copy row.
+    fn floor(&mut self, case: Case, floor: Floor, data: &Tree) {
+        eprintln!("pfs bench files: {} …", self.label(case, Tool::Floor(floor)));
+        let r = self.floor_once(case, floor, data);
+        self.push(case, Tool::Floor(floor), r);
         self.fs.trim();
     }
 
@@ -604,12 +736,119 @@ impl Pass<'_> {
                 let disk = disk_use(&[&dst], &dst)?;
                 let notes =
                     "scp -O -r (legacy protocol; follows symlinks), Compression=no; receiver CPU = sshd tree";
-                Ok((self.row(case, t, data, &tm, same, notes.into()), disk, tm.sync))
+                Ok(Run {
+                    row: self.row(case, t, data, &tm, same, notes.into()),
+                    disk,
+                    sync_s: tm.sync,
+                })
             });
         self.push(case, t, r);
         let _ = std::fs::remove_dir_all(&dir);
         self.fs.trim();
     }
+
+    /// One run of a cold single-file tool from nothing: its receiver (server
+    /// or daemon, and the sender's cache) set up, the run, all of it removed
+    /// again — untimed, so every run starts from an empty destination — and
+    /// no trim, so the rounds after it write into memory already touched.
+    fn cold_file_once(&self, tool: Tool, data: &Tree) -> anyhow::Result<Run> {
+        let case = Case::ColdFile;
+        match tool {
+            Tool::Pfs(kind) => {
+                let dir = self.fs.root().join("rx-pfs");
+                let st = ServeStorage::new(kind, &dir);
+                // A server per run: it must not remember the previous run's destination.
+                let r = start_pfs_server(&self.pfs.path, &st, None).and_then(|server| {
+                    self.pfs_step(
+                        tool,
+                        &server,
+                        &st,
+                        &dir.join("sender-cache"),
+                        false,
+                        (case, data, "one", &[]),
+                    )
+                });
+                st.remove();
+                let _ = std::fs::remove_dir_all(&dir);
+                r
+            }
+            Tool::Rsync => {
+                let dir = self.fs.root().join("rx-rsync");
+                let module = dir.join("module");
+                let r = start_rsyncd(&dir.join("conf"), &module)
+                    .and_then(|d| self.rsync_step(&d, &module, (case, tool, data, "one")));
+                let _ = std::fs::remove_dir_all(&dir);
+                r
+            }
+            Tool::Floor(f) => self.floor_once(case, f, data),
+            Tool::PfsKeys | Tool::RsyncZ | Tool::Scp => {
+                bail!("{} is not a cold single-file row", self.label(case, tool))
+            }
+        }
+    }
+
+    /// The cold single-file rows, `rounds` rounds of every tool of `tools`
+    /// once, the order rotating (see [`rotation`]); one row per tool, in the
+    /// order of `tools`, reporting its median run. A run that fails or does
+    /// not arrive intact fails its tool's row (its later rounds are not run).
+    fn cold_file_rounds(&mut self, tools: &[Tool], data: &Tree, rounds: u32) {
+        if tools.is_empty() {
+            return;
+        }
+        let k = tools.len();
+        let mut runs: Vec<Vec<Run>> = vec![Vec::new(); k];
+        // Why a tool's row failed (its later rounds are not run), and whether
+        // that was a received file that differs from its source.
+        let mut failed: Vec<Option<anyhow::Error>> = tools
+            .iter()
+            .map(|&t| (t == Tool::Rsync && !have(&tool("rsync", "rsync"))).then(rsync_missing))
+            .collect();
+        let mut mismatch = vec![false; k];
+        for round in 0..rounds {
+            for i in rotation(k, round as usize) {
+                if failed[i].is_some() {
+                    continue;
+                }
+                let (tool, label) = (tools[i], self.label(Case::ColdFile, tools[i]));
+                eprintln!("pfs bench files: {label} (round {} of {rounds}) …", round + 1);
+                match self.cold_file_once(tool, data) {
+                    Ok(run) if run.row.integrity == "OK" => {
+                        eprintln!(
+                            "pfs bench files:   {:.3} s (sync {:.3} s)",
+                            run.row.elapsed_s, run.sync_s
+                        );
+                        runs[i].push(run);
+                    }
+                    Ok(_) => {
+                        mismatch[i] = true;
+                        failed[i] = Some(anyhow::anyhow!(
+                            "round {} of {rounds}: the received file differs from its source",
+                            round + 1
+                        ));
+                    }
+                    Err(e) => failed[i] = Some(anyhow::anyhow!("round {} of {rounds}: {e:#}", round + 1)),
+                }
+            }
+        }
+        for (i, (runs, failed)) in runs.into_iter().zip(failed).enumerate() {
+            let r = match (failed, median_run(runs)) {
+                (Some(e), _) => Err(e),
+                (None, Some((run, (lo, hi)))) => Ok((lo, hi, run)),
+                (None, None) => Err(anyhow::anyhow!("no run")),
+            };
+            self.push_runs(Case::ColdFile, tools[i], rounds, r);
+            if mismatch[i] {
+                if let Some(last) = self.rows.last_mut() {
+                    last.row.integrity = "MISMATCH".into();
+                }
+            }
+        }
+        self.fs.trim();
+    }
+}
+
+fn rsync_missing() -> anyhow::Error {
+    anyhow::anyhow!("rsync not installed (apt-get install rsync)")
 }
 
 /// A PFS step before it is selected: case, data (if staged), remote dir, send flags.
@@ -631,25 +870,20 @@ fn pick<'a>(
 }
 
 /// Runs the selected `jobs` on `fs` over the staged `src`.
-fn run_pass(pass: &mut Pass<'_>, jobs: &[(Case, Tool)], src: &Sources, storage: &[StorageKind]) {
+fn run_pass(pass: &mut Pass<'_>, jobs: &[(Case, Tool)], src: &Sources, storage: &[StorageKind], rounds: u32) {
     let has = |c: Case, t: Tool| jobs.contains(&(c, t));
     let (small_a, small_b) = (src.small.as_ref().map(|p| &p.0), src.small.as_ref().map(|p| &p.1));
     let (pair_a, pair_b) = (src.pair.as_ref().map(|p| &p.0), src.pair.as_ref().map(|p| &p.1));
 
-    // Cold single file.
-    for &k in storage {
-        let steps = pick(
-            &[(Case::ColdFile, src.cold_file.as_ref(), "one", &[])],
-            Tool::Pfs(k),
-            jobs,
-        );
-        pass.pfs_series(Tool::Pfs(k), k, &steps);
-    }
-    if let (true, Some(d)) = (has(Case::ColdFile, Tool::Rsync), &src.cold_file) {
-        pass.rsync_series(&[(Case::ColdFile, Tool::Rsync, d, "one")], None);
-    }
-    if let (true, Some(d)) = (has(Case::ColdFile, Tool::Floor(Floor::Cp)), &src.cold_file) {
-        pass.floor(Case::ColdFile, Floor::Cp, d);
+    // Cold single file: in rounds, the tools' order rotating.
+    if let Some(d) = &src.cold_file {
+        let tools: Vec<Tool> = storage
+            .iter()
+            .map(|&k| Tool::Pfs(k))
+            .chain([Tool::Rsync, Tool::Floor(Floor::Cp)])
+            .filter(|&t| has(Case::ColdFile, t))
+            .collect();
+        pass.cold_file_rounds(&tools, d, rounds);
     }
     // Cold files and their unchanged re-send.
     for &k in storage {
@@ -908,6 +1142,8 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
                     row: Row::failed(&label, "Transfer", e),
                     disk: None,
                     sync_s: 0.0,
+                    rounds: if c == Case::ColdFile { args.rounds } else { 1 },
+                    elapsed_range: None,
                 });
             }
         };
@@ -928,6 +1164,10 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
                 continue;
             }
         };
+        if let Err(e) = fs.pre_touch(src.largest()) {
+            failed(&mut rows, &e.context(format!("pre-touching the {kind} image")));
+            continue;
+        }
         let mut pass = Pass {
             fs: &fs,
             pfs,
@@ -935,7 +1175,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
             net: &net,
             rows: Vec::new(),
         };
-        run_pass(&mut pass, &jobs, &src, &storage);
+        run_pass(&mut pass, &jobs, &src, &storage, args.rounds);
         rows.extend(pass.rows);
         drop(fs);
     }
@@ -982,7 +1222,13 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
                 _ => format!("{} (the host's lo counters: other processes' loopback traffic counts too)", net.name()),
             },
             placement: "every row's sources, destination, store, rsync module, cp/tar target and the sender's cache on the filesystem named in its label; each receiver starts empty (B over A: over its own A)".into(),
-            method: "before each timed row on ext4: sync; echo 3 > /proc/sys/vm/drop_caches, then each tool run once with --version (data cold, programs warm); tmpfs has no cache to drop. Every row, every filesystem: elapsed = client wall time + syncfs(2) of the row's filesystem right after the client exits (the sync's share is in the notes); no tool fsyncs on its own (pfs serve without --fsync)".into(),
+            method: format!(
+                "ext4: the image pre-touched before the first timed row (one file of random data as large as the largest data set written, synced and deleted, not trimmed), so no row pays for the first use of its memory; before each timed run on ext4: sync; echo 3 > /proc/sys/vm/drop_caches, then each tool run once with --version (data cold, programs warm); tmpfs has no cache to drop. Cold single file: {} of every tool, the order rotating (round r starts at tool r mod k), each run into an empty destination; each row is its median run by elapsed (the range in its notes); other rows run once. Every row, every filesystem: elapsed = client wall time + syncfs(2) of the row's filesystem right after the client exits (the sync's share is in the notes); no tool fsyncs on its own (pfs serve without --fsync)",
+                match args.rounds {
+                    1 => "1 round".to_string(),
+                    n => format!("{n} rounds"),
+                }
+            ),
             units: "MB = 10^6 bytes; elapsed = client wall time + sync; CPU = client + server processes (not the kernel's writeback); wire = loopback interface bytes, both directions, TCP/IP headers included (0 for local copies); rx_disk = allocated blocks of everything the receiver keeps (destination, store, index); disk/held = rx_disk ÷ allocated blocks of the received trees alone".into(),
         },
     );
@@ -1259,6 +1505,9 @@ fn files_data(rows: &[FilesRow]) -> Table {
         Column::num("held_mb", 0),
         Column::num("held_data_mb", 0),
         Column::num("disk_per_held", 0),
+        Column::num("rounds", 0),
+        Column::num("elapsed_min_s", 0),
+        Column::num("elapsed_max_s", 0),
     ]);
     for (cells, r) in t.rows.iter_mut().zip(rows) {
         let d = r.disk;
@@ -1274,6 +1523,9 @@ fn files_data(rows: &[FilesRow]) -> Table {
             mb(|d| d.held),
             mb(|d| d.held_data),
             d.map_or(Cell::Missing, |d| Cell::Num(d.ratio(), 4)),
+            Cell::Int(u64::from(r.rounds)),
+            r.elapsed_range.map_or(Cell::Missing, |(lo, _)| Cell::Num(lo, 4)),
+            r.elapsed_range.map_or(Cell::Missing, |(_, hi)| Cell::Num(hi, 4)),
         ]);
     }
     t
@@ -1474,6 +1726,8 @@ mod tests {
                 held_data: held,
             }),
             sync_s: 0.0,
+            rounds: 1,
+            elapsed_range: Some((elapsed, elapsed)),
         }
     }
 
@@ -1567,16 +1821,111 @@ mod tests {
         )];
         let t = files_data(&rows);
         let csv = t.csv();
-        assert!(csv
-            .lines()
-            .next()
-            .unwrap()
-            .ends_with(",fs,sync_s,rx_disk_mb,held_mb,held_data_mb,disk_per_held"));
+        assert!(csv.lines().next().unwrap().ends_with(
+            ",fs,sync_s,rx_disk_mb,held_mb,held_data_mb,disk_per_held,rounds,elapsed_min_s,elapsed_max_s"
+        ));
         let j = t.json();
         assert_eq!(j[0]["fs"], "ext4");
         assert_eq!(j[0]["disk_per_held"], 1.5);
+        assert_eq!(j[0]["rounds"], 1);
+        assert_eq!(j[0]["elapsed_min_s"], 2.0);
+        assert_eq!(j[0]["elapsed_max_s"], 2.0);
         let v = view(&rows).text();
         assert!(v.contains("[ext4]") && v.contains("1.50"), "{v}");
+    }
+
+    #[test]
+    fn rounds_rotate_so_each_tool_runs_first_once() {
+        assert_eq!(rotation(3, 0), [0, 1, 2]);
+        assert_eq!(rotation(3, 1), [1, 2, 0]);
+        assert_eq!(rotation(3, 2), [2, 0, 1]);
+        assert_eq!(rotation(3, 3), [0, 1, 2]);
+        assert_eq!(rotation(4, 5), [1, 2, 3, 0]);
+        assert_eq!(rotation(1, 7), [0]);
+        // Over k rounds every tool takes every place once.
+        for k in 1..6 {
+            for place in 0..k {
+                let mut at: Vec<usize> = (0..k).map(|r| rotation(k, r)[place]).collect();
+                at.sort_unstable();
+                assert_eq!(at, (0..k).collect::<Vec<_>>(), "k {k}, place {place}");
+            }
+        }
+    }
+
+    #[test]
+    fn median_is_the_middle_run_lower_for_even_counts() {
+        assert_eq!(median_index(&[]), None);
+        assert_eq!(median_index(&[5.0]), Some(0));
+        assert_eq!(median_index(&[5.1, 1.0, 1.2]), Some(2));
+        assert_eq!(median_index(&[1.0, 5.1, 1.2]), Some(2));
+        assert_eq!(median_index(&[3.0, 1.0, 4.0, 2.0]), Some(3));
+        assert_eq!(median_index(&[2.0, 9.0, 1.0, 8.0, 3.0]), Some(4));
+        // Ties: the earlier run.
+        assert_eq!(median_index(&[1.0, 1.0, 1.0]), Some(1));
+        assert_eq!(median_index(&[2.0, 1.0, 2.0]), Some(0));
+    }
+
+    #[test]
+    fn median_run_reports_that_run_with_rounds_and_range_in_its_notes() {
+        let run = |elapsed: f64, cpu: f64, receiver: u64| {
+            let mut row = Row::measured("x", "Transfer", 1_000_000, 2_000_000, elapsed, cpu, 0.0);
+            row.notes = format!("sync 0.10 s; daemon, -a (run of {elapsed} s)");
+            Run {
+                row,
+                disk: DiskUse {
+                    receiver,
+                    held: 100,
+                    held_data: 100,
+                },
+                sync_s: 0.1,
+            }
+        };
+        let (m, range) = median_run(vec![run(5.1, 4.0, 1), run(1.0, 1.0, 2), run(1.2, 1.5, 3)]).unwrap();
+        assert_eq!(range, (1.0, 5.1));
+        // Every figure is the median run's own, not a mix of runs.
+        assert_eq!(
+            (m.row.elapsed_s, m.row.cpu_total_s, m.disk.receiver),
+            (1.2, 1.5, 3)
+        );
+        assert_eq!(
+            m.row.notes,
+            "sync 0.10 s; median of 3 rounds (elapsed min–max 1.000–5.100 s); daemon, -a (run of 1.2 s)"
+        );
+        let (one, range) = median_run(vec![run(2.0, 1.0, 1)]).unwrap();
+        assert_eq!((one.row.elapsed_s, range), (2.0, (2.0, 2.0)));
+        assert!(
+            one.row
+                .notes
+                .contains("median of 1 round (elapsed min–max 2.000–2.000 s)"),
+            "{}",
+            one.row.notes
+        );
+        assert!(median_run(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn largest_data_set_bounds_the_pre_touch() {
+        let t = |bytes: u64| Tree {
+            dir: PathBuf::new(),
+            bytes,
+            files: 1,
+            dirs: 1,
+            block_bytes: bytes,
+        };
+        let s = Sources {
+            cold_file: Some(t(100)),
+            cold_tree: None,
+            small: Some((t(20), t(30))),
+            pair: Some((t(300), t(250))),
+        };
+        assert_eq!(s.largest(), 300);
+        let none = Sources {
+            cold_file: None,
+            cold_tree: None,
+            small: None,
+            pair: None,
+        };
+        assert_eq!(none.largest(), 0);
     }
 
     #[test]
