@@ -343,9 +343,18 @@ impl Drop for Landing<'_> {
 }
 
 /// `pwritev` until every slice is written.
-fn write_all_vectored_at(f: &File, mut slices: &mut [IoSlice<'_>], mut at: u64) -> io::Result<()> {
+pub(super) fn write_all_vectored_at(f: &File, mut slices: &mut [IoSlice<'_>], mut at: u64) -> io::Result<()> {
     while !slices.is_empty() {
-        let n = rustix::io::pwritev(f, slices, at)?;
+        // The leading slices that fit in one piece (at least part of one).
+        let (mut k, mut len) = (0, 0);
+        while k < slices.len() && k < MAX_IOV && len + slices[k].len() <= WRITE_PIECE {
+            len += slices[k].len();
+            k += 1;
+        }
+        let n = match k {
+            0 => rustix::io::pwrite(f, &slices[0][..WRITE_PIECE], at)?,
+            _ => rustix::io::pwritev(f, &slices[..k], at)?,
+        };
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
@@ -354,6 +363,17 @@ fn write_all_vectored_at(f: &File, mut slices: &mut [IoSlice<'_>], mut at: u64) 
     }
     Ok(())
 }
+
+/// Most bytes one write puts in the page cache. A larger write lets the
+/// kernel fill 2 MiB folios, and on a VM whose host takes back free guest
+/// memory a fresh 2 MiB folio costs several times more per byte to fill
+/// than small ones (measured on the project's test VM, ext4, 1 GiB after
+/// drop_caches: 8 MiB writes 2.2–2.9 s of system time, 2 MiB 1.4 s, 1 MiB
+/// 0.30 s, 512 KiB and less 0.21–0.27 s). rsync and cp write in pieces of
+/// this size or less.
+const WRITE_PIECE: usize = 512 << 10;
+/// Most slices one `pwritev` takes (`IOV_MAX`).
+const MAX_IOV: usize = 1024;
 
 /// rsync's quick check: same size and same mtime (to the nanosecond).
 fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {

@@ -396,3 +396,32 @@ fn parked_temps_hold_no_descriptor_and_reopen() {
         .collect();
     assert_eq!(left.len(), 2, "only p and .pfs are left: {left:?}");
 }
+
+/// Writes go out in pieces of at most 512 KiB and at most `IOV_MAX`
+/// slices, whatever the slices: one larger than a piece, many tiny ones.
+#[test]
+fn vectored_writes_land_every_byte_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.path().join("w"))
+        .unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let tiny: Vec<Vec<u8>> = (0..3000u32)
+        .map(|i| vec![(i % 7) as u8; 1 + (i % 3) as usize])
+        .collect();
+    let mut want = vec![0u8; 5];
+    want.extend_from_slice(&big);
+    for t in &tiny {
+        want.extend_from_slice(t);
+    }
+    want.extend_from_slice(&big[..700_000]);
+    let mut slices = vec![std::io::IoSlice::new(&big)];
+    slices.extend(tiny.iter().map(|t| std::io::IoSlice::new(t)));
+    slices.push(std::io::IoSlice::new(&big[..700_000]));
+    super::landing::write_all_vectored_at(&f, &mut slices, 5).unwrap();
+    assert_eq!(fs::read(dir.path().join("w")).unwrap(), want);
+}
