@@ -26,6 +26,7 @@
 //! matches directories only. `*` does not cross `/`, `**` does. An excluded
 //! directory is not descended.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fmt;
 use std::fs::{self, Metadata};
@@ -33,6 +34,7 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
 
@@ -262,6 +264,7 @@ pub fn scan_with(roots: &[PathBuf], excludes: &Excludes, cfg: &WalkConfig) -> Re
         });
     }
 
+    let mut ahead = list_ahead(&tops, excludes);
     // Depth-first, pre-order: pop an item, emit it, push its children in
     // reverse name order so the smallest comes out next.
     let mut stack: Vec<(RelPath, PathBuf, Metadata)> = tops.into_iter().rev().collect();
@@ -321,7 +324,13 @@ pub fn scan_with(roots: &[PathBuf], excludes: &Excludes, cfg: &WalkConfig) -> Re
         });
         if is_dir {
             let before = stack.len();
-            list_dir(Some(&rel), &abs, &mut stack, &mut scan);
+            match ahead.remove(&abs) {
+                Some(l) => {
+                    stack.extend(l.children);
+                    scan.skipped.extend(l.skipped);
+                }
+                None => list_dir(Some(&rel), &abs, &mut stack, &mut scan),
+            }
             stack[before..].sort_by(|a, b| b.0.cmp(&a.0));
         }
     }
@@ -343,14 +352,42 @@ fn list_dir(
     stack: &mut Vec<(RelPath, PathBuf, Metadata)>,
     scan: &mut Scan,
 ) {
+    let l = read_listing(rel, abs);
+    stack.extend(l.children);
+    scan.skipped.extend(l.skipped);
+}
+
+/// A directory's children (unsorted) and what reading them had to skip.
+#[derive(Debug, Default)]
+struct Listing {
+    children: Vec<(RelPath, PathBuf, Metadata)>,
+    skipped: Vec<Skipped>,
+}
+
+/// Reads the children of directory `abs` (at `rel`; top-level names when
+/// `None`) with their `lstat`.
+fn read_listing(rel: Option<&RelPath>, abs: &Path) -> Listing {
+    let mut l = Listing::default();
+    let unreadable = |l: &mut Listing, path: &Path, e| {
+        l.skipped.push(Skipped {
+            path: path.to_path_buf(),
+            reason: SkipReason::Unreadable(e),
+        });
+    };
     let rd = match fs::read_dir(abs) {
         Ok(rd) => rd,
-        Err(e) => return skip(scan, abs.to_path_buf(), SkipReason::Unreadable(e)),
+        Err(e) => {
+            unreadable(&mut l, abs, e);
+            return l;
+        }
     };
     for ent in rd {
         let ent = match ent {
             Ok(ent) => ent,
-            Err(e) => return skip(scan, abs.to_path_buf(), SkipReason::Unreadable(e)),
+            Err(e) => {
+                unreadable(&mut l, abs, e);
+                return l;
+            }
         };
         let child_abs = ent.path();
         let name = ent.file_name();
@@ -361,16 +398,69 @@ fn list_dir(
         let child_rel = match joined {
             Ok(r) => r,
             Err(e) => {
-                skip(scan, child_abs, SkipReason::BadPath(e));
+                l.skipped.push(Skipped {
+                    path: child_abs,
+                    reason: SkipReason::BadPath(e),
+                });
                 continue;
             }
         };
         // `DirEntry::metadata` does not follow symlinks.
         match ent.metadata() {
-            Ok(m) => stack.push((child_rel, child_abs, m)),
-            Err(e) => skip(scan, child_abs, SkipReason::Unreadable(e)),
+            Ok(m) => l.children.push((child_rel, child_abs, m)),
+            Err(e) => unreadable(&mut l, &child_abs, e),
         }
     }
+    l
+}
+
+/// Threads that read directories ahead of the walk. Listing a cold
+/// directory and `lstat`-ing its entries mostly waits for the device, and
+/// such waits overlap: a cold Django tree (6,900 entries, ext4 on a loop
+/// device) is listed by `find` in 0.35 s, by four `find`s side by side in
+/// 0.18 s.
+const LIST_THREADS: usize = 4;
+
+/// Every directory below `tops` that the walk will enter (not excluded,
+/// not through a symlink), listed on [`LIST_THREADS`] threads, by absolute
+/// path. The walk still emits in its own order and replays each listing's
+/// skips where it enters that directory, so the result is the one a
+/// single thread gives; a directory missing here is listed by the walk.
+fn list_ahead(tops: &[(RelPath, PathBuf, Metadata)], excludes: &Excludes) -> HashMap<PathBuf, Listing> {
+    let out = Mutex::new(HashMap::new());
+    let Ok(pool) = rayon::ThreadPoolBuilder::new()
+        .num_threads(LIST_THREADS)
+        .thread_name(|i| format!("pfs-walk-{i}"))
+        .build()
+    else {
+        return HashMap::new();
+    };
+    pool.scope(|s| {
+        for (rel, abs, meta) in tops {
+            if meta.is_dir() && !excludes.is_excluded(rel, true) {
+                spawn_listing(s, rel.clone(), abs.clone(), excludes, &out);
+            }
+        }
+    });
+    out.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+fn spawn_listing<'s>(
+    s: &rayon::Scope<'s>,
+    rel: RelPath,
+    abs: PathBuf,
+    excludes: &'s Excludes,
+    out: &'s Mutex<HashMap<PathBuf, Listing>>,
+) {
+    s.spawn(move |s| {
+        let l = read_listing(Some(&rel), &abs);
+        for (child_rel, child_abs, meta) in &l.children {
+            if meta.is_dir() && !excludes.is_excluded(child_rel, true) {
+                spawn_listing(s, child_rel.clone(), child_abs.clone(), excludes, out);
+            }
+        }
+        out.lock().unwrap_or_else(|e| e.into_inner()).insert(abs, l);
+    });
 }
 
 fn skip(scan: &mut Scan, path: PathBuf, reason: SkipReason) {

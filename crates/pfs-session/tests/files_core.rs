@@ -1333,6 +1333,57 @@ mod pair {
         }
     }
 
+    /// Files chunked in the background are collected in stream order: the
+    /// tree lands as with chunking first, a repeated chunk still travels
+    /// once (KNOWN after its literal), and a file that cannot be read when
+    /// its turn comes is announced and dropped, the rest landing.
+    #[test]
+    fn files_chunked_ahead_land_and_an_unreadable_one_fails_alone() {
+        let fx = Fixture::new(64 << 20);
+        let mtime = 1_700_000_000_000_000_000i128;
+        let (mut items, mut data) = tree(mtime);
+        let twin = entry("t/twin", WalkKind::File { size: 200_000 }, mtime);
+        data.insert(twin.abs.clone(), data[&PathBuf::from("/mem/t/big")].clone());
+        items.push(FilesItem::new(twin, None));
+        let locked = entry("t/locked", WalkKind::File { size: 5 }, mtime);
+        data.insert(locked.abs.clone(), b"12345".to_vec());
+        items.push(FilesItem::new(locked.clone(), None));
+        let mut src = MemSource::new(data.clone());
+        src.ahead = true;
+        src.unreadable.push(locked.abs.clone());
+        let cfg = FilesSenderConfig {
+            // Nothing large enough to stream: every file goes ahead.
+            stream_min: Some(1 << 30),
+            ..config(false, None, false)
+        };
+        let out = drive(&fx, &mut items, &mut src, &cfg, Drive::default());
+        let (r, messages) = (out.outcome.report, &out.outcome.messages);
+        assert_eq!(out.dropped, 1, "{messages}");
+        assert_eq!((r.files_written, r.files_failed), (4, 1), "{messages}");
+        assert!(
+            messages.contains("t/locked: the sender dropped it: open /mem/t/locked"),
+            "{messages}"
+        );
+        assert!(!fx.dest_dir.join("t/locked").exists());
+        for rel in ["t/big", "t/twin"] {
+            assert_eq!(
+                fs::read(fx.dest_dir.join(rel)).expect("landed"),
+                data[&PathBuf::from("/mem/t/big")],
+                "{rel}"
+            );
+        }
+        // The twin's chunks all repeat the big file's: none travels twice,
+        // so the literal bytes are those of the tree without it.
+        let alone = Fixture::new(64 << 20);
+        let (mut plain, plain_data) = tree(mtime);
+        let mut plain_src = MemSource::new(plain_data);
+        plain_src.ahead = true;
+        let without = run(&alone, &mut plain, &mut plain_src, &cfg).report;
+        assert_eq!(r.literal_bytes, without.literal_bytes);
+        assert_eq!(r.effective_bytes, without.effective_bytes + 200_000);
+        assert!(items.iter().all(|i| !i.pending), "every recipe was collected");
+    }
+
     #[test]
     fn a_streamed_file_that_grew_or_shrank_since_the_scan_fails_alone() {
         let fx = Fixture::new(64 << 20);

@@ -108,6 +108,11 @@ pub struct MemSource {
     pub stream_runs: Option<usize>,
     /// The file being streamed: its recipe and the chunks handed out.
     streaming: Option<(Recipe, usize)>,
+    /// Say yes to `chunk_ahead` (files are then chunked one by one as the
+    /// core collects them).
+    pub ahead: bool,
+    /// Files that cannot be read when chunked.
+    pub unreadable: Vec<PathBuf>,
 }
 
 impl MemSource {
@@ -119,6 +124,8 @@ impl MemSource {
             reads: 0,
             stream_runs: None,
             streaming: None,
+            ahead: false,
+            unreadable: Vec::new(),
         }
     }
 }
@@ -134,10 +141,26 @@ impl FilesSource for MemSource {
 
     fn chunk(&mut self, items: &mut [FilesItem], which: &[usize]) -> Unreadable {
         let params = ChunkParams::new(1024).expect("params");
+        let mut failed = Vec::new();
         for &i in which {
-            items[i].recipe = Some(chunk_bytes(&self.data[&items[i].entry.abs], &params));
+            let abs = &items[i].entry.abs;
+            if self.unreadable.contains(abs) {
+                let source = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+                let e = pfs_files::FilesError::Io {
+                    op: "open",
+                    path: abs.clone(),
+                    source,
+                };
+                failed.push((i, std::sync::Arc::new(e)));
+                continue;
+            }
+            items[i].recipe = Some(chunk_bytes(&self.data[abs], &params));
         }
-        Vec::new()
+        failed
+    }
+
+    fn chunk_ahead(&mut self, _items: &[FilesItem], _which: &[usize]) -> bool {
+        self.ahead
     }
 
     fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>) {

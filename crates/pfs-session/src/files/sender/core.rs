@@ -61,6 +61,21 @@ pub trait FilesSource {
     /// (unreadable, shorter than planned) fails this file only: the core
     /// sends FILE_DROP and goes on with the next entry.
     fn read(&mut self, item: &FilesItem, offset: u64, buf: &mut [u8]) -> Result<Option<String>, LocalError>;
+    /// Starts chunking `which` of `items`, in that order, in the background
+    /// while the session goes on; [`Self::chunk_one`] collects each file's
+    /// recipe when its turn comes. False if this host cannot (the core then
+    /// chunks them all before PLAN, with [`Self::chunk`]).
+    fn chunk_ahead(&mut self, _items: &[FilesItem], _which: &[usize]) -> bool {
+        false
+    }
+    /// Sets the recipe of `items[no]`, chunked in the background (waiting
+    /// for it), or says why the file cannot be read.
+    fn chunk_one(&mut self, items: &mut [FilesItem], no: usize) -> Result<(), String> {
+        match self.chunk(items, &[no]).first() {
+            Some((_, e)) => Err(e.to_string()),
+            None => Ok(()),
+        }
+    }
     /// Starts cutting and hashing `item`'s file for a STREAMED send; false
     /// if this host cannot (the core then chunks the file whole first).
     fn stream_start(&mut self, _item: &FilesItem) -> bool {
@@ -800,8 +815,10 @@ impl<'a> FilesSender<'a> {
         true
     }
 
-    /// Chunks what the receiver lacks, opens the index cache, asks for the
-    /// index from the cached generation on.
+    /// Chunks what the receiver lacks — large files later, while they are
+    /// sent (STREAMED), the others in the background (`chunk_ahead`) or, if
+    /// the host cannot, now — opens the index cache, asks for the index
+    /// from the cached generation on.
     fn request_index<S: FilesSource + ?Sized>(&mut self, src: &mut S) {
         let mut todo = self.unchunked();
         if let Some(min) = self
@@ -817,8 +834,30 @@ impl<'a> FilesSender<'a> {
                 !big
             });
         }
+        // Files with content are chunked while the index travels and the
+        // stream goes out (empty ones need no reading).
+        let overlap = self.cfg.stream_min.is_some() && !self.cfg.dry_run && !self.cfg.checksum;
+        if overlap {
+            todo.retain(|&i| self.items[i].announced_size() == 0);
+        }
         let failed = src.chunk(self.items, &todo);
+        // (Removes entries: item numbers are final only after this.)
         self.drop_failed(failed);
+        if overlap {
+            let ahead: Vec<usize> = self
+                .unchunked()
+                .into_iter()
+                .filter(|&i| !self.items[i].streamed)
+                .collect();
+            if !ahead.is_empty() && src.chunk_ahead(self.items, &ahead) {
+                for &i in &ahead {
+                    self.items[i].pending = true;
+                }
+            } else {
+                let failed = src.chunk(self.items, &ahead);
+                self.drop_failed(failed);
+            }
+        }
         let (store_id, generation) = self
             .accept
             .as_ref()
@@ -1005,10 +1044,15 @@ impl<'a> FilesSender<'a> {
         }
         match self.next_chunk {
             None => {
+                if self.items[no].pending {
+                    self.collect(no, src);
+                }
                 self.file_frame(no);
                 self.queue(FrameType::File, "FILE", 0)?;
                 if self.items[no].streamed && !self.listing {
-                    self.start_streamed(no, src);
+                    if self.streaming.is_none() {
+                        self.start_streamed(no, src);
+                    }
                     self.next_chunk = Some(0);
                     return Ok(());
                 }
@@ -1103,6 +1147,45 @@ impl<'a> FilesSender<'a> {
         self.streaming = None;
         self.end_item();
         Ok(())
+    }
+
+    /// Entry `no` was chunked in the background: its recipe is collected
+    /// and its chunks classified now, in stream order (so KNOWN names only
+    /// chunks sent before), and the plan's upper bound for it corrected. A
+    /// file that could not be read still needs its FILE (entries are
+    /// numbered): it goes STREAMED, then FILE_DROP says why.
+    fn collect<S: FilesSource + ?Sized>(&mut self, no: usize, src: &mut S) {
+        self.items[no].pending = false;
+        let size = self.items[no].announced_size();
+        self.summary.literal_bytes = self.summary.literal_bytes.saturating_sub(size);
+        if let Err(why) = src.chunk_one(self.items, no) {
+            self.items[no].streamed = true;
+            self.streaming = Some(Streaming {
+                failed: Some(why),
+                ..Streaming::default()
+            });
+            return;
+        }
+        let Some(recipe) = self.items[no].recipe.as_ref() else {
+            return;
+        };
+        let cache = self.cache.as_ref();
+        let lookup = |h: &Hash| cache.and_then(|c| c.lookup(h));
+        let mut sum = FilesPlanSummary::default();
+        let plan: Vec<ChunkPlan> = recipe
+            .chunks
+            .iter()
+            .map(|c| plan_chunk(c, lookup, &mut self.sent, &mut sum))
+            .collect();
+        let s = &mut self.summary;
+        s.literal_bytes += sum.literal_bytes;
+        s.matched_bytes += sum.matched_bytes;
+        s.known_bytes += sum.known_bytes;
+        s.chunks += sum.chunks;
+        s.literal_chunks += sum.literal_chunks;
+        if let Some(p) = self.plans.get_mut(no) {
+            *p = plan;
+        }
     }
 
     /// The FILE of STREAMED entry `no` is out: its chunks come from the

@@ -37,6 +37,85 @@ pub trait FilesPrepare {
     fn stream(&mut self, _entry: &Entry) -> Option<ChunkStream> {
         None
     }
+    /// Starts chunking `entries` in order on threads of its own (`None`:
+    /// this preparer cannot).
+    fn chunk_ahead(&mut self, _entries: Vec<Entry>) -> Option<ChunkAhead> {
+        None
+    }
+    /// A file chunked ahead was collected: `bytes` of it, after waiting
+    /// `waited` for it (time the send was held up by chunking).
+    fn note_chunked(&mut self, _bytes: u64, _waited: Duration) {}
+}
+
+/// Files being chunked in order on threads of their own while the session
+/// goes on; their recipes are collected one by one as their turn comes.
+#[derive(Debug)]
+pub struct ChunkAhead {
+    rx: std::sync::mpsc::Receiver<Vec<Chunked>>,
+    /// Results received and not collected yet, by position in the list.
+    ready: std::collections::HashMap<usize, Result<pfs_files::Recipe, String>>,
+}
+
+/// A position in the list and its recipe, or why it could not be chunked.
+type Chunked = (usize, Result<pfs_files::Recipe, String>);
+
+/// Files chunked per batch after the first: enough to keep every thread
+/// busy, few enough that the stream never waits long for its next file.
+const AHEAD_BATCH: usize = 256;
+/// The first batch is small: the stream starts as soon as it is done.
+const AHEAD_FIRST: usize = 16;
+
+impl ChunkAhead {
+    /// Starts chunking `entries` (position `k` in the list is collected as
+    /// `k`) on `threads` threads (0 = one per core).
+    pub fn start(
+        entries: Vec<Entry>,
+        params: pfs_files::ChunkParams,
+        threads: usize,
+    ) -> std::io::Result<Self> {
+        // Batches done but not collected: bounded, so a stalled session does
+        // not chunk a whole tree into memory ahead of it.
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        std::thread::Builder::new()
+            .name("pfs-ahead".into())
+            .spawn(move || {
+                let read = AtomicU64::new(0);
+                let mut at = 0;
+                while at < entries.len() {
+                    let n = if at == 0 { AHEAD_FIRST } else { AHEAD_BATCH };
+                    let batch: Vec<&Entry> = entries[at..(at + n).min(entries.len())].iter().collect();
+                    let done: Vec<Chunked> =
+                        match pfs_files::chunk_files_metered(&batch, &params, threads, &read) {
+                            Ok(results) => (at..)
+                                .zip(results.into_iter().map(|r| r.map_err(|e| e.to_string())))
+                                .collect(),
+                            Err(e) => (at..at + batch.len()).map(|k| (k, Err(e.to_string()))).collect(),
+                        };
+                    at += batch.len();
+                    if tx.send(done).is_err() {
+                        // The session is gone.
+                        return;
+                    }
+                }
+            })?;
+        Ok(Self {
+            rx,
+            ready: std::collections::HashMap::new(),
+        })
+    }
+
+    /// The result of position `k`, waiting for it.
+    pub fn take(&mut self, k: usize) -> Result<pfs_files::Recipe, String> {
+        loop {
+            if let Some(r) = self.ready.remove(&k) {
+                return r;
+            }
+            match self.rx.recv() {
+                Ok(batch) => self.ready.extend(batch),
+                Err(_) => return Err("the chunking thread ended before this file was chunked".into()),
+            }
+        }
+    }
 }
 
 /// A file being cut and hashed on threads of its own, its chunks handed
@@ -182,6 +261,15 @@ impl LocalPrepare {
 }
 
 impl FilesPrepare for LocalPrepare {
+    fn chunk_ahead(&mut self, entries: Vec<Entry>) -> Option<ChunkAhead> {
+        ChunkAhead::start(entries, self.params, self.threads).ok()
+    }
+
+    fn note_chunked(&mut self, bytes: u64, waited: Duration) {
+        self.chunked = (self.chunked.0 + 1, self.chunked.1 + bytes);
+        self.spent += waited;
+    }
+
     fn stream(&mut self, entry: &Entry) -> Option<ChunkStream> {
         let stream = ChunkStream::start(entry.abs.clone(), self.params, self.threads).ok()?;
         if let WalkKind::File { size } = entry.kind {
@@ -233,6 +321,9 @@ pub struct LocalSource<'p> {
     open: Option<(PathBuf, File)>,
     /// The file being cut for a STREAMED send.
     streaming: Option<ChunkStream>,
+    /// Files being chunked in the background, and each one's position in
+    /// that list by item number.
+    ahead: Option<(ChunkAhead, std::collections::HashMap<usize, usize>)>,
 }
 
 impl std::fmt::Debug for LocalSource<'_> {
@@ -251,6 +342,7 @@ impl<'p> LocalSource<'p> {
             cache_dir,
             open: None,
             streaming: None,
+            ahead: None,
         }
     }
 }
@@ -279,6 +371,34 @@ impl FilesSource for LocalSource<'_> {
     fn save_index(&mut self, cache: &IndexCache) -> Option<String> {
         self.cache_dir.as_ref()?;
         cache.save().err().map(|e| format!("index cache not saved: {e}"))
+    }
+
+    fn chunk_ahead(&mut self, items: &[FilesItem], which: &[usize]) -> bool {
+        let entries = which.iter().map(|&i| items[i].entry.clone()).collect();
+        let Some(ahead) = self.prep.chunk_ahead(entries) else {
+            return false;
+        };
+        let at = which.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+        self.ahead = Some((ahead, at));
+        true
+    }
+
+    fn chunk_one(&mut self, items: &mut [FilesItem], no: usize) -> Result<(), String> {
+        let Some(k) = self.ahead.as_ref().and_then(|(_, at)| at.get(&no).copied()) else {
+            return match self.prep.chunk(items, &[no]).first() {
+                Some((_, e)) => Err(e.to_string()),
+                None => Ok(()),
+            };
+        };
+        let t0 = Instant::now();
+        let got = match self.ahead.as_mut() {
+            Some((ahead, _)) => ahead.take(k),
+            None => Err("no file is being chunked".into()),
+        };
+        let recipe = got?;
+        self.prep.note_chunked(recipe.size, t0.elapsed());
+        items[no].recipe = Some(recipe);
+        Ok(())
     }
 
     fn stream_start(&mut self, item: &FilesItem) -> bool {

@@ -33,7 +33,7 @@ use pfs_sys::Usage;
 
 pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, Streamed, MAX_INDEX_BATCH};
 pub use driver::send_files;
-pub use host::{ChunkStream, FilesPrepare, LocalPrepare, LocalSource, Unreadable, STREAM_AHEAD};
+pub use host::{ChunkAhead, ChunkStream, FilesPrepare, LocalPrepare, LocalSource, Unreadable, STREAM_AHEAD};
 pub use meter::{FilesMeter, MeterRate, MeterReading, SendPhase};
 pub use pfs_wire::files::{DeleteStatus, DeletedKind};
 pub use scan::{save_recipes, scan_items, ScanConfig, Scanned};
@@ -57,6 +57,9 @@ pub struct FilesItem {
     /// Sent STREAMED (docs/wire.md §10.13): its FILE goes out before it is
     /// chunked, its chunks as they are cut, FILE_DONE at the end.
     pub streamed: bool,
+    /// Being chunked in the background (`FilesSource::chunk_ahead`): the
+    /// recipe is collected when its FILE is next.
+    pub pending: bool,
 }
 
 impl FilesItem {
@@ -69,6 +72,7 @@ impl FilesItem {
             held: false,
             hard_link: None,
             streamed: false,
+            pending: false,
         }
     }
 
@@ -303,10 +307,10 @@ pub fn classify(
                 sum.held_bytes += size;
                 return Vec::new();
             }
-            if item.streamed {
+            if item.streamed || item.pending {
                 let size = item.announced_size();
                 sum.files += 1;
-                sum.streamed_files += 1;
+                sum.streamed_files += u64::from(item.streamed);
                 sum.total_bytes += size;
                 sum.literal_bytes += size;
                 return Vec::new();
