@@ -316,9 +316,15 @@ impl DestRoot {
     /// contents. Existing directories are left as they are; a symlink or
     /// file in the way is [`PathError::NotADirectory`].
     pub fn create_dir_all(&self, rel: &RelPath, mode: u32) -> Result<(), FilesError> {
+        self.make_dir_all(rel, mode).map(drop)
+    }
+
+    /// [`Self::create_dir_all`], saying whether this call created `rel`
+    /// itself (true: it was empty an instant ago).
+    pub fn make_dir_all(&self, rel: &RelPath, mode: u32) -> Result<bool, FilesError> {
         let mode = Mode::from_raw_mode((mode & NEW_DIR_MODE_MAX) | 0o700);
         match self.open_beneath(rel.as_bytes(), dir_flags(), Mode::empty()) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(false),
             Err(Errno::NOENT) => {}
             Err(e) => return Err(dest_err("open directory", rel, e)),
         }
@@ -326,19 +332,22 @@ impl DestRoot {
         if let Some(parent) = rel.parent() {
             if let Ok(p) = self.open_beneath(parent.as_bytes(), dir_flags(), Mode::empty()) {
                 match rfs::mkdirat(&p, rel.file_name(), mode) {
-                    Ok(()) => return Ok(()),
+                    Ok(()) => return Ok(true),
                     Err(Errno::EXIST) => {}
                     Err(e) => return Err(dest_err("create directory", rel, e)),
                 }
             }
         }
         let mut cur = self.root_dup().map_err(|e| dest_err("open", rel, e))?;
+        let mut made = false;
         for c in rel.components() {
+            made = false;
             let next = match rfs::openat(&cur, c, dir_flags(), Mode::empty()) {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) => {
                     match rfs::mkdirat(&cur, c, mode) {
-                        Ok(()) | Err(Errno::EXIST) => {}
+                        Ok(()) => made = true,
+                        Err(Errno::EXIST) => {}
                         Err(e) => return Err(dest_err("create directory", rel, e)),
                     }
                     rfs::openat(&cur, c, dir_flags(), Mode::empty())
@@ -348,7 +357,7 @@ impl DestRoot {
             };
             cur = next;
         }
-        Ok(())
+        Ok(made)
     }
 
     /// Set mtime (nanoseconds since the epoch) and mode of the existing

@@ -97,6 +97,9 @@ pub struct Landing<'d> {
     stat_cache: StatCache,
     /// Directories known to exist (created or checked this session).
     dirs_made: HashSet<Vec<u8>>,
+    /// Directories this session created: empty when made, so a file landing
+    /// in one has nothing to compare with (no `stat` of its name).
+    dirs_new: HashSet<Vec<u8>>,
     /// Files being rebuilt, by the sender's file number.
     open: HashMap<u64, TempFile>,
     /// Files being rebuilt that wait with their descriptors closed.
@@ -115,6 +118,7 @@ impl<'d> Landing<'d> {
             fsync,
             stat_cache: StatCache::default(),
             dirs_made: HashSet::new(),
+            dirs_new: HashSet::new(),
             open: HashMap::new(),
             parked: HashMap::new(),
             checksum: false,
@@ -152,7 +156,9 @@ impl<'d> Landing<'d> {
             return Ok(());
         };
         if !self.dirs_made.contains(parent.as_bytes()) {
-            self.root.create_dir_all(&parent, 0o755)?;
+            if self.root.make_dir_all(&parent, 0o755)? {
+                self.dirs_new.insert(parent.as_bytes().to_vec());
+            }
             self.dirs_made.insert(parent.as_bytes().to_vec());
         }
         Ok(())
@@ -161,7 +167,9 @@ impl<'d> Landing<'d> {
     /// Creates the directory `rel` (its final mode and mtime are set by
     /// [`Self::set_dir_meta`] once nothing more is written into it).
     pub fn make_dir(&mut self, rel: &RelPath, mode: u32) -> Result<(), FilesError> {
-        self.root.create_dir_all(rel, mode)?;
+        if self.root.make_dir_all(rel, mode)? {
+            self.dirs_new.insert(rel.as_bytes().to_vec());
+        }
         self.dirs_made.insert(rel.as_bytes().to_vec());
         Ok(())
     }
@@ -182,7 +190,16 @@ impl<'d> Landing<'d> {
         if f.held {
             return self.open_held(f);
         }
-        let existing = self.root.open_existing_cached(&mut self.stat_cache, f.rel)?;
+        // A sender names each path once: in a directory this session made,
+        // nothing can be there to compare with.
+        let fresh = f
+            .rel
+            .parent()
+            .is_some_and(|p| self.dirs_new.contains(p.as_bytes()));
+        let existing = match fresh {
+            true => None,
+            false => self.root.open_existing_cached(&mut self.stat_cache, f.rel)?,
+        };
         if let Some((file, meta)) = &existing {
             let quick = unchanged(meta, f.size, f.mtime_ns);
             let verdict = self.verdict(f.rel, &super::FileStat::of(meta), f.size, |w| {

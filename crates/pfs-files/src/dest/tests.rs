@@ -425,3 +425,26 @@ fn vectored_writes_land_every_byte_in_pieces() {
     super::landing::write_all_vectored_at(&f, &mut slices, 5).unwrap();
     assert_eq!(fs::read(dir.path().join("w")).unwrap(), want);
 }
+
+/// `make_dir_all` says whether it created the directory itself: a landing
+/// skips the existence check of files in directories it made.
+#[test]
+fn make_dir_all_says_when_it_made_the_directory() {
+    let fx = Fixture::new();
+    let root = DestRoot::open(&fx.dest).unwrap();
+    assert!(
+        root.make_dir_all(&rp("n"), 0o755).unwrap(),
+        "parent exists, last made"
+    );
+    assert!(!root.make_dir_all(&rp("n"), 0o755).unwrap(), "already there");
+    assert!(
+        root.make_dir_all(&rp("x/y/z"), 0o755).unwrap(),
+        "made with its parents"
+    );
+    assert!(!root.make_dir_all(&rp("x/y"), 0o755).unwrap());
+    fs::create_dir(fx.dest.join("x/y/old")).unwrap();
+    assert!(
+        !root.make_dir_all(&rp("x/y/old"), 0o755).unwrap(),
+        "made by someone else"
+    );
+}
