@@ -334,7 +334,7 @@ fn human(out: &FilesSenderOutcome, kind: &str, prep: &Prep<'_>, stats: bool) -> 
              Index: {} entries from cache, {} fetched (store {}, generation {})\n\
              Probe: {} files asked about, {} held by the receiver ({} bytes): not chunked, no chunk entries sent\n\
              Total bytes sent: {}, received: {}\n\
-             Scan: {:.3} s; hash + chunk: {:.3} s ({} files / {} bytes hashed whole, {} files / {} bytes chunked); \
+             Scan: {:.3} s; waited on hash + chunk: {:.3} s ({} files / {} bytes hashed whole, {} files / {} bytes chunked); \
              session: {:.3} s; sender CPU {:.2} s; receiver CPU {:.2} s\n\
              Effective: {:.1} MB/s; wire: {:.1} MB/s; speed-up (effective/wire): {:.1}×\n",
             p.entries,

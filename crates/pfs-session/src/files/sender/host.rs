@@ -178,7 +178,10 @@ pub struct LocalPrepare {
     pub params: pfs_files::ChunkParams,
     /// Worker threads (0 = one per core).
     pub threads: usize,
-    /// Time spent hashing and chunking.
+    /// Time the send waited on hashing and chunking: all of it for work done
+    /// before the stream, only the waits for files chunked in the background
+    /// (chunking that overlapped the stream is not in it; streamed files
+    /// are not in it at all).
     pub spent: Duration,
     /// Files hashed whole for the probe, and their bytes.
     pub hashed: (u64, u64),
