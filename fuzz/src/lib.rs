@@ -198,7 +198,7 @@ pub fn varint(data: &[u8]) {
     }
 }
 
-/// First byte: which files body (mod 15); the rest: that body.
+/// First byte: which files body (mod 16); the rest: that body.
 pub fn files(data: &[u8]) {
     if let Some((&which, body)) = data.split_first() {
         files_body(which % 16, body);

@@ -110,6 +110,14 @@ pub enum FilesError {
         path: PathBuf,
     },
 
+    /// Streamed chunking stopped because its consumer went away (the file
+    /// was given up on).
+    #[error("{path}: chunking stopped, nobody wanted the rest")]
+    Stopped {
+        /// The file.
+        path: PathBuf,
+    },
+
     /// A root given to the scanner has no usable name (such as `/`).
     #[error("{path}: cannot send a root without a name; name a directory below it")]
     UnnamedRoot {

@@ -324,7 +324,9 @@ pub fn scan_with(roots: &[PathBuf], excludes: &Excludes, cfg: &WalkConfig) -> Re
         });
         if is_dir {
             let before = stack.len();
-            match ahead.remove(&abs) {
+            // Listed ahead under this very name and path (nested roots list
+            // one directory under two names).
+            match ahead.remove(&(rel.clone(), abs.clone())) {
                 Some(l) => {
                     stack.extend(l.children);
                     scan.skipped.extend(l.skipped);
@@ -422,11 +424,14 @@ fn read_listing(rel: Option<&RelPath>, abs: &Path) -> Listing {
 const LIST_THREADS: usize = 4;
 
 /// Every directory below `tops` that the walk will enter (not excluded,
-/// not through a symlink), listed on [`LIST_THREADS`] threads, by absolute
-/// path. The walk still emits in its own order and replays each listing's
+/// not through a symlink), listed on [`LIST_THREADS`] threads, by name in
+/// the walk and absolute path. The walk still emits in its own order and replays each listing's
 /// skips where it enters that directory, so the result is the one a
 /// single thread gives; a directory missing here is listed by the walk.
-fn list_ahead(tops: &[(RelPath, PathBuf, Metadata)], excludes: &Excludes) -> HashMap<PathBuf, Listing> {
+fn list_ahead(
+    tops: &[(RelPath, PathBuf, Metadata)],
+    excludes: &Excludes,
+) -> HashMap<(RelPath, PathBuf), Listing> {
     let out = Mutex::new(HashMap::new());
     let Ok(pool) = rayon::ThreadPoolBuilder::new()
         .num_threads(LIST_THREADS)
@@ -450,7 +455,7 @@ fn spawn_listing<'s>(
     rel: RelPath,
     abs: PathBuf,
     excludes: &'s Excludes,
-    out: &'s Mutex<HashMap<PathBuf, Listing>>,
+    out: &'s Mutex<HashMap<(RelPath, PathBuf), Listing>>,
 ) {
     s.spawn(move |s| {
         let l = read_listing(Some(&rel), &abs);
@@ -459,7 +464,9 @@ fn spawn_listing<'s>(
                 spawn_listing(s, child_rel.clone(), child_abs.clone(), excludes, out);
             }
         }
-        out.lock().unwrap_or_else(|e| e.into_inner()).insert(abs, l);
+        out.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((rel, abs), l);
     });
 }
 

@@ -276,6 +276,7 @@ impl Peer {
             total_bytes: literal,
             literal_bytes: literal,
             chunks: 1,
+            pending_bytes: 0,
         };
         self.send(FrameType::Plan, 0, &plan.emit()).expect("send PLAN");
         self.expect(FrameType::Ack);

@@ -160,6 +160,7 @@ impl Rx<'_> {
             total_bytes: literal,
             literal_bytes: literal,
             chunks: 1,
+            pending_bytes: 0,
         };
         self.send(FrameType::Plan, 0, &plan.emit()).expect("PLAN");
         let (ty, _, body) = self.frames().pop().expect("ACK");
@@ -578,6 +579,7 @@ fn a_peer_that_never_reads_its_naks_loses_the_session() {
             total_bytes: 0,
             literal_bytes: 0,
             chunks: 1,
+            pending_bytes: 0,
         };
         put_frame(&mut out, FrameType::Plan, 0, &plan.emit());
         put_frame(

@@ -116,6 +116,7 @@ impl Rx<'_> {
                 total_bytes: 0,
                 literal_bytes: 0,
                 chunks: 0,
+                pending_bytes: 0,
             };
             self.send(FrameType::Plan, 0, &plan.emit())?;
         }

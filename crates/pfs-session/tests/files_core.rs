@@ -147,6 +147,7 @@ impl Rx<'_> {
             total_bytes: literal,
             literal_bytes: literal,
             chunks: 1,
+            pending_bytes: 0,
         };
         self.send(FrameType::Plan, 0, &plan.emit()).expect("PLAN");
         let types: Vec<FrameType> = self.frames().into_iter().map(|f| f.0).collect();
@@ -677,6 +678,7 @@ fn hostile_frames_end_the_session_with_their_violation() {
                     total_bytes: 0,
                     literal_bytes: 0,
                     chunks: 0,
+                    pending_bytes: 0,
                 };
                 rx.send(FrameType::Plan, 0, &plan.emit())
             },
@@ -892,6 +894,7 @@ fn a_full_store_refuses_the_plan() {
         total_bytes: 1 << 30,
         literal_bytes: 1 << 30,
         chunks: 1,
+        pending_bytes: 0,
     };
     match rx.send(FrameType::Plan, 0, &plan.emit()) {
         Err(e @ SessionError::Limit(LimitExceeded::StoreFull { need, .. })) => {
@@ -901,6 +904,22 @@ fn a_full_store_refuses_the_plan() {
         }
         other => panic!("expected store full, got {other:?}"),
     }
+    // Bytes of files not chunked yet refuse nothing (they may be held
+    // already): they get what room there is reserved.
+    let mut rx = fx.receiver();
+    rx.hello(0, b"").expect("FILES_HELLO");
+    rx.send(FrameType::IndexRequest, 0, &0u64.to_le_bytes())
+        .expect("INDEX_REQUEST");
+    let plan = Plan {
+        literal_bytes: 1000,
+        pending_bytes: 1 << 30,
+        ..plan
+    };
+    rx.send(FrameType::Plan, 0, &plan.emit()).expect("PLAN accepted");
+    let (ty, _, body) = rx.frames().pop().expect("an answer");
+    assert_eq!(ty, FrameType::Ack);
+    let ack = pfs_wire::files::PlanAck::parse(&body).expect("ACK");
+    assert!(ack.reserved >= 1000 && ack.reserved < 1 << 20, "{ack:?}");
 }
 
 #[test]
@@ -1348,6 +1367,11 @@ mod pair {
         let locked = entry("t/locked", WalkKind::File { size: 5 }, mtime);
         data.insert(locked.abs.clone(), b"12345".to_vec());
         items.push(FilesItem::new(locked.clone(), None));
+        // A hard link to it (as `-H` makes): dropped with it, never linked
+        // to whatever the receiver has at its path.
+        let mut link = FilesItem::new(entry("t/locked-link", WalkKind::File { size: 5 }, mtime), None);
+        link.hard_link = Some(locked.rel.clone());
+        items.push(link);
         let mut src = MemSource::new(data.clone());
         src.ahead = true;
         src.unreadable.push(locked.abs.clone());
@@ -1358,13 +1382,19 @@ mod pair {
         };
         let out = drive(&fx, &mut items, &mut src, &cfg, Drive::default());
         let (r, messages) = (out.outcome.report, &out.outcome.messages);
-        assert_eq!(out.dropped, 1, "{messages}");
-        assert_eq!((r.files_written, r.files_failed), (4, 1), "{messages}");
+        assert_eq!(out.dropped, 2, "{messages}");
+        assert_eq!((r.files_written, r.files_failed), (4, 2), "{messages}");
         assert!(
             messages.contains("t/locked: the sender dropped it: open /mem/t/locked"),
             "{messages}"
         );
-        assert!(!fx.dest_dir.join("t/locked").exists());
+        assert!(
+            messages.contains(
+                "t/locked-link: the sender dropped it: its hard-link target t/locked could not be sent"
+            ),
+            "{messages}"
+        );
+        assert!(!fx.dest_dir.join("t/locked").exists() && !fx.dest_dir.join("t/locked-link").exists());
         for rel in ["t/big", "t/twin"] {
             assert_eq!(
                 fs::read(fx.dest_dir.join(rel)).expect("landed"),
@@ -1381,7 +1411,62 @@ mod pair {
         let without = run(&alone, &mut plain, &mut plain_src, &cfg).report;
         assert_eq!(r.literal_bytes, without.literal_bytes);
         assert_eq!(r.effective_bytes, without.effective_bytes + 200_000);
+        assert!(
+            items.iter().all(|i| i.hard_link.is_none()),
+            "the link went out as a dropped file"
+        );
         assert!(items.iter().all(|i| !i.pending), "every recipe was collected");
+    }
+
+    /// A file chunked ahead comes before a file whose recipe was cached,
+    /// with the same content: the first sends it literally, the second
+    /// names it KNOWN — never the other way round (a KNOWN before its
+    /// literal would cost a NAK and a REPAIR).
+    #[test]
+    fn known_chunks_follow_their_literal_whatever_was_chunked_first() {
+        let fx = Fixture::new(64 << 20);
+        let bytes = content(7, 50_000);
+        let first = entry("t/first", WalkKind::File { size: 50_000 }, 1);
+        let second = entry("t/second", WalkKind::File { size: 50_000 }, 1);
+        let mut data = HashMap::new();
+        data.insert(first.abs.clone(), bytes.clone());
+        data.insert(second.abs.clone(), bytes.clone());
+        let params = pfs_files::ChunkParams::new(1024).expect("params");
+        let cached = pfs_files::chunk_bytes(&bytes, &params);
+        let mut items = vec![
+            FilesItem::new(entry("t", WalkKind::Dir, 1), None),
+            FilesItem::new(first, None),
+            FilesItem::new(second, Some(cached)),
+        ];
+        let mut src = MemSource::new(data);
+        src.ahead = true;
+        let cfg = FilesSenderConfig {
+            stream_min: Some(1 << 30),
+            ..config(false, None, false)
+        };
+        let out = drive(&fx, &mut items, &mut src, &cfg, Drive::default());
+        let r = out.outcome.report;
+        assert_eq!(
+            (r.files_written, r.nak_chunks),
+            (2, 0),
+            "{}",
+            out.outcome.messages
+        );
+        // content() repeats a block inside the file too: at most one copy
+        // of the file's distinct chunks travels.
+        let alone = Fixture::new(64 << 20);
+        let one = entry("t/first", WalkKind::File { size: 50_000 }, 1);
+        let mut one_data = HashMap::new();
+        one_data.insert(one.abs.clone(), bytes.clone());
+        let mut one_items = vec![
+            FilesItem::new(entry("t", WalkKind::Dir, 1), None),
+            FilesItem::new(one, None),
+        ];
+        let single = run(&alone, &mut one_items, &mut MemSource::new(one_data), &cfg).report;
+        assert_eq!(r.literal_bytes, single.literal_bytes);
+        for name in ["first", "second"] {
+            assert_eq!(fs::read(fx.dest_dir.join("t").join(name)).expect("landed"), bytes);
+        }
     }
 
     #[test]

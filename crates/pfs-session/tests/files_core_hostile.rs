@@ -473,6 +473,7 @@ fn an_index_that_does_not_decode_or_is_out_of_order_ends_the_session() {
                     total_bytes: 0,
                     literal_bytes: 0,
                     chunks: 0,
+                    pending_bytes: 0,
                 };
                 inner.extend(frame(FrameType::Plan, 0, &plan.emit()));
                 tx.reply(src, FrameType::Batch, 0, &batch(inner.len() as u32, &inner))
@@ -947,7 +948,7 @@ proptest! {
         let mut bytes = frame(FrameType::FilesHello, 0, &hello);
         if streaming {
             bytes.extend(frame(FrameType::IndexRequest, 0, &0u64.to_le_bytes()));
-            let plan = Plan { entries: 4, files: 4, total_bytes: 1 << 16, literal_bytes: 1 << 16, chunks: 4 };
+            let plan = Plan { entries: 4, files: 4, total_bytes: 1 << 16, literal_bytes: 1 << 16, chunks: 4 , pending_bytes: 0,};
             bytes.extend(frame(FrameType::Plan, 0, &plan.emit()));
         }
         let prefix = bytes.len();

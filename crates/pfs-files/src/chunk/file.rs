@@ -52,8 +52,9 @@ pub(super) fn chunk_file_windowed(
     )
 }
 
-/// Where [`chunk_file_streaming`] hands each run of chunks, in file order.
-pub type ChunkSink<'s> = &'s mut (dyn FnMut(&[ChunkRef]) + Send);
+/// Where [`chunk_file_streaming`] hands each run of chunks, in file order;
+/// it returns false to stop the chunking (nobody wants the rest).
+pub type ChunkSink<'s> = &'s mut (dyn FnMut(&[ChunkRef]) -> bool + Send);
 
 /// [`chunk_file`] on a pool of `threads` threads (0 = one per core),
 /// handing the chunks to `sink` in file order as their windows are hashed,
@@ -61,7 +62,8 @@ pub type ChunkSink<'s> = &'s mut (dyn FnMut(&[ChunkRef]) + Send);
 /// still being read; bytes read are added to `read`. The recipe is
 /// returned at the end; if the file changed while read
 /// ([`FilesError::Changed`]) the chunks already handed out describe no
-/// single version of it and must be discarded.
+/// single version of it and must be discarded. A sink that returns false
+/// ends it early with [`FilesError::Stopped`].
 pub fn chunk_file_streaming(
     path: impl AsRef<Path>,
     params: &ChunkParams,
@@ -86,7 +88,7 @@ pub fn chunk_file_streaming(
             |data| {
                 let r = chunk_bytes_windowed(data, params, window);
                 if let Some(s) = sink.take() {
-                    s(&r.chunks);
+                    let _ = s(&r.chunks);
                 }
                 r
             },
@@ -304,22 +306,22 @@ fn pipeline(
     let in_flight = AtomicUsize::new(0);
     let mut carry: Vec<u8> = Vec::with_capacity(max);
     let mut carry_off = 0u64;
-    // Windows handed to `sink` so far: hashing finishes in any order, the
-    // sink sees file order.
+    // Windows hashed but not handed to `sink` yet, by number: hashing
+    // finishes in any order, the sink sees file order.
+    let unsent: Mutex<std::collections::BTreeMap<usize, Vec<ChunkRef>>> = Mutex::new(Default::default());
     let mut emitted = 0usize;
-    let mut emit_ready = |sink: &mut Option<ChunkSink<'_>>| {
+    let mut stopped = false;
+    let mut emit_ready = |sink: &mut Option<ChunkSink<'_>>, stopped: &mut bool| {
         let Some(sink) = sink.as_mut() else { return };
-        loop {
-            // Copied out so the hashing tasks never wait on a slow sink.
-            let next = lock(&results)
-                .iter()
-                .find(|r: &&super::WindowResult| r.k == emitted)
-                .map(|r| r.chunks.clone());
-            let Some(chunks) = next else { return };
-            sink(&chunks);
+        while !*stopped {
+            let Some(chunks) = lock(&unsent).remove(&emitted) else {
+                return;
+            };
+            *stopped = !sink(&chunks);
             emitted += 1;
         }
     };
+    let streaming = sink.is_some();
     rayon::scope(|s| -> Result<(), FilesError> {
         let mut next = Some(read_window(0, take_buf())?);
         for k in 0..n {
@@ -348,20 +350,26 @@ fn pipeline(
             carry_off += pos as u64;
             let wstart = k as u64 * window as u64;
             in_flight.fetch_add(1, Ordering::AcqRel);
-            let (spare, results, in_flight) = (&spare, &results, &in_flight);
+            let (spare, results, in_flight, unsent) = (&spare, &results, &in_flight, &unsent);
             let cutter = &cutter;
             s.spawn(move |_| {
                 let chunks = hash_chunks(&buf[start..start + pos], base, &lens, cutter);
                 let cv = tree::window_cv(&buf[max..end], wstart);
+                if streaming {
+                    lock(unsent).insert(k, chunks.clone());
+                }
                 lock(results).push(super::WindowResult { k, chunks, cv });
                 lock(spare).push(buf);
                 in_flight.fetch_sub(1, Ordering::AcqRel);
             });
-            emit_ready(&mut sink);
+            emit_ready(&mut sink, &mut stopped);
+            if stopped {
+                return Err(FilesError::Stopped { path: path.into() });
+            }
         }
         Ok(())
     })?;
-    emit_ready(&mut sink);
+    emit_ready(&mut sink, &mut stopped);
     debug_assert!(carry.is_empty() && carry_off == size);
     let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(assemble(size, results))

@@ -242,6 +242,7 @@ fn streaming_hands_out_the_recipe_in_order() {
         let got = chunk_file_streaming(f.path(), &p, 2, &read, &mut |c: &[ChunkRef]| {
             seen.extend_from_slice(c);
             calls += 1;
+            true
         })
         .unwrap();
         assert_eq!(got, chunk_bytes(&data, &p), "len {len}");
@@ -250,6 +251,23 @@ fn streaming_hands_out_the_recipe_in_order() {
         let windows = len.div_ceil(p.window());
         assert_eq!(calls, windows, "len {len}: one hand-out per window");
     }
+}
+
+/// A sink that says no stops the chunking at the next window.
+#[test]
+fn streaming_stops_when_the_sink_says_so() {
+    let p = ChunkParams::default();
+    let data = random_bytes(40 << 20, 12);
+    let f = write_temp(&data);
+    let mut calls = 0;
+    let read = std::sync::atomic::AtomicU64::new(0);
+    let got = chunk_file_streaming(f.path(), &p, 2, &read, &mut |_: &[ChunkRef]| {
+        calls += 1;
+        false
+    });
+    assert!(matches!(got, Err(FilesError::Stopped { .. })), "{got:?}");
+    assert_eq!(calls, 1, "nothing handed out after the no");
+    assert!(read.into_inner() < data.len() as u64, "the rest was not read");
 }
 
 /// Sparse file of `len` bytes with a few written ranges; returns the file

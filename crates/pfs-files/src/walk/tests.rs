@@ -312,3 +312,21 @@ fn trailing_slash_means_contents() {
     let s = scan(&[slash("empty")], &Excludes::none()).unwrap();
     assert!(s.entries.is_empty() && s.contents);
 }
+
+/// A root inside another root: its directories are listed ahead under two
+/// names, and each name gets its own entries (the parallel listing must
+/// not hand one name's listing to the other).
+#[test]
+fn nested_roots_keep_their_own_names() {
+    let t = tempfile::tempdir().unwrap();
+    let a = t.path().join("a");
+    fs::create_dir_all(a.join("b/c")).unwrap();
+    touch(&a.join("b/c/f"), b"x");
+    touch(&a.join("top"), b"y");
+    let s = scan(&[a.clone(), a.join("b")], &Excludes::none()).unwrap();
+    assert_eq!(
+        rels(&s),
+        ["a", "a/b", "a/b/c", "a/b/c/f", "a/top", "b", "b/c", "b/c/f"]
+    );
+    assert!(s.skipped.is_empty());
+}

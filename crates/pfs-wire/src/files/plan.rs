@@ -23,10 +23,10 @@ mod field {
         pub const TOTAL_BYTES: Field = Field::new(16, 8);
         pub const LITERAL_BYTES: Field = Field::new(24, 8);
         pub const CHUNKS: Field = Field::new(32, 8);
-        pub const RESERVED: Field = Field::new(40, 8);
+        pub const PENDING_BYTES: Field = Field::new(40, 8);
 
         const _: () = assert!(tiles(
-            &[ENTRIES, FILES, TOTAL_BYTES, LITERAL_BYTES, CHUNKS, RESERVED],
+            &[ENTRIES, FILES, TOTAL_BYTES, LITERAL_BYTES, CHUNKS, PENDING_BYTES],
             LEN
         ));
     }
@@ -55,8 +55,12 @@ pub struct Plan {
     pub total_bytes: u64,
     /// Bytes of chunks the sender believes the receiver lacks (an upper bound of new store bytes).
     pub literal_bytes: u64,
-    /// Chunks over all files.
+    /// Chunks over the files chunked so far.
     pub chunks: u64,
+    /// Bytes of the files not chunked yet (streamed or chunked while the
+    /// stream goes out, §10.13), not in `literal_bytes`: how many of them
+    /// the receiver lacks is not known yet.
+    pub pending_bytes: u64,
 }
 
 impl Plan {
@@ -67,15 +71,13 @@ impl Plan {
             return Err(WireError::LengthMismatch);
         }
         let b = Reader::<PLAN_LEN>::new(body)?;
-        if !b.is_zero(f::RESERVED) {
-            return Err(WireError::ReservedNonZero);
-        }
         Ok(Self {
             entries: b.u64(f::ENTRIES),
             files: b.u64(f::FILES),
             total_bytes: b.u64(f::TOTAL_BYTES),
             literal_bytes: b.u64(f::LITERAL_BYTES),
             chunks: b.u64(f::CHUNKS),
+            pending_bytes: b.u64(f::PENDING_BYTES),
         })
     }
 
@@ -87,7 +89,8 @@ impl Plan {
             .u64(f::FILES, self.files)
             .u64(f::TOTAL_BYTES, self.total_bytes)
             .u64(f::LITERAL_BYTES, self.literal_bytes)
-            .u64(f::CHUNKS, self.chunks);
+            .u64(f::CHUNKS, self.chunks)
+            .u64(f::PENDING_BYTES, self.pending_bytes);
         w.finish()
     }
 }
@@ -137,6 +140,7 @@ mod tests {
             total_bytes: 100,
             literal_bytes: 50,
             chunks: 9,
+            pending_bytes: 0,
         };
         assert_eq!(Plan::parse(&p.emit()), Ok(p));
         let k = PlanAck { reserved: 5, free: 6 };
@@ -145,8 +149,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn plan_parse_emit(v: [u64; 5]) {
-            let p = Plan { entries: v[0], files: v[1], total_bytes: v[2], literal_bytes: v[3], chunks: v[4] };
+        fn plan_parse_emit(v: [u64; 6]) {
+            let p = Plan { entries: v[0], files: v[1], total_bytes: v[2], literal_bytes: v[3], chunks: v[4], pending_bytes: v[5] };
             prop_assert_eq!(Plan::parse(&p.emit()), Ok(p));
         }
 

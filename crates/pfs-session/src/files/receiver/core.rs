@@ -684,9 +684,14 @@ impl FilesReceiver {
             }
             .into());
         }
-        // One session holds at most its share reserved; the rest is
+        // Files not chunked yet (`pending_bytes`) may be mostly held
+        // already: they refuse nothing, but get room reserved while there is
+        // some. One session holds at most its share reserved; the rest is
         // reserved as bytes arrive (take_literal grows it).
-        let reserved = plan.literal_bytes.min(self.reservation_limit(info.capacity));
+        let want = plan
+            .literal_bytes
+            .saturating_add(plan.pending_bytes.min(info.free - plan.literal_bytes));
+        let reserved = want.min(self.reservation_limit(info.capacity));
         host.reserve(reserved).map_err(|e| match e {
             StoreError::Full { need, free, capacity } => {
                 LimitExceeded::StoreFull { need, free, capacity }.into()

@@ -87,6 +87,8 @@ pub trait FilesSource {
     fn stream_next(&mut self, _out: &mut Vec<ChunkRef>) -> Streamed {
         Streamed::Failed("no file is being streamed".into())
     }
+    /// The file [`Self::stream_start`] began is given up: stop cutting it.
+    fn stream_stop(&mut self) {}
 }
 
 /// What [`FilesSource::stream_next`] got.
@@ -104,6 +106,8 @@ pub enum Streamed {
 /// what they add to the plan, and its recipe once it is cut to the end.
 #[derive(Debug, Default)]
 struct Streaming {
+    /// Bytes of the file still counted in the summary's `pending_bytes`.
+    pending: u64,
     chunks: Vec<ChunkRef>,
     plan: Vec<ChunkPlan>,
     sum: FilesPlanSummary,
@@ -224,6 +228,9 @@ pub struct FilesSender<'a> {
     sent: HashSet<Hash>,
     /// The STREAMED file being sent, if any.
     streaming: Option<Streaming>,
+    /// Paths of the entries dropped (FILE_DROP): hard links to them are
+    /// dropped too.
+    dropped_paths: HashSet<pfs_files::RelPath>,
 }
 
 /// A zstd compression context (the context itself has no `Debug`).
@@ -311,6 +318,7 @@ impl<'a> FilesSender<'a> {
             deletion: None,
             sent: HashSet::new(),
             streaming: None,
+            dropped_paths: HashSet::new(),
         };
         if cfg.preserve.hard_links {
             link_items(s.items);
@@ -923,10 +931,11 @@ impl<'a> FilesSender<'a> {
             return;
         };
         self.warnings.extend(src.save_index(cache));
-        let (plans, summary, sent) = classify(self.items, |h| cache.lookup(h));
+        // The totals for PLAN; each file is classified again when its turn
+        // comes (`replan`, `collect`), against what was sent before it.
+        let (plans, summary, _) = classify(self.items, |h| cache.lookup(h));
         self.plans = plans;
         self.summary = summary;
-        self.sent = sent;
         if self.cfg.dry_run && self.cfg.delete.is_some() {
             // What --delete would remove needs the tree's names at the receiver.
             self.listing = true;
@@ -943,6 +952,7 @@ impl<'a> FilesSender<'a> {
             total_bytes: summary.total_bytes,
             literal_bytes: summary.literal_bytes,
             chunks: summary.chunks,
+            pending_bytes: summary.pending_bytes,
         };
         self.control(FrameType::Plan, 0, &plan.emit());
         self.phase = Phase::Ack;
@@ -1069,8 +1079,30 @@ impl<'a> FilesSender<'a> {
         }
         match self.next_chunk {
             None => {
-                if self.items[no].pending {
+                let item = &self.items[no];
+                let orphan = !self.listing
+                    && item.announced_size() > 0
+                    && item
+                        .hard_link
+                        .as_ref()
+                        .is_some_and(|t| self.dropped_paths.contains(t));
+                if orphan {
+                    // A hard link to a dropped file: dropped too, announced
+                    // as a STREAMED file (entries are numbered).
+                    let target = self.items[no]
+                        .hard_link
+                        .take()
+                        .map(|t| t.to_string())
+                        .unwrap_or_default();
+                    self.items[no].streamed = true;
+                    self.streaming = Some(Streaming {
+                        failed: Some(format!("its hard-link target {target} could not be sent")),
+                        ..Streaming::default()
+                    });
+                } else if self.items[no].pending {
                     self.collect(no, src);
+                } else if !self.listing {
+                    self.replan(no);
                 }
                 self.file_frame(no);
                 self.queue(FrameType::File, "FILE", 0)?;
@@ -1106,7 +1138,7 @@ impl<'a> FilesSender<'a> {
                         self.progress(false);
                     }
                 }
-                Err(why) => self.drop_item(no, &why)?,
+                Err(why) => self.drop_item(no, &why, src)?,
             },
         }
         Ok(())
@@ -1159,7 +1191,12 @@ impl<'a> FilesSender<'a> {
     /// The entry being streamed cannot be finished: what is built of its
     /// CHUNKS frame is abandoned and FILE_DROP tells the receiver to
     /// discard the rest; the session goes on with the next entry.
-    fn drop_item(&mut self, no: usize, why: &str) -> Result<(), SessionError> {
+    fn drop_item<S: FilesSource + ?Sized>(
+        &mut self,
+        no: usize,
+        why: &str,
+        src: &mut S,
+    ) -> Result<(), SessionError> {
         self.frame.clear();
         FileDrop {
             file_no: no as u64,
@@ -1169,20 +1206,66 @@ impl<'a> FilesSender<'a> {
         self.queue(FrameType::FileDrop, "FILE_DROP", 0)?;
         self.dropped += 1;
         self.changed = None;
-        self.streaming = None;
+        if let Some(st) = self.streaming.take() {
+            self.summary.pending_bytes = self.summary.pending_bytes.saturating_sub(st.pending);
+            // Its chunking thread stops instead of reading the rest.
+            src.stream_stop();
+        }
+        // Its hard links must not land on whatever was at its path.
+        self.dropped_paths.insert(self.items[no].entry.rel.clone());
         self.end_item();
         Ok(())
     }
 
+    /// Classifies the chunks of entry `no` (chunked before the stream) again,
+    /// now that it is its turn: the plan made for PLAN could not know the
+    /// chunks of files chunked later, nor which of its literals an earlier
+    /// file sends first. KNOWN then names only chunks sent before it.
+    fn replan(&mut self, no: usize) {
+        let item = &self.items[no];
+        if item.held || item.hard_link.is_some() {
+            return;
+        }
+        let (Some(recipe), Some(old)) = (item.recipe.as_ref(), self.plans.get_mut(no)) else {
+            return;
+        };
+        let cache = self.cache.as_ref();
+        let lookup = |h: &Hash| cache.and_then(|c| c.lookup(h));
+        let mut sum = FilesPlanSummary::default();
+        let plan: Vec<ChunkPlan> = recipe
+            .chunks
+            .iter()
+            .map(|c| plan_chunk(c, lookup, &mut self.sent, &mut sum))
+            .collect();
+        let s = &mut self.summary;
+        for (c, p) in recipe.chunks.iter().zip(old.iter()) {
+            let len = u64::from(c.len);
+            match p {
+                ChunkPlan::Ref { .. } => s.matched_bytes = s.matched_bytes.saturating_sub(len),
+                ChunkPlan::Known => s.known_bytes = s.known_bytes.saturating_sub(len),
+                ChunkPlan::Literal => {
+                    s.literal_bytes = s.literal_bytes.saturating_sub(len);
+                    s.literal_chunks = s.literal_chunks.saturating_sub(1);
+                }
+            }
+        }
+        s.chunks = s.chunks.saturating_sub(old.len() as u64) + sum.chunks;
+        s.matched_bytes += sum.matched_bytes;
+        s.known_bytes += sum.known_bytes;
+        s.literal_bytes += sum.literal_bytes;
+        s.literal_chunks += sum.literal_chunks;
+        *old = plan;
+    }
+
     /// Entry `no` was chunked in the background: its recipe is collected
     /// and its chunks classified now, in stream order (so KNOWN names only
-    /// chunks sent before), and the plan's upper bound for it corrected. A
+    /// chunks sent before), and its pending bytes moved to what it sends. A
     /// file that could not be read still needs its FILE (entries are
     /// numbered): it goes STREAMED, then FILE_DROP says why.
     fn collect<S: FilesSource + ?Sized>(&mut self, no: usize, src: &mut S) {
         self.items[no].pending = false;
         let size = self.items[no].announced_size();
-        self.summary.literal_bytes = self.summary.literal_bytes.saturating_sub(size);
+        self.summary.pending_bytes = self.summary.pending_bytes.saturating_sub(size);
         if let Err(why) = src.chunk_one(self.items, no) {
             self.items[no].streamed = true;
             self.streaming = Some(Streaming {
@@ -1216,7 +1299,10 @@ impl<'a> FilesSender<'a> {
     /// The FILE of STREAMED entry `no` is out: its chunks come from the
     /// host as they are cut (or, from a host that cannot stream, all now).
     fn start_streamed<S: FilesSource + ?Sized>(&mut self, no: usize, src: &mut S) {
-        let mut st = Streaming::default();
+        let mut st = Streaming {
+            pending: self.items[no].announced_size(),
+            ..Streaming::default()
+        };
         if !src.stream_start(&self.items[no]) {
             let failed = src.chunk(self.items, &[no]);
             match (failed.first(), self.items[no].recipe.take()) {
@@ -1243,13 +1329,13 @@ impl<'a> FilesSender<'a> {
             return Ok(());
         };
         if let Some(why) = st.failed.take() {
-            return self.drop_item(no, &why);
+            return self.drop_item(no, &why, src);
         }
         if first == st.chunks.len() && st.done.is_none() {
             match src.stream_next(&mut st.chunks) {
                 Streamed::More => {}
                 Streamed::Done(r) => st.done = Some(r),
-                Streamed::Failed(why) => return self.drop_item(no, &why),
+                Streamed::Failed(why) => return self.drop_item(no, &why, src),
             }
             if first == st.chunks.len() && st.done.is_none() {
                 // Nothing new yet: asked again on the next step.
@@ -1263,7 +1349,11 @@ impl<'a> FilesSender<'a> {
             .is_some_and(|c| c.offset + u64::from(c.len) > size)
         {
             // Its FILE promised `size` bytes: more would be a protocol error.
-            return self.drop_item(no, &format!("it grew past the {size} bytes it had when scanned"));
+            return self.drop_item(
+                no,
+                &format!("it grew past the {size} bytes it had when scanned"),
+                src,
+            );
         }
         let cache = self.cache.as_ref();
         while st.plan.len() < st.chunks.len() {
@@ -1291,22 +1381,28 @@ impl<'a> FilesSender<'a> {
                     self.progress(false);
                     Ok(())
                 }
-                Err(why) => self.drop_item(no, &why),
+                Err(why) => self.drop_item(no, &why, src),
             };
         }
         let Some(mut st) = self.streaming.take() else {
             return Ok(());
         };
-        let Some(recipe) = st.done.take().filter(|r| r.chunks == st.chunks) else {
+        let recipe = st.done.take();
+        let why = match &recipe {
             // A host bug, not the file's: still, only this file fails.
-            return self.drop_item(no, "its chunks and its recipe disagree");
+            Some(r) if r.chunks != st.chunks => Some("its chunks and its recipe disagree".to_string()),
+            Some(r) if r.size != size || r.chunks.is_empty() => Some(format!(
+                "it has {} bytes, not the {size} it had when scanned",
+                r.size
+            )),
+            Some(_) => None,
+            None => Some("its chunking ended without a recipe".to_string()),
         };
-        if recipe.size != size || recipe.chunks.is_empty() {
-            return self.drop_item(
-                no,
-                &format!("it has {} bytes, not the {size} it had when scanned", recipe.size),
-            );
-        }
+        let (Some(recipe), None) = (recipe, why.as_ref()) else {
+            // Put back so that dropping it settles its pending bytes.
+            self.streaming = Some(st);
+            return self.drop_item(no, why.as_deref().unwrap_or("no recipe"), src);
+        };
         self.frame.clear();
         let done = FileDone {
             file_no: no as u64,
@@ -1316,9 +1412,10 @@ impl<'a> FilesSender<'a> {
         };
         self.frame.extend_from_slice(&done.emit());
         self.queue(FrameType::FileDone, "FILE_DONE", 0)?;
-        // The plan's upper bound for this file becomes what it sent.
+        // The file's pending bytes become what it sent.
         let s = &mut self.summary;
-        s.literal_bytes = s.literal_bytes.saturating_sub(recipe.size) + st.sum.literal_bytes;
+        s.pending_bytes = s.pending_bytes.saturating_sub(st.pending);
+        s.literal_bytes += st.sum.literal_bytes;
         s.matched_bytes += st.sum.matched_bytes;
         s.known_bytes += st.sum.known_bytes;
         s.chunks += st.sum.chunks;

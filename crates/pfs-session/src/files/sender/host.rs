@@ -141,15 +141,15 @@ impl ChunkStream {
     pub fn start(path: PathBuf, params: pfs_files::ChunkParams, threads: usize) -> std::io::Result<Self> {
         let (tx, rx) = std::sync::mpsc::sync_channel(STREAM_AHEAD);
         // Not joined: a session that stops early drops the receiving end,
-        // and the thread ends once the file is read (its sends just fail).
+        // and the thread ends at its next window.
         std::thread::Builder::new()
             .name("pfs-stream".into())
             .spawn(move || {
                 let read = AtomicU64::new(0);
                 let chunks = tx.clone();
-                let mut sink = move |c: &[pfs_files::ChunkRef]| {
-                    let _ = chunks.send(StreamMsg::Chunks(c.to_vec()));
-                };
+                // False once nobody listens: the chunker stops reading.
+                let mut sink =
+                    move |c: &[pfs_files::ChunkRef]| chunks.send(StreamMsg::Chunks(c.to_vec())).is_ok();
                 let result = pfs_files::chunk_file_streaming(&path, &params, threads, &read, &mut sink);
                 let _ = tx.send(StreamMsg::Done(result));
             })?;
@@ -407,6 +407,11 @@ impl FilesSource for LocalSource<'_> {
     fn stream_start(&mut self, item: &FilesItem) -> bool {
         self.streaming = self.prep.stream(&item.entry);
         self.streaming.is_some()
+    }
+
+    fn stream_stop(&mut self) {
+        // Dropping the receiving end stops the thread at its next window.
+        self.streaming = None;
     }
 
     fn stream_next(&mut self, out: &mut Vec<pfs_files::ChunkRef>) -> Streamed {

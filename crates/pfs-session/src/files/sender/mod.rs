@@ -216,9 +216,12 @@ pub struct FilesPlanSummary {
     pub held_files: u64,
     /// Their bytes.
     pub held_bytes: u64,
-    /// Files sent STREAMED (chunked while sent). Until one is done its
-    /// bytes count as literal: the PLAN's upper bound.
+    /// Files sent STREAMED (chunked while sent).
     pub streamed_files: u64,
+    /// Bytes of files not chunked yet (streamed, or chunked while the
+    /// stream goes out): PLAN's `pending_bytes`. Each file's share moves to
+    /// the other counts when its chunks are known; 0 at the end.
+    pub pending_bytes: u64,
 }
 
 /// Sender-side progress.
@@ -286,9 +289,9 @@ pub struct FilesSenderOutcome {
 /// Decides, per chunk of every file, how it travels: a descriptor when
 /// `lookup` knows it (with the same length), a known-hash reference when
 /// an earlier chunk of this send carries it, literal bytes otherwise.
-/// A STREAMED file has no chunks yet: all its bytes count as literal (an
-/// upper bound) until [`plan_chunk`] classifies them as they come. Returns
-/// the hashes sent literally, which later chunks may name as known.
+/// A file not chunked yet (STREAMED, or chunked in the background) counts
+/// in `pending_bytes` until [`plan_chunk`] classifies its chunks as they
+/// come. Returns the hashes this plan sends literally.
 pub fn classify(
     items: &[FilesItem],
     lookup: impl Fn(&Hash) -> Option<(u64, u32)>,
@@ -312,7 +315,7 @@ pub fn classify(
                 sum.files += 1;
                 sum.streamed_files += u64::from(item.streamed);
                 sum.total_bytes += size;
-                sum.literal_bytes += size;
+                sum.pending_bytes += size;
                 return Vec::new();
             }
             let Some(recipe) = &item.recipe else {
