@@ -946,13 +946,22 @@ impl<'a> FilesSender<'a> {
             self.phase = Phase::Done;
             return;
         }
+        // A receiver that holds nothing lacks every byte of the files not
+        // chunked yet: they count as literal, so a send that cannot fit is
+        // refused before anything is written. Otherwise they may be held
+        // already and only say what room to keep.
+        let holds_nothing = self.cache.as_ref().is_some_and(|c| c.is_empty());
+        let (literal_bytes, pending_bytes) = match holds_nothing {
+            true => (summary.literal_bytes + summary.pending_bytes, 0),
+            false => (summary.literal_bytes, summary.pending_bytes),
+        };
         let plan = Plan {
             entries: summary.entries,
             files: summary.files,
             total_bytes: summary.total_bytes,
-            literal_bytes: summary.literal_bytes,
+            literal_bytes,
             chunks: summary.chunks,
-            pending_bytes: summary.pending_bytes,
+            pending_bytes,
         };
         self.control(FrameType::Plan, 0, &plan.emit());
         self.phase = Phase::Ack;
