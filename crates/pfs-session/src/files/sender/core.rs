@@ -71,10 +71,7 @@ pub trait FilesSource {
     /// Sets the recipe of `items[no]`, chunked in the background (waiting
     /// for it), or says why the file cannot be read.
     fn chunk_one(&mut self, items: &mut [FilesItem], no: usize) -> Result<(), String> {
-        match self.chunk(items, &[no]).first() {
-            Some((_, e)) => Err(e.to_string()),
-            None => Ok(()),
-        }
+        first_failure(&self.chunk(items, &[no]))
     }
     /// Starts cutting and hashing `item`'s file for a STREAMED send; false
     /// if this host cannot (the core then chunks the file whole first).
@@ -89,6 +86,14 @@ pub trait FilesSource {
     }
     /// The file [`Self::stream_start`] began is given up: stop cutting it.
     fn stream_stop(&mut self) {}
+}
+
+/// The reason the first of `failed` could not be read, if any.
+pub(super) fn first_failure(failed: &Unreadable) -> Result<(), String> {
+    match failed.first() {
+        Some((_, e)) => Err(e.to_string()),
+        None => Ok(()),
+    }
 }
 
 /// What [`FilesSource::stream_next`] got.
@@ -851,7 +856,8 @@ impl<'a> FilesSender<'a> {
             // Large files are chunked while they are sent, not before.
             let items = &mut *self.items;
             todo.retain(|&i| {
-                let big = matches!(items[i].entry.kind, pfs_files::WalkKind::File { size } if size >= min && size > 0);
+                let size = items[i].announced_size();
+                let big = size >= min && size > 0;
                 items[i].streamed = big;
                 !big
             });
@@ -1246,23 +1252,9 @@ impl<'a> FilesSender<'a> {
             .iter()
             .map(|c| plan_chunk(c, lookup, &mut self.sent, &mut sum))
             .collect();
-        let s = &mut self.summary;
-        for (c, p) in recipe.chunks.iter().zip(old.iter()) {
-            let len = u64::from(c.len);
-            match p {
-                ChunkPlan::Ref { .. } => s.matched_bytes = s.matched_bytes.saturating_sub(len),
-                ChunkPlan::Known => s.known_bytes = s.known_bytes.saturating_sub(len),
-                ChunkPlan::Literal => {
-                    s.literal_bytes = s.literal_bytes.saturating_sub(len);
-                    s.literal_chunks = s.literal_chunks.saturating_sub(1);
-                }
-            }
-        }
-        s.chunks = s.chunks.saturating_sub(old.len() as u64) + sum.chunks;
-        s.matched_bytes += sum.matched_bytes;
-        s.known_bytes += sum.known_bytes;
-        s.literal_bytes += sum.literal_bytes;
-        s.literal_chunks += sum.literal_chunks;
+        self.summary
+            .remove_chunks(&FilesPlanSummary::of_plan(&recipe.chunks, old));
+        self.summary.add_chunks(&sum);
         *old = plan;
     }
 
@@ -1283,26 +1275,8 @@ impl<'a> FilesSender<'a> {
             });
             return;
         }
-        let Some(recipe) = self.items[no].recipe.as_ref() else {
-            return;
-        };
-        let cache = self.cache.as_ref();
-        let lookup = |h: &Hash| cache.and_then(|c| c.lookup(h));
-        let mut sum = FilesPlanSummary::default();
-        let plan: Vec<ChunkPlan> = recipe
-            .chunks
-            .iter()
-            .map(|c| plan_chunk(c, lookup, &mut self.sent, &mut sum))
-            .collect();
-        let s = &mut self.summary;
-        s.literal_bytes += sum.literal_bytes;
-        s.matched_bytes += sum.matched_bytes;
-        s.known_bytes += sum.known_bytes;
-        s.chunks += sum.chunks;
-        s.literal_chunks += sum.literal_chunks;
-        if let Some(p) = self.plans.get_mut(no) {
-            *p = plan;
-        }
+        // Its plan is empty until now: nothing to take back.
+        self.replan(no);
     }
 
     /// The FILE of STREAMED entry `no` is out: its chunks come from the
@@ -1313,14 +1287,14 @@ impl<'a> FilesSender<'a> {
             ..Streaming::default()
         };
         if !src.stream_start(&self.items[no]) {
-            let failed = src.chunk(self.items, &[no]);
-            match (failed.first(), self.items[no].recipe.take()) {
-                (Some((_, e)), _) => st.failed = Some(e.to_string()),
-                (None, Some(r)) => {
+            let chunked = first_failure(&src.chunk(self.items, &[no]));
+            match (chunked, self.items[no].recipe.take()) {
+                (Err(why), _) => st.failed = Some(why),
+                (Ok(()), Some(r)) => {
                     st.chunks = r.chunks.clone();
                     st.done = Some(r);
                 }
-                (None, None) => st.failed = Some("it could not be chunked".into()),
+                (Ok(()), None) => st.failed = Some("it could not be chunked".into()),
             }
         }
         self.streaming = Some(st);
@@ -1422,13 +1396,8 @@ impl<'a> FilesSender<'a> {
         self.frame.extend_from_slice(&done.emit());
         self.queue(FrameType::FileDone, "FILE_DONE", 0)?;
         // The file's pending bytes become what it sent.
-        let s = &mut self.summary;
-        s.pending_bytes = s.pending_bytes.saturating_sub(st.pending);
-        s.literal_bytes += st.sum.literal_bytes;
-        s.matched_bytes += st.sum.matched_bytes;
-        s.known_bytes += st.sum.known_bytes;
-        s.chunks += st.sum.chunks;
-        s.literal_chunks += st.sum.literal_chunks;
+        self.summary.pending_bytes = self.summary.pending_bytes.saturating_sub(st.pending);
+        self.summary.add_chunks(&st.sum);
         if let Some(p) = self.plans.get_mut(no) {
             *p = st.plan;
         }

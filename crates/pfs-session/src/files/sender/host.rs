@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pfs_files::{Entry, IndexCache, WalkKind};
 
-use super::core::{FilesSource, Streamed};
+use super::core::{first_failure, FilesSource, Streamed};
 use super::meter::{FilesMeter, SendPhase};
 use super::FilesItem;
 use crate::error::LocalError;
@@ -388,10 +388,7 @@ impl FilesSource for LocalSource<'_> {
 
     fn chunk_one(&mut self, items: &mut [FilesItem], no: usize) -> Result<(), String> {
         let Some(k) = self.ahead.as_ref().and_then(|(_, at)| at.get(&no).copied()) else {
-            return match self.prep.chunk(items, &[no]).first() {
-                Some((_, e)) => Err(e.to_string()),
-                None => Ok(()),
-            };
+            return first_failure(&self.prep.chunk(items, &[no]));
         };
         let t0 = Instant::now();
         let got = match self.ahead.as_mut() {

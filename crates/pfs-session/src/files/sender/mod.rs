@@ -224,6 +224,44 @@ pub struct FilesPlanSummary {
     pub pending_bytes: u64,
 }
 
+impl FilesPlanSummary {
+    /// Adds the chunk counts of `other` (descriptors, known, literal).
+    fn add_chunks(&mut self, other: &Self) {
+        self.chunks += other.chunks;
+        self.matched_bytes += other.matched_bytes;
+        self.known_bytes += other.known_bytes;
+        self.literal_bytes += other.literal_bytes;
+        self.literal_chunks += other.literal_chunks;
+    }
+
+    /// Takes away what `add_chunks(other)` added.
+    fn remove_chunks(&mut self, other: &Self) {
+        self.chunks = self.chunks.saturating_sub(other.chunks);
+        self.matched_bytes = self.matched_bytes.saturating_sub(other.matched_bytes);
+        self.known_bytes = self.known_bytes.saturating_sub(other.known_bytes);
+        self.literal_bytes = self.literal_bytes.saturating_sub(other.literal_bytes);
+        self.literal_chunks = self.literal_chunks.saturating_sub(other.literal_chunks);
+    }
+
+    /// The chunk counts of `chunks` travelling as `plan` says.
+    fn of_plan(chunks: &[pfs_files::ChunkRef], plan: &[ChunkPlan]) -> Self {
+        let mut s = Self::default();
+        for (c, p) in chunks.iter().zip(plan) {
+            let len = u64::from(c.len);
+            s.chunks += 1;
+            match p {
+                ChunkPlan::Ref { .. } => s.matched_bytes += len,
+                ChunkPlan::Known => s.known_bytes += len,
+                ChunkPlan::Literal => {
+                    s.literal_bytes += len;
+                    s.literal_chunks += 1;
+                }
+            }
+        }
+        s
+    }
+}
+
 /// Sender-side progress.
 #[derive(Debug, Clone, Copy)]
 pub struct FilesProgress {
