@@ -6,7 +6,7 @@
 //! - `cut-only`: finding cut points alone (`chunk_lengths`), one thread: the
 //!   sequential part, which bounds single-file throughput;
 //! - `blake3-1t`: `blake3::hash` of the buffer, one thread;
-//! - `chunk_bytes`: cut points + chunk hashes + whole-file hash, in memory;
+//! - `chunk_bytes`: cut points + chunk hashes + file hash of the list, in memory;
 //! - `chunk_file`: the same from a file (written first, so it is in the page
 //!   cache: this measures CPU, not the disk), or from `--file PATH` as is.
 //!

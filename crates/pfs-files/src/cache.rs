@@ -47,9 +47,10 @@ pub const RACY_WINDOW_NS: i128 = 2_000_000_000;
 /// Recipe-cache entries unused for this long (seconds) are dropped on save.
 pub const EXPIRE_SECS: u64 = 30 * 24 * 3600;
 
-const RECIPE_MAGIC: &[u8; 8] = b"PFSRCPC3";
-/// The recipe cache before records had a ctime: replaced without a warning.
-const RECIPE_MAGIC_BEFORE_CTIME: &[u8; 8] = b"PFSRCPC2";
+const RECIPE_MAGIC: &[u8; 8] = b"PFSRCPC4";
+/// Earlier recipe caches, replaced without a warning: before records had a
+/// ctime, and before the file hash came from the chunk list.
+const RECIPE_MAGICS_BEFORE: [&[u8; 8]; 2] = [b"PFSRCPC2", b"PFSRCPC3"];
 const INDEX_MAGIC: &[u8; 8] = b"PFSIDX2\0";
 const VERSION: u32 = 1;
 const SUM_LEN: usize = 32;
@@ -133,8 +134,12 @@ impl RecipeCache {
                 }
                 Err(detail) => Some(corrupt(&cache.path, detail)),
             },
-            // The format before ctime: simply replaced on the next save.
-            Err(CacheWarning::Foreign { .. }) if starts_with(&cache.path, RECIPE_MAGIC_BEFORE_CTIME) => None,
+            // An earlier format: simply replaced on the next save.
+            Err(CacheWarning::Foreign { .. })
+                if RECIPE_MAGICS_BEFORE.iter().any(|m| starts_with(&cache.path, m)) =>
+            {
+                None
+            }
             Err(w) => Some(w),
         };
         (cache, warning)

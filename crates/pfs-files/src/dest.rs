@@ -271,6 +271,34 @@ impl DestRoot {
         })
     }
 
+    /// The block size of reflinks into this destination
+    /// ([`pfs_sys::clone_range`]), or `None` where its filesystem takes
+    /// none (ext4, tmpfs): found by cloning one block between two unnamed
+    /// files in `.pfs/tmp`, which vanish when closed.
+    pub fn reflink_block(&self) -> Option<u64> {
+        let tmp = self.tmp_dir().ok()?;
+        let unnamed = || {
+            rfs::openat(
+                tmp.as_ref(),
+                ".",
+                OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .ok()
+        };
+        let (a, b) = (unnamed()?, unnamed()?);
+        let block = u64::try_from(rfs::fstat(&a).ok()?.st_blksize).ok()?;
+        if !block.is_power_of_two() || !(512..=(1 << 20)).contains(&block) {
+            return None;
+        }
+        let bytes = vec![0x5a; block as usize];
+        if rustix::io::pwrite(&a, &bytes, 0).ok()? != bytes.len() {
+            return None;
+        }
+        pfs_sys::clone_range(&b, 0, &a, 0, block).ok()?;
+        Some(block)
+    }
+
     /// Opens (creating with mode 0700) the receiver-owned directory `rel`
     /// (`.pfs` or beneath it), without following symlinks.
     pub(crate) fn private_dir(&self, rel: &str) -> Result<OwnedFd, FilesError> {

@@ -58,8 +58,8 @@ pub mod xattr;
 pub use cache::{default_cache_dir, index_key, IndexCache, RecipeCache, INDEX_PREFIX};
 pub use chunk::{
     chunk_bytes, chunk_file, chunk_file_streaming, chunk_files, chunk_files_metered, chunk_lengths,
-    digest_file, digest_files, digest_files_metered, quick_digest, ChunkParams, ChunkRef, ChunkSink,
-    QuickDigest, Recipe,
+    chunk_open_file, digest_file, digest_files, digest_files_metered, quick_digest, ChunkParams, ChunkRef,
+    ChunkSink, FileHasher, QuickDigest, Recipe, FILE_HASH_CONTEXT,
 };
 pub use dest::{
     check_symlink_target, may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat,

@@ -494,7 +494,7 @@ fn hostile_paths_and_symlinks_are_refused_and_contained() {
         "link/l2: ",
         "link/sub: ",
         "lying-chunk: a literal chunk does not match its hash",
-        "lying-file: content does not match",
+        "lying-file: the chunks received do not make up the file hash",
     ] {
         assert!(
             report.messages.lines().any(|l| l.contains(needle)),

@@ -249,12 +249,21 @@ fn streamed_of(no: u64, path: &[u8], size: u64) -> Vec<u8> {
     body
 }
 
+/// The file hash of a file made of the chunks `parts`.
+fn list_hash(parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = pfs_files::FileHasher::new();
+    for p in parts {
+        h.add(p.len() as u32, blake3::hash(p).as_bytes());
+    }
+    h.finish()
+}
+
 /// A FILE_DONE body.
-fn done_body(no: u64, chunks: u32, data: &[u8]) -> Vec<u8> {
+fn done_body(no: u64, chunks: u32, file_hash: [u8; 32]) -> Vec<u8> {
     FileDone {
         file_no: no,
         chunk_count: chunks,
-        file_hash: *blake3::hash(data).as_bytes(),
+        file_hash,
     }
     .emit()
     .to_vec()
@@ -298,14 +307,7 @@ fn a_session_in_one_byte_pieces_lands_its_files() {
         .expect("CHUNKS a");
     // Two chunks of one file inside a BATCH, with a file that needs no chunks.
     let mut inner = Vec::new();
-    let two = file_body(
-        2,
-        EntryKind::File,
-        b"b",
-        b.len() as u64,
-        2,
-        *blake3::hash(&b).as_bytes(),
-    );
+    let two = file_body(2, EntryKind::File, b"b", b.len() as u64, 2, list_hash(&[b1, b2]));
     put_frame(&mut inner, FrameType::File, 0, &two);
     put_frame(
         &mut inner,
@@ -516,7 +518,7 @@ fn streamed_files_land_when_their_file_done_matches() {
         .expect("CHUNKS a");
     rx.send(FrameType::Chunks, 0, &literals(0, &[(&b, &b)]))
         .expect("CHUNKS b");
-    rx.send(FrameType::FileDone, 0, &done_body(0, 2, &two))
+    rx.send(FrameType::FileDone, 0, &done_body(0, 2, list_hash(&[&a, &b])))
         .expect("FILE_DONE");
     // Inside a BATCH, with a FILE_DONE whose hash is not the content's.
     let mut frames = Vec::new();
@@ -527,7 +529,12 @@ fn streamed_files_land_when_their_file_done_matches() {
         &streamed_of(1, b"lying", b.len() as u64),
     );
     put_frame(&mut frames, FrameType::Chunks, 0, &literals(1, &[(&b, &b)]));
-    put_frame(&mut frames, FrameType::FileDone, 0, &done_body(1, 1, &a));
+    put_frame(
+        &mut frames,
+        FrameType::FileDone,
+        0,
+        &done_body(1, 1, list_hash(&[&a])),
+    );
     put_frame(
         &mut frames,
         FrameType::File,
@@ -535,7 +542,12 @@ fn streamed_files_land_when_their_file_done_matches() {
         &streamed_of(2, b"batched", b.len() as u64),
     );
     put_frame(&mut frames, FrameType::Chunks, 0, &literals(2, &[(&b, &b)]));
-    put_frame(&mut frames, FrameType::FileDone, 0, &done_body(2, 1, &b));
+    put_frame(
+        &mut frames,
+        FrameType::FileDone,
+        0,
+        &done_body(2, 1, list_hash(&[&b])),
+    );
     rx.send(FrameType::Batch, 0, &batch_of(&frames)).expect("BATCH");
     // Dropped by the sender before FILE_DONE.
     rx.send(FrameType::File, 0, &streamed_of(3, b"dropped", two.len() as u64))
@@ -574,7 +586,7 @@ fn streamed_files_that_break_the_rules_end_the_session() {
                 // Two announced chunks: the file stays open after one.
                 f[20..24].copy_from_slice(&2u32.to_le_bytes());
                 rx.send(FrameType::File, 0, &f)?;
-                rx.send(FrameType::FileDone, 0, &done_body(0, 1, d))
+                rx.send(FrameType::FileDone, 0, &done_body(0, 1, list_hash(&[d])))
             },
             FilesViolation::DoneNotStreaming {
                 got: 0,
@@ -587,7 +599,7 @@ fn streamed_files_that_break_the_rules_end_the_session() {
                 rx.handshake(0);
                 rx.send(FrameType::File, 0, &streamed_of(0, b"f", 600))?;
                 rx.send(FrameType::Chunks, 0, &literals(0, &[(d, d)]))?;
-                rx.send(FrameType::FileDone, 0, &done_body(0, 1, d))
+                rx.send(FrameType::FileDone, 0, &done_body(0, 1, list_hash(&[d])))
             },
             FilesViolation::DoneMismatch {
                 file: 0,
@@ -603,7 +615,7 @@ fn streamed_files_that_break_the_rules_end_the_session() {
                 rx.handshake(0);
                 rx.send(FrameType::File, 0, &streamed_of(0, b"f", 300))?;
                 rx.send(FrameType::Chunks, 0, &literals(0, &[(d, d)]))?;
-                rx.send(FrameType::FileDone, 0, &done_body(0, 2, d))
+                rx.send(FrameType::FileDone, 0, &done_body(0, 2, list_hash(&[d])))
             },
             FilesViolation::DoneMismatch {
                 file: 0,

@@ -5,18 +5,22 @@
 //!   thread, the process or its reaped children (`getrusage(2)`), with
 //!   [`Usage::since`] for the difference over an interval;
 //! - [`fs`]: which filesystem holds a path ([`FsType`]) and its block size,
-//!   the base page size, and the huge page size of a hugetlbfs mount.
+//!   the base page size, and the huge page size of a hugetlbfs mount;
+//! - [`clone`]: share a range of one file's blocks with another (a reflink).
 //!
-//! Everything goes through `rustix` where it has the call. The single
-//! exception is `getrusage`, which rustix does not wrap: its `unsafe` lives
-//! in a private module of [`usage`], the only `unsafe` of this crate.
+//! Everything goes through `rustix` where it has the call. The exceptions
+//! are `getrusage` and the `FICLONERANGE` ioctl, which rustix does not
+//! wrap: their `unsafe` lives in a private `ffi` module of [`usage`] and of
+//! [`clone`], the only `unsafe` of this crate.
 //! Every function returns plain [`std::io::Error`]s; callers add the
 //! context (which path, which operation) in their own typed errors.
 
+pub mod clone;
 pub mod cpu;
 pub mod fs;
 pub mod usage;
 
+pub use clone::clone_range;
 pub use cpu::{allowed_cpus, current_cpu, pin_current_thread, MAX_CPU};
 pub use fs::{base_page_size, fstatfs, hugetlbfs_page_size, statfs, FsInfo, FsType};
 pub use usage::{children_usage, max_rss_bytes, process_usage, thread_usage, tree_cpu_seconds, Usage};

@@ -88,7 +88,7 @@ pub enum FrameType {
     Delete = 21,
     /// Files: what the receiver removed (or would remove), or why it did not.
     Deleted = 22,
-    /// Files: a streamed file's chunk count and whole-file hash, after its CHUNKS.
+    /// Files: a streamed file's chunk count and file hash, after its CHUNKS.
     FileDone = 23,
 }
 

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{
-    assemble, chunk_bytes_windowed, hash_chunks, lock, tree, ChunkParams, ChunkRef, Cutter, Recipe, ZERO_FLAG,
+    assemble, chunk_bytes_windowed, hash_chunks, lock, ChunkParams, ChunkRef, Cutter, Recipe, ZERO_FLAG,
 };
 use crate::error::FilesError;
 
@@ -44,6 +44,19 @@ pub(super) fn chunk_file_windowed(
     read: &AtomicU64,
 ) -> Result<Recipe, FilesError> {
     read_file(
+        path,
+        window,
+        read,
+        |data| chunk_bytes_windowed(data, params, window),
+        |file, size| pipeline(file, path, size, params, window, read, None),
+    )
+}
+
+/// [`chunk_file`] of a file already open; `path` names it in errors.
+pub fn chunk_open_file(file: &File, path: &Path, params: &ChunkParams) -> Result<Recipe, FilesError> {
+    let (window, read) = (params.window(), &AtomicU64::new(0));
+    read_open_file(
+        file,
         path,
         window,
         read,
@@ -110,6 +123,18 @@ fn read_file<R>(
     large: impl FnOnce(&File, u64) -> Result<R, FilesError>,
 ) -> Result<R, FilesError> {
     let file = File::open(path).map_err(|e| FilesError::io("open", path, e))?;
+    read_open_file(&file, path, window, read, small, large)
+}
+
+/// [`read_file`] of a file already open (`path` names it in errors).
+fn read_open_file<R>(
+    file: &File,
+    path: &Path,
+    window: usize,
+    read: &AtomicU64,
+    small: impl FnOnce(&[u8]) -> R,
+    large: impl FnOnce(&File, u64) -> Result<R, FilesError>,
+) -> Result<R, FilesError> {
     let before = file.metadata().map_err(|e| FilesError::io("stat", path, e))?;
     if !before.is_file() {
         return Err(FilesError::NotAFile { path: path.into() });
@@ -124,16 +149,16 @@ fn read_file<R>(
                 buf.resize(size as usize, 0);
             }
             let data = &mut buf[..size as usize];
-            read_full_at(&file, data, 0, path)?;
+            read_full_at(file, data, 0, path)?;
             read.fetch_add(size, Ordering::Relaxed);
             Ok::<_, FilesError>(small(data))
         })?
     } else {
         // Advice only; a filesystem that does not take it changes nothing.
-        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
-        large(&file, size)?
+        let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Sequential);
+        large(file, size)?
     };
-    unchanged_since(&file, &before, path)?;
+    unchanged_since(file, &before, path)?;
     Ok(result)
 }
 
@@ -270,8 +295,8 @@ fn read_sparse_at(file: &File, buf: &mut [u8], offset: u64, path: &Path) -> Resu
 
 /// Multi-window chunking. This thread finds cut points, window after
 /// window; meanwhile the next window is read by a rayon task (`join`), and
-/// each finished window goes to a rayon task that hashes its chunks and
-/// computes its BLAKE3 chaining value. Only cut finding is sequential.
+/// each finished window goes to a rayon task that hashes its chunks. Only
+/// cut finding is sequential.
 ///
 /// Buffer layout: the window's `wlen` bytes are read to `buf[max..]`; before
 /// cutting, the carry (the bytes after the previous window's last cut, fewer
@@ -348,17 +373,15 @@ fn pipeline(
             carry.extend_from_slice(&buf[start + pos..end]);
             let base = carry_off;
             carry_off += pos as u64;
-            let wstart = k as u64 * window as u64;
             in_flight.fetch_add(1, Ordering::AcqRel);
             let (spare, results, in_flight, unsent) = (&spare, &results, &in_flight, &unsent);
             let cutter = &cutter;
             s.spawn(move |_| {
                 let chunks = hash_chunks(&buf[start..start + pos], base, &lens, cutter);
-                let cv = tree::window_cv(&buf[max..end], wstart);
                 if streaming {
                     lock(unsent).insert(k, chunks.clone());
                 }
-                lock(results).push(super::WindowResult { k, chunks, cv });
+                lock(results).push(super::WindowResult { k, chunks });
                 lock(spare).push(buf);
                 in_flight.fetch_sub(1, Ordering::AcqRel);
             });

@@ -11,20 +11,20 @@
 //! the crate's standard gear table; the loop is our own, see `cdc.rs`), so
 //! they are the ones `fastcdc::v2020::FastCDC::new(data, min, avg, max)`
 //! yields; a test pins that.
-//! A chunk is named by the BLAKE3 hash of its bytes, and a recipe also carries
-//! the BLAKE3 hash of the whole file.
+//! A chunk is named by the BLAKE3 hash of its bytes. A recipe also carries
+//! the file's hash, computed from its chunk list rather than from its bytes
+//! ([`FileHasher`]): a receiver that checked every chunk knows the file hash
+//! without hashing the file a second time, and so does the sender.
 //!
 //! # How the work is split
 //! Finding cut points is inherently sequential (each cut depends on the
 //! previous one) but cheap: the gear hash costs one to two cycles per byte. The
-//! BLAKE3 work (every byte is hashed twice: once in its chunk, once for the
-//! whole-file hash) and the reading are split into windows of `W` bytes
-//! (8 MiB, or more for very large `max`). One thread finds the cut points of
-//! window `k` while a rayon task reads window `k + 1`; then window `k` goes to
-//! a rayon task that hashes its chunks and computes the window's BLAKE3
-//! chaining value; the whole-file hash is assembled from those (see
-//! `tree.rs`). When the cutter runs ahead, it helps with hashing instead of
-//! allocating more windows, so memory per file stays bounded (a few windows).
+//! BLAKE3 work (every byte once, in its chunk) and the reading are split into
+//! windows of `W` bytes (8 MiB, or more for very large `max`). One thread
+//! finds the cut points of window `k` while a rayon task reads window
+//! `k + 1`; then window `k` goes to a rayon task that hashes its chunks.
+//! When the cutter runs ahead, it helps with hashing instead of allocating
+//! more windows, so memory per file stays bounded (a few windows).
 //!
 //! Files are read with `pread(2)` into recycled buffers rather than mapped:
 //! a file truncated by another process while mapped would raise SIGBUS and
@@ -36,11 +36,10 @@
 //! Holes are found with `SEEK_DATA`/`SEEK_HOLE` and zero-filled instead of
 //! read, and runs of zeros skip the gear hash and chunk hashing (see
 //! `cdc.rs`), so a mostly-empty multi-GiB file costs little more than the
-//! whole-file BLAKE3 hash. The recipe is the same as for the dense file.
+//! gear hash over its data. The recipe is the same as for the dense file.
 
 mod cdc;
 mod file;
-mod tree;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
@@ -51,7 +50,9 @@ use crate::error::{ChunkParamsError, FilesError};
 use crate::walk::{Entry, WalkKind};
 
 use cdc::{Cutter, ZERO_FLAG};
-pub use file::{chunk_file, chunk_file_streaming, digest_file, quick_digest, ChunkSink, QuickDigest};
+pub use file::{
+    chunk_file, chunk_file_streaming, chunk_open_file, digest_file, quick_digest, ChunkSink, QuickDigest,
+};
 use file::{chunk_file_windowed, digest_file_metered};
 
 /// Default average chunk size: 32 KiB.
@@ -146,7 +147,7 @@ pub struct ChunkRef {
 pub struct Recipe {
     /// File size in bytes.
     pub size: u64,
-    /// BLAKE3 hash of the whole file (`blake3::hash` of its content).
+    /// The file hash: [`FileHasher`] over `chunks`.
     pub file_hash: [u8; 32],
     /// The chunks, in order. Empty for an empty file.
     pub chunks: Vec<ChunkRef>,
@@ -155,10 +156,20 @@ pub struct Recipe {
 impl Recipe {
     /// The recipe of an empty file.
     pub fn empty() -> Self {
+        Self::of_chunks(0, Vec::new())
+    }
+
+    /// The recipe of a file of `size` bytes made of `chunks`, its file hash
+    /// computed from them.
+    pub fn of_chunks(size: u64, chunks: Vec<ChunkRef>) -> Self {
+        let mut h = FileHasher::new();
+        for c in &chunks {
+            h.add(c.len, &c.hash);
+        }
         Self {
-            size: 0,
-            file_hash: *blake3::hash(&[]).as_bytes(),
-            chunks: Vec::new(),
+            size,
+            file_hash: h.finish(),
+            chunks,
         }
     }
 
@@ -172,6 +183,66 @@ impl Recipe {
             at += u64::from(c.len);
         }
         at == self.size
+    }
+}
+
+/// The file hash of a chunk list, fed one chunk at a time in file order.
+///
+/// A file of one chunk (most small files) hashes to that chunk's hash, which
+/// is `blake3::hash` of its content; an empty file to `blake3::hash(b"")`.
+/// A file of two or more chunks hashes to BLAKE3 in key-derivation mode
+/// (context [`FILE_HASH_CONTEXT`], so it cannot equal the plain BLAKE3 of
+/// any content) over each chunk's length (`u32`, little-endian) and hash.
+///
+/// Why not the BLAKE3 of the whole content: that costs a second pass over
+/// every byte on both sides (a quarter of the CPU of a cold large file),
+/// while a receiver that checked each chunk against its hash knows the
+/// content as well from the list. The price: the hash depends on the chunk
+/// parameters, so a file recorded under other parameters is seen as
+/// different and rebuilt (correct, only slower). `docs/wire.md` §10.5
+/// defines it for other implementations.
+#[derive(Debug, Clone)]
+pub struct FileHasher {
+    chunks: u64,
+    first: [u8; 32],
+    list: blake3::Hasher,
+}
+
+/// BLAKE3 key-derivation context of the hash of a file of two or more chunks.
+pub const FILE_HASH_CONTEXT: &str = "PacketFS 2026-11-24 file hash from chunk list";
+
+impl FileHasher {
+    pub fn new() -> Self {
+        Self {
+            chunks: 0,
+            first: [0; 32],
+            list: blake3::Hasher::new_derive_key(FILE_HASH_CONTEXT),
+        }
+    }
+
+    /// The next chunk, in file order.
+    pub fn add(&mut self, len: u32, hash: &[u8; 32]) {
+        if self.chunks == 0 {
+            self.first = *hash;
+        }
+        self.chunks += 1;
+        self.list.update(&len.to_le_bytes());
+        self.list.update(hash);
+    }
+
+    /// The hash of the chunks added so far.
+    pub fn finish(&self) -> [u8; 32] {
+        match self.chunks {
+            0 => *blake3::hash(b"").as_bytes(),
+            1 => self.first,
+            _ => *self.list.finalize().as_bytes(),
+        }
+    }
+}
+
+impl Default for FileHasher {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -233,27 +304,15 @@ fn chunk_bytes_windowed(data: &[u8], params: &ChunkParams, window: usize) -> Rec
             lens.push(l);
             pos += (l & !ZERO_FLAG) as usize;
         }
-        let chunks = hash_chunks(data, 0, &lens, &cutter);
-        // A one-chunk file's chunk hash is its file hash: no second pass.
-        let file_hash = match chunks.as_slice() {
-            [only] if only.len as usize == data.len() => only.hash,
-            _ => *blake3::hash(data).as_bytes(),
-        };
-        return Recipe {
-            size: data.len() as u64,
-            file_hash,
-            chunks,
-        };
+        return Recipe::of_chunks(data.len() as u64, hash_chunks(data, 0, &lens, &cutter));
     }
-    // Window k owns the chunks that start inside it and the chaining value of
-    // its bytes.
+    // Window k owns the chunks that start inside it.
     let n = data.len().div_ceil(window);
     let results: Mutex<Vec<WindowResult>> = Mutex::new(Vec::with_capacity(n));
     rayon::scope(|s| {
         let mut pos = 0usize;
         for k in 0..n {
-            let wstart = k * window;
-            let wend = (wstart + window).min(data.len());
+            let wend = ((k + 1) * window).min(data.len());
             let first = pos;
             let mut lens = Vec::with_capacity(window / params.avg as usize + 8);
             while pos < wend {
@@ -262,12 +321,10 @@ fn chunk_bytes_windowed(data: &[u8], params: &ChunkParams, window: usize) -> Rec
                 pos += (l & !ZERO_FLAG) as usize;
             }
             let chunk_bytes = &data[first..pos];
-            let win = &data[wstart..wend];
             let (results, cutter) = (&results, &cutter);
             s.spawn(move |_| {
                 let chunks = hash_chunks(chunk_bytes, first as u64, &lens, cutter);
-                let cv = tree::window_cv(win, wstart as u64);
-                lock(results).push(WindowResult { k, chunks, cv });
+                lock(results).push(WindowResult { k, chunks });
             });
         }
     });
@@ -279,22 +336,16 @@ fn chunk_bytes_windowed(data: &[u8], params: &ChunkParams, window: usize) -> Rec
 struct WindowResult {
     k: usize,
     chunks: Vec<ChunkRef>,
-    cv: blake3::hazmat::ChainingValue,
 }
 
-/// Join per-window results (in any order, at least two) into a recipe.
+/// Join per-window results (in any order) into a recipe.
 fn assemble(size: u64, mut results: Vec<WindowResult>) -> Recipe {
     results.sort_unstable_by_key(|r| r.k);
-    let cvs: Vec<_> = results.iter().map(|r| r.cv).collect();
     let mut chunks = Vec::with_capacity(results.iter().map(|r| r.chunks.len()).sum());
     for r in results {
         chunks.extend(r.chunks);
     }
-    Recipe {
-        size,
-        file_hash: tree::root_hash(&cvs),
-        chunks,
-    }
+    Recipe::of_chunks(size, chunks)
 }
 
 /// Lock a mutex whose data stays valid even if a holder panicked (the panic

@@ -24,10 +24,26 @@ fn small_params() -> ChunkParams {
     ChunkParams::with_bounds(64, 256, 1024).unwrap()
 }
 
+/// The file hash as docs/wire.md §10.5 defines it, computed from the bytes
+/// (not with [`FileHasher`]).
+fn spec_file_hash(data: &[u8], r: &Recipe) -> [u8; 32] {
+    if r.chunks.len() <= 1 {
+        return *blake3::hash(data).as_bytes();
+    }
+    let mut list = Vec::new();
+    for c in &r.chunks {
+        list.extend_from_slice(&c.len.to_le_bytes());
+        list.extend_from_slice(
+            blake3::hash(&data[c.offset as usize..(c.offset + u64::from(c.len)) as usize]).as_bytes(),
+        );
+    }
+    blake3::derive_key("PacketFS 2026-11-24 file hash from chunk list", &list)
+}
+
 fn check_recipe(data: &[u8], r: &Recipe, p: &ChunkParams) {
     assert_eq!(r.size, data.len() as u64);
     assert!(r.is_consistent());
-    assert_eq!(r.file_hash, *blake3::hash(data).as_bytes());
+    assert_eq!(r.file_hash, spec_file_hash(data, r));
     for (i, c) in r.chunks.iter().enumerate() {
         let bytes = &data[c.offset as usize..(c.offset + u64::from(c.len)) as usize];
         assert_eq!(c.hash, *blake3::hash(bytes).as_bytes());
@@ -224,7 +240,31 @@ fn file_larger_than_a_window() {
     let f = write_temp(&data);
     let got = chunk_file(f.path(), &p).unwrap();
     assert_eq!(got, chunk_bytes(&data, &p));
-    assert_eq!(got.file_hash, *blake3::hash(&data).as_bytes());
+    assert_eq!(got.file_hash, spec_file_hash(&data, &got));
+}
+
+#[test]
+fn file_hash_is_the_chunk_list_hash() {
+    // One chunk: its hash is the file's, the plain BLAKE3 of the content.
+    let one = chunk_bytes(b"a small file", &ChunkParams::default());
+    assert_eq!(one.file_hash, *blake3::hash(b"a small file").as_bytes());
+    // Two chunks: BLAKE3 key derivation over (len, hash) of each.
+    let mut h = FileHasher::new();
+    h.add(3, &[1; 32]);
+    h.add(5, &[2; 32]);
+    let mut list = Vec::new();
+    list.extend_from_slice(&3u32.to_le_bytes());
+    list.extend_from_slice(&[1; 32]);
+    list.extend_from_slice(&5u32.to_le_bytes());
+    list.extend_from_slice(&[2; 32]);
+    assert_eq!(h.finish(), blake3::derive_key(FILE_HASH_CONTEXT, &list));
+    // Pinned, as docs/wire.md §10.5 gives it.
+    assert_eq!(
+        blake3::Hash::from(h.finish()).to_hex().as_str(),
+        "4bbe7ec7794172f751b8f442713bdfb02fc076d938222428a951789d52a3b6cf"
+    );
+    // Never the plain hash of a content: the domains differ.
+    assert_ne!(h.finish(), *blake3::hash(&list).as_bytes());
 }
 
 /// Streaming hands out exactly the recipe's chunks, in file order, for a
@@ -289,31 +329,29 @@ fn sparse_file(len: u64) -> (tempfile::NamedTempFile, Vec<(u64, Vec<u8>)>) {
     (f, writes)
 }
 
-/// BLAKE3 of the sparse file's content, streamed.
-fn sparse_hash(len: u64, writes: &[(u64, Vec<u8>)]) -> [u8; 32] {
-    let mut h = blake3::Hasher::new();
-    let zeros = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    for (off, bytes) in writes {
-        while at < *off {
-            let n = (*off - at).min(zeros.len() as u64) as usize;
-            h.update(&zeros[..n]);
-            at += n as u64;
-        }
-        h.update(bytes);
-        at += bytes.len() as u64;
+/// Every chunk of `r` hashes to its bytes as read back from `f`, and the
+/// file hash is the list's (docs/wire.md §10.5).
+fn check_chunks_against_file(f: &std::fs::File, r: &Recipe) {
+    use std::os::unix::fs::FileExt;
+    let mut buf = Vec::new();
+    let mut list = Vec::new();
+    for c in &r.chunks {
+        buf.resize(c.len as usize, 0);
+        f.read_exact_at(&mut buf, c.offset).unwrap();
+        assert_eq!(c.hash, *blake3::hash(&buf).as_bytes(), "chunk at {}", c.offset);
+        list.extend_from_slice(&c.len.to_le_bytes());
+        list.extend_from_slice(&c.hash);
     }
-    assert_eq!(at, len);
-    *h.finalize().as_bytes()
+    assert_eq!(r.file_hash, blake3::derive_key(FILE_HASH_CONTEXT, &list));
 }
 
 fn check_sparse(len: u64) {
     let p = ChunkParams::default();
-    let (f, writes) = sparse_file(len);
+    let (f, _) = sparse_file(len);
     let r = chunk_file(f.path(), &p).unwrap();
     assert_eq!(r.size, len);
     assert!(r.is_consistent());
-    assert_eq!(r.file_hash, sparse_hash(len, &writes));
+    check_chunks_against_file(f.as_file(), &r);
     // Chunks away from the written ranges are all-zero chunks.
     let zero_max = *blake3::hash(&vec![0u8; p.max() as usize]).as_bytes();
     let zero_chunks = r.chunks.iter().filter(|c| c.hash == zero_max).count();

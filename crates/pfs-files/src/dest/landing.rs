@@ -2,7 +2,7 @@
 //! the filesystem work a files receiver decides on — answer probes, create
 //! directories and symlinks, place each regular file (leave it, set its
 //! metadata only, or rebuild it under a temporary name), write chunk bytes
-//! into it with `pwritev`, and finish it (whole-file hash, mode and mtime,
+//! into it with `pwritev`, and finish it (file hash of its chunks, mode and mtime,
 //! rename into place, manifest record). The protocol decisions stay in the
 //! session's core; everything here goes through [`DestRoot`], so it never
 //! leaves the destination.
@@ -18,7 +18,7 @@ use check::Verdict;
 
 mod check;
 mod meta;
-use crate::chunk::QuickDigest;
+use crate::chunk::{ChunkParams, QuickDigest};
 use crate::error::FilesError;
 use crate::manifest::{Manifest, Written};
 use crate::path::RelPath;
@@ -45,15 +45,20 @@ pub enum LandError {
     /// The file is no longer what the sender's PROBE found.
     #[error("changed at the destination after the sender asked about it (PROBE); send again")]
     ChangedSinceProbe,
-    /// The rebuilt file's BLAKE3 is not the sender's.
-    #[error("content does not match the sender's BLAKE3 (file changed while sent?)")]
+    /// The file hash of the chunks received (each checked against its own
+    /// hash) is not the one the sender announced.
+    #[error("the chunks received do not make up the file hash the sender announced (a sender bug)")]
     ContentMismatch,
-    /// Reading the rebuilt file back to hash it failed.
-    #[error("re-reading to verify: {0}")]
+    /// Reading the rebuilt file back for its XXH3-128 failed.
+    #[error("re-reading for its digest: {0}")]
     Reread(io::Error),
     /// Writing chunk bytes failed.
     #[error("write: {0}")]
     Write(io::Error),
+    /// A held file this one shares blocks with (a reflink) changed while
+    /// they were shared, and the bytes shared no longer match their chunks.
+    #[error("a file at the destination it shares blocks with changed while they were shared; send again")]
+    HeldChanged,
     /// The file number is not being rebuilt (the caller's bug).
     #[error("file {0} is not being rebuilt")]
     NotOpen(u64),
@@ -104,8 +109,9 @@ pub struct Landing<'d> {
     open: HashMap<u64, TempFile>,
     /// Files being rebuilt that wait with their descriptors closed.
     parked: HashMap<u64, ParkedTemp>,
-    /// Content decides, not size and mtime (`check`).
-    checksum: bool,
+    /// Content decides, not size and mtime (`check`): files are hashed
+    /// with these chunk parameters (the file hash depends on them).
+    checksum: Option<ChunkParams>,
 }
 
 impl<'d> Landing<'d> {
@@ -121,7 +127,7 @@ impl<'d> Landing<'d> {
             dirs_new: HashSet::new(),
             open: HashMap::new(),
             parked: HashMap::new(),
-            checksum: false,
+            checksum: None,
         }
     }
 
@@ -284,6 +290,15 @@ impl<'d> Landing<'d> {
         write_all_vectored_at(temp.file(), slices, at).map_err(LandError::Write)
     }
 
+    /// Shares `len` bytes of `src` from `src_at` into the file `no` being
+    /// rebuilt at `at` (a reflink: see [`DestRoot::reflink_block`] for
+    /// where it works and [`pfs_sys::clone_range`] for the alignment it
+    /// needs). An error leaves the range as it was; the caller copies.
+    pub fn clone_at(&mut self, no: u64, at: u64, src: &File, src_at: u64, len: u64) -> Result<(), LandError> {
+        let temp = self.temp(no)?;
+        pfs_sys::clone_range(temp.file(), at, src, src_at, len).map_err(LandError::Write)
+    }
+
     /// The temporary file of `no` being rebuilt: its name in `.pfs/tmp`,
     /// where it will land, its inode.
     pub fn temp_info(&self, no: u64) -> Option<(&[u8], &RelPath, u64)> {
@@ -311,27 +326,30 @@ impl<'d> Landing<'d> {
         temp.file().read_exact_at(buf, at).map_err(LandError::Reread)
     }
 
-    /// Finishes the file `no`: checks its BLAKE3 against the sender's, sets
-    /// mode and mtime, renames it into place, records it in the manifest.
-    /// `digests` are the BLAKE3 and XXH3-128 computed while it was written;
-    /// a missing one (chunks written out of order) is computed by reading
-    /// the file back. Returns the landed file's stat.
+    /// Finishes the file `no`: checks its file hash against the sender's,
+    /// sets mode and mtime, renames it into place, records it in the
+    /// manifest. `digest` is the file hash of the chunks written (each
+    /// checked against its own hash), `quick` the XXH3-128 computed while
+    /// they were written, if they were written in order (else the file is
+    /// read back for it, when the manifest wants it). Returns the landed
+    /// file's stat.
     pub fn finish_file(
         &mut self,
         no: u64,
         f: &FileSpec<'_>,
-        digests: (Option<Hash>, Option<QuickDigest>),
+        digest: Hash,
+        quick: Option<QuickDigest>,
     ) -> Result<FileStat, LandError> {
         self.temp(no)?;
         let temp = self.open.remove(&no).ok_or(LandError::NotOpen(no))?;
-        let (digest, quick) = match digests {
-            (Some(d), Some(q)) => (d, q),
-            (Some(d), None) if !self.wants_quick() => (d, [0; 16]),
-            _ => hash_file(temp.file(), f.size).map_err(LandError::Reread)?,
-        };
         if digest != f.file_hash {
             return Err(LandError::ContentMismatch);
         }
+        let quick = match quick {
+            Some(q) => q,
+            None if !self.wants_quick() => [0; 16],
+            None => quick_file(temp.file(), f.size).map_err(LandError::Reread)?,
+        };
         temp.set_times_and_mode(f.mtime_ns, f.mode)?;
         let meta = temp.persist(self.fsync)?;
         if let Some(m) = &self.manifest {
@@ -400,18 +418,16 @@ fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {
         && i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()) == mtime_ns
 }
 
-/// BLAKE3 and XXH3-128 of the first `size` bytes of `f`.
-fn hash_file(f: &File, size: u64) -> io::Result<(Hash, QuickDigest)> {
-    let mut h = blake3::Hasher::new();
+/// XXH3-128 of the first `size` bytes of `f`.
+fn quick_file(f: &File, size: u64) -> io::Result<QuickDigest> {
     let mut q = twox_hash::XxHash3_128::new();
     let mut buf = vec![0u8; REREAD_BUF];
     let mut at = 0u64;
     while at < size {
         let n = (size - at).min(buf.len() as u64) as usize;
         f.read_exact_at(&mut buf[..n], at)?;
-        h.update(&buf[..n]);
         q.write(&buf[..n]);
         at += n as u64;
     }
-    Ok((*h.finalize().as_bytes(), q.finish_128().to_le_bytes()))
+    Ok(q.finish_128().to_le_bytes())
 }

@@ -3,7 +3,7 @@
 //! receiver's store. The sender sends descriptors `(offset, len)` into the
 //! store blob for chunks the store holds and literal bytes for the rest; the
 //! receiver checks every chunk against its hash, rebuilds each file under a
-//! temporary name, checks the whole-file BLAKE3 and renames it into place.
+//! temporary name, checks the file hash of its chunks and renames it into place.
 //! Chunks whose stored bytes turn out damaged are NAKed after the stream and
 //! REPAIRed by the sender (the corrections plane).
 //!

@@ -38,7 +38,7 @@ pub struct FileExtra<'a> {
     /// `LINKED`: a hard link to the regular file at the path in the
     /// entry's target field.
     pub linked: bool,
-    /// `STREAMED`: chunk count and whole-file hash come in FILE_DONE,
+    /// `STREAMED`: chunk count and file hash come in FILE_DONE,
     /// after the CHUNKS (§10.13).
     pub streamed: bool,
     /// Numeric owner.

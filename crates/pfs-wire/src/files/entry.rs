@@ -87,7 +87,7 @@ impl EntryKind {
     }
 }
 
-/// One entry of the tree: metadata, and for files the whole-file hash and
+/// One entry of the tree: metadata, and for files the file hash and
 /// how many chunks follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileEntry<'a> {
@@ -105,7 +105,8 @@ pub struct FileEntry<'a> {
     pub size: u64,
     /// Chunks that follow (0 unless a file).
     pub chunk_count: u32,
-    /// BLAKE3 of the whole file (zeros unless a file).
+    /// The file hash, computed from the chunk list (docs/wire.md §10.6;
+    /// zeros unless a file).
     pub file_hash: Hash,
     /// Relative path, `/`-separated bytes (the receiver validates it).
     pub path: &'a [u8],

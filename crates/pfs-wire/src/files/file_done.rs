@@ -1,6 +1,6 @@
 //! FILE_DONE (`docs/wire.md` §10.13): the end of a `STREAMED` file, whose
 //! FILE went out before the sender had read it all: how many CHUNKS entries
-//! it had and the BLAKE3 of the whole file, known only now.
+//! it had and its file hash (docs/wire.md §10.6), known only now.
 
 use crate::layout::{tiles, Field, Reader, Writer};
 use crate::WireError;
@@ -29,7 +29,7 @@ pub struct FileDone {
     pub file_no: u64,
     /// CHUNKS entries the file had (at least 1: a streamed file is not empty).
     pub chunk_count: u32,
-    /// BLAKE3 of the whole file.
+    /// The file hash of its chunks (docs/wire.md §10.6).
     pub file_hash: Hash,
 }
 

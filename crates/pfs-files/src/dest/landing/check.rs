@@ -8,13 +8,16 @@
 //! match but whose recorded digest is not the sender's is rebuilt — the
 //! case rsync's quick check misses (unpacked archives, `touch -r`). Where
 //! it does not know, size and mtime decide, as in rsync, unless the session
-//! asked for `--checksum`: then a file of the right size is read and hashed
-//! once, and the record kept in the manifest for the next session.
+//! asked for `--checksum`: then a file of the right size is read, chunked
+//! and hashed once (the file hash comes from its chunks, so it needs the
+//! session's chunk parameters), and the record kept in the manifest for the
+//! next session.
 
 use std::io;
 use std::os::unix::fs::MetadataExt;
 
-use super::{hash_file, Landing};
+use super::{quick_file, Landing};
+use crate::chunk::{chunk_open_file, ChunkParams};
 use crate::dest::FileStat;
 use crate::manifest::Written;
 use crate::path::RelPath;
@@ -32,14 +35,16 @@ pub(super) enum Verdict {
 
 impl Landing<'_> {
     /// Decide "unchanged" by content only (rsync's `--checksum`): files the
-    /// manifest does not describe are read and hashed.
-    pub fn set_checksum(&mut self, on: bool) {
-        self.checksum = on;
+    /// manifest does not describe are read and hashed, chunked with
+    /// `params` (the session's). `None`: size and mtime decide where the
+    /// manifest does not know.
+    pub fn set_checksum(&mut self, params: Option<ChunkParams>) {
+        self.checksum = params;
     }
 
     /// Whether sessions decide by content (see [`Self::set_checksum`]).
     pub fn checksum(&self) -> bool {
-        self.checksum
+        self.checksum.is_some()
     }
 
     /// The manifest's record of the regular file `rel`, found as `st`, if
@@ -51,28 +56,32 @@ impl Landing<'_> {
             .as_ref()
             .and_then(|m| m.get(rel.as_bytes()))
             .filter(|w| w.still_stat(st));
-        if recorded.is_some() || !self.checksum || st.size != size {
+        let Some(params) = self.checksum.filter(|_| recorded.is_none() && st.size == size) else {
             return recorded;
-        }
-        self.learn(rel, st).ok().flatten()
+        };
+        self.learn(rel, st, &params).ok().flatten()
     }
 
     /// Reads and hashes the regular file `rel`, found as `st`, and records
     /// it in the manifest; `None` if it is no longer that file, or changed
     /// while it was read.
-    fn learn(&mut self, rel: &RelPath, st: &FileStat) -> io::Result<Option<Written>> {
+    fn learn(&mut self, rel: &RelPath, st: &FileStat, params: &ChunkParams) -> io::Result<Option<Written>> {
         let Ok(Some((file, before))) = self.root.open_existing(rel) else {
             return Ok(None);
         };
         if FileStat::of(&before) != *st {
             return Ok(None);
         }
-        let (hash, digest) = hash_file(&file, st.size)?;
+        // A file that changed while read is simply not known.
+        let Ok(recipe) = chunk_open_file(&file, rel.as_ref(), params) else {
+            return Ok(None);
+        };
+        let digest = quick_file(&file, st.size)?;
         let after = file.metadata()?;
         if FileStat::of(&after) != *st || after.size() != st.size {
             return Ok(None);
         }
-        let w = Written::of(&after, hash, digest);
+        let w = Written::of(&after, recipe.file_hash, digest);
         if let Some(m) = &self.manifest {
             m.insert(rel.as_bytes(), w);
         }
@@ -92,7 +101,7 @@ impl Landing<'_> {
         match self.known(rel, st, size) {
             Some(w) if matches(&w) => Verdict::Same(w),
             Some(_) => Verdict::Differs,
-            None if self.checksum => Verdict::Differs,
+            None if self.checksum() => Verdict::Differs,
             None => Verdict::Unknown,
         }
     }
@@ -121,7 +130,8 @@ mod tests {
         let manifest = Arc::new(manifest);
         let mut landing = Landing::new(&root, Some(Arc::clone(&manifest)), false);
         let (size, mtime) = (st.size, st.mtime_ns);
-        let (hash, digest) = hash_file(&fs::File::open(dest.join("f")).unwrap(), size).unwrap();
+        let digest = quick_file(&fs::File::open(dest.join("f")).unwrap(), size).unwrap();
+        let hash = crate::chunk_bytes(b"release 42", &ChunkParams::default()).file_hash;
 
         // Nothing known: size and mtime decide, whatever the digest.
         assert!(landing.holds(&rel, size, mtime, &[9; 8]));
@@ -146,7 +156,7 @@ mod tests {
         let (fresh, _) = Manifest::open(t.path().join("other"));
         let fresh = Arc::new(fresh);
         let mut landing = Landing::new(&root, Some(Arc::clone(&fresh)), false);
-        landing.set_checksum(true);
+        landing.set_checksum(Some(ChunkParams::default()));
         assert!(!landing.holds(&rel, size, mtime, &[9; 8]));
         assert_eq!(fresh.get(b"f").map(|w| (w.hash, w.digest)), Some((hash, digest)));
         assert!(landing.holds(&rel, size, mtime + 1, &digest[..8]));
@@ -154,7 +164,7 @@ mod tests {
         let (empty, _) = Manifest::open(t.path().join("third"));
         let empty = Arc::new(empty);
         let mut landing = Landing::new(&root, Some(Arc::clone(&empty)), false);
-        landing.set_checksum(true);
+        landing.set_checksum(Some(ChunkParams::default()));
         assert_eq!(landing.verdict(&rel, &st, size + 1, |_| true), Verdict::Differs);
         assert!(empty.get(b"f").is_none());
     }

@@ -476,7 +476,12 @@ impl FilesReceiver {
         if hello.flags & HELLO_DELETE != 0 {
             self.deletion = Some(Box::default());
         }
-        host.set_checksum(hello.flags & HELLO_CHECKSUM != 0);
+        // With --checksum, files are hashed with the sender's chunk
+        // parameters (the file hash depends on them); a value that is not
+        // one only makes the hashes differ (files are rebuilt), so the
+        // default stands in.
+        let params = pfs_files::ChunkParams::new(hello.chunk_avg).unwrap_or_default();
+        host.set_checksum((hello.flags & HELLO_CHECKSUM != 0).then_some(params));
         let info = host.store_info();
         let accept = FilesAccept {
             store_id: info.id,

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use pfs_files::dest::index::{FileAt, IndexedFile};
 use pfs_files::{
@@ -16,6 +17,7 @@ use pfs_files::{
 use pfs_store::{ChunkLoc, IndexRecord, Reservation, Store, StoreError};
 use pfs_wire::files::{Hash, Xattrs};
 
+use super::clone::{ctime_of, CloneRun};
 use crate::files::hash_matches;
 
 /// Where the chunks a receiver holds are, and where new ones go.
@@ -234,7 +236,8 @@ pub trait FilesHost<'s> {
         &mut self,
         no: u64,
         f: &FileSpec<'_>,
-        digests: (Option<Hash>, Option<QuickDigest>),
+        digest: Hash,
+        quick: Option<QuickDigest>,
     ) -> Result<(), LandError>;
     /// Drops the file `no` being rebuilt.
     fn discard(&mut self, no: u64);
@@ -248,7 +251,7 @@ pub trait FilesHost<'s> {
 
     /// Decide "unchanged" by content, not size and mtime, for this session
     /// (rsync's `--checksum`; see [`Landing::set_checksum`]).
-    fn set_checksum(&mut self, on: bool);
+    fn set_checksum(&mut self, params: Option<pfs_files::ChunkParams>);
 
     /// Sets the owner and group of the entry `rel` (only where this
     /// receiver may: [`pfs_files::may_chown`]) and its extended attributes
@@ -321,6 +324,13 @@ struct DestHost<'s> {
     checkpointed: HashMap<u64, usize>,
     /// Temporary files this session claimed in the index.
     claimed: HashMap<u64, RelPath>,
+    /// Block size of reflinks into the destination, where it takes them.
+    reflink: Option<u64>,
+    /// Chunks copied whose whole blocks are shared when the run ends.
+    run: Option<Box<(CloneRun, Arc<File>)>>,
+    /// Files whose run could not be finished outside a call about them:
+    /// the next write or finish of the file fails with this.
+    broken: HashMap<u64, LandError>,
 }
 
 /// A held file (or a range of a partial one) a session copies chunks from.
@@ -330,7 +340,7 @@ struct Source {
     size: u64,
     /// Where the range starts in the file.
     offset: u64,
-    file: File,
+    file: Arc<File>,
 }
 
 impl Drop for DestHost<'_> {
@@ -357,6 +367,9 @@ impl<'s> LocalHost<'s> {
                 buf: Vec::new(),
                 checkpointed: HashMap::new(),
                 claimed: HashMap::new(),
+                reflink: index.root().reflink_block(),
+                run: None,
+                broken: HashMap::new(),
             }),
         };
         Self { held, landing }
@@ -418,7 +431,7 @@ impl DestHost<'_> {
             base: f.base,
             size: f.size,
             offset: f.offset,
-            file,
+            file: Arc::new(file),
         });
         Some(self.sources.len() - 1)
     }
@@ -452,12 +465,20 @@ impl DestHost<'_> {
             }
         };
         let src = &self.sources[i];
+        let (base, src_at, file) = (
+            src.base,
+            loc.offset - src.base + src.offset,
+            Arc::clone(&src.file),
+        );
+        // A run that may start here needs the held file's ctime from
+        // before its bytes are read (see `clone`).
+        let fresh = !self
+            .run
+            .as_ref()
+            .is_some_and(|b| b.0.continues(no, base, at, src_at));
+        let ctime = (self.reflink.is_some() && fresh).then(|| ctime_of(&file));
         self.buf.resize(len, 0);
-        let good = src
-            .file
-            .read_exact_at(&mut self.buf, loc.offset - src.base + src.offset)
-            .is_ok()
-            && hash_matches(&self.buf, hash);
+        let good = file.read_exact_at(&mut self.buf, src_at).is_ok() && hash_matches(&self.buf, hash);
         if !good {
             // Changed behind the receiver's back (same inode and size):
             // this chunk is NAKed; others of the file are still checked
@@ -465,11 +486,75 @@ impl DestHost<'_> {
             return Copied::Absent;
         }
         seen(&self.buf);
-        if let Err(e) = landing.write_at(no, at, &mut [IoSlice::new(&self.buf)]) {
-            return Copied::Failed(e);
+        match self.clone_or_write(landing, no, at, base, src_at, file, ctime, hash) {
+            Ok(()) => {
+                self.note(no, at, loc.len, hash);
+                Copied::Placed
+            }
+            Err(e) => Copied::Failed(e),
         }
-        self.note(no, at, loc.len, hash);
-        Copied::Placed
+    }
+
+    /// Places the verified chunk in `self.buf` at `at` of the file `no`: in
+    /// the current reflink run if it continues it, else in a new one if its
+    /// offsets allow sharing blocks (`ctime`: the held file's, from before
+    /// the chunk was read), else written.
+    #[allow(clippy::too_many_arguments)]
+    fn clone_or_write(
+        &mut self,
+        landing: &mut Landing<'_>,
+        no: u64,
+        at: u64,
+        base: u64,
+        src_at: u64,
+        file: Arc<File>,
+        ctime: Option<(i64, i64)>,
+        hash: &Hash,
+    ) -> Result<(), LandError> {
+        if let Some(b) = self.run.as_mut().filter(|b| b.0.continues(no, base, at, src_at)) {
+            return b.0.add(landing, at, &self.buf, hash);
+        }
+        self.end_run(landing, no)?;
+        if let (Some(block), Some(ctime)) = (self.reflink, ctime) {
+            if let Some(run) = CloneRun::start(landing, no, base, block, at, src_at, &self.buf, hash, ctime) {
+                self.run = Some(Box::new((run?, file)));
+                return Ok(());
+            }
+        }
+        landing.write_at(no, at, &mut [IoSlice::new(&self.buf)])
+    }
+
+    /// Ends the reflink run, if any. Its failure is returned when the run
+    /// was for the file `no`, else kept for that file's next write or finish.
+    fn end_run(&mut self, landing: &mut Landing<'_>, no: u64) -> Result<(), LandError> {
+        let Some(b) = self.run.take() else {
+            return Ok(());
+        };
+        let (run, file) = *b;
+        let of = run.no;
+        match run.finish(landing, &file) {
+            Ok(cloned) => {
+                // A filesystem that refused once is not asked again.
+                if !cloned {
+                    self.reflink = None;
+                }
+                Ok(())
+            }
+            Err(e) if of == no => Err(e),
+            Err(e) => {
+                self.broken.insert(of, e);
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the run of the file `no` (before anything else reads, writes or
+    /// finishes it); a failure kept for it is returned.
+    fn settle(&mut self, landing: &mut Landing<'_>, no: u64) -> Result<(), LandError> {
+        if self.run.as_ref().is_some_and(|b| b.0.no == no) {
+            self.end_run(landing, no)?;
+        }
+        self.broken.remove(&no).map_or(Ok(()), Err)
     }
 
     /// A literal chunk this session wrote into a file not landed yet.
@@ -485,6 +570,10 @@ impl DestHost<'_> {
         let &(from, from_at, from_len) = self.appended.get(hash)?;
         if from_len != len {
             return None;
+        }
+        if self.run.as_ref().is_some_and(|b| b.0.no == from) {
+            // Its bytes must be in place before they are read back.
+            self.end_run(landing, u64::MAX).ok()?;
         }
         self.buf.resize(len as usize, 0);
         landing.read_at(from, from_at, &mut self.buf).ok()?;
@@ -645,6 +734,8 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
                 Ok(written)
             }
             Held::Dest(d) => {
+                // A checkpoint says which chunks a partial file holds.
+                let _ = d.end_run(&mut self.landing, u64::MAX);
                 d.checkpoint(&self.landing);
                 d.index.commit().map_err(|e| StoreError::Io {
                     op: "append to the destination index",
@@ -740,6 +831,9 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
     }
 
     fn write(&mut self, no: u64, at: u64, slices: &mut [IoSlice<'_>]) -> Result<(), LandError> {
+        if let Held::Dest(d) = &mut self.held {
+            d.settle(&mut self.landing, no)?;
+        }
         self.landing.write_at(no, at, slices)
     }
 
@@ -751,9 +845,13 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         &mut self,
         no: u64,
         f: &FileSpec<'_>,
-        digests: (Option<Hash>, Option<QuickDigest>),
+        digest: Hash,
+        quick: Option<QuickDigest>,
     ) -> Result<(), LandError> {
-        let landed = self.landing.finish_file(no, f, digests);
+        if let Held::Dest(d) = &mut self.held {
+            d.settle(&mut self.landing, no)?;
+        }
+        let landed = self.landing.finish_file(no, f, digest, quick);
         if let Held::Dest(d) = &mut self.held {
             let chunks = d.forget(no);
             // Too long a path from the index's root: not indexed.
@@ -776,17 +874,27 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
 
     fn discard(&mut self, no: u64) {
         if let Held::Dest(d) = &mut self.held {
+            if d.run.as_ref().is_some_and(|b| b.0.no == no) {
+                d.run = None;
+            }
+            d.broken.remove(&no);
             d.forget(no);
         }
         self.landing.discard(no);
     }
 
     fn park(&mut self, no: u64) {
+        if let Held::Dest(d) = &mut self.held {
+            if d.run.as_ref().is_some_and(|b| b.0.no == no) {
+                // Kept for the file's next write or finish.
+                let _ = d.end_run(&mut self.landing, u64::MAX);
+            }
+        }
         self.landing.park(no);
     }
 
-    fn set_checksum(&mut self, on: bool) {
-        self.landing.set_checksum(on);
+    fn set_checksum(&mut self, params: Option<pfs_files::ChunkParams>) {
+        self.landing.set_checksum(params);
     }
 
     fn set_attrs(

@@ -7,7 +7,7 @@
 //! Everything the peer sends is checked before use: frames by the wire
 //! crate, paths by [`pfs_files::RelPath`] and [`pfs_files::DestRoot`] (never outside the
 //! destination, never through a symlink), store offsets against the store,
-//! every chunk against its BLAKE3, every file against its whole-file hash.
+//! every chunk against its BLAKE3, every file's chunk list against its file hash.
 //!
 //! - [`core`], `stream` and `delete`: the sans-I/O core [`FilesReceiver`] —
 //!   bytes and `now` in; frames to send, a deadline, events and host
@@ -18,6 +18,7 @@
 //! - [`driver`]: [`receive_files`], the core over a blocking transport.
 
 mod attrs;
+mod clone;
 pub mod core;
 mod delete;
 pub mod driver;

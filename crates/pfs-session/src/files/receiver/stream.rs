@@ -6,7 +6,7 @@
 
 use std::io::IoSlice;
 
-use pfs_files::{FileSpec, LandError, Placement, RelPath};
+use pfs_files::{FileHasher, FileSpec, LandError, Placement, RelPath};
 use pfs_store::{ChunkLoc, StoreError};
 use pfs_wire::files::{
     parse_chunks, ChunkData, ChunkEntry, EntryKind, FileDone, FileDrop, FileEntry, Hash, FLAG_LAST,
@@ -35,14 +35,13 @@ const WAITING_COST: u64 = std::mem::size_of::<Waiting>() as u64;
 /// besides its path.
 const DIR_META_COST: u64 = std::mem::size_of::<(RelPath, i128, u32)>() as u64;
 
-/// A file being rebuilt: the hashes computed as its bytes are written.
+/// A file being rebuilt: the hashes computed as its chunks arrive.
 #[derive(Debug)]
 pub(super) struct Rebuild {
-    /// Whole-file hash, while no chunk is missing (files of two or more chunks).
-    hasher: Option<blake3::Hasher>,
-    /// A one-chunk file's content hash, once its chunk was verified: the
-    /// chunk's BLAKE3 *is* the whole-file BLAKE3, no second pass needed.
-    single: Option<Hash>,
+    /// The file hash of its chunk list ([`FileHasher`]): every chunk is
+    /// checked against its own hash before it is written (or the file
+    /// fails, or waits for REPAIR), so the list stands for the content.
+    file: FileHasher,
     /// Chunks to fill after REPAIR: (file offset, hash, len).
     holes: Vec<(u64, Hash, u32)>,
     /// XXH3-128 of the content for the manifest, while no chunk is missing.
@@ -101,6 +100,8 @@ pub(super) struct Waiting {
     mode: u32,
     mtime_ns: i128,
     file_hash: Hash,
+    /// The file hash of the chunks received (see [`Rebuild::file`]).
+    digest: Hash,
     /// Its holes, until the first REPAIR moves them into the receiver's
     /// map of holes by hash.
     holes: Vec<(u64, Hash, u32)>,
@@ -309,8 +310,7 @@ impl FilesReceiver {
                     Ok(Placement::Unchanged) => Target::Unchanged,
                     Ok(Placement::SameContent) => Target::SameContent,
                     Ok(Placement::Rebuild) => Target::Rebuild(Box::new(Rebuild {
-                        hasher: (f.chunk_count > 1 || f.extra.streamed).then(blake3::Hasher::new),
-                        single: None,
+                        file: FileHasher::new(),
                         holes: Vec::new(),
                         quick: host.wants_quick().then(Box::default),
                     })),
@@ -428,7 +428,13 @@ impl FilesReceiver {
         }
         let at = cur.seen;
         cur.seen += u64::from(e.len);
-        let rebuilding = matches!(cur.target, Target::Rebuild(_));
+        let rebuilding = match &mut cur.target {
+            Target::Rebuild(rb) => {
+                rb.file.add(e.len, e.hash);
+                true
+            }
+            _ => false,
+        };
         match e.data {
             ChunkData::Literal(_) | ChunkData::Zstd(_) => {
                 if !self.literal(e, at, pending, host)? && rebuilding {
@@ -443,7 +449,6 @@ impl FilesReceiver {
                     _ if !rebuilding => {}
                     Lent::Bytes(bytes) if hash_matches(bytes, e.hash) => {
                         self.report.matched_bytes += u64::from(e.len);
-                        self.verified(e.hash);
                         self.put(pending, at, bytes, host);
                     }
                     Lent::Bytes(_) => self.hole(pending, at, e.hash, e.len, host)?,
@@ -463,7 +468,6 @@ impl FilesReceiver {
                     match host.stored(loc) {
                         Lent::Bytes(b) if hash_matches(b, e.hash) => {
                             self.report.matched_bytes += u64::from(e.len);
-                            self.verified(e.hash);
                             self.put(pending, at, b, host);
                             return Ok(());
                         }
@@ -504,9 +508,6 @@ impl FilesReceiver {
             return true;
         };
         let mut seen = |b: &[u8]| {
-            if let Some(h) = rb.hasher.as_mut() {
-                h.update(b);
-            }
             if let Some(q) = rb.quick.as_mut() {
                 q.0.write(b);
             }
@@ -514,7 +515,6 @@ impl FilesReceiver {
         match host.copy_chunk(*no, at, loc, e.hash, &mut seen) {
             Copied::Placed => {
                 self.report.matched_bytes += u64::from(e.len);
-                self.verified(e.hash);
                 true
             }
             Copied::Absent => false,
@@ -543,9 +543,6 @@ impl FilesReceiver {
             return Ok(());
         };
         let mut seen = |b: &[u8]| {
-            if let Some(h) = rb.hasher.as_mut() {
-                h.update(b);
-            }
             if let Some(q) = rb.quick.as_mut() {
                 q.0.write(b);
             }
@@ -553,7 +550,6 @@ impl FilesReceiver {
         match host.place_appended(*no, at, e.hash, e.len, &mut seen) {
             Some(Ok(())) => {
                 self.report.matched_bytes += u64::from(e.len);
-                self.verified(e.hash);
             }
             Some(Err(err)) => self.fail_current(err, host),
             None => self.hole(pending, at, e.hash, e.len, host)?,
@@ -633,7 +629,6 @@ impl FilesReceiver {
         host.append(place, e.hash, bytes).map_err(LocalError::Store)?;
         self.appended += len;
         self.appends += 1;
-        self.verified(e.hash);
         match (compressed, e.data) {
             // Frame bytes outlive the pending write: queue them in place.
             (None, ChunkData::Literal(b)) => self.put(pending, at, b, host),
@@ -663,20 +658,7 @@ impl FilesReceiver {
         Ok(())
     }
 
-    /// Notes that a chunk with `hash` was verified and placed: for a
-    /// one-chunk file that is the whole-file check.
-    fn verified(&mut self, hash: &Hash) {
-        if let Some(Current {
-            chunk_count: 1,
-            target: Target::Rebuild(rb),
-            ..
-        }) = self.current.as_mut()
-        {
-            rb.single = Some(*hash);
-        }
-    }
-
-    /// Hashes `bytes` into the file being rebuilt and queues them at `at`.
+    /// Queues `bytes` at `at` of the file being rebuilt (and digests them).
     fn put<'b, 's: 'b, H: FilesHost<'s>>(
         &mut self,
         pending: &mut Pending<'b>,
@@ -691,9 +673,6 @@ impl FilesReceiver {
         else {
             return;
         };
-        if let Some(h) = rb.hasher.as_mut() {
-            h.update(bytes);
-        }
         if let Some(q) = rb.quick.as_mut() {
             q.0.write(bytes);
         }
@@ -710,7 +689,7 @@ impl FilesReceiver {
         }
     }
 
-    /// Hashes and writes `bytes` at `at` at once (bytes that will not stay put).
+    /// Writes `bytes` at `at` at once (bytes that will not stay put).
     fn put_now<'s, H: FilesHost<'s>>(&mut self, at: u64, bytes: &[u8], host: &mut H) {
         let Some(Current {
             no,
@@ -720,9 +699,6 @@ impl FilesReceiver {
         else {
             return;
         };
-        if let Some(h) = rb.hasher.as_mut() {
-            h.update(bytes);
-        }
         if let Some(q) = rb.quick.as_mut() {
             q.0.write(bytes);
         }
@@ -780,7 +756,6 @@ impl FilesReceiver {
             ..
         }) = self.current.as_mut()
         {
-            rb.hasher = None;
             rb.quick = None;
             rb.holes.push((at, *hash, len));
         }
@@ -827,13 +802,14 @@ impl FilesReceiver {
                     mode: cur.mode,
                     mtime_ns: cur.mtime_ns,
                     file_hash: cur.file_hash,
+                    digest: rb.file.finish(),
                     missing: rb.holes.len(),
                     holes: rb.holes,
                     broken: None,
                 });
             }
             (Target::Rebuild(rb), Some(rel)) => {
-                let digest = rb.hasher.map(|h| *h.finalize().as_bytes()).or(rb.single);
+                let digest = rb.file.finish();
                 let quick = rb.quick.map(|q| q.0.finish_128().to_le_bytes());
                 let spec = FileSpec {
                     rel: &rel,
@@ -843,7 +819,7 @@ impl FilesReceiver {
                     file_hash: cur.file_hash,
                     held: false,
                 };
-                self.land(cur.no, &spec, (digest, quick), host);
+                self.land(cur.no, &spec, digest, quick, host);
             }
             (Target::Failed | Target::Rebuild(_), _) => {}
         }
@@ -858,10 +834,11 @@ impl FilesReceiver {
         &mut self,
         no: u64,
         f: &FileSpec<'_>,
-        digests: (Option<Hash>, Option<pfs_files::QuickDigest>),
+        digest: Hash,
+        quick: Option<pfs_files::QuickDigest>,
         host: &mut H,
     ) {
-        match host.finish_file(no, f, digests) {
+        match host.finish_file(no, f, digest, quick) {
             Ok(()) => {
                 self.report.files_written += 1;
                 self.report.effective_bytes += f.size;
@@ -963,8 +940,8 @@ impl FilesReceiver {
     }
 
     /// Finishes the files that waited for REPAIRs, one at a time (each
-    /// reopened, re-read to verify, landed or failed, closed), so their
-    /// number never costs descriptors.
+    /// reopened, landed or failed, closed), so their number never costs
+    /// descriptors.
     pub(super) fn finish_waiting<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
         self.holes_by_hash.clear();
         for w in std::mem::take(&mut self.waiting) {
@@ -983,7 +960,7 @@ impl FilesReceiver {
                         file_hash: w.file_hash,
                         held: false,
                     };
-                    self.land(w.no, &spec, (None, None), host);
+                    self.land(w.no, &spec, w.digest, None, host);
                 }
                 Some(why) => {
                     host.discard(w.no);

@@ -90,8 +90,8 @@ impl FilesItem {
         matches!(self.entry.kind, WalkKind::File { .. }) && self.hard_link.is_none()
     }
 
-    /// Size and the `file_hash` field of its FILE frame: the BLAKE3 from
-    /// the recipe, or for a HELD file its XXH3-128 and 16 zero bytes.
+    /// Size and the `file_hash` field of its FILE frame: the recipe's file
+    /// hash, or for a HELD file its XXH3-128 and 16 zero bytes.
     fn size_and_hash(&self) -> Option<(u64, Hash)> {
         if self.held {
             let (size, digest) = self.digest?;
