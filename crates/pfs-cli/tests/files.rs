@@ -88,6 +88,42 @@ fn a_tree_sent_twice_under_two_names_is_held_once_per_name_and_nowhere_else() {
     );
 }
 
+/// A destination filled by other means (here a plain copy, as an earlier
+/// rsync would have left it): the receiver indexes the older version of
+/// each file a sender probes, so a new version moves only what changed.
+#[test]
+fn files_already_at_the_destination_serve_the_new_versions() {
+    let d = dirs();
+    let old = random_bytes(7, 4 << 20);
+    let mut new = old.clone();
+    new[1 << 20..(1 << 20) + 100].fill(0xee);
+    write(&d.src.join("tree/big.bin"), &new);
+    // The older version, at the place the send lands it, never seen by pfs
+    // (a day older: same size, so the quick check must not pass).
+    write(&d.dest.join("tree/big.bin"), &old);
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    fs::File::options()
+        .write(true)
+        .open(d.dest.join("tree/big.bin"))
+        .and_then(|f| f.set_modified(day_ago))
+        .expect("set mtime");
+    let server = serve(&d.store, &d.dest, &["--max-sessions", "1"]);
+    let v = good(
+        &send(&[&d.src.join("tree")], &server.addr, &d.cache, &[]),
+        "new version over a copied old one",
+    );
+    server.finish().expect_code(0, "server");
+    assert!(
+        fs::read(d.dest.join("tree/big.bin")).unwrap() == new,
+        "new version landed"
+    );
+    assert!(
+        num(&v, "/receiver/matched_bytes") >= new.len() as u64 - 4 * MAX_CHUNK,
+        "{v:#}"
+    );
+    assert!(wire(&v) < new.len() as u64 / 8, "{v:#}");
+}
+
 #[test]
 fn the_receivers_state_directory_is_reserved() {
     let d = dirs();

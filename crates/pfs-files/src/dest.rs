@@ -271,6 +271,39 @@ impl DestRoot {
         })
     }
 
+    /// Whether the directory `dir` beneath the root (the root itself for
+    /// `None`) exists and holds any entry besides the state directory: the
+    /// files a sender probes may then be there already. Never follows a
+    /// symlink; anything it cannot read counts as empty.
+    pub fn has_entries(&self, dir: Option<&RelPath>) -> bool {
+        let fd = match dir {
+            Some(d) => {
+                match self.open_beneath(d.as_bytes(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()) {
+                    Ok(fd) => fd,
+                    Err(_) => return false,
+                }
+            }
+            None => match rfs::openat(
+                &self.root,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => fd,
+                Err(_) => return false,
+            },
+        };
+        let Ok(mut entries) = rfs::Dir::read_from(&fd) else {
+            return false;
+        };
+        entries.any(|e| {
+            e.is_ok_and(|e| {
+                let name = e.file_name().to_bytes();
+                name != b"." && name != b".." && !(dir.is_none() && name == STATE_DIR.as_bytes())
+            })
+        })
+    }
+
     /// The block size of reflinks into this destination
     /// ([`pfs_sys::clone_range`]), or `None` where its filesystem takes
     /// none (ext4, tmpfs): found by cloning one block between two unnamed

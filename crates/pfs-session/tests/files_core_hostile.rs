@@ -214,6 +214,7 @@ fn accept(generation: u64) -> [u8; pfs_wire::files::FILES_ACCEPT_LEN] {
         free: 1 << 30,
         max_chunks_body: 8 << 20,
         auth_method: 0,
+        flags: 0,
     }
     .emit()
 }

@@ -365,6 +365,16 @@ impl DestIndex {
         }
     }
 
+    /// Whether the file at `rel` is indexed as the inode `ino` of `size`
+    /// bytes (its entries live).
+    pub fn indexes(&self, rel: &RelPath, ino: u64, size: u64) -> bool {
+        let i = self.lock();
+        i.by_path
+            .get(rel.as_bytes())
+            .and_then(|b| i.files.get(b))
+            .is_some_and(|f| f.live && f.part.is_none() && f.ino == ino && f.size == size)
+    }
+
     /// Indexes the file just landed at `rel` (found as `stat` after its
     /// rename) with its `chunks` (offset in the file, length, BLAKE3);
     /// a file indexed at the same path before is dropped. Visible to

@@ -22,6 +22,11 @@ pub const HELLO_DELETE: u8 = 0x04;
 /// (rsync's `--checksum`).
 pub const HELLO_CHECKSUM: u8 = 0x08;
 
+/// FILES_ACCEPT flag: the session's destination directory already has
+/// entries the receiver's chunk index may not describe (files put there by
+/// other means): worth a PROBE even when `generation` is 0 (§10.10).
+pub const ACCEPT_OCCUPIED: u8 = 0x01;
+
 /// Fixed part of FILES_HELLO.
 pub const FILES_HELLO_FIXED_LEN: usize = 32;
 /// Body of FILES_ACCEPT.
@@ -79,7 +84,8 @@ mod field {
         pub const FREE: Field = Field::new(32, 8);
         pub const MAX_CHUNKS_BODY: Field = Field::new(40, 4);
         pub const AUTH_METHOD: Field = Field::new(44, 1);
-        pub const RESERVED: Field = Field::new(45, 19);
+        pub const FLAGS: Field = Field::new(45, 1);
+        pub const RESERVED: Field = Field::new(46, 18);
 
         const _: () = assert!(tiles(
             &[
@@ -89,6 +95,7 @@ mod field {
                 FREE,
                 MAX_CHUNKS_BODY,
                 AUTH_METHOD,
+                FLAGS,
                 RESERVED
             ],
             LEN
@@ -244,6 +251,8 @@ pub struct FilesAccept {
     pub max_chunks_body: u32,
     /// Authentication method (0 = none).
     pub auth_method: u8,
+    /// [`ACCEPT_OCCUPIED`] or 0.
+    pub flags: u8,
 }
 
 impl FilesAccept {
@@ -257,7 +266,12 @@ impl FilesAccept {
         if !b.is_zero(f::RESERVED) {
             return Err(WireError::ReservedNonZero);
         }
+        let flags = b.u8(f::FLAGS);
+        if flags & !ACCEPT_OCCUPIED != 0 {
+            return Err(WireError::BadFlags);
+        }
         Ok(Self {
+            flags,
             store_id: b.array(f::STORE_ID),
             generation: b.u64(f::GENERATION),
             capacity: b.u64(f::CAPACITY),
@@ -276,7 +290,8 @@ impl FilesAccept {
             .u64(f::CAPACITY, self.capacity)
             .u64(f::FREE, self.free)
             .u32(f::MAX_CHUNKS_BODY, self.max_chunks_body)
-            .u8(f::AUTH_METHOD, self.auth_method);
+            .u8(f::AUTH_METHOD, self.auth_method)
+            .u8(f::FLAGS, self.flags);
         w.finish()
     }
 }
@@ -445,8 +460,12 @@ mod tests {
             free: 1 << 39,
             max_chunks_body: 4 << 20,
             auth_method: 0,
+            flags: ACCEPT_OCCUPIED,
         };
         assert_eq!(FilesAccept::parse(&a.emit()), Ok(a));
+        let mut bad = a.emit();
+        bad[45] = 0x02;
+        assert_eq!(FilesAccept::parse(&bad), Err(WireError::BadFlags));
     }
 
     #[test]
@@ -488,8 +507,10 @@ mod tests {
             free: u64,
             max_chunks_body: u32,
             auth_method: u8,
+            occupied: bool,
         ) {
-            let a = FilesAccept { store_id, generation, capacity, free, max_chunks_body, auth_method };
+            let flags = if occupied { ACCEPT_OCCUPIED } else { 0 };
+            let a = FilesAccept { store_id, generation, capacity, free, max_chunks_body, auth_method, flags };
             prop_assert_eq!(FilesAccept::parse(&a.emit()), Ok(a));
         }
 

@@ -10,8 +10,8 @@ use pfs_files::RelPath;
 use pfs_store::StoreError;
 use pfs_wire::files::{
     parse_batch, parse_index_request, parse_probe, FilesAccept, FilesHello, FilesReport, Hash, IndexEntry,
-    Plan, PlanAck, ProbeHead, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_DELETE, HELLO_DRY_RUN,
-    PROBE_HEAD_LEN,
+    Plan, PlanAck, ProbeHead, ACCEPT_OCCUPIED, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_DELETE,
+    HELLO_DRY_RUN, PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -69,6 +69,12 @@ enum BatchOf {
     Stream,
 }
 
+/// Bytes of existing destination files the dest index does not know that
+/// one session reads, at most, to index them (the older versions of the
+/// files a sender probes): about two seconds of chunking here, so a sender
+/// waiting for INDEX is not kept long.
+pub const ADOPT_MAX_BYTES: u64 = 2 << 30;
+
 /// The receiving side of a files session as a state machine (see the
 /// module docs of [`super`]).
 #[derive(Debug)]
@@ -104,6 +110,11 @@ pub struct FilesReceiver {
     ended_early: bool,
     /// Answers to the PROBE entries so far.
     probe_held: Vec<bool>,
+    /// The session's chunk parameters (from FILES_HELLO's `chunk_avg`).
+    params: pfs_files::ChunkParams,
+    /// Bytes of existing destination files this session may still read to
+    /// index them (see [`ADOPT_MAX_BYTES`]).
+    adopt_left: u64,
     /// The PROBE flagged LAST arrived.
     probe_last: bool,
     probe_done: bool,
@@ -182,6 +193,8 @@ impl FilesReceiver {
             remote_dir: String::new(),
             ended_early: false,
             probe_held: Vec::new(),
+            params: pfs_files::ChunkParams::default(),
+            adopt_left: ADOPT_MAX_BYTES,
             probe_last: false,
             probe_done: false,
             appended: 0,
@@ -481,9 +494,12 @@ impl FilesReceiver {
         // one only makes the hashes differ (files are rebuilt), so the
         // default stands in.
         let params = pfs_files::ChunkParams::new(hello.chunk_avg).unwrap_or_default();
+        self.params = params;
         host.set_checksum((hello.flags & HELLO_CHECKSUM != 0).then_some(params));
         let info = host.store_info();
+        let occupied = host.occupied(self.base.as_ref());
         let accept = FilesAccept {
+            flags: if occupied { ACCEPT_OCCUPIED } else { 0 },
             store_id: info.id,
             generation: info.generation,
             capacity: info.capacity,
@@ -577,14 +593,27 @@ impl FilesReceiver {
             .into());
         }
         self.charge(u64::from(head.count))?;
+        let mut adopted = false;
         for e in entries {
             let e = e.map_err(malformed("PROBE entry"))?;
             // A path that is not valid is not held.
-            let held = self.full_path(e.path).is_ok_and(|rel| {
-                let mtime_ns = i128::from(e.mtime_sec) * 1_000_000_000 + i128::from(e.mtime_nsec);
-                host.holds(&rel, e.size, mtime_ns, &e.key)
-            });
+            let Ok(rel) = self.full_path(e.path) else {
+                self.probe_held.push(false);
+                continue;
+            };
+            let mtime_ns = i128::from(e.mtime_sec) * 1_000_000_000 + i128::from(e.mtime_nsec);
+            let held = host.holds(&rel, e.size, mtime_ns, &e.key);
+            if !held && self.adopt_left > 0 && !self.dry_run {
+                // The file at that path is an older version, most likely:
+                // its chunks may serve the new one (rsync's basis file).
+                let read = host.adopt(&rel, &self.params, self.adopt_left);
+                self.adopt_left = self.adopt_left.saturating_sub(read);
+                adopted |= read > 0;
+            }
             self.probe_held.push(held);
+        }
+        if adopted {
+            self.commit(host)?;
         }
         self.probe_last = flags & FLAG_LAST != 0;
         Ok(())

@@ -253,6 +253,23 @@ pub trait FilesHost<'s> {
     /// (rsync's `--checksum`; see [`Landing::set_checksum`]).
     fn set_checksum(&mut self, params: Option<pfs_files::ChunkParams>);
 
+    /// Indexes the regular file at `rel` (a file a sender offers that the
+    /// destination does not hold as it is) if the chunk index does not
+    /// know it and it has at most `max_bytes`: chunked with `params`, its
+    /// chunks offered to senders from the next commit. Returns the bytes
+    /// read (0 when nothing was done). Hosts without a destination index
+    /// do nothing.
+    fn adopt(&mut self, _rel: &RelPath, _params: &pfs_files::ChunkParams, _max_bytes: u64) -> u64 {
+        0
+    }
+
+    /// Whether the session's directory `dir` (the destination root for
+    /// `None`) already has entries its chunk index may not describe
+    /// (FILES_ACCEPT's `OCCUPIED`). Hosts without a destination index say no.
+    fn occupied(&mut self, _dir: Option<&RelPath>) -> bool {
+        false
+    }
+
     /// Sets the owner and group of the entry `rel` (only where this
     /// receiver may: [`pfs_files::may_chown`]) and its extended attributes
     /// (see [`pfs_files::DestRoot::set_attrs`]).
@@ -895,6 +912,37 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
 
     fn set_checksum(&mut self, params: Option<pfs_files::ChunkParams>) {
         self.landing.set_checksum(params);
+    }
+
+    fn occupied(&mut self, dir: Option<&RelPath>) -> bool {
+        matches!(self.held, Held::Dest(_)) && self.landing.root().has_entries(dir)
+    }
+
+    fn adopt(&mut self, rel: &RelPath, params: &pfs_files::ChunkParams, max_bytes: u64) -> u64 {
+        let Held::Dest(d) = &mut self.held else {
+            return 0;
+        };
+        let Some(full) = beneath(d.within, rel.as_bytes()) else {
+            return 0;
+        };
+        let Ok(Some((file, meta))) = d.index.root().open_existing(&full) else {
+            return 0;
+        };
+        use std::os::unix::fs::MetadataExt;
+        if !meta.is_file()
+            || meta.size() == 0
+            || meta.size() > max_bytes
+            || d.index.indexes(&full, meta.ino(), meta.size())
+        {
+            return 0;
+        }
+        // A file that changes while read describes no single version: skipped.
+        let Ok(recipe) = pfs_files::chunk_open_file(&file, full.as_ref(), params) else {
+            return meta.size();
+        };
+        let chunks: Vec<_> = recipe.chunks.iter().map(|c| (c.offset, c.len, c.hash)).collect();
+        d.index.publish(&full, &pfs_files::FileStat::of(&meta), &chunks);
+        meta.size()
     }
 
     fn set_attrs(

@@ -13,9 +13,9 @@ use pfs_files::{ChunkRef, IndexCache};
 use pfs_wire::files::{
     batch_head, emit_entry_head, parse_batch, parse_deleted, parse_index, parse_nak, parse_probe_reply, tag,
     ChunksHeader, DeleteRequest, EntryKind, FileDone, FileDrop, FileEntry, FileExtra, FilesAccept,
-    FilesHello, FilesReport, Hash, Plan, PlanAck, ProbeEntry, ProbeHead, Xattrs, CHUNKS_FIXED_LEN,
-    FILE_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE,
-    HELLO_DRY_RUN, INDEX_KEY_LEN, INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
+    FilesHello, FilesReport, Hash, Plan, PlanAck, ProbeEntry, ProbeHead, Xattrs, ACCEPT_OCCUPIED,
+    CHUNKS_FIXED_LEN, FILE_FIXED_LEN, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_COMPRESS,
+    HELLO_DELETE, HELLO_DRY_RUN, INDEX_KEY_LEN, INDEX_REQUEST_LEN, PROBE_ENTRY_FIXED_LEN, PROBE_HEAD_LEN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -771,12 +771,24 @@ impl<'a> FilesSender<'a> {
 
     /// Whole files first: with a store that holds anything, files not yet
     /// chunked are hashed whole and the receiver asked which it holds; only
-    /// the rest are chunked. An empty store holds nothing to ask about.
+    /// the rest are chunked. An empty store holds nothing to ask about,
+    /// unless the destination directory has files the index does not
+    /// describe (`OCCUPIED`): then every file is asked about, chunked or
+    /// not (a recipe is of no use against an empty index), and the
+    /// receiver indexes the older versions of the files it lacks.
     fn after_accept<S: FilesSource + ?Sized>(&mut self, src: &mut S) -> Result<(), SessionError> {
-        let generation = self.accept.as_ref().map_or(0, |a| a.generation);
-        if generation > 0 && self.cfg.probe {
-            let todo: Vec<usize> = self
-                .unchunked()
+        let (generation, occupied) = self
+            .accept
+            .as_ref()
+            .map_or((0, false), |a| (a.generation, a.flags & ACCEPT_OCCUPIED != 0));
+        if (generation > 0 || occupied) && self.cfg.probe {
+            let asked = match generation {
+                0 => (0..self.items.len())
+                    .filter(|&i| self.items[i].is_file() && !self.items[i].held)
+                    .collect(),
+                _ => self.unchunked(),
+            };
+            let todo: Vec<usize> = asked
                 .into_iter()
                 .filter(|&i| self.items[i].digest.is_none())
                 .collect();
