@@ -90,33 +90,48 @@ fn a_tree_sent_twice_under_two_names_is_held_once_per_name_and_nowhere_else() {
 
 /// A destination filled by other means (here a plain copy, as an earlier
 /// rsync would have left it): the receiver indexes the older version of
-/// each file a sender probes, so a new version moves only what changed.
+/// each file a sender probes, so a new version moves only what changed,
+/// and a file with the same bytes under an older mtime only gets its mtime.
 #[test]
 fn files_already_at_the_destination_serve_the_new_versions() {
     let d = dirs();
     let old = random_bytes(7, 4 << 20);
     let mut new = old.clone();
     new[1 << 20..(1 << 20) + 100].fill(0xee);
+    let same = random_bytes(8, 1 << 20);
     write(&d.src.join("tree/big.bin"), &new);
-    // The older version, at the place the send lands it, never seen by pfs
-    // (a day older: same size, so the quick check must not pass).
-    write(&d.dest.join("tree/big.bin"), &old);
+    write(&d.src.join("tree/same.bin"), &same);
+    // The older versions, where the send lands them, never seen by pfs (a
+    // day older: the quick check must not pass).
     let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
-    fs::File::options()
-        .write(true)
-        .open(d.dest.join("tree/big.bin"))
-        .and_then(|f| f.set_modified(day_ago))
-        .expect("set mtime");
+    for (name, bytes) in [("big.bin", &old), ("same.bin", &same)] {
+        let p = d.dest.join("tree").join(name);
+        write(&p, bytes);
+        fs::File::options()
+            .write(true)
+            .open(&p)
+            .and_then(|f| f.set_modified(day_ago))
+            .expect("set mtime");
+    }
     let server = serve(&d.store, &d.dest, &["--max-sessions", "1"]);
     let v = good(
         &send(&[&d.src.join("tree")], &server.addr, &d.cache, &[]),
-        "new version over a copied old one",
+        "new versions over copied old ones",
     );
     server.finish().expect_code(0, "server");
     assert!(
         fs::read(d.dest.join("tree/big.bin")).unwrap() == new,
         "new version landed"
     );
+    assert!(fs::read(d.dest.join("tree/same.bin")).unwrap() == same);
+    let mtime = |p: &Path| fs::metadata(p).unwrap().modified().unwrap();
+    assert_eq!(
+        mtime(&d.dest.join("tree/same.bin")),
+        mtime(&d.src.join("tree/same.bin"))
+    );
+    assert_eq!(num(&v, "/receiver/files_written"), 1, "{v:#}");
+    // Same bytes, older mtime: recognised when probed, only the mtime set.
+    assert_eq!(num(&v, "/receiver/files_metadata_only"), 1, "{v:#}");
     assert!(
         num(&v, "/receiver/matched_bytes") >= new.len() as u64 - 4 * MAX_CHUNK,
         "{v:#}"

@@ -78,7 +78,7 @@ pub mod meta;
 
 pub use delete::Removed;
 pub use index::{DestIndex, IndexedFile};
-pub use landing::{FileSpec, LandError, Landing, Placement};
+pub use landing::{quick_file as quick_digest_file, FileSpec, LandError, Landing, Placement};
 pub use meta::{may_chown, Linked};
 
 /// The receiver's own directory at the root of a destination (module docs).

@@ -62,8 +62,9 @@ pub use chunk::{
     ChunkSink, FileHasher, QuickDigest, Recipe, FILE_HASH_CONTEXT,
 };
 pub use dest::{
-    check_symlink_target, may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat,
-    LandError, Landing, Linked, ParkedTemp, Placement, Removed, StatCache, TempFile, STATE_DIR,
+    check_symlink_target, may_chown, quick_digest_file, set_file_times_and_mode, DestIndex, DestRoot,
+    FileSpec, FileStat, LandError, Landing, Linked, ParkedTemp, Placement, Removed, StatCache, TempFile,
+    STATE_DIR,
 };
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};

@@ -26,7 +26,10 @@ use crate::cache::{corrupt, load, put_u32, put_u64, store, Reader};
 use crate::error::{CacheWarning, FilesError};
 use crate::QuickDigest;
 
-const MAGIC: &[u8; 8] = b"PFSDMAN2";
+const MAGIC: &[u8; 8] = b"PFSDMAN3";
+/// The format before records said which chunk size their file hash was
+/// computed with: read, its hashes marked as of unknown parameters.
+const MAGIC_BEFORE_AVG: &[u8; 8] = b"PFSDMAN2";
 
 /// What was written at one destination path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,32 +40,38 @@ pub struct Written {
     pub size: u64,
     /// ctime (ns since the epoch) after the last metadata change we made.
     pub ctime_ns: i128,
-    /// BLAKE3 of the content.
+    /// The file hash of the content (computed from its chunk list: it
+    /// depends on the chunk parameters).
     pub hash: [u8; 32],
+    /// The average chunk size `hash` was computed with; 0: not known (a
+    /// record from before), so `hash` is compared with nothing.
+    pub chunk_avg: u32,
     /// XXH3-128 of the content.
     pub digest: QuickDigest,
 }
 
 impl Written {
-    /// The record for `meta` (of the file just written) with content `hash`
-    /// and `digest`.
-    pub fn of(meta: &std::fs::Metadata, hash: [u8; 32], digest: QuickDigest) -> Self {
+    /// The record for `meta` (of the file just written) with file hash
+    /// `hash` (computed with chunks of average `chunk_avg`) and `digest`.
+    pub fn of(meta: &std::fs::Metadata, hash: [u8; 32], chunk_avg: u32, digest: QuickDigest) -> Self {
         Self {
             ino: meta.ino(),
             size: meta.size(),
             ctime_ns: ctime_ns(meta),
             hash,
+            chunk_avg,
             digest,
         }
     }
 
     /// The record for the file just found as `st` with content `hash` and `digest`.
-    pub fn of_stat(st: &crate::FileStat, hash: [u8; 32], digest: QuickDigest) -> Self {
+    pub fn of_stat(st: &crate::FileStat, hash: [u8; 32], chunk_avg: u32, digest: QuickDigest) -> Self {
         Self {
             ino: st.ino,
             size: st.size,
             ctime_ns: st.ctime_ns,
             hash,
+            chunk_avg,
             digest,
         }
     }
@@ -97,9 +106,15 @@ impl Manifest {
     /// Loads `path` (missing: empty; unreadable or corrupt: empty plus a warning).
     pub fn open(path: impl Into<PathBuf>) -> (Self, Option<CacheWarning>) {
         let path = path.into();
-        let (map, warning) = match load(&path, MAGIC, "destination manifest") {
+        let loaded = match load(&path, MAGIC, "destination manifest") {
+            Err(CacheWarning::Foreign { .. }) => {
+                load(&path, MAGIC_BEFORE_AVG, "destination manifest").map(|b| b.map(|b| (b, false)))
+            }
+            other => other.map(|b| b.map(|b| (b, true))),
+        };
+        let (map, warning) = match loaded {
             Ok(None) => (PathMap::default(), None),
-            Ok(Some(body)) => match decode(&body) {
+            Ok(Some((body, with_avg))) => match decode(&body, with_avg) {
                 Ok(m) => (m, None),
                 Err(detail) => (PathMap::default(), Some(corrupt(&path, detail))),
             },
@@ -159,6 +174,7 @@ impl Manifest {
                 put_u64(&mut body, w.size);
                 body.extend_from_slice(&w.ctime_ns.to_le_bytes());
                 body.extend_from_slice(&w.hash);
+                put_u32(&mut body, w.chunk_avg);
                 body.extend_from_slice(&w.digest);
             }
             body
@@ -167,7 +183,9 @@ impl Manifest {
     }
 }
 
-fn decode(body: &[u8]) -> Result<PathMap, &'static str> {
+/// The body of a manifest; `with_avg`: records carry their `chunk_avg`
+/// (the current format), else it is 0.
+fn decode(body: &[u8], with_avg: bool) -> Result<PathMap, &'static str> {
     let mut r = Reader(body);
     let n = r.u64()?;
     // Each record takes at least 84 bytes: a count larger than that is a lie.
@@ -182,6 +200,7 @@ fn decode(body: &[u8]) -> Result<PathMap, &'static str> {
         let size = r.u64()?;
         let ctime_ns = i128::from_le_bytes(r.array()?);
         let hash = r.array()?;
+        let chunk_avg = if with_avg { r.u32()? } else { 0 };
         let digest = r.array()?;
         map.insert(
             rel,
@@ -190,6 +209,7 @@ fn decode(body: &[u8]) -> Result<PathMap, &'static str> {
                 size,
                 ctime_ns,
                 hash,
+                chunk_avg,
                 digest,
             },
         );
@@ -212,12 +232,15 @@ mod tests {
         let meta = std::fs::metadata(&file).unwrap();
         let (m, w) = Manifest::open(dir.path().join("manifest"));
         assert!(w.is_none() && m.is_empty());
-        m.insert(b"a/f", Written::of(&meta, [7; 32], [9; 16]));
+        m.insert(b"a/f", Written::of(&meta, [7; 32], 32 << 10, [9; 16]));
         m.save().unwrap();
         let (m2, w) = Manifest::open(dir.path().join("manifest"));
         assert!(w.is_none());
         let rec = m2.get(b"a/f").unwrap();
-        assert_eq!((rec.hash, rec.digest), ([7; 32], [9; 16]));
+        assert_eq!(
+            (rec.hash, rec.chunk_avg, rec.digest),
+            ([7; 32], 32 << 10, [9; 16])
+        );
         assert!(rec.still(&std::fs::metadata(&file).unwrap()));
         // Any write changes ctime (and here the size): no longer the file recorded.
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -237,6 +260,7 @@ mod tests {
                 size: 2,
                 ctime_ns: 3,
                 hash: [0; 32],
+                chunk_avg: 0,
                 digest: [0; 16],
             },
         );
@@ -248,5 +272,28 @@ mod tests {
         let (m, w) = Manifest::open(&p);
         assert!(m.is_empty());
         assert!(w.is_some());
+    }
+
+    #[test]
+    fn records_from_before_chunk_avg_load_with_it_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("manifest");
+        let mut body = Vec::new();
+        put_u64(&mut body, 1);
+        put_u32(&mut body, 1);
+        body.extend_from_slice(b"x");
+        put_u64(&mut body, 5);
+        put_u64(&mut body, 6);
+        body.extend_from_slice(&7i128.to_le_bytes());
+        body.extend_from_slice(&[8; 32]);
+        body.extend_from_slice(&[9; 16]);
+        store(&p, MAGIC_BEFORE_AVG, &body).unwrap();
+        let (m, w) = Manifest::open(&p);
+        assert!(w.is_none(), "{w:?}");
+        let rec = m.get(b"x").unwrap();
+        assert_eq!(
+            (rec.ino, rec.size, rec.hash, rec.chunk_avg, rec.digest),
+            (5, 6, [8; 32], 0, [9; 16])
+        );
     }
 }

@@ -198,9 +198,9 @@ impl Recipe {
 /// every byte on both sides (a quarter of the CPU of a cold large file),
 /// while a receiver that checked each chunk against its hash knows the
 /// content as well from the list. The price: the hash depends on the chunk
-/// parameters, so a file recorded under other parameters is seen as
-/// different and rebuilt (correct, only slower). `docs/wire.md` §10.5
-/// defines it for other implementations.
+/// parameters, so a receiver's record of a file made under other
+/// parameters tells nothing about it (size and mtime decide, as without a
+/// record). `docs/wire.md` §10.6 defines it for other implementations.
 #[derive(Debug, Clone)]
 pub struct FileHasher {
     chunks: u64,

@@ -24,7 +24,7 @@ fn small_params() -> ChunkParams {
     ChunkParams::with_bounds(64, 256, 1024).unwrap()
 }
 
-/// The file hash as docs/wire.md §10.5 defines it, computed from the bytes
+/// The file hash as docs/wire.md §10.6 defines it, computed from the bytes
 /// (not with [`FileHasher`]).
 fn spec_file_hash(data: &[u8], r: &Recipe) -> [u8; 32] {
     if r.chunks.len() <= 1 {
@@ -258,7 +258,7 @@ fn file_hash_is_the_chunk_list_hash() {
     list.extend_from_slice(&5u32.to_le_bytes());
     list.extend_from_slice(&[2; 32]);
     assert_eq!(h.finish(), blake3::derive_key(FILE_HASH_CONTEXT, &list));
-    // Pinned, as docs/wire.md §10.5 gives it.
+    // Pinned, as docs/wire.md §10.6 gives it.
     assert_eq!(
         blake3::Hash::from(h.finish()).to_hex().as_str(),
         "4bbe7ec7794172f751b8f442713bdfb02fc076d938222428a951789d52a3b6cf"
@@ -330,7 +330,7 @@ fn sparse_file(len: u64) -> (tempfile::NamedTempFile, Vec<(u64, Vec<u8>)>) {
 }
 
 /// Every chunk of `r` hashes to its bytes as read back from `f`, and the
-/// file hash is the list's (docs/wire.md §10.5).
+/// file hash is the list's (docs/wire.md §10.6).
 fn check_chunks_against_file(f: &std::fs::File, r: &Recipe) {
     use std::os::unix::fs::FileExt;
     let mut buf = Vec::new();

@@ -14,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use super::{set_file_times_and_mode, DestRoot, FileStat, ParkedTemp, StatCache, TempFile};
-use check::Verdict;
+use check::{By, Verdict};
 
 mod check;
 mod meta;
@@ -109,9 +109,11 @@ pub struct Landing<'d> {
     open: HashMap<u64, TempFile>,
     /// Files being rebuilt that wait with their descriptors closed.
     parked: HashMap<u64, ParkedTemp>,
-    /// Content decides, not size and mtime (`check`): files are hashed
-    /// with these chunk parameters (the file hash depends on them).
-    checksum: Option<ChunkParams>,
+    /// The session's chunk parameters: file hashes compare only when
+    /// computed with them.
+    params: ChunkParams,
+    /// Content decides, not size and mtime (`check`).
+    checksum: bool,
 }
 
 impl<'d> Landing<'d> {
@@ -127,7 +129,8 @@ impl<'d> Landing<'d> {
             dirs_new: HashSet::new(),
             open: HashMap::new(),
             parked: HashMap::new(),
-            checksum: None,
+            params: ChunkParams::default(),
+            checksum: false,
         }
     }
 
@@ -146,7 +149,9 @@ impl<'d> Landing<'d> {
     /// unknown) the quick check passes; see `check`. Changes no file.
     pub fn holds(&mut self, rel: &RelPath, size: u64, mtime_ns: i128, key: &[u8]) -> bool {
         match self.root.stat_existing(&mut self.stat_cache, rel) {
-            Ok(Some(st)) => match self.verdict(rel, &st, size, |w| w.digest.get(..key.len()) == Some(key)) {
+            Ok(Some(st)) => match self.verdict(rel, &st, size, By::Digest, |w| {
+                w.digest.get(..key.len()) == Some(key)
+            }) {
                 Verdict::Same(_) => true,
                 Verdict::Differs => false,
                 Verdict::Unknown => st.size == size && st.mtime_ns == mtime_ns,
@@ -208,7 +213,7 @@ impl<'d> Landing<'d> {
         };
         if let Some((file, meta)) = &existing {
             let quick = unchanged(meta, f.size, f.mtime_ns);
-            let verdict = self.verdict(f.rel, &super::FileStat::of(meta), f.size, |w| {
+            let verdict = self.verdict(f.rel, &super::FileStat::of(meta), f.size, By::FileHash, |w| {
                 w.hash == f.file_hash
             });
             if quick && matches!(verdict, Verdict::Same(_) | Verdict::Unknown) {
@@ -220,7 +225,7 @@ impl<'d> Landing<'d> {
                     .and_then(|()| file.metadata())
                     .map_err(LandError::SetMeta)?;
                 if let Some(m) = &self.manifest {
-                    m.insert(f.rel.as_bytes(), Written::of(&now, w.hash, w.digest));
+                    m.insert(f.rel.as_bytes(), Written::of(&now, w.hash, w.chunk_avg, w.digest));
                 }
                 return Ok(Placement::SameContent);
             }
@@ -239,7 +244,7 @@ impl<'d> Landing<'d> {
             .stat_existing(&mut self.stat_cache, f.rel)?
             .ok_or(LandError::ChangedSinceProbe)?;
         let quick = st.size == f.size && st.mtime_ns == f.mtime_ns;
-        let w = match self.verdict(f.rel, &st, f.size, |w| {
+        let w = match self.verdict(f.rel, &st, f.size, By::Digest, |w| {
             f.file_hash[..16] == w.digest && f.file_hash[16..] == [0; 16]
         }) {
             Verdict::Same(_) | Verdict::Unknown if quick => return Ok(Placement::Unchanged),
@@ -252,7 +257,10 @@ impl<'d> Landing<'d> {
             .map_err(LandError::SetMetaByName)?
             .ok_or(LandError::ChangedSinceProbe)?;
         if let Some(m) = &self.manifest {
-            m.insert(f.rel.as_bytes(), Written::of_stat(&now, w.hash, w.digest));
+            m.insert(
+                f.rel.as_bytes(),
+                Written::of_stat(&now, w.hash, w.chunk_avg, w.digest),
+            );
         }
         Ok(Placement::SameContent)
     }
@@ -288,6 +296,15 @@ impl<'d> Landing<'d> {
     pub fn write_at(&mut self, no: u64, at: u64, slices: &mut [IoSlice<'_>]) -> Result<(), LandError> {
         let temp = self.temp(no)?;
         write_all_vectored_at(temp.file(), slices, at).map_err(LandError::Write)
+    }
+
+    /// Records in the manifest that the file at `rel`, found as `meta`,
+    /// has the file hash `hash` and XXH3-128 `quick` (read and hashed by
+    /// the caller just now).
+    pub fn record(&self, rel: &RelPath, meta: &std::fs::Metadata, hash: Hash, quick: QuickDigest) {
+        if let Some(m) = &self.manifest {
+            m.insert(rel.as_bytes(), Written::of(meta, hash, self.params.avg(), quick));
+        }
     }
 
     /// Shares `len` bytes of `src` from `src_at` into the file `no` being
@@ -353,7 +370,10 @@ impl<'d> Landing<'d> {
         temp.set_times_and_mode(f.mtime_ns, f.mode)?;
         let meta = temp.persist(self.fsync)?;
         if let Some(m) = &self.manifest {
-            m.insert(f.rel.as_bytes(), Written::of(&meta, f.file_hash, quick));
+            m.insert(
+                f.rel.as_bytes(),
+                Written::of(&meta, f.file_hash, self.params.avg(), quick),
+            );
         }
         Ok(FileStat::of(&meta))
     }
@@ -419,7 +439,7 @@ fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {
 }
 
 /// XXH3-128 of the first `size` bytes of `f`.
-fn quick_file(f: &File, size: u64) -> io::Result<QuickDigest> {
+pub fn quick_file(f: &File, size: u64) -> io::Result<QuickDigest> {
     let mut q = twox_hash::XxHash3_128::new();
     let mut buf = vec![0u8; REREAD_BUF];
     let mut at = 0u64;

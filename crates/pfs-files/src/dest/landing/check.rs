@@ -22,6 +22,16 @@ use crate::dest::FileStat;
 use crate::manifest::Written;
 use crate::path::RelPath;
 
+/// Which of a record's digests a comparison uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum By {
+    /// The file hash: a record made with other chunk parameters cannot
+    /// tell (its hash describes other cut points).
+    FileHash,
+    /// The XXH3-128, whatever the chunk parameters.
+    Digest,
+}
+
 /// What is known of a destination file's content against the sender's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Verdict {
@@ -34,31 +44,37 @@ pub(super) enum Verdict {
 }
 
 impl Landing<'_> {
-    /// Decide "unchanged" by content only (rsync's `--checksum`): files the
-    /// manifest does not describe are read and hashed, chunked with
-    /// `params` (the session's). `None`: size and mtime decide where the
+    /// The session's chunk parameters (file hashes depend on them), and
+    /// whether content alone decides "unchanged" (rsync's `--checksum`):
+    /// then files the manifest does not describe are read, chunked with
+    /// `params` and hashed. Otherwise size and mtime decide where the
     /// manifest does not know.
-    pub fn set_checksum(&mut self, params: Option<ChunkParams>) {
-        self.checksum = params;
+    pub fn set_session(&mut self, params: ChunkParams, checksum: bool) {
+        self.params = params;
+        self.checksum = checksum;
     }
 
-    /// Whether sessions decide by content (see [`Self::set_checksum`]).
+    /// Whether sessions decide by content (see [`Self::set_session`]).
     pub fn checksum(&self) -> bool {
-        self.checksum.is_some()
+        self.checksum
     }
 
     /// The manifest's record of the regular file `rel`, found as `st`, if
-    /// it still describes it; with `--checksum` and a file of `size` bytes
-    /// it does not describe, the file is hashed and the record made.
-    pub(super) fn known(&mut self, rel: &RelPath, st: &FileStat, size: u64) -> Option<Written> {
+    /// it still describes it (and, compared `by` file hash, was made with
+    /// this session's chunk parameters); with `--checksum` and a file of
+    /// `size` bytes it does not describe, the file is hashed and the record
+    /// made.
+    pub(super) fn known(&mut self, rel: &RelPath, st: &FileStat, size: u64, by: By) -> Option<Written> {
+        let avg = self.params.avg();
         let recorded = self
             .manifest
             .as_ref()
             .and_then(|m| m.get(rel.as_bytes()))
-            .filter(|w| w.still_stat(st));
-        let Some(params) = self.checksum.filter(|_| recorded.is_none() && st.size == size) else {
+            .filter(|w| w.still_stat(st) && (by == By::Digest || w.chunk_avg == avg));
+        if recorded.is_some() || !self.checksum || st.size != size {
             return recorded;
-        };
+        }
+        let params = self.params;
         self.learn(rel, st, &params).ok().flatten()
     }
 
@@ -81,7 +97,7 @@ impl Landing<'_> {
         if FileStat::of(&after) != *st || after.size() != st.size {
             return Ok(None);
         }
-        let w = Written::of(&after, recipe.file_hash, digest);
+        let w = Written::of(&after, recipe.file_hash, params.avg(), digest);
         if let Some(m) = &self.manifest {
             m.insert(rel.as_bytes(), w);
         }
@@ -96,9 +112,10 @@ impl Landing<'_> {
         rel: &RelPath,
         st: &FileStat,
         size: u64,
+        by: By,
         matches: impl FnOnce(&Written) -> bool,
     ) -> Verdict {
-        match self.known(rel, st, size) {
+        match self.known(rel, st, size, by) {
             Some(w) if matches(&w) => Verdict::Same(w),
             Some(_) => Verdict::Differs,
             None if self.checksum() => Verdict::Differs,
@@ -137,7 +154,10 @@ mod tests {
         assert!(landing.holds(&rel, size, mtime, &[9; 8]));
         assert!(!landing.holds(&rel, size, mtime + 1, &digest[..8]));
         // Known (release 41 was written here): content decides.
-        manifest.insert(b"f", Written::of(&meta, [1; 32], [1; 16]));
+        manifest.insert(
+            b"f",
+            Written::of(&meta, [1; 32], ChunkParams::default().avg(), [1; 16]),
+        );
         assert!(
             !landing.holds(&rel, size, mtime, &digest[..8]),
             "same size and mtime, other content"
@@ -147,16 +167,24 @@ mod tests {
             "same content, other mtime"
         );
         assert_eq!(
-            landing.verdict(&rel, &st, size, |w| w.hash == hash),
+            landing.verdict(&rel, &st, size, By::FileHash, |w| w.hash == hash),
             Verdict::Differs
         );
+        // A file hash made with other chunk parameters tells nothing: size
+        // and mtime decide (its XXH3-128 still counts).
+        manifest.insert(b"f", Written::of(&meta, hash, 64 << 10, [1; 16]));
+        assert_eq!(
+            landing.verdict(&rel, &st, size, By::FileHash, |w| w.hash == hash),
+            Verdict::Unknown
+        );
+        assert!(landing.holds(&rel, size, mtime + 1, &[1; 8]));
 
         // --checksum: a file the manifest does not describe is hashed once
         // and recorded; then content decides.
         let (fresh, _) = Manifest::open(t.path().join("other"));
         let fresh = Arc::new(fresh);
         let mut landing = Landing::new(&root, Some(Arc::clone(&fresh)), false);
-        landing.set_checksum(Some(ChunkParams::default()));
+        landing.set_session(ChunkParams::default(), true);
         assert!(!landing.holds(&rel, size, mtime, &[9; 8]));
         assert_eq!(fresh.get(b"f").map(|w| (w.hash, w.digest)), Some((hash, digest)));
         assert!(landing.holds(&rel, size, mtime + 1, &digest[..8]));
@@ -164,8 +192,11 @@ mod tests {
         let (empty, _) = Manifest::open(t.path().join("third"));
         let empty = Arc::new(empty);
         let mut landing = Landing::new(&root, Some(Arc::clone(&empty)), false);
-        landing.set_checksum(Some(ChunkParams::default()));
-        assert_eq!(landing.verdict(&rel, &st, size + 1, |_| true), Verdict::Differs);
+        landing.set_session(ChunkParams::default(), true);
+        assert_eq!(
+            landing.verdict(&rel, &st, size + 1, By::FileHash, |_| true),
+            Verdict::Differs
+        );
         assert!(empty.get(b"f").is_none());
     }
 }

@@ -62,7 +62,7 @@ mod tests {
         let (manifest, _) = Manifest::open(t.path().join("manifest"));
         let manifest = Arc::new(manifest);
         let meta = fs::metadata(dest.join("f")).unwrap();
-        manifest.insert(b"f", Written::of(&meta, [7; 32], [7; 16]));
+        manifest.insert(b"f", Written::of(&meta, [7; 32], 32 << 10, [7; 16]));
         let mut landing = Landing::new(&root, Some(Arc::clone(&manifest)), false);
         let rel = RelPath::parse(b"f").unwrap();
         let attrs: [(&[u8], &[u8]); 1] = [(b"user.k", b"v")];

@@ -6,14 +6,18 @@
 //! written, so a file sent again under another name, or grown at its end,
 //! costs neither writes nor disk space for what it shares.
 //!
-//! Every chunk is still read and checked against its hash before it joins
-//! a run; only the write is saved. Bytes outside whole blocks (the head of
-//! the run, its tail) are written as usual. The held file's ctime, taken
-//! when the run starts, must be the same after the clone: if not, something
-//! wrote to it meanwhile, and the run's chunks are read back from the new
-//! file and checked again ([`LandError::HeldChanged`] if one no longer
-//! matches). A clone the filesystem refuses falls back to copying the range
-//! and checking it in place the same way.
+//! Every chunk is read and checked against its hash before it joins a run
+//! (the core needs the answer at once), and after the clone the run's
+//! chunks are read back from the new file and checked again: the held file
+//! may have changed in between without its ctime saying so (a store through
+//! a shared mapping), and what is checked must be what landed
+//! ([`LandError::HeldChanged`] if a chunk no longer matches). So a shared
+//! block costs two reads and no write, where a copied one costs a read and
+//! a write. Bytes outside whole blocks (the head of the run, its tail) are
+//! written from the checked buffer as usual. A run ends after
+//! [`MAX_RUN_BYTES`], so its bookkeeping stays small. A clone the
+//! filesystem refuses falls back to copying the range (checked in place
+//! the same way).
 
 use std::fs::File;
 use std::io::IoSlice;
@@ -23,6 +27,21 @@ use pfs_files::{LandError, Landing};
 use pfs_wire::files::Hash;
 
 use crate::files::hash_matches;
+
+/// Bytes a run covers at most before it is cloned and a new one starts.
+pub(super) const MAX_RUN_BYTES: u64 = 64 << 20;
+
+/// How a run's whole blocks got into the file being rebuilt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shared {
+    /// Shared with the held file.
+    Cloned,
+    /// Copied: the filesystem refused this clone (another mount, files of
+    /// kinds that cannot share blocks).
+    RefusedHere,
+    /// Copied: the filesystem has no reflinks after all.
+    Unsupported,
+}
 
 /// Chunks, contiguous in the file being rebuilt and in one held file, not
 /// written yet where they cover whole blocks.
@@ -43,17 +62,8 @@ pub(super) struct CloneRun {
     /// Bytes at `tail_at..end` not written yet: after the last whole block.
     tail_at: u64,
     tail: Vec<u8>,
-    /// The held file's ctime (s, ns) when the run started.
-    ctime: (i64, i64),
     /// The run's chunks (offset, len, hash), to check them in place.
     chunks: Vec<(u64, u32, Hash)>,
-}
-
-/// ctime of `f` (s, ns), or a value no file has if it cannot be read.
-pub(super) fn ctime_of(f: &File) -> (i64, i64) {
-    use std::os::unix::fs::MetadataExt;
-    f.metadata()
-        .map_or((i64::MIN, -1), |m| (m.ctime(), m.ctime_nsec()))
 }
 
 impl CloneRun {
@@ -71,7 +81,6 @@ impl CloneRun {
         src_at: u64,
         bytes: &[u8],
         hash: &Hash,
-        ctime: (i64, i64),
     ) -> Option<Result<Self, LandError>> {
         if at % block != src_at % block {
             return None;
@@ -87,16 +96,19 @@ impl CloneRun {
             src_end: src_at,
             tail_at: start,
             tail: Vec::new(),
-            ctime,
             chunks: Vec::new(),
         };
         Some(run.add(landing, at, bytes, hash).map(|()| run))
     }
 
     /// Whether the chunk at `at` of the file `no`, read at `src_at` of the
-    /// held file `base`, continues this run.
+    /// held file `base`, continues this run (which is not full yet).
     pub(super) fn continues(&self, no: u64, base: u64, at: u64, src_at: u64) -> bool {
-        self.no == no && self.base == base && self.end == at && self.src_end == src_at
+        self.no == no
+            && self.base == base
+            && self.end == at
+            && self.src_end == src_at
+            && self.end.saturating_sub(self.start) < MAX_RUN_BYTES
     }
 
     /// Adds the next chunk of the run (see [`Self::continues`]): bytes
@@ -126,25 +138,29 @@ impl CloneRun {
         Ok(())
     }
 
-    /// Ends the run: shares its whole blocks from `src` (the held file),
-    /// writes its tail, and checks the held file did not change meanwhile.
-    /// `Ok(false)`: the filesystem refused the clone (the range was copied
-    /// instead); the caller stops starting runs.
-    pub(super) fn finish(self, landing: &mut Landing<'_>, src: &File) -> Result<bool, LandError> {
+    /// Ends the run: shares its whole blocks from `src` (the held file), or
+    /// copies them where the filesystem refuses, writes its tail, then
+    /// checks every chunk of the run where it landed.
+    pub(super) fn finish(self, landing: &mut Landing<'_>, src: &File) -> Result<Shared, LandError> {
+        use rustix::io::Errno;
         let whole = self.tail_at - self.start;
-        let cloned = landing
-            .clone_at(self.no, self.start, src, self.src_start, whole)
-            .is_ok();
-        if !cloned {
+        let shared = match landing.clone_at(self.no, self.start, src, self.src_start, whole) {
+            Ok(()) => Shared::Cloned,
+            Err(LandError::Write(e))
+                if matches!(Errno::from_io_error(&e), Some(Errno::OPNOTSUPP | Errno::NOTTY)) =>
+            {
+                Shared::Unsupported
+            }
+            Err(_) => Shared::RefusedHere,
+        };
+        if shared != Shared::Cloned {
             self.copy_whole(landing, src, whole)?;
         }
         if !self.tail.is_empty() {
             landing.write_at(self.no, self.tail_at, &mut [IoSlice::new(&self.tail)])?;
         }
-        if !cloned || ctime_of(src) != self.ctime {
-            self.check_in_place(landing)?;
-        }
-        Ok(cloned)
+        self.check_in_place(landing)?;
+        Ok(shared)
     }
 
     /// Copies `whole` bytes from the held file into the run's whole blocks.

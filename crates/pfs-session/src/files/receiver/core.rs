@@ -495,7 +495,7 @@ impl FilesReceiver {
         // default stands in.
         let params = pfs_files::ChunkParams::new(hello.chunk_avg).unwrap_or_default();
         self.params = params;
-        host.set_checksum((hello.flags & HELLO_CHECKSUM != 0).then_some(params));
+        host.set_session(params, hello.flags & HELLO_CHECKSUM != 0);
         let info = host.store_info();
         let occupied = host.occupied(self.base.as_ref());
         let accept = FilesAccept {
@@ -602,13 +602,15 @@ impl FilesReceiver {
                 continue;
             };
             let mtime_ns = i128::from(e.mtime_sec) * 1_000_000_000 + i128::from(e.mtime_nsec);
-            let held = host.holds(&rel, e.size, mtime_ns, &e.key);
+            let mut held = host.holds(&rel, e.size, mtime_ns, &e.key);
             if !held && self.adopt_left > 0 && !self.dry_run {
                 // The file at that path is an older version, most likely:
-                // its chunks may serve the new one (rsync's basis file).
-                let read = host.adopt(&rel, &self.params, self.adopt_left);
+                // its chunks may serve the new one (rsync's basis file),
+                // or it is the same bytes under another mtime.
+                let (read, same) = host.adopt(&rel, &self.params, self.adopt_left, (e.size, &e.key));
                 self.adopt_left = self.adopt_left.saturating_sub(read);
                 adopted |= read > 0;
+                held = same;
             }
             self.probe_held.push(held);
         }

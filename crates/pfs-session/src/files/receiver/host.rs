@@ -17,7 +17,7 @@ use pfs_files::{
 use pfs_store::{ChunkLoc, IndexRecord, Reservation, Store, StoreError};
 use pfs_wire::files::{Hash, Xattrs};
 
-use super::clone::{ctime_of, CloneRun};
+use super::clone::{CloneRun, Shared};
 use crate::files::hash_matches;
 
 /// Where the chunks a receiver holds are, and where new ones go.
@@ -249,18 +249,28 @@ pub trait FilesHost<'s> {
     /// descriptors until it is written or finished again.
     fn park(&mut self, no: u64);
 
-    /// Decide "unchanged" by content, not size and mtime, for this session
-    /// (rsync's `--checksum`; see [`Landing::set_checksum`]).
-    fn set_checksum(&mut self, params: Option<pfs_files::ChunkParams>);
+    /// The session's chunk parameters, and whether content decides
+    /// "unchanged", not size and mtime (rsync's `--checksum`; see
+    /// [`Landing::set_session`]).
+    fn set_session(&mut self, params: pfs_files::ChunkParams, checksum: bool);
 
-    /// Indexes the regular file at `rel` (a file a sender offers that the
-    /// destination does not hold as it is) if the chunk index does not
-    /// know it and it has at most `max_bytes`: chunked with `params`, its
-    /// chunks offered to senders from the next commit. Returns the bytes
-    /// read (0 when nothing was done). Hosts without a destination index
+    /// Indexes the regular file at `rel` (a file a sender probes that the
+    /// destination does not hold as far as size, mtime and its manifest
+    /// tell) if the chunk index does not know it and it has at most
+    /// `max_bytes`: chunked with `params`, its chunks offered to senders
+    /// from the next commit, its content recorded in the manifest. Returns
+    /// the bytes read (0 when nothing was done) and whether its content is
+    /// the probed one after all (`size` bytes, an XXH3-128 starting with
+    /// `key`: same bytes, another mtime). Hosts without a destination index
     /// do nothing.
-    fn adopt(&mut self, _rel: &RelPath, _params: &pfs_files::ChunkParams, _max_bytes: u64) -> u64 {
-        0
+    fn adopt(
+        &mut self,
+        _rel: &RelPath,
+        _params: &pfs_files::ChunkParams,
+        _max_bytes: u64,
+        _probed: (u64, &[u8]),
+    ) -> (u64, bool) {
+        (0, false)
     }
 
     /// Whether the session's directory `dir` (the destination root for
@@ -341,8 +351,9 @@ struct DestHost<'s> {
     checkpointed: HashMap<u64, usize>,
     /// Temporary files this session claimed in the index.
     claimed: HashMap<u64, RelPath>,
-    /// Block size of reflinks into the destination, where it takes them.
-    reflink: Option<u64>,
+    /// Block size of reflinks into the destination where it takes them,
+    /// once asked (the first time a run could start).
+    reflink: Option<Option<u64>>,
     /// Chunks copied whose whole blocks are shared when the run ends.
     run: Option<Box<(CloneRun, Arc<File>)>>,
     /// Files whose run could not be finished outside a call about them:
@@ -384,7 +395,7 @@ impl<'s> LocalHost<'s> {
                 buf: Vec::new(),
                 checkpointed: HashMap::new(),
                 claimed: HashMap::new(),
-                reflink: index.root().reflink_block(),
+                reflink: None,
                 run: None,
                 broken: HashMap::new(),
             }),
@@ -487,13 +498,6 @@ impl DestHost<'_> {
             loc.offset - src.base + src.offset,
             Arc::clone(&src.file),
         );
-        // A run that may start here needs the held file's ctime from
-        // before its bytes are read (see `clone`).
-        let fresh = !self
-            .run
-            .as_ref()
-            .is_some_and(|b| b.0.continues(no, base, at, src_at));
-        let ctime = (self.reflink.is_some() && fresh).then(|| ctime_of(&file));
         self.buf.resize(len, 0);
         let good = file.read_exact_at(&mut self.buf, src_at).is_ok() && hash_matches(&self.buf, hash);
         if !good {
@@ -503,7 +507,7 @@ impl DestHost<'_> {
             return Copied::Absent;
         }
         seen(&self.buf);
-        match self.clone_or_write(landing, no, at, base, src_at, file, ctime, hash) {
+        match self.clone_or_write(landing, no, at, base, src_at, file, hash) {
             Ok(()) => {
                 self.note(no, at, loc.len, hash);
                 Copied::Placed
@@ -514,8 +518,7 @@ impl DestHost<'_> {
 
     /// Places the verified chunk in `self.buf` at `at` of the file `no`: in
     /// the current reflink run if it continues it, else in a new one if its
-    /// offsets allow sharing blocks (`ctime`: the held file's, from before
-    /// the chunk was read), else written.
+    /// offsets allow sharing blocks, else written.
     #[allow(clippy::too_many_arguments)]
     fn clone_or_write(
         &mut self,
@@ -525,20 +528,26 @@ impl DestHost<'_> {
         base: u64,
         src_at: u64,
         file: Arc<File>,
-        ctime: Option<(i64, i64)>,
         hash: &Hash,
     ) -> Result<(), LandError> {
         if let Some(b) = self.run.as_mut().filter(|b| b.0.continues(no, base, at, src_at)) {
             return b.0.add(landing, at, &self.buf, hash);
         }
         self.end_run(landing, no)?;
-        if let (Some(block), Some(ctime)) = (self.reflink, ctime) {
-            if let Some(run) = CloneRun::start(landing, no, base, block, at, src_at, &self.buf, hash, ctime) {
+        if let Some(block) = self.reflink_block() {
+            if let Some(run) = CloneRun::start(landing, no, base, block, at, src_at, &self.buf, hash) {
                 self.run = Some(Box::new((run?, file)));
                 return Ok(());
             }
         }
         landing.write_at(no, at, &mut [IoSlice::new(&self.buf)])
+    }
+
+    /// Block size of reflinks into the destination, asked once.
+    fn reflink_block(&mut self) -> Option<u64> {
+        *self
+            .reflink
+            .get_or_insert_with(|| self.index.root().reflink_block())
     }
 
     /// Ends the reflink run, if any. Its failure is returned when the run
@@ -550,10 +559,10 @@ impl DestHost<'_> {
         let (run, file) = *b;
         let of = run.no;
         match run.finish(landing, &file) {
-            Ok(cloned) => {
-                // A filesystem that refused once is not asked again.
-                if !cloned {
-                    self.reflink = None;
+            Ok(shared) => {
+                // A filesystem without reflinks is not asked again.
+                if shared == Shared::Unsupported {
+                    self.reflink = Some(None);
                 }
                 Ok(())
             }
@@ -910,39 +919,46 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         self.landing.park(no);
     }
 
-    fn set_checksum(&mut self, params: Option<pfs_files::ChunkParams>) {
-        self.landing.set_checksum(params);
+    fn set_session(&mut self, params: pfs_files::ChunkParams, checksum: bool) {
+        self.landing.set_session(params, checksum);
     }
 
     fn occupied(&mut self, dir: Option<&RelPath>) -> bool {
         matches!(self.held, Held::Dest(_)) && self.landing.root().has_entries(dir)
     }
 
-    fn adopt(&mut self, rel: &RelPath, params: &pfs_files::ChunkParams, max_bytes: u64) -> u64 {
+    fn adopt(
+        &mut self,
+        rel: &RelPath,
+        params: &pfs_files::ChunkParams,
+        max_bytes: u64,
+        (size, key): (u64, &[u8]),
+    ) -> (u64, bool) {
+        use std::os::unix::fs::MetadataExt;
         let Held::Dest(d) = &mut self.held else {
-            return 0;
+            return (0, false);
         };
         let Some(full) = beneath(d.within, rel.as_bytes()) else {
-            return 0;
+            return (0, false);
         };
         let Ok(Some((file, meta))) = d.index.root().open_existing(&full) else {
-            return 0;
+            return (0, false);
         };
-        use std::os::unix::fs::MetadataExt;
-        if !meta.is_file()
-            || meta.size() == 0
-            || meta.size() > max_bytes
-            || d.index.indexes(&full, meta.ino(), meta.size())
-        {
-            return 0;
+        let len = meta.size();
+        if len == 0 || len > max_bytes || d.index.indexes(&full, meta.ino(), len) {
+            return (0, false);
         }
         // A file that changes while read describes no single version: skipped.
         let Ok(recipe) = pfs_files::chunk_open_file(&file, full.as_ref(), params) else {
-            return meta.size();
+            return (len, false);
+        };
+        let Ok(quick) = pfs_files::quick_digest_file(&file, len) else {
+            return (len, false);
         };
         let chunks: Vec<_> = recipe.chunks.iter().map(|c| (c.offset, c.len, c.hash)).collect();
         d.index.publish(&full, &pfs_files::FileStat::of(&meta), &chunks);
-        meta.size()
+        self.landing.record(rel, &meta, recipe.file_hash, quick);
+        (len, len == size && quick.get(..key.len()) == Some(key))
     }
 
     fn set_attrs(
