@@ -120,6 +120,8 @@ pub struct TempFile {
     name: Vec<u8>,
     rel: RelPath,
     file: File,
+    /// Its permission bits, when known (it was created with them).
+    mode: Option<u32>,
     persisted: bool,
 }
 
@@ -468,28 +470,42 @@ impl DestRoot {
             .map_err(|e| dest_err("set mtime", rel, e))
     }
 
-    /// Create a temporary file in `.pfs/tmp` that [`TempFile::persist`]
-    /// will rename to `rel` (whose directory must exist).
+    /// Create a temporary file in `.pfs/tmp` (mode 0600) that
+    /// [`TempFile::persist`] will rename to `rel` (whose directory must exist).
     pub fn create_temp(&self, rel: &RelPath) -> Result<TempFile, FilesError> {
         let dir = Arc::new(self.parent_dir(rel)?);
-        self.create_temp_in(dir, rel)
+        self.create_temp_in(dir, rel, None)
     }
 
     /// [`Self::create_temp`] with `rel`'s directory taken from (or opened
-    /// into) `cache`: a tree's files mostly share their directory.
-    pub fn create_temp_cached(&self, cache: &mut StatCache, rel: &RelPath) -> Result<TempFile, FilesError> {
-        match self.cached_parent(cache, rel)? {
-            Some(dir) => {
-                let dir = dir.clone();
-                self.create_temp_in(dir, rel)
-            }
-            None => self.create_temp(rel),
-        }
+    /// into) `cache` (a tree's files mostly share their directory), and
+    /// created with the permission bits it will have, `mode & 0o777`, plus
+    /// the owner's read and write (it is written, and may be reopened and
+    /// re-read): when the umask lets them all through,
+    /// [`TempFile::set_times_and_mode`] need not set them again. Nobody
+    /// else sees it meanwhile: `.pfs` is the receiver's, mode 0700.
+    pub fn create_temp_cached(
+        &self,
+        cache: &mut StatCache,
+        rel: &RelPath,
+        mode: u32,
+    ) -> Result<TempFile, FilesError> {
+        let dir = match self.cached_parent(cache, rel)? {
+            Some(dir) => dir.clone(),
+            None => Arc::new(self.parent_dir(rel)?),
+        };
+        self.create_temp_in(dir, rel, Some(mode))
     }
 
-    fn create_temp_in(&self, dir: Arc<OwnedFd>, rel: &RelPath) -> Result<TempFile, FilesError> {
+    fn create_temp_in(
+        &self,
+        dir: Arc<OwnedFd>,
+        rel: &RelPath,
+        mode: Option<u32>,
+    ) -> Result<TempFile, FilesError> {
         let tmp_dir = self.tmp_dir()?;
         let name = rel.file_name();
+        let asked = mode.map_or(0o600, |m| (m & PERM_MASK) | 0o600);
         for _ in 0..16 {
             let tmp_name = temp_name();
             match rfs::openat(
@@ -497,7 +513,7 @@ impl DestRoot {
                 tmp_name.as_slice(),
                 // Readable too: a file completed by REPAIR is re-read to verify it.
                 OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
+                Mode::from_raw_mode(asked),
             ) {
                 Ok(fd) => {
                     return Ok(TempFile {
@@ -507,6 +523,7 @@ impl DestRoot {
                         name: name.to_vec(),
                         rel: rel.clone(),
                         file: File::from(fd),
+                        mode: process_umask().map(|u| asked & !u),
                         persisted: false,
                     })
                 }
@@ -541,6 +558,7 @@ impl DestRoot {
             name: parked.name,
             rel: parked.rel,
             file: File::from(fd),
+            mode: None,
             persisted: false,
         })
     }
@@ -885,7 +903,11 @@ impl TempFile {
     /// Set the final mode (`& 0o777`) and mtime (nanoseconds since the
     /// epoch; the access time is left alone). Call after the last write.
     pub fn set_times_and_mode(&self, mtime_ns: i128, mode: u32) -> Result<(), FilesError> {
-        set_times_and_mode(&self.file, mtime_ns, mode).map_err(|e| dest_err("set mode/mtime", &self.rel, e))
+        let err = |e| dest_err("set mode/mtime", &self.rel, e);
+        if self.mode != Some(mode & PERM_MASK) {
+            rfs::fchmod(&self.file, Mode::from_raw_mode(mode & PERM_MASK)).map_err(err)?;
+        }
+        rfs::futimens(&self.file, &mtime_only(mtime_ns).map_err(err)?).map_err(err)
     }
 
     /// Rename the file into place, replacing any file or symlink there (not a
@@ -985,6 +1007,19 @@ pub fn set_file_times_and_mode(file: &File, mtime_ns: i128, mode: u32) -> std::i
 fn set_times_and_mode(fd: impl AsFd, mtime_ns: i128, mode: u32) -> Result<(), Errno> {
     rfs::fchmod(&fd, Mode::from_raw_mode(mode & PERM_MASK))?;
     rfs::futimens(&fd, &mtime_only(mtime_ns)?)
+}
+
+/// The process's umask, read once: `umask(2)` cannot read it without
+/// setting it (a race with other threads creating files), so it comes from
+/// `/proc/self/status` (Linux 4.7+). `None` if that cannot be read. pfs
+/// never changes its umask.
+fn process_umask() -> Option<u32> {
+    static UMASK: OnceLock<Option<u32>> = OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let value = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(value.trim(), 8).ok()
+    })
 }
 
 /// Timestamps that set mtime (ns since the epoch) and leave atime.

@@ -235,7 +235,9 @@ impl<'d> Landing<'d> {
                 return Ok(Placement::SameContent);
             }
         }
-        let temp = self.root.create_temp_cached(&mut self.stat_cache, f.rel)?;
+        let temp = self
+            .root
+            .create_temp_cached(&mut self.stat_cache, f.rel, f.mode)?;
         self.open.insert(no, temp);
         Ok(Placement::Rebuild)
     }
