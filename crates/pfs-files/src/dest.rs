@@ -120,6 +120,8 @@ pub struct TempFile {
     name: Vec<u8>,
     rel: RelPath,
     file: File,
+    /// Its permission bits, when known (it was created with them).
+    mode: Option<u32>,
     persisted: bool,
 }
 
@@ -154,14 +156,45 @@ impl ParkedTemp {
     }
 }
 
-/// The open parent directory of the last [`DestRoot::stat_existing`] or
-/// [`DestRoot::set_existing_times_and_mode`], for the next file in the same
-/// directory. Like a process's working directory (rsync works from one),
-/// it keeps naming the directory it resolved even if that is renamed
-/// meanwhile; keep one per session and drop it when the session ends.
+/// The directories a session used last, kept open: the parent of the
+/// last files probed, created or set by name ([`DestRoot::stat_existing`],
+/// [`DestRoot::create_temp_cached`] …) and the directories it made
+/// ([`DestRoot::make_dir_cached`]), for the next files and subdirectories
+/// in them: a tree arrives directory by directory, depth first. Like a
+/// process's working directory (rsync works from one), each keeps naming
+/// the directory it resolved even if that is renamed meanwhile; keep one
+/// per session and drop it when the session ends.
 #[derive(Debug, Default)]
 pub struct StatCache {
-    dir: Option<(Vec<u8>, Arc<OwnedFd>)>,
+    /// (path beneath the root, descriptor), the most recently used last.
+    dirs: Vec<(Vec<u8>, Arc<OwnedFd>)>,
+}
+
+/// Directories a [`StatCache`] keeps open: enough for the parent and
+/// grandparents a depth-first walk comes back to.
+const CACHED_DIRS: usize = 16;
+
+impl StatCache {
+    /// The open directory `key`, now the most recently used.
+    fn get(&mut self, key: &[u8]) -> Option<&Arc<OwnedFd>> {
+        let i = self.dirs.iter().rposition(|(k, _)| k.as_slice() == key)?;
+        let hit = self.dirs.remove(i);
+        self.dirs.push(hit);
+        self.dirs.last().map(|(_, d)| d)
+    }
+
+    /// Keeps `dir` open as `key`, closing the least recently used past
+    /// [`CACHED_DIRS`].
+    fn put(&mut self, key: &[u8], dir: OwnedFd) -> &Arc<OwnedFd> {
+        if let Some(i) = self.dirs.iter().position(|(k, _)| k.as_slice() == key) {
+            self.dirs.remove(i);
+        } else if self.dirs.len() >= CACHED_DIRS {
+            self.dirs.remove(0);
+        }
+        self.dirs.push((key.to_vec(), Arc::new(dir)));
+        let (_, d) = &self.dirs[self.dirs.len() - 1];
+        d
+    }
 }
 
 /// What [`DestRoot::stat_existing`] found.
@@ -421,6 +454,37 @@ impl DestRoot {
         Ok(made)
     }
 
+    /// [`Self::make_dir_all`] for a directory whose parent this session
+    /// created (`parent_new`): one `mkdirat` in the parent held in `cache`,
+    /// without looking first (a directory made an instant ago holds only
+    /// what the session put there, and a sender names each path once); the
+    /// new directory stays in `cache` for the entries that follow it.
+    /// Anything unexpected (it exists after all, the parent is gone) takes
+    /// the path of [`Self::make_dir_all`].
+    pub fn make_dir_cached(
+        &self,
+        cache: &mut StatCache,
+        rel: &RelPath,
+        mode: u32,
+        parent_new: bool,
+    ) -> Result<bool, FilesError> {
+        if parent_new {
+            if let Some(parent) = self.cached_parent(cache, rel)? {
+                let parent = Arc::clone(parent);
+                let name = rel.file_name();
+                let m = Mode::from_raw_mode((mode & NEW_DIR_MODE_MAX) | 0o700);
+                if rfs::mkdirat(&*parent, name, m).is_ok() {
+                    // If this fails, its entries open it by path.
+                    if let Ok(fd) = rfs::openat(&*parent, name, dir_flags(), Mode::empty()) {
+                        cache.put(rel.as_bytes(), fd);
+                    }
+                    return Ok(true);
+                }
+            }
+        }
+        self.make_dir_all(rel, mode)
+    }
+
     /// Set mtime (nanoseconds since the epoch) and mode of the existing
     /// directory `rel`. The mode only ever narrows: the directory keeps the
     /// bits it has that `mode` also has (`current & mode & 0o777`), so a
@@ -448,28 +512,61 @@ impl DestRoot {
         .map_err(|e| dest_err("set mtime", rel, e))
     }
 
-    /// Create a temporary file in `.pfs/tmp` that [`TempFile::persist`]
-    /// will rename to `rel` (whose directory must exist).
+    /// Sets the mtime of the directory `rel` by name, through its parent
+    /// in `cache` (no descriptor of its own opened): for a directory this
+    /// session created whose mode needs no narrowing (see
+    /// [`crate::Landing::set_dir_meta`]). A symlink put in its place meanwhile
+    /// is not followed.
+    pub fn set_dir_mtime_cached(
+        &self,
+        cache: &mut StatCache,
+        rel: &RelPath,
+        mtime_ns: i128,
+    ) -> Result<(), FilesError> {
+        let times = mtime_only(mtime_ns).map_err(|e| dest_err("set mtime", rel, e))?;
+        let Some(dir) = self.cached_parent(cache, rel)? else {
+            return Err(dest_err("set mtime", rel, Errno::NOENT));
+        };
+        rfs::utimensat(&**dir, rel.file_name(), &times, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| dest_err("set mtime", rel, e))
+    }
+
+    /// Create a temporary file in `.pfs/tmp` (mode 0600) that
+    /// [`TempFile::persist`] will rename to `rel` (whose directory must exist).
     pub fn create_temp(&self, rel: &RelPath) -> Result<TempFile, FilesError> {
         let dir = Arc::new(self.parent_dir(rel)?);
-        self.create_temp_in(dir, rel)
+        self.create_temp_in(dir, rel, None)
     }
 
     /// [`Self::create_temp`] with `rel`'s directory taken from (or opened
-    /// into) `cache`: a tree's files mostly share their directory.
-    pub fn create_temp_cached(&self, cache: &mut StatCache, rel: &RelPath) -> Result<TempFile, FilesError> {
-        match self.cached_parent(cache, rel)? {
-            Some(dir) => {
-                let dir = dir.clone();
-                self.create_temp_in(dir, rel)
-            }
-            None => self.create_temp(rel),
-        }
+    /// into) `cache` (a tree's files mostly share their directory), and
+    /// created with the permission bits it will have, `mode & 0o777`, plus
+    /// the owner's read and write (it is written, and may be reopened and
+    /// re-read): when the umask lets them all through,
+    /// [`TempFile::set_times_and_mode`] need not set them again. Nobody
+    /// else sees it meanwhile: `.pfs` is the receiver's, mode 0700.
+    pub fn create_temp_cached(
+        &self,
+        cache: &mut StatCache,
+        rel: &RelPath,
+        mode: u32,
+    ) -> Result<TempFile, FilesError> {
+        let dir = match self.cached_parent(cache, rel)? {
+            Some(dir) => dir.clone(),
+            None => Arc::new(self.parent_dir(rel)?),
+        };
+        self.create_temp_in(dir, rel, Some(mode))
     }
 
-    fn create_temp_in(&self, dir: Arc<OwnedFd>, rel: &RelPath) -> Result<TempFile, FilesError> {
+    fn create_temp_in(
+        &self,
+        dir: Arc<OwnedFd>,
+        rel: &RelPath,
+        mode: Option<u32>,
+    ) -> Result<TempFile, FilesError> {
         let tmp_dir = self.tmp_dir()?;
         let name = rel.file_name();
+        let asked = mode.map_or(0o600, |m| (m & PERM_MASK) | 0o600);
         for _ in 0..16 {
             let tmp_name = temp_name();
             match rfs::openat(
@@ -477,7 +574,7 @@ impl DestRoot {
                 tmp_name.as_slice(),
                 // Readable too: a file completed by REPAIR is re-read to verify it.
                 OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
+                Mode::from_raw_mode(asked),
             ) {
                 Ok(fd) => {
                     return Ok(TempFile {
@@ -487,6 +584,7 @@ impl DestRoot {
                         name: name.to_vec(),
                         rel: rel.clone(),
                         file: File::from(fd),
+                        mode: process_umask().map(|u| asked & !u),
                         persisted: false,
                     })
                 }
@@ -521,6 +619,7 @@ impl DestRoot {
             name: parked.name,
             rel: parked.rel,
             file: File::from(fd),
+            mode: None,
             persisted: false,
         })
     }
@@ -667,23 +766,20 @@ impl DestRoot {
     ) -> Result<Option<&'c Arc<OwnedFd>>, FilesError> {
         let parent = rel.parent();
         let key = parent.as_ref().map_or(&b""[..], |p| p.as_bytes());
-        let stale = match &cache.dir {
-            Some((k, _)) => k.as_slice() != key,
-            None => true,
-        };
-        if stale {
-            cache.dir = None;
-            let dir = match self.parent_dir(rel) {
-                Ok(d) => d,
-                Err(FilesError::Path { .. }) => return Ok(None),
-                Err(FilesError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                    return Ok(None)
-                }
-                Err(e) => return Err(e),
-            };
-            cache.dir = Some((key.to_vec(), Arc::new(dir)));
+        // Two lookups: returning the first borrow on a hit would keep
+        // `cache` borrowed on the miss path too.
+        if cache.get(key).is_some() {
+            return Ok(cache.get(key));
         }
-        Ok(cache.dir.as_ref().map(|(_, d)| d))
+        let dir = match self.parent_dir(rel) {
+            Ok(d) => d,
+            Err(FilesError::Path { .. }) => return Ok(None),
+            Err(FilesError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(Some(cache.put(key, dir)))
     }
 
     /// Create (or atomically replace) the symlink `rel` pointing to `target`,
@@ -868,7 +964,11 @@ impl TempFile {
     /// Set the final mode (`& 0o777`) and mtime (nanoseconds since the
     /// epoch; the access time is left alone). Call after the last write.
     pub fn set_times_and_mode(&self, mtime_ns: i128, mode: u32) -> Result<(), FilesError> {
-        set_times_and_mode(&self.file, mtime_ns, mode).map_err(|e| dest_err("set mode/mtime", &self.rel, e))
+        let err = |e| dest_err("set mode/mtime", &self.rel, e);
+        if self.mode != Some(mode & PERM_MASK) {
+            rfs::fchmod(&self.file, Mode::from_raw_mode(mode & PERM_MASK)).map_err(err)?;
+        }
+        rfs::futimens(&self.file, &mtime_only(mtime_ns).map_err(err)?).map_err(err)
     }
 
     /// Rename the file into place, replacing any file or symlink there (not a
@@ -968,6 +1068,19 @@ pub fn set_file_times_and_mode(file: &File, mtime_ns: i128, mode: u32) -> std::i
 fn set_times_and_mode(fd: impl AsFd, mtime_ns: i128, mode: u32) -> Result<(), Errno> {
     rfs::fchmod(&fd, Mode::from_raw_mode(mode & PERM_MASK))?;
     rfs::futimens(&fd, &mtime_only(mtime_ns)?)
+}
+
+/// The process's umask, read once: `umask(2)` cannot read it without
+/// setting it (a race with other threads creating files), so it comes from
+/// `/proc/self/status` (Linux 4.7+). `None` if that cannot be read. pfs
+/// never changes its umask.
+fn process_umask() -> Option<u32> {
+    static UMASK: OnceLock<Option<u32>> = OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let value = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(value.trim(), 8).ok()
+    })
 }
 
 /// Timestamps that set mtime (ns since the epoch) and leave atime.

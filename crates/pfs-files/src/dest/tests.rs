@@ -448,3 +448,75 @@ fn make_dir_all_says_when_it_made_the_directory() {
         "made by someone else"
     );
 }
+
+/// A tree landed into a new directory: subdirectories made in the
+/// directory held open (one `mkdirat` each), one made by someone else
+/// meanwhile taken as it is; each file gets exactly its mode, whether the
+/// umask let it through at creation or not; each directory its mtime, and
+/// its mode narrowed where it asks for less than it was made with.
+#[test]
+fn a_landed_tree_gets_exact_file_modes_and_narrowed_directories() {
+    let fx = Fixture::new();
+    let root = DestRoot::open(&fx.dest).unwrap();
+    let mut landing = Landing::new(&root, None, false);
+    let dirs = [
+        ("t", 0o775),
+        ("t/a", 0o755),
+        ("t/a/b", 0o700),
+        ("t/a/ro", 0o555),
+        ("t/a/x", 0o750),
+    ];
+    for (d, mode) in dirs {
+        if d == "t/a/x" {
+            fs::create_dir(fx.dest.join(d)).unwrap();
+        }
+        landing.make_dir(&rp(d), mode).unwrap();
+    }
+    let files = [
+        ("t/f644", 0o644),
+        ("t/a/f664", 0o664),
+        ("t/a/b/f600", 0o600),
+        ("t/a/ro/f444", 0o444),
+        ("t/a/x/f755", 0o755),
+        ("t/a/f4755", 0o4755),
+    ];
+    let mtime = 1_600_000_000_123_456_789i128;
+    for (no, (f, mode)) in files.iter().enumerate() {
+        let rel = rp(f);
+        let content = f.as_bytes();
+        let spec = FileSpec {
+            rel: &rel,
+            size: content.len() as u64,
+            mtime_ns: mtime,
+            mode: *mode,
+            file_hash: *blake3::hash(content).as_bytes(),
+            held: false,
+        };
+        let no = no as u64;
+        assert_eq!(landing.open_file(no, &spec).unwrap(), Placement::Rebuild);
+        landing
+            .write_at(no, 0, &mut [std::io::IoSlice::new(content)])
+            .unwrap();
+        landing
+            .finish_file(no, &spec, (Some(spec.file_hash), None))
+            .unwrap();
+    }
+    for (d, mode) in dirs.iter().rev() {
+        landing.set_dir_meta(&rp(d), mtime, *mode).unwrap();
+    }
+    for (f, mode) in files {
+        let m = fs::metadata(fx.dest.join(f)).unwrap();
+        assert_eq!(m.mode() & 0o7777, mode & 0o777, "{f}");
+        assert_eq!(fs::read(fx.dest.join(f)).unwrap(), f.as_bytes());
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_600_000_000, 123_456_789), "{f}");
+    }
+    // Made here: the peer's mode without group/other write; narrowed to
+    // what the peer asks where that is less. Made by someone else: kept.
+    let want = [("t", 0o755), ("t/a", 0o755), ("t/a/b", 0o700), ("t/a/ro", 0o555)];
+    for (d, mode) in want {
+        let m = fs::metadata(fx.dest.join(d)).unwrap();
+        assert_eq!(m.mode() & 0o7777, mode, "{d}");
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_600_000_000, 123_456_789), "{d}");
+    }
+    assert_eq!(fs::read_dir(fx.dest.join(TEMP_DIR)).unwrap().count(), 0);
+}
