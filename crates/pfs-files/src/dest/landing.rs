@@ -459,9 +459,8 @@ fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {
 /// XXH3-128 of the first `size` bytes of `f`.
 pub fn quick_file(f: &File, size: u64) -> io::Result<QuickDigest> {
     let mut q = twox_hash::XxHash3_128::new();
-    // No larger than the file: an empty file (no chunk, so no digest
-    // computed while written) comes here too, and zeroing 1 MiB for each
-    // of Django's 620 was 2 % of the receiver's CPU.
+    // No larger than the file: zeroing 1 MiB to hash a small file costs
+    // more than hashing it.
     let mut buf = vec![0u8; size.min(REREAD_BUF as u64) as usize];
     let mut at = 0u64;
     while at < size {

@@ -497,9 +497,7 @@ fn a_landed_tree_gets_exact_file_modes_and_narrowed_directories() {
         landing
             .write_at(no, 0, &mut [std::io::IoSlice::new(content)])
             .unwrap();
-        landing
-            .finish_file(no, &spec, (Some(spec.file_hash), None))
-            .unwrap();
+        landing.finish_file(no, &spec, spec.file_hash, None).unwrap();
     }
     for (d, mode) in dirs.iter().rev() {
         landing.set_dir_meta(&rp(d), mtime, *mode).unwrap();
