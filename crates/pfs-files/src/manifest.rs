@@ -188,8 +188,9 @@ impl Manifest {
 fn decode(body: &[u8], with_avg: bool) -> Result<PathMap, &'static str> {
     let mut r = Reader(body);
     let n = r.u64()?;
-    // Each record takes at least 84 bytes: a count larger than that is a lie.
-    if n > body.len() as u64 / 84 {
+    // Each record takes at least 88 bytes (84 before `chunk_avg`): a count
+    // larger than that is a lie.
+    if n > body.len() as u64 / if with_avg { 88 } else { 84 } {
         return Err("record count exceeds the file");
     }
     let mut map = PathMap::with_capacity_and_hasher(n as usize, Default::default());

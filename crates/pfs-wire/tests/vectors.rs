@@ -667,6 +667,7 @@ const INVALID: &[(&str, As, WireError)] = &[
         WireError::LengthMismatch,
     ),
     ("invalid-files-file-flags", As::Frame, WireError::BadFlags),
+    ("invalid-files-accept-flags", As::Frame, WireError::BadFlags),
     (
         "invalid-files-file-drop-length",
         As::Frame,
@@ -943,6 +944,30 @@ fn conventions_vectors() {
     h.emit(&mut out);
     assert_eq!(out, body, "files-hello-delete-checksum re-encode");
 
+    let body = files_frame("files-accept-occupied", FrameType::FilesAccept, 0);
+    let a = FilesAccept::parse(&body).unwrap();
+    assert_eq!(
+        (
+            a.store_id,
+            a.generation,
+            a.capacity,
+            a.free,
+            a.max_chunks_body,
+            a.auth_method,
+            a.flags
+        ),
+        (
+            std::array::from_fn(|i| i as u8),
+            0,
+            1 << 30,
+            1 << 29,
+            4 << 20,
+            0,
+            pfs_wire::files::ACCEPT_OCCUPIED
+        )
+    );
+    assert_eq!(a.emit().to_vec(), body, "files-accept-occupied re-encode");
+
     let body = files_frame("files-file-linked", FrameType::File, 0);
     let f = FileEntry::parse(&body).unwrap();
     assert_eq!((f.file_no, f.size, f.chunk_count), (4, 70_000, 0));
@@ -1033,7 +1058,11 @@ fn vector_names_match_the_document() {
     expected.extend(["files-file", "files-chunks", "files-nak"]);
     expected.extend(["files-probe", "files-probe-reply", "files-file-held"]);
     expected.extend(["files-file-drop", "files-file-streamed", "files-file-done"]);
-    expected.extend(["files-hello-delete-checksum", "files-file-linked"]);
+    expected.extend([
+        "files-hello-delete-checksum",
+        "files-file-linked",
+        "files-accept-occupied",
+    ]);
     expected.extend(["files-delete", "files-deleted", "files-deleted-skipped"]);
     expected.extend(VARINTS.iter().map(|c| c.0));
     expected.extend(ZIGZAGS.iter().map(|c| c.0));

@@ -365,14 +365,20 @@ impl DestIndex {
         }
     }
 
-    /// Whether the file at `rel` is indexed as the inode `ino` of `size`
-    /// bytes (its entries live).
-    pub fn indexes(&self, rel: &RelPath, ino: u64, size: u64) -> bool {
+    /// Whether the file at `rel`, found as `stat`, is indexed as it is now
+    /// (same inode, size and mtime; its entries live).
+    pub fn indexes(&self, rel: &RelPath, stat: &FileStat) -> bool {
         let i = self.lock();
         i.by_path
             .get(rel.as_bytes())
             .and_then(|b| i.files.get(b))
-            .is_some_and(|f| f.live && f.part.is_none() && f.ino == ino && f.size == size)
+            .is_some_and(|f| {
+                f.live
+                    && f.part.is_none()
+                    && f.ino == stat.ino
+                    && f.size == stat.size
+                    && f.mtime_ns == clamp_ns(stat.mtime_ns)
+            })
     }
 
     /// Indexes the file just landed at `rel` (found as `stat` after its

@@ -317,11 +317,16 @@ impl<'d> Landing<'d> {
     }
 
     /// Records in the manifest that the file at `rel`, found as `meta`,
-    /// has the file hash `hash` and XXH3-128 `quick` (read and hashed by
-    /// the caller just now).
-    pub fn record(&self, rel: &RelPath, meta: &std::fs::Metadata, hash: Hash, quick: QuickDigest) {
-        if let Some(m) = &self.manifest {
-            m.insert(rel.as_bytes(), Written::of(meta, hash, self.params.avg(), quick));
+    /// has the file hash `hash` (with this session's chunk parameters) and
+    /// XXH3-128 `quick` (read and hashed by the caller just now). False if
+    /// there is no manifest to record it in.
+    pub fn record(&self, rel: &RelPath, meta: &std::fs::Metadata, hash: Hash, quick: QuickDigest) -> bool {
+        match &self.manifest {
+            Some(m) => {
+                m.insert(rel.as_bytes(), Written::of(meta, hash, self.params.avg(), quick));
+                true
+            }
+            None => false,
         }
     }
 

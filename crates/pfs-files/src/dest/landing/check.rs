@@ -60,19 +60,23 @@ impl Landing<'_> {
     }
 
     /// The manifest's record of the regular file `rel`, found as `st`, if
-    /// it still describes it (and, compared `by` file hash, was made with
-    /// this session's chunk parameters); with `--checksum` and a file of
-    /// `size` bytes it does not describe, the file is hashed and the record
-    /// made.
+    /// it still describes it. Compared `by` file hash, a record made with
+    /// other chunk parameters (or before records said which) cannot answer:
+    /// a file of the sender's `size` is then read and hashed again with
+    /// this session's, and the record replaced, since the content it
+    /// describes is known to be there and may differ from the sender's
+    /// under the same size and mtime. With `--checksum`, a file of `size`
+    /// bytes the manifest does not describe is hashed and recorded too.
     pub(super) fn known(&mut self, rel: &RelPath, st: &FileStat, size: u64, by: By) -> Option<Written> {
         let avg = self.params.avg();
         let recorded = self
             .manifest
             .as_ref()
             .and_then(|m| m.get(rel.as_bytes()))
-            .filter(|w| w.still_stat(st) && (by == By::Digest || w.chunk_avg == avg));
-        if recorded.is_some() || !self.checksum || st.size != size {
-            return recorded;
+            .filter(|w| w.still_stat(st));
+        let stale = recorded.is_some_and(|w| by == By::FileHash && w.chunk_avg != avg);
+        if !stale && (recorded.is_some() || !self.checksum) || st.size != size {
+            return recorded.filter(|_| !stale);
         }
         let params = self.params;
         self.learn(rel, st, &params).ok().flatten()
@@ -170,14 +174,26 @@ mod tests {
             landing.verdict(&rel, &st, size, By::FileHash, |w| w.hash == hash),
             Verdict::Differs
         );
-        // A file hash made with other chunk parameters tells nothing: size
-        // and mtime decide (its XXH3-128 still counts).
-        manifest.insert(b"f", Written::of(&meta, hash, 64 << 10, [1; 16]));
-        assert_eq!(
-            landing.verdict(&rel, &st, size, By::FileHash, |w| w.hash == hash),
-            Verdict::Unknown
-        );
+        // A file hash made with other chunk parameters cannot answer: the
+        // file is hashed again with this session's (its XXH3-128 still
+        // answers a probe as it is).
+        manifest.insert(b"f", Written::of(&meta, [1; 32], 64 << 10, [1; 16]));
         assert!(landing.holds(&rel, size, mtime + 1, &[1; 8]));
+        assert!(matches!(
+            landing.verdict(&rel, &st, size, By::FileHash, |w| w.hash == hash),
+            Verdict::Same(_)
+        ));
+        let w = manifest.get(b"f").unwrap();
+        assert_eq!(
+            (w.hash, w.chunk_avg, w.digest),
+            (hash, ChunkParams::default().avg(), digest)
+        );
+        // Re-hashed, it catches new bytes under the same size and mtime.
+        manifest.insert(b"f", Written::of(&meta, hash, 64 << 10, digest));
+        assert_eq!(
+            landing.verdict(&rel, &st, size, By::FileHash, |w| w.hash == [2; 32]),
+            Verdict::Differs
+        );
 
         // --checksum: a file the manifest does not describe is hashed once
         // and recorded; then content decides.

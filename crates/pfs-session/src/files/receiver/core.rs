@@ -71,9 +71,14 @@ enum BatchOf {
 
 /// Bytes of existing destination files the dest index does not know that
 /// one session reads, at most, to index them (the older versions of the
-/// files a sender probes): about two seconds of chunking here, so a sender
-/// waiting for INDEX is not kept long.
+/// files a sender probes): about two seconds of chunking from the page
+/// cache here, so a sender waiting for INDEX is not kept long. One PROBE
+/// frame also adopts no more than the frame work limit (`max_frame_work`).
 pub const ADOPT_MAX_BYTES: u64 = 2 << 30;
+/// Chunk records one session adds to the index by adopting files, at most
+/// (the index keeps them; a sender's tiny `chunk_avg` must not make 2 GiB
+/// into millions of records).
+pub const ADOPT_MAX_CHUNKS: u64 = 1 << 18;
 
 /// The receiving side of a files session as a state machine (see the
 /// module docs of [`super`]).
@@ -113,8 +118,10 @@ pub struct FilesReceiver {
     /// The session's chunk parameters (from FILES_HELLO's `chunk_avg`).
     params: pfs_files::ChunkParams,
     /// Bytes of existing destination files this session may still read to
-    /// index them (see [`ADOPT_MAX_BYTES`]).
+    /// index them, and chunk records it may still add (see
+    /// [`ADOPT_MAX_BYTES`], [`ADOPT_MAX_CHUNKS`]).
     adopt_left: u64,
+    adopt_chunks_left: u64,
     /// The PROBE flagged LAST arrived.
     probe_last: bool,
     probe_done: bool,
@@ -195,6 +202,7 @@ impl FilesReceiver {
             probe_held: Vec::new(),
             params: pfs_files::ChunkParams::default(),
             adopt_left: ADOPT_MAX_BYTES,
+            adopt_chunks_left: ADOPT_MAX_CHUNKS,
             probe_last: false,
             probe_done: false,
             appended: 0,
@@ -497,7 +505,10 @@ impl FilesReceiver {
         self.params = params;
         host.set_session(params, hello.flags & HELLO_CHECKSUM != 0);
         let info = host.store_info();
-        let occupied = host.occupied(self.base.as_ref());
+        // Only an empty index makes a sender skip its PROBE; with entries
+        // it probes anyway, and the flag is left out for senders from
+        // before it (they refuse a non-zero reserved byte).
+        let occupied = info.generation == 0 && host.occupied(self.base.as_ref());
         let accept = FilesAccept {
             flags: if occupied { ACCEPT_OCCUPIED } else { 0 },
             store_id: info.id,
@@ -594,6 +605,9 @@ impl FilesReceiver {
         }
         self.charge(u64::from(head.count))?;
         let mut adopted = false;
+        // Adopting is work this frame makes the receiver do, within the
+        // same limit as hashing (skipped, not refused, past it).
+        let mut frame_left = self.max_frame_work.saturating_sub(self.frame_work);
         for e in entries {
             let e = e.map_err(malformed("PROBE entry"))?;
             // A path that is not valid is not held.
@@ -603,12 +617,22 @@ impl FilesReceiver {
             };
             let mtime_ns = i128::from(e.mtime_sec) * 1_000_000_000 + i128::from(e.mtime_nsec);
             let mut held = host.holds(&rel, e.size, mtime_ns, &e.key);
-            if !held && self.adopt_left > 0 && !self.dry_run {
+            let budget = self.adopt_left.min(frame_left);
+            // A file's chunks, at most: its size over the smallest chunk.
+            let chunk_room = self
+                .adopt_chunks_left
+                .saturating_mul(u64::from(self.params.min()));
+            if !held && budget > 0 && !self.dry_run {
                 // The file at that path is an older version, most likely:
                 // its chunks may serve the new one (rsync's basis file),
                 // or it is the same bytes under another mtime.
-                let (read, same) = host.adopt(&rel, &self.params, self.adopt_left, (e.size, &e.key));
+                let max = budget.min(chunk_room);
+                let (read, same) = host.adopt(&rel, &self.params, max, (e.size, &e.key));
                 self.adopt_left = self.adopt_left.saturating_sub(read);
+                frame_left = frame_left.saturating_sub(read);
+                self.adopt_chunks_left = self
+                    .adopt_chunks_left
+                    .saturating_sub(read.div_ceil(u64::from(self.params.min())));
                 adopted |= read > 0;
                 held = same;
             }

@@ -941,11 +941,20 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         let Some(full) = beneath(d.within, rel.as_bytes()) else {
             return (0, false);
         };
+        // Never a receiver's state, wherever a group's `.pfs` is.
+        if full
+            .as_bytes()
+            .split(|&b| b == b'/')
+            .any(|c| c == pfs_files::STATE_DIR.as_bytes())
+        {
+            return (0, false);
+        }
         let Ok(Some((file, meta))) = d.index.root().open_existing(&full) else {
             return (0, false);
         };
         let len = meta.size();
-        if len == 0 || len > max_bytes || d.index.indexes(&full, meta.ino(), len) {
+        let stat = pfs_files::FileStat::of(&meta);
+        if len == 0 || len > max_bytes || d.index.indexes(&full, &stat) {
             return (0, false);
         }
         // A file that changes while read describes no single version: skipped.
@@ -955,10 +964,19 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         let Ok(quick) = pfs_files::quick_digest_file(&file, len) else {
             return (len, false);
         };
+        // Changed while hashed: its chunks are still checked at every use,
+        // but its content is not known.
+        if file.metadata().ok().map(|m| pfs_files::FileStat::of(&m)) != Some(stat) {
+            return (len, false);
+        }
         let chunks: Vec<_> = recipe.chunks.iter().map(|c| (c.offset, c.len, c.hash)).collect();
-        d.index.publish(&full, &pfs_files::FileStat::of(&meta), &chunks);
-        self.landing.record(rel, &meta, recipe.file_hash, quick);
-        (len, len == size && quick.get(..key.len()) == Some(key))
+        d.index.publish(&full, &stat, &chunks);
+        // Held only if the landing can find that out again when FILE comes.
+        let recorded = self.landing.record(rel, &meta, recipe.file_hash, quick);
+        (
+            len,
+            recorded && len == size && quick.get(..key.len()) == Some(key),
+        )
     }
 
     fn set_attrs(
