@@ -639,7 +639,9 @@ pub struct ServeArgs {
     pub store: Option<PathBuf>,
     /// Receive files (`pfs send PATH… --to`) into this root (created if absent); nothing is
     /// written outside it. Deduplicated against the files it holds (one copy on disk; the chunk
-    /// index, manifest and temporary files live in DIR/.pfs).
+    /// index, manifest and temporary files live in DIR/.pfs), including files put there by
+    /// other means (the older version at a path a sender probes is read and indexed); on
+    /// Btrfs or XFS, copied ranges share blocks (reflinks) instead of being written.
     #[arg(long, value_name = "DIR",
           conflicts_with_all = ["exec", "record", "verify_blob", "blob_name", "fill_file", "no_fill", "size", "seed"])]
     pub dest: Option<PathBuf>,
