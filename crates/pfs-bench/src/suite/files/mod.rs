@@ -151,6 +151,9 @@ enum Case {
     SmallA,
     /// Small-file version B over A.
     SmallB,
+    /// Small-file version B over a copy of A that `cp -a` put in the
+    /// destination (pfs never saw it: a destination filled by other means).
+    SmallBCopied,
     /// Large version A into an empty receiver.
     PairA,
     /// Large version B over A (scp: B into an empty directory).
@@ -187,6 +190,7 @@ impl Naming {
                 Case::Resend => "unchanged re-send (quick check)".into(),
                 Case::SmallA => format!("small-file version A ({})", kind.empty()),
                 Case::SmallB => "small-file version B over A".into(),
+                Case::SmallBCopied => "small-file version B over a copy of A made by cp -a".into(),
                 Case::PairA => format!("version A ({})", kind.empty()),
                 Case::PairB => "version B over A".into(),
             };
@@ -197,6 +201,7 @@ impl Naming {
             Case::ColdTree | Case::Resend => "cold send".into(),
             Case::SmallA => "small-file version A".into(),
             Case::SmallB => format!("small-file version B over A{delta}"),
+            Case::SmallBCopied => format!("small-file version B over a copy of A{delta}"),
             Case::PairA => "version A".into(),
             Case::PairB => format!("version B over A{delta}"),
         };
@@ -225,6 +230,10 @@ fn all_jobs(storage: &[StorageKind]) -> Vec<(Case, Tool)> {
     }
     for &k in storage {
         j.extend([(SmallA, Tool::Pfs(k)), (SmallB, Tool::Pfs(k))]);
+    }
+    // A store never adopts what is in the destination: one copy only.
+    if storage.contains(&StorageKind::DestOnly) {
+        j.push((SmallBCopied, Tool::Pfs(StorageKind::DestOnly)));
     }
     j.extend([
         (SmallA, Tool::Rsync),
@@ -644,6 +653,49 @@ impl Pass<'_> {
         })
     }
 
+    /// The PFS row of B sent over a copy of A that `cp -a` put where B
+    /// lands (not timed), on a fresh `pfs serve --dest`: the receiver has
+    /// never seen A, as after a migration from rsync.
+    fn pfs_over_copy(&mut self, tool: Tool, a: &Tree, b: &Tree) {
+        let case = Case::SmallBCopied;
+        let dir = self.fs.root().join("rx-pfs");
+        let st = ServeStorage::new(StorageKind::DestOnly, &dir);
+        let cache = dir.join("sender-cache");
+        let name = b.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        let target = st.dest.join("copied").join(name);
+        let placed = std::fs::create_dir_all(&target)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| {
+                let out = std::process::Command::new("cp")
+                    .arg("-a")
+                    .arg(a.dir.join("."))
+                    .arg(&target)
+                    .output()?;
+                anyhow::ensure!(
+                    out.status.success(),
+                    "cp -a: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                Ok(())
+            });
+        let r = placed.and_then(|()| {
+            let server = start_pfs_server(&self.pfs.path, &st, None)?;
+            eprintln!("pfs bench files: {} …", self.label(case, tool));
+            self.pfs_step(
+                tool,
+                &server,
+                &st,
+                &cache,
+                false,
+                (case, b, "copied", &["--compress"]),
+            )
+        });
+        self.push(case, tool, r);
+        st.remove();
+        let _ = std::fs::remove_dir_all(&dir);
+        self.fs.trim();
+    }
+
     /// rsync rows on one daemon: `steps` of (case, data, module dir, -z).
     fn rsync_series(&mut self, steps: &[(Case, Tool, &Tree, &str)], stage_z: Option<&Tree>) {
         if steps.is_empty() {
@@ -913,6 +965,10 @@ fn run_pass(pass: &mut Pass<'_>, jobs: &[(Case, Tool)], src: &Sources, storage: 
         );
         pass.pfs_series(Tool::Pfs(k), k, &steps);
     }
+    let copied = Tool::Pfs(StorageKind::DestOnly);
+    if let (true, Some(a), Some(b)) = (has(Case::SmallBCopied, copied), small_a, small_b) {
+        pass.pfs_over_copy(copied, a, b);
+    }
     let rs: Vec<_> = [(Case::SmallA, small_a), (Case::SmallB, small_b)]
         .into_iter()
         .filter_map(|(c, d)| {
@@ -1085,7 +1141,7 @@ pub fn collect(args: &BenchFilesArgs, pfs: &Binary) -> anyhow::Result<(FilesHead
     let data = DataSets {
         cold_file: any(&|c| c == Case::ColdFile).then_some(args.cold_file_size),
         cold_tree: any(&|c| matches!(c, Case::ColdTree | Case::Resend)).then_some(args.cold_size),
-        small: if any(&|c| matches!(c, Case::SmallA | Case::SmallB)) {
+        small: if any(&|c| matches!(c, Case::SmallA | Case::SmallB | Case::SmallBCopied)) {
             Some(fetched_pair(
                 args.small_pair.as_ref(),
                 "PFS_FILES_SMALL_FETCH",
@@ -1289,10 +1345,12 @@ fn add_ratios(rows: &mut [FilesRow]) {
         let tar = find(fs, c, Tool::Floor(Floor::Tar));
         match r.tool {
             Tool::Pfs(_) => {
-                let delta = matches!(c, Case::SmallB | Case::PairB);
+                let delta = matches!(c, Case::SmallB | Case::SmallBCopied | Case::PairB);
+                // rsync's B over its own A is the same situation for rsync.
+                let rc = if c == Case::SmallBCopied { Case::SmallB } else { c };
                 parts.extend(vs(
                     if delta { "rsync delta" } else { "rsync" },
-                    find(fs, c, Tool::Rsync),
+                    find(fs, rc, Tool::Rsync),
                     delta,
                     true,
                 ));
@@ -1368,11 +1426,13 @@ fn targets(rows: &[FilesRow]) -> Vec<Target> {
         for &k in &storages {
             let pfs = Tool::Pfs(k);
             let tag = k.label_tag().map(|t| format!(" ({t})")).unwrap_or_default();
-            let mut check = |what: &str, c: Case, other: Tool, wire: bool, limit: f64| {
-                if !rows.iter().any(|r| r.fs == fs && r.case == c) {
+            // `c` for PFS against `(oc, other)`: the same case, or the same
+            // situation for the other tool.
+            let mut check = |what: &str, c: Case, (oc, other): (Case, Tool), wire: bool, limit: f64| {
+                if !rows.iter().any(|r| r.fs == fs && r.case == c && r.tool == pfs) {
                     return;
                 }
-                let value = find(fs, c, pfs).zip(find(fs, c, other)).map(|(p, o)| {
+                let value = find(fs, c, pfs).zip(find(fs, oc, other)).map(|(p, o)| {
                     if wire {
                         ratio(p.row.wire_mb, o.row.wire_mb)
                     } else {
@@ -1389,58 +1449,65 @@ fn targets(rows: &[FilesRow]) -> Vec<Target> {
             check(
                 "cold single file, elapsed vs rsync",
                 Case::ColdFile,
-                Tool::Rsync,
+                (Case::ColdFile, Tool::Rsync),
                 false,
                 1.0,
             );
             check(
                 "cold single file, elapsed vs cp -a",
                 Case::ColdFile,
-                Tool::Floor(Floor::Cp),
+                (Case::ColdFile, Tool::Floor(Floor::Cp)),
                 false,
                 1.2,
             );
             check(
                 "small-file A (cold), elapsed vs rsync",
                 Case::SmallA,
-                Tool::Rsync,
+                (Case::SmallA, Tool::Rsync),
                 false,
                 0.8,
             );
             check(
                 "small-file A (cold), elapsed vs tar | tar",
                 Case::SmallA,
-                Tool::Floor(Floor::Tar),
+                (Case::SmallA, Tool::Floor(Floor::Tar)),
                 false,
                 1.3,
             );
             check(
                 "small-file B over A, elapsed vs rsync",
                 Case::SmallB,
-                Tool::Rsync,
+                (Case::SmallB, Tool::Rsync),
                 false,
                 0.5,
             );
             check(
                 "small-file B over A, wire vs rsync",
                 Case::SmallB,
-                Tool::Rsync,
+                (Case::SmallB, Tool::Rsync),
                 true,
                 1.0,
             );
             check(
                 "large A (Linux pair, cold), elapsed vs rsync",
                 Case::PairA,
-                Tool::Rsync,
+                (Case::PairA, Tool::Rsync),
                 false,
                 1.0,
             );
             check(
                 "large B over A, elapsed vs rsync",
                 Case::PairB,
-                Tool::Rsync,
+                (Case::PairB, Tool::Rsync),
                 false,
                 0.5,
+            );
+            check(
+                "small-file B over a copy of A (cp -a), elapsed vs rsync B over A (ours, not the issue's)",
+                Case::SmallBCopied,
+                (Case::SmallB, Tool::Rsync),
+                false,
+                1.0,
             );
             let worst = rows
                 .iter()
