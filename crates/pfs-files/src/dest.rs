@@ -78,7 +78,7 @@ pub mod meta;
 
 pub use delete::Removed;
 pub use index::{DestIndex, IndexedFile};
-pub use landing::{quick_file as quick_digest_file, FileSpec, LandError, Landing, Placement};
+pub use landing::{FileSpec, LandError, Landing, Placement};
 pub use meta::{may_chown, Linked};
 
 /// The receiver's own directory at the root of a destination (module docs).
@@ -640,15 +640,21 @@ impl DestRoot {
     /// what the sender has. `None` if nothing is there, or something other
     /// than a regular file (a directory, a symlink, a symlink in the path).
     pub fn open_existing(&self, rel: &RelPath) -> Result<Option<(File, Metadata)>, FilesError> {
-        let dir = match self.parent_dir(rel) {
-            Ok(d) => d,
-            Err(FilesError::Path { .. }) => return Ok(None),
-            Err(FilesError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                return Ok(None)
-            }
-            Err(e) => return Err(e),
-        };
-        Self::open_existing_in(&dir, rel)
+        match self.existing_parent(rel)? {
+            Some(dir) => Self::open_existing_in(&dir, rel),
+            None => Ok(None),
+        }
+    }
+
+    /// `rel`'s directory, opened beneath the root; `None` if it does not
+    /// exist or the path cannot name anything here.
+    fn existing_parent(&self, rel: &RelPath) -> Result<Option<OwnedFd>, FilesError> {
+        match self.parent_dir(rel) {
+            Ok(d) => Ok(Some(d)),
+            Err(FilesError::Path { .. }) => Ok(None),
+            Err(FilesError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// [`Self::open_existing`] with `rel`'s directory from (or opened into) `cache`.
@@ -771,13 +777,8 @@ impl DestRoot {
         if cache.get(key).is_some() {
             return Ok(cache.get(key));
         }
-        let dir = match self.parent_dir(rel) {
-            Ok(d) => d,
-            Err(FilesError::Path { .. }) => return Ok(None),
-            Err(FilesError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                return Ok(None)
-            }
-            Err(e) => return Err(e),
+        let Some(dir) = self.existing_parent(rel)? else {
+            return Ok(None);
         };
         Ok(Some(cache.put(key, dir)))
     }

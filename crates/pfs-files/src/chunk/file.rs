@@ -52,17 +52,34 @@ pub(super) fn chunk_file_windowed(
     )
 }
 
-/// [`chunk_file`] of a file already open; `path` names it in errors.
-pub fn chunk_open_file(file: &File, path: &Path, params: &ChunkParams) -> Result<Recipe, FilesError> {
+/// [`chunk_file`] and [`digest_file`] of a file already open (`path`
+/// names it in errors): what a receiver learns of a file it holds. A file
+/// that fits in one window is read once for both; a larger one twice.
+pub fn chunk_and_digest_open_file(
+    file: &File,
+    path: &Path,
+    params: &ChunkParams,
+) -> Result<(Recipe, QuickDigest), FilesError> {
     let (window, read) = (params.window(), &AtomicU64::new(0));
     read_open_file(
         file,
         path,
         window,
         read,
-        |data| chunk_bytes_windowed(data, params, window),
-        |file, size| pipeline(file, path, size, params, window, read, None),
+        |data| (chunk_bytes_windowed(data, params, window), quick_digest(data)),
+        |file, size| {
+            let recipe = pipeline(file, path, size, params, window, read, None)?;
+            Ok((recipe, digest_large(file, path, size, window, read)?))
+        },
     )
+}
+
+/// [`digest_file`] of a file already open (`path` names it in errors).
+pub fn digest_open_file(file: &File, path: &Path, params: &ChunkParams) -> Result<QuickDigest, FilesError> {
+    let (window, read) = (params.window(), &AtomicU64::new(0));
+    read_open_file(file, path, window, read, quick_digest, |file, size| {
+        digest_large(file, path, size, window, read)
+    })
 }
 
 /// Where [`chunk_file_streaming`] hands each run of chunks, in file order;
@@ -209,32 +226,42 @@ pub(super) fn digest_file_metered(
         window,
         read,
         |data| (data.len() as u64, quick_digest(data)),
-        |file, size| {
-            let n = size.div_ceil(window as u64) as usize;
-            let window_len = |k: usize| (size - k as u64 * window as u64).min(window as u64) as usize;
-            let mut h = twox_hash::XxHash3_128::new();
-            let (mut cur, mut next) = (vec![0u8; window], vec![0u8; window]);
-            read_sparse_at(file, &mut cur[..window_len(0)], 0, path)?;
-            for k in 0..n {
-                let ((), read_next) = rayon::join(
-                    || h.write(&cur[..window_len(k)]),
-                    || match k + 1 < n {
-                        true => read_sparse_at(
-                            file,
-                            &mut next[..window_len(k + 1)],
-                            (k as u64 + 1) * window as u64,
-                            path,
-                        ),
-                        false => Ok(()),
-                    },
-                );
-                read_next?;
-                read.fetch_add(window_len(k) as u64, Ordering::Relaxed);
-                std::mem::swap(&mut cur, &mut next);
-            }
-            Ok((size, h.finish_128().to_le_bytes()))
-        },
+        |file, size| Ok((size, digest_large(file, path, size, window, read)?)),
     )
+}
+
+/// XXH3-128 of a file of `size` bytes larger than one window, reading the
+/// next window while the current one is hashed; bytes read go to `read`.
+fn digest_large(
+    file: &File,
+    path: &Path,
+    size: u64,
+    window: usize,
+    read: &AtomicU64,
+) -> Result<QuickDigest, FilesError> {
+    let n = size.div_ceil(window as u64) as usize;
+    let window_len = |k: usize| (size - k as u64 * window as u64).min(window as u64) as usize;
+    let mut h = twox_hash::XxHash3_128::new();
+    let (mut cur, mut next) = (vec![0u8; window], vec![0u8; window]);
+    read_sparse_at(file, &mut cur[..window_len(0)], 0, path)?;
+    for k in 0..n {
+        let ((), read_next) = rayon::join(
+            || h.write(&cur[..window_len(k)]),
+            || match k + 1 < n {
+                true => read_sparse_at(
+                    file,
+                    &mut next[..window_len(k + 1)],
+                    (k as u64 + 1) * window as u64,
+                    path,
+                ),
+                false => Ok(()),
+            },
+        );
+        read_next?;
+        read.fetch_add(window_len(k) as u64, Ordering::Relaxed);
+        std::mem::swap(&mut cur, &mut next);
+    }
+    Ok(h.finish_128().to_le_bytes())
 }
 
 /// Fill `buf` from `offset`; a file that ends early has changed.

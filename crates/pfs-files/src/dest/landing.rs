@@ -18,16 +18,13 @@ use check::{By, Verdict};
 
 mod check;
 mod meta;
-use crate::chunk::{ChunkParams, QuickDigest};
+use crate::chunk::{digest_open_file, ChunkParams, QuickDigest};
 use crate::error::FilesError;
 use crate::manifest::{Manifest, Written};
 use crate::path::RelPath;
 
 /// BLAKE3 of a chunk or of a whole file.
 pub type Hash = [u8; 32];
-
-/// Read size when a file has to be hashed back from disk.
-const REREAD_BUF: usize = 1 << 20;
 
 /// Why one entry could not be placed (the session goes on; the entry is
 /// reported as failed).
@@ -388,7 +385,8 @@ impl<'d> Landing<'d> {
         let quick = match quick {
             Some(q) => q,
             None if !self.wants_quick() => [0; 16],
-            None => quick_file(temp.file(), f.size).map_err(LandError::Reread)?,
+            None => digest_open_file(temp.file(), f.rel.as_ref(), &self.params)
+                .map_err(|e| LandError::Reread(io::Error::other(e)))?,
         };
         temp.set_times_and_mode(f.mtime_ns, f.mode)?;
         let meta = temp.persist(self.fsync)?;
@@ -459,20 +457,4 @@ fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {
     meta.is_file()
         && meta.size() == size
         && i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()) == mtime_ns
-}
-
-/// XXH3-128 of the first `size` bytes of `f`.
-pub fn quick_file(f: &File, size: u64) -> io::Result<QuickDigest> {
-    let mut q = twox_hash::XxHash3_128::new();
-    // No larger than the file: zeroing 1 MiB to hash a small file costs
-    // more than hashing it.
-    let mut buf = vec![0u8; size.min(REREAD_BUF as u64) as usize];
-    let mut at = 0u64;
-    while at < size {
-        let n = (size - at).min(buf.len() as u64) as usize;
-        f.read_exact_at(&mut buf[..n], at)?;
-        q.write(&buf[..n]);
-        at += n as u64;
-    }
-    Ok(q.finish_128().to_le_bytes())
 }

@@ -658,9 +658,8 @@ impl Pass<'_> {
     /// never seen A, as after a migration from rsync.
     fn pfs_over_copy(&mut self, tool: Tool, a: &Tree, b: &Tree) {
         let case = Case::SmallBCopied;
-        let dir = self.fs.root().join("rx-pfs");
-        let st = ServeStorage::new(StorageKind::DestOnly, &dir);
-        let cache = dir.join("sender-cache");
+        // Where `pfs_series` puts its destination: A goes there first.
+        let st = ServeStorage::new(StorageKind::DestOnly, &self.fs.root().join("rx-pfs"));
         let name = b.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
         let target = st.dest.join("copied").join(name);
         let placed = std::fs::create_dir_all(&target)
@@ -678,22 +677,17 @@ impl Pass<'_> {
                 );
                 Ok(())
             });
-        let r = placed.and_then(|()| {
-            let server = start_pfs_server(&self.pfs.path, &st, None)?;
-            eprintln!("pfs bench files: {} …", self.label(case, tool));
-            self.pfs_step(
+        match placed {
+            Ok(()) => self.pfs_series(
                 tool,
-                &server,
-                &st,
-                &cache,
-                false,
-                (case, b, "copied", &["--compress"]),
-            )
-        });
-        self.push(case, tool, r);
-        st.remove();
-        let _ = std::fs::remove_dir_all(&dir);
-        self.fs.trim();
+                StorageKind::DestOnly,
+                &[(case, b, "copied", &["--compress"])],
+            ),
+            Err(e) => {
+                self.push(case, tool, Err(e));
+                let _ = std::fs::remove_dir_all(self.fs.root().join("rx-pfs"));
+            }
+        }
     }
 
     /// rsync rows on one daemon: `steps` of (case, data, module dir, -z).

@@ -958,10 +958,7 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
             return (0, false);
         }
         // A file that changes while read describes no single version: skipped.
-        let Ok(recipe) = pfs_files::chunk_open_file(&file, full.as_ref(), params) else {
-            return (len, false);
-        };
-        let Ok(quick) = pfs_files::quick_digest_file(&file, len) else {
+        let Ok((recipe, quick)) = pfs_files::chunk_and_digest_open_file(&file, full.as_ref(), params) else {
             return (len, false);
         };
         // Changed while hashed: its chunks are still checked at every use,
