@@ -34,6 +34,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("control", control),
     ("varint", varint),
     ("files", files),
+    ("mount", mount),
 ];
 
 /// Bytes at the start of a stream: the frame header alone, then the whole
@@ -80,6 +81,13 @@ pub fn frame_header(data: &[u8]) {
         FrameType::Deleted => files_body(14, frame.body),
         FrameType::FileDone => files_body(15, frame.body),
         FrameType::FilesEnd => {}
+        FrameType::MountHello => mount_body(0, frame.body),
+        FrameType::MountAccept => mount_body(1, frame.body),
+        FrameType::List => mount_body(2, frame.body),
+        FrameType::RecipeAsk => mount_body(3, frame.body),
+        FrameType::Recipe => mount_body(4, frame.body),
+        FrameType::Fetch => mount_body(5, frame.body),
+        FrameType::Data => mount_body(6, frame.body),
         FrameType::Batch => {
             if let Ok((raw, z)) = pfs_wire::files::parse_batch(frame.body) {
                 let mut out = pfs_wire::files::batch_head(raw).to_vec();
@@ -366,4 +374,90 @@ fn chunks(body: &[u8]) {
     }
     assert_eq!(n, header.count, "entry count");
     assert_eq!(out, body, "CHUNKS re-encode");
+}
+
+/// Input: first byte selects a mount frame body (MOUNT_HELLO, MOUNT_ACCEPT,
+/// LIST, RECIPE_ASK, RECIPE, FETCH, DATA); the rest is that body.
+pub fn mount(data: &[u8]) {
+    if let Some((&which, body)) = data.split_first() {
+        mount_body(which % 7, body);
+    }
+}
+
+/// One mount frame body: decodes without panicking, and whatever decodes
+/// re-encodes to the same bytes.
+fn mount_body(which: u8, body: &[u8]) {
+    use pfs_wire::mount::{
+        emit_recipe_entry, parse_data, parse_fetch, parse_list, parse_recipe, DataEntry, MountAccept,
+        MountHello, RecipeAsk, ReqHead,
+    };
+    match which {
+        0 => {
+            if let Ok(h) = MountHello::parse(body) {
+                assert_eq!(h.emit(), body, "MOUNT_HELLO re-encode");
+            }
+        }
+        1 => {
+            if let Ok(a) = MountAccept::parse(body) {
+                assert_eq!(a.emit()[..], *body, "MOUNT_ACCEPT re-encode");
+            }
+        }
+        2 => {
+            let mut out = Vec::new();
+            for e in parse_list(body) {
+                match e {
+                    Ok(e) => e.emit_into(&mut out),
+                    Err(_) => return,
+                }
+            }
+            assert_eq!(out, body, "LIST re-encode");
+        }
+        3 => {
+            if let Ok(a) = RecipeAsk::parse(body) {
+                assert_eq!(a.emit()[..], *body, "RECIPE_ASK re-encode");
+            }
+        }
+        4 => {
+            if let Ok((head, entries)) = parse_recipe(body) {
+                let mut out = head.emit().to_vec();
+                for (len, hash) in entries {
+                    assert!(len > 0, "RECIPE entry of length 0");
+                    emit_recipe_entry(&mut out, len, hash);
+                }
+                assert_eq!(out, body, "RECIPE re-encode");
+            }
+        }
+        5 => {
+            if let Ok((head, runs)) = parse_fetch(body) {
+                let mut out = head.emit().to_vec();
+                for r in &runs {
+                    assert!(r.count > 0);
+                    r.emit_into(&mut out);
+                }
+                assert_eq!(out, body, "FETCH re-encode");
+            }
+        }
+        _ => {
+            let Ok((head, entries)) = parse_data(body) else {
+                return;
+            };
+            let mut out = ReqHead {
+                req: head.req,
+                count: head.count,
+            }
+            .emit()
+            .to_vec();
+            for e in entries {
+                match e {
+                    Ok(DataEntry::Bytes(b)) => {
+                        DataEntry::emit_bytes_head(&mut out, b.len() as u32);
+                        out.extend_from_slice(b);
+                    }
+                    Ok(DataEntry::Gone) => DataEntry::emit_gone(&mut out),
+                    Err(_) => return,
+                }
+            }
+            assert_eq!(out, body, "DATA re-encode");
+        }
+    }
 }

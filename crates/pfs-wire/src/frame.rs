@@ -90,6 +90,20 @@ pub enum FrameType {
     Deleted = 22,
     /// Files: a streamed file's chunk count and file hash, after its CHUNKS.
     FileDone = 23,
+    /// Mount: the client opens a read session over a tree the server holds.
+    MountHello = 24,
+    /// Mount: the server takes it; the listing follows.
+    MountAccept = 25,
+    /// Mount: entries of the tree's listing.
+    List = 26,
+    /// Mount: the client asks for a file's recipe.
+    RecipeAsk = 27,
+    /// Mount: part of a file's recipe (chunk lengths and hashes).
+    Recipe = 28,
+    /// Mount: the client asks for runs of chunks.
+    Fetch = 29,
+    /// Mount: the chunks a FETCH asked for, in order.
+    Data = 30,
 }
 
 impl FrameType {
@@ -119,6 +133,13 @@ impl FrameType {
             21 => Self::Delete,
             22 => Self::Deleted,
             23 => Self::FileDone,
+            24 => Self::MountHello,
+            25 => Self::MountAccept,
+            26 => Self::List,
+            27 => Self::RecipeAsk,
+            28 => Self::Recipe,
+            29 => Self::Fetch,
+            30 => Self::Data,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -126,7 +147,10 @@ impl FrameType {
     /// Types whose body may exceed [`MAX_CONTROL_BODY`] (bounded by the
     /// receiver's negotiated limits instead).
     pub fn is_bulk(self) -> bool {
-        matches!(self, Self::Gram | Self::Chunks | Self::Repair | Self::Batch)
+        matches!(
+            self,
+            Self::Gram | Self::Chunks | Self::Repair | Self::Batch | Self::Data
+        )
     }
 
     /// Upper-case name as used in docs and logs.
@@ -155,6 +179,13 @@ impl FrameType {
             Self::Delete => "DELETE",
             Self::Deleted => "DELETED",
             Self::FileDone => "FILE_DONE",
+            Self::MountHello => "MOUNT_HELLO",
+            Self::MountAccept => "MOUNT_ACCEPT",
+            Self::List => "LIST",
+            Self::RecipeAsk => "RECIPE_ASK",
+            Self::Recipe => "RECIPE",
+            Self::Fetch => "FETCH",
+            Self::Data => "DATA",
         }
     }
 }
@@ -206,6 +237,7 @@ impl FrameHeader {
             | FrameType::ProbeReply
             | FrameType::Deleted => crate::files::FLAG_LAST,
             FrameType::FilesEnd => crate::files::FLAG_FILES_REPORT,
+            FrameType::List | FrameType::Recipe | FrameType::Data => crate::mount::FLAG_LAST,
             _ => 0,
         };
         if flags & !allowed_flags != 0 {

@@ -25,6 +25,7 @@ pub mod frame;
 pub mod gram;
 pub mod hello;
 mod layout;
+pub mod mount;
 pub mod varint;
 
 pub use control::{ErrorCode, ErrorFrame, Report, SenderSummary};

@@ -20,6 +20,7 @@ use pfs_wire::files::{
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GramHeader, GRAM_FLAG_PAYLOAD};
 use pfs_wire::hello::{Hello, HelloAck};
+use pfs_wire::mount;
 use pfs_wire::varint::{get_varint, put_varint, zigzag_decode, zigzag_encode};
 use pfs_wire::{put_frame, IntegrityAlg, Mode, WireError};
 
@@ -689,6 +690,22 @@ const INVALID: &[(&str, As, WireError)] = &[
         As::Frame,
         WireError::LengthMismatch,
     ),
+    (
+        "invalid-mount-list-dir-size",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
+    (
+        "invalid-mount-fetch-empty-run",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
+    ("invalid-mount-data-trailing", As::Frame, WireError::TrailingBytes),
+    (
+        "invalid-mount-recipe-zero-length",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
 ];
 
 /// The full decode path of docs/wire.md §9 for one frame.
@@ -734,6 +751,16 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
         FrameType::Delete => pfs_wire::files::DeleteRequest::parse(frame.body).map(drop),
         FrameType::Deleted => {
             let (_, mut entries) = pfs_wire::files::parse_deleted(frame.body)?;
+            entries.try_for_each(|e| e.map(drop))
+        }
+        FrameType::MountHello => mount::MountHello::parse(frame.body).map(drop),
+        FrameType::MountAccept => mount::MountAccept::parse(frame.body).map(drop),
+        FrameType::List => mount::parse_list(frame.body).try_for_each(|e| e.map(drop)),
+        FrameType::RecipeAsk => mount::RecipeAsk::parse(frame.body).map(drop),
+        FrameType::Recipe => mount::parse_recipe(frame.body).map(drop),
+        FrameType::Fetch => mount::parse_fetch(frame.body).map(drop),
+        FrameType::Data => {
+            let (_, mut entries) = mount::parse_data(frame.body)?;
             entries.try_for_each(|e| e.map(drop))
         }
     }
@@ -1064,6 +1091,8 @@ fn vector_names_match_the_document() {
         "files-accept-occupied",
     ]);
     expected.extend(["files-delete", "files-deleted", "files-deleted-skipped"]);
+    expected.extend(["mount-hello", "mount-accept", "mount-list", "mount-recipe-ask"]);
+    expected.extend(["mount-recipe", "mount-recipe-gone", "mount-fetch", "mount-data"]);
     expected.extend(VARINTS.iter().map(|c| c.0));
     expected.extend(ZIGZAGS.iter().map(|c| c.0));
     expected.extend(INVALID.iter().map(|c| c.0));
@@ -1088,4 +1117,121 @@ fn parser_rejects_malformed_entries() {
     assert!(std::panic::catch_unwind(|| parse_vectors(dup)).is_err());
     let odd = "#### vector: a\nD.\n```hex\n000\n```\n";
     assert!(std::panic::catch_unwind(|| parse_vectors(odd)).is_err());
+}
+
+#[test]
+fn mount_vectors() {
+    use mount::*;
+    let body = files_frame("mount-hello", FrameType::MountHello, 0);
+    let h = MountHello {
+        max_entries: 1_000_000,
+        max_data_body: 1 << 20,
+        session_nonce: 0x0102_0304_0506_0708,
+        dir: b"src",
+    };
+    assert_eq!(MountHello::parse(&body), Ok(h));
+    assert_eq!(h.emit(), body, "mount-hello re-encode");
+
+    let body = files_frame("mount-accept", FrameType::MountAccept, 0);
+    let a = MountAccept {
+        entries: 3,
+        chunk_avg: 32768,
+        max_fetch_chunks: 256,
+        max_data_body: 1 << 20,
+        root_mode: 0o755,
+        root_mtime_sec: 1_700_000_000,
+        root_mtime_nsec: 500,
+    };
+    assert_eq!(MountAccept::parse(&body), Ok(a));
+    assert_eq!(a.emit()[..], body[..], "mount-accept re-encode");
+
+    let body = files_frame("mount-list", FrameType::List, FLAG_LAST);
+    let expected = [
+        ListEntry {
+            kind: ListKind::Dir,
+            mode: 0o755,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 0,
+            size: 0,
+            path: b"docs",
+            link: b"",
+        },
+        ListEntry {
+            kind: ListKind::File,
+            mode: 0o644,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 500,
+            size: 70_000,
+            path: b"docs/a.txt",
+            link: b"",
+        },
+        ListEntry {
+            kind: ListKind::Symlink,
+            mode: 0o777,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 0,
+            size: 0,
+            path: b"docs/b",
+            link: b"a.txt",
+        },
+    ];
+    let got: Vec<_> = parse_list(&body).map(|e| e.expect("entry")).collect();
+    assert_eq!(got, expected);
+    let mut out = Vec::new();
+    expected.iter().for_each(|e| e.emit_into(&mut out));
+    assert_eq!(out, body, "mount-list re-encode");
+
+    let body = files_frame("mount-recipe-ask", FrameType::RecipeAsk, 0);
+    let ask = RecipeAsk { req: 7, entry: 1 };
+    assert_eq!(RecipeAsk::parse(&body), Ok(ask));
+    assert_eq!(ask.emit()[..], body[..]);
+
+    let body = files_frame("mount-recipe", FrameType::Recipe, FLAG_LAST);
+    let (head, entries) = parse_recipe(&body).expect("recipe");
+    let head_expected = RecipeHead {
+        req: 7,
+        status: ServeStatus::Ok,
+        first: 0,
+        count: 2,
+    };
+    assert_eq!(head, head_expected);
+    let entries: Vec<_> = entries.collect();
+    assert_eq!(entries, vec![(65536, &[0xaa; 32]), (4464, &[0xbb; 32])]);
+    let mut out = head_expected.emit().to_vec();
+    emit_recipe_entry(&mut out, 65536, &[0xaa; 32]);
+    emit_recipe_entry(&mut out, 4464, &[0xbb; 32]);
+    assert_eq!(out, body, "mount-recipe re-encode");
+
+    let body = files_frame("mount-recipe-gone", FrameType::Recipe, FLAG_LAST);
+    let (head, entries) = parse_recipe(&body).expect("recipe");
+    let gone = RecipeHead {
+        req: 8,
+        status: ServeStatus::Gone,
+        first: 0,
+        count: 0,
+    };
+    assert_eq!((head, entries.len()), (gone, 0));
+    assert_eq!(gone.emit()[..], body[..]);
+
+    let body = files_frame("mount-fetch", FrameType::Fetch, 0);
+    let run = FetchRun {
+        entry: 1,
+        first: 1,
+        count: 1,
+    };
+    assert_eq!(parse_fetch(&body), Ok((ReqHead { req: 9, count: 1 }, vec![run])));
+    let mut out = ReqHead { req: 9, count: 1 }.emit().to_vec();
+    run.emit_into(&mut out);
+    assert_eq!(out, body, "mount-fetch re-encode");
+
+    let body = files_frame("mount-data", FrameType::Data, FLAG_LAST);
+    let (head, entries) = parse_data(&body).expect("data");
+    assert_eq!(head, ReqHead { req: 9, count: 2 });
+    let entries: Vec<_> = entries.map(|e| e.expect("entry")).collect();
+    assert_eq!(entries, vec![DataEntry::Bytes(b"PFS!"), DataEntry::Gone]);
+    let mut out = head.emit().to_vec();
+    DataEntry::emit_bytes_head(&mut out, 4);
+    out.extend_from_slice(b"PFS!");
+    DataEntry::emit_gone(&mut out);
+    assert_eq!(out, body, "mount-data re-encode");
 }
