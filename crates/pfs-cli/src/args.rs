@@ -25,7 +25,8 @@ Examples:
   pfs send ./build-42 --to 127.0.0.1:7878:builds --stats   # send a tree; only new chunks travel
   pfs keygen                                  # your key pair: ~/.config/pfs/identity{,.pub}
   pfs serve --listen 0.0.0.0:7878 --dest D --authorized-keys keys   # between hosts: keys required
-  pfs send ./docs --to backup.example:7878 --server-key server.pub           # protected, server key pinned";
+  pfs send ./docs --to backup.example:7878 --server-key server.pub           # protected, server key pinned
+  pfs mount 127.0.0.1:7878 /mnt/pfs           # the server's tree, read lazily (pfs umount /mnt/pfs)";
 
 /// The `pfs` command.
 #[derive(Debug, Parser)]
@@ -97,9 +98,88 @@ Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, u
   pfs keygen -f ./id --force --json           # replace an existing key; print JSON
 
 The public line (pfs-x25519 BASE64 [comment]) is what the other side lists in
-its authorized keys or known hosts. Sessions do not use keys yet: the
-authenticated, encrypted handshake is not built (issue 13).")]
+its authorized keys (pfs serve --authorized-keys) or known hosts (pfs send,
+pfs mount: --server-key, known_hosts).")]
     Keygen(KeygenArgs),
+    /// Mount a tree a `pfs serve --dest` holds, read-only and lazily: files travel when read.
+    #[command(after_help = "Examples:
+  pfs mount 127.0.0.1:7878 /mnt/pfs               # all the server's tree; returns once mounted
+  pfs mount 10.0.0.2:7878:builds/42 /mnt/b42 --server-key server.pub
+  pfs mount 127.0.0.1:7878 /mnt/pfs --prefetch    # fetch everything in the background
+  pfs mount 127.0.0.1:7878 /mnt/pfs -f --json     # stay in the foreground; JSON report at unmount
+  getfattr -n user.pfs.stats --only-values /mnt/pfs   # what was fetched so far (JSON)
+  pfs umount /mnt/pfs
+
+The listing arrives first (one round trip); a file's chunks travel when it is
+read, and only those the local cache (--cache, shared by every mount of this
+host) lacks. Every chunk is checked against its BLAKE3 before it is kept or
+returned. If the server goes away, uncached reads fail with EIO within
+--timeout; cached files stay readable. The mount is read-only.")]
+    Mount(MountArgs),
+    /// Unmount a `pfs mount` (as `fusermount -u`).
+    #[command(after_help = "Examples:
+  pfs umount /mnt/pfs
+  pfs umount --lazy /mnt/pfs      # detach now even if files are open")]
+    Umount(UmountArgs),
+}
+
+/// `pfs mount`
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// The server and the directory to mount: HOST:PORT[:DIR] (DIR below what the key may read),
+    /// or SOCKET[:DIR] with --transport unix.
+    #[arg(value_name = "SOURCE")]
+    pub source: String,
+    /// Where to mount it (an existing directory).
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: PathBuf,
+    /// The local chunk cache [default: $XDG_CACHE_HOME/pfs/mount or ~/.cache/pfs/mount].
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Most bytes the cache holds (chunks past it are kept in memory, up to 256 MiB).
+    #[arg(long, default_value = "16G", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Longest a read waits for the server before it fails with EIO (seconds).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub timeout: f64,
+    /// FUSE worker threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
+    /// Fetch every file's missing chunks in the background after mounting.
+    #[arg(long)]
+    pub prefetch: bool,
+    /// Let other users see the mount (needs user_allow_other in /etc/fuse.conf unless root).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Refuse a tree with more entries than this.
+    #[arg(long, default_value_t = 1 << 24)]
+    pub max_entries: u32,
+    /// Stay in the foreground until unmounted (Ctrl-C unmounts); default: return once mounted.
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Where the background process writes its warnings (default: nowhere).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// Print JSON: the mount line, and (in the foreground) the report at unmount.
+    #[arg(long)]
+    pub json: bool,
+    /// Transport.
+    #[command(flatten)]
+    pub transport: TransportArgs,
+    /// Keys.
+    #[command(flatten)]
+    pub auth: ClientAuthArgs,
+}
+
+/// `pfs umount`
+#[derive(Debug, Args)]
+pub struct UmountArgs {
+    /// The mount point.
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: PathBuf,
+    /// Detach now even if files are open (they keep working until closed).
+    #[arg(long)]
+    pub lazy: bool,
 }
 
 /// `pfs blob …`

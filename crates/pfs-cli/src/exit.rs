@@ -59,6 +59,9 @@ pub fn classify(e: &anyhow::Error) -> i32 {
     if let Some(s) = e.downcast_ref::<pfs_auth::SecureError>() {
         return of_secure(s);
     }
+    if let Some(m) = e.downcast_ref::<pfs_mount::MountError>() {
+        return crate::command::mount_exit_code(m);
+    }
     match e.downcast_ref::<SessionError>() {
         Some(s) => of_session(s),
         None => match e.downcast_ref::<pfs_transport::TransportError>() {

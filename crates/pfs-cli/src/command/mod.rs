@@ -6,6 +6,7 @@ mod blob;
 mod exec;
 mod keygen;
 mod log;
+mod mount;
 mod progress;
 mod send;
 mod send_files;
@@ -22,6 +23,8 @@ use pfs_blob::{BlobConfig, Fill};
 use crate::args::{BlobArgs, Cli, Command};
 use crate::exit;
 
+pub use mount::classify as mount_exit_code;
+
 /// Runs the parsed command; returns the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
@@ -30,6 +33,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Send(args) => send::run(args),
         Command::Exec(args) => exec::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Mount(args) => mount::run(&args),
+        Command::Umount(args) => mount::umount(&args),
         Command::Bench(args) => {
             // The studies start this binary again (`pfs serve`, `pfs send`,
             // `pfs bench ipc-peer`): they are told once where it is.

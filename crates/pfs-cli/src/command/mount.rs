@@ -1,0 +1,265 @@
+//! `pfs mount SOURCE MOUNTPOINT` and `pfs umount MOUNTPOINT`.
+//!
+//! Without `--foreground` the command starts itself again in the
+//! foreground, in a new session, and returns once that process says the
+//! mount is up (or prints why it is not): the way `sshfs` and `mount`
+//! behave, with no fork of a threaded process. The child knows it is
+//! waited for by `PFS_MOUNT_DAEMON` in its environment and answers with
+//! one line on its standard output, a pipe the parent reads.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use pfs_mount::{MountConfig, MountError, ProtoError};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::args::{MountArgs, UmountArgs};
+use crate::exit;
+
+use super::send::target;
+use super::send_files::split_target;
+
+const READY_ENV: &str = "PFS_MOUNT_DAEMON";
+
+pub fn run(args: &MountArgs) -> anyhow::Result<i32> {
+    args.transport.check()?;
+    if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout <= 3600.0) {
+        bail!(
+            "--timeout must be between 0 and 3600 seconds, not {}",
+            args.timeout
+        );
+    }
+    let meta = std::fs::metadata(&args.mountpoint)
+        .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
+    if !meta.is_dir() {
+        bail!("mount point {} is not a directory", args.mountpoint.display());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        bail!("/dev/fuse is missing: this host cannot mount FUSE file systems (modprobe fuse?)");
+    }
+    if args.foreground {
+        return foreground(args);
+    }
+    background(args)
+}
+
+/// Starts `pfs mount … --foreground` detached and waits for its word.
+fn background(args: &MountArgs) -> anyhow::Result<i32> {
+    let exe = std::env::current_exe().context("cannot locate the pfs binary")?;
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    argv.push("--foreground".into());
+    let log: std::process::Stdio = match &args.log_file {
+        Some(p) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .with_context(|| format!("--log-file {}", p.display()))?
+            .into(),
+        None => std::process::Stdio::null(),
+    };
+    let mut child = std::process::Command::new(exe)
+        .args(&argv)
+        .env(READY_ENV, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .context("starting the mount process")?;
+    let mut word = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut word);
+    }
+    if let Some(line) = word.strip_prefix("ready ") {
+        if args.json {
+            println!("{}", line.trim_end());
+        } else {
+            eprintln!("{}", line.trim_end());
+        }
+        return Ok(exit::OK);
+    }
+    // Not ready: the child says why (or died without a word).
+    let status = child.wait().context("waiting for the mount process")?;
+    let code = status.code().unwrap_or(exit::FAILURE);
+    match word.strip_prefix("error ") {
+        Some(why) => eprintln!("pfs: error: {}", why.trim_end()),
+        None => eprintln!("pfs: error: the mount process ended before the mount was up ({status})"),
+    }
+    Ok(if code == 0 { exit::FAILURE } else { code })
+}
+
+/// Tells a waiting `pfs mount` how it went, on the standard output it
+/// reads (a plain foreground run has no one waiting).
+struct Readiness(bool);
+
+impl Readiness {
+    fn from_env() -> Self {
+        let waited_for = std::env::var_os(READY_ENV).is_some();
+        std::env::remove_var(READY_ENV);
+        Self(waited_for)
+    }
+
+    /// One line, once; nothing is written to the standard output after it
+    /// (the reader is gone).
+    fn say(&mut self, word: &str) {
+        if std::mem::take(&mut self.0) {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(word.as_bytes());
+            let _ = out.flush();
+        }
+    }
+}
+
+fn foreground(args: &MountArgs) -> anyhow::Result<i32> {
+    let mut ready = Readiness::from_env();
+    if ready.0 {
+        // Detached from the terminal that started `pfs mount`.
+        let _ = rustix::process::setsid();
+    }
+    match mount_and_serve(args, &mut ready) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            ready.say(&format!("error {}\n", exit::describe(&e)));
+            Err(e)
+        }
+    }
+}
+
+fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i32> {
+    // Started by `pfs mount` without -f: its standard output is gone after
+    // the ready line.
+    let daemon = ready.0;
+    let (addr, dir) = split_target(&args.source, args.transport.transport);
+    let cache_dir = match &args.cache {
+        Some(d) => d.clone(),
+        None => pfs_files::default_cache_dir()?.join("mount"),
+    };
+    let cfg = MountConfig {
+        dir: dir.clone().into_bytes(),
+        cache_dir,
+        cache_capacity: args.cache_size,
+        timeout: Duration::from_secs_f64(args.timeout),
+        max_entries: args.max_entries,
+        threads: usize::from(args.threads),
+        allow_other: args.allow_other,
+        fsname: format!("pfs:{}", args.source),
+        prefetch: args.prefetch,
+    };
+    let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;
+    let t = target(&addr, &args.transport, 0).connect_as(security.as_ref(), pfs_auth::Service::Files)?;
+    let session = pfs_mount::open(t, &cfg).map_err(anyhow::Error::new)?;
+    let mountpoint = std::fs::canonicalize(&args.mountpoint)
+        .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
+    let bg = session.mount(&mountpoint, &cfg).map_err(anyhow::Error::new)?;
+    let tree = &session.shared().tree;
+    let line = if args.json {
+        serde_json::json!({ "event": "mounted", "source": args.source, "mountpoint": mountpoint.display().to_string(),
+            "entries": tree.entries(), "files": tree.files(), "bytes": tree.bytes(),
+            "opened_ms": session.opened_in.as_secs_f64() * 1e3, "prefetch": args.prefetch })
+        .to_string()
+    } else {
+        format!(
+            "pfs: mounted {} at {}: {} entries, {} files, {:.1} MB (listing in {:.0} ms){}",
+            args.source,
+            mountpoint.display(),
+            tree.entries(),
+            tree.files(),
+            tree.bytes() as f64 / 1e6,
+            session.opened_in.as_secs_f64() * 1e3,
+            if args.prefetch { "; prefetching" } else { "" }
+        )
+    };
+    if ready.0 {
+        ready.say(&format!("ready {line}\n"));
+    } else if args.json {
+        println!("{line}");
+    } else {
+        eprintln!("{line}");
+    }
+    // A signal unmounts; an unmount from outside ends the session too.
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("installing the signal handlers")?;
+    let handle = signals.handle();
+    let target = mountpoint.clone();
+    let waiter = std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!("signal {sig}: unmounting {}", target.display());
+            if let Err(e) = unmount(&target, true) {
+                eprintln!("pfs: unmounting {}: {e:#}", target.display());
+            }
+        }
+    });
+    let ended = bg.join();
+    handle.close();
+    let _ = waiter.join();
+    let report = session.close();
+    if daemon {
+        eprintln!("pfs: unmounted {}: {report}", mountpoint.display());
+    } else if args.json {
+        println!(
+            "{}",
+            serde_json::json!({ "event": "unmounted", "report": report })
+        );
+    } else {
+        eprintln!("pfs: unmounted {}: {report}", mountpoint.display());
+    }
+    ended.context("the FUSE session ended with an error")?;
+    Ok(exit::OK)
+}
+
+pub fn umount(args: &UmountArgs) -> anyhow::Result<i32> {
+    unmount(&args.mountpoint, args.lazy)?;
+    Ok(exit::OK)
+}
+
+/// Unmounts as root with umount2(2), else through `fusermount3 -u` (or
+/// `fusermount -u`), the setuid helper FUSE provides to users.
+fn unmount(path: &Path, lazy: bool) -> anyhow::Result<()> {
+    if rustix::process::geteuid().is_root() {
+        let flags = if lazy {
+            rustix::mount::UnmountFlags::DETACH
+        } else {
+            rustix::mount::UnmountFlags::empty()
+        };
+        return rustix::mount::unmount(path, flags).map_err(|e| {
+            let hint = if e == rustix::io::Errno::BUSY {
+                " (files are open there; --lazy detaches it now)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("umount {}: {e}{hint}", path.display())
+        });
+    }
+    let mut last = None;
+    for helper in ["fusermount3", "fusermount"] {
+        let mut cmd = std::process::Command::new(helper);
+        cmd.arg("-u");
+        if lazy {
+            cmd.arg("-z");
+        }
+        match cmd.arg(path).status() {
+            Ok(s) if s.success() => return Ok(()),
+            Ok(s) => bail!("{helper} -u {} failed ({s})", path.display()),
+            Err(e) => last = Some(e),
+        }
+    }
+    bail!(
+        "unmounting {} needs root or fusermount3 (apt install fuse3): {}",
+        path.display(),
+        last.map_or_else(String::new, |e| e.to_string())
+    )
+}
+
+/// Exit code of a mount that did not start.
+pub fn classify(e: &MountError) -> i32 {
+    match e {
+        MountError::Link(_) => exit::TRANSPORT,
+        MountError::Proto(ProtoError::Server { code, .. }) if *code == pfs_wire::ErrorCode::Auth as u16 => {
+            exit::AUTH
+        }
+        MountError::Proto(ProtoError::Server { .. }) => exit::REFUSED,
+        MountError::Proto(_) => exit::PROTOCOL,
+        MountError::Cache { .. } | MountError::Mount { .. } => exit::FAILURE,
+    }
+}

@@ -1,0 +1,273 @@
+//! The link thread: the only user of the connection once the listing is
+//! in. It takes [`Ask`]s from readers, sends them as RECIPE_ASK and FETCH
+//! frames (many per write), reads the answers, checks them
+//! ([`Requests`]), puts fetched chunks in the cache and wakes the readers.
+//!
+//! The transport has one handle for both directions, so the thread never
+//! blocks in a read for long while asks may be waiting: with requests
+//! outstanding it reads with a short timeout and looks at its queue in
+//! between; with none it sleeps on the queue. A server silent for the
+//! session's timeout while answers are due, a closed or broken connection,
+//! or an answer that breaks the protocol ends the link: every waiting read
+//! fails with `EIO` at once and later uncached reads fail at once; cached
+//! reads go on.
+
+use std::io::ErrorKind;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pfs_transport::Transport;
+use pfs_wire::frame::{FrameHeader, FrameType, FRAME_HEADER_LEN};
+use pfs_wire::mount::Hash;
+
+use crate::proto::{Event, ProtoError, Requests, Want};
+use crate::state::{Ask, Shared};
+
+/// How long a read waits for bytes before the queue is looked at again.
+const POLL: Duration = Duration::from_micros(500);
+
+/// Reads whole frames from a transport whose reads may time out.
+#[derive(Debug)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    max_bulk: usize,
+}
+
+/// What [`FrameReader::next`] found.
+#[derive(Debug)]
+pub enum Next {
+    /// A whole frame is at `buf[range]` (header included).
+    Frame(FrameHeader, std::ops::Range<usize>),
+    /// No whole frame yet; nothing arrived within the read timeout.
+    Idle,
+}
+
+impl FrameReader {
+    /// A reader taking bulk bodies up to `max_bulk` bytes.
+    pub fn new(max_bulk: usize) -> Self {
+        Self {
+            buf: vec![0; (max_bulk + FRAME_HEADER_LEN).max(128 << 10)],
+            start: 0,
+            end: 0,
+            max_bulk,
+        }
+    }
+
+    /// The frame bytes of a range [`Next::Frame`] gave (until the next call).
+    pub fn bytes(&self, r: std::ops::Range<usize>) -> &[u8] {
+        &self.buf[r]
+    }
+
+    /// The next whole frame; reads at most once. `bytes_in` counts what
+    /// was read.
+    pub fn next(&mut self, t: &mut dyn Transport, bytes_in: &mut u64) -> Result<Next, String> {
+        loop {
+            let have = self.end - self.start;
+            if have >= FRAME_HEADER_LEN {
+                let h = FrameHeader::parse(&self.buf[self.start..self.end])
+                    .map_err(|e| format!("a frame from the server does not decode: {e}"))?;
+                let len = h.length as usize;
+                if h.frame_type.is_bulk() && len > self.max_bulk {
+                    return Err(format!(
+                        "{} of {len} bytes, more than the {} announced",
+                        h.frame_type.name(),
+                        self.max_bulk
+                    ));
+                }
+                let total = FRAME_HEADER_LEN + len;
+                if have >= total {
+                    let r = self.start..self.start + total;
+                    self.start += total;
+                    return Ok(Next::Frame(h, r));
+                }
+                if self.start + total > self.buf.len() {
+                    self.buf.copy_within(self.start..self.end, 0);
+                    self.end -= self.start;
+                    self.start = 0;
+                }
+            } else if self.start > 0 && self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            } else if self.start + FRAME_HEADER_LEN > self.buf.len() {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            match t.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Err("the server closed the connection".into()),
+                Ok(n) => {
+                    self.end += n;
+                    *bytes_in += n as u64;
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Ok(Next::Idle)
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading from the server: {e}")),
+            }
+        }
+    }
+}
+
+/// Runs the link until `stop` or the link ends; the reason it ended goes
+/// to the readers ([`Shared::link_down`]).
+pub fn run(
+    mut conn: Box<dyn Transport>,
+    mut reader: FrameReader,
+    mut requests: Requests,
+    asks: Receiver<Ask>,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+) {
+    let why = match pump(&mut *conn, &mut reader, &mut requests, &asks, &shared, &stop) {
+        Ok(()) => "the mount is shutting down".to_string(),
+        Err(e) => {
+            tracing::warn!("mount: link to the server ended: {e}");
+            format!("link to the server ended: {e}")
+        }
+    };
+    shared.link_down(why);
+    let _ = conn.shutdown_write();
+}
+
+fn pump(
+    conn: &mut dyn Transport,
+    reader: &mut FrameReader,
+    requests: &mut Requests,
+    asks: &Receiver<Ask>,
+    shared: &Shared,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    conn.set_read_timeout(Some(POLL))
+        .map_err(|e| format!("setting a read timeout: {e}"))?;
+    let mut out = Vec::with_capacity(64 << 10);
+    let mut last_heard = Instant::now();
+    let mut bytes_in = 0u64;
+    let desc = |entry: u64| shared.tree.path_of(entry + 2);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Take what readers asked; sleep on the queue when nothing is due.
+        let first = if requests.outstanding() == 0 {
+            match asks.recv_timeout(Duration::from_millis(200)) {
+                Ok(a) => Some(a),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        } else {
+            None
+        };
+        if first.is_some() || requests.outstanding() == 0 {
+            last_heard = Instant::now();
+        }
+        let mut next = first;
+        loop {
+            let a = match next.take() {
+                Some(a) => a,
+                None => match asks.try_recv() {
+                    Ok(a) => a,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return Ok(()),
+                },
+            };
+            match a {
+                Ask::Recipe { entry, size } => requests.ask_recipe(entry, size, &mut out),
+                Ask::Fetch(wants) => {
+                    for part in wants.chunks(requests.max_fetch() as usize) {
+                        requests.fetch(part, &mut out);
+                    }
+                }
+            }
+        }
+        if !out.is_empty() {
+            conn.write_all(&out)
+                .map_err(|e| format!("writing to the server: {e}"))?;
+            shared
+                .stats
+                .wire_out
+                .fetch_add(out.len() as u64, Ordering::Relaxed);
+            out.clear();
+        }
+        if requests.outstanding() == 0 {
+            continue;
+        }
+        // Read what is there, frame by frame, until the socket is idle.
+        loop {
+            let before = bytes_in;
+            match reader.next(conn, &mut bytes_in)? {
+                Next::Idle => {
+                    shared
+                        .stats
+                        .wire_in
+                        .fetch_add(bytes_in - before, Ordering::Relaxed);
+                    if last_heard.elapsed() > shared.timeout {
+                        return Err(format!("the server sent nothing for {:?}", shared.timeout));
+                    }
+                    break;
+                }
+                Next::Frame(h, r) => {
+                    shared
+                        .stats
+                        .wire_in
+                        .fetch_add(bytes_in - before, Ordering::Relaxed);
+                    last_heard = Instant::now();
+                    let frame = reader.bytes(r);
+                    let body = &frame[FRAME_HEADER_LEN..];
+                    on_frame(requests, shared, h, body, &desc).map_err(|e| e.to_string())?;
+                    if requests.outstanding() == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Applies one answer frame: recipes to the shared state, chunks to the
+/// cache (one reservation per frame), then wakes readers.
+fn on_frame(
+    requests: &mut Requests,
+    shared: &Shared,
+    h: FrameHeader,
+    body: &[u8],
+    desc: &dyn Fn(u64) -> String,
+) -> Result<(), ProtoError> {
+    let mut chunks: Vec<(Hash, &[u8])> = Vec::new();
+    let mut gone: Vec<Want> = Vec::new();
+    let mut failure = None;
+    let r = requests.on_frame(h.frame_type, h.flags, body, desc, &mut |e| match e {
+        Event::RecipePart {
+            entry,
+            chunks: c,
+            last,
+            ..
+        } => shared.recipe_part(entry, &c, last),
+        Event::RecipeGone { entry } => shared.recipe_gone(entry),
+        Event::Chunk { want, bytes } => chunks.push((want.hash, bytes)),
+        Event::ChunkGone { want } => gone.push(want),
+    });
+    if let Err(e) = r {
+        failure = Some(e);
+    }
+    if !chunks.is_empty() {
+        let n = chunks.len() as u64;
+        let bytes: u64 = chunks.iter().map(|(_, b)| b.len() as u64).sum();
+        let spilled = shared.cache.put(&chunks);
+        shared.stats.spilled.fetch_add(spilled as u64, Ordering::Relaxed);
+        shared.stats.chunks_fetched.fetch_add(n, Ordering::Relaxed);
+        shared.stats.bytes_fetched.fetch_add(bytes, Ordering::Relaxed);
+        shared.arrived(chunks.iter().map(|(h, _)| *h));
+    }
+    for w in gone {
+        shared.chunk_gone(w.hash);
+    }
+    if h.frame_type == FrameType::Error {
+        tracing::warn!("mount: the server ended the session");
+    }
+    failure.map_or(Ok(()), Err)
+}

@@ -1,0 +1,690 @@
+//! The client side of a mount session (docs/wire.md §12), sans-I/O: the
+//! caller hands it whole frames and takes frame bytes to send; no sockets,
+//! no clocks, no threads.
+//!
+//! [`Opening`] runs MOUNT_HELLO → MOUNT_ACCEPT → LIST into a [`Tree`].
+//! [`Requests`] then encodes RECIPE_ASK and FETCH and checks every answer
+//! against what was asked: the server answers in order, so the oldest
+//! request outstanding is the one a reply must belong to. Every chunk is
+//! checked against the hash its recipe gave before it is handed on; a
+//! reply that breaks a rule ends the session ([`ProtoError`]).
+
+use std::collections::VecDeque;
+
+use pfs_wire::control::ErrorFrame;
+use pfs_wire::frame::FrameType;
+use pfs_wire::mount::{
+    parse_data, parse_list, parse_recipe, DataEntry, FetchRun, Hash, MountAccept, MountHello, RecipeAsk,
+    ReqHead, ServeStatus, FETCH_HEAD_LEN, FETCH_RUN_LEN, FLAG_LAST,
+};
+use pfs_wire::{put_frame, WireError};
+
+use crate::tree::{Tree, TreeError};
+
+/// A rule of §12 the server broke, or its ERROR.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    /// A frame that does not decode.
+    #[error("{frame} from the server does not decode: {error}")]
+    Wire {
+        /// Frame name.
+        frame: &'static str,
+        /// Why.
+        error: WireError,
+    },
+    /// The server refused or ended the session (ERROR, §4.5).
+    #[error("the server says: {message}")]
+    Server {
+        /// Its code (`pfs_wire::ErrorCode` number).
+        code: u16,
+        /// Its message.
+        message: String,
+    },
+    /// A frame the session state does not allow, or one that contradicts
+    /// the request it answers.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// The listing breaks a rule (paths, order, count).
+    #[error("listing: {0}")]
+    Tree(#[from] TreeError),
+    /// A chunk whose bytes do not match its hash.
+    #[error("chunk {index} of {entry_desc} does not match its hash: the server sent wrong bytes")]
+    BadChunk {
+        /// Which file, for the message.
+        entry_desc: String,
+        /// Chunk index in the file.
+        index: u32,
+    },
+}
+
+fn wire(frame: &'static str) -> impl Fn(WireError) -> ProtoError {
+    move |error| ProtoError::Wire { frame, error }
+}
+
+fn server_error(body: &[u8]) -> ProtoError {
+    match ErrorFrame::parse(body) {
+        Ok(e) => ProtoError::Server {
+            code: e.code,
+            message: e.message.to_string(),
+        },
+        Err(e) => ProtoError::Wire {
+            frame: "ERROR",
+            error: e,
+        },
+    }
+}
+
+/// What the client announces in MOUNT_HELLO.
+#[derive(Debug, Clone)]
+pub struct HelloParams {
+    /// Directory below what the key may read.
+    pub dir: Vec<u8>,
+    /// Most listing entries taken.
+    pub max_entries: u32,
+    /// Largest DATA body taken.
+    pub max_data_body: u32,
+    /// Random, for logs.
+    pub session_nonce: u64,
+}
+
+/// MOUNT_HELLO, then the listing.
+#[derive(Debug)]
+pub struct Opening {
+    params: HelloParams,
+    accept: Option<MountAccept>,
+    tree: Option<Tree>,
+}
+
+/// A session whose listing is complete.
+#[derive(Debug)]
+pub struct Opened {
+    /// What the server announced.
+    pub accept: MountAccept,
+    /// The tree.
+    pub tree: Tree,
+}
+
+impl Opening {
+    /// Starts a session; `out` receives the MOUNT_HELLO frame.
+    pub fn new(params: HelloParams, out: &mut Vec<u8>) -> Self {
+        let hello = MountHello {
+            max_entries: params.max_entries,
+            max_data_body: params.max_data_body,
+            session_nonce: params.session_nonce,
+            dir: &params.dir,
+        };
+        put_frame(out, FrameType::MountHello, 0, &hello.emit());
+        Self {
+            params,
+            accept: None,
+            tree: None,
+        }
+    }
+
+    /// Takes one frame; `Some` once the listing is complete.
+    pub fn on_frame(&mut self, t: FrameType, flags: u16, body: &[u8]) -> Result<Option<Opened>, ProtoError> {
+        match (t, &self.accept) {
+            (FrameType::Error, _) => Err(server_error(body)),
+            (FrameType::MountAccept, None) => {
+                let a = MountAccept::parse(body).map_err(wire("MOUNT_ACCEPT"))?;
+                if a.entries > u64::from(self.params.max_entries) {
+                    return Err(ProtoError::Protocol(format!(
+                        "the server lists {} entries; at most {} were asked for",
+                        a.entries, self.params.max_entries
+                    )));
+                }
+                if a.max_data_body > self.params.max_data_body {
+                    return Err(ProtoError::Protocol(format!(
+                        "DATA bodies of {} bytes announced; at most {} were asked for",
+                        a.max_data_body, self.params.max_data_body
+                    )));
+                }
+                self.tree = Some(Tree::new(a.root_mode, a.root_mtime_sec, a.root_mtime_nsec));
+                self.accept = Some(a);
+                Ok(None)
+            }
+            (FrameType::List, Some(a)) => {
+                let a = *a;
+                let tree = self
+                    .tree
+                    .as_mut()
+                    .ok_or_else(|| ProtoError::Protocol("LIST before MOUNT_ACCEPT".into()))?;
+                for e in parse_list(body) {
+                    let e = e.map_err(wire("LIST"))?;
+                    if tree.entries() >= a.entries {
+                        return Err(ProtoError::Protocol(format!(
+                            "more than the {} entries announced",
+                            a.entries
+                        )));
+                    }
+                    tree.push(&e)?;
+                }
+                if flags & FLAG_LAST == 0 {
+                    return Ok(None);
+                }
+                if tree.entries() != a.entries {
+                    return Err(ProtoError::Protocol(format!(
+                        "{} entries listed, {} announced",
+                        tree.entries(),
+                        a.entries
+                    )));
+                }
+                let tree = self.tree.take().unwrap_or_default();
+                Ok(Some(Opened { accept: a, tree }))
+            }
+            (other, _) => Err(ProtoError::Protocol(format!(
+                "{} while opening the session",
+                other.name()
+            ))),
+        }
+    }
+}
+
+/// One chunk asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Want {
+    /// File's listing entry.
+    pub entry: u64,
+    /// Chunk index in its recipe.
+    pub index: u32,
+    /// Length the recipe gave.
+    pub len: u32,
+    /// Hash the recipe gave.
+    pub hash: Hash,
+}
+
+/// What an answer brought.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// More of a recipe: entries from chunk `first`; `last` ends it.
+    RecipePart {
+        /// File's listing entry.
+        entry: u64,
+        /// Index of the first chunk here.
+        first: u64,
+        /// `(len, hash)` of each chunk.
+        chunks: Vec<(u32, Hash)>,
+        /// The recipe is complete.
+        last: bool,
+    },
+    /// The file cannot be served any more (changed or gone on the server).
+    RecipeGone {
+        /// File's listing entry.
+        entry: u64,
+    },
+    /// A chunk that matched its hash.
+    Chunk {
+        /// What was asked.
+        want: Want,
+        /// Its bytes, checked.
+        bytes: &'a [u8],
+    },
+    /// A chunk the server could not serve.
+    ChunkGone {
+        /// What was asked.
+        want: Want,
+    },
+}
+
+#[derive(Debug)]
+enum Pending {
+    Recipe {
+        entry: u64,
+        size: u64,
+        chunks: u64,
+        bytes: u64,
+    },
+    Fetch {
+        wants: VecDeque<Want>,
+    },
+}
+
+/// The requests outstanding on an open session, and the checks of their
+/// answers.
+#[derive(Debug)]
+pub struct Requests {
+    next_req: u32,
+    pending: VecDeque<(u32, Pending)>,
+    max_chunk: u32,
+    max_fetch: u32,
+}
+
+impl Requests {
+    /// For a session the server opened with `accept`.
+    pub fn new(accept: &MountAccept) -> Self {
+        Self {
+            next_req: 1,
+            pending: VecDeque::new(),
+            max_chunk: accept.chunk_avg.saturating_mul(4),
+            max_fetch: accept.max_fetch_chunks,
+        }
+    }
+
+    /// Most chunks one FETCH may ask for.
+    pub fn max_fetch(&self) -> u32 {
+        self.max_fetch
+    }
+
+    /// Requests not fully answered.
+    pub fn outstanding(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn take_req(&mut self) -> u32 {
+        let r = self.next_req;
+        self.next_req = self.next_req.wrapping_add(1);
+        r
+    }
+
+    /// Asks for the recipe of file `entry` of `size` bytes.
+    pub fn ask_recipe(&mut self, entry: u64, size: u64, out: &mut Vec<u8>) {
+        let req = self.take_req();
+        put_frame(out, FrameType::RecipeAsk, 0, &RecipeAsk { req, entry }.emit());
+        self.pending.push_back((
+            req,
+            Pending::Recipe {
+                entry,
+                size,
+                chunks: 0,
+                bytes: 0,
+            },
+        ));
+    }
+
+    /// Asks for `wants` (at most [`Self::max_fetch`]; consecutive chunks of
+    /// one file go as one run).
+    pub fn fetch(&mut self, wants: &[Want], out: &mut Vec<u8>) {
+        debug_assert!(!wants.is_empty() && wants.len() <= self.max_fetch as usize);
+        let req = self.take_req();
+        let mut runs: Vec<FetchRun> = Vec::new();
+        for w in wants {
+            match runs.last_mut() {
+                Some(r) if r.entry == w.entry && r.first.checked_add(r.count) == Some(w.index) => {
+                    r.count += 1
+                }
+                _ => runs.push(FetchRun {
+                    entry: w.entry,
+                    first: w.index,
+                    count: 1,
+                }),
+            }
+        }
+        let mut body = Vec::with_capacity(FETCH_HEAD_LEN + runs.len() * FETCH_RUN_LEN);
+        body.extend_from_slice(
+            &ReqHead {
+                req,
+                count: runs.len() as u32,
+            }
+            .emit(),
+        );
+        runs.iter().for_each(|r| r.emit_into(&mut body));
+        put_frame(out, FrameType::Fetch, 0, &body);
+        self.pending.push_back((
+            req,
+            Pending::Fetch {
+                wants: wants.iter().copied().collect(),
+            },
+        ));
+    }
+
+    /// Takes one frame of an answer, handing what it brought to `event`.
+    /// `desc` names a file in messages.
+    pub fn on_frame<'b>(
+        &mut self,
+        t: FrameType,
+        flags: u16,
+        body: &'b [u8],
+        desc: &dyn Fn(u64) -> String,
+        event: &mut dyn FnMut(Event<'b>),
+    ) -> Result<(), ProtoError> {
+        let last = flags & FLAG_LAST != 0;
+        match t {
+            FrameType::Error => Err(server_error(body)),
+            FrameType::Recipe => self.recipe(body, last, event),
+            FrameType::Data => self.data(body, last, desc, event),
+            other => Err(ProtoError::Protocol(format!(
+                "{} during the session",
+                other.name()
+            ))),
+        }
+    }
+
+    fn front(&mut self, req: u32, what: &str) -> Result<&mut Pending, ProtoError> {
+        match self.pending.front_mut() {
+            Some((r, p)) if *r == req => Ok(p),
+            Some((r, _)) => Err(ProtoError::Protocol(format!(
+                "{what} answers request {req}, but request {r} is the oldest outstanding"
+            ))),
+            None => Err(ProtoError::Protocol(format!(
+                "{what} for request {req}, none outstanding"
+            ))),
+        }
+    }
+
+    fn recipe<'b>(
+        &mut self,
+        body: &'b [u8],
+        last: bool,
+        event: &mut dyn FnMut(Event<'b>),
+    ) -> Result<(), ProtoError> {
+        let (head, entries) = parse_recipe(body).map_err(wire("RECIPE"))?;
+        let max_chunk = self.max_chunk;
+        let Pending::Recipe {
+            entry,
+            size,
+            chunks,
+            bytes,
+        } = self.front(head.req, "RECIPE")?
+        else {
+            return Err(ProtoError::Protocol(format!(
+                "RECIPE answers FETCH request {}",
+                head.req
+            )));
+        };
+        let entry = *entry;
+        if head.status == ServeStatus::Gone {
+            if !last {
+                return Err(ProtoError::Protocol("RECIPE GONE without LAST".into()));
+            }
+            self.pending.pop_front();
+            event(Event::RecipeGone { entry });
+            return Ok(());
+        }
+        if head.first != *chunks {
+            return Err(ProtoError::Protocol(format!(
+                "RECIPE part starts at chunk {}, {} came before",
+                head.first, chunks
+            )));
+        }
+        let mut got = Vec::with_capacity(entries.len());
+        for (len, hash) in entries {
+            if len > max_chunk {
+                return Err(ProtoError::Protocol(format!(
+                    "a chunk of {len} bytes; the server's largest is {max_chunk}"
+                )));
+            }
+            *bytes += u64::from(len);
+            if *bytes > *size {
+                return Err(ProtoError::Protocol(format!(
+                    "the recipe of entry {entry} describes more than its {size} bytes"
+                )));
+            }
+            got.push((len, *hash));
+        }
+        *chunks += got.len() as u64;
+        if last && *bytes != *size {
+            return Err(ProtoError::Protocol(format!(
+                "the recipe of entry {entry} describes {} of its {size} bytes",
+                bytes
+            )));
+        }
+        let first = head.first;
+        if last {
+            self.pending.pop_front();
+        }
+        event(Event::RecipePart {
+            entry,
+            first,
+            chunks: got,
+            last,
+        });
+        Ok(())
+    }
+
+    fn data<'b>(
+        &mut self,
+        body: &'b [u8],
+        last: bool,
+        desc: &dyn Fn(u64) -> String,
+        event: &mut dyn FnMut(Event<'b>),
+    ) -> Result<(), ProtoError> {
+        let (head, entries) = parse_data(body).map_err(wire("DATA"))?;
+        let Pending::Fetch { wants } = self.front(head.req, "DATA")? else {
+            return Err(ProtoError::Protocol(format!(
+                "DATA answers RECIPE_ASK request {}",
+                head.req
+            )));
+        };
+        for e in entries {
+            let e = e.map_err(wire("DATA"))?;
+            let want = wants
+                .pop_front()
+                .ok_or_else(|| ProtoError::Protocol("DATA holds more chunks than were asked".into()))?;
+            match e {
+                DataEntry::Gone => event(Event::ChunkGone { want }),
+                DataEntry::Bytes(b) => {
+                    if b.len() != want.len as usize || blake3::hash(b).as_bytes() != &want.hash {
+                        return Err(ProtoError::BadChunk {
+                            entry_desc: desc(want.entry),
+                            index: want.index,
+                        });
+                    }
+                    event(Event::Chunk { want, bytes: b });
+                }
+            }
+        }
+        if last {
+            if !wants.is_empty() {
+                return Err(ProtoError::Protocol(format!(
+                    "DATA ended with {} chunks asked and not sent",
+                    wants.len()
+                )));
+            }
+            self.pending.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Everything still asked, to fail its waiters when the session ends.
+    pub fn abandon(&mut self) -> (Vec<u64>, Vec<Want>) {
+        let mut recipes = Vec::new();
+        let mut chunks = Vec::new();
+        for (_, p) in self.pending.drain(..) {
+            match p {
+                Pending::Recipe { entry, .. } => recipes.push(entry),
+                Pending::Fetch { wants, .. } => chunks.extend(wants),
+            }
+        }
+        (recipes, chunks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pfs_wire::frame::Frame;
+    use pfs_wire::mount::{emit_recipe_entry, ListEntry, ListKind, RecipeHead};
+
+    fn accept(entries: u64) -> MountAccept {
+        MountAccept {
+            entries,
+            chunk_avg: 256,
+            max_fetch_chunks: 8,
+            max_data_body: 1 << 20,
+            root_mode: 0o755,
+            root_mtime_sec: 0,
+            root_mtime_nsec: 0,
+        }
+    }
+
+    fn opened() -> Opened {
+        let mut out = Vec::new();
+        let mut o = Opening::new(
+            HelloParams {
+                dir: Vec::new(),
+                max_entries: 10,
+                max_data_body: 1 << 20,
+                session_nonce: 1,
+            },
+            &mut out,
+        );
+        let (f, _) = Frame::parse(&out).unwrap();
+        assert_eq!(f.header.frame_type, FrameType::MountHello);
+        assert!(o
+            .on_frame(FrameType::MountAccept, 0, &accept(1).emit())
+            .unwrap()
+            .is_none());
+        let mut list = Vec::new();
+        ListEntry {
+            kind: ListKind::File,
+            mode: 0o644,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            size: 5,
+            path: b"f",
+            link: b"",
+        }
+        .emit_into(&mut list);
+        o.on_frame(FrameType::List, FLAG_LAST, &list)
+            .unwrap()
+            .expect("opened")
+    }
+
+    fn recipe(req: u32, first: u64, chunks: &[(u32, Hash)]) -> Vec<u8> {
+        let mut b = RecipeHead {
+            req,
+            status: ServeStatus::Ok,
+            first,
+            count: chunks.len() as u32,
+        }
+        .emit()
+        .to_vec();
+        chunks.iter().for_each(|(l, h)| emit_recipe_entry(&mut b, *l, h));
+        b
+    }
+
+    #[test]
+    fn listing_count_must_match() {
+        let mut out = Vec::new();
+        let mut o = Opening::new(
+            HelloParams {
+                dir: Vec::new(),
+                max_entries: 10,
+                max_data_body: 1 << 20,
+                session_nonce: 1,
+            },
+            &mut out,
+        );
+        o.on_frame(FrameType::MountAccept, 0, &accept(2).emit()).unwrap();
+        assert!(matches!(
+            o.on_frame(FrameType::List, FLAG_LAST, &[]),
+            Err(ProtoError::Protocol(_))
+        ));
+        let mut o2 = Opening::new(
+            HelloParams {
+                dir: Vec::new(),
+                max_entries: 1,
+                max_data_body: 1 << 20,
+                session_nonce: 1,
+            },
+            &mut out,
+        );
+        assert!(o2.on_frame(FrameType::MountAccept, 0, &accept(2).emit()).is_err());
+    }
+
+    #[test]
+    fn recipes_and_chunks_are_checked() {
+        let o = opened();
+        let mut r = Requests::new(&o.accept);
+        let mut out = Vec::new();
+        r.ask_recipe(0, 5, &mut out);
+        let h2 = *blake3::hash(b"cde").as_bytes();
+        let h1 = *blake3::hash(b"ab").as_bytes();
+        let desc = |e: u64| format!("entry {e}");
+        let mut events = Vec::new();
+        // Beyond the size: refused.
+        assert!(r
+            .on_frame(
+                FrameType::Recipe,
+                FLAG_LAST,
+                &recipe(1, 0, &[(6, h1)]),
+                &desc,
+                &mut |_| ()
+            )
+            .is_err());
+        let mut r = Requests::new(&o.accept);
+        r.ask_recipe(0, 5, &mut out);
+        r.on_frame(FrameType::Recipe, 0, &recipe(1, 0, &[(2, h1)]), &desc, &mut |e| {
+            events.push(format!("{e:?}"))
+        })
+        .unwrap();
+        // A part that does not continue: refused.
+        assert!(r
+            .on_frame(
+                FrameType::Recipe,
+                FLAG_LAST,
+                &recipe(1, 0, &[(3, h2)]),
+                &desc,
+                &mut |_| ()
+            )
+            .is_err());
+        let mut r = Requests::new(&o.accept);
+        r.ask_recipe(0, 5, &mut out);
+        r.on_frame(
+            FrameType::Recipe,
+            0,
+            &recipe(1, 0, &[(2, h1)]),
+            &desc,
+            &mut |_| (),
+        )
+        .unwrap();
+        r.on_frame(
+            FrameType::Recipe,
+            FLAG_LAST,
+            &recipe(1, 1, &[(3, h2)]),
+            &desc,
+            &mut |_| (),
+        )
+        .unwrap();
+        assert_eq!(r.outstanding(), 0);
+
+        let wants = [
+            Want {
+                entry: 0,
+                index: 0,
+                len: 2,
+                hash: h1,
+            },
+            Want {
+                entry: 0,
+                index: 1,
+                len: 3,
+                hash: h2,
+            },
+        ];
+        r.fetch(&wants, &mut out);
+        let mut data = ReqHead { req: 2, count: 2 }.emit().to_vec();
+        DataEntry::emit_bytes_head(&mut data, 2);
+        data.extend_from_slice(b"ab");
+        DataEntry::emit_bytes_head(&mut data, 3);
+        data.extend_from_slice(b"cdX");
+        let err = r.on_frame(FrameType::Data, FLAG_LAST, &data, &desc, &mut |_| ());
+        assert!(matches!(err, Err(ProtoError::BadChunk { index: 1, .. })));
+
+        let mut r = Requests::new(&o.accept);
+        r.fetch(&wants, &mut out);
+        let mut data = ReqHead { req: 1, count: 1 }.emit().to_vec();
+        DataEntry::emit_bytes_head(&mut data, 2);
+        data.extend_from_slice(b"ab");
+        // LAST with a chunk missing.
+        assert!(r
+            .on_frame(FrameType::Data, FLAG_LAST, &data, &desc, &mut |_| ())
+            .is_err());
+        let mut r = Requests::new(&o.accept);
+        r.fetch(&wants, &mut out);
+        let mut got = 0;
+        r.on_frame(FrameType::Data, 0, &data, &desc, &mut |_| got += 1)
+            .unwrap();
+        let mut data2 = ReqHead { req: 1, count: 1 }.emit().to_vec();
+        DataEntry::emit_gone(&mut data2);
+        r.on_frame(FrameType::Data, FLAG_LAST, &data2, &desc, &mut |e| {
+            assert!(matches!(e, Event::ChunkGone { .. }))
+        })
+        .unwrap();
+        assert_eq!((got, r.outstanding()), (1, 0));
+        // An answer to nothing.
+        assert!(r
+            .on_frame(FrameType::Data, FLAG_LAST, &data2, &desc, &mut |_| ())
+            .is_err());
+    }
+}

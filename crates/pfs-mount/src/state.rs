@@ -1,0 +1,493 @@
+//! What the file system threads and the link thread share: the tree, each
+//! file's recipe (complete, or still arriving), the chunks asked and not
+//! yet here, the cache, the counters, and the one condition variable every
+//! waiting reader sleeps on.
+//!
+//! A read finds the chunks under its range, takes those the cache holds
+//! (checked once per chunk and mount), asks the link for the rest in one
+//! FETCH and waits until each is in the cache, or its answer says it is
+//! gone, or the link is down, or its deadline passes: a vanished server
+//! costs an uncached read `EIO` within the timeout, never a hang.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use pfs_wire::mount::{Hash, MountAccept};
+
+use crate::cache::{Cache, Held};
+use crate::proto::Want;
+use crate::tree::{Kind, Tree};
+
+/// A file's recipe: where each chunk starts, and its hash.
+#[derive(Debug, Default)]
+pub struct Recipe {
+    /// Start of each chunk, then the file's size (chunks + 1 values).
+    pub starts: Vec<u64>,
+    /// Each chunk's hash.
+    pub hashes: Vec<Hash>,
+    /// Chunks this mount has checked in the cache already.
+    checked: Vec<AtomicBool>,
+}
+
+impl Recipe {
+    fn push(&mut self, len: u32, hash: Hash) {
+        let end = self.end() + u64::from(len);
+        if self.starts.is_empty() {
+            self.starts.push(0);
+        }
+        self.starts.push(end);
+        self.hashes.push(hash);
+        self.checked.push(AtomicBool::new(false));
+    }
+
+    /// Bytes described so far.
+    pub fn end(&self) -> u64 {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    /// Chunks.
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    /// No chunks (an empty file).
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
+    /// Indices of the chunks overlapping `[from, to)` (`to` ≤ [`Self::end`]).
+    pub fn covering(&self, from: u64, to: u64) -> std::ops::Range<usize> {
+        if from >= to || self.is_empty() {
+            return 0..0;
+        }
+        // The last start ≤ from, and the first start ≥ to.
+        let first = self.starts.partition_point(|&s| s <= from).saturating_sub(1);
+        let last = self.starts.partition_point(|&s| s < to).min(self.len());
+        first..last
+    }
+
+    /// Chunk `i`: start, length, hash.
+    pub fn chunk(&self, i: usize) -> (u64, u32, Hash) {
+        (
+            self.starts[i],
+            (self.starts[i + 1] - self.starts[i]) as u32,
+            self.hashes[i],
+        )
+    }
+}
+
+/// Requests for the link thread.
+#[derive(Debug)]
+pub enum Ask {
+    /// RECIPE_ASK for a file.
+    Recipe {
+        /// Listing entry.
+        entry: u64,
+        /// Its size.
+        size: u64,
+    },
+    /// FETCH of chunks (any number; the link splits them).
+    Fetch(Vec<Want>),
+}
+
+/// Counters, for `user.pfs.stats` and the report at unmount.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Read calls served.
+    pub reads: AtomicU64,
+    /// Bytes returned to readers.
+    pub bytes_read: AtomicU64,
+    /// Reads answered with an error.
+    pub read_errors: AtomicU64,
+    /// Recipes asked for.
+    pub recipes: AtomicU64,
+    /// Chunks fetched from the server (checked).
+    pub chunks_fetched: AtomicU64,
+    /// Their bytes.
+    pub bytes_fetched: AtomicU64,
+    /// Chunk uses served from the local cache.
+    pub chunks_local: AtomicU64,
+    /// Cached chunks that failed their check (fetched again).
+    pub cache_damaged: AtomicU64,
+    /// Chunks the server could not serve.
+    pub chunks_gone: AtomicU64,
+    /// Chunks kept in memory because the cache was full.
+    pub spilled: AtomicU64,
+    /// Bytes received from the server, frames included.
+    pub wire_in: AtomicU64,
+    /// Bytes sent to it.
+    pub wire_out: AtomicU64,
+}
+
+impl Stats {
+    /// The counters as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "reads": g(&self.reads), "bytes_read": g(&self.bytes_read), "read_errors": g(&self.read_errors),
+            "recipes": g(&self.recipes), "chunks_fetched": g(&self.chunks_fetched),
+            "bytes_fetched": g(&self.bytes_fetched), "chunks_local": g(&self.chunks_local),
+            "cache_damaged": g(&self.cache_damaged), "chunks_gone": g(&self.chunks_gone),
+            "spilled": g(&self.spilled), "wire_in": g(&self.wire_in), "wire_out": g(&self.wire_out),
+        })
+    }
+}
+
+/// Why a read failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    /// Not a regular file of the tree.
+    NotAFile,
+    /// The server could not serve this version of the file, or the link is
+    /// down, or the deadline passed: `EIO`.
+    Io(String),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Recipes being received.
+    partial: HashMap<u64, Recipe>,
+    /// Recipes asked (partial or not yet started).
+    asked: HashSet<u64>,
+    /// Files the server said it cannot serve.
+    gone_files: HashSet<u64>,
+    /// Chunks asked and not answered.
+    inflight: HashSet<Hash>,
+    /// Chunks the server could not serve.
+    gone_chunks: HashSet<Hash>,
+    /// Why the link is down, once it is.
+    down: Option<String>,
+}
+
+/// Everything shared (module docs).
+#[derive(Debug)]
+pub struct Shared {
+    /// The listing.
+    pub tree: Tree,
+    /// What the server announced.
+    pub accept: MountAccept,
+    /// The local chunk cache.
+    pub cache: Cache,
+    /// Counters.
+    pub stats: Stats,
+    /// Longest a read waits for the server.
+    pub timeout: Duration,
+    recipes: Vec<OnceLock<Arc<Recipe>>>,
+    state: Mutex<State>,
+    changed: Condvar,
+    asks: Mutex<Sender<Ask>>,
+}
+
+impl Shared {
+    /// Shared state of a session opened with `accept` and `tree`; `asks`
+    /// reaches the link thread.
+    pub fn new(accept: MountAccept, tree: Tree, cache: Cache, timeout: Duration, asks: Sender<Ask>) -> Self {
+        let recipes = (0..tree.entries()).map(|_| OnceLock::new()).collect();
+        Self {
+            tree,
+            accept,
+            cache,
+            stats: Stats::default(),
+            timeout,
+            recipes,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            asks: Mutex::new(asks),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send(&self, ask: Ask) -> bool {
+        let tx = self.asks.lock().unwrap_or_else(|p| p.into_inner());
+        tx.send(ask).is_ok()
+    }
+
+    fn wait<'a>(
+        &self,
+        g: MutexGuard<'a, State>,
+        deadline: Instant,
+    ) -> Result<MutexGuard<'a, State>, ReadError> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(ReadError::Io(format!(
+                "no answer from the server within {:?}",
+                self.timeout
+            )));
+        }
+        let (g, _) = self
+            .changed
+            .wait_timeout(g, deadline - now)
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(g)
+    }
+
+    /// The complete recipe of `entry`, if here.
+    pub fn recipe(&self, entry: u64) -> Option<&Arc<Recipe>> {
+        self.recipes.get(usize::try_from(entry).ok()?)?.get()
+    }
+
+    /// Waits until the recipe of `entry` covers `[0, to)` and calls `f`
+    /// with it (complete or still arriving), asking for it if nobody has.
+    pub fn with_recipe<R>(&self, entry: u64, to: u64, f: impl FnOnce(&Recipe) -> R) -> Result<R, ReadError> {
+        if let Some(r) = self.recipe(entry) {
+            return Ok(f(r));
+        }
+        let deadline = Instant::now() + self.timeout;
+        let mut g = self.lock();
+        loop {
+            if let Some(r) = self.recipe(entry) {
+                drop(g);
+                return Ok(f(r));
+            }
+            if g.gone_files.contains(&entry) {
+                return Err(ReadError::Io(format!(
+                    "{}: changed or gone on the server since the mount",
+                    self.tree.path_of(entry + 2)
+                )));
+            }
+            if let Some(why) = &g.down {
+                return Err(ReadError::Io(why.clone()));
+            }
+            if let Some(p) = g.partial.get(&entry) {
+                if p.end() >= to {
+                    return Ok(f(p));
+                }
+            }
+            if g.asked.insert(entry) {
+                let size = self.tree.node(entry + 2).map_or(0, |n| n.size);
+                self.stats.recipes.fetch_add(1, Ordering::Relaxed);
+                if !self.send(Ask::Recipe { entry, size }) {
+                    return Err(ReadError::Io("the mount is shutting down".into()));
+                }
+            }
+            g = self.wait(g, deadline)?;
+        }
+    }
+
+    /// The chunk's bytes from the cache, checked (once per mount and
+    /// recipe chunk when `checked` is given).
+    pub fn local(&self, hash: &Hash, checked: Option<&AtomicBool>) -> Option<Held<'_>> {
+        if let Some(c) = checked {
+            if c.load(Ordering::Relaxed) {
+                if let Some(h) = self.cache.get(hash) {
+                    return Some(h);
+                }
+            }
+        }
+        let got = self.cache.get(hash)?;
+        if blake3::hash(got.bytes()).as_bytes() != hash {
+            self.stats.cache_damaged.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        if let Some(c) = checked {
+            c.store(true, Ordering::Relaxed);
+        }
+        Some(got)
+    }
+
+    /// Makes sure every chunk of `wants` is in the cache: asks for those
+    /// that are not (and not asked already) and waits for all of them.
+    pub fn fetch(&self, wants: &[Want]) -> Result<(), ReadError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut g = self.lock();
+        if let Some(why) = &g.down {
+            return Err(ReadError::Io(why.clone()));
+        }
+        let mut ask = Vec::new();
+        let mut seen = HashSet::new();
+        for w in wants {
+            if g.gone_chunks.contains(&w.hash) {
+                return Err(self.gone(w));
+            }
+            if seen.insert(w.hash)
+                && !g.inflight.contains(&w.hash)
+                && self.cache.get_checked(&w.hash).is_none()
+            {
+                g.inflight.insert(w.hash);
+                ask.push(*w);
+            }
+        }
+        if !ask.is_empty() && !self.send(Ask::Fetch(ask)) {
+            return Err(ReadError::Io("the mount is shutting down".into()));
+        }
+        loop {
+            // Waiting on what is in flight (ours or another reader's).
+            let mut waiting = false;
+            for w in wants {
+                if g.inflight.contains(&w.hash) {
+                    waiting = true;
+                } else if g.gone_chunks.contains(&w.hash) {
+                    return Err(self.gone(w));
+                }
+            }
+            if !waiting {
+                return Ok(());
+            }
+            if let Some(why) = &g.down {
+                return Err(ReadError::Io(why.clone()));
+            }
+            g = self.wait(g, deadline)?;
+        }
+    }
+
+    fn gone(&self, w: &Want) -> ReadError {
+        ReadError::Io(format!(
+            "{}: chunk {} changed or gone on the server since the mount",
+            self.tree.path_of(w.entry + 2),
+            w.index
+        ))
+    }
+
+    /// Copies `[offset, offset + out.len())` of file `ino` into `out`,
+    /// fetching what the cache lacks. Returns bytes copied (short at EOF).
+    pub fn read(&self, ino: u64, offset: u64, out: &mut Vec<u8>, size: usize) -> Result<(), ReadError> {
+        let node = self
+            .tree
+            .node(ino)
+            .filter(|n| n.kind == Kind::File)
+            .ok_or(ReadError::NotAFile)?;
+        let entry = ino - 2;
+        out.clear();
+        if offset >= node.size || size == 0 {
+            return Ok(());
+        }
+        let to = node.size.min(offset.saturating_add(size as u64));
+        // (chunk index, start, len, hash) under the range.
+        let chunks: Vec<(usize, u64, u32, Hash)> = self.with_recipe(entry, to, |r| {
+            r.covering(offset, to)
+                .map(|i| {
+                    let (s, l, h) = r.chunk(i);
+                    (i, s, l, h)
+                })
+                .collect()
+        })?;
+        let complete = self.recipe(entry).cloned();
+        let checked = |i: usize| complete.as_ref().and_then(|r| r.checked.get(i));
+        let mut missing = Vec::new();
+        for &(i, _, len, hash) in &chunks {
+            if self.local(&hash, checked(i)).is_none() {
+                missing.push(Want {
+                    entry,
+                    index: i as u32,
+                    len,
+                    hash,
+                });
+            }
+        }
+        let local = chunks.len() - missing.len();
+        self.stats.chunks_local.fetch_add(local as u64, Ordering::Relaxed);
+        if !missing.is_empty() {
+            self.fetch(&missing)?;
+        }
+        out.reserve((to - offset) as usize);
+        for &(i, start, len, hash) in &chunks {
+            let held = self
+                .local(&hash, checked(i))
+                .ok_or_else(|| ReadError::Io(format!("chunk {i} fetched but not readable from the cache")))?;
+            let b = held.bytes();
+            let from = offset.max(start) - start;
+            let end = (to.min(start + u64::from(len)) - start) as usize;
+            out.extend_from_slice(&b[from as usize..end]);
+        }
+        Ok(())
+    }
+
+    // ---- the link thread's side ----
+
+    /// More of a recipe arrived.
+    pub fn recipe_part(&self, entry: u64, chunks: &[(u32, Hash)], last: bool) {
+        let mut g = self.lock();
+        let p = g.partial.entry(entry).or_default();
+        for &(len, hash) in chunks {
+            p.push(len, hash);
+        }
+        if last {
+            let mut done = g.partial.remove(&entry).unwrap_or_default();
+            if done.starts.is_empty() {
+                done.starts.push(0);
+            }
+            g.asked.remove(&entry);
+            if let Some(slot) = self.recipes.get(entry as usize) {
+                let _ = slot.set(Arc::new(done));
+            }
+        }
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// The server cannot serve file `entry`.
+    pub fn recipe_gone(&self, entry: u64) {
+        let mut g = self.lock();
+        g.partial.remove(&entry);
+        g.asked.remove(&entry);
+        g.gone_files.insert(entry);
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// Chunks arrived (checked) and went to the cache: no longer in flight.
+    pub fn arrived(&self, hashes: impl Iterator<Item = Hash>) {
+        let mut g = self.lock();
+        for h in hashes {
+            g.inflight.remove(&h);
+        }
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// A chunk the server could not serve.
+    pub fn chunk_gone(&self, hash: Hash) {
+        self.stats.chunks_gone.fetch_add(1, Ordering::Relaxed);
+        let mut g = self.lock();
+        g.inflight.remove(&hash);
+        g.gone_chunks.insert(hash);
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// The link ended: everything waiting fails now, and every later read
+    /// that needs the server fails at once.
+    pub fn link_down(&self, why: String) {
+        let mut g = self.lock();
+        if g.down.is_none() {
+            g.down = Some(why);
+        }
+        g.inflight.clear();
+        g.asked.clear();
+        g.partial.clear();
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// Why the link is down, if it is.
+    pub fn down(&self) -> Option<String> {
+        self.lock().down.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn covering_finds_the_chunks_under_a_range() {
+        let mut r = Recipe::default();
+        r.push(10, [1; 32]);
+        r.push(10, [2; 32]);
+        r.push(5, [3; 32]);
+        assert_eq!(r.end(), 25);
+        assert_eq!(r.covering(0, 1), 0..1);
+        assert_eq!(r.covering(9, 11), 0..2);
+        assert_eq!(r.covering(10, 20), 1..2);
+        assert_eq!(r.covering(19, 25), 1..3);
+        assert_eq!(r.covering(24, 25), 2..3);
+        assert_eq!(r.covering(5, 5), 0..0);
+        assert_eq!(r.chunk(2), (20, 5, [3; 32]));
+    }
+}
