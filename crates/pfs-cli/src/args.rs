@@ -107,6 +107,8 @@ pfs mount: --server-key, known_hosts).")]
   pfs mount 10.0.0.2:7878:builds/42 /mnt/b42 --server-key server.pub
   pfs mount 127.0.0.1:7878 /mnt/pfs --prefetch    # fetch everything in the background
   pfs mount 127.0.0.1:7878 /mnt/pfs -f --json     # stay in the foreground; JSON report at unmount
+  pfs mount 127.0.0.1:7878 /mnt/pfs --passthrough # cached files read by the kernel directly
+  pfs mount 127.0.0.1:7878 /mnt/pfs --direct /run/user/0/pfs.sock   # zero-copy reads for local apps
   getfattr -n user.pfs.stats --only-values /mnt/pfs   # what was fetched so far (JSON)
   pfs umount /mnt/pfs
 
@@ -148,9 +150,20 @@ pub struct MountArgs {
     /// Fetch every file's missing chunks in the background after mounting.
     #[arg(long)]
     pub prefetch: bool,
+    /// Open files whose chunks are all cached on a backing file the kernel reads directly
+    /// (FUSE passthrough; each such file is written out once more in the cache: CACHE/files).
+    #[arg(long)]
+    pub passthrough: bool,
     /// Let other users see the mount (needs user_allow_other in /etc/fuse.conf unless root).
     #[arg(long)]
     pub allow_other: bool,
+    /// Serve applications of this host on a pfs-ipc socket: they open a file with one request
+    /// and read it from shared memory with no system call (pfs_mount::direct::DirectClient).
+    #[arg(long, value_name = "SOCKET")]
+    pub direct: Option<PathBuf>,
+    /// Bytes of the shared memory files are placed in for --direct (each opened file once).
+    #[arg(long, default_value = "1G", value_parser = parse_size, requires = "direct")]
+    pub direct_size: u64,
     /// Refuse a tree with more entries than this.
     #[arg(long, default_value_t = 1 << 24)]
     pub max_entries: u32,

@@ -7,19 +7,30 @@
 //! Anything that would write is refused with `EROFS`. The root carries the
 //! mount's counters as the extended attribute `user.pfs.stats` (JSON), so
 //! tools can see what was fetched without a file in the tree.
+//!
+//! With passthrough (`--passthrough`, and a kernel that offers it) a file
+//! whose chunks are all local is opened on a checked backing file
+//! ([`crate::backing`]) and the kernel reads it directly. The kernel takes
+//! one backing file per inode and refuses passthrough while the inode is
+//! open the other way, so each inode keeps one `BackingId` once it has
+//! one, and is not switched while daemon-served opens of it are live.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
+
+use crate::backing::{backing_file, NotBacked};
 
 use crate::state::{ReadError, Shared};
 use crate::tree::{Kind, Node, ROOT};
@@ -35,18 +46,119 @@ thread_local! {
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// File handle of opens the daemon serves.
+const FH_DAEMON: u64 = 0;
+/// File handle of passthrough opens.
+const FH_BACKED: u64 = 1;
+
+/// How an inode is open.
+#[derive(Debug)]
+enum Opened {
+    /// Daemon-served opens not yet released.
+    Daemon(u32),
+    /// On its backing file, for good.
+    Backed(BackingId),
+}
+
+/// Passthrough state.
+#[derive(Debug)]
+struct Passthrough {
+    /// Where backing files go.
+    dir: PathBuf,
+    /// The kernel agreed at init.
+    on: bool,
+    inodes: Mutex<HashMap<u64, Opened>>,
+}
+
 /// The file system (module docs).
 #[derive(Debug)]
 pub struct MountFs {
     shared: Arc<Shared>,
     uid: u32,
     gid: u32,
+    passthrough: Option<Passthrough>,
 }
 
 impl MountFs {
-    /// Serves `shared`; files appear owned by `uid`:`gid`.
-    pub fn new(shared: Arc<Shared>, uid: u32, gid: u32) -> Self {
-        Self { shared, uid, gid }
+    /// Serves `shared`; files appear owned by `uid`:`gid`. With
+    /// `passthrough`, backing files are kept in that directory.
+    pub fn new(shared: Arc<Shared>, uid: u32, gid: u32, passthrough: Option<PathBuf>) -> Self {
+        Self {
+            shared,
+            uid,
+            gid,
+            passthrough: passthrough.map(|dir| Passthrough {
+                dir,
+                on: false,
+                inodes: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Opens `ino` on its backing file if passthrough is on and the file
+    /// is all local; gives `reply` back otherwise.
+    fn open_backed(&self, ino: u64, size: u64, reply: ReplyOpen) -> Option<ReplyOpen> {
+        let pt = self.passthrough.as_ref().filter(|p| p.on)?;
+        {
+            let map = pt.inodes.lock().unwrap_or_else(|p| p.into_inner());
+            match map.get(&ino) {
+                Some(Opened::Backed(id)) => {
+                    reply.opened_passthrough(FileHandle(FH_BACKED), FopenFlags::empty(), id);
+                    self.shared
+                        .stats
+                        .passthrough_opens
+                        .fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+                Some(Opened::Daemon(n)) if *n > 0 => return Some(reply),
+                _ => {}
+            }
+        }
+        let file = match backing_file(&self.shared, &pt.dir, ino - 2, size) {
+            Ok(f) => f,
+            Err(NotBacked::NotLocal) => return Some(reply),
+            Err(e) => {
+                tracing::debug!("no backing file for {}: {e:?}", self.shared.tree.path_of(ino));
+                return Some(reply);
+            }
+        };
+        let mut map = pt.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Opened::Daemon(n)) = map.get(&ino) {
+            if *n > 0 {
+                return Some(reply);
+            }
+        }
+        if !matches!(map.get(&ino), Some(Opened::Backed(_))) {
+            match reply.open_backing(&file) {
+                Ok(id) => {
+                    map.insert(ino, Opened::Backed(id));
+                }
+                Err(e) => {
+                    tracing::warn!("passthrough refused for {}: {e}", self.shared.tree.path_of(ino));
+                    return Some(reply);
+                }
+            }
+        }
+        if let Some(Opened::Backed(id)) = map.get(&ino) {
+            reply.opened_passthrough(FileHandle(FH_BACKED), FopenFlags::empty(), id);
+            self.shared
+                .stats
+                .passthrough_opens
+                .fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(reply)
+    }
+
+    fn count_daemon_open(&self, ino: u64, delta: i32) {
+        let Some(pt) = self.passthrough.as_ref().filter(|p| p.on) else {
+            return;
+        };
+        let mut map = pt.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        let e = map.entry(ino).or_insert(Opened::Daemon(0));
+        if let Opened::Daemon(n) = e {
+            *n = n.saturating_add_signed(delta);
+        }
     }
 
     fn attr(&self, ino: u64, n: &Node) -> FileAttr {
@@ -90,6 +202,21 @@ impl MountFs {
 }
 
 impl Filesystem for MountFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_readahead(1 << 20);
+        if let Some(pt) = self.passthrough.as_mut() {
+            let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+            // A backing file must not itself be on a stacked file system.
+            pt.on = offered && config.set_max_stack_depth(1).is_ok();
+            if !pt.on {
+                tracing::warn!(
+                    "this kernel does not offer FUSE passthrough: every read goes through the daemon"
+                );
+            }
+        }
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.shared.tree.lookup(parent.0, name.as_bytes()) {
             Some(ino) => match self.shared.tree.node(ino) {
@@ -120,8 +247,30 @@ impl Filesystem for MountFs {
             None => reply.error(Errno::ENOENT),
             Some(n) if n.kind == Kind::Dir => reply.error(Errno::EISDIR),
             Some(_) if flags.acc_mode() != OpenAccMode::O_RDONLY => reply.error(Errno::EROFS),
-            Some(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Some(n) => {
+                let Some(reply) = self.open_backed(ino.0, n.size, reply) else {
+                    return;
+                };
+                self.count_daemon_open(ino.0, 1);
+                reply.opened(FileHandle(FH_DAEMON), FopenFlags::FOPEN_KEEP_CACHE)
+            }
         }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if fh.0 == FH_DAEMON {
+            self.count_daemon_open(ino.0, -1);
+        }
+        reply.ok();
     }
 
     fn read(

@@ -13,9 +13,12 @@
 //! Modules: [`proto`] (the session's rules, sans-I/O), [`tree`] (the
 //! listing), [`state`] (what readers and the link share), [`cache`] (the
 //! local store), [`link`] (the connection's thread), [`fs`] (the kernel's
-//! view), [`prefetch`] (`--prefetch`).
+//! view), [`backing`] (passthrough's backing files), [`direct`] (the
+//! zero-copy same-host client), [`prefetch`] (`--prefetch`).
 
+pub mod backing;
 pub mod cache;
+pub mod direct;
 pub mod fs;
 pub mod link;
 pub mod prefetch;
@@ -63,6 +66,9 @@ pub struct MountConfig {
     pub fsname: String,
     /// Fetch every file's missing chunks in the background.
     pub prefetch: bool,
+    /// Open files whose chunks are all local on a backing file the kernel
+    /// reads directly (FUSE passthrough).
+    pub passthrough: bool,
 }
 
 /// Why a mount could not start.
@@ -238,6 +244,7 @@ impl Session {
             self.shared.clone(),
             rustix::process::getuid().as_raw(),
             rustix::process::getgid().as_raw(),
+            cfg.passthrough.then(|| cfg.cache_dir.join("files")),
         );
         fuser::spawn_mount(fs, mountpoint, &Self::fuse_config(cfg)).map_err(|source| MountError::Mount {
             path: mountpoint.to_path_buf(),

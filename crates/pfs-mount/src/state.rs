@@ -120,6 +120,8 @@ pub struct Stats {
     pub wire_in: AtomicU64,
     /// Bytes sent to it.
     pub wire_out: AtomicU64,
+    /// Opens served on a backing file (passthrough).
+    pub passthrough_opens: AtomicU64,
 }
 
 impl Stats {
@@ -132,6 +134,7 @@ impl Stats {
             "bytes_fetched": g(&self.bytes_fetched), "chunks_local": g(&self.chunks_local),
             "cache_damaged": g(&self.cache_damaged), "chunks_gone": g(&self.chunks_gone),
             "spilled": g(&self.spilled), "wire_in": g(&self.wire_in), "wire_out": g(&self.wire_out),
+            "passthrough_opens": g(&self.passthrough_opens),
         })
     }
 }

@@ -85,6 +85,7 @@ fn cfg(cache: &std::path::Path) -> MountConfig {
         allow_other: false,
         fsname: "test".into(),
         prefetch: false,
+        passthrough: false,
     }
 }
 
@@ -368,6 +369,43 @@ fn a_gone_file_is_an_error_and_the_session_goes_on() {
     let s = open(conn, &cfg(dir.path())).unwrap();
     assert!(matches!(s.read("f", 0, 10), Err(ReadError::Io(_))));
     assert!(s.shared().down().is_none(), "GONE is not a broken session");
+    drop(s.close());
+    h.join().unwrap();
+}
+
+#[test]
+fn the_direct_client_reads_the_file_from_shared_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (conn, h) = one_file_server(CONTENT, |t| {
+        assert!(answer_recipe(t, CONTENT, &[5, 12]));
+        answer_fetches(t, |i| {
+            if i == 0 {
+                CONTENT[..5].to_vec()
+            } else {
+                CONTENT[5..].to_vec()
+            }
+        });
+    });
+    let s = open(conn, &cfg(dir.path())).unwrap();
+    let sock = dir.path().join("direct.sock");
+    let server = pfs_mount::direct::serve(s.shared().clone(), &sock, 1 << 20).unwrap();
+    let mut client = pfs_mount::direct::DirectClient::connect(&sock).unwrap();
+    let f = client.open("f").unwrap();
+    assert_eq!(f.len(), CONTENT.len() as u64);
+    assert_eq!(client.bytes(&f), CONTENT);
+    let mut buf = [0u8; 4];
+    assert_eq!(client.read_at(&f, 6, &mut buf), 4);
+    assert_eq!(&buf, &CONTENT[6..10]);
+    assert_eq!(client.read_at(&f, 15, &mut buf), 2);
+    // Opening again is the same range, nothing fetched again.
+    assert_eq!(client.open("f").unwrap(), f);
+    assert_eq!(counters(&s)["chunks_fetched"], 2);
+    assert!(matches!(
+        client.open("nope"),
+        Err(pfs_mount::direct::DirectError::Refused(_))
+    ));
+    drop(client);
+    drop(server);
     drop(s.close());
     h.join().unwrap();
 }

@@ -146,12 +146,23 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
         allow_other: args.allow_other,
         fsname: format!("pfs:{}", args.source),
         prefetch: args.prefetch,
+        passthrough: args.passthrough,
     };
     let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;
     let t = target(&addr, &args.transport, 0).connect_as(security.as_ref(), pfs_auth::Service::Files)?;
     let session = pfs_mount::open(t, &cfg).map_err(anyhow::Error::new)?;
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
+    let _direct = match &args.direct {
+        Some(sock) => {
+            let size = usize::try_from(args.direct_size).context("--direct-size")?;
+            Some(
+                pfs_mount::direct::serve(session.shared().clone(), sock, size)
+                    .with_context(|| format!("--direct {}", sock.display()))?,
+            )
+        }
+        None => None,
+    };
     let bg = session.mount(&mountpoint, &cfg).map_err(anyhow::Error::new)?;
     let tree = &session.shared().tree;
     let line = if args.json {

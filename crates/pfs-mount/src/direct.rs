@@ -1,0 +1,253 @@
+//! The zero-copy same-host client (`pfs mount --direct SOCKET`): an
+//! application on the mounting host opens a mounted file through `pfs-ipc`
+//! and reads it from shared memory, with no system call per read — the
+//! ZUFS idea of letting the application map the server's resources.
+//!
+//! The mount serves a `pfs-ipc` rendezvous socket with one shared blob (a
+//! sealed memfd). `open` is one request/response on the rings: the mount
+//! makes sure every chunk of the file is in its cache (fetching what is
+//! not), copies the checked chunks once into the blob, and answers with a
+//! blob reference `(offset, len)`. From then on the application reads the
+//! file as a slice of its mapping of the blob ([`DirectClient::bytes`],
+//! [`DirectClient::read_at`]): a `memcpy`, no system call, no daemon. A
+//! file is placed once per mount and never moves; the blob's size bounds
+//! what can be open this way (`--direct-size`).
+//!
+//! Who may connect: processes of the mount's own user (`SO_PEERCRED`), who
+//! could read the cache anyway; such a process can also write the blob,
+//! so the blob is no boundary between processes of that user.
+//!
+//! Requests: `O` + path below the mounted directory. Answers: a blob
+//! reference for the file, or inline `E` + a message.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use pfs_ipc::{Endpoint, IpcError, IpcListener, MsgKind, RendezvousConfig, WaitConfig, WaitStrategy};
+
+use crate::proto::Want;
+use crate::state::Shared;
+use crate::tree::Kind;
+
+/// Alignment of placed files in the blob.
+const ALIGN: u64 = 4096;
+
+/// Why a direct open failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectError {
+    /// The IPC layer failed (connect, rings, peer gone).
+    #[error(transparent)]
+    Ipc(#[from] IpcError),
+    /// The mount refused the open.
+    #[error("{0}")]
+    Refused(String),
+}
+
+#[derive(Debug, Default)]
+struct Placement {
+    next: u64,
+    files: HashMap<u64, (u64, u64)>,
+}
+
+/// The mount's side: a listener thread and one thread per client.
+#[derive(Debug)]
+pub struct DirectServer {
+    path: PathBuf,
+}
+
+impl Drop for DirectServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Serves direct clients of `shared` on the socket `path`, with a shared
+/// blob of `blob_bytes`.
+pub fn serve(shared: Arc<Shared>, path: &Path, blob_bytes: usize) -> Result<DirectServer, DirectError> {
+    let listener = Arc::new(IpcListener::bind(
+        path,
+        RendezvousConfig {
+            blob_bytes,
+            ring_bytes: 64 << 10,
+            ..RendezvousConfig::default()
+        },
+    )?);
+    let placement = Arc::new(Mutex::new(Placement::default()));
+    std::thread::Builder::new()
+        .name("pfs-mount-direct".into())
+        .spawn(move || loop {
+            match listener.accept() {
+                Ok(ep) => {
+                    let (shared, listener, placement) = (shared.clone(), listener.clone(), placement.clone());
+                    let _ = std::thread::Builder::new()
+                        .name("pfs-mount-direct-client".into())
+                        .spawn(move || serve_client(ep, &shared, &listener, &placement));
+                }
+                Err(e) => tracing::debug!("direct client refused: {e}"),
+            }
+        })
+        .map_err(|e| DirectError::Refused(format!("starting the direct listener: {e}")))?;
+    Ok(DirectServer {
+        path: path.to_path_buf(),
+    })
+}
+
+fn serve_client(mut ep: Endpoint, shared: &Shared, listener: &IpcListener, placement: &Mutex<Placement>) {
+    loop {
+        let served = ep.serve_one(|req, tx| match req.split_first() {
+            Some((b'O', path)) => match place(shared, listener, placement, path) {
+                Ok((offset, len)) => tx.send_ref(offset, len),
+                Err(why) => tx.send(format!("E{why}").as_bytes()),
+            },
+            _ => tx.send(b"Eunknown request"),
+        });
+        if served.is_err() {
+            return;
+        }
+    }
+}
+
+/// Puts the file at `path` in the blob (once) and returns where.
+fn place(
+    shared: &Shared,
+    listener: &IpcListener,
+    placement: &Mutex<Placement>,
+    path: &[u8],
+) -> Result<(u64, u64), String> {
+    let lossy = String::from_utf8_lossy(path);
+    let ino = shared
+        .tree
+        .resolve(path)
+        .ok_or_else(|| format!("{lossy}: no such file in the mount"))?;
+    let node = shared
+        .tree
+        .node(ino)
+        .filter(|n| n.kind == Kind::File)
+        .ok_or_else(|| format!("{lossy}: not a regular file"))?;
+    let size = node.size;
+    let entry = ino - 2;
+    let mut p = placement.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&at) = p.files.get(&ino) {
+        return Ok(at);
+    }
+    let chunks: Vec<Want> = shared
+        .with_recipe(entry, size, |r| {
+            (0..r.len())
+                .map(|i| {
+                    let (_, len, hash) = r.chunk(i);
+                    Want {
+                        entry,
+                        index: i as u32,
+                        len,
+                        hash,
+                    }
+                })
+                .collect()
+        })
+        .map_err(|e| format!("{lossy}: {e:?}"))?;
+    let blob_len = listener.blob().len() as u64;
+    let offset = p.next.div_ceil(ALIGN) * ALIGN;
+    if offset.checked_add(size).is_none_or(|end| end > blob_len) {
+        return Err(format!(
+            "{lossy}: {size} bytes do not fit the direct blob ({} of {blob_len} bytes left); remount with a larger --direct-size",
+            blob_len.saturating_sub(offset)
+        ));
+    }
+    let batch = shared.accept.max_fetch_chunks.clamp(1, 1024) as usize;
+    let mut at = offset;
+    for part in chunks.chunks(batch) {
+        let missing: Vec<Want> = part
+            .iter()
+            .filter(|w| shared.cache.get_checked(&w.hash).is_none())
+            .copied()
+            .collect();
+        if !missing.is_empty() {
+            shared.fetch(&missing).map_err(|e| format!("{lossy}: {e:?}"))?;
+        }
+        for w in part {
+            let held = shared
+                .cache
+                .get_checked(&w.hash)
+                .ok_or_else(|| format!("{lossy}: chunk {} not readable from the cache", w.index))?;
+            listener.write_blob(at, held.bytes()).map_err(|e| e.to_string())?;
+            at += u64::from(w.len);
+        }
+    }
+    p.next = offset + size;
+    p.files.insert(ino, (offset, size));
+    Ok((offset, size))
+}
+
+/// An application's connection to a mount's direct socket.
+#[derive(Debug)]
+pub struct DirectClient {
+    ep: Endpoint,
+}
+
+/// A file opened through [`DirectClient::open`]: its range of the blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectFile {
+    offset: u64,
+    len: u64,
+}
+
+impl DirectFile {
+    /// The file's size.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// An empty file.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl DirectClient {
+    /// Connects to the socket a `pfs mount --direct SOCKET` serves.
+    pub fn connect(socket: &Path) -> Result<Self, DirectError> {
+        Ok(Self {
+            ep: Endpoint::connect(socket, WaitConfig::with(WaitStrategy::SpinFutex))?,
+        })
+    }
+
+    /// Opens the file at `path` (below the mounted directory): fetches what
+    /// the mount's cache lacks, places it in shared memory, and returns its
+    /// range there. The one round trip of a file's life.
+    pub fn open(&mut self, path: &str) -> Result<DirectFile, DirectError> {
+        let mut req = Vec::with_capacity(path.len() + 1);
+        req.push(b'O');
+        req.extend_from_slice(path.as_bytes());
+        let msg = self.ep.call(&req)?;
+        match msg.kind() {
+            MsgKind::Ref { offset, len } => Ok(DirectFile { offset, len }),
+            MsgKind::Inline => {
+                let text = String::from_utf8_lossy(msg.bytes());
+                Err(DirectError::Refused(
+                    text.strip_prefix('E').unwrap_or(&text).to_string(),
+                ))
+            }
+        }
+    }
+
+    /// The whole file, as a view of shared memory.
+    pub fn bytes(&self, f: &DirectFile) -> &[u8] {
+        let blob = self.ep.blob();
+        let start = usize::try_from(f.offset).unwrap_or(usize::MAX).min(blob.len());
+        let end = start
+            .saturating_add(usize::try_from(f.len).unwrap_or(usize::MAX))
+            .min(blob.len());
+        &blob[start..end]
+    }
+
+    /// Copies from `pos` of the file into `buf`; returns bytes copied
+    /// (short at the end of the file). No system call.
+    pub fn read_at(&self, f: &DirectFile, pos: u64, buf: &mut [u8]) -> usize {
+        let b = self.bytes(f);
+        let from = usize::try_from(pos).unwrap_or(usize::MAX).min(b.len());
+        let n = buf.len().min(b.len() - from);
+        buf[..n].copy_from_slice(&b[from..from + n]);
+        n
+    }
+}
