@@ -176,6 +176,9 @@ pub struct MountArgs {
     /// Print JSON: the mount line, and (in the foreground) the report at unmount.
     #[arg(long)]
     pub json: bool,
+    /// Logs (warnings of the running mount: failed reads, a lost server).
+    #[command(flatten)]
+    pub log: LogArgs,
     /// Transport.
     #[command(flatten)]
     pub transport: TransportArgs,

@@ -113,6 +113,7 @@ impl Readiness {
 }
 
 fn foreground(args: &MountArgs) -> anyhow::Result<i32> {
+    super::log::init(&args.log);
     let mut ready = Readiness::from_env();
     if ready.0 {
         // Detached from the terminal that started `pfs mount`.
