@@ -98,7 +98,9 @@ impl MountFs {
     /// Opens `ino` on its backing file if passthrough is on and the file
     /// is all local; gives `reply` back otherwise.
     fn open_backed(&self, ino: u64, size: u64, reply: ReplyOpen) -> Option<ReplyOpen> {
-        let pt = self.passthrough.as_ref().filter(|p| p.on)?;
+        let Some(pt) = self.passthrough.as_ref().filter(|p| p.on) else {
+            return Some(reply);
+        };
         {
             let map = pt.inodes.lock().unwrap_or_else(|p| p.into_inner());
             match map.get(&ino) {
