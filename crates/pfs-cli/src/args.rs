@@ -113,8 +113,8 @@ pfs mount: --server-key, known_hosts).")]
   pfs umount /mnt/pfs
 
 The listing arrives first (one round trip); a file's chunks travel when it is
-read, and only those the local cache (--cache, shared by every mount of this
-host) lacks. Every chunk is checked against its BLAKE3 before it is kept or
+read, and only those the local cache (--cache: one per server by default)
+lacks. Every chunk is checked against its BLAKE3 before it is kept or
 returned. If the server goes away, uncached reads fail with EIO within
 --timeout; cached files stay readable. The mount is read-only.")]
     Mount(MountArgs),
@@ -135,7 +135,9 @@ pub struct MountArgs {
     /// Where to mount it (an existing directory).
     #[arg(value_name = "MOUNTPOINT")]
     pub mountpoint: PathBuf,
-    /// The local chunk cache [default: $XDG_CACHE_HOME/pfs/mount or ~/.cache/pfs/mount].
+    /// The local chunk cache, one mount at a time [default: $XDG_CACHE_HOME/pfs/mount/HOST_PORT,
+    /// else ~/.cache/pfs/mount/HOST_PORT]. Mounts that give the same DIR (one after another)
+    /// never fetch a chunk it holds, from any server.
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
     /// Most bytes the cache holds (chunks past it are kept in memory, up to 256 MiB).

@@ -145,11 +145,7 @@ pub fn open(mut conn: Box<dyn Transport>, cfg: &MountConfig) -> Result<Session, 
             }
         }
     };
-    let cache =
-        cache::Cache::open(&cfg.cache_dir, cfg.cache_capacity).map_err(|source| MountError::Cache {
-            dir: cfg.cache_dir.clone(),
-            source,
-        })?;
+    let cache = open_cache(cfg)?;
     let (tx, rx) = channel();
     let requests = proto::Requests::new(&opened.accept);
     let shared = Arc::new(Shared::new(opened.accept, opened.tree, cache, cfg.timeout, tx));
@@ -185,6 +181,29 @@ pub fn open(mut conn: Box<dyn Transport>, cfg: &MountConfig) -> Result<Session, 
         opened_in: t0.elapsed(),
     })
 }
+
+/// Opens the cache; one held by another process is waited for a moment
+/// (a mount unmounted just now may still be closing it).
+fn open_cache(cfg: &MountConfig) -> Result<cache::Cache, MountError> {
+    let patience = Instant::now() + CACHE_LOCK_PATIENCE;
+    loop {
+        match cache::Cache::open(&cfg.cache_dir, cfg.cache_capacity) {
+            Ok(c) => return Ok(c),
+            Err(pfs_store::StoreError::Locked { .. }) if Instant::now() < patience => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(source) => {
+                return Err(MountError::Cache {
+                    dir: cfg.cache_dir.clone(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// How long a cache held by another process is waited for.
+const CACHE_LOCK_PATIENCE: Duration = Duration::from_secs(5);
 
 fn nonce() -> u64 {
     std::time::SystemTime::now()

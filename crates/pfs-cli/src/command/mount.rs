@@ -135,7 +135,11 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     let (addr, dir) = split_target(&args.source, args.transport.transport);
     let cache_dir = match &args.cache {
         Some(d) => d.clone(),
-        None => pfs_files::default_cache_dir()?.join("mount"),
+        // One cache per server by default: a cache serves one mount at a
+        // time, and mounts of one server are what share most chunks.
+        None => pfs_files::default_cache_dir()?
+            .join("mount")
+            .join(cache_name(&addr)),
     };
     let cfg = MountConfig {
         dir: dir.clone().into_bytes(),
@@ -218,6 +222,19 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     }
     ended.context("the FUSE session ended with an error")?;
     Ok(exit::OK)
+}
+
+/// A directory name for a server address.
+fn cache_name(addr: &str) -> String {
+    addr.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 pub fn umount(args: &UmountArgs) -> anyhow::Result<i32> {
