@@ -35,17 +35,18 @@ pub fn serve_mount<T: Transport + ?Sized>(
     let mut outcome = core.outcome().clone();
     outcome.bytes_cut = host.bytes_cut();
     outcome.warnings.extend(host.finish());
-    match result {
-        Ok(()) => Ok(outcome),
-        Err(e) => {
-            // The ERROR frame too: a client that does not read cannot hold us.
-            let _ = t.set_write_timeout(Some(cfg.write_timeout));
-            if e.tell_peer() {
-                send_error(t, &e);
-            }
-            Err(e)
+    // The ERROR frame and the close too: a client that does not read
+    // cannot hold us.
+    let _ = t.set_write_timeout(Some(cfg.write_timeout));
+    if let Err(e) = &result {
+        if e.tell_peer() {
+            send_error(t, e);
         }
     }
+    // The client closed (or is told why not): close our side as well, so a
+    // protected session ends with its CLOSE record, not cut short.
+    let _ = t.shutdown_write();
+    result.map(|()| outcome)
 }
 
 fn run<T: Transport + ?Sized>(
