@@ -636,6 +636,9 @@ impl Server {
     }
 }
 
+/// What a hostile client does after mounting.
+type Attack = Box<dyn Fn(&mut Client)>;
+
 #[test]
 fn hostile_clients_are_refused_while_another_is_served() {
     let (t, _sock) = tree();
@@ -646,7 +649,7 @@ fn hostile_clients_are_refused_while_another_is_served() {
         let no = file_entry(&entries, "b/c.bin");
         let n = good.recipe(1, no).chunks.len() as u32;
         let run = |entry, first, count| FetchRun { entry, first, count };
-        let cases: Vec<(&str, Box<dyn Fn(&mut Client)>, ErrorCode)> = vec![
+        let cases: Vec<(&str, Attack, ErrorCode)> = vec![
             (
                 "unknown entry",
                 Box::new(|c: &mut Client| {
