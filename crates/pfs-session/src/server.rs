@@ -307,7 +307,10 @@ pub fn serve_files<L: Listener>(
         runs_kernels: false,
     };
     serve_loop(listener, cfg, offer, on_event, &|conn, client| {
-        let head = first_header(conn, mount_cfg.hello_timeout)?;
+        let head = first_header(conn, mount_cfg.hello_timeout).map_err(|e| match e.tell_peer() {
+            true => tell(conn, e),
+            false => e,
+        })?;
         let kind = FrameHeader::parse(&head).map(|h| h.frame_type);
         let (needs, lacking) = match kind {
             Ok(FrameType::FilesHello) => (client.rights.files, "this key may not send files (no-files)"),
