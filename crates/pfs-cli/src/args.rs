@@ -756,6 +756,10 @@ pub struct ServeArgs {
     /// A second signal cuts at once.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub shutdown_grace: f64,
+    /// Close a `pfs mount` session that has asked for nothing for SECS (0: never), so idle
+    /// mounts do not hold --max-clients slots; the mount connects again when a read needs it.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0, requires = "dest")]
+    pub mount_idle_timeout: f64,
     /// Logs.
     #[command(flatten)]
     pub log: LogArgs,

@@ -52,6 +52,7 @@ struct ServeFile {
     store_capacity: Option<Number>,
     fsync: Option<bool>,
     shutdown_grace: Option<Number>,
+    mount_idle_timeout: Option<Number>,
     log_level: Option<String>,
     log_format: Option<String>,
     huge_dir: Option<PathBuf>,

@@ -109,57 +109,107 @@ pub struct Session {
     pub opened_in: Duration,
 }
 
-/// Runs the opening on `conn` and starts the link thread.
-pub fn open(mut conn: Box<dyn Transport>, cfg: &MountConfig) -> Result<Session, MountError> {
-    let t0 = Instant::now();
+/// Opens connections to the server again after the link ends (the
+/// reconnection must find the same tree).
+pub type Connector = Box<dyn FnMut() -> Result<Box<dyn Transport>, String> + Send>;
+
+/// What an opening needs to run again on a new connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Reopen {
+    pub params: proto::HelloParams,
+    pub timeout: Duration,
+    pub digest: [u8; 32],
+}
+
+/// Runs the opening (MOUNT_HELLO, MOUNT_ACCEPT, the listing) on `conn`.
+/// Returns the session, the reader (it may hold bytes of what follows),
+/// and the bytes read and written.
+pub(crate) fn run_opening(
+    conn: &mut dyn Transport,
+    params: &proto::HelloParams,
+    timeout: Duration,
+) -> Result<(proto::Opened, link::FrameReader, u64, u64), MountError> {
     let mut out = Vec::new();
-    let params = proto::HelloParams {
-        dir: cfg.dir.clone(),
-        max_entries: cfg.max_entries,
-        max_data_body: MAX_DATA_BODY,
-        session_nonce: nonce(),
-    };
-    let mut opening = proto::Opening::new(params, &mut out);
+    let mut opening = proto::Opening::new(params.clone(), &mut out);
     conn.write_all(&out)
         .map_err(|e| MountError::Link(format!("sending MOUNT_HELLO: {e}")))?;
     conn.set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| MountError::Link(format!("setting a read timeout: {e}")))?;
     let mut reader = link::FrameReader::new(MAX_DATA_BODY as usize);
     let mut bytes_in = 0;
-    let deadline = Instant::now() + cfg.timeout;
-    let opened = loop {
-        match reader.next(&mut *conn, &mut bytes_in).map_err(MountError::Link)? {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match reader.next(conn, &mut bytes_in).map_err(MountError::Link)? {
             link::Next::Idle => {
                 if Instant::now() > deadline {
                     return Err(MountError::Link(format!(
-                        "no listing from the server within {:?}",
-                        cfg.timeout
+                        "no listing from the server within {timeout:?}"
                     )));
                 }
             }
             link::Next::Frame(h, r) => {
                 let body = &reader.bytes(r)[FRAME_HEADER_LEN..];
                 if let Some(o) = opening.on_frame(h.frame_type, h.flags, body)? {
-                    break o;
+                    return Ok((o, reader, bytes_in, out.len() as u64));
                 }
             }
         }
+    }
+}
+
+/// Runs the opening on `conn` and starts the link thread. With `reconnect`
+/// ([`open_with`]), a link that ended (the server restarted or closed an
+/// idle session, the network dropped) is opened again when a read needs
+/// it, and the mount goes on if the server lists the same tree; while the
+/// server cannot be reached, uncached reads fail with `EIO` (a failed
+/// attempt is not repeated for a second).
+pub fn open(conn: Box<dyn Transport>, cfg: &MountConfig) -> Result<Session, MountError> {
+    open_with(conn, cfg, None)
+}
+
+/// [`open`], with a way to reconnect.
+pub fn open_with(
+    mut conn: Box<dyn Transport>,
+    cfg: &MountConfig,
+    reconnect: Option<Connector>,
+) -> Result<Session, MountError> {
+    let t0 = Instant::now();
+    let params = proto::HelloParams {
+        dir: cfg.dir.clone(),
+        max_entries: cfg.max_entries,
+        max_data_body: MAX_DATA_BODY,
+        session_nonce: nonce(),
     };
+    let (opened, reader, bytes_in, bytes_out) = run_opening(&mut *conn, &params, cfg.timeout)?;
+    let again = reconnect.map(|c| {
+        (
+            c,
+            Reopen {
+                params,
+                timeout: cfg.timeout,
+                digest: opened.digest,
+            },
+        )
+    });
     let cache = open_cache(cfg)?;
     let (tx, rx) = channel();
     let requests = proto::Requests::new(&opened.accept);
-    let shared = Arc::new(Shared::new(opened.accept, opened.tree, cache, cfg.timeout, tx));
+    let shared = Arc::new(Shared::new(
+        opened.accept,
+        opened.tree,
+        cache,
+        cfg.timeout,
+        tx,
+        again.is_some(),
+    ));
     shared.stats.wire_in.fetch_add(bytes_in, Ordering::Relaxed);
-    shared
-        .stats
-        .wire_out
-        .fetch_add(out.len() as u64, Ordering::Relaxed);
+    shared.stats.wire_out.fetch_add(bytes_out, Ordering::Relaxed);
     let stop = Arc::new(AtomicBool::new(false));
     let link = {
         let (shared, stop) = (shared.clone(), stop.clone());
         std::thread::Builder::new()
             .name("pfs-mount-link".into())
-            .spawn(move || link::run(conn, reader, requests, rx, shared, stop))
+            .spawn(move || link::run(conn, reader, requests, rx, shared, stop, again))
             .map_err(|e| MountError::Link(format!("starting the link thread: {e}")))?
     };
     let prefetch = if cfg.prefetch {

@@ -24,6 +24,7 @@ use pfs_wire::mount::Hash;
 
 use crate::proto::{Event, ProtoError, Requests, Want};
 use crate::state::{Ask, Shared};
+use crate::{Connector, Reopen};
 
 /// How long a read waits for bytes before the queue is looked at again.
 const POLL: Duration = Duration::from_micros(500);
@@ -113,25 +114,89 @@ impl FrameReader {
     }
 }
 
-/// Runs the link until `stop` or the link ends; the reason it ended goes
-/// to the readers ([`Shared::link_down`]).
-pub fn run(
+/// Runs the link until `stop`. When the link ends, the readers are told
+/// ([`Shared::link_down`]); with `again`, a reader that needs the server
+/// asks for a new connection ([`Ask::Reconnect`]) and the link goes on once
+/// one lists the same tree.
+pub(crate) fn run(
     mut conn: Box<dyn Transport>,
     mut reader: FrameReader,
     mut requests: Requests,
     asks: Receiver<Ask>,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
+    mut again: Option<(Connector, Reopen)>,
 ) {
-    let why = match pump(&mut *conn, &mut reader, &mut requests, &asks, &shared, &stop) {
-        Ok(()) => "the mount is shutting down".to_string(),
-        Err(e) => {
-            tracing::warn!("mount: link to the server ended: {e}");
-            format!("link to the server ended: {e}")
+    loop {
+        let why = match pump(&mut *conn, &mut reader, &mut requests, &asks, &shared, &stop) {
+            Ok(()) => {
+                shared.link_down_for_good("the mount is shutting down".into());
+                let _ = conn.shutdown_write();
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("mount: link to the server ended: {e}");
+                format!("link to the server ended: {e}")
+            }
+        };
+        shared.link_down(why);
+        let _ = conn.shutdown_write();
+        let Some((connect, reopen)) = again.as_mut() else {
+            return;
+        };
+        match wait_for_reconnect(connect, reopen, &asks, &shared, &stop) {
+            Some((c, r, q)) => {
+                (conn, reader, requests) = (c, r, q);
+                shared.link_up();
+                tracing::info!("mount: reconnected to the server");
+            }
+            None => return,
         }
-    };
-    shared.link_down(why);
-    let _ = conn.shutdown_write();
+    }
+}
+
+/// While the link is down: connects again each time a reader asks
+/// ([`Ask::Reconnect`]) until a connection lists the same tree (`Some`),
+/// the tree turns out to have changed, or `stop` (`None`). Other asks were
+/// made before the link went down and were answered `EIO` already.
+fn wait_for_reconnect(
+    connect: &mut Connector,
+    reopen: &Reopen,
+    asks: &Receiver<Ask>,
+    shared: &Shared,
+    stop: &AtomicBool,
+) -> Option<(Box<dyn Transport>, FrameReader, Requests)> {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        match asks.recv_timeout(Duration::from_millis(200)) {
+            Ok(Ask::Reconnect) => {}
+            Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+        let attempt = connect().and_then(|mut c| {
+            let (opened, reader, _, _) =
+                crate::run_opening(&mut *c, &reopen.params, reopen.timeout).map_err(|e| e.to_string())?;
+            Ok((c, reader, opened))
+        });
+        match attempt {
+            Ok((c, reader, opened)) if opened.digest == reopen.digest => {
+                shared.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+                return Some((c, reader, Requests::new(&opened.accept)));
+            }
+            Ok(_) => {
+                let why = "the server's tree changed since the mount: unmount and mount again to see it";
+                tracing::warn!("mount: {why}");
+                shared.link_down_for_good(why.into());
+                return None;
+            }
+            Err(e) => {
+                tracing::info!("mount: reconnecting: {e}");
+                shared.reconnect_failed(format!("the server cannot be reached: {e}"));
+            }
+        }
+    }
 }
 
 fn pump(
@@ -156,7 +221,20 @@ fn pump(
         let first = if requests.outstanding() == 0 {
             match asks.recv_timeout(Duration::from_millis(200)) {
                 Ok(a) => Some(a),
-                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Timeout) => {
+                    // Idle: look at the connection, so a server that went
+                    // away is noticed (and reconnected to) before a read
+                    // needs it. Nothing is due, so any frame is unasked.
+                    let mut seen = 0;
+                    match reader.next(conn, &mut seen)? {
+                        Next::Idle => {}
+                        Next::Frame(h, r) => {
+                            let body = &reader.bytes(r)[FRAME_HEADER_LEN..];
+                            on_frame(requests, shared, h, body, &desc).map_err(|e| e.to_string())?;
+                        }
+                    }
+                    None
+                }
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
         } else {
@@ -182,6 +260,8 @@ fn pump(
                         requests.fetch(part, &mut out);
                     }
                 }
+                // Up already (another reader's ask brought it back).
+                Ask::Reconnect => shared.link_up(),
             }
         }
         if !out.is_empty() {

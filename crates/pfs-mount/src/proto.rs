@@ -93,6 +93,7 @@ pub struct Opening {
     params: HelloParams,
     accept: Option<MountAccept>,
     tree: Option<Tree>,
+    digest: blake3::Hasher,
 }
 
 /// A session whose listing is complete.
@@ -102,6 +103,9 @@ pub struct Opened {
     pub accept: MountAccept,
     /// The tree.
     pub tree: Tree,
+    /// BLAKE3 of MOUNT_ACCEPT and every LIST body: a reconnection must
+    /// find the same tree to go on under the same inode numbers.
+    pub digest: [u8; 32],
 }
 
 impl Opening {
@@ -118,6 +122,7 @@ impl Opening {
             params,
             accept: None,
             tree: None,
+            digest: blake3::Hasher::new(),
         }
     }
 
@@ -141,10 +146,12 @@ impl Opening {
                 }
                 self.tree = Some(Tree::new(a.root_mode, a.root_mtime_sec, a.root_mtime_nsec));
                 self.accept = Some(a);
+                self.digest.update(body);
                 Ok(None)
             }
             (FrameType::List, Some(a)) => {
                 let a = *a;
+                self.digest.update(body);
                 let tree = self
                     .tree
                     .as_mut()
@@ -170,7 +177,11 @@ impl Opening {
                     )));
                 }
                 let tree = self.tree.take().unwrap_or_default();
-                Ok(Some(Opened { accept: a, tree }))
+                Ok(Some(Opened {
+                    accept: a,
+                    tree,
+                    digest: *self.digest.finalize().as_bytes(),
+                }))
             }
             (other, _) => Err(ProtoError::Protocol(format!(
                 "{} while opening the session",

@@ -91,6 +91,8 @@ pub enum Ask {
     },
     /// FETCH of chunks (any number; the link splits them).
     Fetch(Vec<Want>),
+    /// The link is down and a reader needs it: connect again.
+    Reconnect,
 }
 
 /// Counters, for `user.pfs.stats` and the report at unmount.
@@ -122,6 +124,8 @@ pub struct Stats {
     pub wire_out: AtomicU64,
     /// Opens served on a backing file (passthrough).
     pub passthrough_opens: AtomicU64,
+    /// Times the link was opened again after it ended.
+    pub reconnects: AtomicU64,
 }
 
 impl Stats {
@@ -134,7 +138,7 @@ impl Stats {
             "bytes_fetched": g(&self.bytes_fetched), "chunks_local": g(&self.chunks_local),
             "cache_damaged": g(&self.cache_damaged), "chunks_gone": g(&self.chunks_gone),
             "spilled": g(&self.spilled), "wire_in": g(&self.wire_in), "wire_out": g(&self.wire_out),
-            "passthrough_opens": g(&self.passthrough_opens),
+            "passthrough_opens": g(&self.passthrough_opens), "reconnects": g(&self.reconnects),
         })
     }
 }
@@ -161,9 +165,19 @@ struct State {
     inflight: HashSet<Hash>,
     /// Chunks the server could not serve.
     gone_chunks: HashSet<Hash>,
-    /// Why the link is down, once it is.
+    /// Why the link is down, while it is.
     down: Option<String>,
+    /// The link will not come back (the tree changed, or shutting down).
+    down_for_good: bool,
+    /// A reconnection was asked for and has not ended.
+    reconnecting: bool,
+    /// When the last reconnection failed.
+    last_failed: Option<Instant>,
 }
+
+/// A failed reconnection is not tried again sooner than this: reads of a
+/// server that is gone fail at once instead of each waiting to connect.
+const RETRY_GAP: Duration = Duration::from_secs(1);
 
 /// Everything shared (module docs).
 #[derive(Debug)]
@@ -179,6 +193,8 @@ pub struct Shared {
     /// Longest a read waits for the server.
     pub timeout: Duration,
     recipes: Vec<OnceLock<Arc<Recipe>>>,
+    /// The link thread can connect again.
+    can_reconnect: bool,
     state: Mutex<State>,
     changed: Condvar,
     asks: Mutex<Sender<Ask>>,
@@ -187,7 +203,14 @@ pub struct Shared {
 impl Shared {
     /// Shared state of a session opened with `accept` and `tree`; `asks`
     /// reaches the link thread.
-    pub fn new(accept: MountAccept, tree: Tree, cache: Cache, timeout: Duration, asks: Sender<Ask>) -> Self {
+    pub fn new(
+        accept: MountAccept,
+        tree: Tree,
+        cache: Cache,
+        timeout: Duration,
+        asks: Sender<Ask>,
+        can_reconnect: bool,
+    ) -> Self {
         let recipes = (0..tree.entries()).map(|_| OnceLock::new()).collect();
         Self {
             tree,
@@ -196,6 +219,7 @@ impl Shared {
             stats: Stats::default(),
             timeout,
             recipes,
+            can_reconnect,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             asks: Mutex::new(asks),
@@ -230,6 +254,31 @@ impl Shared {
         Ok(g)
     }
 
+    /// Waits while the link is down and a reconnection may bring it back
+    /// (asking for one if none runs); `Err` if it cannot.
+    fn revive<'a>(
+        &self,
+        mut g: MutexGuard<'a, State>,
+        deadline: Instant,
+    ) -> Result<MutexGuard<'a, State>, ReadError> {
+        loop {
+            let Some(why) = g.down.clone() else { return Ok(g) };
+            if g.down_for_good || !self.can_reconnect {
+                return Err(ReadError::Io(why));
+            }
+            if !g.reconnecting {
+                if g.last_failed.is_some_and(|t| t.elapsed() < RETRY_GAP) {
+                    return Err(ReadError::Io(why));
+                }
+                g.reconnecting = true;
+                if !self.send(Ask::Reconnect) {
+                    return Err(ReadError::Io("the mount is shutting down".into()));
+                }
+            }
+            g = self.wait(g, deadline)?;
+        }
+    }
+
     /// The complete recipe of `entry`, if here.
     pub fn recipe(&self, entry: u64) -> Option<&Arc<Recipe>> {
         self.recipes.get(usize::try_from(entry).ok()?)?.get()
@@ -254,8 +303,9 @@ impl Shared {
                     self.tree.path_of(entry + 2)
                 )));
             }
-            if let Some(why) = &g.down {
-                return Err(ReadError::Io(why.clone()));
+            if g.down.is_some() {
+                g = self.revive(g, deadline)?;
+                continue;
             }
             if let Some(p) = g.partial.get(&entry) {
                 if p.end() >= to {
@@ -298,10 +348,7 @@ impl Shared {
     /// that are not (and not asked already) and waits for all of them.
     pub fn fetch(&self, wants: &[Want]) -> Result<(), ReadError> {
         let deadline = Instant::now() + self.timeout;
-        let mut g = self.lock();
-        if let Some(why) = &g.down {
-            return Err(ReadError::Io(why.clone()));
-        }
+        let mut g = self.revive(self.lock(), deadline)?;
         let mut ask = Vec::new();
         let mut seen = HashSet::new();
         for w in wants {
@@ -461,6 +508,41 @@ impl Shared {
         if g.down.is_none() {
             g.down = Some(why);
         }
+        g.inflight.clear();
+        g.asked.clear();
+        g.partial.clear();
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// The link is up again (a reconnection listed the same tree).
+    pub fn link_up(&self) {
+        let mut g = self.lock();
+        if !g.down_for_good {
+            g.down = None;
+        }
+        g.reconnecting = false;
+        g.last_failed = None;
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// A reconnection failed; readers waiting for it fail.
+    pub fn reconnect_failed(&self, why: String) {
+        let mut g = self.lock();
+        g.reconnecting = false;
+        g.last_failed = Some(Instant::now());
+        g.down = Some(why);
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// The link is down and stays so, for `why`.
+    pub fn link_down_for_good(&self, why: String) {
+        let mut g = self.lock();
+        g.down_for_good = true;
+        g.reconnecting = false;
+        g.down = Some(why);
         g.inflight.clear();
         g.asked.clear();
         g.partial.clear();

@@ -409,3 +409,59 @@ fn the_direct_client_reads_the_file_from_shared_memory() {
     drop(s.close());
     h.join().unwrap();
 }
+
+#[test]
+fn a_lost_link_comes_back_when_the_server_lists_the_same_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    // The first server lists the tree and hangs up.
+    let (conn, first) = one_file_server(CONTENT, |_| {});
+    // The second lists the same tree and serves it; the third lists another.
+    let (again, second) = one_file_server(CONTENT, |t| {
+        assert!(answer_recipe(t, CONTENT, &[17]));
+        answer_fetches(t, |_| CONTENT.to_vec());
+    });
+    let mut spare = vec![again];
+    let reconnect: pfs_mount::Connector =
+        Box::new(move || spare.pop().ok_or_else(|| "no more servers".to_string()));
+    let s = pfs_mount::open_with(conn, &cfg(dir.path()), Some(reconnect)).unwrap();
+    first.join().unwrap();
+    // Bounded wait for the link to go down, then to come back.
+    let mut read = Err(ReadError::Io("never tried".into()));
+    for _ in 0..200 {
+        read = s.read("f", 0, 100);
+        if read.is_ok() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(read.unwrap(), CONTENT);
+    assert_eq!(counters(&s)["reconnects"], 1);
+    drop(s.close());
+    second.join().unwrap();
+}
+
+#[test]
+fn a_changed_tree_on_reconnection_keeps_the_mount_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let (conn, first) = one_file_server(CONTENT, |_| {});
+    let (again, second) = one_file_server(b"another content", |t| while recv(t).is_some() {});
+    let mut spare = vec![again];
+    let reconnect: pfs_mount::Connector =
+        Box::new(move || spare.pop().ok_or_else(|| "no more servers".to_string()));
+    let s = pfs_mount::open_with(conn, &cfg(dir.path()), Some(reconnect)).unwrap();
+    first.join().unwrap();
+    let mut why = None;
+    for _ in 0..200 {
+        // A read is what asks for a new connection.
+        let _ = s.read("f", 0, 10);
+        why = s.shared().down().filter(|w| w.contains("changed"));
+        if why.is_some() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(why.is_some(), "{:?}", s.shared().down());
+    assert!(matches!(s.read("f", 0, 10), Err(ReadError::Io(_))));
+    drop(s.close());
+    second.join().unwrap();
+}

@@ -154,8 +154,14 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
         passthrough: args.passthrough,
     };
     let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;
-    let t = target(&addr, &args.transport, 0).connect_as(security.as_ref(), pfs_auth::Service::Files)?;
-    let session = pfs_mount::open(t, &cfg).map_err(anyhow::Error::new)?;
+    let to = target(&addr, &args.transport, 0);
+    let t = to.connect_as(security.as_ref(), pfs_auth::Service::Files)?;
+    // The same server, the same keys: a restarted server is found again.
+    let reconnect: pfs_mount::Connector = Box::new(move || {
+        to.connect_as(security.as_ref(), pfs_auth::Service::Files)
+            .map_err(|e| exit::describe(&e))
+    });
+    let session = pfs_mount::open_with(t, &cfg, Some(reconnect)).map_err(anyhow::Error::new)?;
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
     let _direct = match &args.direct {

@@ -76,8 +76,13 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     if let Some(w) = warning {
         tracing::warn!("{w}");
     }
+    let idle = args.mount_idle_timeout;
+    if !(idle.is_finite() && idle >= 0.0) {
+        anyhow::bail!("--mount-idle-timeout must be 0 (never) or a number of seconds, not {idle}");
+    }
     let mount_cfg = MountServerConfig {
         recipes: Some(Arc::new(recipes)),
+        idle_timeout: (idle > 0.0).then(|| std::time::Duration::from_secs_f64(idle)),
         ..MountServerConfig::default()
     };
     let last_status = Mutex::new(exit::OK);
