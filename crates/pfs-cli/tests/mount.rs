@@ -11,7 +11,6 @@
 mod common;
 
 use std::fs;
-use std::io::ErrorKind;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -277,7 +276,7 @@ fn a_damaged_chunk_in_the_cache_is_fetched_again_never_returned() {
 }
 
 #[test]
-fn a_killed_server_costs_eio_and_cached_files_stay_readable() {
+fn a_killed_server_costs_eio_cached_files_stay_readable_and_a_restart_is_found_again() {
     if !can_mount() {
         return;
     }
@@ -313,9 +312,26 @@ fn a_killed_server_costs_eio_and_cached_files_stay_readable() {
         "content differs"
     );
     assert!(fs::metadata(at.join("src/unread.bin")).is_ok());
+    // The server comes back on the same address: the next reads reconnect.
+    let mut cmd = pfs();
+    cmd.args(["serve", "--json", "--listen", &s.server.addr, "--dest"])
+        .arg(s.work.path().join("dest"));
+    let _again = Server::spawn(cmd);
+    let mut got = None;
+    for _ in 0..100 {
+        if let Ok(b) = fs::read(at.join("src/unread.bin")) {
+            got = Some(b);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        got == Some(noise(300_000, 4)),
+        "no reconnection to the restarted server"
+    );
+    assert_eq!(stats(&m)["reconnects"], 1);
     umount(m);
     assert!(matches!(fs::read_dir(&at).map(|d| d.count()), Ok(0)));
-    let _ = ErrorKind::NotFound;
 }
 
 #[test]
