@@ -20,6 +20,8 @@ pub struct Rights {
     pub blob: bool,
     /// May send files.
     pub files: bool,
+    /// May mount (read) the tree beneath its `dir` (`pfs mount`, docs/wire.md §12).
+    pub read: bool,
     /// May have the server run its `--exec` kernel over its grams.
     pub exec: bool,
     /// The chunk-sharing group: a key references and sees only chunks
@@ -35,6 +37,7 @@ impl Rights {
             dir: PathBuf::new(),
             blob: true,
             files: true,
+            read: true,
             exec: true,
             group: default_group(key),
         }
@@ -49,6 +52,7 @@ impl Rights {
         for (allowed, name) in [
             (self.blob, "no-blob"),
             (self.files, "no-files"),
+            (self.read, "no-read"),
             (self.exec, "no-exec"),
         ] {
             if !allowed {
@@ -89,8 +93,8 @@ impl AuthorizedKeys {
     }
 
     /// Parses the text of an `authorized_keys` file: one key a line,
-    /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-exec]
-    /// [group=NAME] [comment]` (a `.pub` line as `pfs keygen` writes it is
+    /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-read]
+    /// [no-exec] [group=NAME] [comment]` (a `.pub` line as `pfs keygen` writes it is
     /// a valid line); `#` starts a comment anywhere, blank lines are skipped.
     /// Errors carry the 1-based line number.
     pub fn parse(text: &str) -> Result<Self, (usize, String)> {
@@ -176,10 +180,11 @@ fn apply_option(rights: &mut Rights, word: &str) -> Result<(), String> {
         }
         None if word == "no-blob" || word == "no-gram" => rights.blob = false,
         None if word == "no-files" => rights.files = false,
+        None if word == "no-read" => rights.read = false,
         None if word == "no-exec" => rights.exec = false,
         _ => {
             return Err(format!(
-                "unknown option {word:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-exec)"
+                "unknown option {word:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-read, no-exec)"
             ))
         }
     }
@@ -361,11 +366,34 @@ mod tests {
         assert_eq!(keys.rights(&a), Some(&Rights::all(&a)));
         let rb = keys.rights(&b).unwrap();
         assert_eq!(rb.dir, PathBuf::from("backups/a"));
-        assert!(!rb.exec && rb.blob && rb.files);
+        assert!(!rb.exec && rb.blob && rb.files && rb.read);
         let rc = keys.rights(&c).unwrap();
-        assert!(!rc.blob && !rc.files && rc.exec);
+        assert!(!rc.blob && !rc.files && rc.exec && rc.read);
         assert_eq!(rc.group, "group-team");
         assert_eq!(rc.describe(), "no-blob no-files group=group-team");
+    }
+
+    #[test]
+    fn no_read_takes_only_the_right_to_mount() {
+        let (k, r) = (
+            Identity::generate().unwrap().public(),
+            Identity::generate().unwrap().public(),
+        );
+        let text = format!("{k} dir=pub no-read # writer\n{r} no-files no-blob group=readers\n");
+        let keys = AuthorizedKeys::parse(&text).unwrap();
+        let w = keys.rights(&k).unwrap();
+        assert!(!w.read && w.files && w.blob && w.exec);
+        assert_eq!(
+            w.describe(),
+            format!("dir=pub no-read group={}", default_group(&k))
+        );
+        // A read-only key: mounts, sends nothing.
+        let ro = keys.rights(&r).unwrap();
+        assert!(ro.read && !ro.files && !ro.blob);
+        assert_eq!(ro.describe(), "no-blob no-files group=group-readers");
+        assert!(Rights::all(&k).read);
+        let typo = AuthorizedKeys::parse(&format!("{k} no-reads\n")).unwrap_err();
+        assert!(typo.1.contains("no-read,"), "{}", typo.1);
     }
 
     #[test]

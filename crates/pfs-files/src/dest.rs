@@ -281,6 +281,36 @@ impl DestRoot {
         })
     }
 
+    /// The existing directory `rel` beneath this root as a root of its
+    /// own, creating nothing and following no symlink: what a mount reads
+    /// (docs/wire.md §12). A symlink or a file in the way is
+    /// [`PathError::NotADirectory`]; a missing one the `NotFound` I/O error.
+    pub fn existing_subroot(&self, rel: &RelPath) -> Result<DestRoot, FilesError> {
+        let root = self
+            .open_beneath(rel.as_bytes(), dir_flags(), Mode::empty())
+            .map_err(|e| dest_err("open directory", rel, e))?;
+        Ok(Self {
+            root,
+            path: self.path.join(rel.as_path()),
+            openat2: self.openat2,
+            tmp: OnceLock::new(),
+        })
+    }
+
+    /// The existing directory `rel` beneath the root (the root itself for
+    /// `None`) opened for reading its entries (`getdents`, `*at` calls),
+    /// without following any symlink; errors as [`Self::existing_subroot`].
+    pub fn open_dir(&self, rel: Option<&RelPath>) -> Result<OwnedFd, FilesError> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+        match rel {
+            Some(r) => self
+                .open_beneath(r.as_bytes(), flags, Mode::empty())
+                .map_err(|e| dest_err("open directory", r, e)),
+            None => rfs::openat(&self.root, ".", flags | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| FilesError::io("open directory", &self.path, e.into())),
+        }
+    }
+
     /// The receiver's state directory `.pfs` (created, mode 0700, if
     /// absent; a symlink or file there is refused), opened for `*at` calls.
     pub fn state_dir(&self) -> Result<OwnedFd, FilesError> {

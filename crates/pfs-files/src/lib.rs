@@ -58,8 +58,9 @@ pub mod xattr;
 pub use cache::{default_cache_dir, index_key, IndexCache, RecipeCache, INDEX_PREFIX};
 pub use chunk::{
     chunk_and_digest_open_file, chunk_bytes, chunk_file, chunk_file_streaming, chunk_files,
-    chunk_files_metered, chunk_lengths, digest_file, digest_files, digest_files_metered, digest_open_file,
-    quick_digest, ChunkParams, ChunkRef, ChunkSink, FileHasher, QuickDigest, Recipe, FILE_HASH_CONTEXT,
+    chunk_files_metered, chunk_lengths, chunk_open_file_streaming, digest_file, digest_files,
+    digest_files_metered, digest_open_file, quick_digest, ChunkParams, ChunkRef, ChunkSink, FileHasher,
+    QuickDigest, Recipe, FILE_HASH_CONTEXT,
 };
 pub use dest::{
     check_symlink_target, may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat,

@@ -12,6 +12,7 @@ use pfs_wire::{ErrorCode, FrameType, WireError};
 
 use crate::files::FilesViolation;
 use crate::gram::{GramViolation, HelloRejection};
+use crate::mount::MountViolation;
 
 /// Why a session ended without a report.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +125,14 @@ pub enum Violation {
     /// A files-protocol violation.
     #[error(transparent)]
     Files(#[from] FilesViolation),
+    /// A mount-protocol violation.
+    #[error(transparent)]
+    Mount(#[from] MountViolation),
+    /// The client's key lacks the right its first frame needs (`no-files`
+    /// for FILES_HELLO, `no-read` for MOUNT_HELLO); the server reports it
+    /// as a refused admission.
+    #[error("{0}")]
+    Unauthorized(String),
 }
 
 impl Violation {
@@ -134,6 +143,8 @@ impl Violation {
             Self::BodyLength { .. } => ErrorCode::BadFrame,
             Self::Gram(v) => v.code(),
             Self::Files(v) => v.code(),
+            Self::Mount(v) => v.code(),
+            Self::Unauthorized(_) => ErrorCode::Auth,
         }
     }
 }

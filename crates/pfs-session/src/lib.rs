@@ -6,6 +6,8 @@
 //!   [`pfs_wire::Report`]); sans-I/O cores plus blocking drivers.
 //! - [`files`]: the files protocol (trees deduplicated against the
 //!   receiver's store).
+//! - [`mount`]: the server side of mount (read) sessions: a tree's
+//!   listing, recipes and chunks, to `pfs mount`.
 //! - [`framing`]: what both share: whole frames from bytes, ERROR frames,
 //!   the drivers' receive buffer.
 //! - [`server`]: the accept loop, one thread per session.
@@ -17,6 +19,7 @@ mod error;
 pub mod files;
 pub mod framing;
 pub mod gram;
+pub mod mount;
 pub mod places;
 pub mod server;
 pub mod stats;
@@ -26,8 +29,11 @@ pub use gram::{
     receive_session, send_session, GramReceiverConfig, GramReceiverOutcome, GramSenderConfig,
     GramSenderOutcome, GramViolation, HelloRejection, DEFAULT_PAYLOAD_BUDGET,
 };
+pub use mount::{serve_mount, MountRecipes, MountServeOutcome, MountServerConfig};
 pub use places::{clean_temps, FilesPlaces, Keeping};
-pub use server::{serve, serve_files, Admission, Client, FilesPlace, ServerConfig, ServerEvent};
+pub use server::{
+    serve, serve_files, Admission, Client, FilesPlace, FilesSessionOutcome, ServerConfig, ServerEvent,
+};
 pub use stats::SessionStats;
 
 use pfs_blob::BackingKind;

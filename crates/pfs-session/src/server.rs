@@ -23,10 +23,12 @@ use std::time::{Duration, Instant};
 
 use pfs_auth::{AuthorizedKeys, Cipher, Prefixed, PublicKey, Rights, SecureError, ServerSecurity, Service};
 use pfs_transport::{Listener, Transport};
-use pfs_wire::ErrorCode;
+use pfs_wire::{ErrorCode, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
+use crate::error::{Timeout, Violation};
 use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
 use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
+use crate::mount::{serve_mount, MountServeOutcome, MountServerConfig};
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
 use pfs_sys::pin_current_thread;
@@ -158,7 +160,7 @@ impl Client {
 }
 
 /// What the server reports as it runs; `O` is a finished session's outcome
-/// ([`GramReceiverOutcome`] or [`FilesReceiverOutcome`]).
+/// ([`GramReceiverOutcome`] or [`FilesSessionOutcome`]).
 #[derive(Debug)]
 pub enum ServerEvent<'a, O> {
     /// A connection was accepted.
@@ -272,32 +274,109 @@ pub struct FilesPlace {
 /// the client with that message.
 pub type PlaceFn<'a> = dyn Fn(&Client) -> Result<FilesPlace, String> + Sync + 'a;
 
-/// Serves files sessions (docs/wire.md §10), each client into the place
-/// `place` gives it, until `max_sessions` have ended. Returns (completed,
-/// failed). Sessions run concurrently; clients of one group share a store.
+/// What a session of a files server was: files received (FILES_HELLO,
+/// docs/wire.md §10) or a tree served to a mount (MOUNT_HELLO, §12).
+#[derive(Debug)]
+pub enum FilesSessionOutcome {
+    /// Files were sent to this server.
+    Received(FilesReceiverOutcome),
+    /// A client mounted a tree this server holds.
+    Served(MountServeOutcome),
+}
+
+/// Serves files sessions (docs/wire.md §10) and mount sessions (§12), each
+/// client in the place `place` gives it, until `max_sessions` have ended.
+/// Returns (completed, failed). Sessions run concurrently; clients of one
+/// group share a store.
+///
+/// A connection's first frame says which: FILES_HELLO (the key needs its
+/// `files` right) goes to [`receive_files`], MOUNT_HELLO (the `read`
+/// right) to [`serve_mount`], anything else is refused with ERROR
+/// `PROTOCOL`. A key lacking the right is answered ERROR `AUTH` and
+/// reported as [`ServerEvent::Denied`].
 pub fn serve_files<L: Listener>(
     listener: &L,
     place: &PlaceFn<'_>,
     cfg: &ServerConfig,
     files_cfg: &FilesReceiverConfig,
-    on_event: &(dyn Fn(ServerEvent<'_, FilesReceiverOutcome>) + Sync),
+    mount_cfg: &MountServerConfig,
+    on_event: &(dyn Fn(ServerEvent<'_, FilesSessionOutcome>) + Sync),
 ) -> (u64, u64) {
     let offer = Offer {
         service: Service::Files,
         runs_kernels: false,
     };
     serve_loop(listener, cfg, offer, on_event, &|conn, client| {
+        let head = first_header(conn, mount_cfg.hello_timeout).map_err(|e| match e.tell_peer() {
+            true => tell(conn, e),
+            false => e,
+        })?;
+        let kind = FrameHeader::parse(&head).map(|h| h.frame_type);
+        let (needs, lacking) = match kind {
+            Ok(FrameType::FilesHello) => (client.rights.files, "this key may not send files (no-files)"),
+            Ok(FrameType::MountHello) => (client.rights.read, "this key may not read (no-read)"),
+            Ok(got) => {
+                return Err(tell(
+                    conn,
+                    Violation::UnexpectedFrame {
+                        expected: "FILES_HELLO or MOUNT_HELLO",
+                        got,
+                    }
+                    .into(),
+                ))
+            }
+            Err(error) => {
+                let context = "the first frame's header";
+                return Err(tell(conn, SessionError::Malformed { context, error }));
+            }
+        };
+        if !needs {
+            refuse(conn, ErrorCode::Auth, lacking);
+            return Err(Violation::Unauthorized(lacking.to_string()).into());
+        }
         let here = place(client).map_err(|message| {
             let e = SessionError::Local(crate::LocalError::Place(message.clone()));
             refuse(conn, ErrorCode::Internal, &message);
             e
         })?;
+        // The header read here is read again by the session.
+        let mut conn = Prefixed::new(conn, &head);
+        if kind == Ok(FrameType::MountHello) {
+            return serve_mount(&mut conn, &here.dest, mount_cfg).map(FilesSessionOutcome::Served);
+        }
         let cfg = FilesReceiverConfig {
             manifest: here.manifest.clone(),
             ..files_cfg.clone()
         };
-        receive_files(conn, here.chunks.get(), &here.dest, &cfg)
+        receive_files(&mut conn, here.chunks.get(), &here.dest, &cfg).map(FilesSessionOutcome::Received)
     })
+}
+
+/// The header of a files connection's first frame, within `timeout`.
+fn first_header(conn: &mut dyn Transport, timeout: Duration) -> Result<[u8; FRAME_HEADER_LEN], SessionError> {
+    let during = "the first frame";
+    let mut head = [0u8; FRAME_HEADER_LEN];
+    conn.set_read_timeout(Some(timeout))
+        .map_err(|e| SessionError::transport(during, e))?;
+    let read = conn.read_exact(&mut head).map_err(|e| match e {
+        e if crate::framing::is_timeout(&e) => SessionError::TimedOut {
+            what: Timeout::Idle {
+                during,
+                after: timeout,
+            },
+        },
+        e => SessionError::transport(during, e),
+    });
+    // The session sets its own deadlines.
+    let _ = conn.set_read_timeout(None);
+    read?;
+    Ok(head)
+}
+
+/// Tells the peer about `e` (best effort) and returns it.
+fn tell(conn: &mut dyn Transport, e: SessionError) -> SessionError {
+    crate::framing::send_error(conn, &e);
+    e
 }
 
 /// What this server serves, for the rights check.
@@ -478,6 +557,15 @@ fn serve_loop<L: Listener, O>(
                         outcome: &outcome,
                     });
                 }
+                // A right the session's first frame needed: a refusal.
+                Err(SessionError::Violation(Violation::Unauthorized(reason))) => {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    on_event(ServerEvent::Denied {
+                        peer: &peer,
+                        key: client.key,
+                        reason: &reason,
+                    });
+                }
                 Err(error) => {
                     failed.fetch_add(1, Ordering::Relaxed);
                     on_event(ServerEvent::Failed {
@@ -626,8 +714,9 @@ fn admit<'c, C: Transport>(
         ))
     } else if offer.service == Service::Blob && !rights.blob {
         Some("this key may not run blob sessions (no-blob)".to_string())
-    } else if offer.service == Service::Files && !rights.files {
-        Some("this key may not send files (no-files)".to_string())
+    } else if offer.service == Service::Files && !rights.files && !rights.read {
+        // Which of the two the session needs, its first frame tells.
+        Some("this key may neither send files nor read them (no-files, no-read)".to_string())
     } else if offer.runs_kernels && !rights.exec {
         Some("this server runs an --exec kernel over every gram and this key may not (no-exec)".to_string())
     } else {
@@ -655,6 +744,7 @@ fn plain_rights() -> Rights {
         dir: Default::default(),
         blob: true,
         files: true,
+        read: true,
         exec: true,
         group: String::new(),
     }

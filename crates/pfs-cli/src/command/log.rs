@@ -38,7 +38,7 @@ pub fn init(args: &LogArgs) {
 /// What a session did, for its end-of-session line.
 #[derive(Debug, Default)]
 pub struct Did<'a> {
-    /// `files` or `blob`.
+    /// `files`, `mount` or `blob`.
     pub service: &'a str,
     /// Files sessions: files written, unchanged, failed.
     pub files: Option<(u64, u64, u64)>,

@@ -1,13 +1,17 @@
 //! `pfs serve --dest DIR [--store DIR]`: receive files into the destination
-//! root, deduplicated against the files it holds (or a content store); one
-//! report per session.
+//! root, deduplicated against the files it holds (or a content store), and
+//! serve the trees it holds to `pfs mount` clients; one report per session.
 
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use pfs_files::DestRoot;
 use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome};
-use pfs_session::{clean_temps, serve_files, Client, FilesPlaces, Keeping, ServerEvent};
+use pfs_session::server::Traffic;
+use pfs_session::{
+    clean_temps, serve_files, Client, FilesPlaces, FilesSessionOutcome, Keeping, MountRecipes,
+    MountServeOutcome, MountServerConfig, ServerEvent,
+};
 use pfs_store::{Durability, StoreConfig};
 
 use crate::args::ServeArgs;
@@ -68,67 +72,40 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         fsync_files: args.fsync,
         ..FilesReceiverConfig::default()
     };
+    let (recipes, warning) = MountRecipes::open(&dest);
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
+    }
+    let mount_cfg = MountServerConfig {
+        recipes: Some(Arc::new(recipes)),
+        ..MountServerConfig::default()
+    };
     let last_status = Mutex::new(exit::OK);
     let set = |code: i32| {
         if let Ok(mut s) = last_status.lock() {
             *s = code;
         }
     };
-    let on_event = |ev: ServerEvent<'_, FilesReceiverOutcome>| match ev {
+    let on_event = |ev: ServerEvent<'_, FilesSessionOutcome>| match ev {
         ServerEvent::Finished {
             peer,
             client,
             traffic,
-            outcome,
+            outcome: FilesSessionOutcome::Served(m),
+        } => {
+            served(peer, client, &traffic, m, json);
+            set(exit::OK);
+        }
+        ServerEvent::Finished {
+            peer,
+            client,
+            traffic,
+            outcome: FilesSessionOutcome::Received(outcome),
         } => {
             for e in places.save_manifests() {
                 tracing::warn!("destination manifest not saved: {e}");
             }
-            let r = &outcome.report;
-            let did = log::Did {
-                service: "files",
-                files: Some((r.files_written, r.files_unchanged, r.files_failed)),
-                effective_bytes: r.effective_bytes,
-                wire_bytes: r.wire_bytes,
-                ..log::Did::default()
-            };
-            log::session_end(client, &traffic, &did);
-            set(if r.files_failed > 0 {
-                exit::PARTIAL
-            } else {
-                exit::OK
-            });
-            if json {
-                let mut v = super::send_files::report_json(r);
-                v["event"] = "files_report".into();
-                v["peer"] = peer.to_string().into();
-                v["dry_run"] = outcome.dry_run.into();
-                v["remote_dir"] = outcome.remote_dir.clone().into();
-                v["messages"] = outcome.messages.clone().into();
-                emit(&v.to_string());
-            } else if outcome.dry_run {
-                emit(&format!(
-                    "session from {peer}: dry run (index sent, nothing written)"
-                ));
-            } else {
-                emit(&format!(
-                    "session from {peer} complete: {} written, {} unchanged, {} same content (metadata only), {} failed; \
-                     {:.1} MB effective, {:.3} MB wire, {:.1} MB matched (held), {:.1} MB literal, {} chunks repaired; {:.2} s",
-                    r.files_written,
-                    r.files_unchanged,
-                    r.files_metadata_only,
-                    r.files_failed,
-                    r.effective_bytes as f64 / 1e6,
-                    r.wire_bytes as f64 / 1e6,
-                    r.matched_bytes as f64 / 1e6,
-                    r.literal_bytes as f64 / 1e6,
-                    r.nak_chunks,
-                    r.elapsed_ns as f64 / 1e9,
-                ));
-                for line in outcome.messages.lines() {
-                    tracing::warn!(peer = %peer, "not written: {line}");
-                }
-            }
+            set(received(peer, client, &traffic, outcome, json));
         }
         ref other => {
             if let Some(code) = report_common(other, json, &cfg, "files") {
@@ -143,8 +120,107 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         }
         found
     };
-    let (ok, failed) = serve_files(&listener, &place, &cfg, &files_cfg, &on_event);
+    let (ok, failed) = serve_files(&listener, &place, &cfg, &files_cfg, &mount_cfg, &on_event);
     finished(&cfg, ok, failed);
     let last = last_status.lock().map(|g| *g).unwrap_or(exit::FAILURE);
     Ok(if args.once { last } else { exit::OK })
+}
+
+/// Reports a files session that received files; returns its exit status.
+fn received(
+    peer: &str,
+    client: &Client,
+    traffic: &Traffic,
+    outcome: &FilesReceiverOutcome,
+    json: bool,
+) -> i32 {
+    let r = &outcome.report;
+    let did = log::Did {
+        service: "files",
+        files: Some((r.files_written, r.files_unchanged, r.files_failed)),
+        effective_bytes: r.effective_bytes,
+        wire_bytes: r.wire_bytes,
+        ..log::Did::default()
+    };
+    log::session_end(client, traffic, &did);
+    if json {
+        let mut v = super::send_files::report_json(r);
+        v["event"] = "files_report".into();
+        v["peer"] = peer.to_string().into();
+        v["dry_run"] = outcome.dry_run.into();
+        v["remote_dir"] = outcome.remote_dir.clone().into();
+        v["messages"] = outcome.messages.clone().into();
+        emit(&v.to_string());
+    } else if outcome.dry_run {
+        emit(&format!(
+            "session from {peer}: dry run (index sent, nothing written)"
+        ));
+    } else {
+        emit(&format!(
+            "session from {peer} complete: {} written, {} unchanged, {} same content (metadata only), {} failed; \
+             {:.1} MB effective, {:.3} MB wire, {:.1} MB matched (held), {:.1} MB literal, {} chunks repaired; {:.2} s",
+            r.files_written,
+            r.files_unchanged,
+            r.files_metadata_only,
+            r.files_failed,
+            r.effective_bytes as f64 / 1e6,
+            r.wire_bytes as f64 / 1e6,
+            r.matched_bytes as f64 / 1e6,
+            r.literal_bytes as f64 / 1e6,
+            r.nak_chunks,
+            r.elapsed_ns as f64 / 1e9,
+        ));
+        for line in outcome.messages.lines() {
+            tracing::warn!(peer = %peer, "not written: {line}");
+        }
+    }
+    if r.files_failed > 0 {
+        exit::PARTIAL
+    } else {
+        exit::OK
+    }
+}
+
+/// Reports a mount session: what its client was listed, asked and sent.
+fn served(peer: &str, client: &Client, traffic: &Traffic, m: &MountServeOutcome, json: bool) {
+    for w in &m.warnings {
+        tracing::warn!(peer = %peer, "{w}");
+    }
+    // Wire bytes are what the connection carried: a mount has no report.
+    let did = log::Did {
+        service: "mount",
+        effective_bytes: m.bytes,
+        wire_bytes: traffic.bytes_in + traffic.bytes_out,
+        ..log::Did::default()
+    };
+    log::session_end(client, traffic, &did);
+    let dir = if m.dir.is_empty() { "." } else { m.dir.as_str() };
+    if json {
+        emit(
+            &serde_json::json!({ "event": "mount_report", "peer": peer, "key": client.fingerprint(),
+            "dir": m.dir, "session_nonce": m.session_nonce, "entries": m.entries, "skipped": m.skipped,
+            "recipes": m.recipes, "recipes_cached": m.recipes_cached, "recipes_gone": m.recipes_gone,
+            "fetches": m.fetches, "chunks": m.chunks, "bytes": m.bytes, "gone": m.gone,
+            "bytes_cut": m.bytes_cut, "bytes_in": traffic.bytes_in, "bytes_out": traffic.bytes_out,
+            "elapsed_s": traffic.elapsed.as_secs_f64() })
+            .to_string(),
+        );
+    } else {
+        emit(&format!(
+            "mount from {peer} (key {}) of {dir} ended: {} entries listed ({} skipped), {} recipes ({} cached, {} gone), \
+             {} chunks / {:.1} MB served in {} fetches, {} gone; {:.1} MB read to cut; {:.2} s",
+            client.fingerprint(),
+            m.entries,
+            m.skipped,
+            m.recipes,
+            m.recipes_cached,
+            m.recipes_gone,
+            m.chunks,
+            m.bytes as f64 / 1e6,
+            m.fetches,
+            m.gone,
+            m.bytes_cut as f64 / 1e6,
+            traffic.elapsed.as_secs_f64(),
+        ));
+    }
 }

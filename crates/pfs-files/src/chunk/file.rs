@@ -127,6 +127,46 @@ pub fn chunk_file_streaming(
     })
 }
 
+/// [`chunk_file_streaming`] of a file already open (`path` names it in
+/// errors): a server that opened the file beneath its root without
+/// following symlinks cuts it here. A file of at most one window (8 MiB)
+/// is cut on the calling thread and handed to `sink` in one run; only a
+/// larger one gets a pool of `threads` threads (0 = one per core), on
+/// whose thread `sink` is then called.
+pub fn chunk_open_file_streaming(
+    file: &File,
+    path: &Path,
+    params: &ChunkParams,
+    threads: usize,
+    read: &AtomicU64,
+    sink: ChunkSink<'_>,
+) -> Result<Recipe, FilesError> {
+    let window = params.window();
+    let sink = std::cell::Cell::new(Some(sink));
+    read_open_file(
+        file,
+        path,
+        window,
+        read,
+        |data| {
+            let r = chunk_bytes_windowed(data, params, window);
+            if let Some(s) = sink.take() {
+                let _ = s(&r.chunks);
+            }
+            r
+        },
+        |file, size| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("pfs-cut-{i}"))
+                .build()
+                .map_err(|source| FilesError::ThreadPool { threads, source })?;
+            let sink = sink.take();
+            pool.install(move || pipeline(file, path, size, params, window, read, sink))
+        },
+    )
+}
+
 /// Opens the regular file `path`; a file of at most `window` bytes is read
 /// whole into this thread's reused buffer and given to `small`, a larger one
 /// goes to `large` (with its size). Either way the file must still have the

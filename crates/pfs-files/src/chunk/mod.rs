@@ -51,8 +51,8 @@ use crate::walk::{Entry, WalkKind};
 
 use cdc::{Cutter, ZERO_FLAG};
 pub use file::{
-    chunk_and_digest_open_file, chunk_file, chunk_file_streaming, digest_file, digest_open_file,
-    quick_digest, ChunkSink, QuickDigest,
+    chunk_and_digest_open_file, chunk_file, chunk_file_streaming, chunk_open_file_streaming, digest_file,
+    digest_open_file, quick_digest, ChunkSink, QuickDigest,
 };
 use file::{chunk_file_windowed, digest_file_metered};
 
