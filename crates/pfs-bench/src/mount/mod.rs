@@ -580,7 +580,11 @@ const META_LABELS: [&str; 3] = [
     "pfs mount, first walk (fresh mount)",
     "pfs mount, again (kernel caches warm)",
 ];
-const FIRST_BYTE_LABELS: [&str; 2] = ["tmpfs (the served file itself)", "pfs mount, cold"];
+const FIRST_BYTE_LABELS: [&str; 3] = [
+    "tmpfs (a file of the same size)",
+    "pfs mount, cold, file new to the server",
+    "pfs mount, cold, server has its recipe",
+];
 const TREE_LABELS: [&str; 3] = [
     "tmpfs: read every file (the source copy)",
     "pfs send TREE --to (empty destination)",
@@ -853,26 +857,23 @@ fn open_and_read(path: &Path, offset: u64, len: usize) -> anyhow::Result<(f64, f
 fn first_byte_section(st: &mut Study<'_>) -> Vec<FirstByteRow> {
     let size = st.args.first_byte_size;
     let offset = SplitMix::new(st.args.seed).below(size / 4096 - 1) * 4096;
-    let reads: [(String, u64, usize, bool); 2] = [
-        ("1 B at offset 0".into(), 0, 1, true),
-        (format!("4 KiB at offset {offset} (seeded)"), offset, 4096, false),
+    let reads: [(String, u64, usize); 2] = [
+        ("1 B at offset 0".into(), 0, 1),
+        (format!("4 KiB at offset {offset} (seeded)"), offset, 4096),
     ];
-    let dir = st.dest().join("big");
-    let name = "part-0000.bin";
-    log(&format!(
-        "writing the {} MB first-byte file into the served directory…",
-        size / 1_000_000
-    ));
-    let made = make_random_tree(&dir, size, u64::MAX).map(|_| ());
-    let mut rows = Vec::new();
     let rounds = st.args.rounds;
+    let dir = st.dest().join("big");
+    let mut rows = Vec::new();
+    // The floor: the same reads of a file of the same size on tmpfs.
     if st.only.wants("first-byte", FIRST_BYTE_LABELS[0]) {
-        for (what, off, len, _) in &reads {
+        let floor = st.scratch.path().join("big-floor");
+        let made = make_random_tree(&floor, size, u64::MAX);
+        for (what, off, len) in &reads {
             let r = match &made {
                 Err(e) => Measured::Failed(format!("writing the file: {e:#}")),
-                Ok(()) => Measured::from(
+                Ok(_) => Measured::from(
                     (0..rounds)
-                        .map(|_| open_and_read(&dir.join(name), *off, *len))
+                        .map(|_| open_and_read(&floor.join("part-0000.bin"), *off, *len))
                         .collect(),
                 ),
             };
@@ -881,32 +882,56 @@ fn first_byte_section(st: &mut Study<'_>) -> Vec<FirstByteRow> {
                 read: what.clone(),
                 rounds: r,
                 target: false,
-                notes: "page cache (tmpfs): the floor".into(),
+                notes: "the file on /dev/shm, in the page cache: the floor".into(),
             });
         }
+        let _ = std::fs::remove_dir_all(&floor);
     }
-    if !st.only.wants("first-byte", FIRST_BYTE_LABELS[1]) {
+    let wanted = [
+        st.only.wants("first-byte", FIRST_BYTE_LABELS[1]),
+        st.only.wants("first-byte", FIRST_BYTE_LABELS[2]),
+    ];
+    if !wanted.iter().any(|&w| w) {
         return rows;
     }
-    for (what, off, len, target) in &reads {
-        let mut notes = Vec::new();
-        let r = if let Some(why) = st.mount_skip() {
-            Measured::Skipped(why)
-        } else if let Err(e) = &made {
-            Measured::Failed(format!("writing the file: {e:#}"))
-        } else {
-            let mut got = Vec::new();
-            let mut failure = None;
-            for round in 0..rounds {
-                log(&format!("first byte, {what}, round {} of {rounds}…", round + 1));
-                let r = st.mount("big", "mnt-big").and_then(|(m, cache)| {
-                    let r = drop_caches().and_then(|()| open_and_read(&m.dir().join(name), *off, *len));
+    for (k, (what, off, len)) in reads.iter().enumerate() {
+        // [new to the server, recipe cached by the server]: rounds and notes.
+        let mut got: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
+        let mut notes: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+        let mut failure: Option<String> = st.mount_skip();
+        let skipped = failure.is_some();
+        for round in 0..rounds {
+            if failure.is_some() {
+                break;
+            }
+            // A file the server has never seen: its own bytes (no chunk in
+            // common with the others), written now, aged past the 2 s in
+            // which a quick-check cache does not trust an mtime.
+            let seed = st.args.seed ^ (u64::from(round) << 32) ^ (k as u64) << 48;
+            let sub = format!("big/r{k}-{round}");
+            let file = dir.join(format!("r{k}-{round}")).join("part-0000.bin");
+            let made = write_seeded(&file, size, seed);
+            if let Err(e) = made {
+                failure = Some(format!("writing the file: {e:#}"));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2100));
+            for (state, want) in wanted.iter().enumerate() {
+                // The cached state needs the first mount to have asked the recipe.
+                if !want && state == 1 {
+                    continue;
+                }
+                log(&format!(
+                    "first byte, {what}, {}, round {} of {rounds}…",
+                    ["file new to the server", "server has its recipe"][state],
+                    round + 1
+                ));
+                let r = st.mount(&sub, "mnt-big").and_then(|(m, cache)| {
+                    let r = drop_caches()
+                        .and_then(|()| open_and_read(&m.dir().join("part-0000.bin"), *off, *len));
                     if let (Ok((o, rd)), Ok(s)) = (&r, m.stats()) {
-                        notes.push(format!(
-                            "{:.1}+{:.1} ms ({} recipe asks, {} chunks, {:.1} kB fetched)",
-                            o,
-                            rd,
-                            counter(&s, "recipes"),
+                        notes[state].push(format!(
+                            "{o:.1}+{rd:.1} ms ({} chunk(s), {:.1} kB fetched)",
                             counter(&s, "chunks_fetched"),
                             counter(&s, "bytes_fetched") as f64 / 1e3
                         ));
@@ -915,34 +940,68 @@ fn first_byte_section(st: &mut Study<'_>) -> Vec<FirstByteRow> {
                     r
                 });
                 match r {
-                    Ok(x) => got.push(x),
+                    Ok(x) => got[state].push(x),
                     Err(e) => {
                         failure = Some(format!("round {}: {e:#}", round + 1));
                         break;
                     }
                 }
             }
-            match failure {
-                Some(f) => Measured::Failed(f),
-                None => Measured::Ok(got),
+            let _ = std::fs::remove_dir_all(file.parent().unwrap_or(&dir));
+        }
+        for (state, want) in wanted.iter().enumerate() {
+            if !want {
+                continue;
             }
-        };
-        rows.push(FirstByteRow {
-            label: FIRST_BYTE_LABELS[1].into(),
-            read: what.clone(),
-            rounds: r,
-            target: *target,
-            notes: if notes.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "file placed in the served directory (not sent); each round: fresh mount, fresh cache, drop_caches; open+read per round: {}",
-                    notes.join(", ")
-                )
-            },
-        });
+            let how = [
+                "a new file per round, written into the served directory (not sent) 2.1 s before: the server cuts its recipe on the first ask",
+                "the same file again right after, on another fresh mount with a fresh cache: the server answers from its recipe cache",
+            ][state];
+            let measured = match &failure {
+                Some(w) if skipped => Measured::Skipped(w.clone()),
+                Some(w) => Measured::Failed(w.clone()),
+                None => Measured::Ok(std::mem::take(&mut got[state])),
+            };
+            rows.push(FirstByteRow {
+                label: FIRST_BYTE_LABELS[1 + state].into(),
+                read: what.clone(),
+                rounds: measured,
+                target: *off == 0,
+                notes: if notes[state].is_empty() {
+                    how.into()
+                } else {
+                    format!(
+                        "{how}; per round, after a fresh mount, fresh cache and drop_caches, open+read: {}",
+                        notes[state].join(", ")
+                    )
+                },
+            });
+        }
     }
     rows
+}
+
+/// Writes `size` random bytes from `seed` (splitmix64) to a new `file`
+/// (and its directory), so files of one run share no chunk.
+fn write_seeded(file: &Path, size: u64, seed: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    if let Some(d) = file.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let mut rng = SplitMix::new(seed);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(file)?);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        for w in buf.chunks_exact_mut(8) {
+            w.copy_from_slice(&rng.next_u64().to_le_bytes());
+        }
+        let k = left.min(buf.len() as u64) as usize;
+        f.write_all(&buf[..k])?;
+        left -= k as u64;
+    }
+    f.flush()?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -1120,7 +1179,8 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
         ))),
         _ => None,
     };
-    let served = format!("tree/{name}");
+    // The tree landed in the served `tree` directory under its own name.
+    let served = "tree".to_string();
     // Metadata through the mount: ls -R on one fresh mount, the lstat walk
     // on another, each then again on the same mount.
     if META_LABELS[1..].iter().any(|l| want_meta(l)) {

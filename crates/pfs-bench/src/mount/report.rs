@@ -114,8 +114,8 @@ pub fn meta_table(res: &Results) -> Table {
 /// The first-byte table.
 pub fn first_byte_table(rows: &[FirstByteRow]) -> Table {
     let mut t = Table::new(&[
-        Column::text("label", 30),
-        Column::text("read", 36),
+        Column::text("label", 39),
+        Column::text("read", 34),
         Column::num("total_ms", 9),
         Column::num("open_ms", 8),
         Column::num("read_ms", 8),
