@@ -238,12 +238,9 @@ pub fn targets(res: &Results) -> Vec<Target> {
             unit: "×",
         });
     }
-    if let Some(r) = res.first_byte.iter().find(|r| r.target) {
+    for r in res.first_byte.iter().filter(|r| r.target) {
         out.push(Target {
-            what: format!(
-                "first byte of a cold remote file ({}), median open + read",
-                r.read
-            ),
+            what: format!("first byte ({}), {}: median open + read", r.read, r.label),
             value: r.median().map(|(o, rd)| o + rd),
             limit: 50.0,
             at_least: false,
