@@ -117,6 +117,8 @@ pub enum BenchStudy {
     /// File transfer on tmpfs and/or ext4: a cold file, cold and unchanged sends, a small-file and a large version pair, against rsync, scp, cp -a and tar | tar.
     #[command(alias = "sync")]
     Files(crate::suite::files::BenchFilesArgs),
+    /// pfs mount: fio on one file (tmpfs, page cache warm, direct=1, cold), tree metadata, first byte of a remote file, whole-tree read vs pfs send.
+    Mount(crate::mount::BenchMountArgs),
     /// The server side of one `pfs bench ipc` row (started by the study itself).
     #[command(hide = true)]
     IpcPeer(crate::ipc::IpcPeerArgs),

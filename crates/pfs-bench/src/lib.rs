@@ -10,7 +10,7 @@
 //!
 //! Map:
 //! - studies: [`suite`] (`pfs bench`, with its files row group in
-//!   `suite::files`), [`exec`], [`ipc`], [`io_primitives`];
+//!   `suite::files`), [`exec`], [`ipc`], [`io_primitives`], [`mount`];
 //! - output: [`report`] (the one header, table and CSV/Markdown/JSON
 //!   rendering every study uses), [`plot`] (PNG charts), [`labels`] (row
 //!   labels), [`sysinfo`] (host facts for headers);
@@ -29,6 +29,7 @@ pub mod exec;
 pub mod io_primitives;
 pub mod ipc;
 pub mod labels;
+pub mod mount;
 pub mod peer;
 pub mod plot;
 pub mod report;
@@ -65,6 +66,7 @@ pub fn run(args: args::BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
         Some(BenchStudy::Ipc(study)) => ipc::run(study, pfs),
         Some(BenchStudy::IpcPeer(peer)) => ipc::run_peer(peer),
         Some(BenchStudy::Files(study)) => suite::files::run(study, pfs),
+        Some(BenchStudy::Mount(study)) => mount::run(study, pfs),
         None => suite::run(args, pfs),
     }
 }

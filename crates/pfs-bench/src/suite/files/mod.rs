@@ -24,8 +24,8 @@
 //! the targets into a block under the table.
 
 mod fs;
-mod tools;
-mod tree;
+pub(crate) mod tools;
+pub(crate) mod tree;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

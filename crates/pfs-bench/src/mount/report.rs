@@ -1,0 +1,536 @@
+//! The mount study's report: four tables (fio, metadata, first byte, tree
+//! read), the issue's figures as ratios of their rows, the terminal text,
+//! Markdown, CSV per table, one JSON document, and a PNG of the fio rows.
+//! A cell without a measurement is [`Cell::Missing`] (`—`), and its row's
+//! notes say why.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{FioRow, FirstByteRow, MountHeader, ReadPath, Results, NUMJOBS, WORKLOADS};
+use crate::plot::{self, DotRow};
+use crate::report::{Cell, Column, Table};
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (a.is_finite() && b.is_finite() && b > 0.0).then(|| a / b)
+}
+
+fn num(v: Option<f64>, decimals: usize) -> Cell {
+    v.map_or(Cell::Missing, |v| Cell::Num(v, decimals))
+}
+
+/// Notes led by why a row (or one of its runs) did not measure.
+fn with_why(why: Option<String>, notes: &str) -> String {
+    match (why, notes.is_empty()) {
+        (Some(w), true) => w,
+        (Some(w), false) => format!("{w}; {notes}"),
+        (None, _) => notes.to_string(),
+    }
+}
+
+/// The tmpfs iops of `row`'s workload at numjobs index `j`.
+fn tmpfs_iops(rows: &[FioRow], row: &FioRow, j: usize) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.path == ReadPath::Tmpfs && r.workload == row.workload)
+        .and_then(|r| r.runs.get(j)?.ok().map(|x| x.iops))
+}
+
+/// The fio table.
+pub fn fio_table(rows: &[FioRow]) -> Table {
+    let mut t = Table::new(&[
+        Column::text("label", 34),
+        Column::text("workload", 11),
+        Column::num("iops_1j", 10),
+        Column::num("iops_2j", 10),
+        Column::num("MB/s_1j", 9),
+        Column::num("MB/s_2j", 9),
+        Column::num("vs_tmpfs_1j", 11),
+        Column::num("vs_tmpfs_2j", 11),
+        Column::num("2j/1j", 6),
+        Column::text("notes", 0).gap(2),
+    ]);
+    for r in rows {
+        let iops = |j: usize| r.runs.get(j).and_then(|m| m.ok()).map(|x| x.iops);
+        let mbs = |j: usize| r.runs.get(j).and_then(|m| m.ok()).map(|x| x.mb_s());
+        let vs = |j: usize| iops(j).zip(tmpfs_iops(rows, r, j)).and_then(|(a, b)| ratio(a, b));
+        let why = r.runs.iter().find_map(|m| m.why()).map(|w| {
+            let all_same = r.runs.iter().all(|m| m.why().as_deref() == Some(w.as_str()));
+            if all_same || r.runs.len() == 1 {
+                w
+            } else {
+                format!("one run {w}")
+            }
+        });
+        t.push(vec![
+            Cell::text(r.path.label()),
+            Cell::text(r.workload.name),
+            num(iops(0), 0),
+            num(iops(1), 0),
+            num(mbs(0), 1),
+            num(mbs(1), 1),
+            num(vs(0), 3),
+            num(vs(1), 3),
+            num(iops(1).zip(iops(0)).and_then(|(a, b)| ratio(a, b)), 2),
+            Cell::text(with_why(why, &r.notes)),
+        ]);
+    }
+    t
+}
+
+/// The metadata table.
+pub fn meta_table(res: &Results) -> Table {
+    let mut t = Table::new(&[
+        Column::text("label", 38),
+        Column::num("entries", 8),
+        Column::num("ls_R_s", 8),
+        Column::num("stat_walk_s", 11),
+        Column::num("lstat/s", 9),
+        Column::num("ls_vs_tmpfs", 11),
+        Column::num("stat_vs_tmpfs", 13),
+        Column::text("notes", 0).gap(2),
+    ]);
+    let base = res.meta.first().filter(|r| r.label == super::META_LABELS[0]);
+    let base_ls = base.and_then(|b| b.ls.ok().copied());
+    let base_stat = base.and_then(|b| b.stat.ok().map(|s| s.0));
+    for r in &res.meta {
+        let ls = r.ls.ok().copied();
+        let stat = r.stat.ok().copied();
+        let why = r.ls.why().or_else(|| r.stat.why());
+        t.push(vec![
+            Cell::text(&r.label),
+            stat.map_or(Cell::Missing, |s| Cell::Int(s.1)),
+            num(ls, 3),
+            num(stat.map(|s| s.0), 3),
+            num(stat.and_then(|s| ratio(s.1 as f64, s.0)), 0),
+            num(ls.zip(base_ls).and_then(|(a, b)| ratio(a, b)), 2),
+            num(stat.map(|s| s.0).zip(base_stat).and_then(|(a, b)| ratio(a, b)), 2),
+            Cell::text(with_why(why, &r.notes)),
+        ]);
+    }
+    t
+}
+
+/// The first-byte table.
+pub fn first_byte_table(rows: &[FirstByteRow]) -> Table {
+    let mut t = Table::new(&[
+        Column::text("label", 39),
+        Column::text("read", 34),
+        Column::num("total_ms", 9),
+        Column::num("open_ms", 8),
+        Column::num("read_ms", 8),
+        Column::num("min_ms", 8),
+        Column::num("max_ms", 8),
+        Column::num("rounds", 6),
+        Column::text("notes", 0).gap(2),
+    ]);
+    for r in rows {
+        let med = r.median();
+        let totals: Vec<f64> = r
+            .rounds
+            .ok()
+            .map(|v| v.iter().map(|(o, rd)| o + rd).collect())
+            .unwrap_or_default();
+        let lo = totals.iter().copied().reduce(f64::min);
+        let hi = totals.iter().copied().reduce(f64::max);
+        t.push(vec![
+            Cell::text(&r.label),
+            Cell::text(&r.read),
+            num(med.map(|(o, rd)| o + rd), 3),
+            num(med.map(|m| m.0), 3),
+            num(med.map(|m| m.1), 3),
+            num(lo, 3),
+            num(hi, 3),
+            r.rounds.ok().map_or(Cell::Missing, |v| Cell::Int(v.len() as u64)),
+            Cell::text(with_why(r.rounds.why(), &r.notes)),
+        ]);
+    }
+    t
+}
+
+/// The tree-read table.
+pub fn tree_table(res: &Results) -> Table {
+    let mut t = Table::new(&[
+        Column::text("label", 40),
+        Column::num("files", 7),
+        Column::num("MB", 8),
+        Column::num("time_s", 7),
+        Column::num("MB/s", 7),
+        Column::num("CPU_s", 6),
+        Column::num("fetched_MB", 10),
+        Column::num("wire_MB", 8),
+        Column::num("vs_send", 7),
+        Column::text("notes", 0).gap(2),
+    ]);
+    let send = res
+        .tree
+        .iter()
+        .find(|r| r.label == super::TREE_LABELS[1])
+        .and_then(|r| r.run.ok().map(|x| x.secs));
+    for r in &res.tree {
+        let x = r.run.ok();
+        t.push(vec![
+            Cell::text(&r.label),
+            x.map_or(Cell::Missing, |x| Cell::Int(x.files)),
+            num(x.map(|x| x.bytes as f64 / 1e6), 1),
+            num(x.map(|x| x.secs), 3),
+            num(x.and_then(|x| ratio(x.bytes as f64 / 1e6, x.secs)), 1),
+            num(x.map(|x| x.cpu), 2),
+            num(x.and_then(|x| x.fetched).map(|b| b as f64 / 1e6), 1),
+            num(x.and_then(|x| x.wire).map(|b| b as f64 / 1e6), 1),
+            num(x.map(|x| x.secs).zip(send).and_then(|(a, b)| ratio(a, b)), 3),
+            Cell::text(with_why(r.run.why(), &r.notes)),
+        ]);
+    }
+    t
+}
+
+/// One of the issue's figures, from rows of this run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    /// What is compared.
+    pub what: String,
+    /// The value measured (`None`: a row it needs did not run).
+    pub value: Option<f64>,
+    /// The bound.
+    pub limit: f64,
+    /// `true`: the value must be at least the bound; `false`: at most.
+    pub at_least: bool,
+    /// Unit of value and bound (`ms`, `×`).
+    pub unit: &'static str,
+}
+
+impl Target {
+    /// met / missed / not run.
+    pub fn verdict(&self) -> &'static str {
+        match self.value {
+            None => "not run",
+            Some(v) if (self.at_least && v >= self.limit) || (!self.at_least && v <= self.limit) => "met",
+            Some(_) => "missed",
+        }
+    }
+}
+
+/// The issue's figures (issue 14).
+pub fn targets(res: &Results) -> Vec<Target> {
+    let mut out = Vec::new();
+    let fio = |p: ReadPath, w: usize| res.fio.iter().find(|r| r.path == p && r.workload == WORKLOADS[w]);
+    let iops = |r: &FioRow, j: usize| r.runs.get(j).and_then(|m| m.ok()).map(|x| x.iops);
+    if let Some(warm) = fio(ReadPath::Warm, 0) {
+        let base = fio(ReadPath::Tmpfs, 0).and_then(|t| iops(t, 0));
+        out.push(Target {
+            what: "fio randread 4k, numjobs 1: mount with the page cache warm ÷ tmpfs (the kernel answers both; see the direct=1 row for the daemon)".into(),
+            value: iops(warm, 0).zip(base).and_then(|(a, b)| ratio(a, b)),
+            limit: 0.6,
+            at_least: true,
+            unit: "×",
+        });
+    }
+    if let Some(d) = fio(ReadPath::Direct, 0) {
+        out.push(Target {
+            what: format!(
+                "fio randread 4k, direct=1 (daemon path): numjobs 2 ÷ numjobs 1 (on {} cores)",
+                crate::sysinfo::cores()
+            ),
+            value: iops(d, 1).zip(iops(d, 0)).and_then(|(a, b)| ratio(a, b)),
+            limit: 1.6,
+            at_least: true,
+            unit: "×",
+        });
+    }
+    for r in res.first_byte.iter().filter(|r| r.target) {
+        out.push(Target {
+            what: format!("first byte ({}), {}: median open + read", r.read, r.label),
+            value: r.median().map(|(o, rd)| o + rd),
+            limit: 50.0,
+            at_least: false,
+            unit: "ms",
+        });
+    }
+    let tree = |i: usize| {
+        res.tree
+            .iter()
+            .find(|r| r.label == super::TREE_LABELS[i])
+            .and_then(|r| r.run.ok().copied())
+    };
+    if let Some(m) = res.tree.iter().find(|r| r.label == super::TREE_LABELS[2]) {
+        let m = m.run.ok().copied();
+        let send = tree(1);
+        out.push(Target {
+            what: "whole tree read through a cold mount ÷ pfs send of the tree into an empty directory (elapsed)".into(),
+            value: m.zip(send).and_then(|(m, s)| ratio(m.secs, s.secs)),
+            limit: 1.3,
+            at_least: false,
+            unit: "×",
+        });
+        out.push(Target {
+            what: "bytes fetched by the cold tree read ÷ the tree's unique chunk bytes (pfs send's literal bytes into an empty directory)".into(),
+            value: m
+                .and_then(|m| m.fetched)
+                .zip(send.and_then(|s| s.fetched))
+                .and_then(|(a, b)| ratio(a as f64, b as f64)),
+            limit: 1.02,
+            at_least: false,
+            unit: "×",
+        });
+    }
+    out
+}
+
+fn targets_table(t: &[Target]) -> Table {
+    let mut table = Table::new(&[
+        Column::num("value", 8),
+        Column::text("target", 9),
+        Column::text("verdict", 7),
+        Column::text("issue 14 figure", 0),
+    ]);
+    for x in t {
+        table.push(vec![
+            x.value.map_or(Cell::Missing, |v| Cell::Num(v, 3)),
+            Cell::text(format!(
+                "{} {}{}",
+                if x.at_least { "≥" } else { "≤" },
+                x.limit,
+                x.unit
+            )),
+            Cell::text(x.verdict()),
+            Cell::text(&x.what),
+        ]);
+    }
+    table
+}
+
+/// The sections: (title, CSV file, table), those with rows.
+fn sections(res: &Results) -> Vec<(&'static str, &'static str, Table)> {
+    let mut v = Vec::new();
+    if !res.fio.is_empty() {
+        v.push(("fio, one file", "mount-fio.csv", fio_table(&res.fio)));
+    }
+    if !res.meta.is_empty() {
+        v.push(("Tree metadata", "mount-metadata.csv", meta_table(res)));
+    }
+    if !res.first_byte.is_empty() {
+        v.push((
+            "First byte of a remote file",
+            "mount-first-byte.csv",
+            first_byte_table(&res.first_byte),
+        ));
+    }
+    if !res.tree.is_empty() {
+        v.push(("Whole-tree read", "mount-tree-read.csv", tree_table(res)));
+    }
+    v
+}
+
+fn header_lines(h: &MountHeader) -> Vec<String> {
+    let s = &h.study;
+    vec![
+        format!("fio: {}", s.fio),
+        format!("FUSE: {}", s.fuse),
+        format!("mounts: {}", s.mounts),
+        format!(
+            "fio file {} bytes; timed jobs {} s after {} s ramp; first-byte file {} bytes, {} round(s); seed {}",
+            s.file_bytes, s.runtime_s, s.ramp_s, s.first_byte_bytes, s.rounds, s.seed
+        ),
+        format!("tree: {}", s.tree),
+        s.placement.clone(),
+        s.method.clone(),
+    ]
+}
+
+/// The terminal report.
+pub fn text(h: &MountHeader, res: &Results) -> String {
+    let host = &h.host;
+    let mut s = format!(
+        "pfs bench mount — {} · kernel {} · {} · {} cores\n",
+        host.git_revision, host.kernel, host.cpu_model, host.cores
+    );
+    for l in header_lines(h) {
+        s.push_str(&l);
+        s.push('\n');
+    }
+    for (title, _, t) in sections(res) {
+        s.push_str(&format!("\n{title}:\n"));
+        s.push_str(&t.text());
+    }
+    let tg = targets(res);
+    if !tg.is_empty() {
+        s.push_str("\nThe issue's figures (ratios of the rows above, same run):\n");
+        s.push_str(&targets_table(&tg).text());
+    }
+    s.push_str(&format!("\n{}\n", h.study.units));
+    s
+}
+
+/// The Markdown report.
+pub fn markdown(h: &MountHeader, res: &Results) -> String {
+    let host = &h.host;
+    let mut s = format!(
+        "Revision `{}` · {} cores · {} · kernel {}  \n",
+        host.git_revision, host.cores, host.cpu_model, host.kernel
+    );
+    for l in header_lines(h) {
+        s.push_str(&format!("{l}  \n"));
+    }
+    for (title, _, t) in sections(res) {
+        s.push_str(&format!("\n**{title}**\n\n"));
+        s.push_str(&t.markdown());
+    }
+    let tg = targets(res);
+    if !tg.is_empty() {
+        s.push_str("\n**The issue's figures** (ratios of the rows above, same run)\n\n");
+        s.push_str(&targets_table(&tg).markdown());
+    }
+    s.push_str(&format!("\n{}\n", h.study.units));
+    s
+}
+
+/// The JSON document: header, one array per section, the targets.
+pub fn json(h: &MountHeader, res: &Results) -> serde_json::Value {
+    let tg: Vec<serde_json::Value> = targets(res)
+        .iter()
+        .map(|t| {
+            let mut v = serde_json::to_value(t).unwrap_or_default();
+            v["verdict"] = t.verdict().into();
+            v
+        })
+        .collect();
+    serde_json::json!({
+        "header": h,
+        "fio": if res.fio.is_empty() { serde_json::json!([]) } else { fio_table(&res.fio).json() },
+        "metadata": if res.meta.is_empty() { serde_json::json!([]) } else { meta_table(res).json() },
+        "first_byte": if res.first_byte.is_empty() { serde_json::json!([]) } else { first_byte_table(&res.first_byte).json() },
+        "tree_read": if res.tree.is_empty() { serde_json::json!([]) } else { tree_table(res).json() },
+        "targets": tg,
+    })
+}
+
+/// Writes every file into `dir`.
+pub fn write(dir: &Path, h: &MountHeader, res: &Results, doc: &serde_json::Value) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut files = Vec::new();
+    for (_, name, t) in sections(res) {
+        std::fs::write(dir.join(name), t.csv())?;
+        files.push(name.to_string());
+    }
+    std::fs::write(dir.join("mount.json"), serde_json::to_string_pretty(doc)?)?;
+    std::fs::write(dir.join("mount.md"), markdown(h, res))?;
+    files.extend(["mount.json".into(), "mount.md".into()]);
+    match plot_fio(dir, res) {
+        Ok(f) => files.push(f.into()),
+        Err(e) => eprintln!("pfs bench mount: no chart: {e:#}"),
+    }
+    eprintln!("pfs bench mount: wrote {} to {}", files.join(", "), dir.display());
+    Ok(())
+}
+
+/// MB/s of every measured fio path, per workload and numjobs, on one chart.
+fn plot_fio(dir: &Path, res: &Results) -> anyhow::Result<&'static str> {
+    const FILE: &str = "mount.png";
+    let mut stats = Vec::new();
+    for w in WORKLOADS {
+        for n in NUMJOBS {
+            stats.push(format!("{} ×{n}", w.name));
+        }
+    }
+    let rows: Vec<DotRow> = ReadPath::ALL
+        .iter()
+        .map(|&p| DotRow {
+            label: p.label().into(),
+            values: WORKLOADS
+                .iter()
+                .flat_map(|&w| {
+                    let row = res.fio.iter().find(|r| r.path == p && r.workload == w);
+                    (0..NUMJOBS.len()).map(move |j| row.and_then(|r| r.runs.get(j)?.ok().map(|x| x.mb_s())))
+                })
+                .collect(),
+        })
+        .collect();
+    let names: Vec<&str> = stats.iter().map(String::as_str).collect();
+    plot::dots(
+        &rows,
+        &names,
+        "fio through pfs mount vs tmpfs (MB/s; ×N = numjobs)",
+        "MB/s (decimal)",
+        "MB/s",
+        &dir.join(FILE),
+    )?;
+    Ok(FILE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{FioResult, Measured, TreeRow, TreeRun, TREE_LABELS};
+    use super::*;
+
+    fn run(iops: f64) -> Measured<FioResult> {
+        Measured::Ok(FioResult {
+            iops,
+            bw_bytes: iops * 4096.0,
+            io_bytes: 4096,
+            runtime_ms: 1000,
+        })
+    }
+
+    #[test]
+    fn ratios_are_against_tmpfs_of_the_same_workload_and_numjobs() {
+        let rows = vec![
+            FioRow {
+                path: ReadPath::Tmpfs,
+                workload: WORKLOADS[0],
+                runs: vec![run(100.0), run(150.0)],
+                notes: String::new(),
+            },
+            FioRow {
+                path: ReadPath::Direct,
+                workload: WORKLOADS[0],
+                runs: vec![run(10.0), run(30.0)],
+                notes: "n".into(),
+            },
+            FioRow {
+                path: ReadPath::Passthrough,
+                workload: WORKLOADS[0],
+                runs: vec![Measured::Skipped("not built: x".into()); 2],
+                notes: String::new(),
+            },
+        ];
+        let t = fio_table(&rows);
+        let j = t.json();
+        assert_eq!(j[1]["vs_tmpfs_1j"], 0.1);
+        assert_eq!(j[1]["vs_tmpfs_2j"], 0.2);
+        assert_eq!(j[1]["2j/1j"], 3.0);
+        assert!(j[2]["iops_1j"].is_null());
+        assert_eq!(j[2]["notes"], "skipped: not built: x");
+        assert!(t.text().contains("—"));
+    }
+
+    #[test]
+    fn targets_say_not_run_without_their_rows() {
+        let mut res = Results::default();
+        res.tree.push(TreeRow {
+            label: TREE_LABELS[2].into(),
+            run: Measured::Ok(TreeRun {
+                secs: 2.0,
+                fetched: Some(101),
+                ..TreeRun::default()
+            }),
+            notes: String::new(),
+        });
+        let t = targets(&res);
+        assert_eq!(t.len(), 2);
+        assert!(t.iter().all(|t| t.verdict() == "not run"));
+        res.tree.push(TreeRow {
+            label: TREE_LABELS[1].into(),
+            run: Measured::Ok(TreeRun {
+                secs: 1.0,
+                fetched: Some(100),
+                ..TreeRun::default()
+            }),
+            notes: String::new(),
+        });
+        let t = targets(&res);
+        assert_eq!(t[0].value, Some(2.0));
+        assert_eq!(t[0].verdict(), "missed");
+        assert_eq!(t[1].verdict(), "met");
+    }
+}
