@@ -27,7 +27,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use fuser::{
     AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 
 use crate::backing::{backing_file, NotBacked};
@@ -206,6 +206,9 @@ impl MountFs {
 impl Filesystem for MountFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(1 << 20);
+        // Entries come with their attributes: a walk that stats every entry
+        // costs one READDIRPLUS per directory, not one LOOKUP per entry.
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         if let Some(pt) = self.passthrough.as_mut() {
             let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
             // A backing file must not itself be on a stacked file system.
@@ -307,7 +310,11 @@ impl Filesystem for MountFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.node(ino) {
-            Some(n) if n.kind == Kind::Dir => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            // The listing never changes: the kernel may keep it.
+            Some(n) if n.kind == Kind::Dir => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+            ),
             Some(_) => reply.error(Errno::ENOTDIR),
             None => reply.error(Errno::ENOENT),
         }
@@ -342,6 +349,59 @@ impl Filesystem for MountFs {
                 Kind::Symlink => FileType::Symlink,
             };
             if reply.add(INodeNo(child), 3 + i as u64, kind, OsStr::from_bytes(&n.name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(dir) = self.node(ino).filter(|n| n.kind == Kind::Dir) else {
+            reply.error(Errno::ENOTDIR);
+            return;
+        };
+        // Offsets as in readdir.
+        let mut at = offset;
+        if at == 0 {
+            if reply.add(ino, 1, ".", &TTL, &self.attr(ino.0, dir), Generation(0)) {
+                return reply.ok();
+            }
+            at = 1;
+        }
+        if at == 1 {
+            let parent = self.shared.tree.node(dir.parent).unwrap_or(dir);
+            if reply.add(
+                INodeNo(dir.parent),
+                2,
+                "..",
+                &TTL,
+                &self.attr(dir.parent, parent),
+                Generation(0),
+            ) {
+                return reply.ok();
+            }
+            at = 2;
+        }
+        for (i, &child) in dir.children.iter().enumerate().skip((at - 2) as usize) {
+            let Some(n) = self.shared.tree.node(child) else {
+                continue;
+            };
+            let name = OsStr::from_bytes(&n.name);
+            if reply.add(
+                INodeNo(child),
+                3 + i as u64,
+                name,
+                &TTL,
+                &self.attr(child, n),
+                Generation(0),
+            ) {
                 break;
             }
         }

@@ -210,6 +210,8 @@ fn pump(
     conn.set_read_timeout(Some(POLL))
         .map_err(|e| format!("setting a read timeout: {e}"))?;
     let mut out = Vec::with_capacity(64 << 10);
+    // Files read ahead whose recipe is on its way: fetch when it is here.
+    let mut follow: std::collections::HashSet<u64> = std::collections::HashSet::new();
     let mut last_heard = Instant::now();
     let mut bytes_in = 0u64;
     let desc = |entry: u64| shared.tree.path_of(entry + 2);
@@ -262,6 +264,17 @@ fn pump(
                 }
                 // Up already (another reader's ask brought it back).
                 Ask::Reconnect => shared.link_up(),
+                Ask::Readahead(entries) => {
+                    for entry in entries {
+                        if shared.claim_recipe(entry) {
+                            let size = shared.tree.node(entry + 2).map_or(0, |n| n.size);
+                            requests.ask_recipe(entry, size, &mut out);
+                            follow.insert(entry);
+                        } else {
+                            fetch_lacking(requests, shared, entry, &mut out);
+                        }
+                    }
+                }
             }
         }
         if !out.is_empty() {
@@ -298,7 +311,20 @@ fn pump(
                     last_heard = Instant::now();
                     let frame = reader.bytes(r);
                     let body = &frame[FRAME_HEADER_LEN..];
-                    on_frame(requests, shared, h, body, &desc).map_err(|e| e.to_string())?;
+                    let done = on_frame(requests, shared, h, body, &desc).map_err(|e| e.to_string())?;
+                    // A file read ahead: its chunks follow its recipe.
+                    if let Some(entry) = done.filter(|e| follow.remove(e)) {
+                        fetch_lacking(requests, shared, entry, &mut out);
+                        if !out.is_empty() {
+                            conn.write_all(&out)
+                                .map_err(|e| format!("writing to the server: {e}"))?;
+                            shared
+                                .stats
+                                .wire_out
+                                .fetch_add(out.len() as u64, Ordering::Relaxed);
+                            out.clear();
+                        }
+                    }
                     if requests.outstanding() == 0 {
                         break;
                     }
@@ -308,16 +334,27 @@ fn pump(
     }
 }
 
+/// Asks for the chunks of `entry` (its recipe complete) the cache lacks.
+fn fetch_lacking(requests: &mut Requests, shared: &Shared, entry: u64, out: &mut Vec<u8>) {
+    let wants = shared.claim_chunks(entry);
+    for part in wants.chunks(requests.max_fetch() as usize) {
+        requests.fetch(part, out);
+    }
+}
+
 /// Applies one answer frame: recipes to the shared state, chunks to the
-/// cache (one reservation per frame), then wakes readers.
+/// cache (one reservation per frame), then wakes readers. Returns the
+/// entry whose recipe this frame completed, if any.
 fn on_frame(
     requests: &mut Requests,
     shared: &Shared,
     h: FrameHeader,
     body: &[u8],
     desc: &dyn Fn(u64) -> String,
-) -> Result<(), ProtoError> {
+) -> Result<Option<u64>, ProtoError> {
+    let mut completed = None;
     let mut chunks: Vec<(Hash, &[u8])> = Vec::new();
+    let mut wants: Vec<Want> = Vec::new();
     let mut gone: Vec<Want> = Vec::new();
     let mut failure = None;
     let r = requests.on_frame(h.frame_type, h.flags, body, desc, &mut |e| match e {
@@ -326,9 +363,17 @@ fn on_frame(
             chunks: c,
             last,
             ..
-        } => shared.recipe_part(entry, &c, last),
+        } => {
+            shared.recipe_part(entry, &c, last);
+            if last {
+                completed = Some(entry);
+            }
+        }
         Event::RecipeGone { entry } => shared.recipe_gone(entry),
-        Event::Chunk { want, bytes } => chunks.push((want.hash, bytes)),
+        Event::Chunk { want, bytes } => {
+            chunks.push((want.hash, bytes));
+            wants.push(want);
+        }
         Event::ChunkGone { want } => gone.push(want),
     });
     if let Err(e) = r {
@@ -341,7 +386,9 @@ fn on_frame(
         shared.stats.spilled.fetch_add(spilled as u64, Ordering::Relaxed);
         shared.stats.chunks_fetched.fetch_add(n, Ordering::Relaxed);
         shared.stats.bytes_fetched.fetch_add(bytes, Ordering::Relaxed);
-        shared.arrived(chunks.iter().map(|(h, _)| *h));
+        // Spilled chunks are found by hash too; only a chunk the cache
+        // could not keep at all would be missing, and its reader re-checks.
+        shared.arrived(&wants);
     }
     for w in gone {
         shared.chunk_gone(w.hash);
@@ -349,5 +396,5 @@ fn on_frame(
     if h.frame_type == FrameType::Error {
         tracing::warn!("mount: the server ended the session");
     }
-    failure.map_or(Ok(()), Err)
+    failure.map_or(Ok(completed), Err)
 }

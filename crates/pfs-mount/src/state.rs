@@ -93,6 +93,29 @@ pub enum Ask {
     Fetch(Vec<Want>),
     /// The link is down and a reader needs it: connect again.
     Reconnect,
+    /// Files read in listing order: fetch the next ones' recipes and the
+    /// chunks the cache lacks, before they are opened.
+    Readahead(Vec<u64>),
+}
+
+/// Readahead across files starts after this many files were read from
+/// their start one after another in listing order (`tar`, `cp -r`,
+/// `diff -r`); a single file read never triggers it.
+const READAHEAD_AFTER: u32 = 2;
+/// Files read ahead at most, beyond the one being read.
+const READAHEAD_FILES: u32 = 64;
+/// Bytes read ahead at most.
+const READAHEAD_BYTES: u64 = 16 << 20;
+
+/// Whether files are being read one after another.
+#[derive(Debug, Default)]
+struct Sequence {
+    /// The last file read from its start (its `file_no`).
+    last: Option<u32>,
+    /// Files in a row read so.
+    run: u32,
+    /// Files up to here were asked for already.
+    ahead: u32,
 }
 
 /// Counters, for `user.pfs.stats` and the report at unmount.
@@ -126,6 +149,9 @@ pub struct Stats {
     pub passthrough_opens: AtomicU64,
     /// Times the link was opened again after it ended.
     pub reconnects: AtomicU64,
+    /// Files read ahead (their recipe asked, their chunks fetched) before
+    /// they were opened.
+    pub readahead_files: AtomicU64,
 }
 
 impl Stats {
@@ -139,6 +165,7 @@ impl Stats {
             "cache_damaged": g(&self.cache_damaged), "chunks_gone": g(&self.chunks_gone),
             "spilled": g(&self.spilled), "wire_in": g(&self.wire_in), "wire_out": g(&self.wire_out),
             "passthrough_opens": g(&self.passthrough_opens), "reconnects": g(&self.reconnects),
+            "readahead_files": g(&self.readahead_files),
         })
     }
 }
@@ -195,6 +222,7 @@ pub struct Shared {
     recipes: Vec<OnceLock<Arc<Recipe>>>,
     /// The link thread can connect again.
     can_reconnect: bool,
+    sequence: Mutex<Sequence>,
     state: Mutex<State>,
     changed: Condvar,
     asks: Mutex<Sender<Ask>>,
@@ -220,6 +248,7 @@ impl Shared {
             timeout,
             recipes,
             can_reconnect,
+            sequence: Mutex::new(Sequence::default()),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             asks: Mutex::new(asks),
@@ -355,10 +384,10 @@ impl Shared {
             if g.gone_chunks.contains(&w.hash) {
                 return Err(self.gone(w));
             }
-            if seen.insert(w.hash)
-                && !g.inflight.contains(&w.hash)
-                && self.cache.get_checked(&w.hash).is_none()
-            {
+            // The caller found these missing (or damaged) in the cache; a
+            // chunk another reader fetched meanwhile costs one more fetch,
+            // never a hash under this lock.
+            if seen.insert(w.hash) && !g.inflight.contains(&w.hash) {
                 g.inflight.insert(w.hash);
                 ask.push(*w);
             }
@@ -407,6 +436,9 @@ impl Shared {
         if offset >= node.size || size == 0 {
             return Ok(());
         }
+        if offset == 0 {
+            self.note_start(node.file_no);
+        }
         let to = node.size.min(offset.saturating_add(size as u64));
         // (chunk index, start, len, hash) under the range.
         let chunks: Vec<(usize, u64, u32, Hash)> = self.with_recipe(entry, to, |r| {
@@ -448,6 +480,77 @@ impl Shared {
         Ok(())
     }
 
+    /// A file was read from its start: after [`READAHEAD_AFTER`] in a row
+    /// in listing order, asks the link to read the next files ahead.
+    fn note_start(&self, file_no: u32) {
+        let mut q = self.sequence.lock().unwrap_or_else(|p| p.into_inner());
+        q.run = match q.last {
+            Some(l) if l.checked_add(1) == Some(file_no) => q.run + 1,
+            Some(l) if l == file_no => q.run,
+            _ => 1,
+        };
+        q.last = Some(file_no);
+        if q.run < READAHEAD_AFTER {
+            return;
+        }
+        let from = q.ahead.max(file_no + 1);
+        let mut files = Vec::new();
+        let mut bytes = 0u64;
+        let mut no = from;
+        while no <= file_no + READAHEAD_FILES && bytes < READAHEAD_BYTES {
+            let Some(ino) = self.tree.file(no) else { break };
+            bytes += self.tree.node(ino).map_or(0, |n| n.size);
+            files.push(ino - 2);
+            no += 1;
+        }
+        // Ask again only when half the window was used.
+        if files.is_empty() || (q.ahead > file_no && q.ahead - file_no > READAHEAD_FILES / 2) {
+            return;
+        }
+        q.ahead = no;
+        drop(q);
+        self.stats
+            .readahead_files
+            .fetch_add(files.len() as u64, Ordering::Relaxed);
+        let _ = self.send(Ask::Readahead(files));
+    }
+
+    /// For the link's readahead: takes the asking of `entry`'s recipe on
+    /// itself unless it is here or asked already.
+    pub fn claim_recipe(&self, entry: u64) -> bool {
+        if self.recipe(entry).is_some() {
+            return false;
+        }
+        let mut g = self.lock();
+        if g.down.is_some() || g.gone_files.contains(&entry) || !g.asked.insert(entry) {
+            return false;
+        }
+        self.stats.recipes.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// For the link's readahead: the chunks of `entry`'s complete recipe
+    /// that the cache lacks and nobody asked for, now marked in flight.
+    pub fn claim_chunks(&self, entry: u64) -> Vec<Want> {
+        let Some(r) = self.recipe(entry).cloned() else {
+            return Vec::new();
+        };
+        let mut lacking: Vec<Want> = (0..r.len())
+            .filter_map(|i| {
+                let (_, len, hash) = r.chunk(i);
+                self.cache.get(&hash).is_none().then_some(Want {
+                    entry,
+                    index: i as u32,
+                    len,
+                    hash,
+                })
+            })
+            .collect();
+        let mut g = self.lock();
+        lacking.retain(|w| g.inflight.insert(w.hash));
+        lacking
+    }
+
     // ---- the link thread's side ----
 
     /// More of a recipe arrived.
@@ -481,11 +584,17 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    /// Chunks arrived (checked) and went to the cache: no longer in flight.
-    pub fn arrived(&self, hashes: impl Iterator<Item = Hash>) {
+    /// Chunks arrived (checked by the link) and went to the cache: no longer
+    /// in flight, and not to be hashed again by their readers.
+    pub fn arrived(&self, wants: &[Want]) {
+        for w in wants {
+            if let Some(c) = self.recipe(w.entry).and_then(|r| r.checked.get(w.index as usize)) {
+                c.store(true, Ordering::Relaxed);
+            }
+        }
         let mut g = self.lock();
-        for h in hashes {
-            g.inflight.remove(&h);
+        for w in wants {
+            g.inflight.remove(&w.hash);
         }
         drop(g);
         self.changed.notify_all();

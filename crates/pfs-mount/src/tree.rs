@@ -47,15 +47,20 @@ pub struct Node {
     pub link: Box<[u8]>,
     /// A directory's entries, in listing order.
     pub children: Vec<u64>,
+    /// A file's place among the tree's files, in listing order.
+    pub file_no: u32,
 }
 
 /// The whole listing.
 #[derive(Debug, Default)]
 pub struct Tree {
     nodes: Vec<Node>,
-    by_name: HashMap<(u64, Box<[u8]>), u64>,
+    /// Per directory: name → inode (looked up by `&[u8]`, no allocation).
+    by_name: HashMap<u64, HashMap<Box<[u8]>, u64>>,
     files: u64,
     bytes: u64,
+    /// Inodes of the files, in listing order.
+    file_order: Vec<u64>,
 }
 
 /// Why a listing was refused.
@@ -101,6 +106,7 @@ impl Tree {
                 size: 0,
                 link: Box::default(),
                 children: Vec::new(),
+                file_no: 0,
             }],
             ..Self::default()
         }
@@ -120,17 +126,21 @@ impl Tree {
         };
         let name: Box<[u8]> = rel.file_name().into();
         let ino = entry + 2;
-        if self.by_name.insert((parent, name.clone()), ino).is_some() {
+        let names = self.by_name.entry(parent).or_default();
+        if names.contains_key(&name) {
             return Err(TreeError::Duplicate { entry, path: lossy() });
         }
+        names.insert(name.clone(), ino);
         let kind = match e.kind {
             ListKind::File => Kind::File,
             ListKind::Dir => Kind::Dir,
             ListKind::Symlink => Kind::Symlink,
         };
+        let file_no = self.file_order.len() as u32;
         if kind == Kind::File {
             self.files += 1;
             self.bytes = self.bytes.saturating_add(e.size);
+            self.file_order.push(ino);
         }
         self.nodes.push(Node {
             parent,
@@ -142,6 +152,7 @@ impl Tree {
             size: e.size,
             link: e.link.into(),
             children: Vec::new(),
+            file_no,
         });
         self.nodes[(parent - 1) as usize].children.push(ino);
         Ok(())
@@ -154,7 +165,7 @@ impl Tree {
 
     /// The entry of `name` in directory `parent`.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Option<u64> {
-        self.by_name.get(&(parent, Box::from(name))).copied()
+        self.by_name.get(&parent)?.get(name).copied()
     }
 
     /// The inode of a `/`-separated path below the root (empty: the root).
@@ -188,11 +199,12 @@ impl Tree {
 
     /// Inodes of every regular file, in listing order.
     pub fn file_inodes(&self) -> impl Iterator<Item = u64> + '_ {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.kind == Kind::File)
-            .map(|(i, _)| i as u64 + 1)
+        self.file_order.iter().copied()
+    }
+
+    /// The inode of the `no`-th file in listing order.
+    pub fn file(&self, no: u32) -> Option<u64> {
+        self.file_order.get(no as usize).copied()
     }
 
     /// The path of `ino` below the root, for messages.
