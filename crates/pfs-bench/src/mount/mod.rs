@@ -168,16 +168,20 @@ pub enum ReadPath {
     Cold,
     /// The zero-copy client reading the cache without FUSE.
     DirectClient,
+    /// `pread` of the file on /dev/shm in the direct client's own loop:
+    /// the same harness, so the two compare without fio's overhead.
+    TmpfsLoop,
 }
 
 impl ReadPath {
     /// Every path, in report order.
-    pub const ALL: [ReadPath; 6] = [
+    pub const ALL: [ReadPath; 7] = [
         Self::Tmpfs,
         Self::Warm,
         Self::Direct,
         Self::Passthrough,
         Self::Cold,
+        Self::TmpfsLoop,
         Self::DirectClient,
     ];
 
@@ -187,27 +191,22 @@ impl ReadPath {
             Self::Tmpfs => "tmpfs (in-kernel)",
             Self::Warm => "pfs mount, page cache warm",
             Self::Direct => "pfs mount, direct=1 (daemon path)",
-            Self::Passthrough => "pfs mount, passthrough",
+            Self::Passthrough => "pfs mount, passthrough, direct=1",
             Self::Cold => "pfs mount, cold (remote fetch)",
             Self::DirectClient => "direct client (zero-copy)",
+            Self::TmpfsLoop => "tmpfs pread loop (the direct client's harness)",
         }
     }
 
     /// Why it cannot be measured by this build, when it cannot. The lead
     /// adds a path by deleting its line here and its arm in `fio_path`.
     pub fn not_built(self) -> Option<&'static str> {
-        match self {
-            Self::Passthrough => Some(
-                "not built: pfs mount has no --passthrough yet (FUSE passthrough works on this kernel: docs/mount-plan.md)",
-            ),
-            Self::DirectClient => Some("not built: there is no zero-copy direct client yet"),
-            _ => None,
-        }
+        None
     }
 
     /// Whether it mounts.
     pub fn mounts(self) -> bool {
-        self != Self::Tmpfs
+        !matches!(self, Self::Tmpfs | Self::TmpfsLoop)
     }
 }
 
@@ -445,10 +444,15 @@ impl Study<'_> {
 
     /// Mounts the served `dir` with a fresh cache at `mnt`.
     fn mount(&mut self, dir: &str, mnt: &str) -> anyhow::Result<(Mount, PathBuf)> {
+        self.mount_with(dir, mnt, &[])
+    }
+
+    /// [`Self::mount`] with more `pfs mount` options.
+    fn mount_with(&mut self, dir: &str, mnt: &str, extra: &[&str]) -> anyhow::Result<(Mount, PathBuf)> {
         let source = self.source(dir).map_err(anyhow::Error::msg)?;
         let cache = self.fresh_cache();
         let at = self.scratch.path().join(mnt);
-        let m = Mount::start(&self.pfs.path, &source, &at, &cache, self.args.threads)?;
+        let m = Mount::start(&self.pfs.path, &source, &at, &cache, self.args.threads, extra)?;
         Ok((m, cache))
     }
 
@@ -675,9 +679,12 @@ fn fio_section(st: &mut Study<'_>) -> Vec<FioRow> {
                     });
                 }
             }
-            ReadPath::Warm | ReadPath::Direct => out.extend(fio_mounted(st, p, &file, timed)),
+            ReadPath::Warm | ReadPath::Direct | ReadPath::Passthrough => {
+                out.extend(fio_mounted(st, p, &file, timed))
+            }
             ReadPath::Cold => out.extend(fio_cold(st, &file)),
-            ReadPath::Passthrough | ReadPath::DirectClient => {}
+            ReadPath::TmpfsLoop => out.extend(loop_rows(p, &file, size, st.args.runtime, None)),
+            ReadPath::DirectClient => out.extend(direct_client(st, &file, size)),
         }
     }
     out
@@ -699,8 +706,13 @@ fn serve_fio_file(st: &mut Study<'_>, file: &Path) -> anyhow::Result<()> {
 /// first (every chunk local, every page cached), then the jobs.
 fn fio_mounted(st: &mut Study<'_>, p: ReadPath, file: &Path, timing: fio::Timing) -> Vec<FioRow> {
     let size = st.args.file_size;
+    let extra: &[&str] = if p == ReadPath::Passthrough {
+        &["--passthrough"]
+    } else {
+        &[]
+    };
     let setup = serve_fio_file(st, file).and_then(|()| {
-        let (m, cache) = st.mount("fio", "mnt-fio")?;
+        let (m, cache) = st.mount_with("fio", "mnt-fio", extra)?;
         let pre = read_all(m.dir());
         match pre {
             Ok(r) if r.bytes == size => Ok((m, cache, r)),
@@ -732,7 +744,9 @@ fn fio_mounted(st: &mut Study<'_>, p: ReadPath, file: &Path, timing: fio::Timing
                 .collect();
         }
     };
-    let direct = p == ReadPath::Direct;
+    // Passthrough is measured with direct=1 too: the reads skip the page
+    // cache of the mount and go to the backing file, never the daemon.
+    let direct = matches!(p, ReadPath::Direct | ReadPath::Passthrough);
     let target = m.dir().join("bench.dat");
     let mut rows = Vec::new();
     for w in WORKLOADS {
@@ -752,14 +766,17 @@ fn fio_mounted(st: &mut Study<'_>, p: ReadPath, file: &Path, timing: fio::Timing
             let after = m.stats().ok();
             if let (Some(b), Some(a)) = (&before, &after) {
                 reads.push(format!(
-                    "×{n}: {} daemon reads, {} chunks fetched",
+                    "×{n}: {} daemon reads, {} chunks fetched, {} passthrough opens",
                     counter(a, "reads") - counter(b, "reads"),
-                    counter(a, "chunks_fetched") - counter(b, "chunks_fetched")
+                    counter(a, "chunks_fetched") - counter(b, "chunks_fetched"),
+                    counter(a, "passthrough_opens") - counter(b, "passthrough_opens")
                 ));
             }
             runs.push(Measured::from(r));
         }
-        let how = if direct {
+        let how = if p == ReadPath::Passthrough {
+            "--passthrough, direct=1: the file's chunks all local, it is opened on a checked backing file the kernel reads (the daemon sees the open only); the backing file is in the cache on /dev/shm, whose direct reads are served from memory"
+        } else if direct {
             "direct=1: every read reaches the daemon; every chunk in the local cache"
         } else {
             "buffered; the file read once through the mount before (page cache warm)"
@@ -1376,4 +1393,172 @@ fn read_through_mount(st: &mut Study<'_>, served: &str, name: &str) -> anyhow::R
         counter(&s, "reads")
     );
     Ok((run, notes))
+}
+
+// ---------------------------------------------------------------------------
+// The direct client, and the loop it is compared with
+
+/// The direct client's rows: a mount with `--direct SOCKET`, the file
+/// opened once through it (placed in shared memory), then the same loop as
+/// [`loop_rows`] reading with `DirectClient::read_at`.
+fn direct_client(st: &mut Study<'_>, file: &Path, size: u64) -> Vec<FioRow> {
+    let p = ReadPath::DirectClient;
+    let sock = st.scratch.path().join("direct.sock");
+    let sock_arg = sock.display().to_string();
+    let blob = format!("{}", size.next_power_of_two().max(1 << 20) * 2);
+    let mounted = serve_fio_file(st, file)
+        .and_then(|()| st.mount_with("fio", "mnt-fio", &["--direct", &sock_arg, "--direct-size", &blob]));
+    let (m, cache) = match mounted {
+        Ok(x) => x,
+        Err(e) => return loop_rows(p, file, size, 0.0, Some(Err(format!("{e:#}")))),
+    };
+    let t0 = Instant::now();
+    let opened = pfs_mount::direct::DirectClient::connect(&sock)
+        .and_then(|mut c| c.open("bench.dat").map(|f| (c, f)))
+        .map_err(|e| e.to_string());
+    let open_s = t0.elapsed().as_secs_f64();
+    let rows = match opened {
+        Ok((c, f)) if f.len() == size => {
+            drop(c);
+            let mut rows = loop_rows(p, file, size, st.args.runtime, Some(Ok(sock.clone())));
+            for r in &mut rows {
+                r.notes = format!(
+                    "pfs mount --direct: bench.dat opened once (fetched, placed in shared memory: {open_s:.2} s), then read with DirectClient::read_at (memcpy, no system call) in the loop of the row above; {}",
+                    r.notes
+                );
+            }
+            rows
+        }
+        Ok((_, f)) => loop_rows(
+            p,
+            file,
+            size,
+            0.0,
+            Some(Err(format!("opened {} bytes of {size}", f.len()))),
+        ),
+        Err(e) => loop_rows(p, file, size, 0.0, Some(Err(e))),
+    };
+    st.unmount(m, &cache);
+    rows
+}
+
+/// Random 4 KiB and sequential 1 MiB reads for `runtime` seconds per
+/// numjobs, each job on its own thread: `pread` on `file` (`via` None) or
+/// `DirectClient::read_at` over the socket in `via`.
+fn loop_rows(
+    p: ReadPath,
+    file: &Path,
+    size: u64,
+    runtime: f64,
+    via: Option<Result<PathBuf, String>>,
+) -> Vec<FioRow> {
+    WORKLOADS
+        .iter()
+        .map(|&w| {
+            let bs: u64 = if w.bs == "4k" { 4096 } else { 1 << 20 };
+            let random = w.rw == "randread";
+            let runs = NUMJOBS
+                .iter()
+                .map(|&n| match &via {
+                    Some(Err(e)) => Measured::Failed(e.clone()),
+                    _ => {
+                        log(&format!("{}: {} ×{n}…", p.label(), w.name));
+                        Measured::from(read_loop(file, via.as_ref().and_then(|v| v.as_ref().ok()), size, bs, random, n, runtime))
+                    }
+                })
+                .collect();
+            FioRow {
+                path: p,
+                workload: w,
+                runs,
+                notes: if via.is_none() {
+                    "one thread per job: pread(2) of the file on /dev/shm into a reused buffer, offsets from a seeded xorshift (random) or in order (sequential); the direct client's baseline"
+                        .into()
+                } else {
+                    String::new()
+                },
+            }
+        })
+        .collect()
+}
+
+/// One timed loop (see [`loop_rows`]).
+fn read_loop(
+    file: &Path,
+    sock: Option<&PathBuf>,
+    size: u64,
+    bs: u64,
+    random: bool,
+    jobs: u32,
+    runtime: f64,
+) -> anyhow::Result<FioResult> {
+    use std::os::unix::fs::FileExt;
+    let blocks = (size / bs).max(1);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let t0 = Instant::now();
+    let counts: Vec<anyhow::Result<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|j| {
+                let stop = &stop;
+                s.spawn(move || -> anyhow::Result<u64> {
+                    let mut buf = vec![0u8; bs as usize];
+                    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ u64::from(j + 1);
+                    let mut next = |i: u64| {
+                        if random {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            (x % blocks) * bs
+                        } else {
+                            (i % blocks) * bs
+                        }
+                    };
+                    let mut ops = 0u64;
+                    match sock {
+                        None => {
+                            let f = std::fs::File::open(file)?;
+                            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                for _ in 0..256 {
+                                    f.read_at(&mut buf, next(ops))?;
+                                    ops += 1;
+                                }
+                            }
+                        }
+                        Some(sock) => {
+                            let mut c = pfs_mount::direct::DirectClient::connect(sock)?;
+                            let f = c.open("bench.dat")?;
+                            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                for _ in 0..256 {
+                                    c.read_at(&f, next(ops), &mut buf);
+                                    ops += 1;
+                                }
+                            }
+                        }
+                    }
+                    std::hint::black_box(&buf);
+                    Ok(ops)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs_f64(runtime));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a reader thread panicked")))
+            })
+            .collect()
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let mut ops = 0;
+    for c in counts {
+        ops += c?;
+    }
+    Ok(FioResult {
+        iops: ops as f64 / secs,
+        bw_bytes: (ops * bs) as f64 / secs,
+        io_bytes: ops * bs,
+        runtime_ms: (secs * 1e3) as u64,
+    })
 }

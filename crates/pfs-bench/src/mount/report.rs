@@ -238,6 +238,26 @@ pub fn targets(res: &Results) -> Vec<Target> {
             unit: "×",
         });
     }
+    if let Some(d) = fio(ReadPath::DirectClient, 0) {
+        let base = fio(ReadPath::TmpfsLoop, 0).and_then(|t| iops(t, 0));
+        out.push(Target {
+            what: "random 4 KiB reads, one thread: direct client (shared memory, no system call) ÷ pread of the file on tmpfs, same loop".into(),
+            value: iops(d, 0).zip(base).and_then(|(a, b)| ratio(a, b)),
+            limit: 1.0,
+            at_least: true,
+            unit: "×",
+        });
+    }
+    if let Some(d) = fio(ReadPath::Passthrough, 0) {
+        let base = fio(ReadPath::Direct, 0).and_then(|t| iops(t, 0));
+        out.push(Target {
+            what: "fio randread 4k direct=1, numjobs 1: passthrough ÷ the daemon path (what passthrough gives; no target in the issue)".into(),
+            value: iops(d, 0).zip(base).and_then(|(a, b)| ratio(a, b)),
+            limit: 1.0,
+            at_least: true,
+            unit: "×",
+        });
+    }
     for r in res.first_byte.iter().filter(|r| r.target) {
         out.push(Target {
             what: format!("first byte ({}), {}: median open + read", r.read, r.label),

@@ -56,7 +56,14 @@ pub struct Mount {
 impl Mount {
     /// Mounts `source` (`HOST:PORT[:DIR]`) at `dir` with its chunk cache in
     /// `cache`, `threads` FUSE workers; waits until it is up.
-    pub fn start(pfs: &Path, source: &str, dir: &Path, cache: &Path, threads: u16) -> anyhow::Result<Self> {
+    pub fn start(
+        pfs: &Path,
+        source: &str,
+        dir: &Path,
+        cache: &Path,
+        threads: u16,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut cmd = Command::new(pfs);
         cmd.arg("mount")
@@ -67,6 +74,7 @@ impl Mount {
             // No spill in memory during a row: the cache holds every chunk.
             .args(["--cache-size", "64G", "--threads", &threads.to_string()])
             .args(["--foreground", "--json"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
