@@ -125,15 +125,15 @@ fn bench_mount_tiny_run_has_every_section_and_row() {
     assert!(h["fuse"].as_str().unwrap().contains("enable_uring"));
     assert!(h["tree"].as_str().unwrap().starts_with("synthetic: 300 files"));
 
-    // fio: every path × both workloads, tmpfs first, the two unbuilt paths
-    // with no figure and the reason.
+    // fio: every path × both workloads, tmpfs first, each measured.
     let fio = &v["fio"];
     let paths = [
         "tmpfs (in-kernel)",
         "pfs mount, page cache warm",
         "pfs mount, direct=1 (daemon path)",
-        "pfs mount, passthrough",
+        "pfs mount, passthrough, direct=1",
         "pfs mount, cold (remote fetch)",
+        "tmpfs pread loop (the direct client's harness)",
         "direct client (zero-copy)",
     ];
     let want: Vec<String> = paths
@@ -154,24 +154,16 @@ fn bench_mount_tiny_run_has_every_section_and_row() {
         ] {
             assert!(r.get(col).is_some(), "{label}: no column {col}");
         }
-        if label.contains("passthrough") || label.contains("direct client") {
-            assert!(r["iops_1j"].is_null() && r["iops_2j"].is_null(), "{r:#}");
-            assert!(
-                r["notes"].as_str().unwrap().starts_with("skipped: not built"),
-                "{r:#}"
-            );
-        } else {
-            assert!(
-                r["iops_1j"].as_f64().is_some_and(|x| x > 0.0),
-                "{label} did not measure: {r:#}"
-            );
-            assert!(
-                r["iops_2j"].as_f64().is_some_and(|x| x > 0.0),
-                "{label} did not measure: {r:#}"
-            );
-            assert!(r["vs_tmpfs_1j"].as_f64().is_some(), "{r:#}");
-        }
-        if label.starts_with("tmpfs") {
+        assert!(
+            r["iops_1j"].as_f64().is_some_and(|x| x > 0.0),
+            "{label} did not measure: {r:#}"
+        );
+        assert!(
+            r["iops_2j"].as_f64().is_some_and(|x| x > 0.0),
+            "{label} did not measure: {r:#}"
+        );
+        assert!(r["vs_tmpfs_1j"].as_f64().is_some(), "{r:#}");
+        if label == "tmpfs (in-kernel)" {
             assert_eq!(r["vs_tmpfs_1j"], 1.0);
         }
     }
@@ -211,7 +203,8 @@ fn bench_mount_tiny_run_has_every_section_and_row() {
         [
             "tmpfs: read every file (the source copy)",
             "pfs send TREE --to (empty destination)",
-            "pfs mount, cold: read every file"
+            "pfs mount, cold: read every file",
+            "pfs mount, cold: tar cf - (readdir order)"
         ]
     );
     for r in v["tree_read"].as_array().unwrap() {
@@ -223,9 +216,9 @@ fn bench_mount_tiny_run_has_every_section_and_row() {
         "{mounted:#}"
     );
 
-    // The figures: all five, each with a value (every row ran).
+    // The figures, each with a value (every row ran).
     let t = v["targets"].as_array().expect("targets");
-    assert_eq!(t.len(), 6, "{t:#?}");
+    assert_eq!(t.len(), 9, "{t:#?}");
     for x in t {
         assert!(x["value"].as_f64().is_some(), "{x:#}");
         assert!(
@@ -246,7 +239,7 @@ fn bench_mount_tiny_run_has_every_section_and_row() {
         assert!(out_dir.path().join(f).is_file(), "{f} was not written");
     }
     let csv = std::fs::read_to_string(out_dir.path().join("mount-fio.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 13);
+    assert_eq!(csv.lines().count(), 1 + 2 * 7);
     assert!(csv.starts_with("label,workload,iops_1j,iops_2j,"));
 
     // Nothing left: no mount, no scratch directory of that run.

@@ -72,11 +72,16 @@ impl Cache {
 
     /// The chunk's bytes if the cache has them (unchecked).
     pub fn get(&self, hash: &Hash) -> Option<Held<'_>> {
-        if let Some(b) = self.store.lookup(hash).and_then(|loc| self.store.bytes(loc).ok()) {
-            return Some(Held::Store(b));
+        // The spill first: a chunk lands there when the store could not
+        // take (or repair) it, so the store's copy may be the damaged one.
+        {
+            let spill = self.spill.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(b) = spill.chunks.get(hash) {
+                return Some(Held::Spill(b.clone()));
+            }
         }
-        let spill = self.spill.lock().unwrap_or_else(|p| p.into_inner());
-        spill.chunks.get(hash).map(|b| Held::Spill(b.clone()))
+        let loc = self.store.lookup(hash)?;
+        self.store.bytes(loc).ok().map(Held::Store)
     }
 
     /// The chunk's bytes if the cache has them and they match `hash`.
@@ -87,8 +92,10 @@ impl Cache {
 
     /// Keeps checked chunks `(hash, bytes)` (one reservation for them all).
     /// A chunk the store holds already under damaged bytes is repaired in
-    /// place. Returns how many went to the memory spill.
-    pub fn put(&self, chunks: &[(Hash, &[u8])]) -> usize {
+    /// place. Returns the hashes that went to the memory spill instead
+    /// (the store may still hold damaged bytes under them).
+    pub fn put(&self, chunks: &[(Hash, &[u8])]) -> Vec<Hash> {
+        let mut spilled = Vec::new();
         let mut fresh: Vec<(Hash, &[u8])> = Vec::with_capacity(chunks.len());
         for &(hash, bytes) in chunks {
             match self.store.lookup(&hash) {
@@ -97,13 +104,14 @@ impl Cache {
                 Some(_) => {
                     if self.store.repair(&hash, bytes).is_err() {
                         self.spill(hash, bytes);
+                        spilled.push(hash);
                     }
                 }
                 None => fresh.push((hash, bytes)),
             }
         }
         if fresh.is_empty() {
-            return 0;
+            return spilled;
         }
         let total: u64 = fresh.iter().map(|(_, b)| b.len() as u64).sum();
         let stored = self.store.reserve(total).and_then(|mut r| {
@@ -112,14 +120,12 @@ impl Cache {
             }
             r.commit()
         });
-        match stored {
-            Ok(_) => 0,
-            Err(e) => {
-                tracing::debug!("cache: {e}; keeping {} chunk(s) in memory", fresh.len());
-                fresh.iter().for_each(|(h, b)| self.spill(*h, b));
-                fresh.len()
-            }
+        if let Err(e) = stored {
+            tracing::debug!("cache: {e}; keeping {} chunk(s) in memory", fresh.len());
+            fresh.iter().for_each(|(h, b)| self.spill(*h, b));
+            spilled.extend(fresh.iter().map(|(h, _)| *h));
         }
+        spilled
     }
 
     fn spill(&self, hash: Hash, bytes: &[u8]) {
@@ -161,13 +167,13 @@ mod tests {
         let a = b"chunk a".as_slice();
         let ha = *blake3::hash(a).as_bytes();
         assert!(cache.get(&ha).is_none());
-        assert_eq!(cache.put(&[(ha, a)]), 0);
+        assert!(cache.put(&[(ha, a)]).is_empty());
         assert_eq!(cache.get_checked(&ha).unwrap().bytes(), a);
         assert_eq!(cache.held().0, 1);
         // Full: the spill keeps it.
         let small = tempfile::tempdir().unwrap();
         let tiny = Cache::open(small.path(), 4).unwrap();
-        assert_eq!(tiny.put(&[(ha, a)]), 1);
+        assert_eq!(tiny.put(&[(ha, a)]), vec![ha]);
         assert_eq!(tiny.get_checked(&ha).unwrap().bytes(), a);
     }
 }

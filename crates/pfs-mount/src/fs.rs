@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -65,8 +65,8 @@ enum Opened {
 struct Passthrough {
     /// Where backing files go.
     dir: PathBuf,
-    /// The kernel agreed at init.
-    on: bool,
+    /// The kernel agreed at init (and has not refused a backing file).
+    on: AtomicBool,
     inodes: Mutex<HashMap<u64, Opened>>,
 }
 
@@ -89,21 +89,24 @@ impl MountFs {
             gid,
             passthrough: passthrough.map(|dir| Passthrough {
                 dir,
-                on: false,
+                on: AtomicBool::new(false),
                 inodes: Mutex::new(HashMap::new()),
             }),
         }
     }
 
     /// Opens `ino` on its backing file if passthrough is on and the file
-    /// is all local; gives `reply` back otherwise.
+    /// is all local; otherwise gives `reply` back for a daemon-served open,
+    /// already counted (the decision and the count are made under one lock,
+    /// so no passthrough can be set up between them).
     fn open_backed(&self, ino: u64, size: u64, reply: ReplyOpen) -> Option<ReplyOpen> {
-        let Some(pt) = self.passthrough.as_ref().filter(|p| p.on) else {
+        let Some(pt) = self.passthrough.as_ref().filter(|p| p.on.load(Ordering::Relaxed)) else {
             return Some(reply);
         };
+        let lock = || pt.inodes.lock().unwrap_or_else(|p| p.into_inner());
         {
-            let map = pt.inodes.lock().unwrap_or_else(|p| p.into_inner());
-            match map.get(&ino) {
+            let mut map = lock();
+            match map.get_mut(&ino) {
                 Some(Opened::Backed(id)) => {
                     reply.opened_passthrough(FileHandle(FH_BACKED), FopenFlags::empty(), id);
                     self.shared
@@ -112,32 +115,47 @@ impl MountFs {
                         .fetch_add(1, Ordering::Relaxed);
                     return None;
                 }
-                Some(Opened::Daemon(n)) if *n > 0 => return Some(reply),
+                Some(Opened::Daemon(n)) if *n > 0 => {
+                    *n += 1;
+                    return Some(reply);
+                }
                 _ => {}
             }
         }
-        let file = match backing_file(&self.shared, &pt.dir, ino - 2, size) {
-            Ok(f) => f,
-            Err(NotBacked::NotLocal) => return Some(reply),
-            Err(e) => {
-                tracing::debug!("no backing file for {}: {e:?}", self.shared.tree.path_of(ino));
-                return Some(reply);
+        // Outside the lock: this may write the backing file.
+        let file = backing_file(&self.shared, &pt.dir, ino - 2, size);
+        let mut map = lock();
+        let daemon = |map: &mut HashMap<u64, Opened>, reply: ReplyOpen| {
+            if let Opened::Daemon(n) = map.entry(ino).or_insert(Opened::Daemon(0)) {
+                *n += 1;
             }
+            Some(reply)
         };
-        let mut map = pt.inodes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(Opened::Daemon(n)) = map.get(&ino) {
-            if *n > 0 {
-                return Some(reply);
-            }
-        }
-        if !matches!(map.get(&ino), Some(Opened::Backed(_))) {
-            match reply.open_backing(&file) {
-                Ok(id) => {
-                    map.insert(ino, Opened::Backed(id));
-                }
-                Err(e) => {
-                    tracing::warn!("passthrough refused for {}: {e}", self.shared.tree.path_of(ino));
-                    return Some(reply);
+        match map.get(&ino) {
+            Some(Opened::Daemon(n)) if *n > 0 => return daemon(&mut map, reply),
+            Some(Opened::Backed(_)) => {}
+            _ => {
+                let file = match file {
+                    Ok(f) => f,
+                    Err(NotBacked::NotLocal) => return daemon(&mut map, reply),
+                    Err(e) => {
+                        tracing::debug!("no backing file for {}: {e:?}", self.shared.tree.path_of(ino));
+                        return daemon(&mut map, reply);
+                    }
+                };
+                match reply.open_backing(&file) {
+                    Ok(id) => {
+                        map.insert(ino, Opened::Backed(id));
+                    }
+                    Err(e) => {
+                        // EPERM (no CAP_SYS_ADMIN) and the like hold for
+                        // every file: stop paying for backing files.
+                        tracing::warn!(
+                            "passthrough refused by the kernel ({e}): every read goes through the daemon"
+                        );
+                        pt.on.store(false, Ordering::Relaxed);
+                        return daemon(&mut map, reply);
+                    }
                 }
             }
         }
@@ -149,17 +167,17 @@ impl MountFs {
                 .fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        Some(reply)
+        daemon(&mut map, reply)
     }
 
-    fn count_daemon_open(&self, ino: u64, delta: i32) {
-        let Some(pt) = self.passthrough.as_ref().filter(|p| p.on) else {
+    /// A daemon-served open of `ino` was released.
+    fn release_daemon_open(&self, ino: u64) {
+        let Some(pt) = self.passthrough.as_ref() else {
             return;
         };
         let mut map = pt.inodes.lock().unwrap_or_else(|p| p.into_inner());
-        let e = map.entry(ino).or_insert(Opened::Daemon(0));
-        if let Opened::Daemon(n) = e {
-            *n = n.saturating_add_signed(delta);
+        if let Some(Opened::Daemon(n)) = map.get_mut(&ino) {
+            *n = n.saturating_sub(1);
         }
     }
 
@@ -212,8 +230,9 @@ impl Filesystem for MountFs {
         if let Some(pt) = self.passthrough.as_mut() {
             let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
             // A backing file must not itself be on a stacked file system.
-            pt.on = offered && config.set_max_stack_depth(1).is_ok();
-            if !pt.on {
+            let on = offered && config.set_max_stack_depth(1).is_ok();
+            pt.on.store(on, Ordering::Relaxed);
+            if !on {
                 tracing::warn!(
                     "this kernel does not offer FUSE passthrough: every read goes through the daemon"
                 );
@@ -256,7 +275,6 @@ impl Filesystem for MountFs {
                 let Some(reply) = self.open_backed(ino.0, n.size, reply) else {
                     return;
                 };
-                self.count_daemon_open(ino.0, 1);
                 reply.opened(FileHandle(FH_DAEMON), FopenFlags::FOPEN_KEEP_CACHE)
             }
         }
@@ -273,7 +291,7 @@ impl Filesystem for MountFs {
         reply: ReplyEmpty,
     ) {
         if fh.0 == FH_DAEMON {
-            self.count_daemon_open(ino.0, -1);
+            self.release_daemon_open(ino.0);
         }
         reply.ok();
     }

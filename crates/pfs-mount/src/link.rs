@@ -209,9 +209,14 @@ fn pump(
 ) -> Result<(), String> {
     conn.set_read_timeout(Some(POLL))
         .map_err(|e| format!("setting a read timeout: {e}"))?;
+    // A server that stops reading ends the link instead of blocking it.
+    conn.set_write_timeout(Some(shared.timeout))
+        .map_err(|e| format!("setting a write timeout: {e}"))?;
     let mut out = Vec::with_capacity(64 << 10);
     // Files read ahead whose recipe is on its way: fetch when it is here.
     let mut follow: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    // An ask taken while answers were being read, sent next.
+    let mut stash: Option<Ask> = None;
     let mut last_heard = Instant::now();
     let mut bytes_in = 0u64;
     let desc = |entry: u64| shared.tree.path_of(entry + 2);
@@ -220,7 +225,9 @@ fn pump(
             return Ok(());
         }
         // Take what readers asked; sleep on the queue when nothing is due.
-        let first = if requests.outstanding() == 0 {
+        let first = if let Some(a) = stash.take() {
+            Some(a)
+        } else if requests.outstanding() == 0 {
             match asks.recv_timeout(Duration::from_millis(200)) {
                 Ok(a) => Some(a),
                 Err(RecvTimeoutError::Timeout) => {
@@ -325,8 +332,18 @@ fn pump(
                             out.clear();
                         }
                     }
-                    if requests.outstanding() == 0 {
+                    if requests.outstanding() == 0 || stop.load(Ordering::Relaxed) {
                         break;
+                    }
+                    // A reader's ask goes out now, not after this stream
+                    // of answers ends.
+                    match asks.try_recv() {
+                        Ok(a) => {
+                            stash = Some(a);
+                            break;
+                        }
+                        Err(TryRecvError::Empty) => {}
+                        Err(TryRecvError::Disconnected) => return Ok(()),
                     }
                 }
             }
@@ -383,15 +400,19 @@ fn on_frame(
         let n = chunks.len() as u64;
         let bytes: u64 = chunks.iter().map(|(_, b)| b.len() as u64).sum();
         let spilled = shared.cache.put(&chunks);
-        shared.stats.spilled.fetch_add(spilled as u64, Ordering::Relaxed);
+        shared
+            .stats
+            .spilled
+            .fetch_add(spilled.len() as u64, Ordering::Relaxed);
+        // Only chunks the store now holds intact skip their readers' check.
+        wants.retain(|w| !spilled.contains(&w.hash));
         shared.stats.chunks_fetched.fetch_add(n, Ordering::Relaxed);
         shared.stats.bytes_fetched.fetch_add(bytes, Ordering::Relaxed);
-        // Spilled chunks are found by hash too; only a chunk the cache
-        // could not keep at all would be missing, and its reader re-checks.
         shared.arrived(&wants);
+        shared.arrived_unchecked(spilled.iter());
     }
     for w in gone {
-        shared.chunk_gone(w.hash);
+        shared.chunk_gone(&w);
     }
     if h.frame_type == FrameType::Error {
         tracing::warn!("mount: the server ended the session");

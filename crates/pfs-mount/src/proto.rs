@@ -257,6 +257,7 @@ pub struct Requests {
     next_req: u32,
     pending: VecDeque<(u32, Pending)>,
     max_chunk: u32,
+    min_chunk: u32,
     max_fetch: u32,
 }
 
@@ -267,6 +268,7 @@ impl Requests {
             next_req: 1,
             pending: VecDeque::new(),
             max_chunk: accept.chunk_avg.saturating_mul(4),
+            min_chunk: (accept.chunk_avg / 4).max(1),
             max_fetch: accept.max_fetch_chunks,
         }
     }
@@ -380,6 +382,7 @@ impl Requests {
     ) -> Result<(), ProtoError> {
         let (head, entries) = parse_recipe(body).map_err(wire("RECIPE"))?;
         let max_chunk = self.max_chunk;
+        let min_chunk = u64::from(self.min_chunk);
         let Pending::Recipe {
             entry,
             size,
@@ -423,6 +426,14 @@ impl Requests {
             got.push((len, *hash));
         }
         *chunks += got.len() as u64;
+        // Every chunk but the last is at least the minimum (§12.7): more
+        // entries than that allows are a server inflating the recipe.
+        let most = (*size / min_chunk + 1).min(u64::from(u32::MAX));
+        if *chunks > most {
+            return Err(ProtoError::Protocol(format!(
+                "the recipe of entry {entry} has more than the {most} chunks its {size} bytes allow"
+            )));
+        }
         if last && *bytes != *size {
             return Err(ProtoError::Protocol(format!(
                 "the recipe of entry {entry} describes {} of its {size} bytes",
@@ -593,10 +604,15 @@ mod tests {
         assert!(o2.on_frame(FrameType::MountAccept, 0, &accept(2).emit()).is_err());
     }
 
+    /// Chunks of a few bytes, so a 5-byte file may have two.
+    fn tiny_chunks(a: &MountAccept) -> MountAccept {
+        MountAccept { chunk_avg: 8, ..*a }
+    }
+
     #[test]
     fn recipes_and_chunks_are_checked() {
         let o = opened();
-        let mut r = Requests::new(&o.accept);
+        let mut r = Requests::new(&tiny_chunks(&o.accept));
         let mut out = Vec::new();
         r.ask_recipe(0, 5, &mut out);
         let h2 = *blake3::hash(b"cde").as_bytes();
@@ -613,7 +629,7 @@ mod tests {
                 &mut |_| ()
             )
             .is_err());
-        let mut r = Requests::new(&o.accept);
+        let mut r = Requests::new(&tiny_chunks(&o.accept));
         r.ask_recipe(0, 5, &mut out);
         r.on_frame(FrameType::Recipe, 0, &recipe(1, 0, &[(2, h1)]), &desc, &mut |e| {
             events.push(format!("{e:?}"))
@@ -629,7 +645,7 @@ mod tests {
                 &mut |_| ()
             )
             .is_err());
-        let mut r = Requests::new(&o.accept);
+        let mut r = Requests::new(&tiny_chunks(&o.accept));
         r.ask_recipe(0, 5, &mut out);
         r.on_frame(
             FrameType::Recipe,
@@ -672,7 +688,7 @@ mod tests {
         let err = r.on_frame(FrameType::Data, FLAG_LAST, &data, &desc, &mut |_| ());
         assert!(matches!(err, Err(ProtoError::BadChunk { index: 1, .. })));
 
-        let mut r = Requests::new(&o.accept);
+        let mut r = Requests::new(&tiny_chunks(&o.accept));
         r.fetch(&wants, &mut out);
         let mut data = ReqHead { req: 1, count: 1 }.emit().to_vec();
         DataEntry::emit_bytes_head(&mut data, 2);
@@ -681,7 +697,7 @@ mod tests {
         assert!(r
             .on_frame(FrameType::Data, FLAG_LAST, &data, &desc, &mut |_| ())
             .is_err());
-        let mut r = Requests::new(&o.accept);
+        let mut r = Requests::new(&tiny_chunks(&o.accept));
         r.fetch(&wants, &mut out);
         let mut got = 0;
         r.on_frame(FrameType::Data, 0, &data, &desc, &mut |_| got += 1)

@@ -107,6 +107,38 @@ const READAHEAD_FILES: u32 = 64;
 /// Bytes read ahead at most.
 const READAHEAD_BYTES: u64 = 16 << 20;
 
+/// Files to read ahead after the file at `pos` of an order (`at` gives
+/// the inode at a position) was read from its start; updates `q`.
+fn next_files(q: &mut Sequence, pos: u32, at: impl Fn(u32) -> Option<u64>, tree: &Tree) -> Vec<u64> {
+    q.run = match q.last {
+        Some(l) if l.checked_add(1) == Some(pos) => q.run + 1,
+        Some(l) if l == pos => q.run,
+        _ => 1,
+    };
+    q.last = Some(pos);
+    // Ask again only when half the window was used.
+    if q.run < READAHEAD_AFTER || (q.ahead > pos && q.ahead - pos > READAHEAD_FILES / 2) {
+        return Vec::new();
+    }
+    let mut files = Vec::new();
+    let mut bytes = 0u64;
+    let mut no = q.ahead.max(pos + 1);
+    while no <= pos + READAHEAD_FILES {
+        let Some(ino) = at(no) else { break };
+        let size = tree.node(ino).map_or(0, |n| n.size);
+        // A file past the budget is not read ahead: it would hold the link
+        // (answers come in order) for what nobody asked yet.
+        if bytes + size > READAHEAD_BYTES {
+            break;
+        }
+        bytes += size;
+        files.push(ino - 2);
+        no += 1;
+    }
+    q.ahead = no;
+    files
+}
+
 /// Whether files are being read one after another.
 #[derive(Debug, Default)]
 struct Sequence {
@@ -190,8 +222,9 @@ struct State {
     gone_files: HashSet<u64>,
     /// Chunks asked and not answered.
     inflight: HashSet<Hash>,
-    /// Chunks the server could not serve.
-    gone_chunks: HashSet<Hash>,
+    /// Chunks the server could not serve, by file and index (the same
+    /// bytes in another file may still be served). Forgotten on reconnect.
+    gone_chunks: HashSet<(u64, u32)>,
     /// Why the link is down, while it is.
     down: Option<String>,
     /// The link will not come back (the tree changed, or shutting down).
@@ -223,6 +256,8 @@ pub struct Shared {
     /// The link thread can connect again.
     can_reconnect: bool,
     sequence: Mutex<Sequence>,
+    /// The same per directory (its files in order), by directory inode.
+    dirs: Mutex<HashMap<u64, Sequence>>,
     state: Mutex<State>,
     changed: Condvar,
     asks: Mutex<Sender<Ask>>,
@@ -249,6 +284,7 @@ impl Shared {
             recipes,
             can_reconnect,
             sequence: Mutex::new(Sequence::default()),
+            dirs: Mutex::new(HashMap::new()),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             asks: Mutex::new(asks),
@@ -378,12 +414,12 @@ impl Shared {
     pub fn fetch(&self, wants: &[Want]) -> Result<(), ReadError> {
         let deadline = Instant::now() + self.timeout;
         let mut g = self.revive(self.lock(), deadline)?;
+        if let Some(w) = wants.iter().find(|w| g.gone_chunks.contains(&(w.entry, w.index))) {
+            return Err(self.gone(w));
+        }
         let mut ask = Vec::new();
         let mut seen = HashSet::new();
         for w in wants {
-            if g.gone_chunks.contains(&w.hash) {
-                return Err(self.gone(w));
-            }
             // The caller found these missing (or damaged) in the cache; a
             // chunk another reader fetched meanwhile costs one more fetch,
             // never a hash under this lock.
@@ -401,7 +437,7 @@ impl Shared {
             for w in wants {
                 if g.inflight.contains(&w.hash) {
                     waiting = true;
-                } else if g.gone_chunks.contains(&w.hash) {
+                } else if g.gone_chunks.contains(&(w.entry, w.index)) {
                     return Err(self.gone(w));
                 }
             }
@@ -437,7 +473,7 @@ impl Shared {
             return Ok(());
         }
         if offset == 0 {
-            self.note_start(node.file_no);
+            self.note_start(ino);
         }
         let to = node.size.min(offset.saturating_add(size as u64));
         // (chunk index, start, len, hash) under the range.
@@ -480,35 +516,36 @@ impl Shared {
         Ok(())
     }
 
-    /// A file was read from its start: after [`READAHEAD_AFTER`] in a row
-    /// in listing order, asks the link to read the next files ahead.
-    fn note_start(&self, file_no: u32) {
-        let mut q = self.sequence.lock().unwrap_or_else(|p| p.into_inner());
-        q.run = match q.last {
-            Some(l) if l.checked_add(1) == Some(file_no) => q.run + 1,
-            Some(l) if l == file_no => q.run,
-            _ => 1,
+    /// A file was read from its start. Two orders are watched: the whole
+    /// tree's listing order (`tar`, `cp -r` read a tree as it is listed),
+    /// and each directory's files in turn (a reader that sorts names, or
+    /// visits subdirectories later). After [`READAHEAD_AFTER`] files in a
+    /// row in either, the link is asked to read the next ones ahead.
+    fn note_start(&self, ino: u64) {
+        let Some(node) = self.tree.node(ino) else { return };
+        let tree = &self.tree;
+        let by_listing = {
+            let mut q = self.sequence.lock().unwrap_or_else(|p| p.into_inner());
+            next_files(&mut q, node.file_no, |no| tree.file(no), tree)
         };
-        q.last = Some(file_no);
-        if q.run < READAHEAD_AFTER {
+        let by_dir = {
+            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            if dirs.len() > 4096 {
+                dirs.clear();
+            }
+            let q = dirs.entry(node.parent).or_default();
+            let siblings = tree.node(node.parent).map_or(&[][..], |d| &d.files[..]);
+            next_files(q, node.sibling_no, |no| siblings.get(no as usize).copied(), tree)
+        };
+        let mut files = by_listing;
+        for e in by_dir {
+            if !files.contains(&e) {
+                files.push(e);
+            }
+        }
+        if files.is_empty() {
             return;
         }
-        let from = q.ahead.max(file_no + 1);
-        let mut files = Vec::new();
-        let mut bytes = 0u64;
-        let mut no = from;
-        while no <= file_no + READAHEAD_FILES && bytes < READAHEAD_BYTES {
-            let Some(ino) = self.tree.file(no) else { break };
-            bytes += self.tree.node(ino).map_or(0, |n| n.size);
-            files.push(ino - 2);
-            no += 1;
-        }
-        // Ask again only when half the window was used.
-        if files.is_empty() || (q.ahead > file_no && q.ahead - file_no > READAHEAD_FILES / 2) {
-            return;
-        }
-        q.ahead = no;
-        drop(q);
         self.stats
             .readahead_files
             .fetch_add(files.len() as u64, Ordering::Relaxed);
@@ -600,12 +637,23 @@ impl Shared {
         self.changed.notify_all();
     }
 
+    /// Chunks that arrived but only reached the memory spill: no longer in
+    /// flight; their readers check them.
+    pub fn arrived_unchecked<'h>(&self, hashes: impl Iterator<Item = &'h Hash>) {
+        let mut g = self.lock();
+        for h in hashes {
+            g.inflight.remove(h);
+        }
+        drop(g);
+        self.changed.notify_all();
+    }
+
     /// A chunk the server could not serve.
-    pub fn chunk_gone(&self, hash: Hash) {
+    pub fn chunk_gone(&self, w: &Want) {
         self.stats.chunks_gone.fetch_add(1, Ordering::Relaxed);
         let mut g = self.lock();
-        g.inflight.remove(&hash);
-        g.gone_chunks.insert(hash);
+        g.inflight.remove(&w.hash);
+        g.gone_chunks.insert((w.entry, w.index));
         drop(g);
         self.changed.notify_all();
     }
@@ -632,6 +680,9 @@ impl Shared {
         }
         g.reconnecting = false;
         g.last_failed = None;
+        // A new session: what one could not serve, another may.
+        g.gone_chunks.clear();
+        g.gone_files.clear();
         drop(g);
         self.changed.notify_all();
     }

@@ -49,6 +49,10 @@ pub struct Node {
     pub children: Vec<u64>,
     /// A file's place among the tree's files, in listing order.
     pub file_no: u32,
+    /// A file's place among its directory's files.
+    pub sibling_no: u32,
+    /// A directory's files (not subdirectories), in listing order.
+    pub files: Vec<u64>,
 }
 
 /// The whole listing.
@@ -107,6 +111,8 @@ impl Tree {
                 link: Box::default(),
                 children: Vec::new(),
                 file_no: 0,
+                sibling_no: 0,
+                files: Vec::new(),
             }],
             ..Self::default()
         }
@@ -153,8 +159,18 @@ impl Tree {
             link: e.link.into(),
             children: Vec::new(),
             file_no,
+            sibling_no: 0,
+            files: Vec::new(),
         });
-        self.nodes[(parent - 1) as usize].children.push(ino);
+        let dir = &mut self.nodes[(parent - 1) as usize];
+        dir.children.push(ino);
+        if kind == Kind::File {
+            let sibling_no = dir.files.len() as u32;
+            dir.files.push(ino);
+            if let Some(n) = self.nodes.last_mut() {
+                n.sibling_no = sibling_no;
+            }
+        }
         Ok(())
     }
 

@@ -15,7 +15,7 @@ use pfs_wire::mount::{
 };
 use pfs_wire::put_frame;
 
-const AVG: u32 = 1024;
+const AVG: u32 = 256;
 
 fn accept(entries: u64) -> MountAccept {
     MountAccept {
@@ -136,7 +136,11 @@ fn answer_fetches(t: &mut UnixTransport, piece: impl Fn(u32) -> Vec<u8>) {
     }
 }
 
-const CONTENT: &[u8] = b"hello, lazy world";
+/// About 300 bytes: room for two chunks at AVG (the minimum is AVG / 4).
+const CONTENT: &[u8] = b"hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. \
+hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. \
+hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. 300 bytes!!!!!!!!!!!";
+const SPLIT: usize = 100;
 
 fn counters(s: &Session) -> serde_json::Value {
     s.report()
@@ -146,17 +150,21 @@ fn counters(s: &Session) -> serde_json::Value {
 fn reads_fetch_once_then_come_from_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     let (conn, h) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(t, CONTENT, &[5, 12]));
+        assert!(answer_recipe(
+            t,
+            CONTENT,
+            &[SPLIT as u32, (CONTENT.len() - SPLIT) as u32]
+        ));
         answer_fetches(t, |i| {
             if i == 0 {
-                CONTENT[..5].to_vec()
+                CONTENT[..SPLIT].to_vec()
             } else {
-                CONTENT[5..].to_vec()
+                CONTENT[SPLIT..].to_vec()
             }
         });
     });
     let s = open(conn, &cfg(dir.path())).unwrap();
-    assert_eq!(s.read("f", 0, 100).unwrap(), CONTENT);
+    assert_eq!(s.read("f", 0, 1000).unwrap(), CONTENT);
     assert_eq!(s.read("f", 3, 4).unwrap(), &CONTENT[3..7]);
     let c = counters(&s);
     assert_eq!(c["chunks_fetched"], 2, "{c}");
@@ -166,11 +174,15 @@ fn reads_fetch_once_then_come_from_the_cache() {
 
     // A new session over the same cache fetches nothing.
     let (conn, h) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(t, CONTENT, &[5, 12]));
+        assert!(answer_recipe(
+            t,
+            CONTENT,
+            &[SPLIT as u32, (CONTENT.len() - SPLIT) as u32]
+        ));
         answer_fetches(t, |_| panic!("nothing should be fetched"));
     });
     let s = open(conn, &cfg(dir.path())).unwrap();
-    assert_eq!(s.read("f", 0, 100).unwrap(), CONTENT);
+    assert_eq!(s.read("f", 0, 1000).unwrap(), CONTENT);
     assert_eq!(counters(&s)["chunks_fetched"], 0);
     drop(s.close());
     h.join().unwrap();
@@ -180,11 +192,11 @@ fn reads_fetch_once_then_come_from_the_cache() {
 fn a_damaged_cached_chunk_is_fetched_again_never_returned() {
     let dir = tempfile::tempdir().unwrap();
     let (conn, h) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(t, CONTENT, &[17]));
+        assert!(answer_recipe(t, CONTENT, &[CONTENT.len() as u32]));
         answer_fetches(t, |_| CONTENT.to_vec());
     });
     let s = open(conn, &cfg(dir.path())).unwrap();
-    assert_eq!(s.read("f", 0, 100).unwrap(), CONTENT);
+    assert_eq!(s.read("f", 0, 1000).unwrap(), CONTENT);
     drop(s.close());
     h.join().unwrap();
     // Flip the chunk's bytes in the store's blob file.
@@ -198,11 +210,11 @@ fn a_damaged_cached_chunk_is_fetched_again_never_returned() {
     std::fs::write(&blob, &bytes).unwrap();
 
     let (conn, h) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(t, CONTENT, &[17]));
+        assert!(answer_recipe(t, CONTENT, &[CONTENT.len() as u32]));
         answer_fetches(t, |_| CONTENT.to_vec());
     });
     let s = open(conn, &cfg(dir.path())).unwrap();
-    assert_eq!(s.read("f", 0, 100).unwrap(), CONTENT);
+    assert_eq!(s.read("f", 0, 1000).unwrap(), CONTENT);
     let c = counters(&s);
     assert_eq!(
         (c["cache_damaged"].as_u64(), c["chunks_fetched"].as_u64()),
@@ -220,11 +232,11 @@ fn a_damaged_cached_chunk_is_fetched_again_never_returned() {
 fn wrong_bytes_fail_the_read_and_are_not_kept() {
     let dir = tempfile::tempdir().unwrap();
     let (conn, h) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(t, CONTENT, &[17]));
-        answer_fetches(t, |_| b"HELLO, LAZY WORLD".to_vec());
+        assert!(answer_recipe(t, CONTENT, &[CONTENT.len() as u32]));
+        answer_fetches(t, |_| CONTENT.to_ascii_uppercase());
     });
     let s = open(conn, &cfg(dir.path())).unwrap();
-    assert!(matches!(s.read("f", 0, 100), Err(ReadError::Io(_))));
+    assert!(matches!(s.read("f", 0, 1000), Err(ReadError::Io(_))));
     // The link is down: later uncached reads fail at once.
     assert!(matches!(s.read("f", 0, 1), Err(ReadError::Io(_))));
     assert_eq!(counters(&s)["cache_chunks"], 0);
@@ -234,7 +246,12 @@ fn wrong_bytes_fail_the_read_and_are_not_kept() {
 
 #[test]
 fn a_recipe_that_does_not_fit_the_file_ends_the_session() {
-    for lens in [&[5u32, 20][..], &[5, 5][..], &[AVG * 4 + 1][..]] {
+    for lens in [
+        &[100u32, 300][..],
+        &[100, 100][..],
+        &[AVG * 4 + 1][..],
+        &[30; 10][..],
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let lens = lens.to_vec();
         let (conn, h) = one_file_server(CONTENT, move |t| {
@@ -242,7 +259,7 @@ fn a_recipe_that_does_not_fit_the_file_ends_the_session() {
             while recv(t).is_some() {}
         });
         let s = open(conn, &cfg(dir.path())).unwrap();
-        assert!(matches!(s.read("f", 0, 100), Err(ReadError::Io(_))));
+        assert!(matches!(s.read("f", 0, 1000), Err(ReadError::Io(_))));
         drop(s.close());
         h.join().unwrap();
     }
@@ -252,7 +269,7 @@ fn a_recipe_that_does_not_fit_the_file_ends_the_session() {
 fn more_chunks_than_asked_end_the_session() {
     let dir = tempfile::tempdir().unwrap();
     let (conn, h) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(t, CONTENT, &[17]));
+        assert!(answer_recipe(t, CONTENT, &[CONTENT.len() as u32]));
         let Some((FrameType::Fetch, body)) = recv(t) else {
             return;
         };
@@ -273,7 +290,7 @@ fn more_chunks_than_asked_end_the_session() {
     let s = open(conn, &cfg(dir.path())).unwrap();
     // The chunk asked for may reach the reader (it matched its hash)
     // before the extra one ends the session; a wrong byte never does.
-    if let Ok(b) = s.read("f", 0, 100) {
+    if let Ok(b) = s.read("f", 0, 1000) {
         assert_eq!(b, CONTENT);
     }
     for _ in 0..500 {
@@ -377,12 +394,16 @@ fn a_gone_file_is_an_error_and_the_session_goes_on() {
 fn the_direct_client_reads_the_file_from_shared_memory() {
     let dir = tempfile::tempdir().unwrap();
     let (conn, h) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(t, CONTENT, &[5, 12]));
+        assert!(answer_recipe(
+            t,
+            CONTENT,
+            &[SPLIT as u32, (CONTENT.len() - SPLIT) as u32]
+        ));
         answer_fetches(t, |i| {
             if i == 0 {
-                CONTENT[..5].to_vec()
+                CONTENT[..SPLIT].to_vec()
             } else {
-                CONTENT[5..].to_vec()
+                CONTENT[SPLIT..].to_vec()
             }
         });
     });
@@ -396,7 +417,7 @@ fn the_direct_client_reads_the_file_from_shared_memory() {
     let mut buf = [0u8; 4];
     assert_eq!(client.read_at(&f, 6, &mut buf), 4);
     assert_eq!(&buf, &CONTENT[6..10]);
-    assert_eq!(client.read_at(&f, 15, &mut buf), 2);
+    assert_eq!(client.read_at(&f, CONTENT.len() as u64 - 2, &mut buf), 2);
     // Opening again is the same range, nothing fetched again.
     assert_eq!(client.open("f").unwrap(), f);
     assert_eq!(counters(&s)["chunks_fetched"], 2);
@@ -417,7 +438,7 @@ fn a_lost_link_comes_back_when_the_server_lists_the_same_tree() {
     let (conn, first) = one_file_server(CONTENT, |_| {});
     // The second lists the same tree and serves it; the third lists another.
     let (again, second) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(t, CONTENT, &[17]));
+        assert!(answer_recipe(t, CONTENT, &[CONTENT.len() as u32]));
         answer_fetches(t, |_| CONTENT.to_vec());
     });
     let mut spare = vec![again];
@@ -428,7 +449,7 @@ fn a_lost_link_comes_back_when_the_server_lists_the_same_tree() {
     // Bounded wait for the link to go down, then to come back.
     let mut read = Err(ReadError::Io("never tried".into()));
     for _ in 0..200 {
-        read = s.read("f", 0, 100);
+        read = s.read("f", 0, 1000);
         if read.is_ok() {
             break;
         }

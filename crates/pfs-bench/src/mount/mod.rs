@@ -542,7 +542,7 @@ pub fn collect(args: &BenchMountArgs, pfs: &Binary) -> anyhow::Result<(MountHead
         MountSettings {
             fio: fio_version.unwrap_or_else(|why| format!("none: {why}")),
             fuse: format!(
-                "/sys/module/fuse/parameters/enable_uring = {uring}; FUSE over io_uring is not used either way (fuser, the FUSE library pfs mount runs on, reads /dev/fuse); the kernel's FUSE protocol version is not reported by fuser (7.45 on this machine's 6.18 kernel per docs/mount-plan.md)"
+                "/sys/module/fuse/parameters/enable_uring = {uring}; FUSE over io_uring is not used either way (fuser, the FUSE library pfs mount runs on, reads /dev/fuse); the kernel's FUSE protocol version is not reported by fuser (7.45 on this machine's 6.18 kernel, docs/mount.md)"
             ),
             mounts: no_mount.map_or_else(
                 || format!("pfs mount --foreground --threads {} per row, each with a fresh --cache", args.threads),
@@ -589,10 +589,11 @@ const FIRST_BYTE_LABELS: [&str; 3] = [
     "pfs mount, cold, file new to the server",
     "pfs mount, cold, server has its recipe",
 ];
-const TREE_LABELS: [&str; 3] = [
+const TREE_LABELS: [&str; 4] = [
     "tmpfs: read every file (the source copy)",
     "pfs send TREE --to (empty destination)",
     "pfs mount, cold: read every file",
+    "pfs mount, cold: tar cf - (readdir order)",
 ];
 
 // ---------------------------------------------------------------------------
@@ -1164,7 +1165,9 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
         });
     }
     // The send fills the server: every mount row below reads what it wrote.
-    let mount_rows = META_LABELS[1..].iter().any(|l| want_meta(l)) || want_tree(TREE_LABELS[2]);
+    let mount_rows = META_LABELS[1..].iter().any(|l| want_meta(l))
+        || want_tree(TREE_LABELS[2])
+        || want_tree(TREE_LABELS[3]);
     let sent = if want_tree(TREE_LABELS[1]) || mount_rows {
         log("pfs send of the tree into an empty directory of the server…");
         Some(send_tree(st, &src))
@@ -1234,7 +1237,7 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
             Some(Measured::Failed(w)) => (Measured::Failed(w.clone()), String::new()),
             _ => {
                 log("reading every file through a cold mount…");
-                match read_through_mount(st, &served, &name) {
+                match read_through_mount(st, &served, &name, false) {
                     Ok((run, n)) => (Measured::Ok(run), n),
                     Err(e) => (Measured::Failed(format!("{e:#}")), String::new()),
                 }
@@ -1242,6 +1245,24 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
         };
         tree.push(TreeRow {
             label: TREE_LABELS[2].into(),
+            run,
+            notes,
+        });
+    }
+    if want_tree(TREE_LABELS[3]) {
+        let (run, notes) = match &blocked {
+            Some(Measured::Skipped(w)) => (Measured::Skipped(w.clone()), String::new()),
+            Some(Measured::Failed(w)) => (Measured::Failed(w.clone()), String::new()),
+            _ => {
+                log("tar of the tree through a cold mount…");
+                match read_through_mount(st, &served, &name, true) {
+                    Ok((run, n)) => (Measured::Ok(run), n),
+                    Err(e) => (Measured::Failed(format!("{e:#}")), String::new()),
+                }
+            }
+        };
+        tree.push(TreeRow {
+            label: TREE_LABELS[3].into(),
             run,
             notes,
         });
@@ -1360,14 +1381,23 @@ fn send_tree(st: &mut Study<'_>, src: &Path) -> Result<(TreeRun, String), String
 
 /// Every file of the served tree read through a fresh mount after the
 /// caches are dropped: the run and its notes.
-fn read_through_mount(st: &mut Study<'_>, served: &str, name: &str) -> anyhow::Result<(TreeRun, String)> {
+fn read_through_mount(
+    st: &mut Study<'_>,
+    served: &str,
+    name: &str,
+    tar: bool,
+) -> anyhow::Result<(TreeRun, String)> {
     let (m, cache) = st.mount(served, "mnt-tree")?;
     let server_pid = st.server().map(|s| s.guard.id()).unwrap_or(0);
     let cpu_of = |pid: u32| pfs_sys::tree_cpu_seconds(pid).map_or(0.0, |(u, s)| u + s);
     let mount_pid = m.pid();
     let r = drop_caches().and_then(|()| {
         let (s0, m0) = (cpu_of(server_pid), cpu_of(mount_pid));
-        let r = read_all(&m.dir().join(name))?;
+        let r = if tar {
+            tar_all(&m.dir().join(name))?
+        } else {
+            read_all(&m.dir().join(name))?
+        };
         Ok((r, cpu_of(server_pid) - s0, cpu_of(mount_pid) - m0))
     });
     let stats = m.stats();
@@ -1382,8 +1412,13 @@ fn read_through_mount(st: &mut Study<'_>, served: &str, name: &str) -> anyhow::R
         fetched: Some(counter(&s, "bytes_fetched")),
         wire: Some(counter(&s, "wire_in") + counter(&s, "wire_out")),
     };
+    let how = if tar {
+        "tar cf - . | wc -c in the tree (GNU tar: entries in readdir order, subdirectories where they come)"
+    } else {
+        "one reader thread, 1 MiB reads, each directory's files in name order, then its subdirectories"
+    };
     let notes = format!(
-        "one reader thread, 1 MiB reads, fresh mount and cache, drop_caches; CPU: reader {:.2} s, mount daemon {:.2} s, server {:.2} s; {} recipes, {} chunks fetched, {} local, {} daemon reads",
+        "{how}, fresh mount and cache, drop_caches; CPU: reader {:.2} s, mount daemon {:.2} s, server {:.2} s; {} recipes, {} chunks fetched, {} local, {} daemon reads",
         r.cpu,
         daemon_cpu,
         server_cpu,
@@ -1397,6 +1432,51 @@ fn read_through_mount(st: &mut Study<'_>, served: &str, name: &str) -> anyhow::R
 
 // ---------------------------------------------------------------------------
 // The direct client, and the loop it is compared with
+
+/// `tar cf - .` in `dir`, its output counted by `wc -c`: GNU tar's order
+/// (readdir order, each subdirectory where it comes). CPU is tar's.
+fn tar_all(dir: &Path) -> anyhow::Result<walk::ReadAll> {
+    let c0 = pfs_sys::children_usage();
+    let t0 = Instant::now();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("tar cf - . | wc -c")
+        .current_dir(dir)
+        .output()
+        .context("running tar (apt install tar)")?;
+    let secs = t0.elapsed().as_secs_f64();
+    if !out.status.success() {
+        anyhow::bail!("tar failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    // tar's stream has headers and padding: the bytes counted are the files'.
+    let (files, bytes) = walk_files(dir)?;
+    let cpu = pfs_sys::children_usage().since(&c0).cpu_seconds();
+    Ok(walk::ReadAll {
+        secs,
+        files,
+        bytes,
+        cpu,
+    })
+}
+
+/// Regular files beneath `dir` and their bytes (the tree is cached by now: cheap).
+fn walk_files(dir: &Path) -> anyhow::Result<(u64, u64)> {
+    let (mut n, mut bytes) = (0, 0);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            let t = e.file_type()?;
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                n += 1;
+                bytes += e.metadata()?.len();
+            }
+        }
+    }
+    Ok((n, bytes))
+}
 
 /// The direct client's rows: a mount with `--direct SOCKET`, the file
 /// opened once through it (placed in shared memory), then the same loop as

@@ -273,6 +273,15 @@ pub fn targets(res: &Results) -> Vec<Target> {
             .find(|r| r.label == super::TREE_LABELS[i])
             .and_then(|r| r.run.ok().copied())
     };
+    if let Some(m) = res.tree.iter().find(|r| r.label == super::TREE_LABELS[3]) {
+        out.push(Target {
+            what: "tar of the tree through a cold mount ÷ pfs send of the tree into an empty directory (elapsed)".into(),
+            value: m.run.ok().copied().zip(tree(1)).and_then(|(m, s)| ratio(m.secs, s.secs)),
+            limit: 1.3,
+            at_least: false,
+            unit: "×",
+        });
+    }
     if let Some(m) = res.tree.iter().find(|r| r.label == super::TREE_LABELS[2]) {
         let m = m.run.ok().copied();
         let send = tree(1);

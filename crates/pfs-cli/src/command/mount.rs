@@ -174,7 +174,33 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
         }
         None => None,
     };
-    let bg = session.mount(&mountpoint, &cfg).map_err(anyhow::Error::new)?;
+    // A signal unmounts (installed before the mount exists, so no signal
+    // can leave a dead mount behind); an unmount from outside ends the
+    // session too. The unmount is lazy (open files keep working until
+    // closed); a failed one is tried again at the next signal.
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("installing the signal handlers")?;
+    let handle = signals.handle();
+    let target = mountpoint.clone();
+    let waiter = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            tracing::info!("signal {sig}: unmounting {}", target.display());
+            match unmount(&target, true) {
+                Ok(()) => break,
+                Err(e) => eprintln!(
+                    "pfs: unmounting {}: {e:#} (another signal tries again)",
+                    target.display()
+                ),
+            }
+        }
+    });
+    let bg = match session.mount(&mountpoint, &cfg) {
+        Ok(bg) => bg,
+        Err(e) => {
+            handle.close();
+            let _ = waiter.join();
+            return Err(anyhow::Error::new(e));
+        }
+    };
     let tree = &session.shared().tree;
     let line = if args.json {
         serde_json::json!({ "event": "mounted", "source": args.source, "mountpoint": mountpoint.display().to_string(),
@@ -200,18 +226,6 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     } else {
         eprintln!("{line}");
     }
-    // A signal unmounts; an unmount from outside ends the session too.
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("installing the signal handlers")?;
-    let handle = signals.handle();
-    let target = mountpoint.clone();
-    let waiter = std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            tracing::info!("signal {sig}: unmounting {}", target.display());
-            if let Err(e) = unmount(&target, true) {
-                eprintln!("pfs: unmounting {}: {e:#}", target.display());
-            }
-        }
-    });
     let ended = bg.join();
     handle.close();
     let _ = waiter.join();
