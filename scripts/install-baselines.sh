@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the baseline rows of `pfs bench` need (Debian/Ubuntu):
-# iperf3, rsync, an sshd and scp. Uses sudo when not run as root. Installs
+# iperf3, rsync, an sshd and scp; fio and fuse3 for `pfs bench mount`. Uses sudo when not run as root. Installs
 # packages only: no service is started or enabled (the benchmarks start
 # their own private daemons and stop them).
 set -euo pipefail
-packages=(iperf3 rsync openssh-server openssh-client)
+packages=(iperf3 rsync openssh-server openssh-client fio fuse3)
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-baselines: no apt-get here; install these with your package manager: ${packages[*]}" >&2
     exit 1

@@ -128,8 +128,8 @@ returned. If the server goes away, uncached reads fail with EIO within
 /// `pfs mount`
 #[derive(Debug, Args)]
 pub struct MountArgs {
-    /// The server and the directory to mount: HOST:PORT[:DIR] (DIR below what the key may read),
-    /// or SOCKET[:DIR] with --transport unix.
+    /// The server and the directory to mount: `HOST:PORT[:DIR]` (DIR below what the key may read),
+    /// or `SOCKET[:DIR]` with --transport unix.
     #[arg(value_name = "SOURCE")]
     pub source: String,
     /// Where to mount it (an existing directory).

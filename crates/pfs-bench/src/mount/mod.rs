@@ -16,9 +16,9 @@
 //!   server; bytes fetched vs the tree's unique chunk bytes.
 //!
 //! One `pfs serve --dest DIR` (a child process) serves everything; every
-//! mount is a `pfs mount --foreground` child ([`served`]). Rows that need
+//! mount is a `pfs mount --foreground` child (`served.rs`). Rows that need
 //! root or `/dev/fuse` say `skipped: …`; a row that fails says why and the
-//! study goes on. Rendering is in [`report`].
+//! study goes on. Rendering is in `report.rs`.
 
 mod fio;
 mod report;
