@@ -44,10 +44,27 @@ pub enum DirectError {
     Refused(String),
 }
 
+/// Where files are in the blob. A file is placed outside the lock (its
+/// chunks may have to be fetched); others' opens go on meanwhile, and a
+/// second open of the same file waits for the first.
 #[derive(Debug, Default)]
 struct Placement {
     next: u64,
-    files: HashMap<u64, (u64, u64)>,
+    files: HashMap<u64, Slot>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// Placed: offset and length.
+    Ready(u64, u64),
+    /// Being placed by another open.
+    Placing,
+}
+
+#[derive(Debug, Default)]
+struct Placer {
+    state: Mutex<Placement>,
+    placed: std::sync::Condvar,
 }
 
 /// The mount's side: a listener thread and one thread per client.
@@ -73,7 +90,7 @@ pub fn serve(shared: Arc<Shared>, path: &Path, blob_bytes: usize) -> Result<Dire
             ..RendezvousConfig::default()
         },
     )?);
-    let placement = Arc::new(Mutex::new(Placement::default()));
+    let placement = Arc::new(Placer::default());
     std::thread::Builder::new()
         .name("pfs-mount-direct".into())
         .spawn(move || loop {
@@ -93,7 +110,7 @@ pub fn serve(shared: Arc<Shared>, path: &Path, blob_bytes: usize) -> Result<Dire
     })
 }
 
-fn serve_client(mut ep: Endpoint, shared: &Shared, listener: &IpcListener, placement: &Mutex<Placement>) {
+fn serve_client(mut ep: Endpoint, shared: &Shared, listener: &IpcListener, placement: &Placer) {
     loop {
         let served = ep.serve_one(|req, tx| match req.split_first() {
             Some((b'O', path)) => match place(shared, listener, placement, path) {
@@ -112,7 +129,7 @@ fn serve_client(mut ep: Endpoint, shared: &Shared, listener: &IpcListener, place
 fn place(
     shared: &Shared,
     listener: &IpcListener,
-    placement: &Mutex<Placement>,
+    placer: &Placer,
     path: &[u8],
 ) -> Result<(u64, u64), String> {
     let lossy = String::from_utf8_lossy(path);
@@ -127,10 +144,65 @@ fn place(
         .ok_or_else(|| format!("{lossy}: not a regular file"))?;
     let size = node.size;
     let entry = ino - 2;
-    let mut p = placement.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&at) = p.files.get(&ino) {
-        return Ok(at);
+    let blob_len = listener.blob().len() as u64;
+    // Claim the file's range (or wait for another open placing it).
+    let offset = {
+        let deadline = std::time::Instant::now() + shared.timeout * 4;
+        let mut p = placer.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            match p.files.get(&ino) {
+                Some(&Slot::Ready(at, len)) => return Ok((at, len)),
+                Some(Slot::Placing) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(format!("{lossy}: another open is still placing it"));
+                    }
+                    p = placer
+                        .placed
+                        .wait_timeout(p, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                None => break,
+            }
+        }
+        let offset = p.next.div_ceil(ALIGN) * ALIGN;
+        if offset.checked_add(size).is_none_or(|end| end > blob_len) {
+            return Err(format!(
+                "{lossy}: {size} bytes do not fit the direct blob ({} of {blob_len} bytes left); remount with a larger --direct-size",
+                blob_len.saturating_sub(offset)
+            ));
+        }
+        // A placement that fails keeps its range unused: the blob only grows.
+        p.next = offset + size;
+        p.files.insert(ino, Slot::Placing);
+        offset
+    };
+    let placed = copy_in(shared, listener, entry, size, offset, &lossy);
+    let mut p = placer.state.lock().unwrap_or_else(|e| e.into_inner());
+    match &placed {
+        Ok(()) => {
+            p.files.insert(ino, Slot::Ready(offset, size));
+        }
+        Err(_) => {
+            p.files.remove(&ino);
+        }
     }
+    drop(p);
+    placer.placed.notify_all();
+    placed.map(|()| (offset, size))
+}
+
+/// Fetches what the cache lacks of file `entry` and copies its checked
+/// chunks into the blob at `offset`.
+fn copy_in(
+    shared: &Shared,
+    listener: &IpcListener,
+    entry: u64,
+    size: u64,
+    offset: u64,
+    lossy: &str,
+) -> Result<(), String> {
     let chunks: Vec<Want> = shared
         .with_recipe(entry, size, |r| {
             (0..r.len())
@@ -146,14 +218,6 @@ fn place(
                 .collect()
         })
         .map_err(|e| format!("{lossy}: {e:?}"))?;
-    let blob_len = listener.blob().len() as u64;
-    let offset = p.next.div_ceil(ALIGN) * ALIGN;
-    if offset.checked_add(size).is_none_or(|end| end > blob_len) {
-        return Err(format!(
-            "{lossy}: {size} bytes do not fit the direct blob ({} of {blob_len} bytes left); remount with a larger --direct-size",
-            blob_len.saturating_sub(offset)
-        ));
-    }
     let batch = shared.accept.max_fetch_chunks.clamp(1, 1024) as usize;
     let mut at = offset;
     for part in chunks.chunks(batch) {
@@ -174,9 +238,7 @@ fn place(
             at += u64::from(w.len);
         }
     }
-    p.next = offset + size;
-    p.files.insert(ino, (offset, size));
-    Ok((offset, size))
+    Ok(())
 }
 
 /// An application's connection to a mount's direct socket.
