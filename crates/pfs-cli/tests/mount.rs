@@ -15,7 +15,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{run, Server};
+use common::{noise, run, Server};
 use serde_json::Value;
 
 fn can_mount() -> bool {
@@ -32,20 +32,6 @@ fn can_mount() -> bool {
 
 fn pfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pfs"))
-}
-
-/// Deterministic incompressible bytes (xorshift64).
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        v.extend_from_slice(&s.to_le_bytes());
-    }
-    v.truncate(len);
-    v
 }
 
 /// A served tree: the server, and the tree it was sent from.

@@ -13,7 +13,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{run, Server};
+use common::{noise, run, Server};
 
 /// A loop-mounted image of `fs`, unmounted (and removed) on drop.
 struct Mounted {
@@ -75,20 +75,6 @@ fn mount(fs: &str, args: &[&str]) -> Option<Mounted> {
 fn used(p: &Path) -> u64 {
     let st = rustix::fs::statvfs(p).expect("statvfs");
     (st.f_blocks - st.f_bfree) * st.f_frsize
-}
-
-/// Deterministic incompressible bytes (xorshift64).
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        v.extend_from_slice(&s.to_le_bytes());
-    }
-    v.truncate(len);
-    v
 }
 
 fn copies_share_blocks(fs_name: &str, mkfs_args: &[&str]) {

@@ -204,19 +204,7 @@ fn copy_in(
     lossy: &str,
 ) -> Result<(), String> {
     let chunks: Vec<Want> = shared
-        .with_recipe(entry, size, |r| {
-            (0..r.len())
-                .map(|i| {
-                    let (_, len, hash) = r.chunk(i);
-                    Want {
-                        entry,
-                        index: i as u32,
-                        len,
-                        hash,
-                    }
-                })
-                .collect()
-        })
+        .with_recipe(entry, size, |r| r.wants(entry).collect())
         .map_err(|e| format!("{lossy}: {e:?}"))?;
     let batch = shared.accept.max_fetch_chunks.clamp(1, 1024) as usize;
     let mut at = offset;

@@ -284,37 +284,26 @@ fn pump(
                 }
             }
         }
-        if !out.is_empty() {
-            conn.write_all(&out)
-                .map_err(|e| format!("writing to the server: {e}"))?;
-            shared
-                .stats
-                .wire_out
-                .fetch_add(out.len() as u64, Ordering::Relaxed);
-            out.clear();
-        }
+        flush(conn, &mut out, shared)?;
         if requests.outstanding() == 0 {
             continue;
         }
         // Read what is there, frame by frame, until the socket is idle.
         loop {
             let before = bytes_in;
-            match reader.next(conn, &mut bytes_in)? {
+            let next = reader.next(conn, &mut bytes_in)?;
+            shared
+                .stats
+                .wire_in
+                .fetch_add(bytes_in - before, Ordering::Relaxed);
+            match next {
                 Next::Idle => {
-                    shared
-                        .stats
-                        .wire_in
-                        .fetch_add(bytes_in - before, Ordering::Relaxed);
                     if last_heard.elapsed() > shared.timeout {
                         return Err(format!("the server sent nothing for {:?}", shared.timeout));
                     }
                     break;
                 }
                 Next::Frame(h, r) => {
-                    shared
-                        .stats
-                        .wire_in
-                        .fetch_add(bytes_in - before, Ordering::Relaxed);
                     last_heard = Instant::now();
                     let frame = reader.bytes(r);
                     let body = &frame[FRAME_HEADER_LEN..];
@@ -322,15 +311,7 @@ fn pump(
                     // A file read ahead: its chunks follow its recipe.
                     if let Some(entry) = done.filter(|e| follow.remove(e)) {
                         fetch_lacking(requests, shared, entry, &mut out);
-                        if !out.is_empty() {
-                            conn.write_all(&out)
-                                .map_err(|e| format!("writing to the server: {e}"))?;
-                            shared
-                                .stats
-                                .wire_out
-                                .fetch_add(out.len() as u64, Ordering::Relaxed);
-                            out.clear();
-                        }
+                        flush(conn, &mut out, shared)?;
                     }
                     if requests.outstanding() == 0 || stop.load(Ordering::Relaxed) {
                         break;
@@ -349,6 +330,21 @@ fn pump(
             }
         }
     }
+}
+
+/// Writes what `out` holds (requests, many per write) and counts it.
+fn flush(conn: &mut dyn Transport, out: &mut Vec<u8>, shared: &Shared) -> Result<(), String> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    conn.write_all(out)
+        .map_err(|e| format!("writing to the server: {e}"))?;
+    shared
+        .stats
+        .wire_out
+        .fetch_add(out.len() as u64, Ordering::Relaxed);
+    out.clear();
+    Ok(())
 }
 
 /// Asks for the chunks of `entry` (its recipe complete) the cache lacks.

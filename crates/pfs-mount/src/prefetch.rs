@@ -5,7 +5,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::proto::Want;
 use crate::state::Shared;
 
 /// Runs until every file is fetched, `stop` is set, or the link is down.
@@ -20,16 +19,8 @@ pub fn run(shared: &Shared, stop: &AtomicBool) {
         let entry = ino - 2;
         let size = shared.tree.node(ino).map_or(0, |n| n.size);
         let missing = shared.with_recipe(entry, size, |r| {
-            (0..r.len())
-                .filter_map(|i| {
-                    let (_, len, hash) = r.chunk(i);
-                    shared.cache.get(&hash).is_none().then_some(Want {
-                        entry,
-                        index: i as u32,
-                        len,
-                        hash,
-                    })
-                })
+            r.wants(entry)
+                .filter(|w| shared.cache.get(&w.hash).is_none())
                 .collect::<Vec<_>>()
         });
         let ok = match missing {

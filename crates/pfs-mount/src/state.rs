@@ -77,6 +77,19 @@ impl Recipe {
             self.hashes[i],
         )
     }
+
+    /// Every chunk of file `entry` as a [`Want`], in order.
+    pub fn wants(&self, entry: u64) -> impl Iterator<Item = Want> + '_ {
+        (0..self.len()).map(move |i| {
+            let (_, len, hash) = self.chunk(i);
+            Want {
+                entry,
+                index: i as u32,
+                len,
+                hash,
+            }
+        })
+    }
 }
 
 /// Requests for the link thread.
@@ -485,7 +498,7 @@ impl Shared {
                 })
                 .collect()
         })?;
-        let complete = self.recipe(entry).cloned();
+        let complete = self.recipe(entry);
         let checked = |i: usize| complete.as_ref().and_then(|r| r.checked.get(i));
         let mut missing = Vec::new();
         for &(i, _, len, hash) in &chunks {
@@ -572,16 +585,9 @@ impl Shared {
         let Some(r) = self.recipe(entry).cloned() else {
             return Vec::new();
         };
-        let mut lacking: Vec<Want> = (0..r.len())
-            .filter_map(|i| {
-                let (_, len, hash) = r.chunk(i);
-                self.cache.get(&hash).is_none().then_some(Want {
-                    entry,
-                    index: i as u32,
-                    len,
-                    hash,
-                })
-            })
+        let mut lacking: Vec<Want> = r
+            .wants(entry)
+            .filter(|w| self.cache.get(&w.hash).is_none())
             .collect();
         let mut g = self.lock();
         lacking.retain(|w| g.inflight.insert(w.hash));

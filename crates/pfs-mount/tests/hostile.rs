@@ -142,6 +142,22 @@ hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. hell
 hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. hello, lazy world. 300 bytes!!!!!!!!!!!";
 const SPLIT: usize = 100;
 
+/// Answers one RECIPE_ASK with CONTENT in two chunks, then every FETCH.
+fn serve_in_two_chunks(t: &mut UnixTransport) {
+    assert!(answer_recipe(
+        t,
+        CONTENT,
+        &[SPLIT as u32, (CONTENT.len() - SPLIT) as u32]
+    ));
+    answer_fetches(t, |i| {
+        if i == 0 {
+            CONTENT[..SPLIT].to_vec()
+        } else {
+            CONTENT[SPLIT..].to_vec()
+        }
+    });
+}
+
 fn counters(s: &Session) -> serde_json::Value {
     s.report()
 }
@@ -150,18 +166,7 @@ fn counters(s: &Session) -> serde_json::Value {
 fn reads_fetch_once_then_come_from_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     let (conn, h) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(
-            t,
-            CONTENT,
-            &[SPLIT as u32, (CONTENT.len() - SPLIT) as u32]
-        ));
-        answer_fetches(t, |i| {
-            if i == 0 {
-                CONTENT[..SPLIT].to_vec()
-            } else {
-                CONTENT[SPLIT..].to_vec()
-            }
-        });
+        serve_in_two_chunks(t);
     });
     let s = open(conn, &cfg(dir.path())).unwrap();
     assert_eq!(s.read("f", 0, 1000).unwrap(), CONTENT);
@@ -394,18 +399,7 @@ fn a_gone_file_is_an_error_and_the_session_goes_on() {
 fn the_direct_client_reads_the_file_from_shared_memory() {
     let dir = tempfile::tempdir().unwrap();
     let (conn, h) = one_file_server(CONTENT, |t| {
-        assert!(answer_recipe(
-            t,
-            CONTENT,
-            &[SPLIT as u32, (CONTENT.len() - SPLIT) as u32]
-        ));
-        answer_fetches(t, |i| {
-            if i == 0 {
-                CONTENT[..SPLIT].to_vec()
-            } else {
-                CONTENT[SPLIT..].to_vec()
-            }
-        });
+        serve_in_two_chunks(t);
     });
     let s = open(conn, &cfg(dir.path())).unwrap();
     let sock = dir.path().join("direct.sock");

@@ -1231,38 +1231,27 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
             });
         }
     }
-    if want_tree(TREE_LABELS[2]) {
+    // The same cold read two ways: a name-sorted reader, and tar.
+    for (label, tar, what) in [
+        (TREE_LABELS[2], false, "reading every file through a cold mount…"),
+        (TREE_LABELS[3], true, "tar of the tree through a cold mount…"),
+    ] {
+        if !want_tree(label) {
+            continue;
+        }
         let (run, notes) = match &blocked {
             Some(Measured::Skipped(w)) => (Measured::Skipped(w.clone()), String::new()),
             Some(Measured::Failed(w)) => (Measured::Failed(w.clone()), String::new()),
             _ => {
-                log("reading every file through a cold mount…");
-                match read_through_mount(st, &served, &name, false) {
+                log(what);
+                match read_through_mount(st, &served, &name, tar) {
                     Ok((run, n)) => (Measured::Ok(run), n),
                     Err(e) => (Measured::Failed(format!("{e:#}")), String::new()),
                 }
             }
         };
         tree.push(TreeRow {
-            label: TREE_LABELS[2].into(),
-            run,
-            notes,
-        });
-    }
-    if want_tree(TREE_LABELS[3]) {
-        let (run, notes) = match &blocked {
-            Some(Measured::Skipped(w)) => (Measured::Skipped(w.clone()), String::new()),
-            Some(Measured::Failed(w)) => (Measured::Failed(w.clone()), String::new()),
-            _ => {
-                log("tar of the tree through a cold mount…");
-                match read_through_mount(st, &served, &name, true) {
-                    Ok((run, n)) => (Measured::Ok(run), n),
-                    Err(e) => (Measured::Failed(format!("{e:#}")), String::new()),
-                }
-            }
-        };
-        tree.push(TreeRow {
-            label: TREE_LABELS[3].into(),
+            label: label.into(),
             run,
             notes,
         });

@@ -266,3 +266,18 @@ impl Server {
         }
     }
 }
+
+/// Deterministic incompressible bytes (xorshift64).
+#[allow(dead_code)]
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        v.extend_from_slice(&s.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
