@@ -11,6 +11,7 @@ use std::time::Duration;
 
 pub mod shm;
 pub mod tcp;
+pub mod udp;
 pub mod unix;
 
 pub use shm::{ShmConfig, ShmListener, ShmTransport};

@@ -18,6 +18,7 @@
 //! the writer built on it.
 
 pub mod control;
+pub mod datagram;
 pub mod desc;
 mod error;
 pub mod files;

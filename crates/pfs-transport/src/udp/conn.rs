@@ -1,0 +1,1064 @@
+//! The sans-I/O connection core of the UDP transport: one reliable,
+//! ordered byte stream each way over datagrams (`docs/wire.md` §14).
+//!
+//! The caller passes datagrams and `now` in (`handle_datagram`,
+//! `handle_timeout`) and takes datagrams and the next deadline out
+//! (`poll_transmit`, `poll_timeout`); the application side writes into
+//! the send buffer and reads from the reassembly buffer (`write`,
+//! `finish`, `read`). No socket, clock or thread inside: the simulated
+//! network tests drive two of these in one thread.
+//!
+//! Reliability, after QUIC (RFC 9000/9002): every datagram has a new
+//! packet number, so an ACK is never ambiguous; ACKs carry ranges of
+//! received numbers and every gap between them is a negative
+//! acknowledgement, all in one packet; a packet is lost when three later
+//! ones were acknowledged or when it is 9/8 of an RTT older than one that
+//! was; only its stream bytes are sent again, in a new packet. A probe
+//! timeout resends the oldest bytes when ACKs stop. Flow control: each
+//! ACK carries the highest stream offset its sender accepts. Pacing and
+//! the window come from [`super::cc`].
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use pfs_wire::datagram::{
+    close_code, emit_ack_range, AckHead, Close, DataHead, Open, PacketHeader, PacketType, ACK_HEAD_LEN,
+    ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM, MIN_DATAGRAM, OPEN_LEN, PACKET_HEADER_LEN,
+};
+
+use super::cc::{Controller, RateSample};
+use super::ranges::RangeSet;
+
+/// Settings of one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct UdpConfig {
+    /// Largest UDP payload this side sends and accepts; the smaller of the
+    /// two peers' values is used. Default 1472: a 1500-byte IPv4 MTU.
+    pub max_datagram: u16,
+    /// Stream bytes the application may write ahead of the peer's ACKs.
+    pub send_buffer: usize,
+    /// Stream bytes the receiver holds ahead of the application's reads
+    /// (the flow-control window).
+    pub recv_window: usize,
+    /// The connection fails when nothing arrives from the peer for this long.
+    pub idle_timeout: Duration,
+    /// A side that sent nothing for this long sends an ACK, so an idle
+    /// but live connection is never mistaken for a dead one.
+    pub keepalive: Duration,
+    /// How long the opening exchange may take.
+    pub connect_timeout: Duration,
+    /// How long a receiver may hold an ACK back to acknowledge more at once.
+    pub max_ack_delay: Duration,
+    /// Datagrams in flight before the first ACK.
+    pub initial_window_packets: u64,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        Self {
+            max_datagram: 1472,
+            send_buffer: 32 << 20,
+            recv_window: 32 << 20,
+            idle_timeout: Duration::from_secs(10),
+            keepalive: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(10),
+            max_ack_delay: Duration::from_millis(1),
+            initial_window_packets: 32,
+        }
+    }
+}
+
+/// Why a connection ended before both streams did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnError {
+    /// Nothing arrived from the peer for the idle timeout.
+    Idle(Duration),
+    /// The opening exchange did not finish in time.
+    ConnectTimeout(Duration),
+    /// The peer sent CLOSE with this code.
+    PeerClosed(u32),
+    /// The peer broke the datagram protocol.
+    Protocol(&'static str),
+    /// This side abandoned the connection.
+    Aborted,
+}
+
+impl std::fmt::Display for ConnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Idle(d) => write!(f, "no packet from the UDP peer for {:.1} s", d.as_secs_f64()),
+            Self::ConnectTimeout(d) => write!(
+                f,
+                "the UDP peer did not answer the opening exchange within {:.1} s",
+                d.as_secs_f64()
+            ),
+            Self::PeerClosed(code) => match *code {
+                close_code::ABORT => f.write_str("the UDP peer closed the connection"),
+                close_code::PROTOCOL => {
+                    f.write_str("the UDP peer closed the connection: it saw a protocol error")
+                }
+                close_code::TIMEOUT => {
+                    f.write_str("the UDP peer closed the connection: it timed out waiting for us")
+                }
+                other => write!(f, "the UDP peer closed the connection (code {other})"),
+            },
+            Self::Protocol(what) => write!(f, "UDP protocol error from the peer: {what}"),
+            Self::Aborted => f.write_str("the UDP connection was closed locally"),
+        }
+    }
+}
+
+impl std::error::Error for ConnError {}
+
+/// Counters of one connection; `bytes_*` count UDP payload bytes (the
+/// datagrams), `stream_*` the stream bytes inside them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams sent.
+    pub packets_sent: u64,
+    /// Datagrams received and accepted (well formed, this connection).
+    pub packets_received: u64,
+    /// UDP payload bytes sent.
+    pub bytes_sent: u64,
+    /// UDP payload bytes received.
+    pub bytes_received: u64,
+    /// Stream bytes sent, first sends and resends.
+    pub stream_bytes_sent: u64,
+    /// Stream bytes sent again after a loss or a probe timeout.
+    pub stream_bytes_resent: u64,
+    /// Packets declared lost.
+    pub packets_lost: u64,
+    /// Packets declared lost that were acknowledged later (reordering).
+    pub packets_spurious: u64,
+    /// Probe timeouts that fired.
+    pub probe_timeouts: u64,
+    /// ACK packets sent.
+    pub acks_sent: u64,
+    /// Stream bytes received that were held already.
+    pub stream_bytes_duplicate: u64,
+    /// Datagrams dropped: malformed, another connection's, or out of place.
+    pub packets_ignored: u64,
+}
+
+/// What a read found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// This many bytes were copied.
+    Data(usize),
+    /// The peer finished its stream and every byte was read.
+    End,
+    /// Nothing to read yet.
+    Blocked,
+    /// The connection failed.
+    Failed(ConnError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Client: OPEN sent, waiting for OPEN_ACK.
+    Opening,
+    /// Server: OPEN_ACK sent, waiting for the client's first packet.
+    Accepting,
+    Open,
+    Closed,
+}
+
+/// A DATA packet in flight.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    number: u64,
+    offset: u64,
+    len: u16,
+    fin: bool,
+    size: u32,
+    time: Instant,
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    app_limited: bool,
+    acked: bool,
+    lost: bool,
+}
+
+/// Packets an ACK may skip before the oldest is lost (RFC 9002's threshold).
+const PACKET_THRESHOLD: u64 = 3;
+/// Received packet-number ranges remembered for ACKs.
+const MAX_PN_RANGES: usize = 256;
+/// A receiver acknowledges at once after this many DATA packets.
+const ACK_EVERY: u32 = 16;
+/// How often OPEN and OPEN_ACK are sent again while unanswered.
+const OPEN_RESEND: Duration = Duration::from_millis(200);
+/// How long the pacer may fall behind: the burst it may send at once.
+const PACING_BURST: Duration = Duration::from_millis(1);
+/// RTT assumed before the first sample.
+const INITIAL_RTT: Duration = Duration::from_millis(100);
+
+/// One side of one connection.
+#[derive(Debug)]
+pub struct Connection {
+    cfg: UdpConfig,
+    state: State,
+    error: Option<ConnError>,
+    close_to_send: Option<u32>,
+    local_id: u32,
+    peer_id: u32,
+    datagram: usize,
+    next_number: u64,
+    opened_at: Instant,
+    open_resend_at: Instant,
+    last_recv: Instant,
+    last_sent: Instant,
+
+    // Send side: `sbuf` holds stream offsets `s_floor..s_end` (a ring).
+    sbuf: Vec<u8>,
+    s_floor: u64,
+    s_end: u64,
+    next_new: u64,
+    fin_at: Option<u64>,
+    fin_pending: bool,
+    fin_acked: bool,
+    s_acked: RangeSet,
+    resend: RangeSet,
+    sent: VecDeque<Sent>,
+    in_flight: u64,
+    peer_window: u64,
+    largest_acked: Option<u64>,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    latest_rtt: Duration,
+    loss_time: Option<Instant>,
+    pto_count: u32,
+    last_eliciting_sent: Option<Instant>,
+    probes: u32,
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    app_limited_until: u64,
+    cc: Controller,
+    next_send_time: Instant,
+
+    // Receive side: `rbuf` holds offsets `r_read..r_read + window` (a ring).
+    rbuf: Vec<u8>,
+    r_read: u64,
+    r_have: RangeSet,
+    r_fin: Option<u64>,
+    r_window_sent: u64,
+    pn_recv: RangeSet,
+    largest_recv: Option<(u64, Instant)>,
+    ack_pending: u32,
+    ack_due: Option<Instant>,
+    ack_now: bool,
+
+    stats: UdpStats,
+}
+
+impl Connection {
+    fn new(cfg: UdpConfig, now: Instant, local_id: u32, state: State) -> Self {
+        let max_datagram = cfg.max_datagram.clamp(MIN_DATAGRAM, MAX_DATAGRAM);
+        let cfg = UdpConfig {
+            max_datagram,
+            send_buffer: cfg.send_buffer.max(1 << 16),
+            recv_window: cfg.recv_window.max(1 << 16),
+            ..cfg
+        };
+        Self {
+            cfg,
+            state,
+            error: None,
+            close_to_send: None,
+            local_id,
+            peer_id: 0,
+            datagram: usize::from(max_datagram),
+            next_number: 0,
+            opened_at: now,
+            open_resend_at: now,
+            last_recv: now,
+            last_sent: now,
+            sbuf: vec![0; cfg.send_buffer.max(1 << 16)],
+            s_floor: 0,
+            s_end: 0,
+            next_new: 0,
+            fin_at: None,
+            fin_pending: false,
+            fin_acked: false,
+            s_acked: RangeSet::new(),
+            resend: RangeSet::new(),
+            sent: VecDeque::new(),
+            in_flight: 0,
+            peer_window: 0,
+            largest_acked: None,
+            srtt: None,
+            rttvar: INITIAL_RTT / 2,
+            latest_rtt: INITIAL_RTT,
+            loss_time: None,
+            pto_count: 0,
+            last_eliciting_sent: None,
+            probes: 0,
+            delivered: 0,
+            delivered_time: now,
+            first_sent_time: now,
+            app_limited_until: 0,
+            cc: Controller::new(u64::from(max_datagram), cfg.initial_window_packets),
+            next_send_time: now,
+            rbuf: vec![0; cfg.recv_window.max(1 << 16)],
+            r_read: 0,
+            r_have: RangeSet::new(),
+            r_fin: None,
+            r_window_sent: 0,
+            pn_recv: RangeSet::new(),
+            largest_recv: None,
+            ack_pending: 0,
+            ack_due: None,
+            ack_now: false,
+            stats: UdpStats::default(),
+        }
+    }
+
+    /// A client connection: its first datagram is OPEN.
+    pub fn client(cfg: UdpConfig, now: Instant, local_id: u32) -> Self {
+        Self::new(cfg, now, local_id, State::Opening)
+    }
+
+    /// A server connection answering the OPEN body `open`: its first
+    /// datagram is OPEN_ACK.
+    pub fn server(cfg: UdpConfig, now: Instant, local_id: u32, open: &Open) -> Self {
+        let mut c = Self::new(cfg, now, local_id, State::Accepting);
+        c.peer_id = open.conn;
+        c.datagram = c.datagram.min(usize::from(open.max_datagram));
+        c.peer_window = open.window;
+        c.r_window_sent = c.rbuf.len() as u64;
+        c
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> UdpStats {
+        self.stats
+    }
+
+    /// Smoothed RTT, if measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.srtt
+    }
+
+    /// The congestion controller (bandwidth estimate, window, mode).
+    pub fn controller(&self) -> &Controller {
+        &self.cc
+    }
+
+    /// The datagram size both sides agreed on.
+    pub fn datagram_size(&self) -> usize {
+        self.datagram
+    }
+
+    /// Whether the opening exchange is over (data may flow).
+    pub fn is_established(&self) -> bool {
+        matches!(self.state, State::Open | State::Accepting)
+    }
+
+    /// The error that ended the connection, if one did.
+    pub fn error(&self) -> Option<&ConnError> {
+        self.error.as_ref()
+    }
+
+    /// Whether nothing more will be sent or received (after a failure, or
+    /// once both streams are finished and acknowledged and the CLOSE, if
+    /// any, was sent).
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed && self.close_to_send.is_none()
+    }
+
+    /// Whether this side's stream was finished and every byte of it,
+    /// the end included, acknowledged.
+    pub fn send_done(&self) -> bool {
+        self.fin_acked && Some(self.s_floor) == self.fin_at
+    }
+
+    /// Whether the peer's stream arrived whole, its end included.
+    pub fn recv_done(&self) -> bool {
+        match self.r_fin {
+            Some(fin) => fin == self.r_read || self.r_have.first() == Some(self.r_read..fin),
+            None => false,
+        }
+    }
+
+    /// Bytes the application may write now.
+    pub fn writable(&self) -> usize {
+        if self.fin_at.is_some() || self.state == State::Closed {
+            return 0;
+        }
+        self.sbuf.len() - (self.s_end - self.s_floor) as usize
+    }
+
+    /// Bytes written and not yet acknowledged.
+    pub fn unacked(&self) -> u64 {
+        self.s_end - self.s_floor
+    }
+
+    /// Copies as much of `data` as the send buffer takes; returns how much.
+    pub fn write(&mut self, data: &[u8]) -> usize {
+        let n = data.len().min(self.writable());
+        let cap = self.sbuf.len();
+        let at = (self.s_end % cap as u64) as usize;
+        let first = n.min(cap - at);
+        self.sbuf[at..at + first].copy_from_slice(&data[..first]);
+        self.sbuf[..n - first].copy_from_slice(&data[first..n]);
+        self.s_end += n as u64;
+        n
+    }
+
+    /// Ends this side's stream after what was written.
+    pub fn finish(&mut self) {
+        if self.fin_at.is_none() {
+            self.fin_at = Some(self.s_end);
+            self.fin_pending = true;
+        }
+    }
+
+    /// Copies received bytes, in order, into `out`.
+    pub fn read(&mut self, out: &mut [u8]) -> ReadOutcome {
+        // Bytes that arrived in order are delivered even after a failure.
+        let ready = match self.r_have.first() {
+            Some(r) if r.start == self.r_read => r.end - self.r_read,
+            _ => 0,
+        };
+        if ready == 0 {
+            if self.r_fin == Some(self.r_read) {
+                return ReadOutcome::End;
+            }
+            if let Some(e) = &self.error {
+                return ReadOutcome::Failed(e.clone());
+            }
+            return ReadOutcome::Blocked;
+        }
+        let n = out.len().min(ready as usize);
+        let cap = self.rbuf.len();
+        let at = (self.r_read % cap as u64) as usize;
+        let first = n.min(cap - at);
+        out[..first].copy_from_slice(&self.rbuf[at..at + first]);
+        out[first..n].copy_from_slice(&self.rbuf[..n - first]);
+        self.r_have.remove(self.r_read..self.r_read + n as u64);
+        self.r_read += n as u64;
+        // Tell the sender about the room once a quarter of the window opened.
+        if self.window_limit() - self.r_window_sent >= cap as u64 / 4 {
+            self.ack_now = true;
+        }
+        ReadOutcome::Data(n)
+    }
+
+    /// Whether a read would return something (data, end or failure).
+    pub fn readable(&self) -> bool {
+        self.error.is_some()
+            || self.r_fin == Some(self.r_read)
+            || self.r_have.first().is_some_and(|r| r.start == self.r_read)
+    }
+
+    /// Abandons the connection: a CLOSE goes out and everything stops.
+    pub fn abort(&mut self, code: u32) {
+        if self.state != State::Closed {
+            self.fail(ConnError::Aborted, Some(code));
+        }
+    }
+
+    fn fail(&mut self, error: ConnError, close: Option<u32>) {
+        self.state = State::Closed;
+        self.error = Some(error);
+        self.close_to_send = close;
+    }
+
+    fn window_limit(&self) -> u64 {
+        self.r_read + self.rbuf.len() as u64
+    }
+
+    // ---------------------------------------------------------------- input
+
+    /// Takes one received datagram. Malformed datagrams and another
+    /// connection's are counted and dropped: anyone can send a datagram.
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        if self.state == State::Closed {
+            return;
+        }
+        let Ok((header, body)) = PacketHeader::parse(datagram) else {
+            self.stats.packets_ignored += 1;
+            return;
+        };
+        let ours = header.conn == self.local_id;
+        let accepted = match (header.kind, self.state) {
+            (PacketType::OpenAck, State::Opening) if ours => self.on_open_ack(now, header.number, body),
+            (PacketType::OpenAck, State::Open) if ours => {
+                // The server missed our first packets: answer at once.
+                self.ack_now = true;
+                false
+            }
+            (PacketType::Open | PacketType::OpenAck, _) => false,
+            (_, State::Opening) => false,
+            (PacketType::Data, _) if ours => self.on_data(now, header.number, body),
+            (PacketType::Ack, _) if ours => self.on_ack(now, header.number, body),
+            (PacketType::Close, _) if ours => {
+                if let Ok(close) = Close::parse(body) {
+                    self.fail(ConnError::PeerClosed(close.code), None);
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        };
+        if accepted {
+            self.stats.packets_received += 1;
+            self.stats.bytes_received += datagram.len() as u64;
+            self.last_recv = now;
+            if self.state == State::Accepting {
+                self.state = State::Open;
+            }
+        } else {
+            self.stats.packets_ignored += 1;
+        }
+    }
+
+    fn on_open_ack(&mut self, now: Instant, number: u64, body: &[u8]) -> bool {
+        let Ok(open) = Open::parse(body) else {
+            return false;
+        };
+        self.note_number(now, number, false);
+        self.peer_id = open.conn;
+        self.datagram = self.datagram.min(usize::from(open.max_datagram));
+        self.peer_window = open.window;
+        self.r_window_sent = self.window_limit();
+        self.state = State::Open;
+        self.delivered_time = now;
+        self.first_sent_time = now;
+        // Acknowledge at once: the server learns the path is open.
+        self.ack_now = true;
+        true
+    }
+
+    /// Records a received packet number; false if it was seen already.
+    fn note_number(&mut self, now: Instant, number: u64, eliciting: bool) -> bool {
+        if self.pn_recv.insert(number..number + 1) == 0 {
+            // A duplicate: the sender may have missed our ACK.
+            self.ack_now = true;
+            return false;
+        }
+        self.pn_recv.keep_highest(MAX_PN_RANGES);
+        match self.largest_recv {
+            Some((largest, _)) if number < largest => self.ack_now |= eliciting,
+            Some((largest, _)) => {
+                if number > largest + 1 {
+                    self.ack_now |= eliciting;
+                }
+                self.largest_recv = Some((number, now));
+            }
+            None => self.largest_recv = Some((number, now)),
+        }
+        if eliciting {
+            self.ack_pending += 1;
+            if self.ack_pending >= ACK_EVERY {
+                self.ack_now = true;
+            } else if self.ack_due.is_none() {
+                self.ack_due = Some(now + self.cfg.max_ack_delay);
+            }
+        }
+        true
+    }
+
+    fn on_data(&mut self, now: Instant, number: u64, body: &[u8]) -> bool {
+        let Ok((head, bytes)) = DataHead::parse(body) else {
+            return false;
+        };
+        let end = head.offset + u64::from(head.len);
+        if end > self.window_limit() {
+            self.fail(
+                ConnError::Protocol("stream bytes beyond the window"),
+                Some(close_code::PROTOCOL),
+            );
+            return true;
+        }
+        if let Some(fin) = self.r_fin {
+            if end > fin || (head.fin && end != fin) {
+                self.fail(
+                    ConnError::Protocol("stream bytes past its end"),
+                    Some(close_code::PROTOCOL),
+                );
+                return true;
+            }
+        }
+        if head.fin {
+            if end < self.r_read || self.r_have.last().is_some_and(|r| r.end > end) {
+                self.fail(
+                    ConnError::Protocol("stream end before bytes already sent"),
+                    Some(close_code::PROTOCOL),
+                );
+                return true;
+            }
+            self.r_fin = Some(end);
+        }
+        if !self.note_number(now, number, true) {
+            self.stats.stream_bytes_duplicate += u64::from(head.len);
+            return true;
+        }
+        let start = head.offset.max(self.r_read);
+        if start < end {
+            let skip = (start - head.offset) as usize;
+            let bytes = &bytes[skip..];
+            let cap = self.rbuf.len();
+            let at = (start % cap as u64) as usize;
+            let first = bytes.len().min(cap - at);
+            self.rbuf[at..at + first].copy_from_slice(&bytes[..first]);
+            self.rbuf[..bytes.len() - first].copy_from_slice(&bytes[first..]);
+            let fresh = self.r_have.insert(start..end);
+            self.stats.stream_bytes_duplicate += (end - start) - fresh;
+        } else {
+            self.stats.stream_bytes_duplicate += u64::from(head.len);
+        }
+        true
+    }
+
+    fn on_ack(&mut self, now: Instant, number: u64, body: &[u8]) -> bool {
+        let Ok((head, ranges)) = AckHead::parse(body) else {
+            return false;
+        };
+        if head.largest >= self.next_number {
+            self.fail(
+                ConnError::Protocol("ACK of a packet never sent"),
+                Some(close_code::PROTOCOL),
+            );
+            return true;
+        }
+        self.note_number(now, number, false);
+        self.peer_window = self.peer_window.max(head.window);
+
+        let mut newest: Option<Sent> = None;
+        let mut acked_bytes = 0u64;
+        for range in ranges {
+            // Entries are sorted by number: find the first at or above `smallest`.
+            let from = self.sent.partition_point(|s| s.number < range.smallest);
+            for i in from..self.sent.len() {
+                let s = self.sent[i];
+                if s.number > range.largest {
+                    break;
+                }
+                if s.acked {
+                    continue;
+                }
+                self.sent[i].acked = true;
+                if s.lost {
+                    self.stats.packets_spurious += 1;
+                } else {
+                    self.in_flight -= u64::from(s.size);
+                }
+                let end = s.offset + u64::from(s.len);
+                if s.len > 0 {
+                    self.s_acked.insert(s.offset..end);
+                    self.resend.remove(s.offset..end);
+                }
+                if s.fin {
+                    self.fin_acked = true;
+                    self.fin_pending = false;
+                }
+                self.delivered += u64::from(s.size);
+                acked_bytes += u64::from(s.size);
+                if newest.is_none_or(|n| s.number > n.number) {
+                    newest = Some(s);
+                }
+            }
+        }
+        // Release the acknowledged prefix of the send buffer.
+        while let Some(r) = self.s_acked.first() {
+            if r.start > self.s_floor {
+                break;
+            }
+            self.s_floor = self.s_floor.max(r.end);
+            self.s_acked.remove(r);
+        }
+        self.resend.remove(0..self.s_floor);
+        let Some(newest) = newest else {
+            self.pop_settled();
+            return true;
+        };
+        self.largest_acked = Some(self.largest_acked.map_or(head.largest, |l| l.max(head.largest)));
+        if newest.number == head.largest {
+            let ack_delay = Duration::from_micros(u64::from(head.delay_us)).min(self.cfg.max_ack_delay);
+            let sample = now.saturating_duration_since(newest.time);
+            self.update_rtt(sample, ack_delay);
+        }
+        self.pto_count = 0;
+        if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
+            self.app_limited_until = 0;
+        }
+        let interval = newest
+            .time
+            .saturating_duration_since(newest.first_sent_time)
+            .max(now.saturating_duration_since(newest.delivered_time));
+        self.delivered_time = now;
+        self.first_sent_time = newest.time;
+        let rate = RateSample {
+            delivered: self.delivered - newest.delivered,
+            interval,
+            rtt: now.saturating_duration_since(newest.time),
+            prior_delivered: newest.delivered,
+            app_limited: newest.app_limited,
+        };
+        self.detect_lost(now);
+        self.cc
+            .on_ack(now, &rate, self.delivered, acked_bytes, self.in_flight);
+        self.pop_settled();
+        true
+    }
+
+    fn update_rtt(&mut self, sample: Duration, ack_delay: Duration) {
+        self.latest_rtt = sample;
+        match self.srtt {
+            None => {
+                self.srtt = Some(sample);
+                self.rttvar = sample / 2;
+            }
+            Some(srtt) => {
+                let adjusted = if sample > ack_delay {
+                    sample - ack_delay
+                } else {
+                    sample
+                };
+                let diff = srtt.abs_diff(adjusted);
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((srtt * 7 + adjusted) / 8);
+            }
+        }
+    }
+
+    fn loss_delay(&self) -> Duration {
+        let rtt = self.srtt.unwrap_or(INITIAL_RTT).max(self.latest_rtt);
+        (rtt * 9 / 8).max(Duration::from_millis(1))
+    }
+
+    /// Declares lost every packet in flight that three later ones
+    /// overtook or that is a loss delay older than an acknowledged one.
+    fn detect_lost(&mut self, now: Instant) {
+        let Some(largest) = self.largest_acked else {
+            return;
+        };
+        let delay = self.loss_delay();
+        self.loss_time = None;
+        for i in 0..self.sent.len() {
+            let s = self.sent[i];
+            if s.number >= largest {
+                break;
+            }
+            if s.acked || s.lost {
+                continue;
+            }
+            let old = now.saturating_duration_since(s.time) >= delay;
+            if old || largest >= s.number + PACKET_THRESHOLD {
+                self.declare_lost(i);
+            } else {
+                let at = s.time + delay;
+                self.loss_time = Some(self.loss_time.map_or(at, |t| t.min(at)));
+            }
+        }
+    }
+
+    fn declare_lost(&mut self, i: usize) {
+        let s = self.sent[i];
+        self.sent[i].lost = true;
+        self.in_flight -= u64::from(s.size);
+        self.stats.packets_lost += 1;
+        let end = s.offset + u64::from(s.len);
+        if s.len > 0 && end > self.s_floor {
+            self.resend.insert(s.offset.max(self.s_floor)..end);
+        }
+        if s.fin && !self.fin_acked {
+            self.fin_pending = true;
+        }
+    }
+
+    fn pop_settled(&mut self) {
+        while self.sent.front().is_some_and(|s| s.acked || s.lost) {
+            self.sent.pop_front();
+        }
+    }
+
+    // --------------------------------------------------------------- timers
+
+    fn pto_deadline(&self) -> Option<Instant> {
+        if self.in_flight == 0 {
+            return None;
+        }
+        let srtt = self.srtt.unwrap_or(INITIAL_RTT);
+        let pto = srtt + (self.rttvar * 4).max(Duration::from_millis(1)) + self.cfg.max_ack_delay;
+        Some(self.last_eliciting_sent? + pto * (1u32 << self.pto_count.min(6)))
+    }
+
+    fn has_data(&self) -> bool {
+        !self.resend.is_empty()
+            || (self.next_new < self.s_end && self.next_new < self.peer_window)
+            || (self.fin_pending && self.next_new == self.s_end)
+    }
+
+    fn can_send_data(&self) -> bool {
+        self.state == State::Open
+            && (self.probes > 0 || self.in_flight + self.datagram as u64 <= self.cc.window())
+    }
+
+    /// The next instant `handle_timeout` must run, if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.state == State::Closed {
+            return None;
+        }
+        let mut t = self.last_recv + self.cfg.idle_timeout;
+        let mut min = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = t.min(x);
+            }
+        };
+        match self.state {
+            State::Opening | State::Accepting => {
+                min(Some(self.open_resend_at));
+                min(Some(self.opened_at + self.cfg.connect_timeout));
+            }
+            _ => {}
+        }
+        min(Some(self.last_sent + self.cfg.keepalive));
+        min(self.ack_due);
+        min(self.loss_time);
+        min(self.pto_deadline());
+        if self.has_data() && self.can_send_data() {
+            min(Some(self.next_send_time));
+        }
+        Some(t)
+    }
+
+    /// Runs what is due at `now`: loss and probe timers, the idle and
+    /// opening timeouts.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.state == State::Closed {
+            return;
+        }
+        if matches!(self.state, State::Opening | State::Accepting)
+            && now >= self.opened_at + self.cfg.connect_timeout
+        {
+            self.fail(ConnError::ConnectTimeout(self.cfg.connect_timeout), None);
+            return;
+        }
+        if now.saturating_duration_since(self.last_recv) >= self.cfg.idle_timeout {
+            self.fail(ConnError::Idle(self.cfg.idle_timeout), Some(close_code::TIMEOUT));
+            return;
+        }
+        if self.loss_time.is_some_and(|t| now >= t) {
+            self.detect_lost(now);
+            self.pop_settled();
+        }
+        if self.pto_deadline().is_some_and(|t| now >= t) {
+            self.pto_count += 1;
+            self.stats.probe_timeouts += 1;
+            self.cc.on_timeout();
+            // Resend the oldest bytes in flight; two probes may pass the window.
+            if let Some(i) = self.sent.iter().position(|s| !s.acked && !s.lost) {
+                self.declare_lost(i);
+                self.stats.packets_lost -= 1;
+            }
+            self.pop_settled();
+            self.probes = 2;
+            // The timer restarts from now even if nothing can be resent.
+            self.last_eliciting_sent = Some(now);
+        }
+    }
+
+    // --------------------------------------------------------------- output
+
+    /// Writes the next datagram due at `now` into `buf` (at least the agreed
+    /// datagram size) and returns its length, or `None` if nothing is due.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let n = self.transmit(now, buf)?;
+        self.next_number += 1;
+        self.last_sent = now;
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += n as u64;
+        Some(n)
+    }
+
+    fn header(&self, kind: PacketType, conn: u32) -> [u8; PACKET_HEADER_LEN] {
+        PacketHeader {
+            kind,
+            conn,
+            number: self.next_number,
+        }
+        .emit()
+    }
+
+    fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if let Some(code) = self.close_to_send.take() {
+            buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Close, self.peer_id));
+            buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + CLOSE_LEN].copy_from_slice(&Close { code }.emit());
+            return Some(PACKET_HEADER_LEN + CLOSE_LEN);
+        }
+        match self.state {
+            State::Closed => return None,
+            State::Opening | State::Accepting if now >= self.open_resend_at => {
+                self.open_resend_at = now + OPEN_RESEND;
+                let (kind, conn) = if self.state == State::Opening {
+                    (PacketType::Open, 0)
+                } else {
+                    (PacketType::OpenAck, self.peer_id)
+                };
+                buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(kind, conn));
+                let open = Open {
+                    conn: self.local_id,
+                    max_datagram: self.cfg.max_datagram,
+                    window: self.window_limit(),
+                };
+                buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + OPEN_LEN].copy_from_slice(&open.emit());
+                return Some(PACKET_HEADER_LEN + OPEN_LEN);
+            }
+            State::Opening => return None,
+            _ => {}
+        }
+        let ack_due = self.ack_now
+            || self.ack_due.is_some_and(|t| now >= t)
+            || now.saturating_duration_since(self.last_sent) >= self.cfg.keepalive;
+        if ack_due && self.state == State::Open {
+            return Some(self.emit_ack(now, buf));
+        }
+        if self.state == State::Open && self.has_data() && self.can_send_data() {
+            if now < self.next_send_time {
+                return None;
+            }
+            return self.emit_data(now, buf);
+        }
+        if self.state == State::Open && !self.has_data() && self.in_flight < self.cc.window() {
+            // The application (or the peer's window) holds the sender back:
+            // rate samples from now on may understate the path.
+            self.app_limited_until = (self.delivered + self.in_flight).max(1);
+        }
+        None
+    }
+
+    fn emit_ack(&mut self, now: Instant, buf: &mut [u8]) -> usize {
+        self.ack_now = false;
+        self.ack_due = None;
+        self.ack_pending = 0;
+        self.stats.acks_sent += 1;
+        let window = self.window_limit();
+        self.r_window_sent = window;
+        buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Ack, self.peer_id));
+        let mut ranges = self.pn_recv.iter_rev();
+        let (largest, first, delay_us) = match (ranges.next(), self.largest_recv) {
+            (Some(r), Some((_, at))) => {
+                let delay = now
+                    .saturating_duration_since(at)
+                    .as_micros()
+                    .min(u128::from(u32::MAX));
+                (
+                    r.end - 1,
+                    (r.end - 1 - r.start).min(u64::from(u32::MAX)),
+                    delay as u32,
+                )
+            }
+            // Nothing received yet (a keepalive right after opening): an
+            // ACK of nothing is encoded as packet 0 received; the peer's
+            // packet 0 was its OPEN or OPEN_ACK, which it never tracks.
+            _ => (0, 0, 0),
+        };
+        let mut at = PACKET_HEADER_LEN + ACK_HEAD_LEN;
+        let room = (self.datagram - at) / ACK_RANGE_LEN;
+        let mut count = 0u16;
+        let mut prev_smallest = largest - first;
+        for r in ranges.take(room) {
+            let gap = prev_smallest - r.end;
+            let len = r.end - 1 - r.start;
+            if gap > u64::from(u32::MAX) || len > u64::from(u32::MAX) {
+                break;
+            }
+            buf[at..at + ACK_RANGE_LEN].copy_from_slice(&emit_ack_range(gap as u32, len as u32));
+            at += ACK_RANGE_LEN;
+            count += 1;
+            prev_smallest = r.start;
+        }
+        let head = AckHead {
+            largest,
+            window,
+            delay_us,
+            first: first as u32,
+            count,
+        };
+        buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + ACK_HEAD_LEN].copy_from_slice(&head.emit());
+        at
+    }
+
+    fn emit_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let room = (self.datagram - PACKET_HEADER_LEN - DATA_HEAD_LEN) as u64;
+        let mut resent = false;
+        let range = loop {
+            match self.resend.pop_first(room) {
+                Some(r) if r.end <= self.s_floor || self.s_acked.contains(r.clone()) => continue,
+                Some(r) => {
+                    resent = true;
+                    break r;
+                }
+                None => {
+                    let end = self.s_end.min(self.peer_window).min(self.next_new + room);
+                    break self.next_new..end.max(self.next_new);
+                }
+            }
+        };
+        let len = (range.end - range.start) as usize;
+        let fin = self.fin_pending && self.fin_at == Some(range.end);
+        if len == 0 && !fin {
+            return None;
+        }
+        if !resent {
+            self.next_new = range.end;
+        }
+        if fin {
+            self.fin_pending = false;
+        }
+        let head = DataHead {
+            offset: range.start,
+            len: len as u16,
+            fin,
+        };
+        buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Data, self.peer_id));
+        let mut at = PACKET_HEADER_LEN;
+        buf[at..at + DATA_HEAD_LEN].copy_from_slice(&head.emit());
+        at += DATA_HEAD_LEN;
+        let cap = self.sbuf.len();
+        let from = (range.start % cap as u64) as usize;
+        let first = len.min(cap - from);
+        buf[at..at + first].copy_from_slice(&self.sbuf[from..from + first]);
+        buf[at + first..at + len].copy_from_slice(&self.sbuf[..len - first]);
+        let size = (at + len) as u32;
+
+        if self.in_flight == 0 {
+            self.first_sent_time = now;
+            self.delivered_time = now;
+        }
+        self.sent.push_back(Sent {
+            number: self.next_number,
+            offset: range.start,
+            len: len as u16,
+            fin,
+            size,
+            time: now,
+            delivered: self.delivered,
+            delivered_time: self.delivered_time,
+            first_sent_time: self.first_sent_time,
+            app_limited: self.app_limited_until != 0,
+            acked: false,
+            lost: false,
+        });
+        self.in_flight += u64::from(size);
+        self.last_eliciting_sent = Some(now);
+        self.probes = self.probes.saturating_sub(1);
+        self.stats.stream_bytes_sent += len as u64;
+        if resent {
+            self.stats.stream_bytes_resent += len as u64;
+        }
+        // Pace: the next datagram is due `size / rate` after this one, and
+        // the pacer never falls more than a burst behind the clock.
+        let rate = self.cc.pacing_rate().max(1);
+        let gap = Duration::from_nanos((u64::from(size) * 1_000_000_000) / rate);
+        let base = self
+            .next_send_time
+            .max(now.checked_sub(PACING_BURST).unwrap_or(now));
+        self.next_send_time = base + gap;
+        Some(at + len)
+    }
+}
