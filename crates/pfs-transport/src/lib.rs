@@ -16,6 +16,7 @@ pub mod unix;
 
 pub use shm::{ShmConfig, ShmListener, ShmTransport};
 pub use tcp::{TcpConfig, TcpListener, TcpTransport};
+pub use udp::{UdpConfig, UdpListener, UdpTransport};
 pub use unix::{UnixListener, UnixTransport};
 
 /// Linux `IOV_MAX`: the most iovecs one `writev` accepts.
@@ -157,6 +158,8 @@ pub enum AnyListener {
     Unix(UnixListener),
     /// Shared-memory rings.
     Shm(ShmListener),
+    /// UDP datagrams.
+    Udp(udp::UdpListener),
 }
 
 impl AnyListener {
@@ -166,6 +169,7 @@ impl AnyListener {
             Self::Tcp(_) => "TCP",
             Self::Unix(_) => "UNIX",
             Self::Shm(_) => "SHM",
+            Self::Udp(_) => "UDP",
         }
     }
 }
@@ -178,6 +182,7 @@ impl Listener for AnyListener {
             Self::Tcp(l) => Box::new(l.accept()?),
             Self::Unix(l) => Box::new(l.accept()?),
             Self::Shm(l) => Box::new(l.accept()?),
+            Self::Udp(l) => Box::new(l.accept()?),
         })
     }
 
@@ -186,6 +191,7 @@ impl Listener for AnyListener {
             Self::Tcp(l) => l.local_addr(),
             Self::Unix(l) => l.local_addr(),
             Self::Shm(l) => l.local_addr(),
+            Self::Udp(l) => l.local_addr(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use pfs_transport::{
     Listener, ShmConfig, ShmListener, ShmTransport, TcpConfig, TcpListener, TcpTransport, Transport,
-    UnixListener, UnixTransport,
+    UdpConfig, UdpListener, UdpTransport, UnixListener, UnixTransport,
 };
 
 /// Connects a client to a fresh listener of one kind.
@@ -48,6 +48,18 @@ impl Harness for Shm {
     }
     fn connect(&self, l: &ShmListener) -> Box<dyn Transport> {
         Box::new(ShmTransport::connect(std::path::Path::new(&l.local_addr()), &self.1).unwrap())
+    }
+}
+
+/// UDP with small buffers, so the suite fills the windows and wraps the rings.
+struct Udp(UdpConfig);
+impl Harness for Udp {
+    type L = UdpListener;
+    fn listen(&self) -> UdpListener {
+        UdpListener::bind("127.0.0.1:0", self.0).unwrap()
+    }
+    fn connect(&self, l: &UdpListener) -> Box<dyn Transport> {
+        Box::new(UdpTransport::connect(&l.local_addr(), &self.0).unwrap())
     }
 }
 
@@ -186,4 +198,15 @@ fn shm_conformance() {
         };
         suite(Shm(tempfile::tempdir().unwrap(), cfg));
     }
+}
+
+#[test]
+fn udp_conformance() {
+    suite(Udp(UdpConfig::default()));
+    suite(Udp(UdpConfig {
+        send_buffer: 256 << 10,
+        recv_window: 256 << 10,
+        max_datagram: 1200,
+        ..UdpConfig::default()
+    }));
 }

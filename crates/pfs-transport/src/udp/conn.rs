@@ -81,6 +81,9 @@ pub enum ConnError {
     Protocol(&'static str),
     /// This side abandoned the connection.
     Aborted,
+    /// The peer's host answered that its port is closed (ICMP port
+    /// unreachable): the peer process is gone.
+    Unreachable,
 }
 
 impl std::fmt::Display for ConnError {
@@ -104,6 +107,9 @@ impl std::fmt::Display for ConnError {
             },
             Self::Protocol(what) => write!(f, "UDP protocol error from the peer: {what}"),
             Self::Aborted => f.write_str("the UDP connection was closed locally"),
+            Self::Unreachable => {
+                f.write_str("the UDP peer's port is closed (ICMP port unreachable): the peer is gone")
+            }
         }
     }
 }
@@ -456,6 +462,20 @@ impl Connection {
     pub fn abort(&mut self, code: u32) {
         if self.state != State::Closed {
             self.fail(ConnError::Aborted, Some(code));
+        }
+    }
+
+    /// Whether a read made room the peer should hear about now.
+    pub fn ack_wanted(&self) -> bool {
+        self.ack_now
+    }
+
+    /// The socket reported ICMP port unreachable for the peer: unless
+    /// both streams are over already, the connection fails now rather than
+    /// at the idle timeout.
+    pub fn port_unreachable(&mut self, _now: Instant) {
+        if self.state == State::Open && !(self.send_done() && self.recv_done()) {
+            self.fail(ConnError::Unreachable, None);
         }
     }
 

@@ -14,7 +14,9 @@
 
 pub mod cc;
 pub mod conn;
+mod driver;
 pub mod ranges;
 pub mod sim;
 
 pub use conn::{ConnError, Connection, ReadOutcome, UdpConfig, UdpStats};
+pub use driver::{UdpListener, UdpReport, UdpTransport, BATCH};

@@ -1,0 +1,694 @@
+//! Runs a [`Connection`] over a real UDP socket: one I/O thread per
+//! connection owns the socket and the clock, and the application's
+//! `read`/`write` calls meet it at the connection (a mutex and one
+//! condition variable). The thread is what makes the transport behave
+//! like TCP's kernel half: ACKs, resends and keepalives go out while the
+//! application computes, and after the application drops its end the
+//! thread stays until the last written byte is acknowledged (or the peer
+//! times out), so closing never loses data.
+//!
+//! Batching: each turn the thread takes every datagram the core has due
+//! (up to [`BATCH`]) and sends them with one `sendmmsg`, runs of
+//! full-size datagrams as one GSO message each; it receives with
+//! `recvmmsg` into 64 KiB buffers, which GRO may fill with many
+//! datagrams. Where the kernel or the path refuses GSO or GRO, the
+//! thread falls back to one datagram per message and says so once.
+//!
+//! Opening: the client sends OPEN to the listener's port; the listener
+//! makes a new socket on a new port, connected to the client, and the
+//! OPEN_ACK comes from there; the client connects its socket to that
+//! port. Each connection thus has its own socket and the kernel does the
+//! demultiplexing.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, IoSlice};
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use pfs_sys::udp::{
+    enable_gro, gso_supported, recv_batch, send_batch, set_dont_fragment, RecvMeta, RecvScratch, SendMsg,
+    SendScratch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS,
+};
+use pfs_wire::datagram::{close_code, Open, PacketHeader, PacketType};
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
+
+use super::conn::{Connection, ReadOutcome, UdpConfig, UdpStats};
+use crate::{Listener, Transport, TransportError};
+
+/// Datagrams one turn of the I/O thread may send.
+pub const BATCH: usize = 256;
+/// Receive buffers per `recvmmsg`.
+const RECV_BUFFERS: usize = 16;
+/// Size of one receive buffer: room for a GRO train.
+const RECV_BUFFER: usize = 65536;
+/// Socket buffers requested (forced above `rmem_max` when running as root).
+const SOCKET_BUFFER: usize = 16 << 20;
+/// How long a listener remembers an OPEN it answered (late copies are ignored).
+const OPEN_MEMORY: Duration = Duration::from_secs(30);
+
+/// What the application and the I/O thread share.
+#[derive(Debug)]
+struct Shared {
+    conn: Mutex<Connection>,
+    /// Readers and writers wait here; the I/O thread notifies after input.
+    changed: Condvar,
+    /// Wakes the I/O thread (an eventfd it polls beside the socket).
+    wake: OwnedFd,
+    /// The application dropped its end.
+    dropped: AtomicBool,
+    /// Application threads waiting on `changed` (changed under `conn`'s
+    /// lock): the I/O thread notifies only when someone waits, which
+    /// spares a futex call per received batch.
+    waiters: AtomicU32,
+    /// Whether GSO and GRO are in use (for the report).
+    gso: AtomicBool,
+    gro: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic in another holder leaves the connection as it was; go on.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes waiting application threads, if any (call with `conn` locked).
+    fn notify(&self) {
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    fn wake_io(&self) {
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+}
+
+/// One UDP connection, a byte stream each way.
+#[derive(Debug)]
+pub struct UdpTransport {
+    shared: Arc<Shared>,
+    peer: String,
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+}
+
+/// What a connection did, for reports: the core's counters, the path's
+/// measurements and which offloads were used.
+#[derive(Debug, Clone, Copy)]
+pub struct UdpReport {
+    /// The core's counters.
+    pub stats: UdpStats,
+    /// Smoothed RTT.
+    pub srtt: Option<Duration>,
+    /// Bottleneck bandwidth estimate, bytes/s.
+    pub bandwidth: u64,
+    /// Datagram size in use.
+    pub datagram: usize,
+    /// Whether sends used GSO.
+    pub gso: bool,
+    /// Whether receives used GRO.
+    pub gro: bool,
+}
+
+fn random_id() -> u32 {
+    static COUNTER: AtomicU32 = AtomicU32::new(1);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    (h.finish() as u32).max(1)
+}
+
+fn new_socket(local: SocketAddr) -> io::Result<UdpSocket> {
+    let sock = UdpSocket::bind(local)?;
+    let fd = sock.as_fd();
+    pfs_sys::udp::set_buffer(fd, true, SOCKET_BUFFER);
+    pfs_sys::udp::set_buffer(fd, false, SOCKET_BUFFER);
+    set_dont_fragment(fd, local.is_ipv6())?;
+    Ok(sock)
+}
+
+fn conn_error(e: &super::conn::ConnError) -> io::Error {
+    use super::conn::ConnError as E;
+    let kind = match e {
+        E::Idle(_) | E::ConnectTimeout(_) => io::ErrorKind::TimedOut,
+        E::PeerClosed(_) => io::ErrorKind::ConnectionReset,
+        E::Protocol(_) => io::ErrorKind::InvalidData,
+        E::Aborted => io::ErrorKind::ConnectionAborted,
+        E::Unreachable => io::ErrorKind::ConnectionRefused,
+    };
+    io::Error::new(kind, e.clone())
+}
+
+impl UdpTransport {
+    /// Connects to `addr` (`host:port`): the opening exchange runs here,
+    /// then the connection's I/O thread starts.
+    pub fn connect(addr: &str, cfg: &UdpConfig) -> Result<Self, TransportError> {
+        let resolved: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|source| TransportError::BadAddress {
+                addr: addr.into(),
+                source,
+            })?
+            .collect();
+        let Some(&target) = resolved.first() else {
+            return Err(TransportError::Unresolved { addr: addr.into() });
+        };
+        Self::connect_to(target, cfg).map_err(|source| TransportError::Connect {
+            addr: addr.into(),
+            source,
+        })
+    }
+
+    fn connect_to(target: SocketAddr, cfg: &UdpConfig) -> io::Result<Self> {
+        let local: SocketAddr = if target.is_ipv6() {
+            "[::]:0".parse().map_err(io::Error::other)?
+        } else {
+            "0.0.0.0:0".parse().map_err(io::Error::other)?
+        };
+        let sock = new_socket(local)?;
+        let mut conn = Connection::client(*cfg, Instant::now(), random_id());
+        let mut buf = vec![0u8; usize::from(cfg.max_datagram).max(2048)];
+        let mut rbuf = vec![0u8; 65536];
+        let server = loop {
+            let now = Instant::now();
+            conn.handle_timeout(now);
+            if let Some(e) = conn.error() {
+                return Err(conn_error(e));
+            }
+            while let Some(n) = conn.poll_transmit(now, &mut buf) {
+                // A refused send is like a lost OPEN: the next one retries.
+                let _ = sock.send_to(&buf[..n], target);
+            }
+            let wait = conn
+                .poll_timeout()
+                .map_or(Duration::from_millis(100), |t| t.saturating_duration_since(now))
+                .max(Duration::from_millis(1));
+            sock.set_read_timeout(Some(wait))?;
+            match sock.recv_from(&mut rbuf) {
+                Ok((n, from)) if from.ip() == target.ip() => {
+                    conn.handle_datagram(Instant::now(), &rbuf[..n]);
+                    if conn.is_established() {
+                        break from;
+                    }
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                            | io::ErrorKind::ConnectionRefused
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        };
+        sock.set_read_timeout(None)?;
+        sock.connect(server)?;
+        Self::start(sock, conn, server)
+    }
+
+    fn start(sock: UdpSocket, conn: Connection, peer: SocketAddr) -> io::Result<Self> {
+        sock.set_nonblocking(true)?;
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let gro = enable_gro(sock.as_fd());
+        let gso = gso_supported(sock.as_fd());
+        let shared = Arc::new(Shared {
+            conn: Mutex::new(conn),
+            changed: Condvar::new(),
+            wake,
+            dropped: AtomicBool::new(false),
+            waiters: AtomicU32::new(0),
+            gso: AtomicBool::new(gso),
+            gro: AtomicBool::new(gro),
+        });
+        let io = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("pfs-udp-io".into())
+            .spawn(move || IoThread::new(io, sock).run())?;
+        Ok(Self {
+            shared,
+            peer: peer.to_string(),
+            read_timeout: None,
+            write_timeout: None,
+        })
+    }
+
+    /// The connection's counters and measurements so far.
+    pub fn report(&self) -> UdpReport {
+        let c = self.shared.lock();
+        UdpReport {
+            stats: c.stats(),
+            srtt: c.srtt(),
+            bandwidth: c.controller().bandwidth(),
+            datagram: c.datagram_size(),
+            gso: self.shared.gso.load(Ordering::Relaxed),
+            gro: self.shared.gro.load(Ordering::Relaxed),
+        }
+    }
+
+    fn wait<'a>(
+        &'a self,
+        guard: MutexGuard<'a, Connection>,
+        deadline: Option<Instant>,
+    ) -> io::Result<MutexGuard<'a, Connection>> {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "timed out waiting for the UDP peer",
+            ));
+        }
+        // Counted under the lock, so the I/O thread, which reads the count
+        // under the same lock after changing the connection, cannot miss us.
+        self.shared.waiters.fetch_add(1, Ordering::Relaxed);
+        let guard = match left {
+            None => self.shared.changed.wait(guard).unwrap_or_else(|p| p.into_inner()),
+            Some(left) => {
+                self.shared
+                    .changed
+                    .wait_timeout(guard, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
+        };
+        self.shared.waiters.fetch_sub(1, Ordering::Relaxed);
+        Ok(guard)
+    }
+}
+
+impl Transport for UdpTransport {
+    fn kind(&self) -> &'static str {
+        "UDP"
+    }
+
+    fn peer(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let deadline = self.write_timeout.map(|t| Instant::now() + t);
+        let mut c = self.shared.lock();
+        loop {
+            if let Some(e) = c.error() {
+                return Err(conn_error(e));
+            }
+            let mut total = 0;
+            for b in bufs {
+                let n = c.write(b);
+                total += n;
+                if n < b.len() {
+                    break;
+                }
+            }
+            if total > 0 {
+                drop(c);
+                self.shared.wake_io();
+                return Ok(total);
+            }
+            if bufs.iter().all(|b| b.is_empty()) {
+                return Ok(0);
+            }
+            c = self.wait(c, deadline)?;
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let deadline = self.read_timeout.map(|t| Instant::now() + t);
+        let mut c = self.shared.lock();
+        loop {
+            match c.read(buf) {
+                ReadOutcome::Data(n) => {
+                    let tell = c.ack_wanted();
+                    drop(c);
+                    if tell {
+                        self.shared.wake_io();
+                    }
+                    return Ok(n);
+                }
+                ReadOutcome::End => return Ok(0),
+                ReadOutcome::Failed(e) => return Err(conn_error(&e)),
+                ReadOutcome::Blocked => c = self.wait(c, deadline)?,
+            }
+        }
+    }
+
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.read_timeout = timeout;
+        Ok(())
+    }
+
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.write_timeout = timeout;
+        Ok(())
+    }
+
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.shared.lock().finish();
+        self.shared.wake_io();
+        Ok(())
+    }
+}
+
+impl Drop for UdpTransport {
+    fn drop(&mut self) {
+        // Like close(2) on TCP: what was written is still delivered; the
+        // I/O thread lingers until it is acknowledged.
+        self.shared.lock().finish();
+        self.shared.dropped.store(true, Ordering::Release);
+        self.shared.wake_io();
+    }
+}
+
+/// The I/O thread of one connection.
+struct IoThread {
+    shared: Arc<Shared>,
+    sock: UdpSocket,
+    out: Vec<u8>,
+    lens: Vec<usize>,
+    pending: usize,
+    sent: usize,
+    send_scratch: SendScratch,
+    recv_scratch: RecvScratch,
+    recv_bufs: Vec<Vec<u8>>,
+    recv_meta: Vec<RecvMeta>,
+    slot: usize,
+    gso: bool,
+    gso_warned: bool,
+}
+
+impl IoThread {
+    fn new(shared: Arc<Shared>, sock: UdpSocket) -> Self {
+        let slot = shared.lock().datagram_size().max(1);
+        let gso = shared.gso.load(Ordering::Relaxed);
+        if !shared.gro.load(Ordering::Relaxed) {
+            tracing::warn!("UDP: the kernel refused UDP_GRO; receiving one datagram per buffer");
+        }
+        Self {
+            shared,
+            sock,
+            out: vec![0; BATCH * slot],
+            lens: vec![0; BATCH],
+            pending: 0,
+            sent: 0,
+            send_scratch: SendScratch::default(),
+            recv_scratch: RecvScratch::default(),
+            recv_bufs: vec![vec![0; RECV_BUFFER]; RECV_BUFFERS],
+            recv_meta: vec![RecvMeta::default(); RECV_BUFFERS],
+            slot,
+            gso,
+            gso_warned: !gso,
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            let now = Instant::now();
+            let (deadline, exit) = {
+                let mut c = self.shared.lock();
+                if c.poll_timeout().is_some_and(|t| now >= t) {
+                    c.handle_timeout(now);
+                }
+                if self.shared.dropped.load(Ordering::Acquire)
+                    && c.send_done()
+                    && !c.recv_done()
+                    && c.error().is_none()
+                {
+                    // The application left without reading the peer's
+                    // whole stream: tell the peer, as TCP's reset would.
+                    c.abort(close_code::ABORT);
+                }
+                if self.pending == self.sent {
+                    self.pending = 0;
+                    self.sent = 0;
+                    while self.pending < BATCH {
+                        let at = self.pending * self.slot;
+                        match c.poll_transmit(now, &mut self.out[at..at + self.slot]) {
+                            Some(n) => {
+                                self.lens[self.pending] = n;
+                                self.pending += 1;
+                            }
+                            None => break,
+                        }
+                    }
+                }
+                let done = c.is_closed()
+                    || (self.shared.dropped.load(Ordering::Acquire) && c.send_done() && c.recv_done());
+                if c.error().is_some() {
+                    self.shared.notify();
+                }
+                (c.poll_timeout(), done && self.pending == self.sent)
+            };
+            if self.pending > self.sent {
+                self.flush();
+            }
+            if exit {
+                let _c = self.shared.lock();
+                self.shared.notify();
+                return;
+            }
+            let busy = self.pending == BATCH || self.pending > self.sent;
+            self.wait(if busy { Some(Instant::now()) } else { deadline });
+            self.receive();
+        }
+    }
+
+    /// Sends the batch's unsent datagrams, runs of full-size ones as GSO
+    /// messages. Leaves what the socket did not take for the next turn.
+    fn flush(&mut self) {
+        let mut msgs: [SendMsg<'_>; BATCH] = [SendMsg {
+            data: &[],
+            segment: 0,
+        }; BATCH];
+        let mut firsts = [0usize; BATCH];
+        let mut count = 0;
+        let mut i = self.sent;
+        while i < self.pending {
+            let start = i * self.slot;
+            let len = self.lens[i];
+            let mut end = start + len;
+            let mut j = i + 1;
+            if self.gso && len == self.slot {
+                let max = (MAX_GSO_BYTES / self.slot).min(MAX_GSO_SEGMENTS);
+                while j < self.pending && j - i < max {
+                    end += self.lens[j];
+                    j += 1;
+                    if self.lens[j - 1] != self.slot {
+                        break;
+                    }
+                }
+            }
+            msgs[count] = SendMsg {
+                data: &self.out[start..end],
+                segment: if j - i > 1 { self.slot as u16 } else { 0 },
+            };
+            firsts[count] = j;
+            count += 1;
+            i = j;
+        }
+        let mut taken = 0;
+        while taken < count {
+            match send_batch(self.sock.as_fd(), &msgs[taken..count], &mut self.send_scratch) {
+                Ok(n) => {
+                    taken += n;
+                    self.sent = firsts[taken - 1];
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if self.gso
+                        && msgs[taken].segment > 0
+                        && matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL)) =>
+                {
+                    // The path cannot segment for us: one datagram per
+                    // message from now on; this turn's rest goes next turn.
+                    self.gso = false;
+                    self.shared.gso.store(false, Ordering::Relaxed);
+                    if !self.gso_warned {
+                        self.gso_warned = true;
+                        tracing::warn!("UDP: the path refused GSO ({e}); sending one datagram per message");
+                    }
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    self.peer_gone();
+                    return;
+                }
+                Err(_) => {
+                    // Anything else is a lost datagram; the core resends.
+                    self.sent = firsts[taken];
+                    taken += 1;
+                }
+            }
+        }
+    }
+
+    fn peer_gone(&mut self) {
+        let mut c = self.shared.lock();
+        c.port_unreachable(Instant::now());
+        self.shared.notify();
+    }
+
+    fn wait(&mut self, until: Option<Instant>) {
+        let timeout = until.map(|t| t.saturating_duration_since(Instant::now()));
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return;
+        }
+        let ts = timeout.map(|t| rustix::event::Timespec {
+            tv_sec: t.as_secs() as i64,
+            tv_nsec: i64::from(t.subsec_nanos()),
+        });
+        let mut out_flags = PollFlags::IN;
+        if self.pending > self.sent {
+            out_flags |= PollFlags::OUT;
+        }
+        let mut fds = [
+            PollFd::new(&self.sock, out_flags),
+            PollFd::new(&self.shared.wake, PollFlags::IN),
+        ];
+        let _ = poll(&mut fds, ts.as_ref());
+        if fds[1].revents().contains(PollFlags::IN) {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&self.shared.wake, &mut b);
+        }
+    }
+
+    /// Takes every queued datagram (a bounded number of batches per turn
+    /// so sending is never starved).
+    fn receive(&mut self) {
+        let mut got = false;
+        for _ in 0..8 {
+            let n = match recv_batch(
+                self.sock.as_fd(),
+                &mut self.recv_bufs,
+                &mut self.recv_meta,
+                &mut self.recv_scratch,
+            ) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    self.peer_gone();
+                    break;
+                }
+                Err(_) => break,
+            };
+            if n == 0 {
+                break;
+            }
+            got = true;
+            let now = Instant::now();
+            let mut c = self.shared.lock();
+            for (buf, meta) in self.recv_bufs.iter().zip(&self.recv_meta).take(n) {
+                let seg = meta.segment.max(1);
+                for d in buf[..meta.len].chunks(seg) {
+                    c.handle_datagram(now, d);
+                }
+            }
+            drop(c);
+            if n < RECV_BUFFERS {
+                break;
+            }
+        }
+        if got {
+            let _c = self.shared.lock();
+            self.shared.notify();
+        }
+    }
+}
+
+/// Accepts UDP connections on one port.
+#[derive(Debug)]
+pub struct UdpListener {
+    sock: UdpSocket,
+    cfg: UdpConfig,
+    local: SocketAddr,
+    seen: Mutex<HashMap<(SocketAddr, u32), Instant>>,
+}
+
+impl UdpListener {
+    /// Binds `addr` (`host:port`).
+    pub fn bind(addr: &str, cfg: UdpConfig) -> Result<Self, TransportError> {
+        let listen_err = |source| TransportError::Listen {
+            addr: addr.into(),
+            source,
+        };
+        let sa = addr
+            .to_socket_addrs()
+            .map_err(|source| TransportError::BadAddress {
+                addr: addr.into(),
+                source,
+            })?
+            .next()
+            .ok_or_else(|| TransportError::Unresolved { addr: addr.into() })?;
+        let sock = UdpSocket::bind(sa).map_err(listen_err)?;
+        let local = sock.local_addr().map_err(listen_err)?;
+        Ok(Self {
+            sock,
+            cfg,
+            local,
+            seen: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The bound address.
+    pub fn socket_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn accept_open(&self, from: SocketAddr, open: &Open) -> io::Result<Option<UdpTransport>> {
+        let now = Instant::now();
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            seen.retain(|_, at| now.saturating_duration_since(*at) < OPEN_MEMORY);
+            if seen.contains_key(&(from, open.conn)) {
+                return Ok(None);
+            }
+            seen.insert((from, open.conn), now);
+        }
+        let mut local = self.local;
+        local.set_port(0);
+        let sock = new_socket(local)?;
+        sock.connect(from)?;
+        let conn = Connection::server(self.cfg, now, random_id(), open);
+        UdpTransport::start(sock, conn, from).map(Some)
+    }
+}
+
+impl Listener for UdpListener {
+    type Conn = UdpTransport;
+
+    fn accept(&self) -> io::Result<UdpTransport> {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let (n, from) = match self.sock.recv_from(&mut buf) {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // An ICMP error for an earlier datagram: not ours to act on.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(e),
+            };
+            let Ok((header, body)) = PacketHeader::parse(&buf[..n]) else {
+                continue;
+            };
+            if header.kind != PacketType::Open || header.conn != 0 {
+                continue;
+            }
+            let Ok(open) = Open::parse(body) else {
+                continue;
+            };
+            if let Some(t) = self.accept_open(from, &open)? {
+                return Ok(t);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> String {
+        self.local.to_string()
+    }
+}
