@@ -312,36 +312,44 @@ impl Controller {
 mod tests {
     use super::*;
 
-    /// A path of `rate` bytes/s and `rtt`, always full: the controller
-    /// finds the rate, leaves Startup, and cruises near it.
+    /// A path of `rate` bytes/s and `rtt`, one ACK per round trip: the
+    /// controller finds the rate, leaves Startup, and cruises near it.
     #[test]
     fn finds_the_bottleneck_rate() {
         let mss = 1400u64;
         let rate = 12_500_000u64; // 100 Mbit/s
         let rtt = Duration::from_millis(50);
+        let bdp = rate * 50 / 1000;
         let mut cc = Controller::new(mss, 32);
         let start = Instant::now();
         let mut delivered = 0u64;
-        for i in 1..=400u64 {
-            let now = start + rtt / 4 * i as u32;
-            // Delivery is capped by the path; the sender's rate is the pacing rate.
-            let sent_rate = cc.pacing_rate().min(rate);
-            let chunk = sent_rate / 4 * rtt.as_millis() as u64 / 1000;
+        for i in 1..=200u32 {
+            let now = start + rtt * i;
+            // What one round delivers: the window, the pacing and the path all cap it.
+            let paced = cc.pacing_rate() / 20;
+            let chunk = cc.window().min(paced).min(bdp);
             let prior = delivered;
             delivered += chunk;
             let sample = RateSample {
                 delivered: chunk,
-                interval: rtt / 4,
+                interval: rtt,
                 rtt,
-                prior_delivered: prior.saturating_sub(chunk * 3),
+                prior_delivered: prior,
                 app_limited: false,
             };
-            cc.on_ack(now, &sample, delivered, chunk, cc.window() / 2);
+            cc.on_ack(now, &sample, delivered, chunk, chunk.min(bdp));
         }
-        assert!(cc.mode() == Mode::ProbeBw || cc.mode() == Mode::ProbeRtt);
+        assert!(
+            matches!(cc.mode(), Mode::ProbeBw | Mode::ProbeRtt),
+            "{:?}",
+            cc.mode()
+        );
         let bw = cc.bandwidth();
         assert!(bw <= rate && bw >= rate * 9 / 10, "estimate {bw} for {rate}");
-        let bdp = rate * 50 / 1000;
-        assert!(cc.window() >= bdp && cc.window() <= 2 * bdp + 3 * mss + 1);
+        assert!(
+            cc.window() >= bdp && cc.window() <= 2 * bdp + 3 * mss + 1,
+            "window {}",
+            cc.window()
+        );
     }
 }
