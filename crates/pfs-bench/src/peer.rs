@@ -154,6 +154,13 @@ pub enum Target {
     Unix(PathBuf),
     /// A shared-memory rendezvous socket path.
     Shm(PathBuf, ShmConfig),
+    /// UDP to `host:port`.
+    Udp {
+        /// Address.
+        addr: String,
+        /// Datagram size, buffers, timeouts.
+        cfg: pfs_transport::UdpConfig,
+    },
 }
 
 impl Target {
@@ -169,6 +176,7 @@ impl Target {
             }
             Self::Unix(path) => Box::new(UnixTransport::connect(path)?),
             Self::Shm(path, cfg) => Box::new(ShmTransport::connect(path, cfg)?),
+            Self::Udp { addr, cfg } => Box::new(pfs_transport::UdpTransport::connect(addr, cfg)?),
         })
     }
 }
@@ -177,7 +185,7 @@ impl Target {
     /// The address as the user gave it (what `known_hosts` pins).
     pub fn addr_text(&self) -> String {
         match self {
-            Self::Tcp { addr, .. } => addr.clone(),
+            Self::Tcp { addr, .. } | Self::Udp { addr, .. } => addr.clone(),
             Self::Unix(p) | Self::Shm(p, _) => p.display().to_string(),
         }
     }

@@ -543,6 +543,16 @@ pub enum TransportArg {
     Unix,
     /// Shared-memory rings, same host (address: the rendezvous socket path).
     Shm,
+    /// UDP datagrams (address `host:port`): a reliable stream with selective ACKs, every gap
+    /// NAKed at once, and paced, rate-based congestion control — for long or lossy links.
+    Udp,
+}
+
+impl TransportArg {
+    /// Whether peers may be on other hosts (TCP, UDP): keys are then required off loopback.
+    pub fn is_network(self) -> bool {
+        matches!(self, Self::Tcp | Self::Udp)
+    }
 }
 
 /// How an idle side of a shared-memory connection waits.
@@ -559,9 +569,13 @@ pub enum ShmWaitArg {
 /// Transport selection, shared by `send` and `serve`.
 #[derive(Debug, Clone, Args)]
 pub struct TransportArgs {
-    /// Transport: tcp, or for same-host peers unix or shm (shared-memory rings).
+    /// Transport: tcp or udp, or for same-host peers unix or shm (shared-memory rings).
     #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
     pub transport: TransportArg,
+    /// udp: the path's MTU in bytes (576–65535); datagrams are this less the IP and UDP
+    /// headers [default: 1500]. Both sides use the smaller of their two values.
+    #[arg(long, value_name = "BYTES")]
+    pub mtu: Option<u32>,
     /// shm: how an idle side waits.
     #[arg(long, value_enum, default_value_t = ShmWaitArg::Futex)]
     pub shm_wait: ShmWaitArg,
@@ -590,7 +604,29 @@ impl TransportArgs {
         if self.transport != TransportArg::Shm && shm_flags_changed {
             anyhow::bail!("--shm-wait and --shm-ring apply only with --transport shm");
         }
+        if let Some(mtu) = self.mtu {
+            if self.transport != TransportArg::Udp {
+                anyhow::bail!("--mtu applies only with --transport udp");
+            }
+            if !(576..=65535).contains(&mtu) {
+                anyhow::bail!("--mtu {mtu}: give 576 … 65535 bytes");
+            }
+        }
         Ok(())
+    }
+
+    /// The UDP settings for a peer at `addr` (IPv6 headers are 20 bytes longer).
+    pub fn udp(&self, addr: &str) -> pfs_transport::UdpConfig {
+        let mtu = self.mtu.unwrap_or(1500);
+        let headers = if addr.starts_with('[') { 48 } else { 28 };
+        let datagram = mtu.saturating_sub(headers).clamp(
+            u32::from(pfs_wire::datagram::MIN_DATAGRAM),
+            u32::from(pfs_wire::datagram::MAX_DATAGRAM),
+        );
+        pfs_transport::UdpConfig {
+            max_datagram: datagram as u16,
+            ..pfs_transport::UdpConfig::default()
+        }
     }
 }
 

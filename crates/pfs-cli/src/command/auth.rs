@@ -72,7 +72,7 @@ pub fn client_security(
         Some(p) => KnownHosts::load(p)?,
         None => KnownHosts::default(),
     };
-    let remote = transport == TransportArg::Tcp && !is_loopback(addr);
+    let remote = transport.is_network() && !is_loopback(addr);
     let wanted = args.server_key.is_some()
         || args.identity.is_some()
         || args.psk_file.is_some()
@@ -117,7 +117,7 @@ pub fn server_admission(
     transport: TransportArg,
 ) -> anyhow::Result<(Admission, Vec<String>)> {
     let mut notes = Vec::new();
-    let remote = transport == TransportArg::Tcp && !is_loopback(listen);
+    let remote = transport.is_network() && !is_loopback(listen);
     if remote && args.authorized_keys.is_none() && !args.insecure_no_auth {
         anyhow::bail!(
             "refusing to serve {listen} (not loopback) without --authorized-keys FILE: anyone who can \

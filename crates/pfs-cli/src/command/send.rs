@@ -63,6 +63,10 @@ pub fn target(to: &str, t: &TransportArgs, sock_buf: u64) -> Target {
         },
         TransportArg::Unix => Target::Unix(PathBuf::from(to)),
         TransportArg::Shm => Target::Shm(PathBuf::from(to), t.shm()),
+        TransportArg::Udp => Target::Udp {
+            addr: to.to_string(),
+            cfg: t.udp(to),
+        },
     }
 }
 

@@ -20,7 +20,7 @@ use super::send::target;
 /// `[v6]:port`), for socket paths the part after the first `:`.
 pub fn split_target(to: &str, transport: TransportArg) -> (String, String) {
     let split_at = match transport {
-        TransportArg::Tcp => {
+        TransportArg::Tcp | TransportArg::Udp => {
             let port_colon = if to.starts_with('[') {
                 to.find("]:").map(|i| i + 1)
             } else {

@@ -31,6 +31,7 @@ fn transport_label(t: TransportArg) -> &'static str {
         TransportArg::Tcp => "TCP",
         TransportArg::Unix => "UNIX",
         TransportArg::Shm => "SHM",
+        TransportArg::Udp => "UDP",
     }
 }
 
@@ -39,7 +40,7 @@ fn transport_label(t: TransportArg) -> &'static str {
 fn listen_addr(args: &ServeArgs) -> String {
     match &args.listen {
         Some(a) => a.clone(),
-        None if args.transport.transport == TransportArg::Tcp => "127.0.0.1:7878".into(),
+        None if args.transport.transport.is_network() => "127.0.0.1:7878".into(),
         None => default_socket_path().display().to_string(),
     }
 }
@@ -98,6 +99,10 @@ pub fn bind_listener(args: &ServeArgs) -> anyhow::Result<AnyListener> {
         }
         TransportArg::Unix => AnyListener::Unix(UnixListener::bind(Path::new(&listen))?),
         TransportArg::Shm => AnyListener::Shm(ShmListener::bind(Path::new(&listen), &args.transport.shm())?),
+        TransportArg::Udp => AnyListener::Udp(pfs_transport::UdpListener::bind(
+            &listen,
+            args.transport.udp(&listen),
+        )?),
     })
 }
 
@@ -108,6 +113,7 @@ pub fn announce(listener: &AnyListener, json: bool) {
             .socket_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|_| l.local_addr()),
+        AnyListener::Udp(l) => l.socket_addr().to_string(),
         other => other.local_addr(),
     };
     let kind = listener.kind();

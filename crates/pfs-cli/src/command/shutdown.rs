@@ -26,6 +26,7 @@ const CUT_BOUND: Duration = Duration::from_secs(10);
 enum Wake {
     Tcp(SocketAddr),
     Path(PathBuf),
+    Udp(pfs_transport::udp::UdpWaker),
 }
 
 impl Wake {
@@ -45,6 +46,7 @@ impl Wake {
             // The shm rendezvous is a Unix socket too: a connection that
             // closes at once makes its accept return an error.
             AnyListener::Unix(_) | AnyListener::Shm(_) => Self::Path(listener.local_addr().into()),
+            AnyListener::Udp(l) => Self::Udp(l.waker()),
         })
     }
 
@@ -52,6 +54,7 @@ impl Wake {
         let result = match self {
             Self::Tcp(a) => TcpStream::connect_timeout(a, Duration::from_secs(1)).map(drop),
             Self::Path(p) => UnixStream::connect(p).map(drop),
+            Self::Udp(w) => w.wake(),
         };
         if let Err(e) = result {
             tracing::debug!("waking the accept loop: {e}");

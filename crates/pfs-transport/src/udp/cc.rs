@@ -32,6 +32,12 @@ const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
 /// Smallest window, in datagrams.
 const MIN_WINDOW_PACKETS: u64 = 4;
+/// The window is sized for at least this RTT even when the measured one is
+/// shorter: on a host path the minimum RTT (tens of microseconds) misses
+/// the scheduling and ACK-batching delays a typical round trip has, and a
+/// window of 2 × BDP by it would stall the sender. Pacing still uses the
+/// measured rate, so this only lets up to this much queue build.
+const MIN_WINDOW_RTT: Duration = Duration::from_millis(1);
 
 /// One delivery-rate sample, taken when an ACK acknowledges new data.
 #[derive(Debug, Clone, Copy)]
@@ -142,6 +148,16 @@ impl Controller {
     fn bdp(&self, gain: f64) -> u64 {
         match self.min_rtt {
             Some(rtt) if self.bandwidth() > 0 => (gain * self.bandwidth() as f64 * rtt.as_secs_f64()) as u64,
+            _ => self.window,
+        }
+    }
+
+    /// The window's target: `gain` × BDP, the RTT at least [`MIN_WINDOW_RTT`].
+    fn window_target(&self, gain: f64) -> u64 {
+        match self.min_rtt {
+            Some(rtt) if self.bandwidth() > 0 => {
+                (gain * self.bandwidth() as f64 * rtt.max(MIN_WINDOW_RTT).as_secs_f64()) as u64
+            }
             _ => self.window,
         }
     }
@@ -295,7 +311,7 @@ impl Controller {
             self.window = floor;
             return;
         }
-        let target = self.bdp(self.window_gain) + 3 * self.mss;
+        let target = self.window_target(self.window_gain) + 3 * self.mss;
         // Startup too is held to its gain times the BDP measured so far
         // (the estimate doubles each round, so the window still does):
         // an uncapped window there overshoots the queue by many BDPs.

@@ -190,7 +190,8 @@ struct Sent {
 const PACKET_THRESHOLD: u64 = 3;
 /// Received packet-number ranges remembered for ACKs.
 const MAX_PN_RANGES: usize = 256;
-/// A receiver acknowledges at once after this many DATA packets.
+/// A receiver acknowledges at once after this many DATA packets; fewer
+/// wait for the ACK delay only when they are alone (see `transmit`).
 const ACK_EVERY: u32 = 16;
 /// How often OPEN and OPEN_ACK are sent again while unanswered.
 const OPEN_RESEND: Duration = Duration::from_millis(200);
@@ -463,6 +464,18 @@ impl Connection {
         if self.state != State::Closed {
             self.fail(ConnError::Aborted, Some(code));
         }
+    }
+
+    /// One line of state for debugging stalls.
+    pub fn summary(&self) -> String {
+        format!(
+            "state {:?} floor {} next_new {} end {} fin {:?}/{} resend {:?} in_flight {} window {} peer_window {} sent {} (front {:?}) largest_acked {:?} loss_time {:?} pto {:?} x{} | r_read {} have {:?} r_fin {:?} pn {:?} pending {} due {:?} | {:?}",
+            self.state, self.s_floor, self.next_new, self.s_end, self.fin_at, self.fin_pending,
+            self.resend.first(), self.in_flight, self.cc.window(), self.peer_window, self.sent.len(),
+            self.sent.front().map(|s| (s.number, s.offset, s.acked, s.lost)), self.largest_acked,
+            self.loss_time.map(|t| t.saturating_duration_since(Instant::now())), self.pto_deadline().map(|t| t.saturating_duration_since(Instant::now())), self.pto_count,
+            self.r_read, self.r_have.first(), self.r_fin, self.pn_recv.last(), self.ack_pending, self.ack_due, self.stats
+        )
     }
 
     /// Whether a read made room the peer should hear about now.
@@ -931,7 +944,12 @@ impl Connection {
             State::Opening => return None,
             _ => {}
         }
+        // Two or more DATA packets unacknowledged when the driver asks what
+        // to send (it asks after each batch it received) are acknowledged
+        // now: holding them for more would stall a sender whose window is
+        // only a few packets.
         let ack_due = self.ack_now
+            || self.ack_pending >= 2
             || self.ack_due.is_some_and(|t| now >= t)
             || now.saturating_duration_since(self.last_sent) >= self.cfg.keepalive;
         if ack_due && self.state == State::Open {

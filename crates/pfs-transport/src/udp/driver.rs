@@ -409,8 +409,18 @@ impl IoThread {
     }
 
     fn run(mut self) {
+        let trace = std::env::var_os("PFS_UDP_TRACE").is_some();
+        let mut last_trace = Instant::now();
         loop {
             let now = Instant::now();
+            if trace && now.saturating_duration_since(last_trace) > Duration::from_secs(1) {
+                last_trace = now;
+                eprintln!(
+                    "udp {:?}: {}",
+                    self.sock.local_addr(),
+                    self.shared.lock().summary()
+                );
+            }
             let (deadline, exit) = {
                 let mut c = self.shared.lock();
                 if c.poll_timeout().is_some_and(|t| now >= t) {
@@ -609,6 +619,27 @@ pub struct UdpListener {
     cfg: UdpConfig,
     local: SocketAddr,
     seen: Mutex<HashMap<(SocketAddr, u32), Instant>>,
+    woken: Arc<AtomicBool>,
+}
+
+/// Makes a [`UdpListener`] blocked in `accept` return (a server that stops).
+#[derive(Debug, Clone)]
+pub struct UdpWaker {
+    addr: SocketAddr,
+    woken: Arc<AtomicBool>,
+}
+
+impl UdpWaker {
+    /// Makes the listener's `accept` return `Interrupted`, now or at its next call.
+    pub fn wake(&self) -> io::Result<()> {
+        self.woken.store(true, Ordering::Release);
+        let local: SocketAddr = if self.addr.is_ipv6() {
+            "[::1]:0".parse().map_err(io::Error::other)?
+        } else {
+            "127.0.0.1:0".parse().map_err(io::Error::other)?
+        };
+        UdpSocket::bind(local)?.send_to(&[], self.addr).map(drop)
+    }
 }
 
 impl UdpListener {
@@ -633,7 +664,24 @@ impl UdpListener {
             cfg,
             local,
             seen: Mutex::new(HashMap::new()),
+            woken: Arc::default(),
         })
+    }
+
+    /// A handle that wakes `accept` (for a server that stops).
+    pub fn waker(&self) -> UdpWaker {
+        let mut addr = self.local;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(if addr.is_ipv6() {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            });
+        }
+        UdpWaker {
+            addr,
+            woken: Arc::clone(&self.woken),
+        }
     }
 
     /// The bound address.
@@ -673,6 +721,12 @@ impl Listener for UdpListener {
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                 Err(e) => return Err(e),
             };
+            if self.woken.load(Ordering::Acquire) {
+                return Err(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "the UDP listener was woken to stop",
+                ));
+            }
             let Ok((header, body)) = PacketHeader::parse(&buf[..n]) else {
                 continue;
             };

@@ -19,4 +19,4 @@ pub mod ranges;
 pub mod sim;
 
 pub use conn::{ConnError, Connection, ReadOutcome, UdpConfig, UdpStats};
-pub use driver::{UdpListener, UdpReport, UdpTransport, BATCH};
+pub use driver::{UdpListener, UdpReport, UdpTransport, UdpWaker, BATCH};
