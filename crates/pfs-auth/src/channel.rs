@@ -549,6 +549,9 @@ impl<T: Transport> Transport for SecureTransport<T> {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
+    fn helper_usage(&self) -> pfs_transport::Usage {
+        self.inner.helper_usage()
+    }
 
     fn peer(&self) -> String {
         self.inner.peer()
@@ -679,6 +682,9 @@ impl<T> Prefixed<T> {
 impl<T: Transport> Transport for Prefixed<T> {
     fn kind(&self) -> &'static str {
         self.inner.kind()
+    }
+    fn helper_usage(&self) -> pfs_transport::Usage {
+        self.inner.helper_usage()
     }
     fn peer(&self) -> String {
         self.inner.peer()

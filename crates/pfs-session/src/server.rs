@@ -812,6 +812,9 @@ impl<T: Transport> Transport for Cuttable<'_, T> {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
+    fn helper_usage(&self) -> pfs_sys::Usage {
+        self.inner.helper_usage()
+    }
     fn peer(&self) -> String {
         self.inner.peer()
     }

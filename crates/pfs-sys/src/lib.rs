@@ -27,4 +27,6 @@ pub mod usage;
 pub use clone::clone_range;
 pub use cpu::{allowed_cpus, current_cpu, pin_current_thread, MAX_CPU};
 pub use fs::{base_page_size, fstatfs, hugetlbfs_page_size, statfs, FsInfo, FsType};
-pub use usage::{children_usage, max_rss_bytes, process_usage, thread_usage, tree_cpu_seconds, Usage};
+pub use usage::{
+    children_usage, max_rss_bytes, process_usage, task_usage, thread_usage, tree_cpu_seconds, Usage,
+};

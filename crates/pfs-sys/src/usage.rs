@@ -32,6 +32,17 @@ impl Usage {
         }
     }
 
+    /// Both usages' counters added (peak RSS: the larger).
+    pub fn plus(&self, other: &Usage) -> Usage {
+        Usage {
+            user_us: self.user_us + other.user_us,
+            sys_us: self.sys_us + other.sys_us,
+            nvcsw: self.nvcsw + other.nvcsw,
+            nivcsw: self.nivcsw + other.nivcsw,
+            max_rss_bytes: self.max_rss_bytes.max(other.max_rss_bytes),
+        }
+    }
+
     /// User plus system CPU time, seconds.
     pub fn cpu_seconds(&self) -> f64 {
         (self.user_us + self.sys_us) as f64 / 1e6
@@ -41,6 +52,35 @@ impl Usage {
 /// Resource usage of the calling thread (`RUSAGE_THREAD`).
 pub fn thread_usage() -> Usage {
     ffi::getrusage(ffi::Who::Thread)
+}
+
+/// CPU time and context switches of another thread of this process, from
+/// `/proc/self/task/TID/` (getrusage only reports the calling thread):
+/// times in clock ticks (10 ms on most kernels), so coarse. `None` if the
+/// thread is gone or the files cannot be read.
+pub fn task_usage(tid: i32) -> Option<Usage> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // Fields after the parenthesised command name (which may hold spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks = rustix::param::clock_ticks_per_second().max(1);
+    let us = |i: usize| -> Option<u64> { Some(fields.get(i)?.parse::<u64>().ok()? * 1_000_000 / ticks) };
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let count = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    Some(Usage {
+        user_us: us(11)?,
+        sys_us: us(12)?,
+        nvcsw: count("voluntary_ctxt_switches:"),
+        nivcsw: count("nonvoluntary_ctxt_switches:"),
+        max_rss_bytes: 0,
+    })
 }
 
 /// Resource usage of the whole process, all threads (`RUSAGE_SELF`).

@@ -14,6 +14,7 @@ pub mod tcp;
 pub mod udp;
 pub mod unix;
 
+pub use pfs_sys::Usage;
 pub use shm::{ShmConfig, ShmListener, ShmTransport};
 pub use tcp::{TcpConfig, TcpListener, TcpTransport};
 pub use udp::{UdpConfig, UdpListener, UdpTransport};
@@ -47,6 +48,13 @@ pub trait Transport: Send {
 
     /// Closes the sending side; the peer reads end-of-stream.
     fn shutdown_write(&mut self) -> io::Result<()>;
+
+    /// CPU time of threads the transport runs for this connection (UDP's
+    /// I/O thread), so a session's CPU figures include it; zero for
+    /// transports whose work happens in the caller's thread or the kernel.
+    fn helper_usage(&self) -> pfs_sys::Usage {
+        pfs_sys::Usage::default()
+    }
 
     /// Writes every byte of `bufs`, in as few `writev` calls as the kernel
     /// allows (at most [`IOV_MAX`] slices per call). Returns bytes written.
@@ -121,6 +129,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     fn shutdown_write(&mut self) -> io::Result<()> {
         (**self).shutdown_write()
     }
+    fn helper_usage(&self) -> pfs_sys::Usage {
+        (**self).helper_usage()
+    }
 }
 
 /// A borrowed transport is a transport: lets a wrapper (a protected
@@ -146,6 +157,9 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     }
     fn shutdown_write(&mut self) -> io::Result<()> {
         (**self).shutdown_write()
+    }
+    fn helper_usage(&self) -> pfs_sys::Usage {
+        (**self).helper_usage()
     }
 }
 

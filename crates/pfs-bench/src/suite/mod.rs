@@ -108,6 +108,8 @@ enum Via {
     Tcp,
     /// Shared-memory rings to a same-host receiver process.
     Shm,
+    /// UDP (the reliable datagram transport) over the bench's network path.
+    Udp,
 }
 
 impl Via {
@@ -115,6 +117,7 @@ impl Via {
         match self {
             Self::Tcp => "TCP",
             Self::Shm => "SHM",
+            Self::Udp => "UDP",
         }
     }
 }
@@ -213,6 +216,27 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
                     cipher: None,
                 },
             });
+        }
+        // The same three over the UDP transport, beside their TCP twins.
+        if !fnv {
+            for mode in [Mode::Payload, Mode::Offset, Mode::Arith] {
+                rows.push(Planned {
+                    label: labels::mode(mode, Via::Udp.label()),
+                    purpose: if mode == Mode::Payload { "Transfer" } else { "both" },
+                    job: Job::Pfs {
+                        transport: Via::Udp,
+                        mode,
+                        integrity,
+                        pattern,
+                        bytes: if mode == Mode::Payload {
+                            payload_bytes
+                        } else {
+                            exec_bytes
+                        },
+                        cipher: None,
+                    },
+                });
+            }
         }
         // Protected sessions (Noise handshake, sealed records): payload with
         // each cipher, the descriptor modes with the preferred one.
@@ -364,6 +388,18 @@ fn start_receiver(
             let mut cmd = Command::new(exe);
             cmd.args(["serve", "--transport", "shm", "--listen"])
                 .arg(scratch.join("shm.sock"));
+            cmd
+        }
+        Via::Udp => {
+            let mut cmd = net.receiver_command(&exe.to_string_lossy());
+            cmd.args([
+                "serve",
+                "--transport",
+                "udp",
+                "--listen",
+                &format!("{}:0", net.server_ip()),
+                "--insecure-no-auth",
+            ]);
             cmd
         }
     };
@@ -523,14 +559,20 @@ fn add_ratios(rows: &mut [Row]) {
             }
         }
         let is_payload = r.label.starts_with(&labels::mode(Mode::Payload, "TCP"))
-            || r.label == labels::mode(Mode::Payload, "SHM");
+            || r.label == labels::mode(Mode::Payload, "SHM")
+            || r.label == labels::mode(Mode::Payload, "UDP");
+        if r.label == labels::mode(Mode::Payload, "UDP") {
+            if let Some(b) = iperf {
+                ratios.push(format!("{:.2}× iperf3", r.effective_mb_s / b));
+            }
+        }
         if is_pfs && !is_payload {
             let alg = r.integrity_alg();
             if let Some(b) = loop_rate(&snapshot, alg, pattern) {
                 ratios.push(format!("{:.2}× {alg} loop", r.effective_mb_s / b));
             }
         }
-        for via in [Via::Tcp, Via::Shm] {
+        for via in [Via::Tcp, Via::Shm, Via::Udp] {
             if r.label == labels::mode(Mode::Arith, via.label()) {
                 let offset = labels::mode(Mode::Offset, via.label());
                 if let Some(b) = mode_rate(&snapshot, &offset, r.integrity_alg(), pattern) {
@@ -538,10 +580,10 @@ fn add_ratios(rows: &mut [Row]) {
                 }
             }
         }
-        // Each SHM row against the same mode over TCP in this run.
-        let shm_mode = [Mode::Payload, Mode::Offset, Mode::Arith]
-            .into_iter()
-            .find(|&m| r.label == labels::mode(m, Via::Shm.label()));
+        // Each SHM and UDP row against the same mode over TCP in this run.
+        let shm_mode = [Mode::Payload, Mode::Offset, Mode::Arith].into_iter().find(|&m| {
+            r.label == labels::mode(m, Via::Shm.label()) || r.label == labels::mode(m, Via::Udp.label())
+        });
         if let Some(m) = shm_mode {
             if let Some(b) = mode_rate(
                 &snapshot,
@@ -678,6 +720,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     };
     let receiver = start(Via::Tcp)?;
     let shm_receiver = start(Via::Shm)?;
+    let udp_receiver = start(Via::Udp)?;
     let opened: OpenedBlob = open_blob(&study_blob(sizes.blob, seed, args.huge_dir.clone()), true)?;
     eprintln!("sender {}", opened.describe());
     let view = opened.view();
@@ -768,6 +811,13 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                         PathBuf::from(&shm_receiver.as_ref().context("SHM receiver")?.1),
                         pfs_transport::ShmConfig::default(),
                     ),
+                    Via::Udp => Target::Udp {
+                        addr: udp_receiver.as_ref().context("UDP receiver")?.1.clone(),
+                        cfg: pfs_transport::UdpConfig {
+                            max_datagram: net.udp_datagram(),
+                            ..pfs_transport::UdpConfig::default()
+                        },
+                    },
                 };
                 let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
                 let cfg = sender_config(*mode, *integrity, spec, pfs_session::DEFAULT_PAYLOAD_BUDGET);
@@ -793,7 +843,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                         // SHM bytes cross no network interface: its wire is the ring,
                         // i.e. the frame bytes the receiver read.
                         let wire = match transport {
-                            Via::Tcp => net_wire,
+                            Via::Tcp | Via::Udp => net_wire,
                             Via::Shm => st.wire_bytes,
                         };
                         receiver_blob = format!("{} (page {} B)", st.blob_backing, st.blob_page_size);

@@ -164,6 +164,17 @@ impl NetPath {
         }
     }
 
+    /// The UDP rows' datagram size: the veth's MTU less the IPv4 and UDP
+    /// headers; on loopback the size a 1500-byte Ethernet path allows (the
+    /// loopback's 64 KiB MTU is no path anyone sends over).
+    pub fn udp_datagram(&self) -> u16 {
+        let mtu = match self {
+            NetPath::Veth(v) => v.mtu,
+            NetPath::Loopback | NetPath::Private(_) => 1500,
+        };
+        mtu.saturating_sub(28).clamp(1200, 65507) as u16
+    }
+
     /// Address receivers listen on and senders connect to.
     pub fn server_ip(&self) -> &str {
         match self {

@@ -49,9 +49,9 @@ fn send<T: Transport + ?Sized>(
         }
         while let Some(event) = core.poll_event() {
             match event {
-                GramSenderEvent::Started => usage0 = thread_usage(),
+                GramSenderEvent::Started => usage0 = thread_usage().plus(&t.helper_usage()),
                 GramSenderEvent::Progress(p) => on_progress(&p),
-                GramSenderEvent::Sent => usage = thread_usage().since(&usage0),
+                GramSenderEvent::Sent => usage = thread_usage().plus(&t.helper_usage()).since(&usage0),
                 GramSenderEvent::Finished => {}
             }
         }
@@ -229,10 +229,10 @@ fn receive<T: Transport + ?Sized>(
                         recorder = GramRecorder::open(dir, nonce)?;
                     }
                 }
-                GramReceiverEvent::Started => usage0 = thread_usage(),
+                GramReceiverEvent::Started => usage0 = thread_usage().plus(&t.helper_usage()),
                 GramReceiverEvent::Progress(p) => on_progress(&p),
                 GramReceiverEvent::Summary => {
-                    let usage = thread_usage().since(&usage0);
+                    let usage = thread_usage().plus(&t.helper_usage()).since(&usage0);
                     core.finish(now(), usage, max_rss_bytes());
                 }
             }

@@ -64,6 +64,8 @@ struct Shared {
     /// lock): the I/O thread notifies only when someone waits, which
     /// spares a futex call per received batch.
     waiters: AtomicU32,
+    /// The I/O thread's id (0 until it runs), for its CPU time.
+    io_tid: std::sync::atomic::AtomicI32,
     /// Whether GSO and GRO are in use (for the report).
     gso: AtomicBool,
     gro: AtomicBool,
@@ -223,6 +225,7 @@ impl UdpTransport {
             wake,
             dropped: AtomicBool::new(false),
             waiters: AtomicU32::new(0),
+            io_tid: std::sync::atomic::AtomicI32::new(0),
             gso: AtomicBool::new(gso),
             gro: AtomicBool::new(gro),
         });
@@ -350,6 +353,13 @@ impl Transport for UdpTransport {
         Ok(())
     }
 
+    fn helper_usage(&self) -> pfs_sys::Usage {
+        match self.shared.io_tid.load(Ordering::Relaxed) {
+            0 => pfs_sys::Usage::default(),
+            tid => pfs_sys::task_usage(tid).unwrap_or_default(),
+        }
+    }
+
     fn shutdown_write(&mut self) -> io::Result<()> {
         self.shared.lock().finish();
         self.shared.wake_io();
@@ -409,6 +419,9 @@ impl IoThread {
     }
 
     fn run(mut self) {
+        self.shared
+            .io_tid
+            .store(rustix::thread::gettid().as_raw_nonzero().get(), Ordering::Relaxed);
         let trace = std::env::var_os("PFS_UDP_TRACE").is_some();
         let mut last_trace = Instant::now();
         loop {

@@ -24,7 +24,7 @@ pub fn receive_files<T: Transport + ?Sized>(
     dest: &DestRoot,
     cfg: &FilesReceiverConfig,
 ) -> Result<FilesReceiverOutcome, SessionError> {
-    let usage0 = thread_usage();
+    let usage0 = thread_usage().plus(&t.helper_usage());
     let mut core = FilesReceiver::new(cfg, now())?;
     let mut host = LocalHost::new(chunks, Landing::new(dest, cfg.manifest.clone(), cfg.fsync_files));
     let result = run(t, &mut core, &mut host, cfg, &usage0);
@@ -61,7 +61,9 @@ fn run<'s, T: Transport + ?Sized>(
         while let Some(event) = core.poll_event() {
             match event {
                 FilesReceiverEvent::Accepted => {}
-                FilesReceiverEvent::Finished => core.report(now(), thread_usage().since(usage0)),
+                FilesReceiverEvent::Finished => {
+                    core.report(now(), thread_usage().plus(&t.helper_usage()).since(usage0))
+                }
             }
         }
         if let Some(bytes) = core.poll_transmit() {

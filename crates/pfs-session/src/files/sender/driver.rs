@@ -37,7 +37,7 @@ fn send<T: Transport + ?Sized>(
     prep: &mut dyn FilesPrepare,
     progress: &mut dyn FnMut(&FilesProgress),
 ) -> Result<FilesSenderOutcome, SessionError> {
-    let usage0 = thread_usage();
+    let usage0 = thread_usage().plus(&t.helper_usage());
     let mut src = LocalSource::new(prep, cfg.index_cache_dir.clone());
     let mut core = FilesSender::new(items, cfg, now())?;
     let mut buf = RecvBuf::new(core.buffer_capacity());
@@ -103,7 +103,7 @@ fn send<T: Transport + ?Sized>(
         repaired_chunks,
         repaired_bytes,
         elapsed,
-        usage: thread_usage().since(&usage0),
+        usage: thread_usage().plus(&t.helper_usage()).since(&usage0),
         warnings,
         skipped: core.skipped(),
         dropped: core.dropped(),
