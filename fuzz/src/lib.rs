@@ -35,6 +35,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("varint", varint),
     ("files", files),
     ("mount", mount),
+    ("datagram", datagram),
 ];
 
 /// Bytes at the start of a stream: the frame header alone, then the whole
@@ -460,4 +461,54 @@ fn mount_body(which: u8, body: &[u8]) {
             assert_eq!(out, body, "DATA re-encode");
         }
     }
+}
+
+/// Input: one UDP datagram (docs/wire.md §14). Whatever decodes
+/// re-encodes to the same bytes; ACK ranges walk down without wrapping.
+pub fn datagram(data: &[u8]) {
+    use pfs_wire::datagram::{emit_ack_range, AckHead, Close, DataHead, Open, PacketHeader, PacketType};
+    let Ok((h, body)) = PacketHeader::parse(data) else {
+        return;
+    };
+    let mut out = h.emit().to_vec();
+    match h.kind {
+        PacketType::Open | PacketType::OpenAck => match Open::parse(body) {
+            Ok(o) => out.extend_from_slice(&o.emit()),
+            Err(_) => return,
+        },
+        PacketType::Data => match DataHead::parse(body) {
+            Ok((d, bytes)) => {
+                assert_eq!(bytes.len(), usize::from(d.len));
+                out.extend_from_slice(&d.emit());
+                out.extend_from_slice(bytes);
+            }
+            Err(_) => return,
+        },
+        PacketType::Ack => match AckHead::parse(body) {
+            Ok((a, ranges)) => {
+                out.extend_from_slice(&a.emit());
+                let mut prev: Option<u64> = None;
+                let mut n = 0;
+                for r in ranges {
+                    assert!(r.smallest <= r.largest, "range upside down");
+                    if let Some(p) = prev {
+                        assert!(r.largest + 1 < p, "ranges touch or overlap");
+                        out.extend_from_slice(&emit_ack_range(
+                            (p - r.largest - 1) as u32,
+                            (r.largest - r.smallest) as u32,
+                        ));
+                    }
+                    prev = Some(r.smallest);
+                    n += 1;
+                }
+                assert_eq!(n, usize::from(a.count) + 1, "every range walked");
+            }
+            Err(_) => return,
+        },
+        PacketType::Close => match Close::parse(body) {
+            Ok(c) => out.extend_from_slice(&c.emit()),
+            Err(_) => return,
+        },
+    }
+    assert_eq!(out, data, "datagram re-encode");
 }

@@ -1093,6 +1093,7 @@ fn vector_names_match_the_document() {
     expected.extend(["files-delete", "files-deleted", "files-deleted-skipped"]);
     expected.extend(["mount-hello", "mount-accept", "mount-list", "mount-recipe-ask"]);
     expected.extend(["mount-recipe", "mount-recipe-gone", "mount-fetch", "mount-data"]);
+    expected.extend(UDP_VECTORS);
     expected.extend(VARINTS.iter().map(|c| c.0));
     expected.extend(ZIGZAGS.iter().map(|c| c.0));
     expected.extend(INVALID.iter().map(|c| c.0));
@@ -1234,4 +1235,106 @@ fn mount_vectors() {
     out.extend_from_slice(b"PFS!");
     DataEntry::emit_gone(&mut out);
     assert_eq!(out, body, "mount-data re-encode");
+}
+
+/// The datagram vectors of §14, checked by `datagram_vectors`.
+const UDP_VECTORS: [&str; 11] = [
+    "udp-open",
+    "udp-open-ack",
+    "udp-data",
+    "udp-data-fin",
+    "udp-ack",
+    "udp-close",
+    "invalid-udp-magic",
+    "invalid-udp-data-length",
+    "invalid-udp-ack-underflow",
+    "invalid-udp-ack-zero-gap",
+    "invalid-udp-open-small",
+];
+
+#[test]
+fn datagram_vectors() {
+    use pfs_wire::datagram::*;
+
+    let parse = |name: &str| -> (PacketHeader, &'static [u8]) {
+        PacketHeader::parse(bytes(name)).unwrap_or_else(|e| panic!("vector {name}: {e:?}"))
+    };
+    let reencode = |name: &str, h: &PacketHeader, body: &[u8]| {
+        let mut out = h.emit().to_vec();
+        out.extend_from_slice(body);
+        assert_eq!(out, bytes(name), "vector {name} re-encode");
+    };
+
+    let (h, body) = parse("udp-open");
+    assert_eq!((h.kind, h.conn, h.number), (PacketType::Open, 0, 0));
+    let o = Open::parse(body).unwrap();
+    assert_eq!(
+        o,
+        Open {
+            conn: 0x1122_3344,
+            max_datagram: 1472,
+            window: 32 << 20
+        }
+    );
+    reencode("udp-open", &h, &o.emit());
+
+    let (h, body) = parse("udp-open-ack");
+    assert_eq!((h.kind, h.conn), (PacketType::OpenAck, 0x1122_3344));
+    let o = Open::parse(body).unwrap();
+    assert_eq!(o.conn, 0x5566_7788);
+    reencode("udp-open-ack", &h, &o.emit());
+
+    let (h, body) = parse("udp-data");
+    assert_eq!((h.kind, h.conn, h.number), (PacketType::Data, 0x5566_7788, 5));
+    let (d, data) = DataHead::parse(body).unwrap();
+    assert_eq!((d.offset, d.len, d.fin, data), (4096, 5, false, &b"hello"[..]));
+    let mut b = d.emit().to_vec();
+    b.extend_from_slice(data);
+    reencode("udp-data", &h, &b);
+
+    let (h, body) = parse("udp-data-fin");
+    let (d, data) = DataHead::parse(body).unwrap();
+    assert_eq!((d.offset, d.len, d.fin, data.len()), (4101, 0, true, 0));
+    reencode("udp-data-fin", &h, &d.emit());
+
+    let (h, body) = parse("udp-ack");
+    assert_eq!((h.kind, h.number), (PacketType::Ack, 9));
+    let (a, ranges) = AckHead::parse(body).unwrap();
+    assert_eq!(
+        (a.largest, a.window, a.delay_us, a.first, a.count),
+        (100, (32 << 20) + 4096, 250, 5, 2)
+    );
+    let got: Vec<(u64, u64)> = ranges.map(|r| (r.smallest, r.largest)).collect();
+    assert_eq!(got, vec![(95, 100), (90, 92), (50, 50)]);
+    let mut b = a.emit().to_vec();
+    b.extend_from_slice(&emit_ack_range(2, 2));
+    b.extend_from_slice(&emit_ack_range(39, 0));
+    reencode("udp-ack", &h, &b);
+
+    let (h, body) = parse("udp-close");
+    let c = Close::parse(body).unwrap();
+    assert_eq!(c.code, close_code::PROTOCOL);
+    reencode("udp-close", &h, &c.emit());
+
+    assert_eq!(
+        PacketHeader::parse(bytes("invalid-udp-magic")).unwrap_err(),
+        WireError::BadMagic
+    );
+    let body = |name: &str| PacketHeader::parse(bytes(name)).unwrap().1;
+    assert_eq!(
+        DataHead::parse(body("invalid-udp-data-length")).unwrap_err(),
+        WireError::LengthMismatch
+    );
+    assert_eq!(
+        AckHead::parse(body("invalid-udp-ack-underflow")).unwrap_err(),
+        WireError::DescriptorOverflow
+    );
+    assert_eq!(
+        AckHead::parse(body("invalid-udp-ack-zero-gap")).unwrap_err(),
+        WireError::LengthMismatch
+    );
+    assert_eq!(
+        Open::parse(body("invalid-udp-open-small")).unwrap_err(),
+        WireError::TooLarge
+    );
 }

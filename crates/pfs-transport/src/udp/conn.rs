@@ -514,7 +514,9 @@ impl Connection {
             self.stats.packets_ignored += 1;
             return;
         };
-        let ours = header.conn == self.local_id;
+        // No sender gets near 2^64 packets; refusing the last number keeps
+        // `number + 1` in range everywhere below.
+        let ours = header.conn == self.local_id && header.number < u64::MAX;
         let accepted = match (header.kind, self.state) {
             (PacketType::OpenAck, State::Opening) if ours => self.on_open_ack(now, header.number, body),
             (PacketType::OpenAck, State::Open) if ours => {

@@ -1,0 +1,12 @@
+//! Input: datagrams from a hostile peer, fed to the UDP connection core
+//! (see `src/udp.rs`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+// The target uses the check, not the list of targets.
+#[allow(dead_code)]
+#[path = "../src/udp.rs"]
+mod udp;
+
+fuzz_target!(|data: &[u8]| udp::connection(data));
