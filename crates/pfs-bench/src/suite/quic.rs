@@ -400,6 +400,7 @@ async fn server(args: QuicServerArgs) -> anyhow::Result<Outcome> {
         .with_context(|| format!("writing {}", args.cert_out.display()))?;
     let mut config =
         quinn::ServerConfig::with_single_cert(vec![cert], key.into()).context("server TLS configuration")?;
+    // The server sends only ACKs and the receipt: its controller is quinn's default.
     config.transport_config(Arc::new(transport(&args.tuning, Cc::Cubic)?));
     let (socket, _) = udp_socket(args.listen)?;
     let endpoint = Endpoint::new(
