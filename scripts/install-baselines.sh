@@ -2,7 +2,8 @@
 # Installs what the baseline rows of `pfs bench` need (Debian/Ubuntu):
 # iperf3, rsync, an sshd and scp; fio and fuse3 for `pfs bench mount`. Uses sudo when not run as root. Installs
 # packages only: no service is started or enabled (the benchmarks start
-# their own private daemons and stop them).
+# their own private daemons and stop them). The QUIC row needs nothing from
+# here: its peers are built into `pfs` (quinn, pure Rust).
 set -euo pipefail
 packages=(iperf3 rsync openssh-server openssh-client fio fuse3)
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -122,6 +122,9 @@ pub enum BenchStudy {
     /// The server side of one `pfs bench ipc` row (started by the study itself).
     #[command(hide = true)]
     IpcPeer(crate::ipc::IpcPeerArgs),
+    /// One side of the suite's QUIC baseline, `Conventional (QUIC, quinn)` (started by the suite).
+    #[command(hide = true)]
+    QuicPeer(crate::suite::quic::QuicPeerArgs),
 }
 
 /// Parses `0x…` hex or decimal.

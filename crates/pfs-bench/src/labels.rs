@@ -45,6 +45,11 @@ pub fn conventional(tool: &str) -> String {
     format!("Conventional ({tool})")
 }
 
+/// The label of the QUIC baseline: a bulk transfer over quinn run by the suite.
+pub fn quic() -> String {
+    conventional("QUIC, quinn")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +62,6 @@ mod tests {
         assert_eq!(session(200, "TCP"), "mode 200");
         assert_eq!(pcpu(Encoding::Arithmetic), "pCPU Arithmetic-mode");
         assert_eq!(conventional("iperf3"), "Conventional (iperf3)");
+        assert_eq!(quic(), "Conventional (QUIC, quinn)");
     }
 }

@@ -6,7 +6,7 @@
 //! measurement rules). The `pfs` binary drives it: it parses the command line
 //! (the grammar is [`args`]) and calls [`run`] with a [`Binary`] naming
 //! itself, because most studies start that binary again as child processes
-//! (`pfs serve`, `pfs send`, `pfs bench ipc-peer`).
+//! (`pfs serve`, `pfs send`, `pfs bench ipc-peer`, `pfs bench quic-peer`).
 //!
 //! Map:
 //! - studies: [`suite`] (`pfs bench`, with its files row group in
@@ -40,7 +40,7 @@ pub mod sysinfo;
 /// The `pfs` binary a study drives, and how it names itself in report headers.
 #[derive(Debug, Clone)]
 pub struct Binary {
-    /// Path of the executable started as `pfs serve`, `pfs send`, `pfs bench ipc-peer`.
+    /// Path of the executable started as `pfs serve`, `pfs send`, `pfs bench ipc-peer`, `pfs bench quic-peer`.
     pub path: PathBuf,
     /// Its version (`0.1.0`).
     pub version: String,
@@ -65,6 +65,7 @@ pub fn run(args: args::BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
         Some(BenchStudy::Exec(study)) => exec::run(study),
         Some(BenchStudy::Ipc(study)) => ipc::run(study, pfs),
         Some(BenchStudy::IpcPeer(peer)) => ipc::run_peer(peer),
+        Some(BenchStudy::QuicPeer(peer)) => suite::quic::run_peer(peer),
         Some(BenchStudy::Files(study)) => suite::files::run(study, pfs),
         Some(BenchStudy::Mount(study)) => mount::run(study, pfs),
         None => suite::run(args, pfs),

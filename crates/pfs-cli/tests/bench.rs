@@ -188,6 +188,7 @@ fn quick_suite_reports_every_column_and_row() {
         "Conventional (scp)",
         "Conventional (rsync)",
         "Conventional (xxh3 loop)",
+        "Conventional (QUIC, quinn)",
     ] {
         row(&v, label);
     }
@@ -300,7 +301,16 @@ fn veth_path_runs_and_cleans_up() {
     cmd.args([
         "bench", "--path", "veth", "--size", "16M", "--scale", "0.002", "--json",
     ])
-    .args(["--only", "iperf3", "--only", "offset-only", "--only", "scp"]);
+    .args([
+        "--only",
+        "iperf3",
+        "--only",
+        "offset-only",
+        "--only",
+        "scp",
+        "--only",
+        "quinn",
+    ]);
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -316,6 +326,16 @@ fn veth_path_runs_and_cleans_up() {
         v["header"]
     );
     assert_eq!(row(&v, "Native PFS Offset-only Mode - TCP")["integrity"], "OK");
+    // The QUIC server ran in the namespace, its datagrams sized by the veth MTU.
+    let quic = row(&v, "Conventional (QUIC, quinn)");
+    assert!(quic["effective_mb"].as_f64().unwrap() > 0.0, "{quic:#}");
+    assert!(
+        quic["notes"]
+            .as_str()
+            .unwrap()
+            .contains("MTU discovery up to 1472 B"),
+        "{quic:#}"
+    );
     for r in rows(&v) {
         assert!(!r["notes"].as_str().unwrap().starts_with("failed"), "{r:#}");
     }

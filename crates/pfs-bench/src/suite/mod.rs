@@ -29,11 +29,13 @@ use crate::{labels, sysinfo, Binary, Outcome};
 mod conventional;
 pub mod files;
 mod netpath;
+pub mod quic;
 mod row;
 mod table;
 
 use conventional::{run_iperf3, run_rsync, run_scp, FileJob};
 use netpath::NetPath;
+use quic::{run_quic, Cc, QuicJob};
 use row::{Row, SuiteHeader, SuiteSettings};
 use table::{fmt_table, to_markdown};
 
@@ -47,6 +49,8 @@ struct Sizes {
     offset_bytes: u64,
     fnv_bytes: u64,
     file_bytes: u64,
+    /// Bytes of each QUIC (quinn) row.
+    quic_bytes: u64,
     iperf_secs: u32,
 }
 
@@ -56,6 +60,7 @@ const QUICK: Sizes = Sizes {
     offset_bytes: 16_000_000_000,
     fnv_bytes: 2_000_000_000,
     file_bytes: 1_000_000_000,
+    quic_bytes: 1_000_000_000,
     iperf_secs: 3,
 };
 const FULL: Sizes = Sizes {
@@ -64,6 +69,7 @@ const FULL: Sizes = Sizes {
     offset_bytes: 64_000_000_000,
     fnv_bytes: 8_000_000_000,
     file_bytes: 4_000_000_000,
+    quic_bytes: 4_000_000_000,
     iperf_secs: 10,
 };
 
@@ -76,6 +82,8 @@ enum Job {
     Scp,
     /// rsync of the same file to a private rsync daemon.
     Rsync,
+    /// A bulk transfer over quinn (`pfs bench quic-peer` on both sides).
+    Quic(QuicJob),
     Pfs {
         transport: Via,
         mode: Mode,
@@ -135,6 +143,7 @@ impl Planned {
     fn key(&self) -> String {
         let extra = match &self.job {
             Job::Iperf3(_) | Job::Scp | Job::Rsync | Job::Handshake { .. } => String::new(),
+            Job::Quic(q) => format!(" cc={}", q.cc.name()),
             Job::Pcpu { threads, pattern, .. } => format!(" xxh3 {} pthreads={threads}", pattern.name()),
             Job::Pfs {
                 integrity, pattern, ..
@@ -167,6 +176,20 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             purpose: "Transfer",
             job: Job::Iperf3(Some("1M")),
         },
+    ];
+    // QUIC over the same path: quinn with each of its congestion controllers.
+    for cc in [Cc::Cubic, Cc::Bbr] {
+        rows.push(Planned {
+            label: labels::quic(),
+            purpose: "Transfer",
+            job: Job::Quic(QuicJob {
+                bytes: sizes.quic_bytes,
+                cc,
+                window: quic::DEFAULT_WINDOW,
+            }),
+        });
+    }
+    rows.extend([
         Planned {
             label: labels::conventional("scp"),
             purpose: "Transfer",
@@ -177,7 +200,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             purpose: "Transfer",
             job: Job::Rsync,
         },
-    ];
+    ]);
     for integrity in [IntegrityAlg::Xxh3, IntegrityAlg::Fnv1a] {
         let fnv = integrity == IntegrityAlg::Fnv1a;
         let exec_bytes = if fnv { sizes.fnv_bytes } else { sizes.offset_bytes };
@@ -550,6 +573,12 @@ fn add_ratios(rows: &mut [Row]) {
             .into_iter()
             .find(|p| r.notes.contains(p))
             .unwrap_or("pattern=random");
+        // quinn against one TCP stream over the same path, same run.
+        if r.label == labels::quic() {
+            if let Some(b) = iperf {
+                ratios.push(format!("{:.2}× iperf3", r.effective_mb_s / b));
+            }
+        }
         if r.label == labels::mode(Mode::Payload, "TCP") {
             if let Some(b) = iperf {
                 ratios.push(format!("{:.2}× iperf3", r.effective_mb_s / b));
@@ -651,6 +680,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     sizes.offset_bytes = scaled(sizes.offset_bytes);
     sizes.fnv_bytes = scaled(sizes.fnv_bytes);
     sizes.file_bytes = scaled(sizes.file_bytes).min(sizes.blob);
+    sizes.quic_bytes = scaled(sizes.quic_bytes);
     sizes.iperf_secs = ((f64::from(sizes.iperf_secs) * args.scale).ceil() as u32).max(1);
     let pin = !args.no_pin && sysinfo::cores() >= 2;
     let pattern = args.pattern.pattern();
@@ -742,6 +772,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
         eprintln!("pfs bench: {} …", p.label);
         let row = match &p.job {
             Job::Iperf3(len) => run_iperf3(&p.label, &net, sizes.iperf_secs, pin, *len),
+            Job::Quic(job) => run_quic(&p.label, &pfs.path, &net, scratch.path(), *job, pin),
             Job::Scp | Job::Rsync => {
                 let job = FileJob {
                     net: &net,

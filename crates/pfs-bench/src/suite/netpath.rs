@@ -197,6 +197,19 @@ impl NetPath {
         }
     }
 
+    /// The MTU of the path's interface: `lo`'s (65536 unless changed), or the
+    /// veth pair's `--mtu`. Datagram rows size their largest datagram by it.
+    pub fn mtu(&self) -> u32 {
+        match self {
+            // `lo` has the same MTU in every namespace unless someone changed it.
+            NetPath::Loopback | NetPath::Private(_) => std::fs::read_to_string("/sys/class/net/lo/mtu")
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(65536),
+            NetPath::Veth(v) => v.mtu,
+        }
+    }
+
     /// Bytes that crossed the path so far, both directions, TCP/IP headers
     /// included (interface counters).
     pub fn wire_counter(&self) -> u64 {

@@ -113,11 +113,17 @@ impl Row {
             .unwrap_or("-")
     }
 
-    /// Label with the integrity and pattern qualifiers, for plots.
+    /// Label with the integrity and pattern (or congestion controller)
+    /// qualifiers, for plots.
     pub fn plot_label(&self) -> String {
         let pattern = ["random", "sequential", "strided"]
             .into_iter()
-            .find(|p| self.notes.contains(&format!("pattern={p}")));
+            .find(|p| self.notes.contains(&format!("pattern={p}")))
+            .or_else(|| {
+                ["cubic", "bbr"]
+                    .into_iter()
+                    .find(|cc| self.notes.contains(&format!("cc={cc}")))
+            });
         match (self.integrity_alg(), pattern) {
             ("-", None) => self.label.clone(),
             ("-", Some(p)) => format!("{} ({p})", self.label),
