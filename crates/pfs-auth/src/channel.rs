@@ -552,6 +552,9 @@ impl<T: Transport> Transport for SecureTransport<T> {
     fn helper_usage(&self) -> pfs_transport::Usage {
         self.inner.helper_usage()
     }
+    fn udp_report(&self) -> Option<pfs_transport::udp::UdpReport> {
+        self.inner.udp_report()
+    }
 
     fn peer(&self) -> String {
         self.inner.peer()
@@ -685,6 +688,9 @@ impl<T: Transport> Transport for Prefixed<T> {
     }
     fn helper_usage(&self) -> pfs_transport::Usage {
         self.inner.helper_usage()
+    }
+    fn udp_report(&self) -> Option<pfs_transport::udp::UdpReport> {
+        self.inner.udp_report()
     }
     fn peer(&self) -> String {
         self.inner.peer()

@@ -205,12 +205,16 @@ impl Target {
     }
 }
 
-/// Connects and runs one session; returns its outcome and the transport's label (`TCP`, `SHM` …).
-pub fn send_once(
-    target: &Target,
-    view: &BlobView<'_>,
-    cfg: &GramSenderConfig,
-) -> anyhow::Result<(GramSenderOutcome, &'static str)> {
+/// What one blob session gave the sender: its outcome, the transport's
+/// label (`TCP`, `SHM` …) and, over UDP, the connection's counters.
+pub type Sent = (
+    GramSenderOutcome,
+    &'static str,
+    Option<pfs_transport::udp::UdpReport>,
+);
+
+/// Connects and runs one session.
+pub fn send_once(target: &Target, view: &BlobView<'_>, cfg: &GramSenderConfig) -> anyhow::Result<Sent> {
     send_on(target.connect()?, view, cfg)
 }
 
@@ -220,7 +224,7 @@ pub fn send_on(
     mut t: Box<dyn Transport>,
     view: &BlobView<'_>,
     cfg: &GramSenderConfig,
-) -> anyhow::Result<(GramSenderOutcome, &'static str)> {
+) -> anyhow::Result<Sent> {
     let kind = t.kind();
     let mut progress = |p: &pfs_session::gram::GramProgress| {
         eprintln!(
@@ -235,7 +239,8 @@ pub fn send_on(
             )
         );
     };
-    Ok((send_session(&mut *t, view, cfg, &mut progress)?, kind))
+    let out = send_session(&mut *t, view, cfg, &mut progress)?;
+    Ok((out, kind, t.udp_report()))
 }
 
 /// A `user:PATH[:PREFIX]` kernel argument (`pfs exec --kernel`, `pfs bench exec --user-kernel`).

@@ -815,6 +815,9 @@ impl<T: Transport> Transport for Cuttable<'_, T> {
     fn helper_usage(&self) -> pfs_sys::Usage {
         self.inner.helper_usage()
     }
+    fn udp_report(&self) -> Option<pfs_transport::udp::UdpReport> {
+        self.inner.udp_report()
+    }
     fn peer(&self) -> String {
         self.inner.peer()
     }

@@ -56,6 +56,12 @@ pub trait Transport: Send {
         pfs_sys::Usage::default()
     }
 
+    /// The UDP connection's counters (datagrams, resent bytes, losses,
+    /// RTT, offloads); `None` for the other transports.
+    fn udp_report(&self) -> Option<udp::UdpReport> {
+        None
+    }
+
     /// Writes every byte of `bufs`, in as few `writev` calls as the kernel
     /// allows (at most [`IOV_MAX`] slices per call). Returns bytes written.
     fn write_all_vectored(&mut self, mut bufs: &mut [IoSlice<'_>]) -> io::Result<u64> {
@@ -132,6 +138,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     fn helper_usage(&self) -> pfs_sys::Usage {
         (**self).helper_usage()
     }
+    fn udp_report(&self) -> Option<udp::UdpReport> {
+        (**self).udp_report()
+    }
 }
 
 /// A borrowed transport is a transport: lets a wrapper (a protected
@@ -160,6 +169,9 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     }
     fn helper_usage(&self) -> pfs_sys::Usage {
         (**self).helper_usage()
+    }
+    fn udp_report(&self) -> Option<udp::UdpReport> {
+        (**self).udp_report()
     }
 }
 

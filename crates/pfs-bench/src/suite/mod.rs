@@ -865,7 +865,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 };
                 let net_wire = net.wire_counter().saturating_sub(wire0);
                 match sent {
-                    Ok((out, kind)) => {
+                    Ok((out, kind, udp)) => {
                         let st = SessionStats::from_report(
                             &out.report,
                             kind,
@@ -906,6 +906,18 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                             st.wire_bytes as f64 / 1e6,
                             (out.sender_usage.user_us + out.sender_usage.sys_us) as f64 / 1e6
                         );
+                        if let Some(u) = udp {
+                            row.notes.push_str(&format!(
+                                ", UDP: {} datagrams ≤ {} B, resent {:.3} MB ({} lost, {} spurious), GSO {}, GRO {}",
+                                u.stats.packets_sent,
+                                u.datagram,
+                                u.stats.stream_bytes_resent as f64 / 1e6,
+                                u.stats.packets_lost,
+                                u.stats.packets_spurious,
+                                if u.gso { "on" } else { "off" },
+                                if u.gro { "on" } else { "off" },
+                            ));
+                        }
                         row
                     }
                     Err(e) => Row::failed(&p.label, p.purpose, &e),

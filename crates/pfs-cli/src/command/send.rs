@@ -34,10 +34,62 @@ pub fn schedule_spec(s: &ScheduleArgs, blob_len: u64) -> ScheduleSpec {
     }
 }
 
+/// The UDP connection's line in `pfs send`'s text output.
+pub fn udp_line(u: &pfs_transport::udp::UdpReport) -> String {
+    let s = &u.stats;
+    format!(
+        "  udp            {} datagrams of ≤ {} B sent ({:.3} MB), {} received; stream resent {:.3} MB \
+         ({} packets lost, {} of them spurious, {} probe timeouts); srtt {}, bandwidth estimate {:.1} Mbit/s; \
+         GSO {}, GRO {}",
+        s.packets_sent,
+        u.datagram,
+        s.bytes_sent as f64 / 1e6,
+        s.packets_received,
+        s.stream_bytes_resent as f64 / 1e6,
+        s.packets_lost,
+        s.packets_spurious,
+        s.probe_timeouts,
+        u.srtt.map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3)),
+        u.bandwidth as f64 * 8.0 / 1e6,
+        if u.gso { "on" } else { "off" },
+        if u.gro { "on" } else { "off" },
+    )
+}
+
+/// The UDP connection's counters as JSON.
+pub fn udp_json(u: &pfs_transport::udp::UdpReport) -> serde_json::Value {
+    let s = &u.stats;
+    serde_json::json!({
+        "datagram_bytes": u.datagram,
+        "packets_sent": s.packets_sent,
+        "packets_received": s.packets_received,
+        "bytes_sent": s.bytes_sent,
+        "bytes_received": s.bytes_received,
+        "stream_bytes_sent": s.stream_bytes_sent,
+        "stream_bytes_resent": s.stream_bytes_resent,
+        "packets_lost": s.packets_lost,
+        "packets_spurious": s.packets_spurious,
+        "probe_timeouts": s.probe_timeouts,
+        "acks_sent": s.acks_sent,
+        "stream_bytes_duplicate": s.stream_bytes_duplicate,
+        "packets_ignored": s.packets_ignored,
+        "srtt_s": u.srtt.map(|d| d.as_secs_f64()),
+        "bandwidth_bytes_per_s": u.bandwidth,
+        "gso": u.gso,
+        "gro": u.gro,
+    })
+}
+
 /// JSON document printed by `pfs send --json`.
-pub fn outcome_json(stats: &SessionStats, out: &GramSenderOutcome, pattern: &str) -> serde_json::Value {
+pub fn outcome_json(
+    stats: &SessionStats,
+    out: &GramSenderOutcome,
+    pattern: &str,
+    udp: Option<&pfs_transport::udp::UdpReport>,
+) -> serde_json::Value {
     let descs = out.summary.descriptors.max(1);
     serde_json::json!({
+        "udp": udp.map(udp_json),
         "receiver": stats,
         "sender": {
             "grams": out.summary.grams,
@@ -92,13 +144,13 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     let mode = args.mode.mode();
     let mut cfg = sender_config(mode, args.integrity.alg(), spec, args.schedule.gram_payload_max);
     cfg.log_interval = log;
-    let (out, kind) = send_on(conn, &opened.view(), &cfg)?;
+    let (out, kind, udp) = send_on(conn, &opened.view(), &cfg)?;
 
     let stats = SessionStats::from_report(&out.report, kind, labels::session(out.report.mode, kind));
     if args.run.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&outcome_json(&stats, &out, spec.pattern.name()))?
+            serde_json::to_string_pretty(&outcome_json(&stats, &out, spec.pattern.name(), udp.as_ref()))?
         );
     } else {
         println!("{}", stats.human());
@@ -112,6 +164,9 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
             mode.encoding().name(),
             spec.pattern.name(),
         );
+        if let Some(u) = &udp {
+            println!("{}", udp_line(u));
+        }
     }
     if !stats.ok() {
         eprintln!("pfs: {}", stats.mismatch_line());

@@ -353,6 +353,10 @@ impl Transport for UdpTransport {
         Ok(())
     }
 
+    fn udp_report(&self) -> Option<UdpReport> {
+        Some(self.report())
+    }
+
     fn helper_usage(&self) -> pfs_sys::Usage {
         match self.shared.io_tid.load(Ordering::Relaxed) {
             0 => pfs_sys::Usage::default(),
