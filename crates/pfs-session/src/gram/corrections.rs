@@ -1,7 +1,7 @@
 //! The corrections plane of blob sessions (docs/wire.md §13), sans I/O:
 //! which grams a session checks, the receiver's NAKs waiting and
-//! unanswered ([`NakBook`]), and the sender's memory of the grams it sent
-//! and the NAKs it owes a REPAIR ([`RepairBook`]).
+//! unanswered (`NakBook`), and the sender's memory of the grams it sent
+//! and the NAKs it owes a REPAIR (`RepairBook`).
 //!
 //! Both books keep their buffers: a NAK body or a remembered table is
 //! reused for the next one, so a session that repairs allocates only while
@@ -260,6 +260,9 @@ pub(crate) struct RepairBook {
     interval: u16,
     sent: Vec<Sent>,
     owed: VecDeque<Owed>,
+    /// Frame bytes of the NAKs owed: a receiver keeps within [`NAK_WINDOW`],
+    /// so this side never holds more.
+    owed_bytes: usize,
     spare: Vec<Vec<u8>>,
     /// Arithmetic sessions: a NAK's ranges encoded again, to compare.
     scratch: TableWriter,
@@ -272,6 +275,7 @@ impl RepairBook {
             interval,
             sent: Vec::new(),
             owed: VecDeque::new(),
+            owed_bytes: 0,
             spare: Vec::new(),
             scratch: TableWriter::new(encoding, 0),
         }
@@ -318,6 +322,10 @@ impl RepairBook {
         if next_seq - seq > SENDER_MEMORY {
             return Err(refuse("older than the grams this sender remembers"));
         }
+        let frame_len = FRAME_HEADER_LEN + body.len();
+        if !self.owed.is_empty() && self.owed_bytes + frame_len > NAK_WINDOW {
+            return Err(refuse("more NAKs unanswered than the 64 KiB window allows"));
+        }
         let slot = (seq % SENDER_MEMORY) as usize;
         let known = self.sent.get(slot).filter(|s| s.seq == seq).map(|s| s.table);
         let Some(known) = known else {
@@ -344,6 +352,7 @@ impl RepairBook {
         owed.clear();
         owed.extend_from_slice(body);
         self.owed.push_back(Owed { body: owed });
+        self.owed_bytes += frame_len;
         Ok(())
     }
 
@@ -355,6 +364,7 @@ impl RepairBook {
     /// The oldest NAK's REPAIR has been handed out.
     pub fn paid(&mut self) {
         if let Some(o) = self.owed.pop_front() {
+            self.owed_bytes -= (FRAME_HEADER_LEN + o.body.len()).min(self.owed_bytes);
             self.spare.push(o.body);
         }
     }
@@ -487,5 +497,29 @@ mod tests {
             let err = book.accept(&body, 2).unwrap_err();
             assert!(err.to_string().contains("no such gram"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_sender_holds_no_more_naks_than_the_window() {
+        // 3000-range grams: 36 KiB NAKs, one fits the window, two do not.
+        let descs: Vec<Descriptor> = (0..3000u64)
+            .map(|i| Descriptor {
+                offset: i * 64,
+                len: 64,
+            })
+            .collect();
+        let mut table = TableWriter::new(Encoding::Absolute, descs.len());
+        descs.iter().for_each(|&d| table.push(d).unwrap());
+        let mut book = RepairBook::new(Encoding::Absolute, 1);
+        let mut receiver = NakBook::new(1, true, 8, u64::MAX);
+        for seq in 0..3 {
+            book.record(seq, table.as_bytes());
+            receiver.push(seq, 1, descs.iter().copied());
+        }
+        book.accept(&receiver.naks[0].body, 3).unwrap();
+        let err = book.accept(&receiver.naks[1].body, 3).unwrap_err();
+        assert!(err.to_string().contains("window"), "{err}");
+        book.paid();
+        book.accept(&receiver.naks[2].body, 3).unwrap();
     }
 }
