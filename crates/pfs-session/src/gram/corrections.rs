@@ -269,11 +269,14 @@ pub(crate) struct RepairBook {
 }
 
 impl RepairBook {
-    /// A book for a session of `encoding` that checks one gram in `interval`.
-    pub fn new(encoding: Encoding, interval: u16) -> Self {
+    /// A book for a session of `encoding` that checks one gram in
+    /// `interval` and plans `planned_grams` (0: unknown; its memory is then
+    /// grown as grams go).
+    pub fn new(encoding: Encoding, interval: u16, planned_grams: u64) -> Self {
+        let checked = planned_grams.div_ceil(u64::from(interval.max(1)));
         Self {
             interval,
-            sent: Vec::new(),
+            sent: Vec::with_capacity(checked.min(SENDER_MEMORY) as usize),
             owed: VecDeque::new(),
             owed_bytes: 0,
             spare: Vec::new(),
@@ -470,7 +473,7 @@ mod tests {
             ];
             let mut table = TableWriter::new(encoding, 2);
             descs.iter().for_each(|&d| table.push(d).unwrap());
-            let mut book = RepairBook::new(encoding, 2);
+            let mut book = RepairBook::new(encoding, 2, 3);
             book.record(0, table.as_bytes());
             book.record(2, table.as_bytes());
             let mut receiver = NakBook::new(2, true, 8, 1 << 30);
@@ -510,7 +513,7 @@ mod tests {
             .collect();
         let mut table = TableWriter::new(Encoding::Absolute, descs.len());
         descs.iter().for_each(|&d| table.push(d).unwrap());
-        let mut book = RepairBook::new(Encoding::Absolute, 1);
+        let mut book = RepairBook::new(Encoding::Absolute, 1, 0);
         let mut receiver = NakBook::new(1, true, 8, u64::MAX);
         for seq in 0..3 {
             book.record(seq, table.as_bytes());

@@ -433,7 +433,8 @@ impl<'b> GramSender<'b> {
                 });
                 if ack.flags & ACK_REPAIR != 0 && !self.cfg.mode.carries_payload() {
                     // Payload mode repairs from its slab: no NAK comes.
-                    self.book = Some(RepairBook::new(self.cfg.mode.encoding(), interval));
+                    let planned = self.cfg.spec.planned_grams().unwrap_or(0);
+                    self.book = Some(RepairBook::new(self.cfg.mode.encoding(), interval, planned));
                 }
                 self.state = State::Sending;
                 self.deadline = None;
