@@ -36,6 +36,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("files", files),
     ("mount", mount),
     ("datagram", datagram),
+    ("corrections", corrections),
 ];
 
 /// Bytes at the start of a stream: the frame header alone, then the whole
@@ -58,6 +59,7 @@ pub fn frame_header(data: &[u8]) {
             if let Ok(r) = Report::parse(frame.body) {
                 assert_eq!(r.emit()[..], *frame.body, "report re-encode");
             }
+            corrections_body(2, frame.body);
         }
         FrameType::Complete => {
             if let Ok(s) = SenderSummary::parse(frame.body) {
@@ -72,8 +74,16 @@ pub fn frame_header(data: &[u8]) {
         FrameType::Index => files_body(4, frame.body),
         FrameType::Plan => files_body(5, frame.body),
         FrameType::File => files_body(6, frame.body),
-        FrameType::Chunks | FrameType::Repair => files_body(7, frame.body),
-        FrameType::Nak => files_body(8, frame.body),
+        // NAK and REPAIR have a body per protocol (files §10.8, blob §13.3).
+        FrameType::Chunks => files_body(7, frame.body),
+        FrameType::Repair => {
+            files_body(7, frame.body);
+            corrections_body(1, frame.body);
+        }
+        FrameType::Nak => {
+            files_body(8, frame.body);
+            corrections_body(0, frame.body);
+        }
         FrameType::FilesEnd if frame.header.flags & FLAG_FILES_REPORT != 0 => files_body(9, frame.body),
         FrameType::Probe => files_body(10, frame.body),
         FrameType::ProbeReply => files_body(11, frame.body),
@@ -511,4 +521,50 @@ pub fn datagram(data: &[u8]) {
         },
     }
     assert_eq!(out, data, "datagram re-encode");
+}
+
+/// Input: first byte selects a blob session's corrections-plane body (gram
+/// NAK, REPAIR, COMPLETE report with or without the corrections block);
+/// the rest is that body.
+pub fn corrections(data: &[u8]) {
+    if let Some((&which, body)) = data.split_first() {
+        corrections_body(which % 3, body);
+    }
+}
+
+/// One corrections-plane body (docs/wire.md §13): decodes without
+/// panicking, its ranges are whole and sum to `bytes`, and whatever
+/// decodes re-encodes to the same bytes.
+fn corrections_body(which: u8, body: &[u8]) {
+    use pfs_wire::corrections::{parse_report, GramNak, GramRepair};
+    match which {
+        0 => {
+            if let Ok(n) = GramNak::parse(body) {
+                let sum: u64 = n.ranges.iter().map(|d| u64::from(d.len)).sum();
+                assert_eq!(sum, n.head.bytes, "NAK bytes");
+                assert!(n.ranges.iter().all(|d| d.end().is_some()), "NAK range overflows");
+                assert_eq!(n.ranges.len(), n.head.range_count as usize);
+                let mut out = Vec::new();
+                n.emit(&mut out);
+                assert_eq!(out, body, "gram NAK re-encode");
+            }
+        }
+        1 => {
+            if let Ok(r) = GramRepair::parse(body) {
+                assert_eq!(r.payload.len() as u64, r.head.bytes, "REPAIR payload length");
+                let mut out = Vec::new();
+                r.emit(&mut out);
+                assert_eq!(out, body, "gram REPAIR re-encode");
+            }
+        }
+        _ => {
+            if let Ok((r, c)) = parse_report(body) {
+                let mut out = r.emit().to_vec();
+                if let Some(c) = c {
+                    out.extend_from_slice(&c.emit());
+                }
+                assert_eq!(out, body, "report re-encode");
+            }
+        }
+    }
 }

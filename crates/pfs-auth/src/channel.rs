@@ -543,43 +543,20 @@ impl<T: Transport> SecureTransport<T> {
         }
         Ok(taken)
     }
-}
 
-impl<T: Transport> Transport for SecureTransport<T> {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    fn helper_usage(&self) -> pfs_transport::Usage {
-        self.inner.helper_usage()
-    }
-    fn udp_report(&self) -> Option<pfs_transport::udp::UdpReport> {
-        self.inner.udp_report()
-    }
-
-    fn peer(&self) -> String {
-        self.inner.peer()
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        if self.closed {
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "write after close"));
-        }
-        if bufs.iter().all(|b| b.is_empty()) {
-            return Ok(0);
-        }
-        self.send_record(RecordKind::Data, bufs)
-    }
-
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Plaintext from the records that have arrived: opens a record once it
+    /// is whole. `wait`: read the inner transport until one is; otherwise
+    /// take only what it already has (`Ok(None)`: no whole record yet).
+    fn read_records(&mut self, buf: &mut [u8], wait: bool) -> io::Result<Option<usize>> {
         loop {
             if !self.plain.is_empty() {
                 let n = buf.len().min(self.plain.len());
                 buf[..n].copy_from_slice(&self.inbuf[self.plain.start..self.plain.start + n]);
                 self.plain.start += n;
-                return Ok(n);
+                return Ok(Some(n));
             }
             if self.peer_closed {
-                return Ok(0);
+                return Ok(Some(0));
             }
             if let Some(e) = &self.broken {
                 return Err(invalid(e.clone()));
@@ -621,7 +598,14 @@ impl<T: Transport> Transport for SecureTransport<T> {
                 self.compact();
             }
             let end = self.raw.end;
-            let n = self.inner.read(&mut self.inbuf[end..])?;
+            let n = if wait {
+                self.inner.read(&mut self.inbuf[end..])?
+            } else {
+                match self.inner.read_ready(&mut self.inbuf[end..])? {
+                    Some(n) => n,
+                    None => return Ok(None),
+                }
+            };
             if n == 0 {
                 let what = if self.raw.is_empty() {
                     "the connection ended without the peer's close record: the stream was cut short"
@@ -634,6 +618,41 @@ impl<T: Transport> Transport for SecureTransport<T> {
             }
             self.raw.end += n;
         }
+    }
+}
+
+impl<T: Transport> Transport for SecureTransport<T> {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn helper_usage(&self) -> pfs_transport::Usage {
+        self.inner.helper_usage()
+    }
+    fn udp_report(&self) -> Option<pfs_transport::udp::UdpReport> {
+        self.inner.udp_report()
+    }
+
+    fn peer(&self) -> String {
+        self.inner.peer()
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if self.closed {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "write after close"));
+        }
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0);
+        }
+        self.send_record(RecordKind::Data, bufs)
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // Waiting, the inner transport always answers with a count.
+        self.read_records(buf, true).map(|n| n.unwrap_or(0))
+    }
+
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.read_records(buf, false)
     }
 
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
@@ -706,6 +725,12 @@ impl<T: Transport> Transport for Prefixed<T> {
             return Ok(n);
         }
         self.inner.read(buf)
+    }
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        if self.at < self.head.len() {
+            return self.read(buf).map(Some);
+        }
+        self.inner.read_ready(buf)
     }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         self.inner.set_read_timeout(timeout)

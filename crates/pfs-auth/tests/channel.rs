@@ -146,6 +146,41 @@ fn bytes_cross_both_ways_with_key_rotation_and_a_clean_close() {
     }
 }
 
+/// `read_ready` over a protected session: nothing yet is `None`; the
+/// plaintext of whole records comes back, in order; a record still
+/// arriving is not waited for; the peer's close is `Some(0)`.
+#[test]
+fn read_ready_takes_whole_records_without_waiting() {
+    let k = keys();
+    let (mut c, mut s) = session(&k, Cipher::ChaCha20Poly1305, 32);
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    // Were it to wait, the 30 s timeout would end it with an error.
+    assert_eq!(s.read_ready(&mut buf).unwrap(), None);
+    // Less than a socket buffer: written whole before anything is read.
+    let data: Vec<u8> = (0..60_000u32).map(|i| (i % 253) as u8).collect();
+    c.write_all(&data).unwrap();
+    let mut got = Vec::new();
+    while got.len() < data.len() {
+        match s.read_ready(&mut buf).unwrap() {
+            Some(n) => {
+                assert!(n > 0, "end of stream before the bytes");
+                got.extend_from_slice(&buf[..n]);
+            }
+            None => std::thread::yield_now(),
+        }
+    }
+    assert!(got == data);
+    c.shutdown_write().unwrap();
+    let end = loop {
+        if let Some(n) = s.read_ready(&mut buf).unwrap() {
+            break n;
+        }
+        std::thread::yield_now();
+    };
+    assert_eq!(end, 0);
+}
+
 /// Captures the client's next `n` records (one per `write_all`).
 fn capture(c: &mut SecureTransport<Capture>, msgs: &[&[u8]]) -> Vec<Vec<u8>> {
     c.get_mut().captured = Some(Vec::new());

@@ -39,6 +39,7 @@ impl OpenedBlob {
                 fill_s: self.setup.fill_s,
                 fingerprint_s: self.setup.fingerprint_s,
             },
+            writer: Some(self.blob.writer()),
         }
     }
 
@@ -133,6 +134,8 @@ pub fn sender_config(
         reply_timeout: Duration::from_secs(120),
         log_interval: None,
         payload_budget,
+        corrections: true,
+        integrity_sample: 1,
         session_nonce: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)

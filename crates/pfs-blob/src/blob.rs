@@ -24,7 +24,7 @@ use crate::backing::{
 use crate::error::{BlobError, BlobShape, MetaProblem};
 use crate::fill::{fill_seeded, resolve_threads};
 use crate::fingerprint::Fingerprint;
-use crate::map::{self, PrefaultMethod};
+use crate::map::{self, BlobWriter, PrefaultMethod};
 use crate::named::{
     blob_file_name, find_meta, load_fingerprint, remove_meta, validate_name, write_meta, BlobMeta, Dirs,
     NameLock,
@@ -122,6 +122,8 @@ pub struct SetupReport {
 /// The mapped blob. Read it with [`Blob::as_slice`]; descriptors index into it.
 pub struct Blob {
     map: MmapMut,
+    /// Serializes repair writes ([`Blob::writer`]).
+    repair: std::sync::Mutex<()>,
     backing: BackingReport,
     fingerprint: Fingerprint,
     name: Option<String>,
@@ -198,9 +200,16 @@ impl Blob {
         &self.map
     }
 
-    /// The blob's bytes, writable (repairs).
+    /// The blob's bytes, writable (exclusive use: in-place kernels, tests).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.map
+    }
+
+    /// A writer that repairs ranges while sessions hold [`Blob::as_slice`]
+    /// views: serialized, bounds-checked writes into the same mapping (a
+    /// named blob's file keeps them).
+    pub fn writer(&self) -> BlobWriter<'_> {
+        BlobWriter::new(&self.map, &self.repair)
     }
 
     /// Length in bytes.
@@ -421,6 +430,7 @@ fn create_anon(opts: &BlobConfig) -> Result<(Blob, SetupReport), BlobError> {
     let backing = backing_report(&mapped, touched, None, warnings);
     let blob = Blob {
         map: mapped.map,
+        repair: std::sync::Mutex::new(()),
         backing,
         fingerprint,
         name: None,
@@ -559,6 +569,7 @@ fn reuse_named(meta: BlobMeta, meta_dir: &Path, opts: &BlobConfig) -> Result<(Bl
     let backing = backing_report(&mapped, true, meta.path.parent(), warnings);
     let blob = Blob {
         map: mapped.map,
+        repair: std::sync::Mutex::new(()),
         backing,
         fingerprint,
         name: Some(name),
@@ -664,6 +675,7 @@ fn create_named(name: &str, opts: &BlobConfig, dirs: &Dirs) -> Result<(Blob, Set
 
     let blob = Blob {
         map: mapped.map,
+        repair: std::sync::Mutex::new(()),
         backing,
         fingerprint,
         name: Some(name.to_owned()),

@@ -8,7 +8,8 @@
 //! - the deterministic generator both peers fill from ([`fill_seeded`]);
 //! - blob identity ([`Fingerprint`]): per-region BLAKE3 and a root;
 //! - named blobs shared between processes and their metadata
-//!   ([`info`], [`verify`], [`list`], [`remove`]).
+//!   ([`info`], [`verify`], [`list`], [`remove`]);
+//! - repairs: rewriting ranges while sessions read the blob ([`BlobWriter`]).
 //!
 //! ```no_run
 //! use pfs_blob::{Blob, BlobConfig};
@@ -31,6 +32,7 @@ pub use blob::{Blob, BlobConfig, Fill, SetupReport};
 pub use error::{BlobError, BlobShape, FingerprintMismatch, MetaProblem};
 pub use fill::{fill_seeded, fill_seeded_word};
 pub use fingerprint::Fingerprint;
+pub use map::{BlobWriteError, BlobWriter};
 pub use named::{
     info, info_in, list, list_in, remove, remove_in, validate_name, verify, verify_in, BlobMeta,
     VerifyReport, ENV_BLOB_DIR, ENV_META_DIR,

@@ -1,7 +1,9 @@
-//! Mapping blob files into memory and prefaulting mappings.
+//! Mapping blob files into memory, prefaulting mappings, and rewriting
+//! ranges of a mapping that sessions read ([`BlobWriter`], repairs).
 //!
 //! This is the crate's only `unsafe`: memmap2 cannot prove that nobody else
-//! truncates or rewrites a mapped file, so mapping a file is an unsafe call.
+//! truncates or rewrites a mapped file, so mapping a file is an unsafe call;
+//! and a repair writes bytes other threads may be reading.
 //! The argument for soundness is the blob's ownership protocol, stated once
 //! here: blob files are created at their final size by `set_len` before the
 //! first mapping and are never truncated or resized afterwards (removal only
@@ -14,6 +16,8 @@
 
 use std::fs::File;
 use std::io;
+use std::marker::PhantomData;
+use std::sync::{Mutex, PoisonError};
 
 use memmap2::{Advice, Mmap, MmapMut, MmapOptions};
 
@@ -30,6 +34,108 @@ pub(crate) fn map_file_readonly(file: &File, len: usize) -> io::Result<Mmap> {
     // SAFETY: as for `map_file_shared`: the length was checked against the
     // file, which is never truncated by pfs.
     unsafe { MmapOptions::new().len(len).map(file) }
+}
+
+/// Rewrites ranges of a blob while sessions read it: the receiver's side of
+/// the corrections plane, which puts the sender's bytes where its own did
+/// not match (`docs/wire.md` §13).
+///
+/// Writes are serialized (one repair at a time per blob) and bounds-checked;
+/// readers of the same bytes may see a mix of old and new bytes while one
+/// runs. That is the stance of the module docs: blob bytes are untrusted
+/// data that readers hash and compare, never interpret as typed values, and
+/// other processes sharing a named blob's file can rewrite them anyway; a
+/// racing write changes a digest, not this process's memory safety.
+#[derive(Clone, Copy)]
+pub struct BlobWriter<'a> {
+    /// The mapping's first byte (memmap2's raw pointer, not derived from a
+    /// reference).
+    base: *mut u8,
+    len: usize,
+    /// Serializes writes to this blob.
+    lock: &'a Mutex<()>,
+    /// Borrows the mapping: it outlives the writer and is not remapped.
+    _map: PhantomData<&'a MmapMut>,
+}
+
+// SAFETY: the writer only copies bytes into the mapping under `lock`, and
+// the mapping itself is `Send + Sync` (memmap2); the raw pointer is what
+// makes the auto traits fall away, not any thread-bound state.
+unsafe impl Send for BlobWriter<'_> {}
+// SAFETY: as for `Send`: every write is serialized by `lock`.
+unsafe impl Sync for BlobWriter<'_> {}
+
+impl std::fmt::Debug for BlobWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobWriter").field("len", &self.len).finish()
+    }
+}
+
+/// Why a repair write was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BlobWriteError {
+    /// The range reaches outside the blob.
+    #[error("write of {len} bytes at {offset} is outside the {blob_len}-byte blob")]
+    OutOfBounds {
+        /// Offset of the write.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The blob's length.
+        blob_len: u64,
+    },
+    /// The source bytes lie inside the blob range being written.
+    #[error("the bytes to write overlap the blob range they would replace")]
+    Overlap,
+}
+
+impl<'a> BlobWriter<'a> {
+    pub(crate) fn new(map: &'a MmapMut, lock: &'a Mutex<()>) -> Self {
+        Self {
+            base: map.as_ptr().cast_mut(),
+            len: map.len(),
+            lock,
+            _map: PhantomData,
+        }
+    }
+
+    /// Length of the blob.
+    pub fn len(&self) -> u64 {
+        self.len as u64
+    }
+
+    /// Always false: blobs are never empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `bytes` into the blob at `offset`.
+    pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), BlobWriteError> {
+        let oob = BlobWriteError::OutOfBounds {
+            offset,
+            len: bytes.len() as u64,
+            blob_len: self.len as u64,
+        };
+        let start = usize::try_from(offset).map_err(|_| oob)?;
+        let end = start.checked_add(bytes.len()).ok_or(oob)?;
+        if end > self.len {
+            return Err(oob);
+        }
+        let dst = self.base as usize + start;
+        let src = bytes.as_ptr() as usize;
+        if src < dst + bytes.len() && dst < src + bytes.len() {
+            return Err(BlobWriteError::Overlap);
+        }
+        let _one = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: `[start, end)` lies inside the mapping (checked above),
+        // which is writable (an `MmapMut`) and outlives `'a`; `bytes` does
+        // not overlap it (checked above); writes are serialized by `lock`.
+        // Concurrent readers may see a mix of old and new bytes (type docs).
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(start), bytes.len());
+        }
+        Ok(())
+    }
 }
 
 /// How a mapping was prefaulted.
@@ -153,6 +259,27 @@ mod tests {
         let mut m = MmapMut::map_anon(1 << 20).unwrap();
         prefault(&mut m, 4096, 2, true).unwrap();
         assert!(m.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn writer_writes_in_bounds_only() {
+        let mut m = MmapMut::map_anon(8192).unwrap();
+        m[100] = 7;
+        let lock = Mutex::new(());
+        let w = BlobWriter::new(&m, &lock);
+        w.write(4000, &[1, 2, 3]).unwrap();
+        assert_eq!(
+            w.write(8190, &[0; 3]),
+            Err(BlobWriteError::OutOfBounds {
+                offset: 8190,
+                len: 3,
+                blob_len: 8192
+            })
+        );
+        assert!(w.write(u64::MAX, &[0]).is_err());
+        assert_eq!(&m[4000..4003], &[1, 2, 3]);
+        assert_eq!(w.write(95, &m[90..110]), Err(BlobWriteError::Overlap));
+        assert_eq!(m[100], 7);
     }
 
     #[test]

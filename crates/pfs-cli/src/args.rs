@@ -61,7 +61,12 @@ pub enum Command {
   pfs send --to 127.0.0.1:7878 --mode offset --bytes 16G
   pfs send --to 127.0.0.1:7878 --mode arith --pattern sequential --integrity fnv1a --json
   pfs send --to 127.0.0.1:7878 --mode payload --bytes 4G --log-interval 1
-  pfs send --transport shm --to /tmp/pfs.sock --mode offset   # same host, shared-memory rings")]
+  pfs send --to 127.0.0.1:7878 --mode offset --integrity-sample 16   # ask the receiver to check 1 gram in 16
+  pfs send --transport shm --to /tmp/pfs.sock --mode offset   # same host, shared-memory rings
+
+A gram whose digest does not match on the receiver is repaired (it NAKs it, the sender
+sends just its bytes, the receiver writes and checks them again): the session then ends
+OK, with repaired_grams / repaired_bytes in the report (exit 3 only for a mismatch left).")]
     Send(SendArgs),
     /// Receive sessions: execute every gram over this host's blob and report.
     #[command(after_help = "Examples:
@@ -70,6 +75,8 @@ pub enum Command {
   pfs serve --once --json                     # one session, JSON report, exit status = its result
   pfs serve --blob-name shared --huge-dir /mnt/huge
   pfs serve --transport shm --listen /tmp/pfs.sock   # same-host senders over shared-memory rings
+  pfs serve --blob-name shared --no-repair    # count mismatches, never rewrite the blob
+  pfs serve --integrity-sample 16             # check one gram in 16, whatever senders ask
   pfs serve --dest /srv/pfs/files             # receive files (one copy; --store S adds a chunk history)
   pfs serve --config /etc/pfs/serve.toml --log-format json   # deployed: dist/pfs-serve.toml, dist/pfs-serve.service")]
     Serve(ServeArgs),
@@ -371,7 +378,7 @@ pub struct SendArgs {
     /// contents (as rsync: `pfs send photos/ --to h:7878:pics` fills `pics`). Without PATH,
     /// `pfs send` runs a seeded descriptor schedule against the receiver's blob (a benchmark).
     #[arg(value_name = "PATH",
-          conflicts_with_all = ["mode", "integrity", "grams", "bytes", "pattern", "size", "seed", "blob_name", "fill_file", "no_fill"])]
+          conflicts_with_all = ["mode", "integrity", "integrity_sample", "grams", "bytes", "pattern", "size", "seed", "blob_name", "fill_file", "no_fill"])]
     pub paths: Vec<PathBuf>,
     /// Receiver address: host:port for tcp, the socket path for unix and shm; with PATH…,
     /// `ADDR:REMOTE_DIR` writes under REMOTE_DIR of the receiver's --dest.
@@ -392,6 +399,11 @@ pub struct SendArgs {
     /// Integrity algorithm, per gram and end to end.
     #[arg(long, value_enum, default_value_t = IntegrityArg::Xxh3)]
     pub integrity: IntegrityArg,
+    /// Ask the receiver to check one gram in N (gram seq a multiple of N): the others are
+    /// neither hashed here nor read there. The receiver decides (pfs serve --integrity-sample
+    /// overrides); the report says how many grams and bytes were checked.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub integrity_sample: u16,
     /// Schedule.
     #[command(flatten)]
     pub schedule: ScheduleArgs,
@@ -766,6 +778,18 @@ pub struct ServeArgs {
     /// Recompute the blob fingerprint at start and refuse to serve if it differs from the record.
     #[arg(long)]
     pub verify_blob: bool,
+    /// Never repair this blob: a gram whose digest does not match is only counted (and the
+    /// session exits 3), as before the corrections plane. By default a mismatching gram is
+    /// NAKed and the sender's REPAIR bytes are written into the blob (a named blob keeps them).
+    #[arg(long)]
+    pub no_repair: bool,
+    /// Check one gram in N whatever the sender asks (1: every gram); without it the sender's
+    /// --integrity-sample is taken. Unchecked grams are bounds-checked, not read.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub integrity_sample: Option<u16>,
+    /// Most bytes one session may repair (rewrite in the blob); mismatches past it are counted.
+    #[arg(long, default_value = "1G", value_parser = parse_size, conflicts_with = "no_repair")]
+    pub max_repair_bytes: u64,
     /// Also keep every received chunk in this content store (blob file + chunk index; created
     /// if absent, reused across restarts) and deduplicate against it: a chunk history, at the
     /// cost of a second copy on disk. Without it, files are deduplicated against --dest's own.
@@ -777,7 +801,8 @@ pub struct ServeArgs {
     /// other means (the older version at a path a sender probes is read and indexed); on
     /// Btrfs or XFS, copied ranges share blocks (reflinks) instead of being written.
     #[arg(long, value_name = "DIR",
-          conflicts_with_all = ["exec", "record", "verify_blob", "blob_name", "fill_file", "no_fill", "size", "seed"])]
+          conflicts_with_all = ["exec", "record", "verify_blob", "blob_name", "fill_file", "no_fill", "size", "seed",
+                                "no_repair", "integrity_sample", "max_repair_bytes"])]
     pub dest: Option<PathBuf>,
     /// Most bytes the store's blob may hold; a transfer that would exceed it is refused before
     /// any destination file is touched.

@@ -539,18 +539,20 @@ fn shm_flags_with_tcp_are_refused() {
 }
 
 // ---------------------------------------------------------------------------
-// 4. damaged receiver blob → MISMATCH on both sides
+// 4. damaged receiver blob → repaired by default (wire §13), MISMATCH on
+//    both sides with --no-repair
 
-#[test]
-fn corrupted_receiver_blob_is_reported_as_mismatch() {
-    let store = blob_tempdir();
-    let dir = Some(store.path());
+/// Creates named blob `name` (SIZE, seed 7) in `dir`, then flips one byte
+/// at each of `offsets` in its file: its recorded fingerprint still says
+/// seed 7, so a server reuses it and HELLO is accepted, but grams that
+/// touch those bytes do not match. Returns the blob file's path.
+fn damaged_named_blob(dir: Option<&Path>, name: &str, offsets: &[u64]) -> PathBuf {
     let create = run(pfs(
         &[
             "blob",
             "create",
             "--blob-name",
-            "m1",
+            name,
             "--size",
             SIZE,
             "--seed",
@@ -559,25 +561,41 @@ fn corrupted_receiver_blob_is_reported_as_mismatch() {
         ],
         dir,
     ));
-    create.expect_code(0, "blob create m1");
-    let path = PathBuf::from(create.json("blob create m1")["path"].as_str().expect("path"));
-    {
-        let offset = 1_000_000;
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .expect("open blob file");
+    create.expect_code(0, "blob create");
+    let path = PathBuf::from(create.json("blob create")["path"].as_str().expect("path"));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("open blob file");
+    for &offset in offsets {
         let mut b = [0u8; 1];
         f.seek(SeekFrom::Start(offset)).unwrap();
         f.read_exact(&mut b).unwrap();
         f.seek(SeekFrom::Start(offset)).unwrap();
         f.write_all(&[b[0] ^ 0x01]).unwrap();
-        f.sync_all().unwrap();
     }
+    f.sync_all().unwrap();
+    path
+}
+
+#[test]
+fn corrupted_receiver_blob_is_reported_as_mismatch() {
+    let store = blob_tempdir();
+    let dir = Some(store.path());
+    damaged_named_blob(dir, "m1", &[1_000_000]);
 
     let server = Server::start(
-        &["--once", "--blob-name", "m1", "--size", SIZE, "--seed", "7"],
+        &[
+            "--once",
+            "--no-repair",
+            "--blob-name",
+            "m1",
+            "--size",
+            SIZE,
+            "--seed",
+            "7",
+        ],
         dir,
     );
     // The sender holds an intact anonymous blob of the same size and seed.
@@ -621,6 +639,170 @@ fn corrupted_receiver_blob_is_reported_as_mismatch() {
         "server stderr:\n{}",
         done.stderr
     );
+    // --no-repair left the damage where it was.
+    let verify = run(pfs(&["blob", "verify", "--blob-name", "m1"], dir));
+    verify.expect_code(3, "blob verify after --no-repair");
+}
+
+#[test]
+fn corrupted_receiver_blob_is_repaired_and_the_next_send_is_clean() {
+    let store = blob_tempdir();
+    let dir = Some(store.path());
+    damaged_named_blob(dir, "m2", &[1_000_000, 6_000_000, 11_000_000]);
+    let server = Server::start(
+        &[
+            "--max-sessions",
+            "2",
+            "--json",
+            "--blob-name",
+            "m2",
+            "--size",
+            SIZE,
+            "--seed",
+            "7",
+        ],
+        dir,
+    );
+    let send = |what: &str| {
+        let out = run(pfs(
+            &[
+                "send",
+                "--to",
+                &server.addr,
+                "--size",
+                SIZE,
+                "--seed",
+                "7",
+                "--mode",
+                "offset",
+                "--bytes",
+                BYTES,
+                "--desc-per-gram",
+                "16",
+                "--json",
+            ],
+            dir,
+        ));
+        expect_good_send(&out, what)["receiver"].clone()
+    };
+    let first = send("send to a damaged receiver");
+    let mismatched = first["mismatched_grams"].as_u64().expect("mismatched_grams");
+    assert!(mismatched >= 3, "each damaged byte is in some gram: {first:#}");
+    assert_eq!(first["repaired_grams"].as_u64(), Some(mismatched), "{first:#}");
+    assert_eq!(first["nak_grams"].as_u64(), Some(mismatched), "{first:#}");
+    assert!(first["repaired_bytes"].as_u64().unwrap() > 0, "{first:#}");
+    assert_eq!(first["repair"], true, "{first:#}");
+    assert_eq!(first["sample_interval"].as_u64(), Some(1), "{first:#}");
+    assert_eq!(first["checked_grams"], first["grams"], "{first:#}");
+    // The repairs reached the named blob's file: the next session finds
+    // nothing to repair, and the blob verifies against its record.
+    let second = send("second send");
+    assert_eq!(second["mismatched_grams"].as_u64(), Some(0), "{second:#}");
+    assert_eq!(second["repaired_grams"].as_u64(), Some(0), "{second:#}");
+    let done = server.finish();
+    done.expect_code(0, "pfs serve --max-sessions 2");
+    let reports: Vec<Value> = done
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "report")
+        .collect();
+    assert_eq!(reports.len(), 2, "server stdout:\n{}", done.stdout);
+    assert_eq!(reports[0]["stats"]["repaired_grams"].as_u64(), Some(mismatched));
+    let verify = run(pfs(&["blob", "verify", "--blob-name", "m2"], dir));
+    verify.expect_code(0, "blob verify after the repairs");
+}
+
+/// A receiver from before the corrections plane refuses HELLO's
+/// `CORRECTIONS` flag (its `hello_flags` were reserved): `pfs send`
+/// connects again without it and runs today's session. The old receiver
+/// is played by a proxy that refuses the first connection as such a
+/// receiver would and passes the second, flag-free, to a real `pfs serve`.
+#[test]
+fn a_receiver_from_before_the_corrections_plane_gets_a_plain_session() {
+    let server = Server::start(&["--once", "--size", SIZE, "--seed", "4"], None);
+    let old = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = old.local_addr().unwrap().to_string();
+    let upstream = server.addr.clone();
+    let proxy = std::thread::spawn(move || -> Vec<u16> {
+        let mut flags_seen = Vec::new();
+        for attempt in 0..2 {
+            let (mut c, _) = old.accept().unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut head = [0u8; 16];
+            c.read_exact(&mut head).unwrap();
+            let len = u32::from_le_bytes(head[8..12].try_into().unwrap()) as usize;
+            let mut body = vec![0u8; len];
+            c.read_exact(&mut body).unwrap();
+            let flags = u16::from_le_bytes([body[4], body[5]]);
+            flags_seen.push(flags);
+            if attempt == 0 {
+                // What a version-1 receiver answers to a non-zero reserved field.
+                let mut msg = Vec::new();
+                pfs_wire::ErrorFrame {
+                    code: pfs_wire::ErrorCode::BadFrame as u16,
+                    message: "malformed HELLO from peer: reserved field is not zero",
+                }
+                .emit(&mut msg);
+                let mut frame = Vec::new();
+                pfs_wire::put_frame(&mut frame, pfs_wire::FrameType::Error, 0, &msg);
+                c.write_all(&frame).unwrap();
+                continue;
+            }
+            let mut up = TcpStream::connect(&upstream).unwrap();
+            up.write_all(&head).unwrap();
+            up.write_all(&body).unwrap();
+            let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+            let back = std::thread::spawn(move || std::io::copy(&mut up2, &mut c2));
+            let _ = std::io::copy(&mut c, &mut up);
+            let _ = up.shutdown(std::net::Shutdown::Write);
+            let _ = back.join();
+        }
+        flags_seen
+    });
+    let out = send(
+        &addr,
+        &["--seed", "4", "--mode", "offset", "--integrity-sample", "4"],
+        None,
+    );
+    let v = expect_good_send(&out, "send through an old receiver");
+    assert!(
+        out.stderr.contains("predates the corrections plane"),
+        "stderr:\n{}",
+        out.stderr
+    );
+    assert_eq!(proxy.join().unwrap(), [1, 0], "CORRECTIONS, then none");
+    // Today's report: no corrections block.
+    assert_eq!(v["receiver"]["repaired_grams"], Value::Null, "{v:#}");
+    assert_eq!(v["receiver"]["sample_interval"], Value::Null, "{v:#}");
+    server.finish().expect_code(0, "pfs serve --once");
+}
+
+#[test]
+fn integrity_sample_checks_one_gram_in_n() {
+    let server = Server::start(&["--max-sessions", "2", "--size", SIZE, "--seed", "3"], None);
+    let send = |extra: &[&str], what: &str| {
+        let mut args = vec!["--seed", "3", "--mode", "offset", "--desc-per-gram", "16"];
+        args.extend_from_slice(extra);
+        expect_good_send(&send(&server.addr, &args, None), what)["receiver"].clone()
+    };
+    let all = send(&[], "every gram");
+    let sampled = send(&["--integrity-sample", "16"], "one gram in 16");
+    assert_eq!(all["sample_interval"].as_u64(), Some(1), "{all:#}");
+    assert_eq!(all["checked_grams"], all["grams"], "{all:#}");
+    assert_eq!(all["checked_bytes"], all["effective_bytes"], "{all:#}");
+    let grams = sampled["grams"].as_u64().unwrap();
+    assert_eq!(sampled["sample_interval"].as_u64(), Some(16), "{sampled:#}");
+    assert_eq!(
+        sampled["checked_grams"].as_u64(),
+        Some(grams.div_ceil(16)),
+        "{sampled:#}"
+    );
+    assert!(
+        sampled["checked_bytes"].as_u64().unwrap() < sampled["effective_bytes"].as_u64().unwrap(),
+        "{sampled:#}"
+    );
+    server.finish().expect_code(0, "pfs serve --max-sessions 2");
 }
 
 // ---------------------------------------------------------------------------

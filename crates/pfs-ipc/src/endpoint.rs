@@ -514,6 +514,30 @@ impl Receiver {
                 Err(e) => return Err(e),
             },
         };
+        self.copy_stream(buf, rec, done)
+    }
+
+    /// [`Self::read_stream`] without waiting: `Ok(None)` when no byte has
+    /// arrived, `Ok(Some(0))` at end of stream.
+    pub fn read_stream_ready(&mut self, buf: &mut [u8]) -> Result<Option<usize>, IpcError> {
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        let (rec, done) = match self.partial.take() {
+            Some(p) => p,
+            None => match self.next_record(false, None) {
+                Ok(Some(rec)) => (rec, 0),
+                Ok(None) => return Ok(None),
+                Err(IpcError::Closed) => return Ok(Some(0)),
+                Err(e) => return Err(e),
+            },
+        };
+        self.copy_stream(buf, rec, done).map(Some)
+    }
+
+    /// Copies the next bytes of stream record `rec` (`done` of them read
+    /// before) into `buf`; keeps the record while bytes of it remain.
+    fn copy_stream(&mut self, buf: &mut [u8], rec: Record, done: usize) -> Result<usize, IpcError> {
         if rec.kind != KIND_DATA {
             self.release(rec);
             return Err(IpcError::RefInByteStream);
@@ -664,6 +688,11 @@ impl Endpoint {
     /// See [`Receiver::read_stream`].
     pub fn read_stream(&mut self, buf: &mut [u8], timeout: Option<Duration>) -> Result<usize, IpcError> {
         self.rx.read_stream(buf, timeout)
+    }
+
+    /// See [`Receiver::read_stream_ready`].
+    pub fn read_stream_ready(&mut self, buf: &mut [u8]) -> Result<Option<usize>, IpcError> {
+        self.rx.read_stream_ready(buf)
     }
 
     /// Closes our sending ring (the peer reads end-of-stream).

@@ -63,9 +63,13 @@ pub enum Transmit<'a> {
         /// What it is, for error messages.
         what: &'static str,
     },
-    /// One gram: frame header, gram header and descriptor table, then
-    /// `ranges` of `blob` as the payload slab (straight from the mapping).
+    /// One gram (or a blob session's REPAIR, whose 32-byte head takes the
+    /// gram header's place): frame header, gram header and descriptor
+    /// table, then `ranges` of `blob` as the payload slab (straight from
+    /// the mapping).
     Gram {
+        /// GRAM or REPAIR, for error messages.
+        what: &'static str,
         /// Frame header.
         frame_header: &'a [u8; FRAME_HEADER_LEN],
         /// Gram header.
@@ -84,7 +88,7 @@ impl Transmit<'_> {
     pub fn what(&self) -> &'static str {
         match self {
             Self::Parts { what, .. } => what,
-            Self::Gram { .. } => "GRAM",
+            Self::Gram { what, .. } => what,
         }
     }
 
@@ -99,6 +103,7 @@ impl Transmit<'_> {
                 table,
                 blob,
                 ranges,
+                ..
             } => {
                 let mut iov = [IoSlice::new(&[]); IOV_MAX];
                 iov[0] = IoSlice::new(&frame_header[..]);
@@ -131,6 +136,7 @@ impl Transmit<'_> {
                 table,
                 blob,
                 ranges,
+                ..
             } => {
                 out.extend_from_slice(&frame_header[..]);
                 out.extend_from_slice(&gram_header[..]);
@@ -394,6 +400,45 @@ impl RecvBuf {
     /// 0 is end of stream. `want` beyond the capacity is the caller's bug
     /// and reads nothing more than fits.
     pub fn read_from<T: Transport + ?Sized>(&mut self, t: &mut T, want: usize) -> io::Result<usize> {
+        self.make_room(want)?;
+        loop {
+            match t.read(&mut self.buf[self.end..]) {
+                Ok(n) => {
+                    self.end += n;
+                    self.read_bytes += n as u64;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// [`Self::read_from`] without waiting ([`Transport::read_ready`]):
+    /// `Ok(None)` when nothing has arrived, `Ok(Some(0))` at end of stream.
+    pub fn read_ready_from<T: Transport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        want: usize,
+    ) -> io::Result<Option<usize>> {
+        self.make_room(want)?;
+        loop {
+            match t.read_ready(&mut self.buf[self.end..]) {
+                Ok(n) => {
+                    let k = n.unwrap_or(0);
+                    self.end += k;
+                    self.read_bytes += k as u64;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Compacts so that `want` contiguous bytes fit from the front, and
+    /// fails if no byte of room is left.
+    fn make_room(&mut self, want: usize) -> io::Result<()> {
         if self.buf.len() - self.start < want || self.end == self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -407,17 +452,7 @@ impl RecvBuf {
                 "receive buffer full and not consumed",
             ));
         }
-        loop {
-            match t.read(&mut self.buf[self.end..]) {
-                Ok(n) => {
-                    self.end += n;
-                    self.read_bytes += n as u64;
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        Ok(())
     }
 
     /// One read for a core awaiting `awaiting`: end of stream is

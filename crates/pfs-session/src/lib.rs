@@ -103,6 +103,11 @@ pub struct BlobView<'a> {
     pub page_size: u64,
     /// Setup times of this blob.
     pub setup: SetupTimes,
+    /// Writes into this same mapping, for a receiver's repairs (wire §13);
+    /// `None`: the receiver only counts mismatches. A writer onto other
+    /// bytes than `data` would make every repair fail its check, never
+    /// succeed wrongly.
+    pub writer: Option<pfs_blob::BlobWriter<'a>>,
 }
 
 /// Short hex of a fingerprint root, for messages.

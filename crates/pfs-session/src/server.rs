@@ -852,6 +852,12 @@ impl<T: Transport> Transport for Cuttable<'_, T> {
             }
         }
     }
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.check()?;
+        let n = self.inner.read_ready(buf)?;
+        self.bytes_in += n.unwrap_or(0) as u64;
+        Ok(n)
+    }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         let poll = timeout.map_or(CUT_POLL, |t| t.min(CUT_POLL));
         self.inner.set_read_timeout(Some(poll))?;

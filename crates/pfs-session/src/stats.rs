@@ -3,6 +3,7 @@
 //! beside wire bytes. Rates are decimal MB (10^6 bytes) per second.
 
 use pfs_wire::control::NO_MISMATCH;
+use pfs_wire::corrections::CorrectionsReport;
 use pfs_wire::{IntegrityAlg, Mode, Report};
 
 use crate::backing_name;
@@ -24,6 +25,22 @@ pub struct SessionStats {
     pub mismatched_grams: u64,
     /// Sequence number of the first mismatching gram.
     pub first_mismatch_seq: Option<u64>,
+    /// Mismatching grams repaired (the corrections plane; `None`: the
+    /// session did not negotiate it).
+    pub repaired_grams: Option<u64>,
+    /// Effective bytes of the repaired grams.
+    pub repaired_bytes: Option<u64>,
+    /// Grams NAKed (each answered by a REPAIR).
+    pub nak_grams: Option<u64>,
+    /// Whether the receiver repaired at all (`false`: `--no-repair`, no
+    /// writable blob, or integrity none).
+    pub repair: Option<bool>,
+    /// Grams whose digest the receiver computed.
+    pub checked_grams: Option<u64>,
+    /// Effective bytes of those grams (what the receiver read).
+    pub checked_bytes: Option<u64>,
+    /// One gram in this many was checked.
+    pub sample_interval: Option<u16>,
     /// Bytes the receiver executed over.
     pub effective_bytes: u64,
     /// Bytes that crossed the transport, both directions (TCP/IP headers excluded).
@@ -91,6 +108,13 @@ impl SessionStats {
             integrity: if r.integrity_ok == 1 { "OK" } else { "MISMATCH" }.to_string(),
             mismatched_grams: r.mismatched_grams,
             first_mismatch_seq: (r.first_mismatch_seq != NO_MISMATCH).then_some(r.first_mismatch_seq),
+            repaired_grams: None,
+            repaired_bytes: None,
+            nak_grams: None,
+            repair: None,
+            checked_grams: None,
+            checked_bytes: None,
+            sample_interval: None,
             effective_bytes: r.effective_bytes,
             wire_bytes: r.wire_bytes,
             wire_ratio: if r.effective_bytes > 0 {
@@ -122,9 +146,30 @@ impl SessionStats {
         }
     }
 
-    /// True when integrity held.
+    /// Adds the report's corrections block (sessions that negotiated the
+    /// corrections plane, docs/wire.md §13).
+    pub fn with_corrections(mut self, c: Option<CorrectionsReport>) -> Self {
+        if let Some(c) = c {
+            self.repaired_grams = Some(c.repaired_grams);
+            self.repaired_bytes = Some(c.repaired_bytes);
+            self.nak_grams = Some(c.nak_grams);
+            self.repair = Some(c.repair());
+            self.checked_grams = Some(c.checked_grams);
+            self.checked_bytes = Some(c.checked_bytes);
+            self.sample_interval = Some(c.sample_interval.max(1));
+        }
+        self
+    }
+
+    /// True when integrity held (every mismatch repaired, with the
+    /// corrections plane).
     pub fn ok(&self) -> bool {
         self.integrity == "OK"
+    }
+
+    /// Mismatching grams not repaired.
+    pub fn unrepaired_grams(&self) -> u64 {
+        self.mismatched_grams - self.repaired_grams.unwrap_or(0).min(self.mismatched_grams)
     }
 
     /// One line describing a mismatch: how many grams and the first one.
@@ -133,26 +178,64 @@ impl SessionStats {
             .first_mismatch_seq
             .map(|s| format!("gram #{s}"))
             .unwrap_or_else(|| "no single gram (end-to-end or count check)".into());
+        let repaired = match (self.repaired_grams, self.repair) {
+            (Some(r), Some(true)) => format!(", {r} repaired, {} left", self.unrepaired_grams()),
+            (Some(_), Some(false)) => " (the receiver does not repair)".into(),
+            _ => String::new(),
+        };
         format!(
-            "integrity MISMATCH: {} gram(s) differ, first: {first}",
+            "integrity MISMATCH: {} gram(s) differ{repaired}, first: {first}",
             self.mismatched_grams
         )
+    }
+
+    /// The corrections line of [`Self::human`], when the session had the plane.
+    fn corrections_line(&self) -> Option<String> {
+        let (checked, checked_bytes, interval) =
+            (self.checked_grams?, self.checked_bytes?, self.sample_interval?);
+        let sampled = if interval > 1 {
+            format!(
+                "sampled 1 in {interval}: {checked} of {} grams checked, {:.1} of {:.1} MB read",
+                self.grams,
+                checked_bytes as f64 / 1e6,
+                self.effective_bytes as f64 / 1e6
+            )
+        } else {
+            format!("every gram checked ({checked})")
+        };
+        let repair = if self.repair == Some(true) {
+            format!(
+                "{} repaired ({:.3} MB, {} NAKed), {} left",
+                self.repaired_grams.unwrap_or(0),
+                self.repaired_bytes.unwrap_or(0) as f64 / 1e6,
+                self.nak_grams.unwrap_or(0),
+                self.unrepaired_grams()
+            )
+        } else {
+            "repair off".into()
+        };
+        Some(format!("\n  corrections    {sampled}; {repair}"))
     }
 
     /// Human-readable multi-line summary.
     pub fn human(&self) -> String {
         let mismatch = match self.first_mismatch_seq {
+            Some(seq) if self.unrepaired_grams() == 0 => format!(
+                " ({} gram(s) differed, first: gram #{seq}; all repaired)",
+                self.mismatched_grams
+            ),
             Some(seq) => format!(" ({} gram(s) differ, first: gram #{seq})", self.mismatched_grams),
             None => String::new(),
         };
         format!(
-            "{label}\n  integrity      {alg}: {status}{mismatch}\n  effective      {eff:.1} MB in {grams} grams / {descs} descriptors\n  \
+            "{label}\n  integrity      {alg}: {status}{mismatch}{corrections}\n  effective      {eff:.1} MB in {grams} grams / {descs} descriptors\n  \
              wire           {wire:.3} MB (wire/effective = {ratio:.6})\n  elapsed        {el:.3} s (receiver steady state)\n  \
              throughput     {rate:.1} MB/s effective, {wrate:.1} MB/s wire\n  receiver CPU   user {u:.3} s, sys {s:.3} s → {mbcpu:.1} MB/CPU-s\n  \
              ctx switches   {vcs} voluntary, {ics} involuntary; max RSS {rss:.1} MB\n  blob           {backing}, page {page} B; setup map {m:.3} s, prefault {p:.3} s, fill {f:.3} s, fingerprint {fp:.3} s",
             label = self.label,
             alg = self.integrity_alg,
             status = self.integrity,
+            corrections = self.corrections_line().unwrap_or_default(),
             eff = self.effective_bytes as f64 / 1e6,
             grams = self.grams,
             descs = self.descriptors,

@@ -37,6 +37,8 @@ fn sender_cfg(mode: Mode) -> GramSenderConfig {
         log_interval: None,
         session_nonce: 7,
         payload_budget: pfs_session::DEFAULT_PAYLOAD_BUDGET,
+        corrections: true,
+        integrity_sample: 1,
     }
 }
 

@@ -47,6 +47,8 @@ fn sender_cfg(mode: Mode, integrity: IntegrityAlg, grams: u64) -> GramSenderConf
         session_nonce: 42,
         // Small, so payload-mode batches are cut into several grams.
         payload_budget: 8192,
+        corrections: true,
+        integrity_sample: 1,
     }
 }
 

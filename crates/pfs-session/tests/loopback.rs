@@ -46,6 +46,8 @@ fn sender_cfg(mode: Mode, integrity: IntegrityAlg, spec: ScheduleSpec) -> GramSe
         log_interval: None,
         session_nonce: 1,
         payload_budget: pfs_session::DEFAULT_PAYLOAD_BUDGET,
+        corrections: true,
+        integrity_sample: 1,
     }
 }
 

@@ -37,6 +37,17 @@ pub trait Transport: Send {
     /// Reads into `buf`; `Ok(0)` means the peer closed its sending side.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
 
+    /// Reads what has already arrived, without waiting: `Ok(None)` when
+    /// nothing has, `Ok(Some(0))` at end of stream. A writer uses it to
+    /// take the peer's few frames between its own writes (a blob sender
+    /// reading NAKs between grams). The default says nothing ever arrived:
+    /// correct for a caller that reads with [`Transport::read`] later, only
+    /// later than it could.
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let _ = buf;
+        Ok(None)
+    }
+
     /// Bounds how long a `read` may block (`None` = forever).
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
 
@@ -126,6 +137,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         (**self).read(buf)
     }
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        (**self).read_ready(buf)
+    }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         (**self).set_read_timeout(timeout)
     }
@@ -157,6 +171,9 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     }
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         (**self).read(buf)
+    }
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        (**self).read_ready(buf)
     }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         (**self).set_read_timeout(timeout)

@@ -132,6 +132,10 @@ impl Transport for ShmTransport {
         self.ep.read_stream(buf, self.read_timeout).map_err(to_io)
     }
 
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.ep.read_stream_ready(buf).map_err(to_io)
+    }
+
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         if timeout == Some(Duration::ZERO) {
             return Err(io::Error::new(

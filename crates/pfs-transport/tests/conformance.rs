@@ -171,7 +171,53 @@ fn bidirectional<H: Harness>(h: &H) {
     });
 }
 
+/// `read_ready` takes what has arrived without waiting: nothing yet is
+/// `None`, bytes are returned
+/// whole and in order, and the peer's close is `Some(0)`.
+fn read_ready<H: Harness>(h: &H) {
+    let l = h.listen();
+    thread::scope(|s| {
+        let l = &l;
+        let (go, ready) = std::sync::mpsc::channel::<()>();
+        let srv = s.spawn(move || {
+            let mut c = l.accept().unwrap();
+            ready.recv().unwrap();
+            c.write_all(&pattern(3000, 9)).unwrap();
+            ready.recv().unwrap();
+            c.shutdown_write().unwrap();
+            ready.recv().unwrap();
+        });
+        let mut c = h.connect(l);
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = vec![0u8; 4096];
+        // Were it to wait, the 30 s timeout would end it with an error.
+        assert_eq!(c.read_ready(&mut buf).unwrap(), None);
+        go.send(()).unwrap();
+        let mut got = Vec::new();
+        while got.len() < 3000 {
+            if let Some(n) = c.read_ready(&mut buf).unwrap() {
+                assert!(n > 0, "end of stream before the bytes");
+                got.extend_from_slice(&buf[..n]);
+            } else {
+                thread::yield_now();
+            }
+        }
+        assert_eq!(got, pattern(3000, 9));
+        go.send(()).unwrap();
+        let end = loop {
+            if let Some(n) = c.read_ready(&mut buf).unwrap() {
+                break n;
+            }
+            thread::yield_now();
+        };
+        assert_eq!(end, 0);
+        go.send(()).unwrap();
+        srv.join().unwrap();
+    });
+}
+
 fn suite<H: Harness>(h: H) {
+    read_ready(&h);
     vectored_roundtrip(&h);
     early_close(&h);
     read_timeout(&h);

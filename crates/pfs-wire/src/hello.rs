@@ -3,8 +3,10 @@
 //! Both carry a trailing authentication field (`auth_method`, `auth_len`,
 //! then `auth_len` bytes) so that an authentication exchange can be added
 //! without a version bump; method 0 ("none") with length 0 is all this
-//! version sends. The fixed parts' byte ranges live once, in the private
-//! `field` tables.
+//! version sends. HELLO's flag [`HELLO_CORRECTIONS`] and the flags and
+//! sampling interval of HELLO_ACK negotiate the corrections plane
+//! (`docs/wire.md` §13). The fixed parts' byte ranges live once, in the
+//! private `field` tables.
 
 use crate::desc::Encoding;
 use crate::layout::{tiles, Field, Reader, Writer};
@@ -16,6 +18,16 @@ pub const HELLO_FIXED_LEN: usize = 96;
 pub const HELLO_ACK_FIXED_LEN: usize = 48;
 /// Largest authentication field either side accepts.
 pub const MAX_AUTH_LEN: usize = 1024;
+/// HELLO flag: the sender speaks the corrections plane (§13): it answers
+/// gram NAKs, reads the report's corrections block, and `sample_interval`
+/// is its ask.
+pub const HELLO_CORRECTIONS: u16 = 0x0001;
+/// HELLO_ACK flag: the receiver speaks the corrections plane (only in
+/// answer to [`HELLO_CORRECTIONS`]); `sample_interval` is the session's.
+pub const ACK_CORRECTIONS: u16 = 0x0001;
+/// HELLO_ACK flag: the receiver NAKs the grams that do not match (needs
+/// [`ACK_CORRECTIONS`]).
+pub const ACK_REPAIR: u16 = 0x0002;
 
 /// Byte ranges of the fixed parts (`docs/wire.md` §4.1, §4.2).
 mod field {
@@ -30,14 +42,15 @@ mod field {
         pub const ENCODING: Field = Field::new(1, 1);
         pub const INTEGRITY: Field = Field::new(2, 1);
         pub const AUTH_METHOD: Field = Field::new(3, 1);
-        /// `hello_flags`: none defined, so reserved.
+        /// `hello_flags`: [`crate::hello::HELLO_CORRECTIONS`].
         pub const FLAGS: Field = Field::new(4, 2);
         pub const AUTH_LEN: Field = Field::new(6, 2);
         pub const MAX_DESC_PER_GRAM: Field = Field::new(8, 4);
         pub const MAX_DESC_LEN: Field = Field::new(12, 4);
         pub const BLOB_LEN: Field = Field::new(16, 8);
         pub const REGION_SIZE: Field = Field::new(24, 4);
-        pub const RESERVED_28: Field = Field::new(28, 4);
+        pub const SAMPLE_INTERVAL: Field = Field::new(28, 2);
+        pub const RESERVED_30: Field = Field::new(30, 2);
         pub const FINGERPRINT: Field = Field::new(32, 32);
         pub const SESSION_NONCE: Field = Field::new(64, 8);
         pub const PLANNED_BYTES: Field = Field::new(72, 8);
@@ -56,7 +69,8 @@ mod field {
                 MAX_DESC_LEN,
                 BLOB_LEN,
                 REGION_SIZE,
-                RESERVED_28,
+                SAMPLE_INTERVAL,
+                RESERVED_30,
                 FINGERPRINT,
                 SESSION_NONCE,
                 PLANNED_BYTES,
@@ -81,7 +95,8 @@ mod field {
         pub const BACKING: Field = Field::new(32, 1);
         pub const AUTH_METHOD: Field = Field::new(33, 1);
         pub const AUTH_LEN: Field = Field::new(34, 2);
-        pub const RESERVED: Field = Field::new(36, 4);
+        pub const FLAGS: Field = Field::new(36, 2);
+        pub const SAMPLE_INTERVAL: Field = Field::new(38, 2);
         pub const SESSION_NONCE: Field = Field::new(40, 8);
 
         const _: () = assert!(tiles(
@@ -95,7 +110,8 @@ mod field {
                 BACKING,
                 AUTH_METHOD,
                 AUTH_LEN,
-                RESERVED,
+                FLAGS,
+                SAMPLE_INTERVAL,
                 SESSION_NONCE,
             ],
             LEN
@@ -114,6 +130,11 @@ pub struct Hello<'a> {
     pub integrity: IntegrityAlg,
     /// Authentication method (0 = none).
     pub auth_method: u8,
+    /// `hello_flags`: [`HELLO_CORRECTIONS`] or 0.
+    pub flags: u16,
+    /// With [`HELLO_CORRECTIONS`]: check one gram in this many, as the
+    /// sender asks (0 or 1: every gram). 0 without the flag.
+    pub sample_interval: u16,
     /// Most descriptors the sender puts in one gram.
     pub max_desc_per_gram: u32,
     /// Longest descriptor the sender emits.
@@ -139,7 +160,15 @@ impl<'a> Hello<'a> {
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
         use field::hello as f;
         let b = Reader::<HELLO_FIXED_LEN>::new(body)?;
-        if !b.is_zero(f::FLAGS) || !b.is_zero(f::RESERVED_28) || !b.is_zero(f::RESERVED_88) {
+        let flags = b.u16(f::FLAGS);
+        let sample_interval = b.u16(f::SAMPLE_INTERVAL);
+        // Undefined flag bits, and a sampling interval without the flag
+        // that gives it meaning, were reserved before §13 and still are.
+        if flags & !HELLO_CORRECTIONS != 0
+            || (flags & HELLO_CORRECTIONS == 0 && sample_interval != 0)
+            || !b.is_zero(f::RESERVED_30)
+            || !b.is_zero(f::RESERVED_88)
+        {
             return Err(WireError::ReservedNonZero);
         }
         let auth_len = usize::from(b.u16(f::AUTH_LEN));
@@ -154,6 +183,8 @@ impl<'a> Hello<'a> {
             encoding: Encoding::from_u8(b.u8(f::ENCODING))?,
             integrity: IntegrityAlg::from_u8(b.u8(f::INTEGRITY))?,
             auth_method: b.u8(f::AUTH_METHOD),
+            flags,
+            sample_interval,
             max_desc_per_gram: b.u32(f::MAX_DESC_PER_GRAM),
             max_desc_len: b.u32(f::MAX_DESC_LEN),
             blob_len: b.u64(f::BLOB_LEN),
@@ -175,11 +206,13 @@ impl<'a> Hello<'a> {
             .u8(f::ENCODING, self.encoding as u8)
             .u8(f::INTEGRITY, self.integrity as u8)
             .u8(f::AUTH_METHOD, self.auth_method)
+            .u16(f::FLAGS, self.flags)
             .u16(f::AUTH_LEN, auth_len as u16)
             .u32(f::MAX_DESC_PER_GRAM, self.max_desc_per_gram)
             .u32(f::MAX_DESC_LEN, self.max_desc_len)
             .u64(f::BLOB_LEN, self.blob_len)
             .u32(f::REGION_SIZE, self.region_size)
+            .u16(f::SAMPLE_INTERVAL, self.sample_interval)
             .put(f::FINGERPRINT, &self.fingerprint)
             .u64(f::SESSION_NONCE, self.session_nonce)
             .u64(f::PLANNED_BYTES, self.planned_bytes)
@@ -208,6 +241,11 @@ pub struct HelloAck<'a> {
     pub backing: u8,
     /// Authentication method (0 = none).
     pub auth_method: u8,
+    /// [`ACK_CORRECTIONS`], [`ACK_REPAIR`]; 0 unless HELLO had [`HELLO_CORRECTIONS`].
+    pub flags: u16,
+    /// With [`ACK_CORRECTIONS`]: the session checks grams whose `seq` is a
+    /// multiple of this (0 or 1: every gram). 0 without the flag.
+    pub sample_interval: u16,
     /// Echo of the sender's session nonce.
     pub session_nonce: u64,
     /// Authentication data (empty for method 0).
@@ -219,8 +257,15 @@ impl<'a> HelloAck<'a> {
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
         use field::ack as f;
         let b = Reader::<HELLO_ACK_FIXED_LEN>::new(body)?;
-        if !b.is_zero(f::RESERVED) {
+        let flags = b.u16(f::FLAGS);
+        let sample_interval = b.u16(f::SAMPLE_INTERVAL);
+        if flags & !(ACK_CORRECTIONS | ACK_REPAIR) != 0
+            || (flags & ACK_CORRECTIONS == 0 && sample_interval != 0)
+        {
             return Err(WireError::ReservedNonZero);
+        }
+        if flags & ACK_REPAIR != 0 && flags & ACK_CORRECTIONS == 0 {
+            return Err(WireError::BadFlags);
         }
         let auth_len = usize::from(b.u16(f::AUTH_LEN));
         if auth_len > MAX_AUTH_LEN {
@@ -238,6 +283,8 @@ impl<'a> HelloAck<'a> {
             page_size: b.u64(f::PAGE_SIZE),
             backing: b.u8(f::BACKING),
             auth_method: b.u8(f::AUTH_METHOD),
+            flags,
+            sample_interval,
             session_nonce: b.u64(f::SESSION_NONCE),
             auth: body.get(HELLO_ACK_FIXED_LEN..).ok_or(WireError::Truncated)?,
         })
@@ -257,6 +304,8 @@ impl<'a> HelloAck<'a> {
             .u8(f::BACKING, self.backing)
             .u8(f::AUTH_METHOD, self.auth_method)
             .u16(f::AUTH_LEN, auth_len as u16)
+            .u16(f::FLAGS, self.flags)
+            .u16(f::SAMPLE_INTERVAL, self.sample_interval)
             .u64(f::SESSION_NONCE, self.session_nonce);
         out.extend_from_slice(&w.finish());
         out.extend_from_slice(&self.auth[..auth_len]);
@@ -274,6 +323,8 @@ mod tests {
             encoding: Encoding::Arithmetic,
             integrity: IntegrityAlg::Fnv1a,
             auth_method: 0,
+            flags: 0,
+            sample_interval: 0,
             max_desc_per_gram: 1024,
             max_desc_len: 262_144,
             blob_len: 1 << 30,
@@ -300,9 +351,37 @@ mod tests {
         let mut bad = body.clone();
         bad[0] = 3;
         assert_eq!(Hello::parse(&bad), Err(WireError::UnknownMode(3)));
-        let mut bad = body;
+        let mut bad = body.clone();
         bad[90] = 1;
         assert_eq!(Hello::parse(&bad), Err(WireError::ReservedNonZero));
+        let mut bad = body.clone();
+        bad[4] = 2;
+        assert_eq!(
+            Hello::parse(&bad),
+            Err(WireError::ReservedNonZero),
+            "undefined flag"
+        );
+        let mut bad = body;
+        bad[28] = 16;
+        assert_eq!(
+            Hello::parse(&bad),
+            Err(WireError::ReservedNonZero),
+            "an interval without CORRECTIONS"
+        );
+    }
+
+    #[test]
+    fn hello_with_corrections() {
+        let h = Hello {
+            flags: HELLO_CORRECTIONS,
+            sample_interval: 16,
+            ..sample()
+        };
+        let mut body = Vec::new();
+        h.emit(&mut body);
+        assert_eq!(&body[4..6], &[1, 0]);
+        assert_eq!(&body[28..30], &[16, 0]);
+        assert_eq!(Hello::parse(&body), Ok(h));
     }
 
     #[test]
@@ -329,15 +408,31 @@ mod tests {
             page_size: 2 << 20,
             backing: 1,
             auth_method: 0,
+            flags: 0,
+            sample_interval: 0,
             session_nonce: 42,
             auth: &[],
         };
         let mut body = Vec::new();
         a.emit(&mut body);
         assert_eq!(HelloAck::parse(&body), Ok(a));
-        let mut bad = body;
-        bad[37] = 1;
+        let mut bad = body.clone();
+        bad[38] = 1;
         assert_eq!(HelloAck::parse(&bad), Err(WireError::ReservedNonZero));
+        let mut bad = body.clone();
+        bad[36] = 4;
+        assert_eq!(HelloAck::parse(&bad), Err(WireError::ReservedNonZero));
+        let mut bad = body;
+        bad[36] = ACK_REPAIR as u8;
+        assert_eq!(HelloAck::parse(&bad), Err(WireError::BadFlags), "REPAIR alone");
+        let granted = HelloAck {
+            flags: ACK_CORRECTIONS | ACK_REPAIR,
+            sample_interval: 16,
+            ..a
+        };
+        let mut body = Vec::new();
+        granted.emit(&mut body);
+        assert_eq!(HelloAck::parse(&body), Ok(granted));
     }
 
     proptest! {
@@ -347,6 +442,8 @@ mod tests {
             arithmetic: bool,
             integrity in 0u8..3,
             auth_method: u8,
+            corrections: bool,
+            sample_interval: u16,
             limits: (u32, u32, u64, u32),
             fingerprint: [u8; 32],
             plan: (u64, u64, u64),
@@ -357,6 +454,8 @@ mod tests {
                 encoding: if arithmetic { Encoding::Arithmetic } else { Encoding::Absolute },
                 integrity: IntegrityAlg::from_u8(integrity).unwrap(),
                 auth_method,
+                flags: if corrections { HELLO_CORRECTIONS } else { 0 },
+                sample_interval: if corrections { sample_interval } else { 0 },
                 max_desc_per_gram: limits.0,
                 max_desc_len: limits.1,
                 blob_len: limits.2,
@@ -380,6 +479,8 @@ mod tests {
             page_size: u64,
             backing: u8,
             auth_method: u8,
+            flags in 0u16..4,
+            sample_interval: u16,
             session_nonce: u64,
             auth in proptest::collection::vec(any::<u8>(), 0..48),
         ) {
@@ -392,6 +493,9 @@ mod tests {
                 page_size,
                 backing,
                 auth_method,
+                // REPAIR needs CORRECTIONS; the interval needs CORRECTIONS.
+                flags: if flags & ACK_REPAIR != 0 { flags | ACK_CORRECTIONS } else { flags },
+                sample_interval: if flags != 0 { sample_interval } else { 0 },
                 session_nonce,
                 auth: &auth,
             };

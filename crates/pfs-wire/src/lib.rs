@@ -3,8 +3,9 @@
 //! Owns the byte layout of everything that crosses a transport: the frame
 //! envelope ([`frame`]), the gram header and view ([`gram`]), the descriptor
 //! codecs ([`desc`], [`varint`]), the control frames ([`hello`],
-//! [`control`]) and the files-session frames ([`files`], one file per frame
-//! group). No sockets, no clocks, no allocation on the decode path.
+//! [`control`]), the corrections plane of blob sessions ([`corrections`]:
+//! gram NAK and REPAIR, the report's corrections block) and the
+//! files-session frames ([`files`], one file per frame group). No sockets, no clocks, no allocation on the decode path.
 //! Every decoder takes untrusted `&[u8]`, checks lengths before reading, and
 //! returns a typed [`WireError`] instead of panicking. The byte-level spec,
 //! with test vectors, is `docs/wire.md`; the vectors are checked by
@@ -18,6 +19,7 @@
 //! the writer built on it.
 
 pub mod control;
+pub mod corrections;
 pub mod datagram;
 pub mod desc;
 mod error;
@@ -134,7 +136,7 @@ pub fn put_frame(out: &mut Vec<u8>, frame_type: FrameType, flags: u16, body: &[u
 mod tests {
     use proptest::prelude::*;
 
-    use crate::{control, files, frame, gram, hello};
+    use crate::{control, corrections, files, frame, gram, hello};
 
     proptest! {
         /// Every body decoder takes any bytes, short or long, without
@@ -149,6 +151,9 @@ mod tests {
             let _ = control::SenderSummary::parse(b);
             let _ = control::Report::parse(b);
             let _ = control::ErrorFrame::parse(b);
+            let _ = corrections::GramNak::parse(b).map(|n| n.ranges.iter().count());
+            let _ = corrections::GramRepair::parse(b).map(|r| r.ranges.iter().count());
+            let _ = corrections::parse_report(b);
             let _ = files::FilesHello::parse(b);
             let _ = files::FilesAccept::parse(b);
             let _ = files::FilesReport::parse(b);

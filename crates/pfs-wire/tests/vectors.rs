@@ -11,6 +11,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary, NO_MISMATCH};
+use pfs_wire::corrections::{
+    parse_report, put_range, CorrectionHead, CorrectionsReport, GramNak, GramRepair, CORRECTIONS_FLAG_REPAIR,
+};
 use pfs_wire::desc::{encode_table, Descriptor, Encoding};
 use pfs_wire::files::{
     parse_chunks, parse_index, parse_index_request, parse_nak, parse_probe, parse_probe_reply, ChunkData,
@@ -20,6 +23,7 @@ use pfs_wire::files::{
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GramHeader, GRAM_FLAG_PAYLOAD};
 use pfs_wire::hello::{Hello, HelloAck};
+use pfs_wire::hello::{ACK_CORRECTIONS, ACK_REPAIR, HELLO_CORRECTIONS};
 use pfs_wire::mount;
 use pfs_wire::varint::{get_varint, put_varint, zigzag_decode, zigzag_encode};
 use pfs_wire::{put_frame, IntegrityAlg, Mode, WireError};
@@ -372,6 +376,8 @@ fn hello_vector() {
         encoding: Encoding::Arithmetic,
         integrity: IntegrityAlg::Xxh3,
         auth_method: 0,
+        flags: 0,
+        sample_interval: 0,
         max_desc_per_gram: 1024,
         max_desc_len: 4096,
         blob_len: EXAMPLE_BLOB_LEN,
@@ -413,6 +419,8 @@ fn hello_ack_vector() {
         page_size: 4096,
         backing: 2,
         auth_method: 0,
+        flags: 0,
+        sample_interval: 0,
         session_nonce: NONCE,
         auth: &[],
     };
@@ -591,6 +599,9 @@ enum As {
     Frame,
     /// One varint using all the bytes.
     Varint,
+    /// One whole frame of a blob session with the corrections plane
+    /// (docs/wire.md §13.9): NAK, REPAIR and the report by §13.
+    BlobFrame,
 }
 
 const INVALID: &[(&str, As, WireError)] = &[
@@ -701,6 +712,17 @@ const INVALID: &[(&str, As, WireError)] = &[
         WireError::LengthMismatch,
     ),
     ("invalid-mount-data-trailing", As::Frame, WireError::TrailingBytes),
+    ("invalid-gram-nak-bytes", As::BlobFrame, WireError::LengthMismatch),
+    (
+        "invalid-gram-repair-trailing",
+        As::BlobFrame,
+        WireError::LengthMismatch,
+    ),
+    (
+        "invalid-hello-ack-repair-alone",
+        As::BlobFrame,
+        WireError::BadFlags,
+    ),
     (
         "invalid-mount-recipe-zero-length",
         As::Frame,
@@ -763,6 +785,20 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
             let (_, mut entries) = mount::parse_data(frame.body)?;
             entries.try_for_each(|e| e.map(drop))
         }
+    }
+}
+
+/// The decode path of docs/wire.md §13.9: a frame of a blob session.
+fn decode_blob_frame(b: &[u8]) -> Result<(), WireError> {
+    let (frame, used) = Frame::parse(b)?;
+    assert_eq!(used, b.len(), "bytes after the frame");
+    match frame.header.frame_type {
+        FrameType::Nak => GramNak::parse(frame.body).map(drop),
+        FrameType::Repair => GramRepair::parse(frame.body).map(drop),
+        FrameType::Complete if frame.header.flags & FLAG_COMPLETE_REPORT != 0 => {
+            parse_report(frame.body).map(drop)
+        }
+        _ => decode_frame(b),
     }
 }
 
@@ -1051,6 +1087,7 @@ fn invalid_vectors() {
         let got = match how {
             As::Frame => decode_frame(&v.bytes),
             As::Varint => decode_varint(&v.bytes),
+            As::BlobFrame => decode_blob_frame(&v.bytes),
         };
         assert_eq!(got, Err(expected), "vector {name}");
         let named = format!("Expected error: `{expected:?}`.");
@@ -1094,6 +1131,13 @@ fn vector_names_match_the_document() {
     expected.extend(["mount-hello", "mount-accept", "mount-list", "mount-recipe-ask"]);
     expected.extend(["mount-recipe", "mount-recipe-gone", "mount-fetch", "mount-data"]);
     expected.extend(UDP_VECTORS);
+    expected.extend([
+        "hello-corrections",
+        "hello-ack-corrections",
+        "gram-nak",
+        "gram-repair",
+    ]);
+    expected.push("complete-report-corrections");
     expected.extend(VARINTS.iter().map(|c| c.0));
     expected.extend(ZIGZAGS.iter().map(|c| c.0));
     expected.extend(INVALID.iter().map(|c| c.0));
@@ -1337,4 +1381,131 @@ fn datagram_vectors() {
         Open::parse(body("invalid-udp-open-small")).unwrap_err(),
         WireError::TooLarge
     );
+}
+
+// ---------------------------------------------------------------------------
+// The corrections plane (docs/wire.md §13.9)
+
+#[test]
+fn corrections_vectors() {
+    // HELLO and HELLO_ACK with the §13.1 fields: the base vectors otherwise.
+    let b = bytes("hello-corrections");
+    let frame = whole_frame("hello-corrections", b);
+    let h = Hello::parse(frame.body).unwrap();
+    let base = Hello::parse(whole_frame("hello", bytes("hello")).body).unwrap();
+    let expected = Hello {
+        flags: HELLO_CORRECTIONS,
+        sample_interval: 16,
+        ..base
+    };
+    assert_eq!(h, expected);
+    let mut body = Vec::new();
+    expected.emit(&mut body);
+    assert_eq!(
+        frame_bytes(FrameType::Hello, 0, &body),
+        b,
+        "hello-corrections re-encode"
+    );
+
+    let b = bytes("hello-ack-corrections");
+    let a = HelloAck::parse(whole_frame("hello-ack-corrections", b).body).unwrap();
+    let base = HelloAck::parse(whole_frame("hello-ack", bytes("hello-ack")).body).unwrap();
+    let expected = HelloAck {
+        flags: ACK_CORRECTIONS | ACK_REPAIR,
+        sample_interval: 16,
+        ..base
+    };
+    assert_eq!(a, expected);
+    let mut body = Vec::new();
+    expected.emit(&mut body);
+    assert_eq!(
+        frame_bytes(FrameType::HelloAck, 0, &body),
+        b,
+        "hello-ack-corrections re-encode"
+    );
+
+    // The NAK names gram-arithmetic-3's descriptors, absolute.
+    let b = bytes("gram-nak");
+    let frame = whole_frame("gram-nak", b);
+    assert_eq!((frame.header.frame_type, frame.header.flags), (FrameType::Nak, 0));
+    let nak = GramNak::parse(frame.body).unwrap();
+    let gram = Gram::parse(whole_frame("gram-arithmetic-3", bytes("gram-arithmetic-3")).body).unwrap();
+    let descs: Vec<Descriptor> = gram.descriptors().collect::<Result<_, _>>().unwrap();
+    assert_eq!(nak.ranges.iter().collect::<Vec<_>>(), descs);
+    let head = CorrectionHead {
+        seq: gram.header.seq,
+        range_count: 3,
+        bytes: 868,
+        digest: gram.header.integrity_value,
+    };
+    assert_eq!(nak.head, head);
+    let mut body = head.emit().to_vec();
+    descs.iter().for_each(|&d| put_range(&mut body, d));
+    assert_eq!(frame_bytes(FrameType::Nak, 0, &body), b, "gram-nak re-encode");
+
+    // The REPAIR carries the example blob's bytes of its ranges.
+    let b = bytes("gram-repair");
+    let frame = whole_frame("gram-repair", b);
+    assert_eq!(
+        (frame.header.frame_type, frame.header.flags),
+        (FrameType::Repair, 0)
+    );
+    let repair = GramRepair::parse(frame.body).unwrap();
+    let ranges = [d(16, 5), d(32, 3)];
+    assert_eq!(repair.ranges.iter().collect::<Vec<_>>(), ranges);
+    let blob = example_blob();
+    let effective = effective_bytes(&blob, &ranges);
+    assert_eq!(repair.payload, &effective[..]);
+    assert_eq!(repair.head.digest, fnv1a(&effective));
+    assert_eq!(
+        (repair.head.seq, repair.head.range_count, repair.head.bytes),
+        (9, 2, 8)
+    );
+    let mut body = Vec::new();
+    repair.emit(&mut body);
+    assert_eq!(
+        frame_bytes(FrameType::Repair, 0, &body),
+        b,
+        "gram-repair re-encode"
+    );
+
+    // The report: complete-report's fields but for the repair, then the block.
+    let b = bytes("complete-report-corrections");
+    let frame = whole_frame("complete-report-corrections", b);
+    assert_eq!(frame.header.flags, FLAG_COMPLETE_REPORT);
+    let (report, block) = parse_report(frame.body).unwrap();
+    let (base, none) = parse_report(whole_frame("complete-report", bytes("complete-report")).body).unwrap();
+    assert_eq!(none, None);
+    // The session of complete-report, plus the block (48), the NAK and its
+    // REPAIR (16 + 32 + 36 + 868).
+    let nak_frame = bytes("gram-nak").len() as u64;
+    let wire = base.wire_bytes + 48 + nak_frame + (16 + 32 + 36 + 868);
+    assert_eq!(wire, 1643);
+    let expected = Report {
+        wire_bytes: wire,
+        mismatched_grams: 1,
+        first_mismatch_seq: 0,
+        ..base
+    };
+    assert_eq!(report, expected);
+    let c = CorrectionsReport {
+        repaired_grams: 1,
+        repaired_bytes: 868,
+        nak_grams: 1,
+        checked_grams: 2,
+        checked_bytes: 33636,
+        sample_interval: 1,
+        flags: CORRECTIONS_FLAG_REPAIR,
+    };
+    assert_eq!(block, Some(c));
+    let mut body = expected.emit().to_vec();
+    body.extend_from_slice(&c.emit());
+    assert_eq!(
+        frame_bytes(FrameType::Complete, FLAG_COMPLETE_REPORT, &body),
+        b,
+        "complete-report-corrections re-encode"
+    );
+    // As a files-session frame the same NAK bytes are not a whole number
+    // of hashes: a body is read by its session's protocol.
+    assert!(parse_nak(bytes("gram-nak").get(FRAME_HEADER_LEN..).unwrap()).is_err());
 }

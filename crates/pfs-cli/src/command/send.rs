@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use pfs_bench::labels;
 use pfs_bench::peer::{send_on, sender_config, Target};
 use pfs_exec::{ScheduleSpec, Total};
-use pfs_session::{GramSenderOutcome, SessionStats};
+use pfs_session::{GramSenderOutcome, SessionError, SessionStats};
 use pfs_sys::pin_current_thread;
 
 use crate::args::{ScheduleArgs, SendArgs, TransportArg, TransportArgs};
@@ -102,6 +102,8 @@ pub fn outcome_json(
             "user_s": out.sender_usage.user_us as f64 / 1e6,
             "sys_s": out.sender_usage.sys_us as f64 / 1e6,
             "pattern": pattern,
+            "repairs_sent": out.repairs_sent,
+            "repair_bytes_sent": out.repair_bytes_sent,
         },
     })
 }
@@ -133,8 +135,8 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     // receiver gives a connection its idle timeout for the first byte of
     // HELLO, so the setup fits.
     let security = super::auth::client_security(&args.auth, &args.to, args.transport.transport)?;
-    let conn = target(&args.to, &args.transport, args.run.sock_buf)
-        .connect_as(security.as_ref(), pfs_auth::Service::Blob)?;
+    let to = target(&args.to, &args.transport, args.run.sock_buf);
+    let conn = to.connect_as(security.as_ref(), pfs_auth::Service::Blob)?;
     let opened = open_blob(&args.blob, false)?;
     if let Some(cpu) = args.run.pin {
         pin_current_thread(cpu).map_err(|e| anyhow::anyhow!("--pin {cpu}: {e}"))?;
@@ -144,9 +146,24 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     let mode = args.mode.mode();
     let mut cfg = sender_config(mode, args.integrity.alg(), spec, args.schedule.gram_payload_max);
     cfg.log_interval = log;
-    let (out, kind, udp) = send_on(conn, &opened.view(), &cfg)?;
+    cfg.integrity_sample = args.integrity_sample;
+    let (out, kind, udp) = match send_on(conn, &opened.view(), &cfg) {
+        Err(e) if refused_corrections(&e) => {
+            // A receiver from before the corrections plane (wire §13.1)
+            // refuses the offer: today's session, on a new connection.
+            eprintln!(
+                "pfs: the receiver predates the corrections plane (docs/wire.md §13): sending without repairs{}",
+                if args.integrity_sample > 1 { " or sampling" } else { "" }
+            );
+            cfg.corrections = false;
+            let conn = to.connect_as(security.as_ref(), pfs_auth::Service::Blob)?;
+            send_on(conn, &opened.view(), &cfg)?
+        }
+        other => other?,
+    };
 
-    let stats = SessionStats::from_report(&out.report, kind, labels::session(out.report.mode, kind));
+    let stats = SessionStats::from_report(&out.report, kind, labels::session(out.report.mode, kind))
+        .with_corrections(out.corrections);
     if args.run.json {
         println!(
             "{}",
@@ -173,4 +190,16 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
         return Ok(exit::INTEGRITY);
     }
     Ok(exit::OK)
+}
+
+/// Whether `e` is a receiver from before wire §13 refusing HELLO's
+/// `CORRECTIONS` flag: its `hello_flags` were reserved, so it answers
+/// ERROR BAD_FRAME about HELLO's reserved field (a §13 receiver never
+/// refuses a HELLO this sender encoded).
+fn refused_corrections(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<SessionError>(),
+        Some(SessionError::Refused { code, message })
+            if *code == pfs_wire::ErrorCode::BadFrame as u16 && message.contains("HELLO") && message.contains("reserved")
+    )
 }

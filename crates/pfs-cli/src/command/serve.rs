@@ -193,6 +193,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         log_interval: log,
         exec,
         record_dir: args.record.clone(),
+        repair: !args.no_repair,
+        integrity_sample: args.integrity_sample,
+        max_repair_bytes: args.max_repair_bytes,
         ..GramReceiverConfig::default()
     };
     let cfg = server_config(&args)?;
@@ -218,7 +221,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             outcome,
         } => {
             let stats =
-                SessionStats::from_report(&outcome.report, kind, labels::session(outcome.report.mode, kind));
+                SessionStats::from_report(&outcome.report, kind, labels::session(outcome.report.mode, kind))
+                    .with_corrections(outcome.corrections);
             let did = log::Did {
                 service: "blob",
                 mode: Some(&stats.mode),

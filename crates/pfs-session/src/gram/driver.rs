@@ -39,12 +39,16 @@ fn send<T: Transport + ?Sized>(
         .map_err(|e| SessionError::transport("setup", e))?;
     let mut usage0 = Usage::default();
     let mut usage = Usage::default();
+    // Bytes written since the receiver's side was last looked at, and when.
+    let mut unlooked = 0u64;
+    let mut looked = now();
     loop {
         let clock = now();
         if let Some(tx) = core.poll_transmit(clock)? {
             let what = tx.what();
-            if let Err(e) = tx.write_to(t) {
-                return Err(explain_write_failure(t, &mut core, &mut buf, e, what));
+            match tx.write_to(t) {
+                Ok(n) => unlooked += n,
+                Err(e) => return Err(explain_write_failure(t, &mut core, &mut buf, e, what)),
             }
         }
         while let Some(event) = core.poll_event() {
@@ -58,7 +62,21 @@ fn send<T: Transport + ?Sized>(
         if core.is_done() {
             break;
         }
+        if core.reads_between_writes() && (unlooked >= LOOK_EVERY || clock >= looked + LOOK_AFTER) {
+            // NAKs that arrived while grams went out (wire §13.4): taken
+            // without waiting, answered before the next gram.
+            unlooked = 0;
+            looked = clock;
+            take_ready(t, &mut core, &mut buf)?;
+        }
         if core.wants_input() {
+            // A frame already here first: each may owe a REPAIR, sent at
+            // the top of the loop before the next is read.
+            let used = core.handle_input(now(), buf.filled())?;
+            if used > 0 {
+                buf.consume(used);
+                continue;
+            }
             let want = core.want(buf.filled());
             read_into(t, &mut buf, want, "reply").map_err(|e| match e {
                 SessionError::Transport { source, .. } if is_timeout(&source) => core.timed_out(),
@@ -72,6 +90,38 @@ fn send<T: Transport + ?Sized>(
     core.outcome(usage).ok_or(SessionError::PeerClosed {
         during: "COMPLETE report",
     })
+}
+
+/// A sender looks at what the receiver sent (one `read_ready`: a system
+/// call on sockets) after this many bytes written or [`LOOK_AFTER`],
+/// whichever comes first: a NAK waits little for its REPAIR, and small
+/// grams do not pay a call each.
+const LOOK_EVERY: u64 = 256 * 1024;
+/// See [`LOOK_EVERY`].
+const LOOK_AFTER: Duration = Duration::from_millis(1);
+
+/// Feeds the sender every whole frame that has arrived, without waiting.
+fn take_ready<T: Transport + ?Sized>(
+    t: &mut T,
+    core: &mut GramSender<'_>,
+    buf: &mut RecvBuf,
+) -> Result<(), SessionError> {
+    loop {
+        loop {
+            let used = core.handle_input(now(), buf.filled())?;
+            if used == 0 {
+                break;
+            }
+            buf.consume(used);
+        }
+        let want = core.want(buf.filled());
+        match buf.read_ready_from(t, want) {
+            Ok(Some(0)) => return Err(SessionError::PeerClosed { during: "grams" }),
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(SessionError::transport("reading NAKs", e)),
+        }
+    }
 }
 
 /// One read into `buf`; end of stream is [`SessionError::PeerClosed`].
@@ -219,7 +269,7 @@ fn receive<T: Transport + ?Sized>(
         buf.consume(used);
         if let Some(bytes) = core.poll_transmit() {
             write_reply(t, bytes, cfg.write_timeout, cfg.min_frame_rate)
-                .map_err(|e| SessionError::transport("HELLO_ACK", e))?;
+                .map_err(|e| SessionError::transport("HELLO_ACK or NAK", e))?;
             core.transmitted();
         }
         while let Some(event) = core.poll_event() {

@@ -5,8 +5,12 @@
 //! - [`sender`] and [`receiver`] are the sans-I/O cores: bytes and `now`
 //!   in; frames to send, deadlines and events out. No socket, clock or file
 //!   descriptor inside.
+//! - [`corrections`] is their corrections plane (docs/wire.md §13): which
+//!   grams are checked, the receiver's NAKs and repairs, the sender's
+//!   answers.
 //! - [`driver`] runs a core over a blocking [`pfs_transport::Transport`].
 
+pub mod corrections;
 pub mod driver;
 pub mod receiver;
 pub mod sender;
@@ -123,6 +127,37 @@ pub enum GramViolation {
         /// Why.
         error: pfs_exec::ExecError,
     },
+    /// A REPAIR that answers no NAK, or not the oldest one unanswered.
+    #[error("REPAIR for gram #{seq}, but {}", match expected { Some(e) => format!("the oldest NAK unanswered is for gram #{e}"), None => "no NAK is unanswered".to_string() })]
+    RepairUnasked {
+        /// The gram the REPAIR names.
+        seq: u64,
+        /// The gram of the oldest NAK unanswered, if any.
+        expected: Option<u64>,
+    },
+    /// A REPAIR whose ranges differ from its NAK's.
+    #[error("REPAIR for gram #{seq} names other ranges than its NAK")]
+    RepairRanges {
+        /// The gram.
+        seq: u64,
+    },
+    /// A NAK the sender cannot answer: not asked for, not a gram of this
+    /// session, or ranges that are not the gram's.
+    #[error("NAK for gram #{seq}: {why}")]
+    NakRefused {
+        /// The gram the NAK names.
+        seq: u64,
+        /// Why it is refused.
+        why: &'static str,
+    },
+    /// NAK or REPAIR with frame flags (LAST belongs to files sessions).
+    #[error("{frame} with frame flags {flags:#06x} in a blob session")]
+    CorrectionFlags {
+        /// NAK or REPAIR.
+        frame: &'static str,
+        /// The flags.
+        flags: u16,
+    },
 }
 
 impl GramViolation {
@@ -132,7 +167,12 @@ impl GramViolation {
             Self::ShortBody { .. } | Self::PayloadShort { .. } | Self::PayloadLeftOver { .. } => {
                 ErrorCode::BadFrame
             }
-            Self::Sequence { .. } | Self::PayloadInMode { .. } => ErrorCode::Protocol,
+            Self::Sequence { .. }
+            | Self::PayloadInMode { .. }
+            | Self::RepairUnasked { .. }
+            | Self::RepairRanges { .. }
+            | Self::NakRefused { .. } => ErrorCode::Protocol,
+            Self::CorrectionFlags { .. } => ErrorCode::BadFrame,
             Self::NotNegotiated { .. } => ErrorCode::Unsupported,
             Self::TableLimit { .. } | Self::PayloadLimit { .. } => ErrorCode::Limit,
             Self::Descriptor { error, .. } => match error {

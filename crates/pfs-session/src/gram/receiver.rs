@@ -16,6 +16,13 @@
 //! by the wire crate, counts and sizes against [`Limits`], every descriptor
 //! against this blob's length. A violation is an error the host reports to
 //! the peer in an ERROR frame; nothing here panics or reads outside the blob.
+//!
+//! With a sender that speaks the corrections plane (docs/wire.md §13) the
+//! receiver checks one gram in the session's sampling interval, NAKs a
+//! checked gram that does not match, writes the REPAIR's bytes into its
+//! blob (through the view's writer) and checks them again; in payload mode
+//! it repairs from the slab it already holds. Its report then carries the
+//! corrections block.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -23,13 +30,16 @@ use std::time::{Duration, Instant};
 use pfs_exec::execute::resolve;
 use pfs_exec::kernel::{Acc, Kernel, Output, CHUNK_DESCS};
 use pfs_exec::{e2e_chain, execute_gram, Digest, GramLimits};
-use pfs_wire::control::{NO_MISMATCH, SENDER_SUMMARY_LEN};
+use pfs_wire::control::{NO_MISMATCH, REPORT_LEN, SENDER_SUMMARY_LEN};
+use pfs_wire::corrections::{CorrectionHead, CorrectionsReport, CORRECTIONS_REPORT_LEN, CORRECTION_HEAD_LEN};
 use pfs_wire::frame::FLAG_COMPLETE_REPORT;
+use pfs_wire::hello::{ACK_CORRECTIONS, ACK_REPAIR, HELLO_CORRECTIONS};
 use pfs_wire::{
     put_frame, DescIter, Descriptor, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode,
     Report, SenderSummary, FRAME_HEADER_LEN, GRAM_HEADER_LEN,
 };
 
+use super::corrections::{NakBook, DEFAULT_MAX_NAK_GRAMS, DEFAULT_MAX_REPAIR_BYTES, MAX_LOCAL_REPAIR};
 use super::{GramProgress, GramViolation, HelloRejection};
 use crate::error::{Timeout, Violation};
 use crate::framing::{FrameClock, DEFAULT_WRITE_TIMEOUT};
@@ -62,6 +72,17 @@ pub struct GramReceiverConfig {
     /// payload) to `<dir>/session-<nonce>.grams`, for `pfs exec --gram-file`.
     /// Done by the driver; the core only hands it each gram.
     pub record_dir: Option<std::path::PathBuf>,
+    /// Repair grams that do not match (wire §13), with senders that speak
+    /// the corrections plane, when the blob view has a writer and the
+    /// session has an integrity algorithm. `false`: count them, as before.
+    pub repair: bool,
+    /// Check one gram in this many whatever the sender asks (`None`: as it
+    /// asks; only with senders that speak the corrections plane).
+    pub integrity_sample: Option<u16>,
+    /// Most NAKed grams unanswered at once; a mismatch beyond it is counted.
+    pub max_nak_grams: u32,
+    /// Most bytes one session may repair; a mismatch beyond it is counted.
+    pub max_repair_bytes: u64,
 }
 
 impl Default for GramReceiverConfig {
@@ -75,6 +96,10 @@ impl Default for GramReceiverConfig {
             min_frame_rate: crate::framing::DEFAULT_MIN_FRAME_RATE,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             record_dir: None,
+            repair: true,
+            integrity_sample: None,
+            max_nak_grams: DEFAULT_MAX_NAK_GRAMS,
+            max_repair_bytes: DEFAULT_MAX_REPAIR_BYTES,
         }
     }
 }
@@ -92,6 +117,9 @@ pub struct GramReceiverOutcome {
     pub summary: SenderSummary,
     /// Result of the `exec` kernel over the whole session, when one was set.
     pub exec_output: Option<Output>,
+    /// The report's corrections block, when the session negotiated the
+    /// corrections plane.
+    pub corrections: Option<CorrectionsReport>,
 }
 
 /// What the receiver core asks of its host.
@@ -196,6 +224,13 @@ enum Step {
     /// A payload slab: descriptor `desc` of the decoded table, `at` bytes
     /// of it done.
     Payload { gram: GramHeader, desc: usize, at: u32 },
+    /// The head of a REPAIR.
+    RepairHead(FrameHeader),
+    /// A REPAIR's ranges.
+    RepairTable(CorrectionHead),
+    /// A REPAIR's payload: range `range` of the oldest NAK (in `descs`), `at`
+    /// bytes of it done; `write`: the bytes go into the blob.
+    RepairPayload { range: usize, at: u32, write: bool },
     /// The summary arrived; waiting for [`GramReceiver::finish`].
     Finishing,
     /// Report queued; the session is over.
@@ -246,10 +281,29 @@ pub struct GramReceiver<'b> {
     exec: Option<SessionExec>,
     summary: Option<SenderSummary>,
     outcome: Option<GramReceiverOutcome>,
+    /// The corrections plane, when the sender speaks it.
+    book: Option<NakBook>,
+    /// Repair settings (from the config).
+    repair: bool,
+    integrity_sample: Option<u16>,
+    max_nak_grams: u32,
+    max_repair_bytes: u64,
+    /// The digest of unchecked grams: none, so their bytes are not read.
+    skip: Digest,
+    /// The current payload gram is checked.
+    checking: bool,
+    /// Payload mode: the slab's pieces that differ from the blob, held
+    /// until the gram's digest says the slab is the sender's bytes.
+    local: Vec<u8>,
+    /// Where each held piece goes: (blob offset, length).
+    local_at: Vec<(usize, usize)>,
+    /// Some differing piece did not fit the hold: no repair of this gram.
+    local_lost: bool,
+    /// The REPAIR in progress cannot count as a repair (a write failed).
+    repair_failed: bool,
+    /// The sender's COMPLETE arrived while NAKs were unanswered.
+    completed: bool,
 }
-
-/// Size of the COMPLETE(REPORT) frame this side sends last.
-const REPORT_FRAME_LEN: u64 = (FRAME_HEADER_LEN + pfs_wire::control::REPORT_LEN) as u64;
 
 impl<'b> GramReceiver<'b> {
     /// A session on a new connection, accepted at `now`.
@@ -281,7 +335,29 @@ impl<'b> GramReceiver<'b> {
             exec: cfg.exec.map(SessionExec::new),
             summary: None,
             outcome: None,
+            book: None,
+            repair: cfg.repair,
+            integrity_sample: cfg.integrity_sample,
+            max_nak_grams: cfg.max_nak_grams,
+            max_repair_bytes: cfg.max_repair_bytes,
+            skip: Digest::new(IntegrityAlg::None),
+            checking: true,
+            local: Vec::new(),
+            local_at: Vec::new(),
+            local_lost: false,
+            repair_failed: false,
+            completed: false,
         }
+    }
+
+    /// Size of the COMPLETE(REPORT) frame this side sends last.
+    fn report_frame_len(&self) -> u64 {
+        let block = if self.book.is_some() {
+            CORRECTIONS_REPORT_LEN
+        } else {
+            0
+        };
+        (FRAME_HEADER_LEN + REPORT_LEN + block) as u64
     }
 
     /// The receive buffer the host needs: the largest unit plus room to batch.
@@ -296,7 +372,9 @@ impl<'b> GramReceiver<'b> {
             Step::Body(fh) => fh.length as usize,
             Step::GramHeader(_) => GRAM_HEADER_LEN,
             Step::Table(gh) => gh.table_len as usize,
-            Step::Payload { .. } => 1,
+            Step::Payload { .. } | Step::RepairPayload { .. } => 1,
+            Step::RepairHead(_) => CORRECTION_HEAD_LEN,
+            Step::RepairTable(head) => head.table_len(),
             Step::Finishing | Step::Done => 0,
         }
         .max(1)
@@ -444,6 +522,27 @@ impl<'b> GramReceiver<'b> {
                     }
                     self.payload(now, gram, desc, at, rest)
                 }
+                Step::RepairHead(fh) => {
+                    if rest.len() < CORRECTION_HEAD_LEN {
+                        break;
+                    }
+                    self.repair_head(fh, &rest[..CORRECTION_HEAD_LEN])?;
+                    CORRECTION_HEAD_LEN
+                }
+                Step::RepairTable(head) => {
+                    let len = head.table_len();
+                    if rest.len() < len {
+                        break;
+                    }
+                    self.repair_table(now, head, &rest[..len])?;
+                    len
+                }
+                Step::RepairPayload { range, at, write } => {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    self.repair_payload(now, range, at, write, rest)
+                }
                 Step::Finishing | Step::Done => break,
             };
             used += n;
@@ -480,11 +579,12 @@ impl<'b> GramReceiver<'b> {
             .map(|s| now.saturating_duration_since(s))
             .unwrap_or_default();
         let summary = self.summary.unwrap_or_default();
+        let report_frame_len = self.report_frame_len();
         let r = &mut self.report;
         r.elapsed_ns = elapsed.as_nanos() as u64;
         // Both directions of the whole session: everything read (HELLO
-        // included) plus what this side writes (HELLO_ACK, report).
-        r.wire_bytes = self.wire_in + self.wire_out + REPORT_FRAME_LEN;
+        // included) plus what this side writes (HELLO_ACK, NAKs, report).
+        r.wire_bytes = self.wire_in + self.wire_out + report_frame_len;
         r.user_us = usage.user_us;
         r.sys_us = usage.sys_us;
         r.nvcsw = usage.nvcsw;
@@ -494,14 +594,26 @@ impl<'b> GramReceiver<'b> {
             && summary.descriptors == r.descriptors
             && summary.effective_bytes == r.effective_bytes
             && summary.e2e_digest == r.e2e_digest;
-        r.integrity_ok = u8::from(r.mismatched_grams == 0 && counts_match);
+        // Every mismatch repaired (none without the corrections plane).
+        let repaired = self.book.as_ref().map_or(0, |b| b.report.repaired_grams);
+        r.integrity_ok = u8::from(r.mismatched_grams == repaired && counts_match);
+        let corrections = self.book.as_ref().map(|b| b.report);
+        let mut body = [0u8; REPORT_LEN + CORRECTIONS_REPORT_LEN];
+        body[..REPORT_LEN].copy_from_slice(&self.report.emit());
+        let len = match &corrections {
+            Some(c) => {
+                body[REPORT_LEN..].copy_from_slice(&c.emit());
+                body.len()
+            }
+            None => REPORT_LEN,
+        };
         put_frame(
             &mut self.out,
             FrameType::Complete,
             FLAG_COMPLETE_REPORT,
-            &self.report.emit(),
+            &body[..len],
         );
-        self.wire_out += REPORT_FRAME_LEN;
+        self.wire_out += report_frame_len;
         self.step = Step::Done;
         let outcome = GramReceiverOutcome {
             report: self.report,
@@ -509,6 +621,7 @@ impl<'b> GramReceiver<'b> {
             integrity: self.session.as_ref().map_or(IntegrityAlg::None, |s| s.integrity),
             summary,
             exec_output: self.exec.take().map(SessionExec::finish),
+            corrections,
         };
         self.outcome.insert(outcome)
     }
@@ -527,7 +640,7 @@ impl<'b> GramReceiver<'b> {
                 }
                 .into())
             }
-            (FrameType::Gram, true) => {
+            (FrameType::Gram, true) if !self.completed => {
                 if (fh.length as usize) < GRAM_HEADER_LEN {
                     return Err(Violation::from(GramViolation::ShortBody { len: fh.length }).into());
                 }
@@ -536,7 +649,24 @@ impl<'b> GramReceiver<'b> {
                 self.awaiting = "GRAM";
                 self.step = Step::GramHeader(fh);
             }
-            (FrameType::Complete, true) if fh.flags & FLAG_COMPLETE_REPORT == 0 => {
+            (FrameType::Repair, true) if self.book.as_ref().is_some_and(NakBook::repairs) => {
+                if fh.flags != 0 {
+                    return Err(Violation::from(GramViolation::CorrectionFlags {
+                        frame: "REPAIR",
+                        flags: fh.flags,
+                    })
+                    .into());
+                }
+                if (fh.length as usize) < CORRECTION_HEAD_LEN {
+                    return Err(SessionError::Malformed {
+                        context: "REPAIR",
+                        error: pfs_wire::WireError::Truncated,
+                    });
+                }
+                self.awaiting = "REPAIR";
+                self.step = Step::RepairHead(fh);
+            }
+            (FrameType::Complete, true) if fh.flags & FLAG_COMPLETE_REPORT == 0 && !self.completed => {
                 if fh.length as usize != SENDER_SUMMARY_LEN {
                     return Err(Violation::BodyLength {
                         frame: "COMPLETE",
@@ -552,7 +682,11 @@ impl<'b> GramReceiver<'b> {
             }
             (other, true) => {
                 return Err(Violation::UnexpectedFrame {
-                    expected: "GRAM or COMPLETE",
+                    expected: if self.completed {
+                        "REPAIR"
+                    } else {
+                        "GRAM or COMPLETE"
+                    },
                     got: other,
                 }
                 .into())
@@ -592,8 +726,14 @@ impl<'b> GramReceiver<'b> {
             }
             FrameType::Complete => {
                 self.summary = Some(SenderSummary::parse(body).map_err(SessionError::malformed("COMPLETE"))?);
-                self.step = Step::Finishing;
-                self.events.push_back(GramReceiverEvent::Summary);
+                self.completed = true;
+                if self.book.as_ref().is_none_or(NakBook::is_settled) {
+                    self.summarize();
+                } else {
+                    // The report waits for the REPAIRs of the NAKs unanswered.
+                    self.end_frame(now);
+                    self.awaiting = "REPAIR";
+                }
             }
             FrameType::Error => return Err(crate::framing::refusal(body)),
             other => {
@@ -607,10 +747,36 @@ impl<'b> GramReceiver<'b> {
         Ok(())
     }
 
+    /// The sender's COMPLETE and every REPAIR are in: the host measures
+    /// and calls [`Self::finish`].
+    fn summarize(&mut self) {
+        self.step = Step::Finishing;
+        self.events.push_back(GramReceiverEvent::Summary);
+    }
+
     fn accept(&mut self, hello: &Hello<'_>) -> Result<(), SessionError> {
         check_hello(hello, &self.blob, &self.limits, self.exec.is_some())?;
         let limits = self.limits;
         let (mode, integrity) = (hello.mode, hello.integrity);
+        // The corrections plane, only with a sender that speaks it (an
+        // older one gets version-1 bytes). Repairing needs a writer onto
+        // this very blob and a digest to check the repaired ranges with.
+        let (mut flags, mut interval) = (0, 0);
+        if hello.flags & HELLO_CORRECTIONS != 0 {
+            let writable = self
+                .blob
+                .writer
+                .is_some_and(|w| w.len() == self.blob.data.len() as u64);
+            let repair = self.repair && writable && integrity != IntegrityAlg::None;
+            interval = self.integrity_sample.unwrap_or(hello.sample_interval).max(1);
+            flags = ACK_CORRECTIONS | if repair { ACK_REPAIR } else { 0 };
+            self.book = Some(NakBook::new(
+                interval,
+                repair,
+                self.max_nak_grams,
+                self.max_repair_bytes,
+            ));
+        }
         let mut ack = Vec::with_capacity(64);
         HelloAck {
             max_gram_body: limits.max_gram_body(),
@@ -621,6 +787,8 @@ impl<'b> GramReceiver<'b> {
             page_size: self.blob.page_size,
             backing: self.blob.backing.code(),
             auth_method: 0,
+            flags,
+            sample_interval: interval,
             session_nonce: hello.session_nonce,
             auth: &[],
         }
@@ -719,11 +887,19 @@ impl<'b> GramReceiver<'b> {
         Violation::from(GramViolation::Descriptor { seq, error }).into()
     }
 
-    /// Offset-only and arithmetic grams: execute the table over this blob.
+    /// Whether gram `seq` is checked (every gram without the corrections plane).
+    fn checks(&self, seq: u64) -> bool {
+        self.book.as_ref().is_none_or(|b| b.checks(seq))
+    }
+
+    /// Offset-only and arithmetic grams: execute the table over this blob
+    /// (an unchecked gram: bounds only, no byte read).
     fn execute(&mut self, gh: &GramHeader, table: &[u8]) -> Result<(), SessionError> {
         let limits = self.negotiated()?.gram_limits;
+        let checked = self.checks(gh.seq);
         let descs = DescIter::new(table, gh.encoding, gh.desc_count);
-        let out = execute_gram(self.blob.data, descs, &mut self.digest, limits)
+        let digest = if checked { &mut self.digest } else { &mut self.skip };
+        let out = execute_gram(self.blob.data, descs, digest, limits)
             .map_err(|e| Self::descriptor_violation(gh.seq, e))?;
         if let Some(exec) = self.exec.as_mut() {
             // Already bounds-checked by execute_gram above.
@@ -731,7 +907,28 @@ impl<'b> GramReceiver<'b> {
                 exec.update(&self.blob.data[d.offset as usize..d.offset as usize + d.len as usize]);
             }
         }
-        self.account(gh, out.digest, out.effective_bytes, out.descriptors, false);
+        // The value chained end to end (wire.md §13.2): this side's digest
+        // of a checked gram, unless it NAKs it (then the value its repair
+        // restores); the gram's own value for an unchecked one.
+        let mut value = gh.integrity_value;
+        let mut mismatch = false;
+        if checked {
+            value = out.digest;
+            mismatch = out.digest != gh.integrity_value;
+            if let Some(book) = self.book.as_mut() {
+                book.checked(out.effective_bytes);
+                if mismatch && book.can_nak(gh.desc_count, out.effective_bytes) {
+                    book.push(
+                        gh.seq,
+                        gh.integrity_value,
+                        DescIter::new(table, gh.encoding, gh.desc_count).flatten(),
+                    );
+                    value = gh.integrity_value;
+                    self.wire_out += book.flush(&mut self.out);
+                }
+            }
+        }
+        self.account(gh, value, out.effective_bytes, out.descriptors, mismatch);
         Ok(())
     }
 
@@ -743,6 +940,10 @@ impl<'b> GramReceiver<'b> {
         self.descs.clear();
         self.digest.reset();
         self.differs = false;
+        self.checking = self.checks(seq);
+        self.local.clear();
+        self.local_at.clear();
+        self.local_lost = false;
         let mut effective = 0u64;
         for (i, d) in DescIter::new(table, gh.encoding, gh.desc_count).enumerate() {
             let d = d.map_err(|e| Self::descriptor_violation(seq, e.into()))?;
@@ -774,14 +975,27 @@ impl<'b> GramReceiver<'b> {
     /// Takes slab bytes for descriptor `desc` onwards; returns bytes used.
     fn payload(&mut self, now: Instant, gh: GramHeader, mut desc: usize, mut at: u32, input: &[u8]) -> usize {
         let mut used = 0;
+        let repairs = self.book.as_ref().is_some_and(NakBook::repairs);
         while used < input.len() && desc < self.descs.len() {
             let d = self.descs[desc];
             let k = ((d.len - at) as usize).min(input.len() - used);
-            let chunk = &input[used..used + k];
-            // In bounds: checked against this blob in prepare_payload.
-            let start = d.offset as usize + at as usize;
-            self.differs |= chunk != &self.blob.data[start..start + k];
-            self.digest.update(chunk);
+            if self.checking {
+                let chunk = &input[used..used + k];
+                // In bounds: checked against this blob in prepare_payload.
+                let start = d.offset as usize + at as usize;
+                if chunk != &self.blob.data[start..start + k] {
+                    self.differs = true;
+                    // Held until the digest tells whether the slab is the
+                    // sender's bytes (then they repair the blob).
+                    if repairs && self.local.len() + k <= MAX_LOCAL_REPAIR {
+                        self.local.extend_from_slice(chunk);
+                        self.local_at.push((start, k));
+                    } else {
+                        self.local_lost = true;
+                    }
+                }
+                self.digest.update(chunk);
+            }
             used += k;
             at += k as u32;
             if at == d.len {
@@ -799,24 +1013,187 @@ impl<'b> GramReceiver<'b> {
             }
         }
         let effective = u64::from(gh.payload_len);
-        let (digest, count, differs) = (self.digest.value(), self.descs.len() as u32, self.differs);
-        // A payload that differs from this blob is a mismatch even when the
-        // sender's digest agrees with the bytes that arrived.
-        self.account(&gh, digest, effective, count, differs);
+        let count = self.descs.len() as u32;
+        if self.checking {
+            let (digest, differs) = (self.digest.value(), self.differs);
+            // A payload that differs from this blob is a mismatch even when
+            // the sender's digest agrees with the bytes that arrived.
+            let mismatch = digest != gh.integrity_value || differs;
+            if let Some(book) = self.book.as_mut() {
+                book.checked(effective);
+            }
+            if differs && digest == gh.integrity_value && !self.local_lost {
+                self.repair_from_slab(effective, gh.integrity_value);
+            }
+            self.account(&gh, digest, effective, count, mismatch);
+        } else {
+            self.account(&gh, gh.integrity_value, effective, count, false);
+        }
         self.end_frame(now);
         used
     }
 
-    fn account(&mut self, gh: &GramHeader, digest: u64, effective: u64, count: u32, differs: bool) {
+    /// Payload mode: the slab hashed to the sender's value but differs from
+    /// this blob, so the blob is what is wrong: write the differing pieces
+    /// and check the gram's ranges again (wire.md §13.6; no NAK needed).
+    fn repair_from_slab(&mut self, effective: u64, value: u64) {
+        let (Some(book), Some(writer)) = (self.book.as_mut(), self.blob.writer) else {
+            return;
+        };
+        if !book.take_budget(effective) {
+            return;
+        }
+        let mut at = 0;
+        let mut written = true;
+        for &(start, len) in &self.local_at {
+            written &= writer.write(start as u64, &self.local[at..at + len]).is_ok();
+            at += len;
+        }
+        self.digest.reset();
+        for d in &self.descs {
+            self.digest
+                .update(&self.blob.data[d.offset as usize..d.offset as usize + d.len as usize]);
+        }
+        if written && self.digest.value() == value {
+            book.repaired_locally(effective);
+        }
+    }
+
+    /// A REPAIR's head: it must answer the oldest NAK unanswered, with its
+    /// ranges' count and length.
+    fn repair_head(&mut self, fh: FrameHeader, bytes: &[u8]) -> Result<(), SessionError> {
+        let head = CorrectionHead::parse(bytes).map_err(SessionError::malformed("REPAIR"))?;
+        let nak = self.book.as_ref().and_then(NakBook::oldest_sent);
+        let Some(nak) = nak.filter(|n| n.seq == head.seq) else {
+            return Err(Violation::from(GramViolation::RepairUnasked {
+                seq: head.seq,
+                expected: nak.map(|n| n.seq),
+            })
+            .into());
+        };
+        if head.range_count != nak.range_count() || head.bytes != nak.bytes {
+            return Err(Violation::from(GramViolation::RepairRanges { seq: head.seq }).into());
+        }
+        if u64::from(fh.length) != head.repair_body_len() {
+            return Err(SessionError::Malformed {
+                context: "REPAIR",
+                error: pfs_wire::WireError::LengthMismatch,
+            });
+        }
+        self.step = Step::RepairTable(head);
+        Ok(())
+    }
+
+    /// A REPAIR's ranges: byte for byte the NAK's. Its bytes are written
+    /// only if the sender's digest is still the gram's (else its blob
+    /// changed since, and the gram stays a mismatch).
+    fn repair_table(&mut self, now: Instant, head: CorrectionHead, table: &[u8]) -> Result<(), SessionError> {
+        let Some(nak) = self.book.as_ref().and_then(NakBook::oldest_sent) else {
+            return Err(Violation::from(GramViolation::RepairUnasked {
+                seq: head.seq,
+                expected: None,
+            })
+            .into());
+        };
+        if table != nak.table() {
+            return Err(Violation::from(GramViolation::RepairRanges { seq: head.seq }).into());
+        }
+        let write = head.digest == nak.value && self.blob.writer.is_some();
+        self.descs.clear();
+        self.descs.extend(nak.ranges());
+        self.repair_failed = !write;
+        self.repair_payload(now, 0, 0, write, &[]);
+        Ok(())
+    }
+
+    /// Takes REPAIR payload bytes for range `range` onwards; returns bytes
+    /// used. Pieces that differ from the blob are written as they arrive:
+    /// a REPAIR may be as large as a gram, and holding it would cost that
+    /// much memory; the ranges are checked once it is all in.
+    fn repair_payload(
+        &mut self,
+        now: Instant,
+        mut range: usize,
+        mut at: u32,
+        write: bool,
+        input: &[u8],
+    ) -> usize {
+        let mut used = 0;
+        loop {
+            // Zero-length ranges take no bytes.
+            while self.descs.get(range).is_some_and(|d| d.len == at) {
+                range += 1;
+                at = 0;
+            }
+            let Some(d) = self.descs.get(range).copied() else {
+                break;
+            };
+            if used == input.len() {
+                self.step = Step::RepairPayload { range, at, write };
+                return used;
+            }
+            let k = ((d.len - at) as usize).min(input.len() - used);
+            let chunk = &input[used..used + k];
+            let start = d.offset as usize + at as usize;
+            if write && self.blob.data.get(start..start + k) != Some(chunk) {
+                let ok = self
+                    .blob
+                    .writer
+                    .is_some_and(|w| w.write(start as u64, chunk).is_ok());
+                self.repair_failed |= !ok;
+            }
+            used += k;
+            at += k as u32;
+        }
+        self.finish_repair(now);
+        used
+    }
+
+    /// The whole REPAIR is in: check the NAK's ranges again, answer the
+    /// NAK, let the next ones out, and end the session if COMPLETE came.
+    fn finish_repair(&mut self, now: Instant) {
+        // Some: repair_head let this REPAIR in only as the oldest NAK's answer.
+        let value = self.book.as_ref().and_then(NakBook::oldest_sent).map(|n| n.value);
+        let mut repaired = false;
+        if let (Some(value), false) = (value, self.repair_failed) {
+            self.digest.reset();
+            for d in &self.descs {
+                // In bounds: the gram's descriptors were checked against
+                // this blob when it was executed.
+                if let Some(bytes) = self
+                    .blob
+                    .data
+                    .get(d.offset as usize..d.offset as usize + d.len as usize)
+                {
+                    self.digest.update(bytes);
+                }
+            }
+            repaired = self.digest.value() == value;
+        }
+        if let Some(book) = self.book.as_mut() {
+            book.answered(repaired);
+            self.wire_out += book.flush(&mut self.out);
+        }
+        self.end_frame(now);
+        if self.completed {
+            if self.book.as_ref().is_none_or(NakBook::is_settled) {
+                self.summarize();
+            } else {
+                self.awaiting = "REPAIR";
+            }
+        }
+    }
+
+    fn account(&mut self, gh: &GramHeader, value: u64, effective: u64, count: u32, mismatch: bool) {
         let seq = gh.seq;
         let r = &mut self.report;
-        if digest != gh.integrity_value || differs {
+        if mismatch {
             r.mismatched_grams += 1;
             if r.first_mismatch_seq == NO_MISMATCH {
                 r.first_mismatch_seq = seq;
             }
         }
-        r.e2e_digest = e2e_chain(r.e2e_digest, seq, digest);
+        r.e2e_digest = e2e_chain(r.e2e_digest, seq, value);
         r.grams += 1;
         r.descriptors += u64::from(count);
         r.effective_bytes += effective;

@@ -7,19 +7,27 @@
 //! payload (the host writes them with one vectored write straight from the
 //! mapping, no copy). Replies go in through [`GramSender::handle_input`];
 //! [`GramSender::poll_timeout`] says how long a reply may take.
+//!
+//! With a receiver that speaks the corrections plane (docs/wire.md §13) the
+//! sender computes digests only for the grams the session checks, and
+//! answers each NAK, between grams or after COMPLETE, with a REPAIR read
+//! from its blob the same way as a payload slab.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use pfs_exec::execute::resolve;
 use pfs_exec::{e2e_chain, Digest, Schedule, ScheduleSpec};
+use pfs_wire::corrections::{parse_report, CorrectionHead, CorrectionsReport, CORRECTION_HEAD_LEN};
 use pfs_wire::frame::FLAG_COMPLETE_REPORT;
+use pfs_wire::hello::{ACK_CORRECTIONS, ACK_REPAIR, HELLO_CORRECTIONS};
 use pfs_wire::{
     put_frame, Descriptor, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode, Report,
     SenderSummary, TableWriter, FRAME_HEADER_LEN, GRAM_FLAG_PAYLOAD, GRAM_HEADER_LEN,
 };
 
-use super::GramProgress;
+use super::corrections::{is_checked, RepairBook};
+use super::{GramProgress, GramViolation};
 use crate::error::{LimitExceeded, LocalError, Timeout, Violation};
 use crate::framing::{frame_want, refusal, split_frame, Transmit};
 use crate::{BlobView, SessionError};
@@ -43,6 +51,13 @@ pub struct GramSenderConfig {
     /// Payload mode: most payload bytes per gram (a schedule batch is split
     /// into several grams). Cache-sized by default; see [`DEFAULT_PAYLOAD_BUDGET`].
     pub payload_budget: u64,
+    /// Offer the corrections plane (wire §13: answer NAKs, read the
+    /// report's corrections block). `false` for receivers from before it,
+    /// which refuse the offer.
+    pub corrections: bool,
+    /// Ask the receiver to check one gram in this many (0 or 1: every
+    /// gram); it decides. Needs `corrections`.
+    pub integrity_sample: u16,
 }
 
 /// Default payload bytes per gram: half of a typical 2 MiB L2, so the
@@ -64,6 +79,12 @@ pub struct GramSenderOutcome {
     pub sender_elapsed: Duration,
     /// Receiver backing code from HELLO_ACK.
     pub receiver_backing: u8,
+    /// The report's corrections block (sessions with the corrections plane).
+    pub corrections: Option<CorrectionsReport>,
+    /// REPAIR frames this side sent.
+    pub repairs_sent: u64,
+    /// Payload bytes of those REPAIRs.
+    pub repair_bytes_sent: u64,
 }
 
 /// What the sender core tells its host.
@@ -93,6 +114,10 @@ enum State {
 struct Granted {
     max_table_len: u32,
     backing: u8,
+    /// The receiver speaks the corrections plane: its report carries the block.
+    corrections: bool,
+    /// The session checks grams whose `seq` is a multiple of this.
+    interval: u16,
 }
 
 /// One sending session, sans I/O.
@@ -123,6 +148,16 @@ pub struct GramSender<'b> {
     next_log: Option<Instant>,
     events: VecDeque<GramSenderEvent>,
     report: Option<Report>,
+    corrections: Option<CorrectionsReport>,
+    /// Sessions where REPAIR was granted: what was sent, what is owed.
+    book: Option<RepairBook>,
+    /// The REPAIR being sent: its frame header, head, ranges and blob ranges.
+    repair_frame_header: [u8; FRAME_HEADER_LEN],
+    repair_head: [u8; CORRECTION_HEAD_LEN],
+    repair_table: Vec<u8>,
+    repair_ranges: Vec<(usize, usize)>,
+    repairs_sent: u64,
+    repair_bytes_sent: u64,
 }
 
 impl<'b> GramSender<'b> {
@@ -165,6 +200,14 @@ impl<'b> GramSender<'b> {
             next_log: None,
             events: VecDeque::with_capacity(4),
             report: None,
+            corrections: None,
+            book: None,
+            repair_frame_header: [0; FRAME_HEADER_LEN],
+            repair_head: [0; CORRECTION_HEAD_LEN],
+            repair_table: Vec::new(),
+            repair_ranges: Vec::new(),
+            repairs_sent: 0,
+            repair_bytes_sent: 0,
             cfg: cfg.clone(),
         })
     }
@@ -174,9 +217,15 @@ impl<'b> GramSender<'b> {
         64 * 1024
     }
 
-    /// Whether the host should read: a reply is awaited.
+    /// Whether the host should read, waiting: a reply is awaited.
     pub fn wants_input(&self) -> bool {
         matches!(self.state, State::AwaitAck | State::AwaitReport)
+    }
+
+    /// Whether the host should take what has arrived between its writes
+    /// (without waiting): the receiver may be sending NAKs.
+    pub fn reads_between_writes(&self) -> bool {
+        self.state == State::Sending && self.book.is_some()
     }
 
     /// Whether the report arrived.
@@ -235,9 +284,14 @@ impl<'b> GramSender<'b> {
                 }))
             }
             State::Sending => {
+                // A REPAIR owed goes before the next gram (never inside one).
+                if self.next_repair()? {
+                    return Ok(Some(self.repair_transmit()));
+                }
                 if self.next_gram()? {
                     self.progress(now);
                     return Ok(Some(Transmit::Gram {
+                        what: "GRAM",
                         frame_header: &self.frame_header,
                         gram_header: &self.gram_header,
                         table: self.table.as_bytes(),
@@ -259,8 +313,76 @@ impl<'b> GramSender<'b> {
                     what: "COMPLETE",
                 }))
             }
-            State::AwaitAck | State::AwaitReport | State::Done => Ok(None),
+            State::AwaitReport => {
+                // NAKs that came after COMPLETE: the report waits for these.
+                if self.next_repair()? {
+                    self.deadline = Some(now + self.cfg.reply_timeout);
+                    return Ok(Some(self.repair_transmit()));
+                }
+                Ok(None)
+            }
+            State::AwaitAck | State::Done => Ok(None),
         }
+    }
+
+    /// The REPAIR [`Self::next_repair`] built, as one vectored write.
+    fn repair_transmit(&self) -> Transmit<'_> {
+        Transmit::Gram {
+            what: "REPAIR",
+            frame_header: &self.repair_frame_header,
+            gram_header: &self.repair_head,
+            table: &self.repair_table,
+            blob: self.blob.data,
+            ranges: &self.repair_ranges,
+        }
+    }
+
+    /// Builds the REPAIR for the oldest NAK owed, if any: its ranges read
+    /// from this blob, their digest.
+    fn next_repair(&mut self) -> Result<bool, SessionError> {
+        let Some(book) = self.book.as_mut() else {
+            return Ok(false);
+        };
+        let Some(owed) = book.next_owed() else {
+            return Ok(false);
+        };
+        // Accepted NAKs parse (RepairBook::accept checked them).
+        let Some(nak) = owed.nak() else {
+            book.paid();
+            return self.next_repair();
+        };
+        self.digest.reset();
+        self.repair_ranges.clear();
+        for (i, d) in nak.ranges.iter().enumerate() {
+            // The ranges are a gram's this side sent (RepairBook::accept).
+            self.digest.update(resolve(self.blob.data, d, i as u32)?);
+            let (s, e) = (d.offset as usize, d.offset as usize + d.len as usize);
+            match self.repair_ranges.last_mut() {
+                Some(last) if last.1 == s => last.1 = e,
+                _ if s == e => {}
+                _ => self.repair_ranges.push((s, e)),
+            }
+        }
+        let head = CorrectionHead {
+            digest: self.digest.value(),
+            ..nak.head
+        };
+        self.repair_table.clear();
+        self.repair_table.extend_from_slice(nak.ranges.as_bytes());
+        let length = u32::try_from(head.repair_body_len())
+            .map_err(|_| LocalError::FrameTooLarge { what: "REPAIR" })?;
+        self.repair_frame_header = FrameHeader {
+            frame_type: FrameType::Repair,
+            flags: 0,
+            length,
+        }
+        .emit();
+        self.repair_head = head.emit();
+        book.paid();
+        self.wire_bytes += FRAME_HEADER_LEN as u64 + u64::from(length);
+        self.repairs_sent += 1;
+        self.repair_bytes_sent += head.bytes;
+        Ok(true)
     }
 
     /// Consumes the first reply in `input` if it is whole; returns the bytes used.
@@ -279,14 +401,41 @@ impl<'b> GramSender<'b> {
         if header.frame_type == FrameType::Error {
             return Err(refusal(body));
         }
+        if header.frame_type == FrameType::Nak && matches!(self.state, State::Sending | State::AwaitReport) {
+            if header.flags != 0 {
+                return Err(Violation::from(GramViolation::CorrectionFlags {
+                    frame: "NAK",
+                    flags: header.flags,
+                })
+                .into());
+            }
+            let Some(book) = self.book.as_mut() else {
+                return Err(unexpected("no NAK (REPAIR was not granted)"));
+            };
+            book.accept(body, self.seq)?;
+            return Ok(frame.len);
+        }
         match self.state {
             State::AwaitAck if header.frame_type == FrameType::HelloAck => {
                 let ack = HelloAck::parse(body).map_err(SessionError::malformed("HELLO_ACK"))?;
                 self.check_ack(&ack)?;
+                let corrections = ack.flags & ACK_CORRECTIONS != 0;
+                let interval = if corrections {
+                    ack.sample_interval.max(1)
+                } else {
+                    1
+                };
                 self.granted = Some(Granted {
                     max_table_len: ack.max_table_len,
                     backing: ack.backing,
+                    corrections,
+                    interval,
                 });
+                if ack.flags & ACK_REPAIR != 0 && !self.cfg.mode.carries_payload() {
+                    // Payload mode repairs from its slab: no NAK comes.
+                    let planned = self.cfg.spec.planned_grams().unwrap_or(0);
+                    self.book = Some(RepairBook::new(self.cfg.mode.encoding(), interval, planned));
+                }
                 self.state = State::Sending;
                 self.deadline = None;
                 self.started = Some(now);
@@ -297,13 +446,25 @@ impl<'b> GramSender<'b> {
             State::AwaitReport
                 if header.frame_type == FrameType::Complete && header.flags & FLAG_COMPLETE_REPORT != 0 =>
             {
-                self.report = Some(Report::parse(body).map_err(SessionError::malformed("COMPLETE report"))?);
+                if self.book.as_ref().is_some_and(|b| !b.is_settled()) {
+                    return Err(unexpected("a REPAIR owed before the report"));
+                }
+                let (report, corrections) =
+                    parse_report(body).map_err(SessionError::malformed("COMPLETE report"))?;
+                if corrections.is_some() != self.granted.is_some_and(|g| g.corrections) {
+                    return Err(SessionError::Malformed {
+                        context: "COMPLETE report",
+                        error: pfs_wire::WireError::LengthMismatch,
+                    });
+                }
+                self.report = Some(report);
+                self.corrections = corrections;
                 self.state = State::Done;
                 self.deadline = None;
                 self.events.push_back(GramSenderEvent::Finished);
             }
             State::AwaitReport => return Err(unexpected("the receiver's report")),
-            // Only an ERROR is meaningful while sending or after the end.
+            // Only an ERROR (or a NAK, above) is meaningful while sending.
             State::Hello | State::Sending | State::Done => return Err(unexpected("no frame while sending")),
         }
         Ok(frame.len)
@@ -318,6 +479,9 @@ impl<'b> GramSender<'b> {
             sender_usage: usage,
             sender_elapsed: self.elapsed,
             receiver_backing: self.granted.map_or(0, |g| g.backing),
+            corrections: self.corrections,
+            repairs_sent: self.repairs_sent,
+            repair_bytes_sent: self.repair_bytes_sent,
         })
     }
 
@@ -329,6 +493,16 @@ impl<'b> GramSender<'b> {
             encoding: self.cfg.mode.encoding(),
             integrity: self.cfg.integrity,
             auth_method: 0,
+            flags: if self.cfg.corrections {
+                HELLO_CORRECTIONS
+            } else {
+                0
+            },
+            sample_interval: if self.cfg.corrections {
+                self.cfg.integrity_sample
+            } else {
+                0
+            },
             max_desc_per_gram: spec.desc_per_gram,
             max_desc_len: spec.max_len,
             blob_len: self.blob.data.len() as u64,
@@ -345,6 +519,13 @@ impl<'b> GramSender<'b> {
     }
 
     fn check_ack(&self, ack: &HelloAck<'_>) -> Result<(), SessionError> {
+        if ack.flags != 0 && !self.cfg.corrections {
+            return Err(Violation::UnexpectedFrame {
+                expected: "a HELLO_ACK without corrections flags (none were offered)",
+                got: FrameType::HelloAck,
+            }
+            .into());
+        }
         let spec = &self.cfg.spec;
         let max_payload = (u64::from(spec.desc_per_gram) * u64::from(spec.max_len))
             .min(self.cfg.payload_budget.max(u64::from(spec.max_len)));
@@ -393,12 +574,16 @@ impl<'b> GramSender<'b> {
         }
         self.first = last;
         let payload = self.cfg.mode.carries_payload();
+        // Unchecked grams (wire §13.2) carry 0: their bytes are not hashed.
+        let checked = is_checked(self.seq, self.granted.map_or(1, |g| g.interval));
         self.table.clear();
         self.ranges.clear();
         self.digest.reset();
         for (i, &d) in self.descs[first..last].iter().enumerate() {
             let bytes = resolve(self.blob.data, d, i as u32)?;
-            self.digest.update(bytes);
+            if checked {
+                self.digest.update(bytes);
+            }
             self.table.push(d).map_err(|error| LocalError::Encode {
                 offset: d.offset,
                 len: d.len,
@@ -415,7 +600,10 @@ impl<'b> GramSender<'b> {
         let payload_len = if payload { self.table.total_len() } else { 0 };
         let payload_len =
             u32::try_from(payload_len).map_err(|_| LocalError::FrameTooLarge { what: "gram payload" })?;
-        let value = self.digest.value();
+        let value = if checked { self.digest.value() } else { 0 };
+        if let (true, Some(book)) = (checked, self.book.as_mut()) {
+            book.record(self.seq, self.table.as_bytes());
+        }
         let gh = GramHeader {
             seq: self.seq,
             desc_count: self.table.count(),

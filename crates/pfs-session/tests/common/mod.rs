@@ -37,6 +37,7 @@ pub fn view(data: &[u8]) -> BlobView<'_> {
         backing: pfs_blob::BackingKind::SmallPages,
         page_size: 4096,
         setup: Default::default(),
+        writer: None,
     }
 }
 
@@ -48,6 +49,8 @@ pub fn hello_frame(mode: Mode, blob_len: u64, fingerprint: [u8; 32]) -> Vec<u8> 
         encoding: mode.encoding(),
         integrity: IntegrityAlg::Xxh3,
         auth_method: 0,
+        flags: 0,
+        sample_interval: 0,
         max_desc_per_gram: 64,
         max_desc_len: 65536,
         blob_len,

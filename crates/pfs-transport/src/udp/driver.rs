@@ -343,6 +343,26 @@ impl Transport for UdpTransport {
         }
     }
 
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        let mut c = self.shared.lock();
+        match c.read(buf) {
+            ReadOutcome::Data(n) => {
+                let tell = c.ack_wanted();
+                drop(c);
+                if tell {
+                    self.shared.wake_io();
+                }
+                Ok(Some(n))
+            }
+            ReadOutcome::End => Ok(Some(0)),
+            ReadOutcome::Failed(e) => Err(conn_error(&e)),
+            ReadOutcome::Blocked => Ok(None),
+        }
+    }
+
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         self.read_timeout = timeout;
         Ok(())
