@@ -196,8 +196,13 @@ mod ffi {
                     iov_base: m.data.as_ptr() as *mut libc::c_void,
                     iov_len: m.data.len(),
                 };
+            }
+            // Pointers into `iovs` are taken once it is filled, from one
+            // borrow of the whole vector.
+            let iov_base = self.iovs.as_mut_ptr();
+            for (i, m) in msgs[..n].iter().enumerate() {
                 let hdr = &mut self.hdrs[i].msg_hdr;
-                hdr.msg_iov = &mut self.iovs[i];
+                hdr.msg_iov = iov_base.wrapping_add(i);
                 hdr.msg_iovlen = 1;
                 if m.segment > 0 && m.data.len() > usize::from(m.segment) {
                     let control = self.cmsgs[i].as_mut_ptr().cast::<libc::c_void>();
@@ -251,8 +256,11 @@ mod ffi {
                     iov_base: b.as_mut_ptr().cast(),
                     iov_len: b.len(),
                 };
+            }
+            let iov_base = self.iovs.as_mut_ptr();
+            for i in 0..n {
                 let hdr = &mut self.hdrs[i].msg_hdr;
-                hdr.msg_iov = &mut self.iovs[i];
+                hdr.msg_iov = iov_base.wrapping_add(i);
                 hdr.msg_iovlen = 1;
                 hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast();
                 hdr.msg_controllen = CMSG_ROOM as _;

@@ -79,6 +79,7 @@ fn bursts_reordering_duplication_and_a_rate_cap() {
         delay: Duration::from_millis(20),
         rate: 12_500_000,
         queue: 256 << 10,
+        max_datagram: 0,
     };
     let down = SimLink {
         duplicate: 0.02,
@@ -168,4 +169,21 @@ fn dead_peer_fails_within_the_idle_timeout() {
     let r = transfer(cfg, link(1.0, 5), link(0.0, 5), MB, 3, Duration::from_secs(60));
     let e = r.error.expect("a dead path must fail");
     assert!(e.contains("did not answer") || e.contains("no packet"), "{e}");
+}
+
+#[test]
+fn a_path_that_drops_full_datagrams_fails_instead_of_hanging() {
+    let cfg = UdpConfig {
+        idle_timeout: Duration::from_secs(3),
+        ..UdpConfig::default()
+    };
+    // ACKs and the opening pass, full-size DATA never does.
+    let up = SimLink {
+        max_datagram: 1400,
+        ..link(0.0, 5)
+    };
+    let r = transfer(cfg, up, link(0.0, 5), MB, 11, Duration::from_secs(60));
+    let e = r.error.expect("a black-holed path must fail");
+    assert!(e.contains("acknowledged nothing") && e.contains("--mtu"), "{e}");
+    assert_eq!(r.delivered, 0);
 }

@@ -230,7 +230,8 @@ pub struct DataHead {
 
 impl DataHead {
     /// Parses a DATA body; returns the head and its bytes. The bytes must
-    /// be the rest of the body exactly, and the end must fit in 64 bits.
+    /// be the rest of the body exactly (none only with FIN), and the end
+    /// must fit in 64 bits.
     pub fn parse(body: &[u8]) -> Result<(Self, &[u8]), WireError> {
         use field::data as f;
         let r = Reader::<DATA_HEAD_LEN>::new(body)?;
@@ -247,7 +248,7 @@ impl DataHead {
             fin: flags & DATA_FLAG_FIN != 0,
         };
         let bytes = body.get(DATA_HEAD_LEN..).unwrap_or(&[]);
-        if bytes.len() != usize::from(head.len) {
+        if bytes.len() != usize::from(head.len) || (head.len == 0 && !head.fin) {
             return Err(WireError::LengthMismatch);
         }
         if head.offset.checked_add(u64::from(head.len)).is_none() {

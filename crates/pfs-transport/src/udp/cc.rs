@@ -88,6 +88,7 @@ pub struct Controller {
     pacing_gain: f64,
     window_gain: f64,
     window: u64,
+    initial_window: u64,
     pacing_rate: u64,
 }
 
@@ -115,6 +116,7 @@ impl Controller {
             pacing_gain: HIGH_GAIN,
             window_gain: HIGH_GAIN,
             window,
+            initial_window: window,
             // Until the first RTT sample: the initial window per millisecond.
             pacing_rate: (HIGH_GAIN * window as f64 * 1000.0) as u64,
         }
@@ -306,7 +308,12 @@ impl Controller {
     }
 
     fn set_window(&mut self, acked: u64) {
-        let floor = MIN_WINDOW_PACKETS * self.mss;
+        let mut floor = MIN_WINDOW_PACKETS * self.mss;
+        if !self.filled_pipe {
+            // Early samples span few packets and understate the path:
+            // Startup never goes below the window it began with.
+            floor = floor.max(self.initial_window);
+        }
         if self.mode == Mode::ProbeRtt {
             self.window = floor;
             return;

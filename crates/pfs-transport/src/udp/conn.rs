@@ -73,6 +73,12 @@ impl Default for UdpConfig {
 pub enum ConnError {
     /// Nothing arrived from the peer for the idle timeout.
     Idle(Duration),
+    /// Bytes were in flight and none was acknowledged for the idle
+    /// timeout, though the peer still answered (a path that drops
+    /// full-size datagrams: an MTU smaller than the datagrams).
+    Stalled(Duration),
+    /// The local stack refused a datagram as too large for the path.
+    TooLarge(usize),
     /// The opening exchange did not finish in time.
     ConnectTimeout(Duration),
     /// The peer sent CLOSE with this code.
@@ -90,6 +96,16 @@ impl std::fmt::Display for ConnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Idle(d) => write!(f, "no packet from the UDP peer for {:.1} s", d.as_secs_f64()),
+            Self::Stalled(d) => write!(
+                f,
+                "the UDP peer acknowledged nothing for {:.1} s though it answers: does the path drop \
+                 full-size datagrams? Try a smaller --mtu",
+                d.as_secs_f64()
+            ),
+            Self::TooLarge(n) => write!(
+                f,
+                "the path refuses {n}-byte UDP datagrams (EMSGSIZE): give a smaller --mtu"
+            ),
             Self::ConnectTimeout(d) => write!(
                 f,
                 "the UDP peer did not answer the opening exchange within {:.1} s",
@@ -190,6 +206,8 @@ struct Sent {
 const PACKET_THRESHOLD: u64 = 3;
 /// Received packet-number ranges remembered for ACKs.
 const MAX_PN_RANGES: usize = 256;
+/// Disjoint ranges of stream bytes a receiver holds ahead of a gap.
+const MAX_RECV_RANGES: usize = 4096;
 /// A receiver acknowledges at once after this many DATA packets; fewer
 /// wait for the ACK delay only when they are alone (see `transmit`).
 const ACK_EVERY: u32 = 16;
@@ -215,6 +233,8 @@ pub struct Connection {
     open_resend_at: Instant,
     last_recv: Instant,
     last_sent: Instant,
+    /// When an ACK last acknowledged something new, or nothing was in flight.
+    last_progress: Instant,
 
     // Send side: `sbuf` holds stream offsets `s_floor..s_end` (a ring).
     sbuf: Vec<u8>,
@@ -281,6 +301,7 @@ impl Connection {
             open_resend_at: now,
             last_recv: now,
             last_sent: now,
+            last_progress: now,
             sbuf: vec![0; cfg.send_buffer.max(1 << 16)],
             s_floor: 0,
             s_end: 0,
@@ -332,6 +353,7 @@ impl Connection {
         let mut c = Self::new(cfg, now, local_id, State::Accepting);
         c.peer_id = open.conn;
         c.datagram = c.datagram.min(usize::from(open.max_datagram));
+        c.cc = Controller::new(c.datagram as u64, cfg.initial_window_packets);
         c.peer_window = open.window;
         c.r_window_sent = c.rbuf.len() as u64;
         c
@@ -394,6 +416,11 @@ impl Connection {
             return 0;
         }
         self.sbuf.len() - (self.s_end - self.s_floor) as usize
+    }
+
+    /// Whether this side's stream was finished (writes are refused).
+    pub fn finished(&self) -> bool {
+        self.fin_at.is_some()
     }
 
     /// Bytes written and not yet acknowledged.
@@ -478,6 +505,22 @@ impl Connection {
         )
     }
 
+    /// A copy of the client's OPEN reached the listener: the OPEN_ACK goes
+    /// out again (the first was lost).
+    pub fn open_again(&mut self, now: Instant) {
+        if self.state == State::Accepting {
+            self.open_resend_at = now;
+        }
+    }
+
+    /// The local stack refused a datagram of `size` bytes as too large
+    /// (`EMSGSIZE`): no resend can help, the connection fails now.
+    pub fn datagram_too_large(&mut self, size: usize) {
+        if self.state != State::Closed {
+            self.fail(ConnError::TooLarge(size), None);
+        }
+    }
+
     /// Whether a read made room the peer should hear about now.
     pub fn ack_wanted(&self) -> bool {
         self.ack_now
@@ -557,6 +600,7 @@ impl Connection {
         self.note_number(now, number, false);
         self.peer_id = open.conn;
         self.datagram = self.datagram.min(usize::from(open.max_datagram));
+        self.cc = Controller::new(self.datagram as u64, self.cfg.initial_window_packets);
         self.peer_window = open.window;
         self.r_window_sent = self.window_limit();
         self.state = State::Open;
@@ -626,6 +670,12 @@ impl Connection {
                 return true;
             }
             self.r_fin = Some(end);
+        }
+        // Holes in the reassembly buffer are bounded: a packet that would
+        // open one more past the cap is dropped unrecorded (its sender
+        // resends it), so a hostile peer cannot grow the range set.
+        if self.r_have.len() >= MAX_RECV_RANGES && !self.r_have.touches(head.offset.max(self.r_read)..end) {
+            return false;
         }
         if !self.note_number(now, number, true) {
             self.stats.stream_bytes_duplicate += u64::from(head.len);
@@ -710,6 +760,7 @@ impl Connection {
             self.pop_settled();
             return true;
         };
+        self.last_progress = now;
         self.largest_acked = Some(self.largest_acked.map_or(head.largest, |l| l.max(head.largest)));
         if newest.number == head.largest {
             let ack_delay = Duration::from_micros(u64::from(head.delay_us)).min(self.cfg.max_ack_delay);
@@ -835,6 +886,10 @@ impl Connection {
 
     /// The next instant `handle_timeout` must run, if any.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.close_to_send.is_some() {
+            // The CLOSE is due now, whatever else is pending.
+            return Some(self.last_sent.min(self.last_recv));
+        }
         if self.state == State::Closed {
             return None;
         }
@@ -852,6 +907,9 @@ impl Connection {
             _ => {}
         }
         min(Some(self.last_sent + self.cfg.keepalive));
+        if self.in_flight > 0 || !self.resend.is_empty() {
+            min(Some(self.last_progress + self.cfg.idle_timeout));
+        }
         min(self.ack_due);
         min(self.loss_time);
         min(self.pto_deadline());
@@ -875,6 +933,15 @@ impl Connection {
         }
         if now.saturating_duration_since(self.last_recv) >= self.cfg.idle_timeout {
             self.fail(ConnError::Idle(self.cfg.idle_timeout), Some(close_code::TIMEOUT));
+            return;
+        }
+        if self.in_flight == 0 && self.resend.is_empty() {
+            self.last_progress = now;
+        } else if now.saturating_duration_since(self.last_progress) >= self.cfg.idle_timeout {
+            self.fail(
+                ConnError::Stalled(self.cfg.idle_timeout),
+                Some(close_code::TIMEOUT),
+            );
             return;
         }
         if self.loss_time.is_some_and(|t| now >= t) {
@@ -928,7 +995,14 @@ impl Connection {
         match self.state {
             State::Closed => return None,
             State::Opening | State::Accepting if now >= self.open_resend_at => {
-                self.open_resend_at = now + OPEN_RESEND;
+                // The client repeats OPEN on a timer; the server answers
+                // each OPEN once (the listener asks again when a copy
+                // arrives), so a spoofed OPEN draws one OPEN_ACK, no more.
+                self.open_resend_at = if self.state == State::Opening {
+                    now + OPEN_RESEND
+                } else {
+                    self.opened_at + self.cfg.connect_timeout
+                };
                 let (kind, conn) = if self.state == State::Opening {
                     (PacketType::Open, 0)
                 } else {

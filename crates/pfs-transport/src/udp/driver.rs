@@ -47,8 +47,11 @@ const RECV_BUFFERS: usize = 16;
 const RECV_BUFFER: usize = 65536;
 /// Socket buffers requested (forced above `rmem_max` when running as root).
 const SOCKET_BUFFER: usize = 16 << 20;
-/// How long a listener remembers an OPEN it answered (late copies are ignored).
+/// How long a listener remembers an OPEN it answered (a copy makes the
+/// connection answer again; none makes a second connection).
 const OPEN_MEMORY: Duration = Duration::from_secs(30);
+/// Connections a listener opens per [`OPEN_MEMORY`] at most.
+const MAX_OPENING: usize = 1024;
 
 /// What the application and the I/O thread share.
 #[derive(Debug)]
@@ -136,7 +139,8 @@ fn new_socket(local: SocketAddr) -> io::Result<UdpSocket> {
 fn conn_error(e: &super::conn::ConnError) -> io::Error {
     use super::conn::ConnError as E;
     let kind = match e {
-        E::Idle(_) | E::ConnectTimeout(_) => io::ErrorKind::TimedOut,
+        E::Idle(_) | E::ConnectTimeout(_) | E::Stalled(_) => io::ErrorKind::TimedOut,
+        E::TooLarge(_) => io::ErrorKind::InvalidInput,
         E::PeerClosed(_) => io::ErrorKind::ConnectionReset,
         E::Protocol(_) => io::ErrorKind::InvalidData,
         E::Aborted => io::ErrorKind::ConnectionAborted,
@@ -191,13 +195,15 @@ impl UdpTransport {
                 .max(Duration::from_millis(1));
             sock.set_read_timeout(Some(wait))?;
             match sock.recv_from(&mut rbuf) {
-                Ok((n, from)) if from.ip() == target.ip() => {
+                // Any source address: a server on a wildcard address may
+                // answer from another of its addresses; the OPEN_ACK must
+                // still carry our connection id, which the core checks.
+                Ok((n, from)) => {
                     conn.handle_datagram(Instant::now(), &rbuf[..n]);
                     if conn.is_established() {
                         break from;
                     }
                 }
-                Ok(_) => {}
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -300,6 +306,12 @@ impl Transport for UdpTransport {
             if let Some(e) = c.error() {
                 return Err(conn_error(e));
             }
+            if c.finished() {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "write after shutdown_write on a UDP connection",
+                ));
+            }
             let mut total = 0;
             for b in bufs {
                 let n = c.write(b);
@@ -391,13 +403,35 @@ impl Transport for UdpTransport {
     }
 }
 
+/// How long dropping a connection waits for what it wrote to be acknowledged.
+const LINGER: Duration = Duration::from_secs(10);
+
 impl Drop for UdpTransport {
     fn drop(&mut self) {
-        // Like close(2) on TCP: what was written is still delivered; the
-        // I/O thread lingers until it is acknowledged.
-        self.shared.lock().finish();
+        // Like close(2) on TCP with SO_LINGER: what was written is still
+        // delivered. The I/O thread would go on alone, but a process that
+        // exits right after (a server done with its last session) would
+        // take it along, so the drop waits — until every byte written is
+        // acknowledged, the connection fails, or LINGER passes.
+        let deadline = Instant::now() + LINGER;
+        let mut c = self.shared.lock();
+        c.finish();
         self.shared.dropped.store(true, Ordering::Release);
         self.shared.wake_io();
+        while c.unacked() > 0 && c.error().is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            self.shared.waiters.fetch_add(1, Ordering::Relaxed);
+            c = self
+                .shared
+                .changed
+                .wait_timeout(c, left.min(Duration::from_millis(100)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            self.shared.waiters.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -501,8 +535,16 @@ impl IoThread {
                 self.shared.notify();
                 return;
             }
-            let busy = self.pending == BATCH || self.pending > self.sent;
-            self.wait(if busy { Some(Instant::now()) } else { deadline });
+            if self.pending > self.sent {
+                // The socket took only part of the batch: wait for room
+                // (POLLOUT) or input, not spin on sendmmsg.
+                self.wait(deadline, true);
+            } else if self.pending == BATCH {
+                // A full batch went out: there may be more due right now.
+                self.wait(Some(Instant::now()), false);
+            } else {
+                self.wait(deadline, false);
+            }
             self.receive();
         }
     }
@@ -568,6 +610,13 @@ impl IoThread {
                     self.peer_gone();
                     return;
                 }
+                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                    let mut c = self.shared.lock();
+                    c.datagram_too_large(self.slot);
+                    self.shared.notify();
+                    self.sent = self.pending;
+                    return;
+                }
                 Err(_) => {
                     // Anything else is a lost datagram; the core resends.
                     self.sent = firsts[taken];
@@ -583,8 +632,14 @@ impl IoThread {
         self.shared.notify();
     }
 
-    fn wait(&mut self, until: Option<Instant>) {
-        let timeout = until.map(|t| t.saturating_duration_since(Instant::now()));
+    /// Sleeps until input, a wake-up, `until`, or (with `room`) space in
+    /// the socket's send buffer. While waiting for room a past deadline
+    /// counts as 1 ms: what is due is mostly sending, which needs the room.
+    fn wait(&mut self, until: Option<Instant>, room: bool) {
+        let mut timeout = until.map(|t| t.saturating_duration_since(Instant::now()));
+        if room {
+            timeout = timeout.map(|t| t.max(Duration::from_millis(1)));
+        }
         if timeout.is_some_and(|t| t.is_zero()) {
             return;
         }
@@ -593,7 +648,7 @@ impl IoThread {
             tv_nsec: i64::from(t.subsec_nanos()),
         });
         let mut out_flags = PollFlags::IN;
-        if self.pending > self.sent {
+        if room {
             out_flags |= PollFlags::OUT;
         }
         let mut fds = [
@@ -655,9 +710,13 @@ pub struct UdpListener {
     sock: UdpSocket,
     cfg: UdpConfig,
     local: SocketAddr,
-    seen: Mutex<HashMap<(SocketAddr, u32), Instant>>,
+    /// OPENs answered in the last [`OPEN_MEMORY`], and their connections.
+    seen: Mutex<HashMap<(SocketAddr, u32), Answered>>,
     woken: Arc<AtomicBool>,
 }
+
+/// When a listener answered an OPEN, and the connection it made.
+type Answered = (Instant, std::sync::Weak<Shared>);
 
 /// Makes a [`UdpListener`] blocked in `accept` return (a server that stops).
 #[derive(Debug, Clone)]
@@ -728,20 +787,30 @@ impl UdpListener {
 
     fn accept_open(&self, from: SocketAddr, open: &Open) -> io::Result<Option<UdpTransport>> {
         let now = Instant::now();
-        {
-            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            seen.retain(|_, at| now.saturating_duration_since(*at) < OPEN_MEMORY);
-            if seen.contains_key(&(from, open.conn)) {
-                return Ok(None);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|_, (at, _)| now.saturating_duration_since(*at) < OPEN_MEMORY);
+        if let Some((_, conn)) = seen.get(&(from, open.conn)) {
+            // A copy of an OPEN we answered: its OPEN_ACK was lost; the
+            // connection sends it again (once per copy, never on its own).
+            if let Some(shared) = conn.upgrade() {
+                shared.lock().open_again(now);
+                shared.wake_io();
             }
-            seen.insert((from, open.conn), now);
+            return Ok(None);
+        }
+        if seen.len() >= MAX_OPENING {
+            // A flood of OPENs (spoofed sources or ids): each would cost a
+            // socket and a thread. Dropped: a real client repeats its OPEN.
+            return Ok(None);
         }
         let mut local = self.local;
         local.set_port(0);
         let sock = new_socket(local)?;
         sock.connect(from)?;
         let conn = Connection::server(self.cfg, now, random_id(), open);
-        UdpTransport::start(sock, conn, from).map(Some)
+        let t = UdpTransport::start(sock, conn, from)?;
+        seen.insert((from, open.conn), (now, Arc::downgrade(&t.shared)));
+        Ok(Some(t))
     }
 }
 

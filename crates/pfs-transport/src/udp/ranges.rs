@@ -88,6 +88,17 @@ impl RangeSet {
         matches!(self.map.range(..=r.start).next_back(), Some((_, &e)) if e >= r.end)
     }
 
+    /// Whether inserting `r` would merge with a range already held (so the
+    /// number of ranges would not grow).
+    pub fn touches(&self, r: Range<u64>) -> bool {
+        if let Some((_, &e)) = self.map.range(..=r.start).next_back() {
+            if e >= r.start {
+                return true;
+            }
+        }
+        self.map.range(r.start..=r.end).next().is_some()
+    }
+
     /// The lowest range.
     pub fn first(&self) -> Option<Range<u64>> {
         self.map.iter().next().map(|(&s, &e)| s..e)

@@ -32,6 +32,9 @@ pub struct SimLink {
     pub rate: u64,
     /// Bytes the queue in front of the rate cap holds before it drops.
     pub queue: u64,
+    /// Datagrams longer than this are dropped (a black hole for an MTU
+    /// smaller than the datagrams); 0 = no limit.
+    pub max_datagram: usize,
 }
 
 impl Default for SimLink {
@@ -45,6 +48,7 @@ impl Default for SimLink {
             delay: Duration::from_millis(1),
             rate: 0,
             queue: 1 << 20,
+            max_datagram: 0,
         }
     }
 }
@@ -226,7 +230,7 @@ pub fn transfer(
                 };
                 d.last_lost = lost;
                 let stream = stream_bytes(&buf[..n]);
-                if lost {
+                if lost || (d.link.max_datagram > 0 && n > d.link.max_datagram) {
                     d.dropped += 1;
                     d.dropped_stream_bytes += stream;
                     continue;
