@@ -1,14 +1,18 @@
 //! Where the suite's receivers run: loopback in this namespace, loopback in a
 //! private network namespace (so its counters see the study's traffic
-//! alone), or a network namespace reached over a veth pair. The harness
-//! creates each namespace itself and always removes it (on success, on
-//! failure, and on Ctrl-C).
+//! alone), a network namespace reached over a veth pair, or one reached
+//! over an emulated link ([`crate::emulink`]: delay, loss, rate). The
+//! harness creates each namespace itself and always removes it (on
+//! success, on failure, and on Ctrl-C). Rows know only the path's
+//! receiver address, how to start a receiver and its byte counter, so
+//! every row runs over every path unchanged.
 
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
 use crate::cleanup::{self, Undo};
+use crate::emulink::EmuLink;
 
 /// The network path every row of one suite runs over.
 #[derive(Debug)]
@@ -19,6 +23,8 @@ pub enum NetPath {
     Veth(Veth),
     /// 127.0.0.1 in a namespace of our own that this thread has entered.
     Private(Private),
+    /// Namespace B of an emulated link; this thread has entered namespace A.
+    Emulated(EmuLink),
 }
 
 /// A network namespace with only its loopback, entered by the thread that
@@ -161,6 +167,36 @@ impl NetPath {
                 "veth (netns {}, {} → {}, mtu {})",
                 v.ns, v.host_ip, v.peer_ip, v.mtu
             ),
+            NetPath::Emulated(l) => {
+                let (a, b) = l.namespaces();
+                format!("emulated link ({}; netns {a} → {b})", l.spec())
+            }
+        }
+    }
+
+    /// The emulated link, if the path is one.
+    pub fn link(&self) -> Option<&EmuLink> {
+        match self {
+            NetPath::Emulated(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The emulated link to change (loss, rate), if the path is one.
+    pub fn link_mut(&mut self) -> Option<&mut EmuLink> {
+        match self {
+            NetPath::Emulated(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The largest IP packet the path carries.
+    pub fn mtu(&self) -> u32 {
+        match self {
+            NetPath::Veth(v) => v.mtu,
+            NetPath::Emulated(l) => l.mtu(),
+            // Loopback's MTU is 64 KiB; a UDP row keeps to Ethernet sizes.
+            NetPath::Loopback | NetPath::Private(_) => 1500,
         }
     }
 
@@ -169,6 +205,7 @@ impl NetPath {
         match self {
             NetPath::Loopback | NetPath::Private(_) => "127.0.0.1",
             NetPath::Veth(v) => &v.peer_ip,
+            NetPath::Emulated(l) => l.receiver_ip(),
         }
     }
 
@@ -183,6 +220,7 @@ impl NetPath {
                 c.args(["netns", "exec", &v.ns, program]);
                 c
             }
+            NetPath::Emulated(l) => l.receiver_command(program),
         }
     }
 
@@ -199,6 +237,9 @@ impl NetPath {
             // On lo every byte is counted once as tx and once as rx.
             NetPath::Loopback => read("lo", "tx_bytes"),
             NetPath::Veth(v) => read(&v.host_if, "tx_bytes") + read(&v.host_if, "rx_bytes"),
+            // What both ends put on the link (IP headers included), as the
+            // delay lines count it: lost packets crossed the wire too.
+            NetPath::Emulated(l) => l.wire_bytes(),
             // /sys shows the namespace it was mounted in; /proc/thread-self
             // shows this thread's.
             NetPath::Private(_) => std::fs::read_to_string("/proc/thread-self/net/dev")
