@@ -111,9 +111,11 @@ impl Rate {
                     "rate {text:?} needs a unit: kbit, mbit or gbit (e.g. rate=500mbit)"
                 ))
             }
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "unknown rate unit {other:?} in {text:?} (use kbit, mbit or gbit: bits per second, decimal)"
-            )),
+            ))
+            }
         };
         let v: f64 = num
             .parse()
