@@ -400,6 +400,16 @@ impl EmuLink {
         c
     }
 
+    /// A TCP port free on the receiver's address in namespace B (bound and
+    /// released there: a port picked in another namespace may be one a
+    /// receiver in B already holds).
+    pub fn free_port(&self) -> anyhow::Result<u16> {
+        let ip = self.b.ip;
+        in_netns(&self.b.ns, move || {
+            Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
+        })
+    }
+
     /// A command that runs `program` in namespace A (whatever namespace the
     /// calling thread is in).
     pub fn sender_command(&self, program: &str) -> Command {

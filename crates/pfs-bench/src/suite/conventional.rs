@@ -16,8 +16,7 @@ use anyhow::{bail, Context};
 use super::netpath::NetPath;
 use super::row::Row;
 use crate::child::{
-    free_port, have, run_client, run_client_until, taskset, tool, wait_children_reaped, wait_listening,
-    ChildGuard,
+    have, run_client, run_client_until, taskset, tool, wait_children_reaped, wait_listening, ChildGuard,
 };
 
 /// What one iperf3 row runs.
@@ -78,7 +77,7 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, job: Iperf3J
     // UDP datagrams that fill one packet of the path: no IP fragments.
     let datagram = net.mtu().saturating_sub(28);
     let attempt = || -> anyhow::Result<Row> {
-        let port = free_port()?;
+        let port = net.free_port()?;
         let ip = net.server_ip();
         let mut srv = net.receiver_command(&program);
         srv.args(["-s", "-1", "-B", ip, "-p", &port.to_string()])
@@ -322,7 +321,7 @@ pub fn run_scp(label: &str, job: &FileJob<'_>) -> Row {
     let attempt = || -> anyhow::Result<Row> {
         let dir = job.dst_dir("ssh")?;
         let dst = dir.join("dst.bin");
-        let port = free_port()?;
+        let port = job.net.free_port()?;
         let ip = job.net.server_ip();
         prepare_sshd(&dir, ip, port)?;
         let mut server = job.net.receiver_command(&sshd);
@@ -411,7 +410,7 @@ pub fn run_rsync(label: &str, job: &FileJob<'_>) -> Row {
         let dir = job.dst_dir("rsync")?;
         let module = dir.join("module");
         std::fs::create_dir_all(&module)?;
-        let port = free_port()?;
+        let port = job.net.free_port()?;
         let ip = job.net.server_ip();
         let root = rustix::process::geteuid().is_root();
         let config = format!(

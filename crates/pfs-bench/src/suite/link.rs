@@ -37,7 +37,7 @@ use super::row::{Row, SuiteHeader};
 use super::table::{header_markdown, header_text, link_data, view};
 use super::{only, plan as suite_plan, Bench, Job, Planned, Sizes, Via};
 use crate::args::BenchArgs;
-use crate::child::{free_port, have, tool, ChildGuard};
+use crate::child::{have, tool, ChildGuard};
 use crate::emulink::{udp_probe, EmuLink, LinkCounters, LinkSpec, Loss};
 use crate::report::{Cell, Column, Table};
 use crate::{labels, Binary, Outcome};
@@ -384,7 +384,7 @@ pub fn iperf3_flow(net: &NetPath, label: &str, cc: &'static str, secs: u32) -> a
         anyhow::bail!("iperf3 not installed (apt-get install iperf3)");
     }
     congestion_control(cc).map_err(anyhow::Error::msg)?;
-    let port = free_port()?;
+    let port = net.free_port()?;
     let ip = net.server_ip().to_string();
     let mut server = net.receiver_command(&program);
     server.args(["-s", "-1", "-B", &ip, "-p", &port.to_string()]);
@@ -670,7 +670,19 @@ pub(super) fn run(args: &BenchArgs, spec: LinkSpec, sizes: Sizes, pfs: &Binary) 
                 };
             }
             eprintln!("pfs bench: loss {loss}: {} …", p.label);
-            let got = bench.run_row(p, args, Some(&budget))?;
+            let link = bench.net.link().context("not an emulated link")?;
+            link.take_peaks();
+            let before = link.counters()?;
+            let mut got = bench.run_row(p, args, Some(&budget))?;
+            let during = bench
+                .net
+                .link()
+                .context("not an emulated link")?
+                .counters()?
+                .since(&before);
+            for r in got.iter_mut().filter(|r| r.ran()) {
+                r.notes = format!("{}; {}", r.notes, row_emulator_note(&during));
+            }
             if is_default_tcp(p, &cc) {
                 if let Some(r) = got.iter().find(|r| r.ran()) {
                     budget.goodput = (r.effective_mb_s * 1e6).max(10_000.0);
@@ -735,6 +747,21 @@ pub(super) fn run(args: &BenchArgs, spec: LinkSpec, sizes: Sizes, pfs: &Binary) 
     }
     let all: Vec<Row> = done.into_iter().flat_map(|(_, r, _)| r).collect();
     Ok(super::outcome(&all))
+}
+
+/// What the emulator did during one row: how late it released packets
+/// (both directions) and what it dropped that the loss rule did not.
+fn row_emulator_note(d: &LinkCounters) -> String {
+    let (f, b) = (&d.forward.line, &d.back.line);
+    let out = (f.out_packets + b.out_packets).max(1);
+    format!(
+        "emulator: releases late by mean {:.3} ms, max {:.3} ms, {} of {} packets > 1 ms; own drops {}",
+        (f.late_sum_ns + b.late_sum_ns) as f64 / out as f64 / 1e6,
+        f.late_max_ns.max(b.late_max_ns) as f64 / 1e6,
+        f.late_over_1ms + b.late_over_1ms,
+        out,
+        d.forward.emulator_drops() + d.back.emulator_drops()
+    )
 }
 
 /// Notes each measured row of one step with its goodput against the link

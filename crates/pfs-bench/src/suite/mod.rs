@@ -904,7 +904,13 @@ impl Bench {
         let net_wire = self.net.wire_counter().saturating_sub(wire0);
         let (out, kind) = match sent {
             Ok(done) => done,
-            Err(link::SendError::Failed(e)) => return Ok(Row::failed(&p.label, p.purpose, &e)),
+            Err(link::SendError::Failed(e)) => {
+                let e = match self.receiver_exit(transport) {
+                    Some(why) => e.context(why),
+                    None => e,
+                };
+                return Ok(Row::failed(&p.label, p.purpose, &e));
+            }
             Err(link::SendError::Cut(what)) => return Ok(Row::cut(&p.label, p.purpose, what)),
         };
         let st = SessionStats::from_report(&out.report, kind, labels::session(out.report.mode, kind));
@@ -948,6 +954,19 @@ impl Bench {
             (out.sender_usage.user_us + out.sender_usage.sys_us) as f64 / 1e6
         );
         Ok(row)
+    }
+
+    /// Why the receiver of `via` is gone, if it is: its exit and stderr.
+    fn receiver_exit(&mut self, via: Via) -> Option<String> {
+        let r = match via {
+            Via::Tcp => self.receiver.as_mut()?,
+            Via::Shm => self.shm_receiver.as_mut()?,
+        };
+        if r.0.running() {
+            return None;
+        }
+        let stderr = r.2.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
+        Some(format!("the receiver (pfs serve) had exited: {}", stderr.trim()))
     }
 
     /// Stops the receivers; the facts the header needs.

@@ -190,6 +190,14 @@ impl NetPath {
         }
     }
 
+    /// A TCP port free where receivers listen.
+    pub fn free_port(&self) -> anyhow::Result<u16> {
+        match self {
+            NetPath::Emulated(l) => l.free_port(),
+            _ => crate::child::free_port(),
+        }
+    }
+
     /// The largest IP packet the path carries.
     pub fn mtu(&self) -> u32 {
         match self {
