@@ -179,7 +179,30 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, job: Iperf3J
         }
         bail!("iperf3 server never accepted: {last_err}")
     };
-    attempt().unwrap_or_else(|e| Row::failed(label, "Transfer", &e))
+    // A UDP test opens with one datagram each way: on a lossy link either
+    // may be lost, and iperf3 gives up on the test. Try again, a few times.
+    let mut lost_openings = 0;
+    loop {
+        match attempt() {
+            Err(e)
+                if job.udp_bits.is_some()
+                    && lost_openings < 4
+                    && format!("{e:#}").contains("read from stream socket") =>
+            {
+                lost_openings += 1;
+            }
+            Ok(mut row) => {
+                if lost_openings > 0 {
+                    row.notes = format!(
+                        "{}; {lost_openings} earlier attempt(s) lost the test's opening datagrams to the link",
+                        row.notes
+                    );
+                }
+                return row;
+            }
+            Err(e) => return Row::failed(label, "Transfer", &e),
+        }
+    }
 }
 
 /// Files and keys of one conventional file-transfer row.
