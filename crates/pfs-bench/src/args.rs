@@ -82,9 +82,22 @@ pub struct BenchArgs {
     /// Network path of every row: loopback, or a veth pair into a network namespace the harness creates (root).
     #[arg(long, value_enum, default_value_t = PathArg::Loopback)]
     pub path: PathArg,
-    /// MTU of the veth pair with `--path veth`.
+    /// MTU of the veth pair with `--path veth`, or of the emulated link's devices with `--link`.
     #[arg(long, default_value_t = 1500)]
     pub mtu: u32,
+    /// Every network row over an emulated link (root): SPEC is any subset of
+    /// rtt=50ms,loss=1%,rate=500mbit (units: us/ms/s, %, kbit/mbit/gbit).
+    /// Two network namespaces joined by TUN devices, a delay line (rtt/2 each
+    /// way), random loss per packet in the kernel (nftables, each way) and
+    /// tbf. The header gives the link's measured ceiling and delay. Example:
+    /// `pfs bench --link rtt=50ms,loss=1%,rate=500mbit`.
+    #[arg(long, value_name = "SPEC", value_parser = crate::emulink::parse_link_spec, conflicts_with = "path")]
+    pub link: Option<crate::emulink::LinkSpec>,
+    /// With --link: run every row once per loss rate in LIST (percent,
+    /// comma-separated; replaces the spec's loss) and print goodput by loss.
+    /// Example: `--link rtt=50ms,rate=500mbit --link-loss-sweep 0,1,5,20`.
+    #[arg(long, value_name = "LIST", value_parser = parse_loss_sweep, requires = "link")]
+    pub link_loss_sweep: Option<LossSweep>,
     /// Multiply every row's transfer size (and iperf3's duration) by this factor.
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
@@ -94,6 +107,14 @@ pub struct BenchArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The loss rates of `--link-loss-sweep`, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LossSweep(pub Vec<crate::emulink::Loss>);
+
+fn parse_loss_sweep(s: &str) -> Result<LossSweep, String> {
+    crate::emulink::parse_loss_list(s).map(LossSweep)
 }
 
 /// Network path of the benchmark suite.

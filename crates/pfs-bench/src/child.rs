@@ -129,7 +129,17 @@ pub fn serve_listening(lines: &mpsc::Receiver<String>, timeout: Duration) -> Opt
 
 /// Runs a client command to completion within `timeout`, draining its
 /// stdout and stderr on threads so a chatty client never blocks on a pipe.
-pub fn run_client(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::process::Output> {
+pub fn run_client(cmd: Command, timeout: Duration) -> anyhow::Result<std::process::Output> {
+    let program = cmd.get_program().to_owned();
+    match run_client_until(cmd, timeout)? {
+        Some(out) => Ok(out),
+        None => bail!("{program:?} did not finish within {timeout:?}"),
+    }
+}
+
+/// [`run_client`], but a client still running at `timeout` is killed and
+/// `None` returned (the caller reports what it did).
+pub fn run_client_until(mut cmd: Command, timeout: Duration) -> anyhow::Result<Option<std::process::Output>> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -159,14 +169,17 @@ pub fn run_client(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::pr
     );
     let mut guard = ChildGuard::new(child);
     let Some(status) = guard.wait_timeout(timeout) else {
-        bail!("{:?} did not finish within {timeout:?}", cmd.get_program());
+        // Killed and reaped. Its own children (scp's ssh) may hold the
+        // pipes a little longer: the drain threads end when they exit.
+        drop(guard);
+        return Ok(None);
     };
     drop(guard);
-    Ok(std::process::Output {
+    Ok(Some(std::process::Output {
         status,
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
-    })
+    }))
 }
 
 /// Waits until `pid` has no children left (the per-connection processes

@@ -25,6 +25,7 @@ use std::path::PathBuf;
 pub mod args;
 pub mod child;
 pub mod cleanup;
+pub mod emulink;
 pub mod exec;
 pub mod io_primitives;
 pub mod ipc;

@@ -430,3 +430,156 @@ fn veth_path_cleans_up_after_ctrl_c() {
     }
     assert_eq!(found, Vec::<String>::new());
 }
+
+/// Namespaces and servers an emulated-link bench with this pid would leave
+/// (its servers listen on the link's fixed receiver address).
+fn link_leftovers(pid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    let prefix = format!("pfse-{pid}-");
+    for entry in std::fs::read_dir("/run/netns").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) {
+            found.push(format!("netns {name}"));
+        }
+    }
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&prefix) || cmdline.split([' ', ':']).any(|w| w == "192.168.77.2") {
+            found.push(format!(
+                "process {}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+fn wait_gone(pid: u32) -> Vec<String> {
+    // Killed children are reaped asynchronously by init; give them a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut found = link_leftovers(pid);
+    while !found.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        found = link_leftovers(pid);
+    }
+    found
+}
+
+/// One test for both runs: they share the link's fixed addresses, so they
+/// must not overlap.
+#[test]
+fn emulated_link_runs_reports_and_cleans_up_even_after_ctrl_c() {
+    if let Err(why) = netns_usable() {
+        println!("SKIP: {why}");
+        return;
+    }
+    if !Path::new("/dev/net/tun").exists() || Command::new("nft").arg("--version").output().is_err() {
+        println!("SKIP: no /dev/net/tun or no nft (apt-get install nftables)");
+        return;
+    }
+    let mut cmd = pfs();
+    cmd.args(["bench", "--size", "16M", "--scale", "0.002", "--json"])
+        .args(["--link", "rtt=10ms,rate=200mbit", "--link-loss-sweep", "0,5"])
+        .args(["--only", "(iperf3 bbr)", "--only", "mode - tcp xxh3 random"]);
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let v = json(&out);
+    let link = &v["header"]["link"];
+    assert_eq!(link["spec"], "rtt 10 ms, rate 200 Mbit/s", "{link:#}");
+    assert_eq!(link["losses_pct"], serde_json::json!([0.0, 5.0]));
+    assert!(link["ceiling_mbit_s"].as_f64().unwrap() > 0.0, "{link:#}");
+    assert!(
+        link["delay"].as_str().unwrap().contains("rtt min/avg/max"),
+        "{link:#}"
+    );
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    for step in steps {
+        let labels: Vec<&str> = step["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "Conventional (iperf3 bbr)",
+                "Native PFS Offset-only Mode - TCP",
+                "Native PFS Arithmetic Mode - TCP"
+            ],
+            "{step:#}"
+        );
+        for r in step["rows"].as_array().unwrap() {
+            let notes = r["notes"].as_str().unwrap();
+            assert!(!notes.starts_with("failed"), "{r:#}");
+            if r["label"].as_str().unwrap().starts_with("Native") && !notes.starts_with("cut") {
+                assert_eq!(r["integrity"], "OK", "{r:#}");
+            }
+        }
+        // The emulator's own account: nothing longer than the MTU crossed,
+        // and the loss rule dropped no more than it saw.
+        let fwd = &step["emulator"]["counters"]["forward"];
+        assert_eq!(fwd["loss"]["oversize"], 0, "{fwd:#}");
+        assert!(fwd["line"]["max_len"].as_u64().unwrap() <= 1500, "{fwd:#}");
+        assert!(
+            fwd["loss"]["lost"].as_u64() <= fwd["loss"]["seen"].as_u64(),
+            "{fwd:#}"
+        );
+    }
+    assert_eq!(steps[0]["emulator"]["counters"]["forward"]["loss"]["lost"], 0);
+    let fig = v["figure"].as_array().unwrap();
+    assert_eq!(fig.len(), 6, "three rows at two loss rates: {fig:#?}");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(wait_gone(pid), Vec::<String>::new());
+
+    // Interrupted while its rows run: namespaces and servers go too.
+    let mut cmd = pfs();
+    cmd.args(["bench", "--size", "16M", "--scale", "4", "--only", "iperf3 cubic"])
+        .args(["--link", "rtt=20ms,loss=1%"]);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = link_leftovers(pid);
+        if found.iter().any(|f| f.starts_with("netns")) && found.iter().any(|f| f.starts_with("process")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bench never set up its link: {found:?}"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the bench ended before it could be interrupted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the bench did not exit after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(wait_gone(pid), Vec::<String>::new());
+}

@@ -16,11 +16,51 @@ use anyhow::{bail, Context};
 use super::netpath::NetPath;
 use super::row::Row;
 use crate::child::{
-    free_port, have, run_client, taskset, tool, wait_children_reaped, wait_listening, ChildGuard,
+    have, run_client, run_client_until, taskset, tool, wait_children_reaped, wait_listening, ChildGuard,
 };
 
-/// iperf3, one TCP stream, receiver-side numbers.
-pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<&str>) -> Row {
+/// What one iperf3 row runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Iperf3Job {
+    /// Write size (`-l`); iperf3's own (128 KiB) when `None`. Ignored for UDP.
+    pub len: Option<&'static str>,
+    /// TCP congestion control (`-C`); the kernel's default when `None`.
+    pub cc: Option<&'static str>,
+    /// UDP (`-u`) at this offered rate in bit/s, datagrams that fill the
+    /// path's MTU; `Some(0)` in a plan: the emulated link's rate, filled in
+    /// when the row runs.
+    pub udp_bits: Option<u64>,
+}
+
+/// Whether the kernel offers congestion control `cc`, loading its module if
+/// needed; why not otherwise.
+pub fn congestion_control(cc: &str) -> Result<(), String> {
+    let path = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+    let available = || {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|c| c == cc)
+    };
+    if available() {
+        return Ok(());
+    }
+    let _ = Command::new("modprobe")
+        .arg(format!("tcp_{cc}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if available() {
+        Ok(())
+    } else {
+        Err(format!(
+            "congestion control {cc} not in {path} (modprobe tcp_{cc} failed)"
+        ))
+    }
+}
+
+/// iperf3, one stream, receiver-side numbers.
+pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, job: Iperf3Job) -> Row {
     let program = tool("iperf3", "iperf3");
     if !have(&program) {
         return Row::skipped(
@@ -29,8 +69,16 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<
             "iperf3 not installed (apt-get install iperf3)".into(),
         );
     }
+    if let Some(cc) = job.cc {
+        if let Err(why) = congestion_control(cc) {
+            return Row::skipped(label, "Transfer", why);
+        }
+    }
+    // UDP datagrams that fill one packet of the path: no IP fragments
+    // (on loopback, Ethernet-sized, as the PFS UDP rows send).
+    let datagram = u32::from(net.udp_datagram());
     let attempt = || -> anyhow::Result<Row> {
-        let port = free_port()?;
+        let port = net.free_port()?;
         let ip = net.server_ip();
         let mut srv = net.receiver_command(&program);
         srv.args(["-s", "-1", "-B", ip, "-p", &port.to_string()])
@@ -46,12 +94,30 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<
             if pin {
                 c.args(["-A", "0,1"]);
             }
-            if let Some(len) = len {
+            if let Some(len) = job.len.filter(|_| job.udp_bits.is_none()) {
                 c.args(["-l", len]);
             }
+            if let Some(cc) = job.cc {
+                c.args(["-C", cc]);
+            }
+            if let Some(bits) = job.udp_bits {
+                // 4 MB socket buffers (both ends): the row measures the
+                // path, not a receiver briefly off its CPU with 200 KB queued.
+                c.args([
+                    "-u",
+                    "-b",
+                    &bits.to_string(),
+                    "-l",
+                    &datagram.to_string(),
+                    "-w",
+                    "4M",
+                ]);
+            }
+            let rcvbuf0 = net.link().map(|l| l.udp_rcvbuf_errors());
             let wire0 = net.wire_counter();
             let out = run_client(c, Duration::from_secs(u64::from(secs) + 60))?;
             let wire = net.wire_counter().saturating_sub(wire0);
+            let rcvbuf = rcvbuf0.and_then(|r0| net.link().map(|l| l.udp_rcvbuf_errors().saturating_sub(r0)));
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
             if let Some(e) = v["error"].as_str() {
                 last_err = e.to_string();
@@ -60,28 +126,84 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, len: Option<
                 }
                 bail!("iperf3: {e}");
             }
-            let sum = &v["end"]["sum_received"];
-            let bytes = sum["bytes"]
-                .as_u64()
-                .context("iperf3 JSON: end.sum_received.bytes")?;
+            let end = &v["end"];
+            let sum = &end["sum_received"];
             let seconds = sum["seconds"]
                 .as_f64()
                 .context("iperf3 JSON: end.sum_received.seconds")?;
-            let cpu = &v["end"]["cpu_utilization_percent"];
+            let bytes = match job.udp_bits {
+                // The receiver's datagrams: those sent less those it found missing.
+                Some(_) => {
+                    let s = &end["sum"];
+                    let packets = s["packets"].as_u64().context("iperf3 JSON: end.sum.packets")?;
+                    let lost = s["lost_packets"]
+                        .as_u64()
+                        .context("iperf3 JSON: end.sum.lost_packets")?;
+                    packets.saturating_sub(lost) * u64::from(datagram)
+                }
+                None => sum["bytes"]
+                    .as_u64()
+                    .context("iperf3 JSON: end.sum_received.bytes")?,
+            };
+            let cpu = &end["cpu_utilization_percent"];
             let user = cpu["remote_user"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
             let sys = cpu["remote_system"].as_f64().unwrap_or(0.0) / 100.0 * seconds;
             let mut row = Row::measured(label, "Transfer", bytes, wire, seconds, user, sys);
-            row.transport = "TCP".into();
-            row.notes = format!(
-                "1 stream, {} writes of one hot buffer; wire from interface counters (incl. TCP/IP headers); receiver CPU from iperf3 remote_user/remote_system",
-                len.unwrap_or("128K")
-            );
+            row.transport = if job.udp_bits.is_some() { "UDP" } else { "TCP" }.into();
+            let cc = job
+                .cc
+                .map(|c| format!(", congestion control {c}"))
+                .unwrap_or_default();
+            row.notes = match job.udp_bits {
+                Some(bits) => format!(
+                    "1 stream of {datagram}-byte datagrams offered {}, sent at {:.1} Mbit/s, 4 MB socket buffers, {:.2} % lost (iperf3's count{}), jitter {:.3} ms; wire from the path's counters; receiver CPU from iperf3 remote_user/remote_system",
+                    if bits == 0 {
+                        "as fast as iperf3 sends (-b 0)".to_string()
+                    } else {
+                        format!("at {:.1} Mbit/s", bits as f64 / 1e6)
+                    },
+                    end["sum_sent"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e6,
+                    end["sum"]["lost_percent"].as_f64().unwrap_or(0.0),
+                    match rcvbuf {
+                        Some(n) => format!("; {n} of them dropped by a full socket buffer on a host, not by the link"),
+                        None => String::new(),
+                    },
+                    end["sum"]["jitter_ms"].as_f64().unwrap_or(0.0),
+                ),
+                None => format!(
+                    "1 stream, {} writes of one hot buffer{cc}; wire from the path's counters (incl. TCP/IP headers); receiver CPU from iperf3 remote_user/remote_system",
+                    job.len.unwrap_or("128K")
+                ),
+            };
             let _ = server.wait_timeout(Duration::from_secs(5));
             return Ok(row);
         }
         bail!("iperf3 server never accepted: {last_err}")
     };
-    attempt().unwrap_or_else(|e| Row::failed(label, "Transfer", &e))
+    // A UDP test opens with one datagram each way: on a lossy link either
+    // may be lost, and iperf3 gives up on the test. Try again, a few times.
+    let mut lost_openings = 0;
+    loop {
+        match attempt() {
+            Err(e)
+                if job.udp_bits.is_some()
+                    && lost_openings < 4
+                    && format!("{e:#}").contains("read from stream socket") =>
+            {
+                lost_openings += 1;
+            }
+            Ok(mut row) => {
+                if lost_openings > 0 {
+                    row.notes = format!(
+                        "{}; {lost_openings} earlier attempt(s) lost the test's opening datagrams to the link",
+                        row.notes
+                    );
+                }
+                return row;
+            }
+            Err(e) => return Row::failed(label, "Transfer", &e),
+        }
+    }
 }
 
 /// Files and keys of one conventional file-transfer row.
@@ -95,6 +217,9 @@ pub struct FileJob<'a> {
     pub src: &'a Path,
     /// Pin the client to CPU 0 and the server to CPU 1.
     pub pin: bool,
+    /// The longest the copy may take (an emulated link): past it the client
+    /// is stopped and the row says how much had arrived. `None`: 600 s, then a failure.
+    pub bound: Option<Duration>,
 }
 
 impl FileJob<'_> {
@@ -142,7 +267,25 @@ impl FileJob<'_> {
         let program = client.get_program().to_string_lossy().into_owned();
         let wire0 = self.net.wire_counter();
         let t0 = Instant::now();
-        let out = run_client(client, Duration::from_secs(600))?;
+        let bytes = std::fs::metadata(self.src)?.len();
+        let Some(out) = run_client_until(client, self.bound.unwrap_or(Duration::from_secs(600)))? else {
+            let elapsed = t0.elapsed().as_secs_f64();
+            let got = std::fs::metadata(&dst).map(|m| m.len()).unwrap_or(0);
+            let _ = std::fs::remove_file(&dst);
+            if self.bound.is_none() {
+                bail!("{program} did not finish within 600 s");
+            }
+            return Ok(Row::cut(
+                label,
+                "Transfer",
+                format!(
+                    "{program} stopped at its {elapsed:.0} s bound: {:.1} of {:.1} MB had arrived ({:.2} MB/s over the partial copy)",
+                    got as f64 / 1e6,
+                    bytes as f64 / 1e6,
+                    got as f64 / 1e6 / elapsed.max(1e-9)
+                ),
+            ));
+        };
         let elapsed = t0.elapsed().as_secs_f64();
         if !out.status.success() {
             bail!(
@@ -154,7 +297,6 @@ impl FileJob<'_> {
         wait_children_reaped(pid, Duration::from_secs(5));
         let (u1, s1) =
             pfs_sys::tree_cpu_seconds(pid).with_context(|| format!("reading the {what}'s CPU time"))?;
-        let bytes = std::fs::metadata(self.src)?.len();
         let got = std::fs::metadata(&dst)
             .with_context(|| format!("{} was not written", dst.display()))?
             .len();
@@ -203,7 +345,7 @@ pub fn run_scp(label: &str, job: &FileJob<'_>) -> Row {
     let attempt = || -> anyhow::Result<Row> {
         let dir = job.dst_dir("ssh")?;
         let dst = dir.join("dst.bin");
-        let port = free_port()?;
+        let port = job.net.free_port()?;
         let ip = job.net.server_ip();
         prepare_sshd(&dir, ip, port)?;
         let mut server = job.net.receiver_command(&sshd);
@@ -292,7 +434,7 @@ pub fn run_rsync(label: &str, job: &FileJob<'_>) -> Row {
         let dir = job.dst_dir("rsync")?;
         let module = dir.join("module");
         std::fs::create_dir_all(&module)?;
-        let port = free_port()?;
+        let port = job.net.free_port()?;
         let ip = job.net.server_ip();
         let root = rustix::process::geteuid().is_root();
         let config = format!(

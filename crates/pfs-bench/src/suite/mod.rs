@@ -28,12 +28,13 @@ use crate::{labels, sysinfo, Binary, Outcome};
 
 mod conventional;
 pub mod files;
+mod link;
 mod netpath;
 pub mod quic;
 mod row;
 mod table;
 
-use conventional::{run_iperf3, run_rsync, run_scp, FileJob};
+use conventional::{run_iperf3, run_rsync, run_scp, FileJob, Iperf3Job};
 use netpath::NetPath;
 use quic::{run_quic, Cc, QuicJob};
 use row::{Row, SuiteHeader, SuiteSettings};
@@ -76,8 +77,11 @@ const FULL: Sizes = Sizes {
 /// What a row runs.
 #[derive(Debug, Clone)]
 enum Job {
-    /// iperf3, one stream; `Some(len)` sets its write size (`-l`).
-    Iperf3(Option<&'static str>),
+    /// iperf3, one stream.
+    Iperf3(Iperf3Job),
+    /// Two iperf3 TCP flows at once over the same path, with these
+    /// congestion controls (emulated link only).
+    Compete(&'static str, &'static str),
     /// scp of a tmpfs file to a private sshd.
     Scp,
     /// rsync of the same file to a private rsync daemon.
@@ -142,7 +146,9 @@ impl Planned {
     /// Text `--only` matches against: label, integrity and pattern, lower case.
     fn key(&self) -> String {
         let extra = match &self.job {
-            Job::Iperf3(_) | Job::Scp | Job::Rsync | Job::Handshake { .. } => String::new(),
+            Job::Iperf3(_) | Job::Compete(..) | Job::Scp | Job::Rsync | Job::Handshake { .. } => {
+                String::new()
+            }
             Job::Quic(q) => format!(" cc={}", q.cc.name()),
             Job::Pcpu { threads, pattern, .. } => format!(" xxh3 {} pthreads={threads}", pattern.name()),
             Job::Pfs {
@@ -168,13 +174,16 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
         Planned {
             label: labels::conventional("iperf3"),
             purpose: "Transfer",
-            job: Job::Iperf3(None),
+            job: Job::Iperf3(Iperf3Job::default()),
         },
         // The same write size as a payload gram: the fairer transport baseline.
         Planned {
             label: labels::conventional("iperf3 -l 1M"),
             purpose: "Transfer",
-            job: Job::Iperf3(Some("1M")),
+            job: Job::Iperf3(Iperf3Job {
+                len: Some("1M"),
+                ..Iperf3Job::default()
+            }),
         },
     ];
     // QUIC over the same path: quinn with each of its congestion controllers.
@@ -666,8 +675,8 @@ fn add_ratios(rows: &mut [Row]) {
     }
 }
 
-/// Runs the suite; [`Outcome::Failed`] when a row failed or an integrity check did not hold.
-pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
+/// The sizes of one run: `--full`, `--size` and `--scale` applied.
+fn sizes_for(args: &BenchArgs) -> anyhow::Result<Sizes> {
     let mut sizes = if args.full { FULL } else { QUICK };
     if let Some(s) = args.size {
         sizes.blob = s;
@@ -682,103 +691,181 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     sizes.file_bytes = scaled(sizes.file_bytes).min(sizes.blob);
     sizes.quic_bytes = scaled(sizes.quic_bytes);
     sizes.iperf_secs = ((f64::from(sizes.iperf_secs) * args.scale).ceil() as u32).max(1);
-    let pin = !args.no_pin && sysinfo::cores() >= 2;
-    let pattern = args.pattern.pattern();
+    Ok(sizes)
+}
+
+/// The rows of `plan` that `--only` keeps.
+fn only(plan: Vec<Planned>, args: &BenchArgs) -> anyhow::Result<Vec<Planned>> {
     let only: Vec<String> = args.only.iter().map(|s| s.to_lowercase()).collect();
-    let planned: Vec<Planned> = plan(sizes, pattern)
+    let planned: Vec<Planned> = plan
         .into_iter()
         .filter(|p| only.is_empty() || only.iter().any(|o| p.key().contains(o)))
         .collect();
     if planned.is_empty() {
         bail!("--only matched no row");
     }
-    let sessions = |via: Via| {
-        planned
-            .iter()
-            .map(|p| match p.job {
-                Job::Pfs { transport, .. } if transport == via => 1,
-                Job::Handshake { count } if via == Via::Tcp => count,
-                _ => 0,
-            })
-            .sum::<usize>()
-    };
+    Ok(planned)
+}
 
-    let seed = 0x5eed;
-    eprintln!(
-        "pfs bench: setting up a {} MB blob for each peer (outside the timed path)…",
-        sizes.blob / 1_000_000
-    );
-    let net = match args.path {
-        PathArg::Loopback => NetPath::Loopback,
-        PathArg::Veth => NetPath::veth(args.mtu)?,
-    };
-    // Memory-backed: the copy rows' source file must not wait on a disk.
-    let base = memory_dir(0).unwrap_or(Path::new("/tmp"));
-    let scratch = Scratch::new(base, "pfs-bench")?;
-    // Keys for the protected rows: the receiver's on disk (as `pfs serve
-    // --identity` reads it), ours in memory, its key pinned.
-    let server_identity = scratch.path().join("server-identity");
-    let server_key = pfs_auth::Identity::generate()?;
-    server_key.save(&server_identity, "pfs bench receiver", true)?;
-    let security = |cipher: Cipher| -> anyhow::Result<pfs_auth::ClientSecurity> {
+/// What every row of one run shares: the network path, the receivers,
+/// the sender's blob, the scratch directory and the keys. Fields drop in
+/// order: receivers first, the network path (namespaces) last.
+struct Bench {
+    receiver: Option<(ChildGuard, String, mpsc::Receiver<String>)>,
+    shm_receiver: Option<(ChildGuard, String, mpsc::Receiver<String>)>,
+    udp_receiver: Option<(ChildGuard, String, mpsc::Receiver<String>)>,
+    /// The `pfs` binary (the QUIC rows run its hidden peer mode).
+    pfs_path: PathBuf,
+    opened: OpenedBlob,
+    server_key: pfs_auth::Identity,
+    /// The source file of the copy rows (tmpfs).
+    src: PathBuf,
+    scratch: Scratch,
+    sizes: Sizes,
+    pin: bool,
+    receiver_blob: String,
+    receiver_setup: String,
+    net: NetPath,
+}
+
+impl Bench {
+    /// Sets up the scratch directory, keys, receivers (each allowed
+    /// `sessions_factor` × the sessions `planned` opens) and the blob, over `net`.
+    fn start(
+        args: &BenchArgs,
+        pfs: &Binary,
+        sizes: Sizes,
+        planned: &[Planned],
+        net: NetPath,
+        sessions_factor: usize,
+    ) -> anyhow::Result<Bench> {
+        let pin = !args.no_pin && sysinfo::cores() >= 2;
+        let sessions = |via: Via| {
+            planned
+                .iter()
+                .map(|p| match p.job {
+                    Job::Pfs { transport, .. } if transport == via => 1,
+                    Job::Handshake { count } if via == Via::Tcp => count,
+                    _ => 0,
+                })
+                .sum::<usize>()
+                * sessions_factor
+        };
+        let seed = 0x5eed;
+        eprintln!(
+            "pfs bench: setting up a {} MB blob for each peer (outside the timed path)…",
+            sizes.blob / 1_000_000
+        );
+        // Memory-backed: the copy rows' source file must not wait on a disk.
+        let base = memory_dir(0).unwrap_or(Path::new("/tmp"));
+        let scratch = Scratch::new(base, "pfs-bench")?;
+        // Keys for the protected rows: the receiver's on disk (as `pfs serve
+        // --identity` reads it), ours in memory, its key pinned.
+        let server_identity = scratch.path().join("server-identity");
+        let server_key = pfs_auth::Identity::generate()?;
+        server_key.save(&server_identity, "pfs bench receiver", true)?;
+        let start = |via: Via| -> anyhow::Result<Option<(ChildGuard, String, mpsc::Receiver<String>)>> {
+            match sessions(via) {
+                0 => Ok(None),
+                n => start_receiver(
+                    &pfs.path,
+                    &net,
+                    via,
+                    scratch.path(),
+                    sizes,
+                    seed,
+                    args.huge_dir.as_deref(),
+                    pin,
+                    n,
+                    &server_identity,
+                )
+                .map(Some),
+            }
+        };
+        let receiver = start(Via::Tcp)?;
+        let shm_receiver = start(Via::Shm)?;
+        let udp_receiver = start(Via::Udp)?;
+        let opened: OpenedBlob = open_blob(&study_blob(sizes.blob, seed, args.huge_dir.clone()), true)?;
+        eprintln!("sender {}", opened.describe());
+        if pin {
+            pin_current_thread(0).context("pinning the sender to CPU 0")?;
+        }
+        // The file the conventional copy rows move: the first bytes of the blob, on tmpfs.
+        let src = scratch.path().join("src.bin");
+        if planned.iter().any(|p| matches!(p.job, Job::Scp | Job::Rsync)) {
+            std::fs::write(&src, &opened.blob.as_slice()[..sizes.file_bytes as usize])
+                .with_context(|| format!("writing {}", src.display()))?;
+        }
+        Ok(Bench {
+            receiver,
+            shm_receiver,
+            udp_receiver,
+            pfs_path: pfs.path.clone(),
+            opened,
+            server_key,
+            src,
+            scratch,
+            sizes,
+            pin,
+            receiver_blob: "-".into(),
+            receiver_setup: "-".into(),
+            net,
+        })
+    }
+
+    fn security(&self, cipher: Cipher) -> anyhow::Result<pfs_auth::ClientSecurity> {
         Ok(pfs_auth::ClientSecurity {
             identity: pfs_auth::Identity::generate()?,
-            pin: pfs_auth::Pin::Key(server_key.public()),
+            pin: pfs_auth::Pin::Key(self.server_key.public()),
             psk: None,
             cipher,
             rotate_log2: pfs_auth::DEFAULT_ROTATE_LOG2,
             timeout: pfs_auth::DEFAULT_HANDSHAKE_TIMEOUT,
         })
-    };
-    let start = |via: Via| -> anyhow::Result<Option<(ChildGuard, String, mpsc::Receiver<String>)>> {
-        match sessions(via) {
-            0 => Ok(None),
-            n => start_receiver(
-                &pfs.path,
-                &net,
-                via,
-                scratch.path(),
-                sizes,
-                seed,
-                args.huge_dir.as_deref(),
-                pin,
-                n,
-                &server_identity,
-            )
-            .map(Some),
-        }
-    };
-    let receiver = start(Via::Tcp)?;
-    let shm_receiver = start(Via::Shm)?;
-    let udp_receiver = start(Via::Udp)?;
-    let opened: OpenedBlob = open_blob(&study_blob(sizes.blob, seed, args.huge_dir.clone()), true)?;
-    eprintln!("sender {}", opened.describe());
-    let view = opened.view();
-    if pin {
-        pin_current_thread(0).context("pinning the sender to CPU 0")?;
     }
 
-    // The file the conventional copy rows move: the first bytes of the blob, on tmpfs.
-    let src = scratch.path().join("src.bin");
-    if planned.iter().any(|p| matches!(p.job, Job::Scp | Job::Rsync)) {
-        std::fs::write(&src, &opened.blob.as_slice()[..sizes.file_bytes as usize])
-            .with_context(|| format!("writing {}", src.display()))?;
-    }
-
-    let mut rows = Vec::new();
-    let mut receiver_blob = String::from("-");
-    let mut receiver_setup = String::from("-");
-    for p in &planned {
-        eprintln!("pfs bench: {} …", p.label);
+    /// Runs one planned row (two for a competing pair). On an emulated
+    /// link, `budget` sizes the transfers for the link and bounds their time.
+    fn run_row(
+        &mut self,
+        p: &Planned,
+        args: &BenchArgs,
+        budget: Option<&link::LinkBudget>,
+    ) -> anyhow::Result<Vec<Row>> {
+        let pin = self.pin;
         let row = match &p.job {
-            Job::Iperf3(len) => run_iperf3(&p.label, &net, sizes.iperf_secs, pin, *len),
-            Job::Quic(job) => run_quic(&p.label, &pfs.path, &net, scratch.path(), *job, pin),
+            Job::Iperf3(job) => {
+                let secs = budget.map_or(self.sizes.iperf_secs, |b| b.iperf_secs);
+                let job = Iperf3Job {
+                    udp_bits: if job.udp_bits == Some(0) {
+                        budget.map(|b| b.udp_bits)
+                    } else {
+                        job.udp_bits
+                    },
+                    ..*job
+                };
+                run_iperf3(&p.label, &self.net, secs, pin, job)
+            }
+            Job::Compete(first, second) => {
+                let secs = budget.map_or(self.sizes.iperf_secs, |b| b.iperf_secs);
+                return Ok(link::compete_iperf3(&self.net, first, second, secs));
+            }
+            Job::Quic(job) => run_quic(&p.label, &self.pfs_path, &self.net, self.scratch.path(), *job, pin),
             Job::Scp | Job::Rsync => {
+                let mut bound = None;
+                if let Some(b) = budget {
+                    // A file the link moves in about the budget's time.
+                    let n = b.payload_bytes(self.sizes.file_bytes) as usize;
+                    std::fs::write(&self.src, &self.opened.blob.as_slice()[..n])
+                        .with_context(|| format!("writing {}", self.src.display()))?;
+                    bound = Some(b.limit());
+                }
                 let job = FileJob {
-                    net: &net,
-                    scratch: scratch.path(),
-                    src: &src,
+                    net: &self.net,
+                    scratch: self.scratch.path(),
+                    src: &self.src,
                     pin,
+                    bound,
                 };
                 if matches!(p.job, Job::Scp) {
                     run_scp(&p.label, &job)
@@ -792,9 +879,16 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 pattern,
                 bytes,
             } => {
-                let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
-                run_pcpu(&p.label, opened.blob.as_slice(), spec, *encoding, *threads, pin)
-                    .unwrap_or_else(|e| Row::failed(&p.label, p.purpose, &e))
+                let spec = spec_for(self.opened.blob.len(), args, *pattern, *bytes);
+                run_pcpu(
+                    &p.label,
+                    self.opened.blob.as_slice(),
+                    spec,
+                    *encoding,
+                    *threads,
+                    pin,
+                )
+                .unwrap_or_else(|e| Row::failed(&p.label, p.purpose, &e))
             }
             Job::Loop {
                 integrity,
@@ -802,8 +896,8 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 bytes,
             } => {
                 // The loop runs where the receiver runs: on CPU 1.
-                let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
-                let data = opened.blob.as_slice();
+                let spec = spec_for(self.opened.blob.len(), args, *pattern, *bytes);
+                let data = self.opened.blob.as_slice();
                 let label = p.label.clone();
                 let alg = *integrity;
                 let r = std::thread::scope(|s| {
@@ -819,9 +913,9 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 r?
             }
             Job::Handshake { count } => {
-                let addr = receiver.as_ref().context("receiver")?.1.clone();
+                let addr = self.receiver.as_ref().context("receiver")?.1.clone();
                 let target = Target::Tcp { addr, sock_buf: 0 };
-                security(Cipher::preferred())
+                self.security(Cipher::preferred())
                     .and_then(|sec| run_handshakes(&p.label, &target, &sec, *count))
                     .unwrap_or_else(|e| Row::failed(&p.label, p.purpose, &e))
             }
@@ -832,110 +926,221 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 pattern,
                 bytes,
                 cipher,
-            } => {
-                let target = match transport {
-                    Via::Tcp => Target::Tcp {
-                        addr: receiver.as_ref().context("receiver")?.1.clone(),
-                        sock_buf: 0,
-                    },
-                    Via::Shm => Target::Shm(
-                        PathBuf::from(&shm_receiver.as_ref().context("SHM receiver")?.1),
-                        pfs_transport::ShmConfig::default(),
-                    ),
-                    Via::Udp => Target::Udp {
-                        addr: udp_receiver.as_ref().context("UDP receiver")?.1.clone(),
-                        cfg: pfs_transport::UdpConfig {
-                            max_datagram: net.udp_datagram(),
-                            ..pfs_transport::UdpConfig::default()
-                        },
-                    },
-                };
-                let spec = spec_for(opened.blob.len(), &args, *pattern, *bytes);
-                let cfg = sender_config(*mode, *integrity, spec, pfs_session::DEFAULT_PAYLOAD_BUDGET);
-                let wire0 = net.wire_counter();
-                let sent = match cipher {
-                    None => send_once(&target, &view, &cfg),
-                    Some(c) => security(*c).and_then(|sec| {
-                        send_on(
-                            target.connect_as(Some(&sec), pfs_auth::Service::Blob)?,
-                            &view,
-                            &cfg,
-                        )
-                    }),
-                };
-                let net_wire = net.wire_counter().saturating_sub(wire0);
-                match sent {
-                    Ok((out, kind, udp)) => {
-                        let st = SessionStats::from_report(
-                            &out.report,
-                            kind,
-                            labels::session(out.report.mode, kind),
-                        );
-                        // SHM bytes cross no network interface: its wire is the ring,
-                        // i.e. the frame bytes the receiver read.
-                        let wire = match transport {
-                            Via::Tcp | Via::Udp => net_wire,
-                            Via::Shm => st.wire_bytes,
-                        };
-                        receiver_blob = format!("{} (page {} B)", st.blob_backing, st.blob_page_size);
-                        let fp = st.setup_fill_s + st.setup_prefault_s;
-                        receiver_setup = format!(
-                            "map {:.3} s, prefault {:.3} s, fill {:.3} s, fingerprint {:.3} s ({:.2} GB/s fill+prefault)",
-                            st.setup_map_s,
-                            st.setup_prefault_s,
-                            st.setup_fill_s,
-                            st.setup_fingerprint_s,
-                            if fp > 0.0 { opened.blob.len() as f64 / fp / 1e9 } else { 0.0 }
-                        );
-                        let mut row = Row::measured(
-                            &p.label,
-                            p.purpose,
-                            st.effective_bytes,
-                            wire,
-                            st.elapsed_s,
-                            st.user_s,
-                            st.sys_s,
-                        );
-                        row.integrity = st.integrity.clone();
-                        row.transport = kind.into();
-                        row.notes = format!(
-                            "integrity={}, pattern={}, {:.2} B/desc, frames {:.3} MB, sender CPU {:.2} s",
-                            integrity.name(),
-                            pattern.name(),
-                            out.table_bytes as f64 / out.summary.descriptors.max(1) as f64,
-                            st.wire_bytes as f64 / 1e6,
-                            (out.sender_usage.user_us + out.sender_usage.sys_us) as f64 / 1e6
-                        );
-                        if let Some(u) = udp {
-                            row.notes.push_str(&format!(
-                                ", UDP: {} datagrams ≤ {} B, resent {:.3} MB ({} lost, {} spurious), GSO {}, GRO {}",
-                                u.stats.packets_sent,
-                                u.datagram,
-                                u.stats.stream_bytes_resent as f64 / 1e6,
-                                u.stats.packets_lost,
-                                u.stats.packets_spurious,
-                                if u.gso { "on" } else { "off" },
-                                if u.gro { "on" } else { "off" },
-                            ));
-                        }
-                        row
-                    }
-                    Err(e) => Row::failed(&p.label, p.purpose, &e),
-                }
-            }
+            } => self.run_pfs(
+                p, args, budget, *transport, *mode, *integrity, *pattern, *bytes, *cipher,
+            )?,
         };
-        rows.push(row);
+        Ok(vec![row])
     }
-    drop(receiver);
-    drop(shm_receiver);
 
-    let b = opened.blob.backing().clone();
-    let (blob_len, sender_setup) = (opened.blob.len(), opened.describe());
+    /// One PFS session to the receiver, measured by the receiver's report.
+    #[allow(clippy::too_many_arguments)]
+    fn run_pfs(
+        &mut self,
+        p: &Planned,
+        args: &BenchArgs,
+        budget: Option<&link::LinkBudget>,
+        transport: Via,
+        mode: Mode,
+        integrity: IntegrityAlg,
+        pattern: Pattern,
+        bytes: u64,
+        cipher: Option<Cipher>,
+    ) -> anyhow::Result<Row> {
+        let target = match transport {
+            Via::Tcp => Target::Tcp {
+                addr: self.receiver.as_ref().context("receiver")?.1.clone(),
+                sock_buf: 0,
+            },
+            Via::Shm => Target::Shm(
+                PathBuf::from(&self.shm_receiver.as_ref().context("SHM receiver")?.1),
+                pfs_transport::ShmConfig::default(),
+            ),
+            Via::Udp => Target::Udp {
+                addr: self.udp_receiver.as_ref().context("UDP receiver")?.1.clone(),
+                cfg: pfs_transport::UdpConfig {
+                    max_datagram: self.net.udp_datagram(),
+                    ..pfs_transport::UdpConfig::default()
+                },
+            },
+        };
+        // On an emulated link: as many bytes as the link moves in the budget's time.
+        let bytes = match budget {
+            Some(b) if mode == Mode::Payload => b.payload_bytes(bytes),
+            Some(b) => b.exec_bytes(bytes),
+            None => bytes,
+        };
+        let view = self.opened.view();
+        let spec = spec_for(self.opened.blob.len(), args, pattern, bytes);
+        let cfg = sender_config(mode, integrity, spec, pfs_session::DEFAULT_PAYLOAD_BUDGET);
+        let wire0 = self.net.wire_counter();
+        let sec = cipher.map(|c| self.security(c)).transpose()?;
+        let sent = match (budget, &target) {
+            (Some(b), Target::Tcp { addr, .. }) => {
+                link::send_bounded(addr, sec.as_ref(), &view, cfg, b.limit()).map(|(o, k)| (o, k, None))
+            }
+            _ => match &sec {
+                None => send_once(&target, &view, &cfg).map_err(link::SendError::Failed),
+                Some(sec) => target
+                    .connect_as(Some(sec), pfs_auth::Service::Blob)
+                    .and_then(|t| send_on(t, &view, &cfg))
+                    .map_err(link::SendError::Failed),
+            },
+        };
+        let net_wire = self.net.wire_counter().saturating_sub(wire0);
+        let (out, kind, udp) = match sent {
+            Ok(done) => done,
+            Err(link::SendError::Failed(e)) => {
+                let e = match self.receiver_exit(transport) {
+                    Some(why) => e.context(why),
+                    None => e,
+                };
+                return Ok(Row::failed(&p.label, p.purpose, &e));
+            }
+            Err(link::SendError::Cut(what)) => return Ok(Row::cut(&p.label, p.purpose, what)),
+        };
+        let st = SessionStats::from_report(&out.report, kind, labels::session(out.report.mode, kind));
+        // SHM bytes cross no network interface: its wire is the ring,
+        // i.e. the frame bytes the receiver read.
+        let wire = match transport {
+            Via::Tcp | Via::Udp => net_wire,
+            Via::Shm => st.wire_bytes,
+        };
+        self.receiver_blob = format!("{} (page {} B)", st.blob_backing, st.blob_page_size);
+        let fp = st.setup_fill_s + st.setup_prefault_s;
+        self.receiver_setup = format!(
+            "map {:.3} s, prefault {:.3} s, fill {:.3} s, fingerprint {:.3} s ({:.2} GB/s fill+prefault)",
+            st.setup_map_s,
+            st.setup_prefault_s,
+            st.setup_fill_s,
+            st.setup_fingerprint_s,
+            if fp > 0.0 {
+                self.opened.blob.len() as f64 / fp / 1e9
+            } else {
+                0.0
+            }
+        );
+        let mut row = Row::measured(
+            &p.label,
+            p.purpose,
+            st.effective_bytes,
+            wire,
+            st.elapsed_s,
+            st.user_s,
+            st.sys_s,
+        );
+        row.integrity = st.integrity.clone();
+        row.transport = kind.into();
+        row.notes = format!(
+            "integrity={}, pattern={}, {:.2} B/desc, frames {:.3} MB, sender CPU {:.2} s",
+            integrity.name(),
+            pattern.name(),
+            out.table_bytes as f64 / out.summary.descriptors.max(1) as f64,
+            st.wire_bytes as f64 / 1e6,
+            (out.sender_usage.user_us + out.sender_usage.sys_us) as f64 / 1e6
+        );
+        if let Some(u) = udp {
+            row.notes.push_str(&format!(
+                ", UDP: {} datagrams ≤ {} B, resent {:.3} MB ({} lost, {} spurious), GSO {}, GRO {}",
+                u.stats.packets_sent,
+                u.datagram,
+                u.stats.stream_bytes_resent as f64 / 1e6,
+                u.stats.packets_lost,
+                u.stats.packets_spurious,
+                if u.gso { "on" } else { "off" },
+                if u.gro { "on" } else { "off" },
+            ));
+        }
+        Ok(row)
+    }
+
+    /// Why the receiver of `via` is gone, if it is: its exit and stderr.
+    fn receiver_exit(&mut self, via: Via) -> Option<String> {
+        let r = match via {
+            Via::Tcp => self.receiver.as_mut()?,
+            Via::Shm => self.shm_receiver.as_mut()?,
+            Via::Udp => self.udp_receiver.as_mut()?,
+        };
+        if r.0.running() {
+            return None;
+        }
+        let stderr = r.2.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
+        Some(format!("the receiver (pfs serve) had exited: {}", stderr.trim()))
+    }
+
+    /// Stops the receivers; the facts the header needs.
+    fn finish(&mut self) -> Settled {
+        self.receiver = None;
+        self.shm_receiver = None;
+        self.udp_receiver = None;
+        let b = self.opened.blob.backing();
+        Settled {
+            sender_blob: format!("{} (page {} B)", b.kind.as_str(), b.page_size),
+            blob_bytes: self.opened.blob.len(),
+            sender_setup: self.opened.describe(),
+            receiver_blob: self.receiver_blob.clone(),
+            receiver_setup: self.receiver_setup.clone(),
+            pinning: if self.pin {
+                "sender CPU 0, receiver CPU 1".into()
+            } else {
+                "unpinned".into()
+            },
+            path: self.net.name(),
+        }
+    }
+}
+
+/// What a finished run tells its header.
+#[derive(Debug)]
+struct Settled {
+    sender_blob: String,
+    blob_bytes: u64,
+    sender_setup: String,
+    receiver_blob: String,
+    receiver_setup: String,
+    pinning: String,
+    path: String,
+}
+
+impl Settled {
+    fn settings(self, link: Option<link::LinkHeader>) -> SuiteSettings {
+        SuiteSettings {
+            thp_mode: sysinfo::thp_mode(),
+            sender_blob: self.sender_blob,
+            receiver_blob: self.receiver_blob,
+            blob_bytes: self.blob_bytes,
+            sender_setup: self.sender_setup,
+            receiver_setup: self.receiver_setup,
+            units: "MB = 10^6 bytes; rates MB/s; CPU from getrusage (receiver thread)".into(),
+            path: self.path,
+            pinning: self.pinning,
+            link,
+        }
+    }
+}
+
+/// Runs the suite; [`Outcome::Failed`] when a row failed or an integrity check did not hold.
+pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
+    let sizes = sizes_for(&args)?;
+    if let Some(spec) = args.link {
+        return link::run(&args, spec, sizes, pfs);
+    }
+    let planned = only(plan(sizes, args.pattern.pattern()), &args)?;
+    let net = match args.path {
+        PathArg::Loopback => NetPath::Loopback,
+        PathArg::Veth => NetPath::veth(args.mtu)?,
+    };
+    let mut bench = Bench::start(&args, pfs, sizes, &planned, net, 1)?;
+    let mut rows = Vec::new();
+    for p in &planned {
+        eprintln!("pfs bench: {} …", p.label);
+        rows.extend(bench.run_row(p, &args, None)?);
+    }
+    let settled = bench.finish();
     if args.full {
         // The file-transfer row group (`pfs bench files`), with the memory of
         // this suite's blobs and scratch file given back first.
-        drop(opened);
-        drop(scratch);
+        drop(bench);
         let files_args = files::BenchFilesArgs::all_on_tmpfs(args.only.clone());
         match files::collect(&files_args, pfs) {
             Ok((_, files_rows)) => rows.extend(files_rows.into_iter().map(|r| r.row)),
@@ -944,24 +1149,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     }
     add_ratios(&mut rows);
 
-    let header = SuiteHeader::new(
-        pfs,
-        SuiteSettings {
-            thp_mode: sysinfo::thp_mode(),
-            sender_blob: format!("{} (page {} B)", b.kind.as_str(), b.page_size),
-            receiver_blob,
-            blob_bytes: blob_len,
-            sender_setup,
-            receiver_setup,
-            units: "MB = 10^6 bytes; rates MB/s; CPU from getrusage (receiver thread)".into(),
-            path: net.name(),
-            pinning: if pin {
-                "sender CPU 0, receiver CPU 1".into()
-            } else {
-                "unpinned".into()
-            },
-        },
-    );
+    let header = SuiteHeader::new(pfs, settled.settings(None));
     let data = table::data(&rows);
     let doc = serde_json::json!({"header": header, "rows": data.json()});
     if args.json {
@@ -998,10 +1186,20 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
             dir.display()
         );
     }
+    Ok(outcome(&rows))
+}
+
+/// [`Outcome::Failed`] when a row failed or an integrity check did not hold
+/// (a row cut at its time bound on an emulated link is a measurement, not a failure).
+fn outcome(rows: &[Row]) -> Outcome {
     let failed = rows
         .iter()
         .any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
-    Ok(if failed { Outcome::Failed } else { Outcome::Passed })
+    if failed {
+        Outcome::Failed
+    } else {
+        Outcome::Passed
+    }
 }
 
 /// The xxh3 pCPU kernel over `spec` on `threads` pThreads (pinned to CPUs

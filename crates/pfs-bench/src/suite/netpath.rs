@@ -1,14 +1,18 @@
 //! Where the suite's receivers run: loopback in this namespace, loopback in a
 //! private network namespace (so its counters see the study's traffic
-//! alone), or a network namespace reached over a veth pair. The harness
-//! creates each namespace itself and always removes it (on success, on
-//! failure, and on Ctrl-C).
+//! alone), a network namespace reached over a veth pair, or one reached
+//! over an emulated link ([`crate::emulink`]: delay, loss, rate). The
+//! harness creates each namespace itself and always removes it (on
+//! success, on failure, and on Ctrl-C). Rows know only the path's
+//! receiver address, how to start a receiver and its byte counter, so
+//! every row runs over every path unchanged.
 
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
 use crate::cleanup::{self, Undo};
+use crate::emulink::EmuLink;
 
 /// The network path every row of one suite runs over.
 #[derive(Debug)]
@@ -19,6 +23,8 @@ pub enum NetPath {
     Veth(Veth),
     /// 127.0.0.1 in a namespace of our own that this thread has entered.
     Private(Private),
+    /// Namespace B of an emulated link; this thread has entered namespace A.
+    Emulated(EmuLink),
 }
 
 /// A network namespace with only its loopback, entered by the thread that
@@ -161,6 +167,34 @@ impl NetPath {
                 "veth (netns {}, {} → {}, mtu {})",
                 v.ns, v.host_ip, v.peer_ip, v.mtu
             ),
+            NetPath::Emulated(l) => {
+                let (a, b) = l.namespaces();
+                format!("emulated link ({}; netns {a} → {b})", l.spec())
+            }
+        }
+    }
+
+    /// The emulated link, if the path is one.
+    pub fn link(&self) -> Option<&EmuLink> {
+        match self {
+            NetPath::Emulated(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The emulated link to change (loss, rate), if the path is one.
+    pub fn link_mut(&mut self) -> Option<&mut EmuLink> {
+        match self {
+            NetPath::Emulated(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// A TCP port free where receivers listen.
+    pub fn free_port(&self) -> anyhow::Result<u16> {
+        match self {
+            NetPath::Emulated(l) => l.free_port(),
+            _ => crate::child::free_port(),
         }
     }
 
@@ -169,8 +203,8 @@ impl NetPath {
     /// loopback's 64 KiB MTU is no path anyone sends over).
     pub fn udp_datagram(&self) -> u16 {
         let mtu = match self {
-            NetPath::Veth(v) => v.mtu,
             NetPath::Loopback | NetPath::Private(_) => 1500,
+            _ => self.mtu(),
         };
         mtu.saturating_sub(28).clamp(1200, 65507) as u16
     }
@@ -180,6 +214,7 @@ impl NetPath {
         match self {
             NetPath::Loopback | NetPath::Private(_) => "127.0.0.1",
             NetPath::Veth(v) => &v.peer_ip,
+            NetPath::Emulated(l) => l.receiver_ip(),
         }
     }
 
@@ -194,11 +229,13 @@ impl NetPath {
                 c.args(["netns", "exec", &v.ns, program]);
                 c
             }
+            NetPath::Emulated(l) => l.receiver_command(program),
         }
     }
 
-    /// The MTU of the path's interface: `lo`'s (65536 unless changed), or the
-    /// veth pair's `--mtu`. Datagram rows size their largest datagram by it.
+    /// The MTU of the path's interface: `lo`'s (65536 unless changed), the
+    /// veth pair's `--mtu`, or the emulated link's. Datagram rows size their
+    /// largest datagram by it (PFS UDP rows keep to 1500 on loopback).
     pub fn mtu(&self) -> u32 {
         match self {
             // `lo` has the same MTU in every namespace unless someone changed it.
@@ -207,6 +244,7 @@ impl NetPath {
                 .and_then(|s| s.trim().parse().ok())
                 .unwrap_or(65536),
             NetPath::Veth(v) => v.mtu,
+            NetPath::Emulated(l) => l.mtu(),
         }
     }
 
@@ -223,6 +261,9 @@ impl NetPath {
             // On lo every byte is counted once as tx and once as rx.
             NetPath::Loopback => read("lo", "tx_bytes"),
             NetPath::Veth(v) => read(&v.host_if, "tx_bytes") + read(&v.host_if, "rx_bytes"),
+            // What both ends put on the link (IP headers included), as the
+            // delay lines count it: lost packets crossed the wire too.
+            NetPath::Emulated(l) => l.wire_bytes(),
             // /sys shows the namespace it was mounted in; /proc/thread-self
             // shows this thread's.
             NetPath::Private(_) => std::fs::read_to_string("/proc/thread-self/net/dev")

@@ -69,9 +69,20 @@ impl Row {
         r
     }
 
-    /// Whether the row was measured (neither skipped nor failed).
+    /// A row stopped at its time bound on an emulated link (`cut: what it
+    /// did`): shown without numbers, since the transfer did not finish;
+    /// not a failure of the run.
+    pub fn cut(label: &str, purpose: &str, what: String) -> Self {
+        let mut r = Row::skipped(label, purpose, String::new());
+        r.notes = format!("cut: {what}");
+        r
+    }
+
+    /// Whether the row was measured (neither skipped, failed nor cut).
     pub fn ran(&self) -> bool {
-        !self.notes.starts_with("skipped") && !self.notes.starts_with("failed")
+        !self.notes.starts_with("skipped")
+            && !self.notes.starts_with("failed")
+            && !self.notes.starts_with("cut")
     }
 }
 
@@ -96,6 +107,9 @@ pub struct SuiteSettings {
     pub path: String,
     /// Pinning as run.
     pub pinning: String,
+    /// The emulated link, when the rows ran over one (`--link`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<super::link::LinkHeader>,
 }
 
 /// The suite's report header.

@@ -28,25 +28,53 @@ const DATA: [Column; 15] = [
 pub fn data(rows: &[Row]) -> Table {
     let mut t = Table::new(&DATA);
     for r in rows {
-        t.push(vec![
-            Cell::text(&r.label),
-            Cell::text(&r.purpose),
-            Cell::Num(r.effective_mb, 3),
-            Cell::Num(r.wire_mb, 6),
-            Cell::Num(r.wire_ratio, 8),
-            Cell::Num(r.elapsed_s, 4),
-            Cell::Num(r.effective_mb_s, 1),
-            Cell::Num(r.user_s, 4),
-            Cell::Num(r.sys_s, 4),
-            Cell::Num(r.cpu_total_s, 4),
-            Cell::Num(r.mb_per_cpu_s, 1),
-            Cell::text(&r.integrity),
-            Cell::Int(u64::from(r.pthreads)),
-            Cell::text(&r.transport),
-            Cell::text(&r.notes),
-        ]);
+        t.push(data_cells(r));
     }
     t
+}
+
+/// [`DATA`] after the loss rate of the emulated link the row ran over.
+const LINK_DATA: [Column; 16] = {
+    let mut c = [Column::num("link_loss_pct", 0); 16];
+    let mut i = 0;
+    while i < DATA.len() {
+        c[i + 1] = DATA[i];
+        i += 1;
+    }
+    c
+};
+
+/// The full record of the rows of every loss step of an emulated link.
+pub fn link_data(steps: &[(f64, &[Row])]) -> Table {
+    let mut t = Table::new(&LINK_DATA);
+    for (loss, rows) in steps {
+        for r in *rows {
+            let mut cells = vec![Cell::Num(*loss, 2)];
+            cells.extend(data_cells(r));
+            t.push(cells);
+        }
+    }
+    t
+}
+
+fn data_cells(r: &Row) -> Vec<Cell> {
+    vec![
+        Cell::text(&r.label),
+        Cell::text(&r.purpose),
+        Cell::Num(r.effective_mb, 3),
+        Cell::Num(r.wire_mb, 6),
+        Cell::Num(r.wire_ratio, 8),
+        Cell::Num(r.elapsed_s, 4),
+        Cell::Num(r.effective_mb_s, 1),
+        Cell::Num(r.user_s, 4),
+        Cell::Num(r.sys_s, 4),
+        Cell::Num(r.cpu_total_s, 4),
+        Cell::Num(r.mb_per_cpu_s, 1),
+        Cell::text(&r.integrity),
+        Cell::Int(u64::from(r.pthreads)),
+        Cell::text(&r.transport),
+        Cell::text(&r.notes),
+    ]
 }
 
 /// A measured number of `r`, or [`Cell::Missing`] when the row did not run.
@@ -76,7 +104,7 @@ const VIEW: [Column; 13] = [
 ];
 
 /// The terminal and Markdown view of the suite.
-fn view(rows: &[Row]) -> Table {
+pub fn view(rows: &[Row]) -> Table {
     let mut t = Table::new(&VIEW);
     for r in rows {
         t.push(vec![
@@ -104,8 +132,16 @@ fn view(rows: &[Row]) -> Table {
 
 /// The terminal report: header block, table, units.
 pub fn fmt_table(header: &SuiteHeader, rows: &[Row]) -> String {
+    let mut s = header_text(header);
+    s.push_str(&view(rows).text());
+    s.push_str("\nMB = 10^6 bytes. Receiver-side numbers (PFS: from the receiver's COMPLETE report; iperf3: its server side).\n");
+    s
+}
+
+/// The header block of the terminal report, with a blank line after it.
+pub fn header_text(header: &SuiteHeader) -> String {
     let (h, st) = (&header.host, &header.study);
-    let mut s = format!(
+    format!(
         "pfs bench — {} · kernel {} · {} · {} cores · THP {}\nblob: sender {} · receiver {} · {} bytes · {} · {}\nreceiver blob setup: {}\n\n",
         h.git_revision,
         h.kernel,
@@ -118,14 +154,18 @@ pub fn fmt_table(header: &SuiteHeader, rows: &[Row]) -> String {
         st.path,
         st.pinning,
         st.receiver_setup
-    );
-    s.push_str(&view(rows).text());
-    s.push_str("\nMB = 10^6 bytes. Receiver-side numbers (PFS: from the receiver's COMPLETE report; iperf3: its server side).\n");
-    s
+    )
 }
 
 /// The Markdown report: header lines, then the table.
 pub fn to_markdown(header: &SuiteHeader, rows: &[Row]) -> String {
+    let mut out = header_markdown(header);
+    out.push_str(&view(rows).markdown());
+    out
+}
+
+/// The header lines of the Markdown report, with a blank line after them.
+pub fn header_markdown(header: &SuiteHeader) -> String {
     let (h, st) = (&header.host, &header.study);
     let mut out = format!(
         "Host: {} cores, {}, kernel {}, THP `{}` · revision `{}` · blob {} bytes (sender {}, receiver {}) · {} · {}\n\n",
@@ -141,7 +181,6 @@ pub fn to_markdown(header: &SuiteHeader, rows: &[Row]) -> String {
         st.pinning
     );
     out.push_str(&format!("Receiver blob setup: {}\n\n", st.receiver_setup));
-    out.push_str(&view(rows).markdown());
     out
 }
 
