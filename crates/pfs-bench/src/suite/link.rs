@@ -64,6 +64,14 @@ impl LinkBudget {
         ((self.goodput * self.secs) as u64).clamp(1 << 20, cap.max(1 << 20))
     }
 
+    /// Bytes the link's rate moves in about [`LinkBudget::secs`] (at least
+    /// 1 MB, at most `cap`): the size of a row over a transport built for
+    /// loss (PFS UDP, QUIC), which TCP's goodput at this loss would starve
+    /// into a run of its start-up alone.
+    pub fn link_bytes(&self, cap: u64) -> u64 {
+        ((self.udp_bits as f64 / 8.0 * self.secs) as u64).clamp(1 << 20, cap.max(1 << 20))
+    }
+
     /// Effective bytes of a descriptor row: its tables are about 1/10 000
     /// of what they reference; a thousand times the payload keeps them to
     /// a tenth of the budget on the wire. At least 64 MiB, at most `cap`.
@@ -123,9 +131,9 @@ pub(super) fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
         matches!(
             p.job,
             Job::Pfs {
-                transport: Via::Tcp,
+                transport: Via::Tcp | Via::Udp,
                 ..
-            }
+            } | Job::Quic(_)
         )
     }));
     rows.push(Planned {
@@ -138,7 +146,79 @@ pub(super) fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
         purpose: "Transfer",
         job: Job::Compete("cubic", "bbr"),
     });
+    // Does PFS over UDP leave room to TCP? One flow of each, same link.
+    for cc in ["cubic", "bbr"] {
+        rows.push(Planned {
+            label: format!("PFS-With-Payload-UDP beside iperf3 {cc}"),
+            purpose: "Transfer",
+            job: Job::CompeteUdp(cc),
+        });
+    }
     rows
+}
+
+/// A `pfs send --transport udp` payload flow of about `secs` seconds at
+/// the link's rate, to a `pfs serve --transport udp` in the receiving
+/// namespace: the PFS side of a competing-flows measurement.
+pub fn pfs_udp_flow(net: &NetPath, label: &str, pfs: &std::path::Path, bytes: u64) -> anyhow::Result<Flow> {
+    let port = net.free_port()?;
+    let ip = net.server_ip().to_string();
+    let blob = ["--size", "64M", "--seed", "7"];
+    let mut server = net.receiver_command(&pfs.to_string_lossy());
+    server
+        .args(["serve", "--transport", "udp", "--listen", &format!("{ip}:{port}")])
+        .args(["--insecure-no-auth", "--max-sessions", "1", "--json"])
+        .args(blob);
+    let mut client = Command::new(pfs);
+    client
+        .args(["send", "--transport", "udp", "--to", &format!("{ip}:{port}")])
+        .args(["--insecure-no-auth", "--mode", "payload", "--json", "--bytes", &bytes.to_string()])
+        .args(["--mtu", &net.mtu().to_string()])
+        .args(blob);
+    Ok(Flow {
+        label: label.to_string(),
+        server: Some(server),
+        ready: listening_on(net, port, "-Hlun", Duration::from_secs(60)),
+        client,
+        result: Box::new(|out| {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .with_context(|| format!("pfs send: {}", String::from_utf8_lossy(&out.stderr).trim()))?;
+            let r = &v["receiver"];
+            let u = &v["udp"];
+            Ok(FlowResult {
+                bytes: r["effective_bytes"].as_u64().context("pfs send JSON: receiver.effective_bytes")?,
+                seconds: r["elapsed_s"].as_f64().context("pfs send JSON: receiver.elapsed_s")?,
+                cpu: (r["user_s"].as_f64().unwrap_or(0.0), r["sys_s"].as_f64().unwrap_or(0.0)),
+                notes: format!(
+                    "UDP: resent {:.3} MB, {} lost",
+                    u["stream_bytes_resent"].as_f64().unwrap_or(0.0) / 1e6,
+                    u["packets_lost"].as_u64().unwrap_or(0)
+                ),
+            })
+        }),
+    })
+}
+
+/// One PFS UDP flow beside one iperf3 TCP flow with congestion control
+/// `cc`, at once over the link: both rates, each a row.
+pub(super) fn compete_pfs_udp(
+    net: &NetPath,
+    pfs: &std::path::Path,
+    cc: &'static str,
+    budget: Option<&LinkBudget>,
+    secs: u32,
+) -> Vec<Row> {
+    let la = format!("PFS-With-Payload-UDP beside iperf3 {cc}");
+    let lb = labels::conventional(&format!("iperf3 {cc}, beside PFS UDP"));
+    let bytes = budget.map_or(1 << 30, |b| ((b.udp_bits as f64 / 8.0) * f64::from(secs)) as u64);
+    let flows = pfs_udp_flow(net, &la, pfs, bytes).and_then(|a| Ok(vec![a, iperf3_flow(net, &lb, cc, secs)?]));
+    match flows {
+        Ok(flows) => compete(net, flows, Duration::from_secs(u64::from(secs) * 4 + 60)),
+        Err(e) => vec![
+            Row::skipped(&la, "Transfer", format!("{e:#}")),
+            Row::skipped(&lb, "Transfer", format!("{e:#}")),
+        ],
+    }
 }
 
 /// Why a bounded send did not return an outcome.
@@ -350,6 +430,11 @@ pub fn compete(net: &NetPath, flows: Vec<Flow>, limit: Duration) -> Vec<Row> {
 /// that serves one client (`iperf3 -s -1`), and on a lossy link its
 /// teardown can still occupy the server when the real client arrives.
 pub fn listening(net: &NetPath, port: u16, timeout: Duration) -> Ready {
+    listening_on(net, port, "-Hltn", timeout)
+}
+
+/// As [`listening`], with `ss` flags choosing the sockets (`-Hlun`: UDP).
+pub fn listening_on(net: &NetPath, port: u16, flags: &'static str, timeout: Duration) -> Ready {
     let probe = net.receiver_command("ss");
     let argv: Vec<std::ffi::OsString> = std::iter::once(probe.get_program())
         .chain(probe.get_args())
@@ -363,7 +448,7 @@ pub fn listening(net: &NetPath, port: u16, timeout: Duration) -> Ready {
             }
             let out = Command::new(&argv[0])
                 .args(&argv[1..])
-                .args(["-Hltn", &format!("sport = :{port}")])
+                .args([flags, &format!("sport = :{port}")])
                 .stdin(Stdio::null())
                 .stderr(Stdio::null())
                 .output()

@@ -82,6 +82,9 @@ enum Job {
     /// Two iperf3 TCP flows at once over the same path, with these
     /// congestion controls (emulated link only).
     Compete(&'static str, &'static str),
+    /// A PFS UDP payload flow beside an iperf3 TCP flow with this
+    /// congestion control (emulated link only).
+    CompeteUdp(&'static str),
     /// scp of a tmpfs file to a private sshd.
     Scp,
     /// rsync of the same file to a private rsync daemon.
@@ -146,7 +149,7 @@ impl Planned {
     /// Text `--only` matches against: label, integrity and pattern, lower case.
     fn key(&self) -> String {
         let extra = match &self.job {
-            Job::Iperf3(_) | Job::Compete(..) | Job::Scp | Job::Rsync | Job::Handshake { .. } => {
+            Job::Iperf3(_) | Job::Compete(..) | Job::CompeteUdp(_) | Job::Scp | Job::Rsync | Job::Handshake { .. } => {
                 String::new()
             }
             Job::Quic(q) => format!(" cc={}", q.cc.name()),
@@ -850,7 +853,21 @@ impl Bench {
                 let secs = budget.map_or(self.sizes.iperf_secs, |b| b.iperf_secs);
                 return Ok(link::compete_iperf3(&self.net, first, second, secs));
             }
-            Job::Quic(job) => run_quic(&p.label, &self.pfs_path, &self.net, self.scratch.path(), *job, pin),
+            Job::CompeteUdp(cc) => {
+                let secs = budget.map_or(self.sizes.iperf_secs, |b| b.iperf_secs);
+                return Ok(link::compete_pfs_udp(&self.net, &self.pfs_path, cc, budget, secs));
+            }
+            Job::Quic(job) => {
+                // On a link: as many bytes as its rate moves in the budget's time.
+                let job = match budget {
+                    Some(b) => QuicJob {
+                        bytes: b.link_bytes(job.bytes),
+                        ..*job
+                    },
+                    None => *job,
+                };
+                run_quic(&p.label, &self.pfs_path, &self.net, self.scratch.path(), job, pin)
+            }
             Job::Scp | Job::Rsync => {
                 let mut bound = None;
                 if let Some(b) = budget {
@@ -966,6 +983,7 @@ impl Bench {
         };
         // On an emulated link: as many bytes as the link moves in the budget's time.
         let bytes = match budget {
+            Some(b) if mode == Mode::Payload && transport == Via::Udp => b.link_bytes(bytes),
             Some(b) if mode == Mode::Payload => b.payload_bytes(bytes),
             Some(b) => b.exec_bytes(bytes),
             None => bytes,
