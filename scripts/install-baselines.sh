@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the baseline rows of `pfs bench` need (Debian/Ubuntu):
-# iperf3, rsync, an sshd and scp; fio and fuse3 for `pfs bench mount`. Uses sudo when not run as root. Installs
+# iperf3, rsync, an sshd and scp; fio and fuse3 for `pfs bench mount`; nftables
+# (and iproute2 for ip/tc/ss) for `pfs bench --link`. Uses sudo when not run as root. Installs
 # packages only: no service is started or enabled (the benchmarks start
 # their own private daemons and stop them). The QUIC row needs nothing from
 # here: its peers are built into `pfs` (quinn, pure Rust).
 set -euo pipefail
-packages=(iperf3 rsync openssh-server openssh-client fio fuse3)
+packages=(iperf3 rsync openssh-server openssh-client fio fuse3 nftables iproute2)
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-baselines: no apt-get here; install these with your package manager: ${packages[*]}" >&2
     exit 1

@@ -52,6 +52,11 @@ impl ChildGuard {
         None
     }
 
+    /// The child's stdout pipe, if it was piped and not taken yet.
+    pub fn take_stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.as_mut().and_then(|c| c.stdout.take())
+    }
+
     /// The child's stderr pipe, if it was piped and not taken yet.
     pub fn take_stderr(&mut self) -> Option<std::process::ChildStderr> {
         self.child.as_mut().and_then(|c| c.stderr.take())

@@ -17,6 +17,8 @@
 //! - processes: [`child`] (child guards, free ports, readiness waits,
 //!   process CPU), [`scratch`] (scratch directories), [`cleanup`] (undo on
 //!   Ctrl-C, shared with `pfs send`/`serve` through [`peer`]);
+//! - [`emulink`]: the emulated link (delay, loss, rate without netem) that
+//!   `pfs bench --link` runs the suite's network rows over;
 //! - [`peer`]: the in-process sender (blob, target, one session) that the
 //!   suite's PFS rows and `pfs send` share.
 

@@ -15,9 +15,7 @@ use anyhow::{bail, Context};
 
 use super::netpath::NetPath;
 use super::row::Row;
-use crate::child::{
-    have, run_client, run_client_until, taskset, tool, wait_children_reaped, wait_listening, ChildGuard,
-};
+use crate::child::{have, run_client_until, taskset, tool, wait_children_reaped, wait_listening, ChildGuard};
 
 /// What one iperf3 row runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -115,7 +113,22 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, job: Iperf3J
             }
             let rcvbuf0 = net.link().map(|l| l.udp_rcvbuf_errors());
             let wire0 = net.wire_counter();
-            let out = run_client(c, Duration::from_secs(u64::from(secs) + 60))?;
+            let limit = Duration::from_secs(u64::from(secs) + 60);
+            let Some(out) = run_client_until(c, limit)? else {
+                if net.link().is_some() {
+                    // Under heavy loss iperf3's control connection can stall
+                    // past any sensible bound: a measurement, not a failure.
+                    return Ok(Row::cut(
+                        label,
+                        "Transfer",
+                        format!(
+                            "iperf3 did not finish within {} s (its run was {secs} s)",
+                            limit.as_secs()
+                        ),
+                    ));
+                }
+                bail!("iperf3 did not finish within {limit:?}");
+            };
             let wire = net.wire_counter().saturating_sub(wire0);
             let rcvbuf = rcvbuf0.and_then(|r0| net.link().map(|l| l.udp_rcvbuf_errors().saturating_sub(r0)));
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();

@@ -230,14 +230,50 @@ pub enum SendError {
     Cut(String),
 }
 
+/// How long a bounded send waits for a receiver that still runs the
+/// session before it (cut at its bound: on a lossy link the receiver may
+/// see the end of that connection seconds later) and answers BUSY.
+const BUSY_WAIT: Duration = Duration::from_secs(60);
+
 /// One TCP session to `addr` (protected when `sec` is given) that is cut
 /// at `limit`: a watchdog shuts the socket down, the session fails, and
-/// the error says how far the sender had got.
+/// the error says how far the sender had got. A receiver that answers
+/// BUSY is asked again every second for up to [`BUSY_WAIT`].
 pub(super) fn send_bounded(
     addr: &str,
     sec: Option<&pfs_auth::ClientSecurity>,
     view: &BlobView<'_>,
     mut cfg: GramSenderConfig,
+    limit: Duration,
+) -> Result<(GramSenderOutcome, &'static str), SendError> {
+    cfg.log_interval = Some(Duration::from_secs(1));
+    let first = Instant::now();
+    loop {
+        match send_cut_at(addr, sec, view, &cfg, limit) {
+            Err(SendError::Failed(e)) if is_busy(&e) && first.elapsed() < BUSY_WAIT => {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether `e` is a receiver's BUSY refusal (all its session slots taken).
+fn is_busy(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<pfs_session::SessionError>(),
+            Some(pfs_session::SessionError::Refused { code, .. }) if *code == pfs_wire::ErrorCode::Busy as u16
+        )
+    })
+}
+
+/// One attempt of [`send_bounded`].
+fn send_cut_at(
+    addr: &str,
+    sec: Option<&pfs_auth::ClientSecurity>,
+    view: &BlobView<'_>,
+    cfg: &GramSenderConfig,
     limit: Duration,
 ) -> Result<(GramSenderOutcome, &'static str), SendError> {
     let failed = |e: anyhow::Error| SendError::Failed(e);
@@ -271,8 +307,7 @@ pub(super) fn send_bounded(
             t = Box::new(pfs_auth::connect(t, addr, pfs_auth::Service::Blob, sec)?);
         }
         let kind = t.kind();
-        cfg.log_interval = Some(Duration::from_secs(1));
-        let out = pfs_session::send_session(&mut *t, view, &cfg, &mut |p| last.set(Some(*p)))?;
+        let out = pfs_session::send_session(&mut *t, view, cfg, &mut |p| last.set(Some(*p)))?;
         Ok((out, kind))
     })();
     drop(done);
@@ -305,23 +340,30 @@ pub(super) fn send_bounded(
     }
 }
 
-/// Waits until a flow's server takes connections.
-pub type Ready = Box<dyn FnMut(&mut ChildGuard) -> anyhow::Result<()>>;
+/// Waits until a flow's server takes connections (it gets the running
+/// server, whose stdout and stderr it may take); returns what the client
+/// must know of it, e.g. the address a server announced (or nothing).
+pub type Ready = Box<dyn FnMut(&mut ChildGuard) -> anyhow::Result<String>>;
+
+/// Builds a flow's client from what [`Ready`] returned.
+pub type Client = Box<dyn FnOnce(&str) -> Command>;
 
 /// Reads what a flow moved from its client's output.
 pub type FlowOutcome = Box<dyn Fn(&std::process::Output) -> anyhow::Result<FlowResult>>;
 
-/// One flow of a competing-flows measurement ([`compete`]).
+/// One flow of a competing-flows measurement ([`compete`]): any program
+/// pair, e.g. iperf3 ([`iperf3_flow`]) or `pfs serve`/`pfs send`.
 pub struct Flow {
     /// Its row's label.
     pub label: String,
     /// Its receiving side, started before any client (in namespace B:
-    /// build it with [`NetPath::receiver_command`]); killed at the end.
+    /// build it with [`NetPath::receiver_command`]; set its stdout and
+    /// stderr, which are otherwise the bench's own); killed at the end.
     pub server: Option<Command>,
-    /// Waits until the server takes connections (given the running server).
+    /// Waits until the server takes connections.
     pub ready: Ready,
     /// Its sending side (started from this thread: namespace A on a link).
-    pub client: Command,
+    pub client: Client,
     /// What it moved, from the client's output.
     pub result: FlowOutcome,
 }
@@ -330,7 +372,7 @@ impl std::fmt::Debug for Flow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Flow")
             .field("label", &self.label)
-            .field("client", &self.client)
+            .field("server", &self.server)
             .finish_non_exhaustive()
     }
 }
@@ -359,10 +401,9 @@ pub fn compete(net: &NetPath, flows: Vec<Flow>, limit: Duration) -> Vec<Row> {
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for mut f in flows {
+        let mut known = String::new();
         if let Some(mut cmd) = f.server.take() {
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+            cmd.stdin(Stdio::null());
             let mut guard = match cmd.spawn() {
                 Ok(c) => ChildGuard::new(c),
                 Err(e) => {
@@ -371,12 +412,13 @@ pub fn compete(net: &NetPath, flows: Vec<Flow>, limit: Duration) -> Vec<Row> {
                     )
                 }
             };
-            if let Err(e) = (f.ready)(&mut guard) {
-                return fail_all(&e.context(format!("{}'s server", f.label)));
+            match (f.ready)(&mut guard) {
+                Ok(k) => known = k,
+                Err(e) => return fail_all(&e.context(format!("{}'s server", f.label))),
             }
             servers.push(guard);
         }
-        clients.push((f.label, f.client, f.result));
+        clients.push((f.label, (f.client)(&known), f.result));
     }
     let wire0 = net.wire_counter();
     let runs: Vec<_> = clients
@@ -454,7 +496,7 @@ pub fn listening_on(net: &NetPath, port: u16, flags: &'static str, timeout: Dura
                 .output()
                 .context("running ss(8)")?;
             if !out.stdout.trim_ascii().is_empty() {
-                return Ok(());
+                return Ok(String::new());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -472,24 +514,29 @@ pub fn iperf3_flow(net: &NetPath, label: &str, cc: &'static str, secs: u32) -> a
     let port = net.free_port()?;
     let ip = net.server_ip().to_string();
     let mut server = net.receiver_command(&program);
-    server.args(["-s", "-1", "-B", &ip, "-p", &port.to_string()]);
-    let mut client = Command::new(&program);
-    client.args([
-        "-c",
-        &ip,
-        "-p",
-        &port.to_string(),
-        "-t",
-        &secs.to_string(),
-        "-J",
-        "-C",
-        cc,
-    ]);
+    server
+        .args(["-s", "-1", "-B", &ip, "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     Ok(Flow {
         label: label.to_string(),
         server: Some(server),
         ready: listening(net, port, Duration::from_secs(30)),
-        client,
+        client: Box::new(move |_| {
+            let mut client = Command::new(&program);
+            client.args([
+                "-c",
+                &ip,
+                "-p",
+                &port.to_string(),
+                "-t",
+                &secs.to_string(),
+                "-J",
+                "-C",
+                cc,
+            ]);
+            client
+        }),
         result: Box::new(move |out| {
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
             if let Some(e) = v["error"].as_str() {
@@ -1014,6 +1061,21 @@ mod tests {
         let slow = LinkBudget { goodput: 1e3, ..b };
         assert_eq!(slow.payload_bytes(4_000_000_000), 1 << 20);
         assert_eq!(slow.exec_bytes(16_000_000_000), 64 << 20);
+    }
+
+    #[test]
+    fn busy_refusals_are_told_apart() {
+        let busy = pfs_session::SessionError::Refused {
+            code: pfs_wire::ErrorCode::Busy as u16,
+            message: "1 sessions already running".into(),
+        };
+        assert!(is_busy(&anyhow::Error::from(busy).context("sending")));
+        let other = pfs_session::SessionError::Refused {
+            code: pfs_wire::ErrorCode::BlobMismatch as u16,
+            message: "other blob".into(),
+        };
+        assert!(!is_busy(&anyhow::Error::from(other)));
+        assert!(!is_busy(&anyhow::anyhow!("BUSY in a message is not a refusal")));
     }
 
     #[test]
