@@ -168,27 +168,43 @@ pub fn pfs_udp_flow(net: &NetPath, label: &str, pfs: &std::path::Path, bytes: u6
     server
         .args(["serve", "--transport", "udp", "--listen", &format!("{ip}:{port}")])
         .args(["--insecure-no-auth", "--max-sessions", "1", "--json"])
-        .args(blob);
+        .args(blob)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let mut client = Command::new(pfs);
     client
         .args(["send", "--transport", "udp", "--to", &format!("{ip}:{port}")])
-        .args(["--insecure-no-auth", "--mode", "payload", "--json", "--bytes", &bytes.to_string()])
+        .args([
+            "--insecure-no-auth",
+            "--mode",
+            "payload",
+            "--json",
+            "--bytes",
+            &bytes.to_string(),
+        ])
         .args(["--mtu", &net.mtu().to_string()])
         .args(blob);
     Ok(Flow {
         label: label.to_string(),
         server: Some(server),
         ready: listening_on(net, port, "-Hlun", Duration::from_secs(60)),
-        client,
+        client: Box::new(move |_| client),
         result: Box::new(|out| {
             let v: serde_json::Value = serde_json::from_slice(&out.stdout)
                 .with_context(|| format!("pfs send: {}", String::from_utf8_lossy(&out.stderr).trim()))?;
             let r = &v["receiver"];
             let u = &v["udp"];
             Ok(FlowResult {
-                bytes: r["effective_bytes"].as_u64().context("pfs send JSON: receiver.effective_bytes")?,
-                seconds: r["elapsed_s"].as_f64().context("pfs send JSON: receiver.elapsed_s")?,
-                cpu: (r["user_s"].as_f64().unwrap_or(0.0), r["sys_s"].as_f64().unwrap_or(0.0)),
+                bytes: r["effective_bytes"]
+                    .as_u64()
+                    .context("pfs send JSON: receiver.effective_bytes")?,
+                seconds: r["elapsed_s"]
+                    .as_f64()
+                    .context("pfs send JSON: receiver.elapsed_s")?,
+                cpu: (
+                    r["user_s"].as_f64().unwrap_or(0.0),
+                    r["sys_s"].as_f64().unwrap_or(0.0),
+                ),
                 notes: format!(
                     "UDP: resent {:.3} MB, {} lost",
                     u["stream_bytes_resent"].as_f64().unwrap_or(0.0) / 1e6,
@@ -211,7 +227,8 @@ pub(super) fn compete_pfs_udp(
     let la = format!("PFS-With-Payload-UDP beside iperf3 {cc}");
     let lb = labels::conventional(&format!("iperf3 {cc}, beside PFS UDP"));
     let bytes = budget.map_or(1 << 30, |b| ((b.udp_bits as f64 / 8.0) * f64::from(secs)) as u64);
-    let flows = pfs_udp_flow(net, &la, pfs, bytes).and_then(|a| Ok(vec![a, iperf3_flow(net, &lb, cc, secs)?]));
+    let flows =
+        pfs_udp_flow(net, &la, pfs, bytes).and_then(|a| Ok(vec![a, iperf3_flow(net, &lb, cc, secs)?]));
     match flows {
         Ok(flows) => compete(net, flows, Duration::from_secs(u64::from(secs) * 4 + 60)),
         Err(e) => vec![

@@ -149,9 +149,12 @@ impl Planned {
     /// Text `--only` matches against: label, integrity and pattern, lower case.
     fn key(&self) -> String {
         let extra = match &self.job {
-            Job::Iperf3(_) | Job::Compete(..) | Job::CompeteUdp(_) | Job::Scp | Job::Rsync | Job::Handshake { .. } => {
-                String::new()
-            }
+            Job::Iperf3(_)
+            | Job::Compete(..)
+            | Job::CompeteUdp(_)
+            | Job::Scp
+            | Job::Rsync
+            | Job::Handshake { .. } => String::new(),
             Job::Quic(q) => format!(" cc={}", q.cc.name()),
             Job::Pcpu { threads, pattern, .. } => format!(" xxh3 {} pthreads={threads}", pattern.name()),
             Job::Pfs {
