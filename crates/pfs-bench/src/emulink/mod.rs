@@ -9,11 +9,11 @@
 //!  stack ◀─ nft loss ◀─ TUN a ◀──write── delay line B→A ◀──read── TUN b ◀─ tbf ◀─ stack
 //! ```
 //!
-//! - **TUN devices** (`IFF_TUN | IFF_NO_PI`, no `IFF_VNET_HDR`, [`tun`]):
+//! - **TUN devices** (`IFF_TUN | IFF_NO_PI`, no `IFF_VNET_HDR`, `tun.rs`):
 //!   the kernel segments before a TUN device, so every packet that crosses
 //!   is a wire packet of at most the MTU (the loss table counts any longer
 //!   one as `oversize`; the delay line records the largest it read).
-//! - **delay** ([`line`]): one thread per direction holds each packet for
+//! - **delay** ([`mod@line`]): one thread per direction holds each packet for
 //!   `rtt / 2` in a bounded FIFO of preallocated slots and counts what it
 //!   carries, drops (full FIFO) and how late it released packets.
 //! - **loss** ([`loss`]): nftables `numgen random` on the ingress of each
@@ -90,7 +90,7 @@ pub struct DirCounters {
     /// The loss table on the receiving device.
     pub loss: LossCounters,
     /// Packets the sending TUN device dropped because the delay line did
-    /// not read them in time (its queue of [`TUN_QUEUE`] was full).
+    /// not read them in time (its queue of 4096 packets was full).
     pub tun_dropped: u64,
     /// Packets the rate cap (tbf) dropped: its queue was full.
     pub tbf_dropped: u64,

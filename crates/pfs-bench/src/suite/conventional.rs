@@ -292,7 +292,7 @@ impl FileJob<'_> {
                 label,
                 "Transfer",
                 format!(
-                    "{program} stopped at its {elapsed:.0} s bound: {:.1} of {:.1} MB had arrived ({:.2} MB/s over the partial copy)",
+                    "the copy stopped at its {elapsed:.0} s bound: {:.1} of {:.1} MB had arrived ({:.2} MB/s over the partial copy)",
                     got as f64 / 1e6,
                     bytes as f64 / 1e6,
                     got as f64 / 1e6 / elapsed.max(1e-9)

@@ -85,8 +85,9 @@ impl LinkBudget {
     }
 }
 
-/// The rows of a link run: the link's own baselines, the suite's PFS rows
-/// over TCP, the handshake (10 per step), two competing flows.
+/// The rows of a link run: the link's own baselines, the suite's rows that
+/// cross the network (PFS over TCP today), the handshake (10 per step), two
+/// competing flows.
 pub(super) fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
     let iperf = |label: &str, job: Iperf3Job| Planned {
         label: labels::conventional(label),
@@ -127,13 +128,23 @@ pub(super) fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             job: Job::Rsync,
         },
     ];
+    // Every other row of the suite that crosses the network, whatever its
+    // transport (rows added later come along); not the rows above, the
+    // ones that cross none (loops, pCPU, shared memory) and the handshake
+    // (fewer per step, below).
     rows.extend(suite_plan(sizes, pattern).into_iter().filter(|p| {
-        matches!(
+        !matches!(
             p.job,
-            Job::Pfs {
-                transport: Via::Tcp | Via::Udp,
-                ..
-            } | Job::Quic(_)
+            Job::Iperf3(_)
+                | Job::Scp
+                | Job::Rsync
+                | Job::Handshake { .. }
+                | Job::Loop { .. }
+                | Job::Pcpu { .. }
+                | Job::Pfs {
+                    transport: Via::Shm,
+                    ..
+                }
         )
     }));
     rows.push(Planned {
