@@ -33,6 +33,7 @@ struct ServeFile {
     transport: Option<String>,
     shm_wait: Option<String>,
     shm_ring: Option<Number>,
+    mtu: Option<u64>,
     identity: Option<PathBuf>,
     authorized_keys: Option<PathBuf>,
     insecure_no_auth: Option<bool>,
