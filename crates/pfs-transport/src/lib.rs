@@ -192,6 +192,22 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     }
 }
 
+/// Resolves `addr` (`host:port`): every address it names, at least one.
+pub(crate) fn resolve(addr: &str) -> Result<Vec<std::net::SocketAddr>, TransportError> {
+    use std::net::ToSocketAddrs;
+    let all: Vec<_> = addr
+        .to_socket_addrs()
+        .map_err(|source| TransportError::BadAddress {
+            addr: addr.into(),
+            source,
+        })?
+        .collect();
+    if all.is_empty() {
+        return Err(TransportError::Unresolved { addr: addr.into() });
+    }
+    Ok(all)
+}
+
 /// A listener of any of this crate's kinds, chosen at run time.
 #[derive(Debug)]
 pub enum AnyListener {

@@ -3,7 +3,7 @@
 //! default on the listening side.
 
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -49,16 +49,7 @@ pub struct TcpTransport {
 impl TcpTransport {
     /// Connects to `addr` (`host:port`).
     pub fn connect(addr: &str, cfg: &TcpConfig) -> Result<Self, TransportError> {
-        let resolved: Vec<SocketAddr> = addr
-            .to_socket_addrs()
-            .map_err(|source| TransportError::BadAddress {
-                addr: addr.into(),
-                source,
-            })?
-            .collect();
-        if resolved.is_empty() {
-            return Err(TransportError::Unresolved { addr: addr.into() });
-        }
+        let resolved = crate::resolve(addr)?;
         let mut last = None;
         for sa in resolved {
             match Self::connect_one(sa, cfg) {
@@ -162,14 +153,7 @@ pub struct TcpListener {
 impl TcpListener {
     /// Binds `addr`. Callers decide whether a non-loopback address is allowed.
     pub fn bind(addr: &str, cfg: TcpConfig) -> Result<Self, TransportError> {
-        let sa: SocketAddr = addr
-            .to_socket_addrs()
-            .map_err(|source| TransportError::BadAddress {
-                addr: addr.into(),
-                source,
-            })?
-            .next()
-            .ok_or_else(|| TransportError::Unresolved { addr: addr.into() })?;
+        let sa = crate::resolve(addr)?[0];
         let listen = |sa: SocketAddr| -> io::Result<std::net::TcpListener> {
             let sock = Socket::new(Domain::for_address(sa), Type::STREAM, Some(Protocol::TCP))?;
             sock.set_reuse_address(true)?;

@@ -229,6 +229,25 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
             },
         });
         let payload_bytes = if fnv { sizes.fnv_bytes } else { sizes.payload_bytes };
+        // The three plain PFS rows over one transport.
+        let plain_rows = |via: Via| {
+            [Mode::Payload, Mode::Offset, Mode::Arith].map(|mode| Planned {
+                label: labels::mode(mode, via.label()),
+                purpose: if mode == Mode::Payload { "Transfer" } else { "both" },
+                job: Job::Pfs {
+                    transport: via,
+                    mode,
+                    integrity,
+                    pattern,
+                    bytes: if mode == Mode::Payload {
+                        payload_bytes
+                    } else {
+                        exec_bytes
+                    },
+                    cipher: None,
+                },
+            })
+        };
         rows.push(Planned {
             label: labels::mode(Mode::Payload, "TCP"),
             purpose: "Transfer",
@@ -257,24 +276,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
         }
         // The same three over the UDP transport, beside their TCP twins.
         if !fnv {
-            for mode in [Mode::Payload, Mode::Offset, Mode::Arith] {
-                rows.push(Planned {
-                    label: labels::mode(mode, Via::Udp.label()),
-                    purpose: if mode == Mode::Payload { "Transfer" } else { "both" },
-                    job: Job::Pfs {
-                        transport: Via::Udp,
-                        mode,
-                        integrity,
-                        pattern,
-                        bytes: if mode == Mode::Payload {
-                            payload_bytes
-                        } else {
-                            exec_bytes
-                        },
-                        cipher: None,
-                    },
-                });
-            }
+            rows.extend(plain_rows(Via::Udp));
         }
         // Protected sessions (Noise handshake, sealed records): payload with
         // each cipher, the descriptor modes with the preferred one.
@@ -316,24 +318,7 @@ fn plan(sizes: Sizes, pattern: Pattern) -> Vec<Planned> {
         }
         // The same rows to a same-host receiver over shared-memory rings.
         if !fnv {
-            for mode in [Mode::Payload, Mode::Offset, Mode::Arith] {
-                rows.push(Planned {
-                    label: labels::mode(mode, Via::Shm.label()),
-                    purpose: if mode == Mode::Payload { "Transfer" } else { "both" },
-                    job: Job::Pfs {
-                        transport: Via::Shm,
-                        mode,
-                        integrity,
-                        pattern,
-                        bytes: if mode == Mode::Payload {
-                            payload_bytes
-                        } else {
-                            exec_bytes
-                        },
-                        cipher: None,
-                    },
-                });
-            }
+            rows.extend(plain_rows(Via::Shm));
         }
         if pattern != Pattern::Sequential && !fnv {
             rows.push(Planned {

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, IoSlice};
-use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -153,16 +153,7 @@ impl UdpTransport {
     /// Connects to `addr` (`host:port`): the opening exchange runs here,
     /// then the connection's I/O thread starts.
     pub fn connect(addr: &str, cfg: &UdpConfig) -> Result<Self, TransportError> {
-        let resolved: Vec<SocketAddr> = addr
-            .to_socket_addrs()
-            .map_err(|source| TransportError::BadAddress {
-                addr: addr.into(),
-                source,
-            })?
-            .collect();
-        let Some(&target) = resolved.first() else {
-            return Err(TransportError::Unresolved { addr: addr.into() });
-        };
+        let target = crate::resolve(addr)?[0];
         Self::connect_to(target, cfg).map_err(|source| TransportError::Connect {
             addr: addr.into(),
             source,
@@ -745,14 +736,7 @@ impl UdpListener {
             addr: addr.into(),
             source,
         };
-        let sa = addr
-            .to_socket_addrs()
-            .map_err(|source| TransportError::BadAddress {
-                addr: addr.into(),
-                source,
-            })?
-            .next()
-            .ok_or_else(|| TransportError::Unresolved { addr: addr.into() })?;
+        let sa = crate::resolve(addr)?[0];
         let sock = UdpSocket::bind(sa).map_err(listen_err)?;
         let local = sock.local_addr().map_err(listen_err)?;
         Ok(Self {
