@@ -88,8 +88,9 @@ pub struct BenchArgs {
     /// Every network row over an emulated link (root): SPEC is any subset of
     /// rtt=50ms,loss=1%,rate=500mbit (units: us/ms/s, %, kbit/mbit/gbit).
     /// Two network namespaces joined by TUN devices, a delay line (rtt/2 each
-    /// way), random loss per packet in the kernel (nftables, each way) and
-    /// tbf. The header gives the link's measured ceiling and delay. Example:
+    /// way), random loss per packet in the kernel (nftables, each way) and a
+    /// rate cap with a one-BDP drop-tail queue in the delay line. The header
+    /// gives the link's measured ceiling and delay. Example:
     /// `pfs bench --link rtt=50ms,loss=1%,rate=500mbit`.
     #[arg(long, value_name = "SPEC", value_parser = crate::emulink::parse_link_spec, conflicts_with = "path")]
     pub link: Option<crate::emulink::LinkSpec>,

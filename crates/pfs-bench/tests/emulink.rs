@@ -1,6 +1,7 @@
 //! The emulated link on this machine (root only): packets cross both ways,
 //! never faster than the delay, all of them when nothing is lost and none
 //! when everything is; the kernel's drop counters agree with what arrived;
+//! the rate cap drops what its queue cannot hold, and counts it;
 //! no packet longer than the MTU crosses (no segmentation offloads); and
 //! nothing is left behind. Only lower bounds on time are asserted.
 
@@ -102,6 +103,41 @@ fn delay_loss_counters_and_cleanup() {
         assert!(d.forward.line.in_packets >= (4 << 20) / 1500, "{d:?}");
         assert!(d.forward.line.in_bytes >= 4 << 20, "{d:?}");
         assert_eq!(d.forward.emulator_drops() + d.back.emulator_drops(), 0, "{d:?}");
+
+        // The rate cap: a burst of 7 MB into 100 Mbit/s with a 250 KB
+        // queue. What the queue cannot hold is dropped and counted, the
+        // rest leaves; every packet read is one or the other.
+        let limit = spec.bottleneck().unwrap().limit;
+        assert_eq!(limit, 250_000);
+        let c0 = link.counters().unwrap();
+        let rx = in_ns(&ns_b, || {
+            std::net::UdpSocket::bind((emulink::RECEIVER_IP, 0)).unwrap()
+        });
+        let tx = std::net::UdpSocket::bind((emulink::SENDER_IP, 0)).unwrap();
+        let burst = 5000u64;
+        for _ in 0..burst {
+            tx.send_to(&[1u8; 1400], rx.local_addr().unwrap()).unwrap();
+        }
+        let settled = |d: &emulink::LinkCounters| {
+            d.forward.line.out_packets + d.forward.line.queue_drops + d.forward.emulator_drops()
+                >= d.forward.line.in_packets
+        };
+        let mut d = link.counters().unwrap().since(&c0);
+        for _ in 0..100 {
+            if d.forward.line.in_packets >= burst && settled(&d) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            d = link.counters().unwrap().since(&c0);
+        }
+        assert_eq!(d.forward.line.in_packets, burst, "{d:?}");
+        assert_eq!(d.forward.emulator_drops(), 0, "{d:?}");
+        assert!(d.forward.line.queue_drops > 0, "{d:?}");
+        assert_eq!(
+            d.forward.line.out_packets + d.forward.line.queue_drops,
+            burst,
+            "{d:?}"
+        );
 
         drop(link);
         assert_eq!(std::fs::read_link("/proc/thread-self/ns/net").unwrap(), before);

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use pfs_transport::udp::sim::{transfer, SimLink, SimReport};
+use pfs_transport::udp::sim::{transfer, transfer_beside, Competitor, SimLink, SimReport};
 use pfs_transport::udp::UdpConfig;
 
 const MB: u64 = 1 << 20;
@@ -135,6 +135,58 @@ fn rate_cap_at_one_percent_loss_keeps_the_link_busy() {
     );
     // Resends stay close to what was lost.
     assert!(r.client.stream_bytes_resent as f64 <= 1.5 * r.dropped_stream_bytes as f64 + 65536.0);
+}
+
+#[test]
+fn leaves_a_loss_based_flow_its_share() {
+    // 50 Mbit/s, 40 ms RTT, a one-BDP tail-drop queue, and a flow beside
+    // it that backs off on loss like TCP (β 0.7). Before the congestion
+    // answer it was left about 2 % of the link.
+    let rate = 6_250_000u64;
+    let bdp = rate * 40 / 1000;
+    let up = SimLink {
+        rate,
+        queue: bdp,
+        ..link(0.0, 20)
+    };
+    let total = 64 * MB;
+    let r = transfer_beside(
+        UdpConfig::default(),
+        up,
+        link(0.0, 20),
+        Some(Competitor::default()),
+        total,
+        7,
+        Duration::from_secs(600),
+    );
+    check(&r, total);
+    let share = r.competitor_delivered as f64 / (r.competitor_delivered + r.delivered) as f64;
+    assert!(
+        share >= 0.25,
+        "the competitor got {:.1} % ({} congested round trips)",
+        share * 100.0,
+        r.congested_rounds
+    );
+    assert!(r.congested_rounds > 0);
+    // And the connection did not give the link away either.
+    assert!(share <= 0.75, "the competitor got {:.1} %", share * 100.0);
+}
+
+#[test]
+fn random_loss_without_a_queue_is_not_congestion() {
+    // 5 % random loss on a link whose queue never fills (no rate cap):
+    // no round trip may count as congested, or random loss would throttle.
+    let total = 16 * MB;
+    let r = transfer(
+        UdpConfig::default(),
+        link(0.05, 20),
+        link(0.05, 20),
+        total,
+        11,
+        Duration::from_secs(600),
+    );
+    check(&r, total);
+    assert_eq!(r.congested_rounds, 0);
 }
 
 #[test]

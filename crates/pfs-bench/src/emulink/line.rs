@@ -6,8 +6,13 @@
 //! packet is due, then reads every packet waiting (up to a batch, at most
 //! one batch per [`READ_INTERVAL`]), stamps the batch with the time its
 //! last packet was read, and writes every packet due. The FIFO is bounded: a packet that finds it
-//! full is read and dropped, and counted (`overflow`), as a router queue
-//! would drop it.
+//! full is read and dropped, and counted (`overflow`).
+//!
+//! With a rate cap ([`Shaper`]), each packet goes through a [`Serializer`]
+//! as it is read: it leaves the cap once the packets before it have, at
+//! the rate, and is due its delay after that; a packet that would find
+//! more than the cap's queue limit ahead of it is dropped and counted
+//! (`queue_drops`), as a router's drop-tail output queue does.
 //!
 //! A TUN device has no batched read or write: each packet is one `read(2)`
 //! and one `write(2)`. The write injects the packet into the receiving
@@ -45,6 +50,58 @@ fn timespec(d: Duration) -> Timespec {
     Timespec {
         tv_sec: d.as_secs() as _,
         tv_nsec: d.subsec_nanos() as _,
+    }
+}
+
+/// The rate cap both directions apply, changed while the lines run (the
+/// ceiling is measured with it lifted). Read once per batch.
+#[derive(Debug, Default)]
+pub struct Shaper {
+    bytes_per_s: AtomicU64,
+    limit: AtomicU64,
+}
+
+impl Shaper {
+    /// Sets the rate (bytes per second, 0 = no cap) and the queue limit.
+    pub fn set(&self, bytes_per_s: u64, limit: u64) {
+        self.limit.store(limit, Ordering::Relaxed);
+        self.bytes_per_s.store(bytes_per_s, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> (u64, u64) {
+        (
+            self.bytes_per_s.load(Ordering::Relaxed),
+            self.limit.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// A link's output port: packets leave one after another at a rate, and
+/// wait in a drop-tail queue of bounded bytes. Pure arithmetic on instants.
+#[derive(Debug, Clone, Copy)]
+pub struct Serializer {
+    busy_until: Instant,
+}
+
+impl Serializer {
+    /// An idle port.
+    pub fn new(now: Instant) -> Self {
+        Serializer { busy_until: now }
+    }
+
+    /// A packet of `len` bytes arrives at `now`: when its last byte leaves
+    /// at `bytes_per_s`, or `None` if more than `limit` bytes (it included)
+    /// would be waiting, and it is dropped.
+    pub fn admit(&mut self, now: Instant, len: u64, bytes_per_s: u64, limit: u64) -> Option<Instant> {
+        let rate = u128::from(bytes_per_s.max(1));
+        let backlog = self.busy_until.saturating_duration_since(now).as_nanos();
+        let queued = (backlog * rate / 1_000_000_000) as u64;
+        if queued + len > limit {
+            return None;
+        }
+        let tx = Duration::from_nanos((u128::from(len) * 1_000_000_000 / rate) as u64);
+        self.busy_until = self.busy_until.max(now) + tx;
+        Some(self.busy_until)
     }
 }
 
@@ -158,6 +215,7 @@ pub struct LineStats {
     out_packets: AtomicU64,
     out_bytes: AtomicU64,
     overflow: AtomicU64,
+    queue_drops: AtomicU64,
     errors: AtomicU64,
     late_sum_ns: AtomicU64,
     late_over_1ms: AtomicU64,
@@ -181,6 +239,8 @@ pub struct LineCounters {
     pub out_bytes: u64,
     /// Packets dropped because every slot was taken.
     pub overflow: u64,
+    /// Packets the rate cap dropped: its queue was full (congestion).
+    pub queue_drops: u64,
     /// Reads or writes that failed (packet lost).
     pub errors: u64,
     /// Sum over written packets of how late they were written, ns.
@@ -206,6 +266,7 @@ impl LineCounters {
             out_packets: self.out_packets - earlier.out_packets,
             out_bytes: self.out_bytes - earlier.out_bytes,
             overflow: self.overflow - earlier.overflow,
+            queue_drops: self.queue_drops - earlier.queue_drops,
             errors: self.errors - earlier.errors,
             late_sum_ns: self.late_sum_ns - earlier.late_sum_ns,
             late_over_1ms: self.late_over_1ms - earlier.late_over_1ms,
@@ -234,6 +295,7 @@ impl LineStats {
             out_packets: g(&self.out_packets),
             out_bytes: g(&self.out_bytes),
             overflow: g(&self.overflow),
+            queue_drops: g(&self.queue_drops),
             errors: g(&self.errors),
             late_sum_ns: g(&self.late_sum_ns),
             late_over_1ms: g(&self.late_over_1ms),
@@ -276,6 +338,8 @@ pub struct Line {
     pub delay: Duration,
     /// Packet slots.
     pub slots: usize,
+    /// The rate cap, if one is set.
+    pub shaper: Arc<Shaper>,
     /// Bytes per slot ([`slot_len`]).
     pub slot_len: usize,
     /// What it counts.
@@ -310,6 +374,7 @@ impl Line {
         let stats = &*self.stats;
         let mut next_cpu = Instant::now();
         let mut next_read = Instant::now();
+        let mut port = Serializer::new(Instant::now());
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             if now >= next_cpu {
@@ -359,6 +424,7 @@ impl Line {
             {
                 return Err(io::Error::other("the input TUN device went away"));
             }
+            let (rate, limit) = self.shaper.get();
             let mut kept = 0;
             for _ in 0..READ_BATCH {
                 let (buf, keep) = match fifo.tail_slot() {
@@ -370,12 +436,19 @@ impl Line {
                         LineStats::add(&stats.in_packets, 1);
                         LineStats::add(&stats.in_bytes, n as u64);
                         LineStats::peak(&stats.max_len, n as u64);
-                        if keep {
+                        if !keep {
+                            LineStats::add(&stats.overflow, 1);
+                        } else if rate > 0 {
+                            // It arrived before this instant: never early.
+                            let read_at = Instant::now();
+                            match port.admit(read_at, n as u64, rate, limit) {
+                                Some(leaves) => fifo.push(n, leaves + self.delay),
+                                None => LineStats::add(&stats.queue_drops, 1),
+                            }
+                        } else {
                             // Stamped below, once the batch is read.
                             fifo.push(n, now);
                             kept += 1;
-                        } else {
-                            LineStats::add(&stats.overflow, 1);
                         }
                     }
                     Err(rustix::io::Errno::AGAIN) => break,
@@ -431,6 +504,35 @@ mod tests {
         assert_eq!(seen, vec![vec![1, 1], vec![2, 2], vec![9, 9, 9]]);
         f.pop();
         assert!(f.is_empty());
+    }
+
+    #[test]
+    fn serializer_paces_and_drops_at_the_limit() {
+        let t0 = Instant::now();
+        let mut port = Serializer::new(t0);
+        // 1000 bytes/s: a 100-byte packet takes 100 ms; the queue holds 250 bytes.
+        assert_eq!(
+            port.admit(t0, 100, 1000, 250),
+            Some(t0 + Duration::from_millis(100))
+        );
+        assert_eq!(
+            port.admit(t0, 100, 1000, 250),
+            Some(t0 + Duration::from_millis(200))
+        );
+        // 200 bytes wait: a third 100 would make 300 > 250.
+        assert_eq!(port.admit(t0, 100, 1000, 250), None);
+        // 150 ms later 50 bytes wait: it fits, behind them.
+        let t1 = t0 + Duration::from_millis(150);
+        assert_eq!(
+            port.admit(t1, 100, 1000, 250),
+            Some(t0 + Duration::from_millis(300))
+        );
+        // An idle port starts at the arrival.
+        let t2 = t0 + Duration::from_secs(5);
+        assert_eq!(
+            port.admit(t2, 10, 1000, 250),
+            Some(t2 + Duration::from_millis(10))
+        );
     }
 
     #[test]

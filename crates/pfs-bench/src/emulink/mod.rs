@@ -5,8 +5,8 @@
 //! ```text
 //!  namespace A (sender side;                      namespace B (receiver side)
 //!  the calling thread enters it)
-//!  stack ─▶ tbf ─▶ TUN a ──read──▶ delay line A→B ──write──▶ TUN b ─▶ nft loss ─▶ stack
-//!  stack ◀─ nft loss ◀─ TUN a ◀──write── delay line B→A ◀──read── TUN b ◀─ tbf ◀─ stack
+//!  stack ─▶ TUN a ──read──▶ rate cap + delay line A→B ──write──▶ TUN b ─▶ nft loss ─▶ stack
+//!  stack ◀─ nft loss ◀─ TUN a ◀──write── rate cap + delay line B→A ◀──read── TUN b ◀─ stack
 //! ```
 //!
 //! - **TUN devices** (`IFF_TUN | IFF_NO_PI`, no `IFF_VNET_HDR`, `tun.rs`):
@@ -18,7 +18,12 @@
 //!   carries, drops (full FIFO) and how late it released packets.
 //! - **loss** ([`loss`]): nftables `numgen random` on the ingress of each
 //!   receiving TUN device, both directions, after the delay line.
-//! - **rate** ([`spec::Tbf`]): tbf on the egress of both TUN devices.
+//! - **rate** ([`spec::Bottleneck`]): in each delay line, a serializer at
+//!   the rate with a drop-tail queue of one BDP in front
+//!   ([`line::Serializer`]): a router's output port. Not a qdisc on the
+//!   sending TUN: a queue on the sending host makes TCP Small Queues hold a
+//!   TCP sender to two packets per queue wait whenever another flow fills
+//!   it, so no TCP flow could share such a link.
 //!
 //! Nothing is installed in the namespace the process started in: both
 //! ends are namespaces of their own, removed on drop, on failure and on
@@ -46,7 +51,7 @@ mod tun;
 pub use line::LineCounters;
 pub use loss::LossCounters;
 pub use probe::{udp_probe, ProbeReport};
-pub use spec::{parse_link_spec, parse_loss_list, LinkSpec, Loss, Rate, Tbf};
+pub use spec::{parse_link_spec, parse_loss_list, Bottleneck, LinkSpec, Loss, Rate};
 
 /// The sender side's address (namespace A).
 pub const SENDER_IP: &str = "192.168.77.1";
@@ -92,8 +97,6 @@ pub struct DirCounters {
     /// Packets the sending TUN device dropped because the delay line did
     /// not read them in time (its queue of 4096 packets was full).
     pub tun_dropped: u64,
-    /// Packets the rate cap (tbf) dropped: its queue was full.
-    pub tbf_dropped: u64,
 }
 
 impl DirCounters {
@@ -103,7 +106,6 @@ impl DirCounters {
             line: self.line.since(&earlier.line),
             loss: self.loss.since(&earlier.loss),
             tun_dropped: self.tun_dropped.saturating_sub(earlier.tun_dropped),
-            tbf_dropped: self.tbf_dropped.saturating_sub(earlier.tbf_dropped),
         }
     }
 
@@ -146,7 +148,8 @@ pub struct EmuLink {
     a: End,
     b: End,
     loss: Loss,
-    tbf: Option<Tbf>,
+    bottleneck: Option<Bottleneck>,
+    shaper: Arc<line::Shaper>,
     stats: [Arc<line::LineStats>; 2],
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
@@ -250,7 +253,8 @@ impl EmuLink {
             a: end('a', SENDER_IP),
             b: end('b', RECEIVER_IP),
             loss: Loss::NONE,
-            tbf: None,
+            bottleneck: None,
+            shaper: Arc::default(),
             stats: Default::default(),
             stop: Arc::new(AtomicBool::new(false)),
             threads: Vec::new(),
@@ -324,6 +328,7 @@ impl EmuLink {
                 output: tuns[to].clone(),
                 delay: spec.one_way(),
                 slots: link.slots,
+                shaper: link.shaper.clone(),
                 slot_len: line::slot_len(mtu),
                 stats: link.stats[i].clone(),
                 stop: link.stop.clone(),
@@ -368,8 +373,8 @@ impl EmuLink {
     }
 
     /// The rate cap now applied in each direction.
-    pub fn tbf(&self) -> Option<Tbf> {
-        self.tbf
+    pub fn bottleneck(&self) -> Option<Bottleneck> {
+        self.bottleneck
     }
 
     /// Packet slots of each direction's delay line.
@@ -434,28 +439,12 @@ impl EmuLink {
 
     /// Sets (or with `None` removes) the rate cap of both directions.
     pub fn set_rate(&mut self, rate: Option<Rate>) -> anyhow::Result<()> {
-        let spec = LinkSpec { rate, ..self.spec };
-        let tbf = spec.tbf(self.mtu);
-        for end in [&self.a, &self.b] {
-            match &tbf {
-                Some(t) => {
-                    let mut args = vec!["-n", &end.ns, "qdisc", "replace", "dev", &end.dev, "root"];
-                    let tc = t.tc_args();
-                    args.extend(tc.iter().map(String::as_str));
-                    run("tc", &args, None).context("setting the rate cap (tc tbf)")?;
-                }
-                None if self.tbf.is_some() => {
-                    run(
-                        "tc",
-                        &["-n", &end.ns, "qdisc", "del", "dev", &end.dev, "root"],
-                        None,
-                    )
-                    .context("removing the rate cap (tc)")?;
-                }
-                None => {}
-            }
+        let b = LinkSpec { rate, ..self.spec }.bottleneck();
+        match &b {
+            Some(b) => self.shaper.set(b.rate.bytes_per_s() as u64, b.limit),
+            None => self.shaper.set(0, 0),
         }
-        self.tbf = tbf;
+        self.bottleneck = b;
         Ok(())
     }
 
@@ -492,24 +481,10 @@ impl EmuLink {
             )?;
             let link: serde_json::Value = serde_json::from_str(&link).unwrap_or_default();
             let tun_dropped = link[0]["stats64"]["tx"]["dropped"].as_u64().unwrap_or(0);
-            let qdisc = run(
-                "tc",
-                &["-n", &from.ns, "-s", "-j", "qdisc", "show", "dev", &from.dev],
-                None,
-            )?;
-            let qdisc: serde_json::Value = serde_json::from_str(&qdisc).unwrap_or_default();
-            let tbf_dropped = qdisc
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|q| q["kind"] == "tbf")
-                .filter_map(|q| q["drops"].as_u64())
-                .sum();
             Ok(DirCounters {
                 line: self.stats[i].snapshot(),
                 loss,
                 tun_dropped,
-                tbf_dropped,
             })
         };
         Ok(LinkCounters {
@@ -570,8 +545,8 @@ impl EmuLink {
             } else {
                 "normal priority: chrt failed".into()
             },
-            match &self.tbf {
-                Some(t) => format!("rate cap {t} on each TUN's egress, both directions"),
+            match &self.bottleneck {
+                Some(b) => format!("rate cap in each delay line, both directions: {b}"),
                 None => "no rate cap".into(),
             },
             self.mtu

@@ -1,6 +1,6 @@
 //! What an emulated link is asked to be (`--link rtt=50ms,loss=1%,rate=500mbit`,
-//! any subset) and the sizes derived from it: the delay line's queue depth
-//! and the tbf parameters. Pure: parsing and arithmetic, no I/O.
+//! any subset) and the sizes derived from it: the delay line's slots and
+//! the rate cap's queue. Pure: parsing and arithmetic, no I/O.
 
 use std::fmt;
 use std::time::Duration;
@@ -152,7 +152,7 @@ pub struct LinkSpec {
     pub rtt: Option<Duration>,
     /// Random loss per packet, applied in each direction.
     pub loss: Option<Loss>,
-    /// Rate cap (tbf) in each direction.
+    /// Rate cap in each direction.
     pub rate: Option<Rate>,
 }
 
@@ -212,22 +212,26 @@ impl LinkSpec {
         self.loss.unwrap_or_default()
     }
 
-    /// The tbf of each direction, when a rate is asked, for packets of `mtu` bytes.
-    pub fn tbf(&self, mtu: u32) -> Option<Tbf> {
-        self.rate.map(|r| Tbf::new(r, self.rtt.unwrap_or_default(), mtu))
+    /// The bottleneck of each direction, when a rate is asked.
+    pub fn bottleneck(&self) -> Option<Bottleneck> {
+        self.rate
+            .map(|r| Bottleneck::new(r, self.rtt.unwrap_or_default()))
     }
 
     /// Packet slots of one direction's delay line for packets of `mtu`
     /// bytes: twice the full-size packets one one-way delay holds at the
     /// rate or at [`UNCAPPED_SIZING`], whichever is higher (the ceiling is
-    /// measured with the cap lifted), plus 1024 for bursts and small
-    /// packets; between 2048 and 131 072.
+    /// measured with the cap lifted), plus the rate cap's queue in full
+    /// packets, plus 1024 for bursts and small packets; between 2048 and
+    /// 131 072.
     pub fn line_slots(&self, mtu: u32) -> usize {
+        let mtu = f64::from(mtu.max(576));
         let rate = self
             .rate
             .map_or(UNCAPPED_SIZING, |r| r.bits_per_s().max(UNCAPPED_SIZING)) as f64;
-        let in_flight = rate / 8.0 * self.one_way().as_secs_f64() / f64::from(mtu.max(576));
-        ((in_flight.ceil() as usize).saturating_mul(2) + 1024).clamp(2048, 131_072)
+        let in_flight = rate / 8.0 * self.one_way().as_secs_f64() / mtu;
+        let queue = self.bottleneck().map_or(0.0, |b| b.limit as f64 / mtu);
+        ((in_flight.ceil() as usize).saturating_mul(2) + queue.ceil() as usize + 1024).clamp(2048, 131_072)
     }
 }
 
@@ -272,59 +276,39 @@ pub fn fmt_duration(d: Duration) -> String {
     }
 }
 
-/// The token bucket of one direction: `tc qdisc … tbf rate R burst B limit L`.
+/// The rate cap of one direction: a serializer at `rate` with a drop-tail
+/// queue of `limit` bytes in front, as a router's output port. It lives in
+/// the delay line (not in a qdisc on the sending host: there, TCP Small
+/// Queues throttles a TCP sender to two packets per queue wait whenever
+/// another flow fills that queue, which no remote router does).
 ///
-/// - `burst` is one millisecond of the rate, at least ten full packets: the
-///   bucket must refill faster than the timer that releases it fires, or
-///   the shaper cannot reach its rate; larger bursts leave the link at line
-///   speed and land in the TUN device's queue all at once.
-/// - `limit` (the queue behind the bucket) is one bandwidth-delay product
-///   at the link's round trip, at least 20 ms of the rate and 64 KiB:
-///   a drop-tail bottleneck needs about one BDP of buffer for a single
-///   Reno/cubic flow to keep it busy; less makes every TCP look bad, more
-///   only adds queueing delay (a full queue doubles the round trip).
+/// `limit` is one bandwidth-delay product at the link's round trip, at
+/// least 20 ms of the rate and 64 KiB: a drop-tail bottleneck needs about
+/// one BDP of buffer for a single Reno/cubic flow to keep it busy; less
+/// makes every TCP look bad, more only adds queueing delay (a full queue
+/// doubles the round trip).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tbf {
+pub struct Bottleneck {
     /// The rate.
     pub rate: Rate,
-    /// Bucket size in bytes.
-    pub burst: u64,
-    /// Queue limit in bytes.
+    /// Queue limit in bytes (IP packets' bytes).
     pub limit: u64,
 }
 
-impl Tbf {
-    fn new(rate: Rate, rtt: Duration, mtu: u32) -> Self {
-        let bytes_per_s = rate.bytes_per_s();
-        let burst = ((bytes_per_s / 1000.0).ceil() as u64).max(10 * u64::from(mtu));
+impl Bottleneck {
+    fn new(rate: Rate, rtt: Duration) -> Self {
         let bdp_time = rtt.max(Duration::from_millis(20)).as_secs_f64();
-        let limit = ((bytes_per_s * bdp_time).ceil() as u64)
-            .max(64 * 1024)
-            .max(2 * burst);
-        Tbf { rate, burst, limit }
-    }
-
-    /// The arguments after `tc qdisc replace dev DEV root`.
-    pub fn tc_args(&self) -> Vec<String> {
-        vec![
-            "tbf".into(),
-            "rate".into(),
-            format!("{}bit", self.rate.bits_per_s()),
-            "burst".into(),
-            self.burst.to_string(),
-            "limit".into(),
-            self.limit.to_string(),
-        ]
+        let limit = ((rate.bytes_per_s() * bdp_time).ceil() as u64).max(64 * 1024);
+        Bottleneck { rate, limit }
     }
 }
 
-impl fmt::Display for Tbf {
+impl fmt::Display for Bottleneck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "tbf rate {} burst {} B limit {} B ({:.1} ms at the rate)",
+            "rate {}, drop-tail queue {} B ({:.1} ms at the rate)",
             self.rate,
-            self.burst,
             self.limit,
             self.limit as f64 / self.rate.bytes_per_s() * 1e3
         )
@@ -444,36 +428,29 @@ mod tests {
     }
 
     #[test]
-    fn tbf_sizes() {
+    fn bottleneck_queue_sizes() {
         let s = LinkSpec::parse("rtt=50ms,rate=500mbit").unwrap();
-        let t = s.tbf(1500).unwrap();
-        // 1 ms of 62.5 MB/s, one BDP at 50 ms.
-        assert_eq!(t.burst, 62_500);
-        assert_eq!(t.limit, 3_125_000);
-        assert_eq!(
-            t.tc_args().join(" "),
-            "tbf rate 500000000bit burst 62500 limit 3125000"
-        );
-        // Slow link, no delay: ten packets of burst, 20 ms (or 64 KiB) of queue.
-        let t = LinkSpec::parse("rate=10mbit").unwrap().tbf(1500).unwrap();
-        assert_eq!(t.burst, 15_000);
-        assert_eq!(t.limit, 65_536);
-        assert!(LinkSpec::parse("rtt=5ms").unwrap().tbf(1500).is_none());
+        // One BDP of 62.5 MB/s at 50 ms.
+        assert_eq!(s.bottleneck().unwrap().limit, 3_125_000);
+        // Slow link, no delay: 20 ms of the rate, at least 64 KiB.
+        let b = LinkSpec::parse("rate=10mbit").unwrap().bottleneck().unwrap();
+        assert_eq!(b.limit, 65_536);
+        assert!(LinkSpec::parse("rtt=5ms").unwrap().bottleneck().is_none());
     }
 
     #[test]
     fn line_slots_cover_a_one_way_delay() {
-        // 4 Gbit/s for 25 ms = 8334 full packets: twice that plus headroom,
-        // with or without a lower cap.
+        // 4 Gbit/s for 25 ms = 8334 full packets: twice that plus headroom;
+        // a lower cap adds its queue (3.125 MB = 2084 packets).
         let uncapped = LinkSpec::parse("rtt=50ms").unwrap().line_slots(1500);
         assert_eq!(uncapped, 2 * 8334 + 1024);
         assert_eq!(
             LinkSpec::parse("rtt=50ms,rate=500mbit").unwrap().line_slots(1500),
-            uncapped
+            uncapped + 2084
         );
-        // 10 Gbit/s: 20 834 packets.
+        // 10 Gbit/s: 20 834 packets in flight, 41 667 queued.
         let fast = LinkSpec::parse("rtt=50ms,rate=10gbit").unwrap();
-        assert_eq!(fast.line_slots(1500), 2 * 20_834 + 1024);
+        assert_eq!(fast.line_slots(1500), 2 * 20_834 + 41_667 + 1024);
         // No delay: the minimum.
         assert_eq!(LinkSpec::parse("loss=1%").unwrap().line_slots(1500), 2048);
         assert_eq!(LinkSpec::parse("rtt=10s").unwrap().line_slots(1500), 131_072);

@@ -192,6 +192,9 @@ pub fn pfs_udp_flow(net: &NetPath, label: &str, pfs: &std::path::Path, bytes: u6
             "--json",
             "--bytes",
             &bytes.to_string(),
+            // Progress lines on stderr: the flow's timeline (see compete).
+            "--log-interval",
+            "0.5",
         ])
         .args(["--mtu", &net.mtu().to_string()])
         .args(blob);
@@ -216,18 +219,66 @@ pub fn pfs_udp_flow(net: &NetPath, label: &str, pfs: &std::path::Path, bytes: u6
                     r["user_s"].as_f64().unwrap_or(0.0),
                     r["sys_s"].as_f64().unwrap_or(0.0),
                 ),
+                timeline: pfs_timeline(&String::from_utf8_lossy(&out.stderr)),
                 notes: format!(
-                    "UDP: resent {:.3} MB, {} lost",
+                    "UDP: resent {:.3} MB, {} lost, {} congested round trips",
                     u["stream_bytes_resent"].as_f64().unwrap_or(0.0) / 1e6,
-                    u["packets_lost"].as_u64().unwrap_or(0)
+                    u["packets_lost"].as_u64().unwrap_or(0),
+                    u["congested_rounds"].as_u64().unwrap_or(0)
                 ),
             })
         }),
     })
 }
 
+/// Seconds and effective bytes sent so far, from `pfs send`'s progress
+/// lines (`send: … 1773.5 MB effective (…), … 0.5 s`).
+fn pfs_timeline(stderr: &str) -> Vec<(f64, u64)> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("send:"))
+        .filter_map(|l| {
+            let mb = l
+                .split(" MB effective")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse::<f64>()
+                .ok()?;
+            let secs = l
+                .trim_end()
+                .strip_suffix(" s")?
+                .rsplit(' ')
+                .next()?
+                .parse::<f64>()
+                .ok()?;
+            Some((secs, (mb * 1e6) as u64))
+        })
+        .collect()
+}
+
+/// Bytes a flow had moved `at` seconds after it started, from its timeline
+/// (linear between samples; its total after its end).
+fn bytes_at(timeline: &[(f64, u64)], seconds: f64, total: u64, at: f64) -> u64 {
+    if at >= seconds {
+        return total;
+    }
+    let mut prev = (0.0, 0u64);
+    for &(t, b) in timeline.iter().chain(std::iter::once(&(seconds, total))) {
+        if t >= at {
+            let span = (t - prev.0).max(1e-9);
+            return prev.1 + ((b.saturating_sub(prev.1)) as f64 * (at - prev.0) / span) as u64;
+        }
+        prev = (t, b);
+    }
+    total
+}
+
 /// One PFS UDP flow beside one iperf3 TCP flow with congestion control
-/// `cc`, at once over the link: both rates, each a row.
+/// `cc`, at once over the link: both rates, each a row. The PFS flow is
+/// sized for half the link for `secs`; iperf3 runs twice as long, so the
+/// flows overlap for about `secs` whatever the split, and the shares are
+/// taken over the overlap.
 pub(super) fn compete_pfs_udp(
     net: &NetPath,
     pfs: &std::path::Path,
@@ -237,11 +288,11 @@ pub(super) fn compete_pfs_udp(
 ) -> Vec<Row> {
     let la = format!("PFS-With-Payload-UDP beside iperf3 {cc}");
     let lb = labels::conventional(&format!("iperf3 {cc}, beside PFS UDP"));
-    let bytes = budget.map_or(1 << 30, |b| ((b.udp_bits as f64 / 8.0) * f64::from(secs)) as u64);
+    let bytes = budget.map_or(1 << 30, |b| ((b.udp_bits as f64 / 16.0) * f64::from(secs)) as u64);
     let flows =
-        pfs_udp_flow(net, &la, pfs, bytes).and_then(|a| Ok(vec![a, iperf3_flow(net, &lb, cc, secs)?]));
+        pfs_udp_flow(net, &la, pfs, bytes).and_then(|a| Ok(vec![a, iperf3_flow(net, &lb, cc, secs * 2)?]));
     match flows {
-        Ok(flows) => compete(net, flows, Duration::from_secs(u64::from(secs) * 4 + 60)),
+        Ok(flows) => compete(net, flows, Duration::from_secs(u64::from(secs) * 6 + 60)),
         Err(e) => vec![
             Row::skipped(&la, "Transfer", format!("{e:#}")),
             Row::skipped(&lb, "Transfer", format!("{e:#}")),
@@ -414,6 +465,10 @@ pub struct FlowResult {
     pub seconds: f64,
     /// Receiver CPU seconds (user, system), when the flow knows them.
     pub cpu: (f64, f64),
+    /// Bytes sent so far at points in time (seconds since the flow's
+    /// start), from the sender's own reports: how the shares over the
+    /// flows' overlap are taken. Empty when the flow reports none.
+    pub timeline: Vec<(f64, u64)>,
     /// What the row's notes should say about it.
     pub notes: String,
 }
@@ -470,6 +525,14 @@ pub fn compete(net: &NetPath, flows: Vec<Flow>, limit: Duration) -> Vec<Row> {
         .iter()
         .filter_map(|(_, r)| r.as_ref().ok().map(|f| f.bytes))
         .sum();
+    // The shares while every flow still ran: up to the first flow's end,
+    // when every flow has a timeline (else over the whole run, as moved).
+    let done: Vec<&FlowResult> = results.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
+    let overlap = (done.len() == results.len() && done.iter().all(|f| !f.timeline.is_empty()))
+        .then(|| done.iter().map(|f| f.seconds).fold(f64::INFINITY, f64::min))
+        .filter(|o| o.is_finite() && *o > 0.0);
+    let in_overlap = |f: &FlowResult| overlap.map(|o| bytes_at(&f.timeline, f.seconds, f.bytes, o));
+    let overlap_total: u64 = done.iter().filter_map(|f| in_overlap(f)).sum();
     results
         .iter()
         .map(|(label, r)| match r {
@@ -481,10 +544,20 @@ pub fn compete(net: &NetPath, flows: Vec<Flow>, limit: Duration) -> Vec<Row> {
                     .collect();
                 let mut row = Row::measured(label, "Transfer", f.bytes, 0, f.seconds, f.cpu.0, f.cpu.1);
                 row.transport = "TCP".into();
+                let share = match (overlap, in_overlap(f)) {
+                    (Some(o), Some(b)) => format!(
+                        "while both ran (the first {o:.1} s): {:.1} Mbit/s sent, {:.1} % of the flows' bytes",
+                        b as f64 * 8.0 / o / 1e6,
+                        b as f64 * 100.0 / overlap_total.max(1) as f64
+                    ),
+                    _ => format!(
+                        "{:.1} % of what the flows moved together",
+                        f.bytes as f64 * 100.0 / total.max(1) as f64
+                    ),
+                };
                 row.notes = format!(
-                    "at the same time as {}: {:.1} % of what the flows moved together; {}; wire: the flows together put {:.3} MB on the link (not split per flow)",
+                    "at the same time as {}: {share}; {}; wire: the flows together put {:.3} MB on the link (not split per flow)",
                     others.join(", "),
-                    f.bytes as f64 * 100.0 / total.max(1) as f64,
                     f.notes,
                     wire as f64 / 1e6
                 );
@@ -575,11 +648,23 @@ pub fn iperf3_flow(net: &NetPath, label: &str, cc: &'static str, secs: u32) -> a
                 .as_f64()
                 .context("iperf3 JSON: end.sum_received.seconds")?;
             let cpu = &v["end"]["cpu_utilization_percent"];
+            // The sender's one-second intervals, summed up.
+            let mut sent = 0u64;
+            let timeline = v["intervals"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| {
+                    sent += i["sum"]["bytes"].as_u64()?;
+                    Some((i["sum"]["end"].as_f64()?, sent))
+                })
+                .collect();
             Ok(FlowResult {
                 bytes: sum["bytes"]
                     .as_u64()
                     .context("iperf3 JSON: end.sum_received.bytes")?,
                 seconds,
+                timeline,
                 cpu: (
                     cpu["remote_user"].as_f64().unwrap_or(0.0) / 100.0 * seconds,
                     cpu["remote_system"].as_f64().unwrap_or(0.0) / 100.0 * seconds,
@@ -663,8 +748,8 @@ impl StepFacts {
             f.line.overflow + b.line.overflow,
             f.tun_dropped + b.tun_dropped,
             f.line.errors + b.line.errors,
-            f.tbf_dropped,
-            b.tbf_dropped,
+            f.line.queue_drops,
+            b.line.queue_drops,
             (f.line.late_sum_ns + b.line.late_sum_ns) as f64 / out as f64 / 1e6,
             f.line.late_max_ns.max(b.line.late_max_ns) as f64 / 1e6,
             late_over,
@@ -1160,5 +1245,19 @@ mod tests {
         assert!(lines[0].starts_with('A') && lines[0].contains("80.0"), "{t}");
         assert!(lines[1].starts_with('A') && lines[1].contains("1.00"), "{t}");
         assert!(lines[3].starts_with('B') && lines[3].contains('—'), "{t}");
+    }
+
+    #[test]
+    fn timelines_give_the_bytes_of_the_overlap() {
+        let stderr = "pfs: warning: clear\n\
+                      send:  44.3% 1851 grams, 1773.5 MB effective (3546.5 MB/s), 1773.732 MB wire (3547.0 MB/s), 0.5 s\n\
+                      send:  88.6% 3698 grams, 3544.3 MB effective (3544.0 MB/s), 3544.785 MB wire (3544.5 MB/s), 1.0 s\n";
+        let t = pfs_timeline(stderr);
+        assert_eq!(t, vec![(0.5, 1_773_500_000), (1.0, 3_544_300_000)]);
+        // Halfway between samples, before the first, and past the end.
+        assert_eq!(bytes_at(&t, 1.5, 4_000_000_000, 0.75), 2_658_900_000);
+        assert_eq!(bytes_at(&t, 1.5, 4_000_000_000, 0.25), 886_750_000);
+        assert_eq!(bytes_at(&t, 1.5, 4_000_000_000, 1.25), 3_772_150_000);
+        assert_eq!(bytes_at(&t, 1.5, 4_000_000_000, 2.0), 4_000_000_000);
     }
 }

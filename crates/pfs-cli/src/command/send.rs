@@ -39,7 +39,7 @@ pub fn udp_line(u: &pfs_transport::udp::UdpReport) -> String {
     let s = &u.stats;
     format!(
         "  udp            {} datagrams of ≤ {} B sent ({:.3} MB), {} received; stream resent {:.3} MB \
-         ({} packets lost, {} of them spurious, {} probe timeouts); srtt {}, bandwidth estimate {:.1} Mbit/s; \
+         ({} packets lost, {} of them spurious, {} probe timeouts, {} congested round trips); srtt {}, bandwidth estimate {:.1} Mbit/s; \
          GSO {}, GRO {}",
         s.packets_sent,
         u.datagram,
@@ -49,6 +49,7 @@ pub fn udp_line(u: &pfs_transport::udp::UdpReport) -> String {
         s.packets_lost,
         s.packets_spurious,
         s.probe_timeouts,
+        s.congested_rounds,
         u.srtt.map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3)),
         u.bandwidth as f64 * 8.0 / 1e6,
         if u.gso { "on" } else { "off" },
@@ -70,6 +71,7 @@ pub fn udp_json(u: &pfs_transport::udp::UdpReport) -> serde_json::Value {
         "packets_lost": s.packets_lost,
         "packets_spurious": s.packets_spurious,
         "probe_timeouts": s.probe_timeouts,
+        "congested_rounds": s.congested_rounds,
         "acks_sent": s.acks_sent,
         "stream_bytes_duplicate": s.stream_bytes_duplicate,
         "packets_ignored": s.packets_ignored,

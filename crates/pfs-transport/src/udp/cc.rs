@@ -6,14 +6,28 @@
 //!
 //! Why this shape: a loss-based controller halves its window on every
 //! loss, so random loss on a long link starves it (TCP cubic at 1 % over
-//! 50 ms). Here loss does not move the rate at all: only the delivery
+//! 50 ms). Here random loss does not move the rate: only the delivery
 //! rate and the RTT do. Random loss of a fraction `p` lowers a delivery
 //! sample by `p`; the probing phase (gain 1.25) more than makes up for it
-//! while `p` < 20 %, so the estimate stays at the link's rate. A queue
-//! (a competing flow, an overfull bottleneck) shows as RTT above the
-//! minimum: the in-flight cap of 2 × BDP bounds what this flow adds to it,
-//! and the periodic probe of the minimum RTT (4 packets in flight for
-//! 200 ms every 10 s) drains it, which leaves room to a competing TCP flow.
+//! while `p` < 20 %, so the estimate stays at the link's rate.
+//!
+//! Loss that comes with a queue is congestion, and is answered like TCP
+//! answers it (after BBR version 2's `inflight_hi`). A round trip is
+//! *queued* when even its fastest RTT sample sat above the path's base RTT
+//! (the lowest of the last two minutes) by an eighth of it plus 1 ms: a
+//! queue that stood for the whole round, which this flow's own probing
+//! (one phase in eight) does not build. The path's random loss rate is
+//! learned from rounds that were not queued. A queued round is
+//! *congested* when it lost more packets than random loss explains: more
+//! than the expected count plus three standard deviations plus two. A
+//! congested round caps the bytes in flight at 0.7 × the most the round
+//! had (at most one cut per two rounds: a cut shows a round later). The
+//! cap grows back by an eighth per round with no queue and, while a queue
+//! stands, as CUBIC's window grows after a cut (RFC 9438); it goes once it
+//! passes the window. While a queue stands the window is also sized for
+//! the RTT the queue makes, not the empty path's, so the flow keeps its
+//! rate behind another flow's queue and loss is what bounds it: in a
+//! queue it behaves as CUBIC does, and out of one as BBR does.
 //!
 //! Pure arithmetic: the connection core feeds it rate samples and asks for
 //! the pacing rate and the window.
@@ -32,6 +46,23 @@ const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
 /// Smallest window, in datagrams.
 const MIN_WINDOW_PACKETS: u64 = 4;
+/// Weight of one unqueued round in the random loss rate's average.
+const RANDOM_LOSS_WEIGHT: f64 = 1.0 / 8.0;
+/// Packets a round must settle to count towards the random loss rate.
+const RANDOM_LOSS_MIN_PACKETS: u64 = 32;
+/// The in-flight cap after a congested round, as a share of the most the
+/// round had in flight (CUBIC's β).
+const BETA: f64 = 0.7;
+/// Packets the cap grows per round at least.
+const QUEUED_GROWTH_PACKETS: u64 = 2;
+/// CUBIC's constant C (RFC 9438), packets per second cubed.
+const CUBIC_C: f64 = 0.4;
+/// How long one slot of the base RTT history spans; the base RTT is the
+/// lowest of [`BASE_RTT_SLOTS`] slots, so a longer path (a route change)
+/// becomes the base within two minutes.
+const BASE_RTT_SLOT: Duration = Duration::from_secs(30);
+/// Slots of the base RTT history.
+const BASE_RTT_SLOTS: usize = 4;
 /// The window is sized for at least this RTT even when the measured one is
 /// shorter: on a host path the minimum RTT (tens of microseconds) misses
 /// the scheduling and ACK-batching delays a typical round trip has, and a
@@ -90,6 +121,30 @@ pub struct Controller {
     window: u64,
     initial_window: u64,
     pacing_rate: u64,
+    /// The congestion answer's cap on bytes in flight, when one holds.
+    inflight_hi: Option<u64>,
+    /// Bytes acknowledged and lost in the current round.
+    round_acked: u64,
+    round_lost: u64,
+    /// The fastest RTT sample and the most in flight in the current round.
+    round_min_rtt: Option<Duration>,
+    round_max_in_flight: u64,
+    /// The round of the last cut, when it came, and the in-flight bytes it cut.
+    cut_round: u64,
+    cut_at: Option<Instant>,
+    cut_from: u64,
+    /// The last round's fastest RTT when a queue stood through it.
+    queued_rtt: Option<Duration>,
+    /// Congested rounds so far.
+    congested_rounds: u64,
+    /// Queued rounds and rounds with significant loss so far (for traces).
+    queued_rounds: u64,
+    lossy_rounds: u64,
+    /// Share of packets lost at random (learned from unqueued rounds).
+    random_loss: f64,
+    /// Lowest RTT per [`BASE_RTT_SLOT`], newest last, and when the newest began.
+    base_rtt: [Option<Duration>; BASE_RTT_SLOTS],
+    base_rtt_stamp: Option<Instant>,
 }
 
 impl Controller {
@@ -119,7 +174,64 @@ impl Controller {
             initial_window: window,
             // Until the first RTT sample: the initial window per millisecond.
             pacing_rate: (HIGH_GAIN * window as f64 * 1000.0) as u64,
+            inflight_hi: None,
+            round_acked: 0,
+            round_lost: 0,
+            round_min_rtt: None,
+            round_max_in_flight: 0,
+            cut_round: 0,
+            cut_at: None,
+            cut_from: 0,
+            queued_rtt: None,
+            congested_rounds: 0,
+            queued_rounds: 0,
+            lossy_rounds: 0,
+            random_loss: 0.0,
+            base_rtt: [None; BASE_RTT_SLOTS],
+            base_rtt_stamp: None,
         }
+    }
+
+    /// The cap on bytes in flight that congestion set, if one holds.
+    pub fn inflight_cap(&self) -> Option<u64> {
+        self.inflight_hi
+    }
+
+    /// Round trips found congested (loss above random with a standing queue).
+    pub fn congested_rounds(&self) -> u64 {
+        self.congested_rounds
+    }
+
+    /// One line of the controller's state, for traces.
+    pub fn summary(&self) -> String {
+        format!(
+            "cc {:?} bw {} min_rtt {:?} base_rtt {:?} cap {:?} rounds {} queued {} lossy {} congested {} random_loss {:.4}",
+            self.mode,
+            self.bandwidth(),
+            self.min_rtt,
+            self.base_rtt(),
+            self.inflight_hi,
+            self.round,
+            self.queued_rounds,
+            self.lossy_rounds,
+            self.congested_rounds,
+            self.random_loss
+        )
+    }
+
+    /// The share of packets the path loses at random, as learned so far.
+    pub fn random_loss(&self) -> f64 {
+        self.random_loss
+    }
+
+    /// The lowest RTT of the last two minutes.
+    pub fn base_rtt(&self) -> Option<Duration> {
+        self.base_rtt.iter().flatten().min().copied()
+    }
+
+    /// Takes `bytes` declared lost.
+    pub fn on_loss(&mut self, bytes: u64) {
+        self.round_lost += bytes;
     }
 
     /// The congestion window, in bytes.
@@ -154,11 +266,18 @@ impl Controller {
         }
     }
 
-    /// The window's target: `gain` × BDP, the RTT at least [`MIN_WINDOW_RTT`].
+    /// The window's target: `gain` × BDP, the RTT at least [`MIN_WINDOW_RTT`]
+    /// and, while a queue stands, the RTT it makes: a flow that keeps its
+    /// window at the empty path's BDP behind another flow's standing queue
+    /// delivers less each round, measures less, and shrinks to nothing
+    /// (measured beside cubic: 10 % of the link). Sized for the RTT it
+    /// sees, it keeps its rate, and loss from the queue (congestion) is
+    /// what bounds it, as it bounds TCP.
     fn window_target(&self, gain: f64) -> u64 {
         match self.min_rtt {
             Some(rtt) if self.bandwidth() > 0 => {
-                (gain * self.bandwidth() as f64 * rtt.max(MIN_WINDOW_RTT).as_secs_f64()) as u64
+                let rtt = rtt.max(MIN_WINDOW_RTT).max(self.queued_rtt.unwrap_or_default());
+                (gain * self.bandwidth() as f64 * rtt.as_secs_f64()) as u64
             }
             _ => self.window,
         }
@@ -169,6 +288,14 @@ impl Controller {
     /// `in_flight` the bytes still in flight.
     pub fn on_ack(&mut self, now: Instant, sample: &RateSample, delivered: u64, acked: u64, in_flight: u64) {
         self.update_round(sample, delivered);
+        if self.round_start {
+            self.end_round(now);
+        }
+        self.round_acked += acked;
+        self.round_min_rtt = Some(self.round_min_rtt.map_or(sample.rtt, |m| m.min(sample.rtt)));
+        // What was in flight before this ACK settled its bytes.
+        self.round_max_in_flight = self.round_max_in_flight.max(in_flight + acked);
+        self.update_base_rtt(now, sample.rtt);
         self.update_bandwidth(sample);
         self.update_min_rtt(now, sample.rtt);
         self.check_full_pipe(sample);
@@ -185,6 +312,82 @@ impl Controller {
             self.round_start = true;
             self.bw[(self.round % BW_ROUNDS as u64) as usize] = 0;
         }
+    }
+
+    fn update_base_rtt(&mut self, now: Instant, rtt: Duration) {
+        let start = *self.base_rtt_stamp.get_or_insert(now);
+        if now.saturating_duration_since(start) >= BASE_RTT_SLOT {
+            self.base_rtt.rotate_left(1);
+            self.base_rtt[BASE_RTT_SLOTS - 1] = None;
+            self.base_rtt_stamp = Some(now);
+        }
+        let newest = &mut self.base_rtt[BASE_RTT_SLOTS - 1];
+        *newest = Some(newest.map_or(rtt, |m| m.min(rtt)));
+    }
+
+    /// Judges the round that just ended: congested (cut the in-flight cap),
+    /// queued (grow the cap slowly) or clear (grow it fast).
+    /// CUBIC's window `t` after the last cut (RFC 9438 §4.2, C = 0.4,
+    /// β = 0.7, in packets of `mss`): back at the window it was cut from
+    /// after K = ∛(W_max·(1 − β)/C) seconds, then growing past it.
+    fn cubic_cap(&self, now: Instant) -> u64 {
+        let Some(at) = self.cut_at else {
+            return 0;
+        };
+        let w_max = self.cut_from as f64 / self.mss as f64;
+        let k = (w_max * (1.0 - BETA) / CUBIC_C).cbrt();
+        let t = now.saturating_duration_since(at).as_secs_f64();
+        let w = CUBIC_C * (t - k).powi(3) + w_max;
+        (w.max(0.0) * self.mss as f64) as u64
+    }
+
+    fn end_round(&mut self, now: Instant) {
+        // Packets, from bytes: a round's losses are a count of datagrams.
+        let settled = (self.round_acked + self.round_lost).div_ceil(self.mss);
+        let lost = self.round_lost.div_ceil(self.mss);
+        let queued = match (self.round_min_rtt, self.base_rtt()) {
+            (Some(fastest), Some(base)) => fastest > base + base / 8 + Duration::from_millis(1),
+            _ => false,
+        };
+        let expected = self.random_loss * settled as f64;
+        let lossy = lost as f64 > expected + 3.0 * expected.sqrt() + 2.0;
+        self.queued_rounds += u64::from(queued);
+        self.queued_rtt = if queued { self.round_min_rtt } else { None };
+        self.lossy_rounds += u64::from(lossy);
+        if !queued && settled >= RANDOM_LOSS_MIN_PACKETS {
+            let rate = lost as f64 / settled as f64;
+            self.random_loss += (rate - self.random_loss) * RANDOM_LOSS_WEIGHT;
+        }
+        let floor = MIN_WINDOW_PACKETS * self.mss;
+        if lossy && queued {
+            self.congested_rounds += 1;
+            if self.round >= self.cut_round + 2 {
+                self.cut_at = Some(now);
+                self.cut_from = self.round_max_in_flight;
+                let cap = (BETA * self.round_max_in_flight as f64) as u64;
+                self.inflight_hi = Some(self.inflight_hi.map_or(cap, |hi| hi.min(cap)).max(floor));
+                self.cut_round = self.round;
+            }
+        } else if let Some(hi) = self.inflight_hi {
+            // Grow only a cap that held the flow back this round.
+            if self.round_max_in_flight + 2 * self.mss >= hi {
+                let step = if queued {
+                    // Behind a standing queue, grow as CUBIC would since
+                    // the cut, so two such flows share the queue.
+                    self.cubic_cap(now).saturating_sub(hi)
+                } else {
+                    hi / 8
+                };
+                // At least two packets, at most half the cap per round (RFC 9438's bound).
+                let grown = hi + step.clamp(QUEUED_GROWTH_PACKETS * self.mss, hi / 2);
+                let ceiling = self.window_target(2.0) + 3 * self.mss;
+                self.inflight_hi = (grown < ceiling).then_some(grown);
+            }
+        }
+        self.round_acked = 0;
+        self.round_lost = 0;
+        self.round_min_rtt = None;
+        self.round_max_in_flight = 0;
     }
 
     fn update_bandwidth(&mut self, sample: &RateSample) {
@@ -322,7 +525,8 @@ impl Controller {
         // Startup too is held to its gain times the BDP measured so far
         // (the estimate doubles each round, so the window still does):
         // an uncapped window there overshoots the queue by many BDPs.
-        self.window = (self.window + acked).min(target).max(floor);
+        let cap = self.inflight_hi.unwrap_or(u64::MAX);
+        self.window = (self.window + acked).min(target).min(cap).max(floor);
     }
 
     /// A retransmission timeout fired: nothing was acknowledged for a

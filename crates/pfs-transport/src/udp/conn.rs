@@ -160,6 +160,9 @@ pub struct UdpStats {
     pub stream_bytes_duplicate: u64,
     /// Datagrams dropped: malformed, another connection's, or out of place.
     pub packets_ignored: u64,
+    /// Round trips the congestion controller found congested (loss above
+    /// 2 % with a standing queue) and answered by capping bytes in flight.
+    pub congested_rounds: u64,
 }
 
 /// What a read found.
@@ -204,8 +207,14 @@ struct Sent {
 
 /// Packets an ACK may skip before the oldest is lost (RFC 9002's threshold).
 const PACKET_THRESHOLD: u64 = 3;
-/// Received packet-number ranges remembered for ACKs.
+/// Received packet-number ranges remembered (duplicates older than these
+/// count as new, and are dropped by stream offset instead).
 const MAX_PN_RANGES: usize = 256;
+/// Ranges one ACK reports, newest first. A gap is declared lost once three
+/// later packets are acknowledged, long before it leaves the newest 32, so
+/// more ranges only repeat news the sender acted on already (at 1 % loss
+/// on a 50 ms link, reporting all 256 made ACKs 15 % of the wire bytes).
+const ACK_RANGES: usize = 32;
 /// Disjoint ranges of stream bytes a receiver holds ahead of a gap.
 const MAX_RECV_RANGES: usize = 4096;
 /// A receiver acknowledges at once after this many DATA packets; fewer
@@ -361,7 +370,10 @@ impl Connection {
 
     /// Counters so far.
     pub fn stats(&self) -> UdpStats {
-        self.stats
+        UdpStats {
+            congested_rounds: self.cc.congested_rounds(),
+            ..self.stats
+        }
     }
 
     /// Smoothed RTT, if measured.
@@ -496,12 +508,13 @@ impl Connection {
     /// One line of state for debugging stalls.
     pub fn summary(&self) -> String {
         format!(
-            "state {:?} floor {} next_new {} end {} fin {:?}/{} resend {:?} in_flight {} window {} peer_window {} sent {} (front {:?}) largest_acked {:?} loss_time {:?} pto {:?} x{} | r_read {} have {:?} r_fin {:?} pn {:?} pending {} due {:?} | {:?}",
+            "state {:?} floor {} next_new {} end {} fin {:?}/{} resend {:?} in_flight {} window {} peer_window {} sent {} (front {:?}) largest_acked {:?} loss_time {:?} pto {:?} x{} | {} | r_read {} have {:?} r_fin {:?} pn {:?} pending {} due {:?} | {:?}",
             self.state, self.s_floor, self.next_new, self.s_end, self.fin_at, self.fin_pending,
             self.resend.first(), self.in_flight, self.cc.window(), self.peer_window, self.sent.len(),
             self.sent.front().map(|s| (s.number, s.offset, s.acked, s.lost)), self.largest_acked,
             self.loss_time.map(|t| t.saturating_duration_since(Instant::now())), self.pto_deadline().map(|t| t.saturating_duration_since(Instant::now())), self.pto_count,
-            self.r_read, self.r_have.first(), self.r_fin, self.pn_recv.last(), self.ack_pending, self.ack_due, self.stats
+            self.cc.summary(),
+            self.r_read, self.r_have.first(), self.r_fin, self.pn_recv.last(), self.ack_pending, self.ack_due, self.stats()
         )
     }
 
@@ -847,6 +860,7 @@ impl Connection {
         self.sent[i].lost = true;
         self.in_flight -= u64::from(s.size);
         self.stats.packets_lost += 1;
+        self.cc.on_loss(u64::from(s.size));
         let end = s.offset + u64::from(s.len);
         if s.len > 0 && end > self.s_floor {
             self.resend.insert(s.offset.max(self.s_floor)..end);
@@ -1075,7 +1089,7 @@ impl Connection {
         let room = (self.datagram - at) / ACK_RANGE_LEN;
         let mut count = 0u16;
         let mut prev_smallest = largest - first;
-        for r in ranges.take(room) {
+        for r in ranges.take(room.min(ACK_RANGES - 1)) {
             let gap = prev_smallest - r.end;
             let len = r.end - 1 - r.start;
             if gap > u64::from(u32::MAX) || len > u64::from(u32::MAX) {

@@ -4,6 +4,10 @@
 //! and a rate cap with a tail-drop queue — all in one thread, on a virtual
 //! clock, from a seeded RNG. The same seed gives the same run, so tests
 //! that use it are deterministic, and no test waits for real time.
+//!
+//! A [`Competitor`] can share the client → server queue: a window-based
+//! flow that grows its window like TCP Reno and cuts it on loss (once per
+//! window), to measure whether the connection leaves it a share.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -53,6 +57,28 @@ impl Default for SimLink {
     }
 }
 
+/// A loss-based flow beside the connection, in the client → server
+/// direction: it shares the rate cap's queue and the random loss, grows
+/// its window by one packet per round trip (per ACK in slow start) and
+/// multiplies it by `beta` when it learns of a loss (one cut per window;
+/// it learns one round trip after the drop, as duplicate ACKs would tell).
+#[derive(Debug, Clone, Copy)]
+pub struct Competitor {
+    /// Bytes per packet.
+    pub packet: usize,
+    /// The window's multiplier on loss (0.5 for Reno, 0.7 for CUBIC).
+    pub beta: f64,
+}
+
+impl Default for Competitor {
+    fn default() -> Self {
+        Self {
+            packet: 1500,
+            beta: 0.7,
+        }
+    }
+}
+
 /// What one simulated transfer did.
 #[derive(Debug, Clone)]
 pub struct SimReport {
@@ -80,13 +106,38 @@ pub struct SimReport {
     pub min_rtt: Option<Duration>,
     /// Datagrams the queue dropped in each tenth of the transfer's time.
     pub queue_drops_by_tenth: [u64; 10],
+    /// Bytes the competitor, if any, delivered while the transfer ran.
+    pub competitor_delivered: u64,
+    /// The client's round trips found congested.
+    pub congested_rounds: u64,
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct InFlight {
     at: Reverse<(Instant, u64)>,
-    to_server: bool,
-    bytes: Vec<u8>,
+    what: Event,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// A datagram arrives at its side.
+    Datagram { to_server: bool, bytes: Vec<u8> },
+    /// The competitor learns a packet arrived.
+    CompetitorAck,
+    /// The competitor learns a packet sent at `sent` was lost.
+    CompetitorLoss { sent: Instant },
+}
+
+/// The competitor's state.
+#[derive(Debug)]
+struct CompetitorFlow {
+    cfg: Competitor,
+    window: f64,
+    threshold: f64,
+    in_flight: u64,
+    /// Losses of packets sent before this were answered by the last cut.
+    recovered: Instant,
+    delivered: u64,
 }
 
 /// Deterministic xorshift64* generator.
@@ -121,6 +172,43 @@ pub fn pattern(i: u64) -> u8 {
     (i.wrapping_mul(0x9e37_79b9) >> 11) as u8
 }
 
+impl Direction {
+    /// Puts `n` bytes through random loss and the rate cap at `now`: when
+    /// the datagram leaves the cap, or why it was dropped.
+    fn admit(&mut self, rng: &mut Rng, now: Instant, n: usize) -> Result<Instant, Dropped> {
+        let lost = if self.last_lost {
+            rng.chance(self.link.burst) || rng.chance(self.link.loss)
+        } else {
+            rng.chance(self.link.loss)
+        };
+        self.last_lost = lost;
+        if lost || (self.link.max_datagram > 0 && n > self.link.max_datagram) {
+            return Err(Dropped::Link);
+        }
+        if self.link.rate == 0 {
+            return Ok(now);
+        }
+        // A serializer with a tail-drop queue in front.
+        let backlog = self.busy_until.saturating_duration_since(now);
+        let queued = (backlog.as_secs_f64() * self.link.rate as f64) as u64;
+        if queued + n as u64 > self.link.queue {
+            return Err(Dropped::Queue);
+        }
+        let tx = Duration::from_nanos(n as u64 * 1_000_000_000 / self.link.rate);
+        self.busy_until = self.busy_until.max(now) + tx;
+        Ok(self.busy_until)
+    }
+}
+
+/// Why [`Direction::admit`] dropped a datagram.
+#[derive(Debug, PartialEq, Eq)]
+enum Dropped {
+    /// Random loss or a datagram over the path's size.
+    Link,
+    /// The rate cap's queue was full.
+    Queue,
+}
+
 /// Runs one transfer of `total` bytes from a client to a server over
 /// `up` (client → server) and `down` (server → client), from `seed`.
 /// Stops when the server read every byte and the client's stream is
@@ -129,6 +217,20 @@ pub fn transfer(
     cfg: UdpConfig,
     up: SimLink,
     down: SimLink,
+    total: u64,
+    seed: u64,
+    limit: Duration,
+) -> SimReport {
+    transfer_beside(cfg, up, down, None, total, seed, limit)
+}
+
+/// [`transfer`] with a [`Competitor`] in the client → server direction
+/// from the start (its ACKs return after `down`'s delay, never lost).
+pub fn transfer_beside(
+    cfg: UdpConfig,
+    up: SimLink,
+    down: SimLink,
+    competitor: Option<Competitor>,
     total: u64,
     seed: u64,
     limit: Duration,
@@ -166,6 +268,15 @@ pub fn transfer(
     let mut finished_at = None;
     let mut idle_turns = 0u32;
     let mut drop_times: Vec<Instant> = Vec::new();
+    let mut rival = competitor.map(|cfg| CompetitorFlow {
+        cfg,
+        window: 10.0,
+        threshold: f64::INFINITY,
+        in_flight: 0,
+        recovered: start,
+        delivered: 0,
+    });
+    let round_trip = up.delay + down.delay;
 
     let error = loop {
         // The applications: the client writes the pattern, the server reads.
@@ -223,36 +334,19 @@ pub fn transfer(
             while let Some(n) = conn.poll_transmit(now, &mut buf) {
                 sent_any = true;
                 let d = &mut dirs[usize::from(!to_server)];
-                let lost = if d.last_lost {
-                    rng.chance(d.link.burst) || rng.chance(d.link.loss)
-                } else {
-                    rng.chance(d.link.loss)
-                };
-                d.last_lost = lost;
-                let stream = stream_bytes(&buf[..n]);
-                if lost || (d.link.max_datagram > 0 && n > d.link.max_datagram) {
-                    d.dropped += 1;
-                    d.dropped_stream_bytes += stream;
-                    continue;
-                }
-                // The rate cap: a serializer with a tail-drop queue in front.
-                let depart = if d.link.rate > 0 {
-                    let backlog = d.busy_until.saturating_duration_since(now);
-                    let queued = (backlog.as_secs_f64() * d.link.rate as f64) as u64;
-                    if queued + n as u64 > d.link.queue {
+                let depart = match d.admit(&mut rng, now, n) {
+                    Ok(depart) => depart,
+                    Err(why) => {
                         d.dropped += 1;
-                        d.queue_drops += 1;
-                        if to_server {
-                            drop_times.push(now);
+                        d.dropped_stream_bytes += stream_bytes(&buf[..n]);
+                        if why == Dropped::Queue {
+                            d.queue_drops += 1;
+                            if to_server {
+                                drop_times.push(now);
+                            }
                         }
-                        d.dropped_stream_bytes += stream;
                         continue;
                     }
-                    let tx = Duration::from_nanos(n as u64 * 1_000_000_000 / d.link.rate);
-                    d.busy_until = d.busy_until.max(now) + tx;
-                    d.busy_until
-                } else {
-                    now
                 };
                 let mut at = depart + d.link.delay;
                 if rng.chance(d.link.reorder) {
@@ -264,11 +358,16 @@ pub fn transfer(
                     seq += 1;
                     queue.push(InFlight {
                         at: Reverse((at, seq)),
-                        to_server,
-                        bytes: buf[..n].to_vec(),
+                        what: Event::Datagram {
+                            to_server,
+                            bytes: buf[..n].to_vec(),
+                        },
                     });
                 }
             }
+        }
+        if let Some(r) = rival.as_mut() {
+            sent_any |= r.send(&mut dirs[0], &mut rng, now, round_trip, &mut queue, &mut seq);
         }
 
         // Deliver what is due; create the server on the first OPEN.
@@ -276,6 +375,22 @@ pub fn transfer(
         while queue.peek().is_some_and(|p| p.at.0 .0 <= now) {
             let Some(p) = queue.pop() else { break };
             delivered_any = true;
+            let (to_server, bytes) = match p.what {
+                Event::Datagram { to_server, bytes } => (to_server, bytes),
+                Event::CompetitorAck => {
+                    if let Some(r) = rival.as_mut() {
+                        r.on_ack(finished_at.is_none());
+                    }
+                    continue;
+                }
+                Event::CompetitorLoss { sent } => {
+                    if let Some(r) = rival.as_mut() {
+                        r.on_loss(now, sent);
+                    }
+                    continue;
+                }
+            };
+            let p = Datagram { to_server, bytes };
             if p.to_server {
                 if server.is_none() {
                     if let Ok((h, body)) = PacketHeader::parse(&p.bytes) {
@@ -351,6 +466,67 @@ pub fn transfer(
         client: client.stats(),
         server: server.map(|s| s.stats()).unwrap_or_default(),
         error,
+        competitor_delivered: rival.map_or(0, |r| r.delivered),
+        congested_rounds: client.controller().congested_rounds(),
+    }
+}
+
+struct Datagram {
+    to_server: bool,
+    bytes: Vec<u8>,
+}
+
+impl CompetitorFlow {
+    /// Sends what the window allows at `now`; true if it sent anything.
+    fn send(
+        &mut self,
+        d: &mut Direction,
+        rng: &mut Rng,
+        now: Instant,
+        round_trip: Duration,
+        queue: &mut BinaryHeap<InFlight>,
+        seq: &mut u64,
+    ) -> bool {
+        let mut sent = false;
+        while (self.in_flight as f64) < self.window.floor() {
+            sent = true;
+            self.in_flight += 1;
+            *seq += 1;
+            let (at, what) = match d.admit(rng, now, self.cfg.packet) {
+                Ok(depart) => (depart + round_trip, Event::CompetitorAck),
+                // Duplicate ACKs tell the sender a round trip later.
+                Err(_) => (
+                    d.busy_until.max(now) + round_trip,
+                    Event::CompetitorLoss { sent: now },
+                ),
+            };
+            queue.push(InFlight {
+                at: Reverse((at, *seq)),
+                what,
+            });
+        }
+        sent
+    }
+
+    fn on_ack(&mut self, counting: bool) {
+        self.in_flight -= 1;
+        if counting {
+            self.delivered += self.cfg.packet as u64;
+        }
+        if self.window < self.threshold {
+            self.window += 1.0;
+        } else {
+            self.window += 1.0 / self.window;
+        }
+    }
+
+    fn on_loss(&mut self, now: Instant, sent: Instant) {
+        self.in_flight -= 1;
+        if sent >= self.recovered {
+            self.window = (self.window * self.cfg.beta).max(2.0);
+            self.threshold = self.window;
+            self.recovered = now;
+        }
     }
 }
 
