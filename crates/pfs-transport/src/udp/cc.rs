@@ -24,10 +24,7 @@
 //! had (at most one cut per two rounds: a cut shows a round later). The
 //! cap grows back by an eighth per round with no queue and, while a queue
 //! stands, as CUBIC's window grows after a cut (RFC 9438); it goes once it
-//! passes the window. While a queue stands the window is also sized for
-//! the RTT the queue makes, not the empty path's, so the flow keeps its
-//! rate behind another flow's queue and loss is what bounds it: in a
-//! queue it behaves as CUBIC does, and out of one as BBR does.
+//! passes the window.
 //!
 //! Pure arithmetic: the connection core feeds it rate samples and asks for
 //! the pacing rate and the window.
@@ -133,8 +130,6 @@ pub struct Controller {
     cut_round: u64,
     cut_at: Option<Instant>,
     cut_from: u64,
-    /// The last round's fastest RTT when a queue stood through it.
-    queued_rtt: Option<Duration>,
     /// Congested rounds so far.
     congested_rounds: u64,
     /// Queued rounds and rounds with significant loss so far (for traces).
@@ -182,7 +177,6 @@ impl Controller {
             cut_round: 0,
             cut_at: None,
             cut_from: 0,
-            queued_rtt: None,
             congested_rounds: 0,
             queued_rounds: 0,
             lossy_rounds: 0,
@@ -266,18 +260,11 @@ impl Controller {
         }
     }
 
-    /// The window's target: `gain` × BDP, the RTT at least [`MIN_WINDOW_RTT`]
-    /// and, while a queue stands, the RTT it makes: a flow that keeps its
-    /// window at the empty path's BDP behind another flow's standing queue
-    /// delivers less each round, measures less, and shrinks to nothing
-    /// (measured beside cubic: 10 % of the link). Sized for the RTT it
-    /// sees, it keeps its rate, and loss from the queue (congestion) is
-    /// what bounds it, as it bounds TCP.
+    /// The window's target: `gain` × BDP, the RTT at least [`MIN_WINDOW_RTT`].
     fn window_target(&self, gain: f64) -> u64 {
         match self.min_rtt {
             Some(rtt) if self.bandwidth() > 0 => {
-                let rtt = rtt.max(MIN_WINDOW_RTT).max(self.queued_rtt.unwrap_or_default());
-                (gain * self.bandwidth() as f64 * rtt.as_secs_f64()) as u64
+                (gain * self.bandwidth() as f64 * rtt.max(MIN_WINDOW_RTT).as_secs_f64()) as u64
             }
             _ => self.window,
         }
@@ -352,7 +339,6 @@ impl Controller {
         let expected = self.random_loss * settled as f64;
         let lossy = lost as f64 > expected + 3.0 * expected.sqrt() + 2.0;
         self.queued_rounds += u64::from(queued);
-        self.queued_rtt = if queued { self.round_min_rtt } else { None };
         self.lossy_rounds += u64::from(lossy);
         if !queued && settled >= RANDOM_LOSS_MIN_PACKETS {
             let rate = lost as f64 / settled as f64;
