@@ -20,21 +20,19 @@ fn main() {
     let one_way = Duration::from_secs_f64(rtt_ms / 2000.0);
     // A bottleneck queue of one BDP, as a well-sized router buffer.
     let queue = ((rate as f64) * rtt_ms / 1000.0) as u64;
-    println!("link {mbit} Mbit/s (UDP payload bytes), RTT {rtt_ms} ms, queue {queue} B, {mib} MiB per run, loss both ways");
-    println!("loss   goodput_Mbit/s  of_link  lost_stream_MB  resent_MB  resent/lost  spurious  probe_timeouts  congested  exact");
-    for loss in [0.0, 0.01, 0.05, 0.2] {
-        let up = SimLink {
-            rate,
-            queue,
-            loss,
-            delay: one_way,
-            ..SimLink::default()
-        };
+    // Client → server through the rate cap; ACKs back with loss only.
+    let links = |loss: f64| {
         let down = SimLink {
             loss,
             delay: one_way,
             ..SimLink::default()
         };
+        (SimLink { rate, queue, ..down }, down)
+    };
+    println!("link {mbit} Mbit/s (UDP payload bytes), RTT {rtt_ms} ms, queue {queue} B, {mib} MiB per run, loss both ways");
+    println!("loss   goodput_Mbit/s  of_link  lost_stream_MB  resent_MB  resent/lost  spurious  probe_timeouts  congested  exact");
+    for loss in [0.0, 0.01, 0.05, 0.2] {
+        let (up, down) = links(loss);
         let r = transfer(
             UdpConfig::default(),
             up,
@@ -64,18 +62,7 @@ fn main() {
     println!("beside a loss-based flow (window +1 packet per RTT, ×0.7 on loss), same link and queue");
     println!("loss   pfs_Mbit/s  competitor_Mbit/s  competitor_share  congested  exact");
     for loss in [0.0, 0.01] {
-        let up = SimLink {
-            rate,
-            queue,
-            loss,
-            delay: one_way,
-            ..SimLink::default()
-        };
-        let down = SimLink {
-            loss,
-            delay: one_way,
-            ..SimLink::default()
-        };
+        let (up, down) = links(loss);
         let r = transfer_beside(
             UdpConfig::default(),
             up,

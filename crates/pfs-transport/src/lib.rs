@@ -192,6 +192,20 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     }
 }
 
+/// [`Transport::read_ready`] for a stream socket (TCP, Unix): what one
+/// non-blocking `recv` gives, whatever the socket's read timeout.
+pub(crate) fn recv_ready(socket: impl std::os::fd::AsFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    if buf.is_empty() {
+        // recv would return 0, which means end of stream.
+        return Ok(None);
+    }
+    match rustix::net::recv(socket, buf, rustix::net::RecvFlags::DONTWAIT) {
+        Ok((n, _)) => Ok(Some(n)),
+        Err(rustix::io::Errno::AGAIN) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Resolves `addr` (`host:port`): every address it names, at least one.
 pub(crate) fn resolve(addr: &str) -> Result<Vec<std::net::SocketAddr>, TransportError> {
     use std::net::ToSocketAddrs;

@@ -116,17 +116,7 @@ impl Transport for TcpTransport {
     }
 
     fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        if buf.is_empty() {
-            // recv would return 0, which means end of stream.
-            return Ok(None);
-        }
-        // MSG_DONTWAIT: this one call does not block, whatever the socket's
-        // read timeout.
-        match rustix::net::recv(&self.stream, buf, rustix::net::RecvFlags::DONTWAIT) {
-            Ok((n, _)) => Ok(Some(n)),
-            Err(rustix::io::Errno::AGAIN) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        crate::recv_ready(&self.stream, buf)
     }
 
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {

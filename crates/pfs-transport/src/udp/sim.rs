@@ -390,10 +390,9 @@ pub fn transfer_beside(
                     continue;
                 }
             };
-            let p = Datagram { to_server, bytes };
-            if p.to_server {
+            if to_server {
                 if server.is_none() {
-                    if let Ok((h, body)) = PacketHeader::parse(&p.bytes) {
+                    if let Ok((h, body)) = PacketHeader::parse(&bytes) {
                         if h.kind == PacketType::Open {
                             if let Ok(open) = Open::parse(body) {
                                 server = Some(Connection::server(cfg, now, 0x5e7e, &open));
@@ -403,10 +402,10 @@ pub fn transfer_beside(
                     continue;
                 }
                 if let Some(s) = server.as_mut() {
-                    s.handle_datagram(now, &p.bytes);
+                    s.handle_datagram(now, &bytes);
                 }
             } else {
-                client.handle_datagram(now, &p.bytes);
+                client.handle_datagram(now, &bytes);
             }
         }
 
@@ -469,11 +468,6 @@ pub fn transfer_beside(
         competitor_delivered: rival.map_or(0, |r| r.delivered),
         congested_rounds: client.controller().congested_rounds(),
     }
-}
-
-struct Datagram {
-    to_server: bool,
-    bytes: Vec<u8>,
 }
 
 impl CompetitorFlow {
