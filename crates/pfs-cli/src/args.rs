@@ -685,7 +685,9 @@ pub struct ServerAuthArgs {
     /// With it every connection must authenticate.
     #[arg(long, value_name = "FILE")]
     pub authorized_keys: Option<PathBuf>,
-    /// Serve plain (unauthenticated, unencrypted) sessions on a non-loopback address.
+    /// Serve plain (unauthenticated, unencrypted) sessions on a non-loopback address, or on a
+    /// loopback TCP port to every local user (without it a plain loopback TCP server admits only
+    /// its own user and root, as Unix sockets and shared memory do).
     #[arg(long, conflicts_with = "authorized_keys")]
     pub insecure_no_auth: bool,
     /// Pre-shared key file (base64 of 32 bytes) every client must also hold.

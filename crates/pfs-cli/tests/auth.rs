@@ -592,3 +592,63 @@ fn a_plain_sender_may_be_silent_longer_than_the_handshake_timeout() {
     let _ = proxy.join();
     server.finish().expect_code(0, "server");
 }
+
+#[test]
+fn a_plain_loopback_tcp_server_serves_only_its_own_user() {
+    use std::os::unix::process::CommandExt;
+    if !rustix::process::getuid().is_root() {
+        eprintln!("SKIP a_plain_loopback_tcp_server_serves_only_its_own_user: needs root to connect as another user");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = pfs();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--size",
+        "1M",
+        "--max-sessions",
+        "1",
+    ])
+    .env("XDG_CONFIG_HOME", tmp.path());
+    let server = Server::spawn(cmd);
+    let port = server.addr.rsplit(':').next().unwrap().to_string();
+
+    // uid 65534 (nobody) connects and writes: refused before a byte is read.
+    let other = Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{port} && echo garbage >&3 && timeout 10 cat <&3 >/dev/null"
+            ),
+        ])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("bash as nobody");
+    assert!(other.status.code().is_some(), "{other:?}");
+
+    // The server's own user is then served (it counts the one session it runs).
+    let mut send = pfs();
+    send.args([
+        "send",
+        "--to",
+        &server.addr,
+        "--size",
+        "1M",
+        "--grams",
+        "1",
+        "--mode",
+        "offset",
+    ])
+    .env("XDG_CONFIG_HOME", tmp.path());
+    run(send).expect_code(0, "the server's own user");
+    let out = server.finish();
+    out.expect_code(0, "serve");
+    assert!(
+        out.stderr.contains("refused a TCP client of uid 65534"),
+        "the refusal is logged with the uid:\n{}",
+        out.stderr
+    );
+}

@@ -9,6 +9,7 @@
 use std::io::{self, IoSlice};
 use std::time::Duration;
 
+pub mod peer_uid;
 pub mod shm;
 pub mod tcp;
 pub mod udp;

@@ -133,11 +133,30 @@ impl Transport for TcpTransport {
     }
 }
 
+/// Refuses (`PermissionDenied`, which the accept loop skips without delay)
+/// a client whose socket belongs to another user than this process's, root
+/// excepted, or whose socket is not on this host.
+fn check_same_user(peer: SocketAddr, local: SocketAddr) -> io::Result<()> {
+    let me = rustix::process::getuid().as_raw();
+    match crate::peer_uid::tcp_socket_uid(peer, local)? {
+        Some(uid) if uid == me || uid == 0 => Ok(()),
+        Some(uid) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refused a TCP client of uid {uid} from {peer} (this plain server serves only uid {me} and root)"),
+        )),
+        None => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refused a TCP client from {peer}: its socket is not on this host (a plain loopback server serves only local users)"),
+        )),
+    }
+}
+
 /// A listening TCP socket.
 #[derive(Debug)]
 pub struct TcpListener {
     inner: std::net::TcpListener,
     cfg: TcpConfig,
+    same_user: bool,
 }
 
 impl TcpListener {
@@ -160,7 +179,21 @@ impl TcpListener {
             addr: addr.into(),
             source,
         })?;
-        Ok(Self { inner, cfg })
+        Ok(Self {
+            inner,
+            cfg,
+            same_user: false,
+        })
+    }
+
+    /// Accepts only clients owned by this process's user or by root, as the
+    /// Unix and shared-memory listeners do: a plain server on a loopback
+    /// port must not let another local user write through it. The owner is
+    /// read from the kernel's socket diagnostics ([`crate::peer_uid`]), so
+    /// this works only for clients on this host; others are refused.
+    pub fn same_user_only(mut self) -> Self {
+        self.same_user = true;
+        self
     }
 
     /// The bound socket address.
@@ -173,7 +206,10 @@ impl Listener for TcpListener {
     type Conn = TcpTransport;
 
     fn accept(&self) -> io::Result<TcpTransport> {
-        let (stream, _) = self.inner.accept()?;
+        let (stream, peer) = self.inner.accept()?;
+        if self.same_user {
+            check_same_user(peer, stream.local_addr()?)?;
+        }
         TcpTransport::from_stream(stream, &self.cfg)
     }
 

@@ -110,6 +110,14 @@ pub fn client_security(
     }))
 }
 
+/// Whether a TCP server on `listen` takes plain clients only from its own
+/// user (and root): on a loopback port without `--authorized-keys`, unless
+/// `--insecure-no-auth` opens it to every local user. Unix sockets and
+/// shared memory check their peer's uid always.
+pub fn local_users_only(args: &ServerAuthArgs, listen: &str) -> bool {
+    is_loopback(listen) && args.authorized_keys.is_none() && !args.insecure_no_auth
+}
+
 /// A server's admission policy for `listen` (its address as bound).
 pub fn server_admission(
     args: &ServerAuthArgs,
@@ -157,7 +165,17 @@ pub fn server_admission(
         } else {
             None
         };
-    if !remote && args.insecure_no_auth {
+    if transport == TransportArg::Tcp && local_users_only(args, listen) {
+        notes.push(format!(
+            "plain clients on {listen} only of this user or root (--insecure-no-auth: any local user)"
+        ));
+    } else if !remote
+        && args.insecure_no_auth
+        && transport == TransportArg::Tcp
+        && args.authorized_keys.is_none()
+    {
+        tracing::warn!("serving {listen} in clear to any local user (--insecure-no-auth)");
+    } else if !remote && args.insecure_no_auth {
         notes.push(format!(
             "--insecure-no-auth changes nothing on {listen}: it is on this host"
         ));

@@ -95,7 +95,12 @@ pub fn bind_listener(args: &ServeArgs) -> anyhow::Result<AnyListener> {
                 socket_buffer: args.run.sock_buf as usize,
                 ..TcpConfig::default()
             };
-            AnyListener::Tcp(TcpListener::bind(&listen, tcp)?)
+            let listener = TcpListener::bind(&listen, tcp)?;
+            if super::auth::local_users_only(&args.auth, &listen) {
+                AnyListener::Tcp(listener.same_user_only())
+            } else {
+                AnyListener::Tcp(listener)
+            }
         }
         TransportArg::Unix => AnyListener::Unix(UnixListener::bind(Path::new(&listen))?),
         TransportArg::Shm => AnyListener::Shm(ShmListener::bind(Path::new(&listen), &args.transport.shm())?),
@@ -342,6 +347,11 @@ pub(super) fn report_common<O>(
             }
             tracing::warn!(peer = %peer, key = %fp, reason = %reason, "denied");
             Some(exit::AUTH)
+        }
+        // A peer the listener refused (another user's): that peer's doing, not the server's.
+        ServerEvent::AcceptFailed { error } if error.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!("{error}");
+            None
         }
         ServerEvent::AcceptFailed { error } => {
             tracing::error!("accept failed: {error}");
