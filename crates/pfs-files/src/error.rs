@@ -97,6 +97,17 @@ pub enum FilesError {
         source: PathError,
     },
 
+    /// A POSIX ACL attribute from a peer that is not one Linux reads; it
+    /// was not set.
+    #[error("{path}: {source}")]
+    Acl {
+        /// The entry, lossily shown.
+        path: String,
+        /// What is wrong with it.
+        #[source]
+        source: crate::xattr::acl::AclError,
+    },
+
     /// Bad chunk parameters.
     #[error(transparent)]
     Params(#[from] ChunkParamsError),

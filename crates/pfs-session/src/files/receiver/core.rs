@@ -185,7 +185,9 @@ fn store_full(e: StoreError) -> SessionError {
 /// the store filled after the PLAN.
 pub(super) fn store_filled(e: StoreError) -> SessionError {
     match e {
-        StoreError::Full { need, free, capacity } => LimitExceeded::StoreFilled { need, free, capacity }.into(),
+        StoreError::Full { need, free, capacity } => {
+            LimitExceeded::StoreFilled { need, free, capacity }.into()
+        }
         StoreError::NoSpace { need, .. } => LimitExceeded::DiskFull { need }.into(),
         other => LocalError::Store(other).into(),
     }
