@@ -75,11 +75,13 @@ pub mod delete;
 pub mod index;
 pub mod landing;
 pub mod meta;
+pub mod state;
 
 pub use delete::Removed;
 pub use index::{DestIndex, IndexedFile};
 pub use landing::{FileSpec, LandError, Landing, Placement};
 pub use meta::{may_chown, Linked};
+pub use state::StateRepair;
 
 /// The receiver's own directory at the root of a destination (module docs).
 pub const STATE_DIR: &str = ".pfs";
@@ -335,7 +337,7 @@ impl DestRoot {
     }
 
     /// Whether the directory `dir` beneath the root (the root itself for
-    /// `None`) exists and holds any entry besides the state directory: the
+    /// `None`) exists and holds any entry besides a state directory: the
     /// files a sender probes may then be there already. Never follows a
     /// symlink; anything it cannot read counts as empty.
     pub fn has_entries(&self, dir: Option<&RelPath>) -> bool {
@@ -362,7 +364,7 @@ impl DestRoot {
         entries.any(|e| {
             e.is_ok_and(|e| {
                 let name = e.file_name().to_bytes();
-                name != b"." && name != b".." && !(dir.is_none() && name == STATE_DIR.as_bytes())
+                name != b"." && name != b".." && name != STATE_DIR.as_bytes()
             })
         })
     }
