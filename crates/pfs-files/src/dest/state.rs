@@ -72,7 +72,15 @@ impl DestRoot {
         let me = rustix::process::geteuid().as_raw();
         for (rel, dir) in [(STATE_DIR, true), (TEMP_DIR, true), (MANIFEST, false)] {
             let (parent, name) = match rel.rsplit_once('/') {
-                Some((p, n)) => (self.private_dir(p)?, n),
+                // Nothing created here: a destination that has no state yet
+                // (or a read-only one) needs none to be checked.
+                Some((p, n)) => {
+                    match self.open_beneath(p.as_bytes(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()) {
+                        Ok(fd) => (fd, n),
+                        Err(Errno::NOENT) => continue,
+                        Err(e) => return Err(FilesError::io("open", self.path.join(p), e.into())),
+                    }
+                }
                 None => (
                     self.root_dup()
                         .map_err(|e| FilesError::io("open", self.path.clone(), e.into()))?,
@@ -116,8 +124,7 @@ impl DestRoot {
                 None => {}
             }
         }
-        // Made afresh (0700) where something was moved aside.
-        self.private_dir(TEMP_DIR)?;
+        // What was moved aside is made afresh (0700) on first use.
         Ok(done)
     }
 
@@ -168,6 +175,7 @@ mod tests {
             "damaged: refused, never followed"
         );
         let done = root.repair_state_dir().unwrap();
+        assert_eq!(root.remove_stale_temps().unwrap(), 0);
         assert_eq!(
             done.iter().map(|r| (r.path, r.found)).collect::<Vec<_>>(),
             [
@@ -203,6 +211,7 @@ mod tests {
         let done = root.repair_state_dir().unwrap();
         assert_eq!(done.len(), 1, "{done:?}");
         assert_eq!((done[0].path, done[0].found), (STATE_DIR, Found::WrongKind));
+        assert_eq!(root.remove_stale_temps().unwrap(), 0);
         assert!(d.join(".pfs/tmp").is_dir());
         let aside = done[0].moved_to.as_ref().unwrap();
         assert_eq!(fs::read(d.join(aside)).unwrap(), b"not a directory");
