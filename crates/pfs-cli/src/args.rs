@@ -458,7 +458,8 @@ pub struct FileSendArgs {
     /// Extended attributes in the `user.` namespace (rsync's -X; others are never sent).
     #[arg(short = 'X', long, requires = "paths")]
     pub xattrs: bool,
-    /// POSIX ACLs, carried as their system.posix_acl_* attributes (rsync's -A).
+    /// POSIX ACLs, carried as their system.posix_acl_* attributes (rsync's -A); never wider
+    /// than the mode at the receiver, named users/groups only with -o/-g to a root receiver.
     #[arg(short = 'A', long, requires = "paths")]
     pub acls: bool,
     /// Skip paths matching this glob (repeatable; without `/` it matches any file name, like rsync).

@@ -652,3 +652,87 @@ fn a_plain_loopback_tcp_server_serves_only_its_own_user() {
         out.stderr
     );
 }
+
+/// Issue 26: with `dir=tenants` for one key and `dir=tenants/a` for
+/// another, the first wrote into `tenants/a/.pfs` (key a's state), deleted
+/// it with `--delete` and planted `.pfs/tmp -> ../../b`, and key a's sends
+/// failed from then on, across restarts. No path through a `.pfs` is a
+/// sender's; `--delete` leaves every `.pfs`; a state directory damaged
+/// before (by hand here) is repaired at start and logged.
+#[test]
+fn a_key_cannot_touch_the_state_of_a_key_nested_in_its_directory() {
+    let s = setup();
+    let ak = s.authorized(&[
+        format!("{} dir=tenants", public_line(&s.bob)),
+        format!("{} dir=tenants/a", public_line(&s.alice)),
+    ]);
+    let key = Some(s.server_id.as_path());
+    let server = s.serve_keeping(&ak, 4, false);
+    let addr = server.addr.clone();
+    s.send(&addr, Some(&s.alice), key, &[])
+        .expect_code(0, "alice first");
+    let state = s.dest.join("tenants/a/.pfs");
+    assert!(state.join("tmp").is_dir());
+
+    // Bob sends a tree holding `a/.pfs/tmp -> ../../b` and a file in `a/.pfs`.
+    let bob_tree = s.tmp.path().join("bob-tree");
+    fs::create_dir_all(bob_tree.join("a/.pfs")).unwrap();
+    symlink("../../b", bob_tree.join("a/.pfs/tmp")).unwrap();
+    fs::write(bob_tree.join("a/.pfs/manifest"), b"forged").unwrap();
+    fs::write(bob_tree.join("x.txt"), b"x").unwrap();
+    let bob_send = |tree: &Path, extra: &[&str]| {
+        let mut cmd = pfs();
+        cmd.arg("send")
+            .arg(format!("{}/", tree.display()))
+            .args(["--to", &addr, "--json", "--progress", "never", "--cache-dir"])
+            .arg(s.tmp.path().join("cache-bob"))
+            .arg("--identity")
+            .arg(&s.bob)
+            .arg("--server-key")
+            .arg(pfs_auth::public_path(&s.server_id))
+            .args(extra)
+            .env("XDG_CONFIG_HOME", s.tmp.path().join("config"));
+        run(cmd)
+    };
+    let out = bob_send(&bob_tree, &[]);
+    assert_ne!(out.code(), Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("`.pfs`"), "{}", out.stderr);
+    assert!(fs::symlink_metadata(state.join("tmp")).unwrap().is_dir());
+    assert_ne!(
+        fs::read(state.join("manifest")).ok().as_deref(),
+        Some(&b"forged"[..])
+    );
+    // --delete from a tree without `a`: a's files go, its state stays.
+    let clean = s.tmp.path().join("bob-clean");
+    fs::create_dir_all(&clean).unwrap();
+    fs::write(clean.join("x.txt"), b"x").unwrap();
+    bob_send(&clean, &["--delete"]).expect_code(0, "bob --delete");
+    assert!(
+        !s.dest.join("tenants/a/data.bin").exists(),
+        "{:?}",
+        files_under(&s.dest)
+    );
+    assert!(state.join("tmp").is_dir());
+    // Alice is served.
+    s.send(&addr, Some(&s.alice), key, &[])
+        .expect_code(0, "alice after bob");
+    assert!(s.dest.join("tenants/a/data.bin").is_file());
+    drop(server);
+
+    // Damage done before this fix (by hand here): repaired at the next start.
+    let b = s.dest.join("tenants/b");
+    fs::create_dir_all(&b).unwrap();
+    fs::remove_dir_all(state.join("tmp")).unwrap();
+    symlink("../../b", state.join("tmp")).unwrap();
+    let server = s.serve_keeping(&ak, 1, false);
+    s.send(&server.addr, Some(&s.alice), key, &[])
+        .expect_code(0, "alice with a repaired state directory");
+    let log = server.finish();
+    assert!(
+        log.stderr.contains(".pfs/tmp was a symlink; moved aside"),
+        "{}",
+        log.stderr
+    );
+    assert!(fs::symlink_metadata(state.join("tmp")).unwrap().is_dir());
+    assert!(files_under(&b).is_empty(), "{:?}", files_under(&b));
+}

@@ -678,17 +678,32 @@ fn acls_arrive_with_a() {
         return;
     }
     let server = serve(&d);
+    // A named user arrives only where the receiver applies the sender's
+    // owners: it runs as root and the sender sends them (-o -g).
     good(
         &send(
             &d,
             &[&arg(&tree, false)],
             &format!("{}:acl", server.addr),
-            &["-A"],
+            &["-A", "-o", "-g"],
         ),
-        "-A",
+        "-A -o -g",
     );
     let got = getxattr(&d.dest.join("acl/tree/f"), "system.posix_acl_access");
-    assert_eq!(got.as_deref(), Some(&acl[..]), "the ACL (user 4242 r--) arrived");
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(got.as_deref(), Some(&acl[..]), "the ACL (user 4242 r--) arrived");
+    } else {
+        assert_eq!(got, None, "not root: the named user is dropped");
+    }
+    // -A alone: the named user is dropped (its mask folds into the group
+    // entry: a minimal ACL, which is the mode), and the mode stays 0640.
+    good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:a", server.addr), &["-A"]),
+        "-A",
+    );
+    let f = d.dest.join("a/tree/f");
+    assert_eq!(getxattr(&f, "system.posix_acl_access"), None);
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o777, 0o640);
     // -X alone carries user attributes, not ACLs.
     good(
         &send(&d, &[&arg(&tree, false)], &format!("{}:x", server.addr), &["-X"]),

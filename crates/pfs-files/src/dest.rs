@@ -35,9 +35,12 @@
 //! `.pfs` at the root of a destination ([`STATE_DIR`], mode 0700) belongs to
 //! the receiver: its temporary files (`.pfs/tmp/`), and in a destination
 //! without a separate store its chunk index ([`index`]) and manifest. A
-//! peer's path whose first component is `.pfs` is refused
-//! ([`RelPath::is_reserved`]), so nothing a sender writes can land there and
-//! no user file can be mistaken for pfs's own.
+//! peer's path with a `.pfs` component anywhere is refused
+//! ([`RelPath::is_reserved`]: another key's destination, with its own
+//! `.pfs`, may lie beneath this one), so nothing a sender writes can land
+//! there and no user file can be mistaken for pfs's own. What stands in
+//! the way of the state directory is moved aside at start
+//! ([`DestRoot::repair_state_dir`]).
 //!
 //! File content is written to `.pfs/tmp/<random>` (`O_EXCL`, mode 0600) and
 //! renamed into its final directory by [`TempFile::persist`] (a rename within
@@ -54,7 +57,9 @@
 //! directory's mode only narrows ([`DestRoot::set_dir_times_and_mode`]):
 //! the protocol has no "preserve permissions" request, so an existing
 //! directory never gains a bit, and one created for a peer is never group-
-//! or other-writable ([`NEW_DIR_MODE_MAX`], the umask 0022 policy).
+//! or other-writable ([`NEW_DIR_MODE_MAX`], the umask 0022 policy). A
+//! POSIX ACL from a peer is clipped to the mode so set
+//! ([`crate::xattr::acl::clip`], [`DestRoot::set_attrs`]): it never widens it.
 
 use std::collections::hash_map::RandomState;
 use std::fs::{File, Metadata};
@@ -75,11 +80,13 @@ pub mod delete;
 pub mod index;
 pub mod landing;
 pub mod meta;
+pub mod state;
 
 pub use delete::Removed;
 pub use index::{DestIndex, IndexedFile};
 pub use landing::{FileSpec, LandError, Landing, Placement};
 pub use meta::{may_chown, Linked};
+pub use state::StateRepair;
 
 /// The receiver's own directory at the root of a destination (module docs).
 pub const STATE_DIR: &str = ".pfs";
@@ -335,7 +342,7 @@ impl DestRoot {
     }
 
     /// Whether the directory `dir` beneath the root (the root itself for
-    /// `None`) exists and holds any entry besides the state directory: the
+    /// `None`) exists and holds any entry besides a state directory: the
     /// files a sender probes may then be there already. Never follows a
     /// symlink; anything it cannot read counts as empty.
     pub fn has_entries(&self, dir: Option<&RelPath>) -> bool {
@@ -362,7 +369,7 @@ impl DestRoot {
         entries.any(|e| {
             e.is_ok_and(|e| {
                 let name = e.file_name().to_bytes();
-                name != b"." && name != b".." && !(dir.is_none() && name == STATE_DIR.as_bytes())
+                name != b"." && name != b".." && name != STATE_DIR.as_bytes()
             })
         })
     }

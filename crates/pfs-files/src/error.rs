@@ -45,11 +45,10 @@ pub enum PathError {
     /// destination if it should be replaced.
     #[error("a symlink or non-directory is in the way inside the destination; remove it to replace it")]
     NotADirectory,
-    /// The path is in `.pfs` at the root of the destination, the receiver's
-    /// own state ([`crate::dest::STATE_DIR`]).
-    #[error(
-        "`.pfs` at the root of the destination holds the receiver's state; a sender may not write there"
-    )]
+    /// The path has a `.pfs` component: that name holds a receiver's own
+    /// state ([`crate::dest::STATE_DIR`]), at the root of a destination or
+    /// of another key's destination beneath it.
+    #[error("`.pfs` holds a receiver's state (anywhere in a destination); a sender may not write there")]
     Reserved,
     /// A hard link's target is not a regular file (or is the link itself).
     #[error("not a regular file to make a hard link to")]
@@ -95,6 +94,17 @@ pub enum FilesError {
         /// Why it was refused.
         #[source]
         source: PathError,
+    },
+
+    /// A POSIX ACL attribute from a peer that is not one Linux reads; it
+    /// was not set.
+    #[error("{path}: {source}")]
+    Acl {
+        /// The entry, lossily shown.
+        path: String,
+        /// What is wrong with it.
+        #[source]
+        source: crate::xattr::acl::AclError,
     },
 
     /// Bad chunk parameters.

@@ -64,7 +64,7 @@ pub use chunk::{
 };
 pub use dest::{
     check_symlink_target, may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat,
-    LandError, Landing, Linked, ParkedTemp, Placement, Removed, StatCache, TempFile, STATE_DIR,
+    LandError, Landing, Linked, ParkedTemp, Placement, Removed, StatCache, StateRepair, TempFile, STATE_DIR,
 };
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};

@@ -71,10 +71,12 @@ impl RelPath {
         Some(Self(self.0[..i].into()))
     }
 
-    /// Whether the path is inside the receiver's own state directory
-    /// ([`crate::dest::STATE_DIR`]): its first component is `.pfs`.
+    /// Whether the path is or passes through a receiver's state directory
+    /// ([`crate::dest::STATE_DIR`]): any of its components is `.pfs`. Not
+    /// only the root's: a key whose `dir=` holds another key's destination
+    /// would otherwise reach that key's `.pfs`.
     pub fn is_reserved(&self) -> bool {
-        self.components().next() == Some(crate::dest::STATE_DIR.as_bytes())
+        self.components().any(|c| c == crate::dest::STATE_DIR.as_bytes())
     }
 
     /// This path with one more component (or several, if `name` contains `/`).

@@ -7,7 +7,11 @@
 //! as such (their binary form holds numeric user and group ids). Others
 //! (`security.`, `trusted.`, `system.` but the ACLs) are never read nor
 //! written: a `security.capability` from a peer would be as dangerous as
-//! a setuid bit.
+//! a setuid bit. An ACL from a peer is set only as [`acl::clip`] makes
+//! it: it never widens the entry's mode, and names users and groups only
+//! where the receiver applies the sender's owners.
+
+pub mod acl;
 
 use std::io;
 use std::path::Path;

@@ -201,6 +201,16 @@ pub enum LimitExceeded {
         /// The store's capacity.
         capacity: u64,
     },
+    /// The filesystem holding the receiver's store cannot grow it (ENOSPC
+    /// or EDQUOT), below the store's own capacity.
+    #[error(
+        "receiver full: {need} more bytes do not fit on the filesystem holding its store (its \
+         --store-capacity is not reached)"
+    )]
+    DiskFull {
+        /// Bytes the store had to grow by.
+        need: u64,
+    },
 }
 
 /// This side's own failure (not the peer's, not the transport's).

@@ -12,6 +12,11 @@
 //!   covering the files its group's sessions wrote anywhere beneath `DEST`
 //!   (its `dir=` destinations included). Each `dir=` destination has its
 //!   own `.pfs` at its root for its temporary files and manifest.
+//!
+//! Every destination's `.pfs` is checked when its place is first opened,
+//! and what stands in the way of the receiver's state (a symlink, a file)
+//! is moved aside and logged ([`DestRoot::repair_state_dir`]): a damaged
+//! state directory costs a warning, never the key's service.
 //! - **With a store** (`--store DIR`): the unnamed group's store is at the
 //!   root of `--store`, a named group's under `groups/`; manifests are kept
 //!   beside the store (`dest-manifest`, `dest-manifest-<tag>` per `dir=`).
@@ -76,8 +81,10 @@ impl FilesPlaces {
     /// index and manifest under `dest`'s `.pfs`. Returns notes on what
     /// opening them recovered from, for the log.
     pub fn open_dest(dest: Arc<DestRoot>, durable: bool) -> Result<(FilesPlace, Vec<String>), String> {
-        let (index, mut notes) =
+        let mut notes = repair(&dest, None)?;
+        let (index, index_notes) =
             DestIndex::open(dest.clone(), durable).map_err(|e| format!("destination index: {e}"))?;
+        notes.extend(index_notes);
         let (manifest, warning) = dest_manifest(&dest)?;
         notes.extend(warning);
         Ok((
@@ -98,14 +105,16 @@ impl FilesPlaces {
         dir: &Path,
         config: &StoreConfig,
     ) -> Result<(FilesPlace, Vec<String>), String> {
+        let mut notes = repair(&dest, None)?;
         std::fs::create_dir_all(dir).map_err(|e| format!("--store {}: {e}", dir.display()))?;
         let store = Store::open(dir, config).map_err(|e| e.to_string())?;
-        let mut notes: Vec<String> = store
-            .recovery()
-            .notes
-            .iter()
-            .map(|n| format!("store recovery: {n}"))
-            .collect();
+        notes.extend(
+            store
+                .recovery()
+                .notes
+                .iter()
+                .map(|n| format!("store recovery: {n}")),
+        );
         let (manifest, warning) = Manifest::open(dir.join("dest-manifest"));
         notes.extend(warning.map(|w| w.to_string()));
         Ok((
@@ -163,6 +172,10 @@ impl FilesPlaces {
                 .subroot(&rel)
                 .map_err(|e| format!("dir={}: {e}", dir.display()))?,
         );
+        // Before anything uses its state: a key whose `dir=` held this one
+        // could once plant things there (issue 26).
+        let repaired = repair(&d, Some(dir))?;
+        self.warn(repaired);
         let (m, warning) = match &self.keeping {
             Keeping::Dest { .. } => dest_manifest(&d)?,
             Keeping::Store { dir: store_dir, .. } => {
@@ -247,6 +260,18 @@ impl FilesPlaces {
         }
         errors
     }
+}
+
+/// Repairs `dest`'s state directory ([`DestRoot::repair_state_dir`]);
+/// what was repaired, for the log (`dir`: the `dir=` it is, if one).
+fn repair(dest: &DestRoot, dir: Option<&Path>) -> Result<Vec<String>, String> {
+    let shown = || dir.map_or(String::new(), |d| format!("dir={}: ", d.display()));
+    Ok(dest
+        .repair_state_dir()
+        .map_err(|e| format!("{}{e}", shown()))?
+        .into_iter()
+        .map(|r| format!("{}{r}", shown()))
+        .collect())
 }
 
 /// The manifest of a destination kept in its `.pfs`.

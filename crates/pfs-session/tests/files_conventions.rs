@@ -441,3 +441,118 @@ fn only_user_attributes_and_acls_are_written() {
     assert!(get("security.capability").is_err());
     assert!(get("trusted.x").is_err());
 }
+
+/// A FILE for directory `path` (mode 0777) carrying `xattrs` and, if
+/// given, an owner and group.
+fn dir_with_attrs(no: u64, path: &[u8], owner: Option<u32>, xattrs: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut raw = Vec::new();
+    pfs_wire::files::Xattrs::encode(xattrs.iter().copied(), 4096, &mut raw);
+    let mut body = Vec::new();
+    FileEntry {
+        file_no: no,
+        kind: EntryKind::Dir,
+        mode: 0o777,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 0,
+        size: 0,
+        chunk_count: 0,
+        file_hash: [0; 32],
+        path,
+        link_target: &[],
+        held: false,
+        extra: FileExtra {
+            uid: owner,
+            gid: owner,
+            xattrs: pfs_wire::files::Xattrs::parse(&raw).unwrap(),
+            ..FileExtra::default()
+        },
+    }
+    .emit(&mut body);
+    body
+}
+
+/// Issue 26: a POSIX ACL granting `other::rwx` (with a matching mask and a
+/// named user) turned a new directory and an admin's 0700 directory into
+/// 0777, and the user entry gave that user the directory. The ACL is now
+/// clipped to the mode the receiver gave the entry: modes never widen,
+/// named entries come only with the sender's owners applied by root.
+#[test]
+fn an_acl_never_widens_a_directory_nor_names_a_user() {
+    use pfs_files::xattr::acl::{emit, parse, Entry, Tag};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let fx = Fixture::new();
+    let private = fx.dest_dir.join("private");
+    fs::create_dir(&private).unwrap();
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    let e = |tag, perm, id| Entry { tag, perm, id };
+    let wide = emit(&[
+        e(Tag::UserObj, 7, u32::MAX),
+        e(Tag::User, 7, 4242),
+        e(Tag::GroupObj, 7, u32::MAX),
+        e(Tag::Mask, 7, u32::MAX),
+        e(Tag::Other, 7, u32::MAX),
+    ]);
+    let attrs: [(&[u8], &[u8]); 2] = [
+        (b"system.posix_acl_access", &wide),
+        (b"system.posix_acl_default", &wide),
+    ];
+    let mut rx = fx.receiver(FilesReceiverConfig::default());
+    rx.open(0, b"").unwrap();
+    rx.send(FrameType::File, 0, &dir_with_attrs(0, b"private", None, &attrs))
+        .unwrap();
+    rx.send(FrameType::File, 0, &dir_with_attrs(1, b"new", None, &attrs))
+        .unwrap();
+    let (_, _, report, messages) = rx.end();
+    if messages.contains("Operation not supported") {
+        eprintln!("SKIP: the destination's filesystem takes no ACLs: {messages}");
+        return;
+    }
+    assert_eq!(report.files_failed, 0, "{messages}");
+    let mode = |p: &str| fs::metadata(fx.dest_dir.join(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("private"), 0o700, "an existing directory gains no bit");
+    assert_eq!(mode("new"), 0o755, "a new directory gets at most mode & 0755");
+    let acl = |p: &str, name: &str| {
+        let mut buf = [0u8; 256];
+        rustix::fs::getxattr(fx.dest_dir.join(p), name, &mut buf[..])
+            .map(|n| parse(&buf[..n]).expect("an ACL the kernel wrote"))
+    };
+    for dir in ["private", "new"] {
+        for name in ["system.posix_acl_access", "system.posix_acl_default"] {
+            // None, or one that names nobody and grants no more than the mode.
+            if let Ok(entries) = acl(dir, name) {
+                assert!(
+                    !entries.iter().any(|e| e.tag == Tag::User),
+                    "{dir} {name}: {entries:?}"
+                );
+                let other = entries.iter().find(|e| e.tag == Tag::Other).unwrap().perm;
+                assert_eq!(u32::from(other), mode(dir) & 7, "{dir} {name}: {entries:?}");
+            }
+        }
+    }
+    assert!(fs::metadata(&private).unwrap().uid() == 0 || !pfs_files::may_chown());
+
+    // A legitimate ACL: the sender's owners applied by root keep a named
+    // user, bounded by the group class; the mode still does not widen.
+    if !pfs_files::may_chown() {
+        eprintln!("SKIP (named entries part): not root");
+        return;
+    }
+    let reader = emit(&[
+        e(Tag::UserObj, 7, u32::MAX),
+        e(Tag::User, 5, 4242),
+        e(Tag::GroupObj, 5, u32::MAX),
+        e(Tag::Mask, 7, u32::MAX),
+        e(Tag::Other, 0, u32::MAX),
+    ]);
+    let mut rx = fx.receiver(FilesReceiverConfig::default());
+    rx.open(0, b"").unwrap();
+    let attrs: [(&[u8], &[u8]); 1] = [(b"system.posix_acl_access", &reader)];
+    rx.send(FrameType::File, 0, &dir_with_attrs(0, b"shared", Some(0), &attrs))
+        .unwrap();
+    let (_, _, report, messages) = rx.end();
+    assert_eq!(report.files_failed, 0, "{messages}");
+    let entries = acl("shared", "system.posix_acl_access").expect("an extended ACL");
+    assert!(entries.contains(&e(Tag::User, 5, 4242)), "{entries:?}");
+    assert!(entries.contains(&e(Tag::Mask, 5, u32::MAX)), "{entries:?}");
+    assert_eq!(mode("shared"), 0o750);
+}

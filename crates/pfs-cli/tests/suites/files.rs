@@ -1326,3 +1326,101 @@ fn a_file_rewritten_with_its_size_and_mtime_kept_is_sent_as_it_is_now() {
     assert_eq!(fs::read(fresh.dest.join("t/c.txt")).expect("c.txt"), b"small");
     assert!(temp_files(&fresh.dest).is_empty());
 }
+
+// ---------------------------------------------------------------------------
+// A full store's filesystem (root: a small tmpfs mounted here)
+
+/// A tmpfs of `mib` MiB mounted in a temporary directory, unmounted on
+/// drop; `None` (SKIP printed) when not root or mounting fails.
+struct SmallFs {
+    mnt: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(mib: u64) -> Option<Self> {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIP: not root (mounting a small tmpfs needs root)");
+            return None;
+        }
+        let mnt = tempfile::tempdir().expect("mount point");
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "pfs-test"])
+            .arg(mnt.path())
+            .output()
+            .expect("mount");
+        if !out.status.success() {
+            eprintln!(
+                "SKIP: cannot mount a tmpfs here: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(Self { mnt })
+    }
+
+    fn path(&self) -> &Path {
+        self.mnt.path()
+    }
+
+    /// Bytes free for an unprivileged writer.
+    fn free(&self) -> u64 {
+        let st = rustix::fs::statvfs(self.path()).expect("statvfs");
+        st.f_bavail * st.f_frsize
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.mnt.path()).status();
+    }
+}
+
+/// Re-sending a 20 MB file the store already holds, with less than 20 MB
+/// free on the store's filesystem: nothing new is needed, so nothing may
+/// fail (docs/wire.md §10.5: space for the bytes the PLAN has not chunked
+/// yet is taken as their chunks arrive). Issue 26 item 11.
+#[test]
+fn a_held_file_is_sent_again_onto_a_nearly_full_store() {
+    const SIZE: usize = 20_000_000;
+    let Some(fs_) = SmallFs::mount(48) else {
+        return;
+    };
+    let d = dirs();
+    let store = fs_.path().join("store");
+    let data = random_bytes(91, SIZE);
+    write(&d.src.join("big.bin"), &data);
+    let mut extra = vec!["--max-sessions", "3"];
+    if !STORE {
+        extra.extend(["--store", store.to_str().expect("utf-8 path")]);
+    }
+    let server = serve(&store, &d.dest, &extra);
+    good(
+        &send(&[&d.src.join("big.bin")], &format!("{}:first", server.addr), &d.cache, &[]),
+        "first send",
+    );
+    // Leave 19 MB free: less than the file, more than the store needs.
+    let free = fs_.free();
+    assert!(free > 19_000_000, "the tmpfs has {free} bytes free after the first send");
+    let filler = fs_.path().join("filler");
+    write(&filler, &vec![0u8; (free - 19_000_000) as usize]);
+    let free = fs_.free();
+    assert!(free < SIZE as u64, "{free} bytes free");
+    // A sender that has not chunked the file yet (a fresh cache): it
+    // counts it in `pending_bytes`.
+    let fresh_cache = d.cache.with_file_name("cache2");
+    let v = good(
+        &send(&[&d.src.join("big.bin")], &format!("{}:second", server.addr), &fresh_cache, &[]),
+        "a held file sent again",
+    );
+    assert_eq!(num(&v, "/receiver/files_written"), 1, "{v:#}");
+    assert_eq!(fs::read(d.dest.join("second/big.bin")).expect("second copy"), data);
+    // And a legitimate new file that fits still lands.
+    let small = random_bytes(92, 1_000_000);
+    write(&d.src.join("new.bin"), &small);
+    good(
+        &send(&[&d.src.join("new.bin")], &format!("{}:third", server.addr), &fresh_cache, &[]),
+        "a new file that fits",
+    );
+    assert_eq!(fs::read(d.dest.join("third/new.bin")).expect("third"), small);
+    server.finish();
+}

@@ -7,10 +7,11 @@
 //! time, so a tree of any depth costs two descriptors and a link planted
 //! anywhere (even during the removal) is removed as a link, never entered.
 //!
-//! Whatever the caller keeps, the receiver's own state is never removed:
-//! the `.pfs` directory at the root ([`super::STATE_DIR`], where a sender
-//! may not write either: [`RelPath::is_reserved`]), which also holds the
-//! temporary files of transfers in flight.
+//! Whatever the caller keeps, a receiver's state is never removed: no
+//! entry named `.pfs` ([`super::STATE_DIR`], where a sender may not write
+//! either: [`RelPath::is_reserved`]) at any depth — the root's, which holds
+//! the temporary files of transfers in flight, or that of another key's
+//! `dir=` destination beneath this one. A directory left holding one stays.
 
 use std::os::fd::OwnedFd;
 
@@ -76,9 +77,6 @@ impl DestRoot {
         };
         let names = read_names(&fd).map_err(|e| failed("read directory", e))?;
         for (name, ft) in names {
-            if dir.is_none() && name == STATE_DIR.as_bytes() {
-                continue;
-            }
             let child = match dir {
                 Some(d) => d.join(&name),
                 None => RelPath::parse(&name),
@@ -115,8 +113,13 @@ impl DestRoot {
             if emptied {
                 if !dry_run {
                     let parent = self.parent_dir(&d)?;
-                    unlink(&parent, d.file_name(), AtFlags::REMOVEDIR)
-                        .map_err(|e| dest_err("remove directory", &d, e))?;
+                    match unlink(&parent, d.file_name(), AtFlags::REMOVEDIR) {
+                        Ok(()) => {}
+                        // It holds a state directory (or gained an entry
+                        // since it was listed): it stays.
+                        Err(Errno::NOTEMPTY | Errno::EXIST) => continue,
+                        Err(e) => return Err(dest_err("remove directory", &d, e)),
+                    }
                 }
                 removed(&d, Removed::Dir);
                 continue;
@@ -165,8 +168,8 @@ fn unlink(dir: &OwnedFd, name: &[u8], flags: AtFlags) -> Result<(), Errno> {
     }
 }
 
-/// The entries of the open directory `dir` (not `.`, `..` or a temporary
-/// file of a transfer in flight) with their types, symlinks not followed,
+/// The entries of the open directory `dir` (not `.`, `..` or a state
+/// directory, which holds the temporary files of transfers in flight) with their types, symlinks not followed,
 /// sorted by name (what is removed is reported in a stable order).
 fn read_names(dir: &OwnedFd) -> Result<Vec<(Vec<u8>, FileType)>, Errno> {
     let readable = rfs::openat(
@@ -180,7 +183,7 @@ fn read_names(dir: &OwnedFd) -> Result<Vec<(Vec<u8>, FileType)>, Errno> {
     while let Some(ent) = entries.read() {
         let ent = ent?;
         let name = ent.file_name().to_bytes();
-        if name == b"." || name == b".." {
+        if name == b"." || name == b".." || name == STATE_DIR.as_bytes() {
             continue;
         }
         let ft = match ent.file_type() {
@@ -259,22 +262,29 @@ mod tests {
     }
 
     #[test]
-    fn the_state_directory_at_the_root_stays() {
+    fn state_directories_stay_at_any_depth() {
         let t = tempfile::tempdir().unwrap();
         let d = t.path();
         fs::create_dir_all(d.join(".pfs/state")).unwrap();
-        fs::create_dir_all(d.join("x/.pfs")).unwrap();
+        // Another key's `dir=` destination beneath this one (issue 26).
+        fs::create_dir_all(d.join("x/a/.pfs/tmp")).unwrap();
+        fs::write(d.join("x/a/file"), b"f").unwrap();
+        fs::create_dir_all(d.join("z/sub")).unwrap();
         fs::write(d.join("y"), b"y").unwrap();
         let root = DestRoot::open(d).unwrap();
         let did = delete(&root, None, &[], false);
-        assert_eq!(did, ["x/.pfs Dir", "x Dir", "y File"]);
+        // x/a and x keep the state directory, so they stay, unreported.
+        assert_eq!(did, ["x/a/file File", "y File", "z/sub Dir", "z Dir"]);
         assert!(d.join(".pfs/state").is_dir());
+        assert!(d.join("x/a/.pfs/tmp").is_dir());
+        assert!(delete(&root, Some("x/a"), &[], false).is_empty());
+        assert!(d.join("x/a/.pfs/tmp").is_dir());
         // Nor is anything inside it, whatever directory is named.
         assert!(delete(&root, Some(".pfs"), &[], false).is_empty());
         assert!(delete(&root, Some(".pfs/state"), &[], false).is_empty());
         assert!(d.join(".pfs/state").is_dir());
         assert!(rel(".pfs").is_reserved() && rel(".pfs/x").is_reserved());
-        assert!(!rel("x/.pfs").is_reserved() && !rel(".pfsx").is_reserved());
+        assert!(rel("x/.pfs").is_reserved() && !rel(".pfsx").is_reserved());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use rustix::io::Errno;
 use super::{dest_err, file_id, path_err, temp_name, DestRoot};
 use crate::error::{FilesError, PathError};
 use crate::path::RelPath;
-use crate::xattr::XattrScope;
+use crate::xattr::{acl, XattrScope, ACL_ACCESS, ACL_DEFAULT};
 
 /// Whether this process may give entries another owner (it runs as root):
 /// owner and group from a sender are applied only then, as rsync does.
@@ -38,6 +38,13 @@ impl DestRoot {
     /// not written again (each write changes the entry's ctime, which the
     /// receiver's manifest keys on). Changing the owner needs root
     /// (`CAP_CHOWN`); the caller decides whether to ask.
+    ///
+    /// A POSIX ACL is set as [`acl::clip`] makes it: no entry gets a bit
+    /// the entry's mode (as set before this call) does not have, so the
+    /// mode never widens; named users are kept only when this process runs
+    /// as root and `uid` is given (the sender's owners are applied), named
+    /// groups likewise with `gid`. An ACL Linux would not read is
+    /// [`FilesError::Acl`] and not set.
     pub fn set_attrs<'x>(
         &self,
         rel: &RelPath,
@@ -75,8 +82,34 @@ impl DestRoot {
             Err(Errno::LOOP) => return Ok(()),
             Err(e) => return Err(dest_err("open", rel, e)),
         };
+        // ACLs are clipped to the mode the receiver gave the entry (module docs).
+        let mode = rfs::fstat(&fd).map_err(|e| dest_err("stat", rel, e))?.st_mode & 0o777;
+        let root = may_chown();
+        let clip = acl::Clip {
+            mode,
+            named_users: root && uid.is_some(),
+            named_groups: root && gid.is_some(),
+        };
         let mut current = Vec::new();
         for (n, v) in xattrs {
+            let clipped;
+            let v = if n == ACL_ACCESS || n == ACL_DEFAULT {
+                clipped = acl::clip(v, clip).map_err(|source| FilesError::Acl {
+                    path: rel.to_string(),
+                    source,
+                })?;
+                // A minimal access ACL is a mode: the kernel keeps no
+                // attribute for it, so one equal to the mode is no change.
+                if n == ACL_ACCESS
+                    && acl::minimal_mode(&clipped) == Some(mode)
+                    && rfs::fgetxattr(&fd, n, &mut [0u8; 0][..]) == Err(Errno::NODATA)
+                {
+                    continue;
+                }
+                &clipped[..]
+            } else {
+                v
+            };
             // One byte more than the value: a longer one cannot look equal.
             current.resize(v.len() + 1, 0);
             if rfs::fgetxattr(&fd, n, &mut current[..]).is_ok_and(|len| current[..len] == *v) {

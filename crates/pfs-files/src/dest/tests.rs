@@ -231,8 +231,11 @@ fn stale_temps_are_removed_and_user_files_never() {
 fn reserved_paths() {
     assert!(rp(".pfs").is_reserved());
     assert!(rp(".pfs/tmp/x").is_reserved());
-    assert!(!rp("a/.pfs").is_reserved());
+    // Anywhere: another key's `dir=` destination may be beneath this one.
+    assert!(rp("a/.pfs").is_reserved());
+    assert!(rp("tenants/a/.pfs/tmp").is_reserved());
     assert!(!rp(".pfsx").is_reserved());
+    assert!(!rp("a/x.pfs/b").is_reserved());
 }
 
 #[test]

@@ -171,6 +171,28 @@ pub(super) fn malformed(context: &'static str) -> impl FnOnce(pfs_wire::WireErro
     move |error| SessionError::Malformed { context, error }
 }
 
+/// A reservation for the PLAN refused: `LIMIT` naming the numbers when the
+/// store or its filesystem is full (§10.5), this side's failure otherwise.
+fn store_full(e: StoreError) -> SessionError {
+    match e {
+        StoreError::Full { need, free, capacity } => LimitExceeded::StoreFull { need, free, capacity }.into(),
+        StoreError::NoSpace { need, .. } => LimitExceeded::DiskFull { need }.into(),
+        other => LocalError::Store(other).into(),
+    }
+}
+
+/// A reservation grown during the stream refused: as [`store_full`], but
+/// the store filled after the PLAN.
+pub(super) fn store_filled(e: StoreError) -> SessionError {
+    match e {
+        StoreError::Full { need, free, capacity } => {
+            LimitExceeded::StoreFilled { need, free, capacity }.into()
+        }
+        StoreError::NoSpace { need, .. } => LimitExceeded::DiskFull { need }.into(),
+        other => LocalError::Store(other).into(),
+    }
+}
+
 impl FilesReceiver {
     /// A session awaiting FILES_HELLO, started at `now`.
     pub fn new(cfg: &FilesReceiverConfig, now: Instant) -> Result<Self, SessionError> {
@@ -744,20 +766,25 @@ impl FilesReceiver {
             }
             .into());
         }
-        // Files not chunked yet (`pending_bytes`) may be mostly held
-        // already: they refuse nothing, but get room reserved while there is
-        // some. One session holds at most its share reserved; the rest is
-        // reserved as bytes arrive (take_literal grows it).
+        // Only `literal_bytes` must fit (§10.5). Files not chunked yet
+        // (`pending_bytes`) may be mostly held already: they refuse nothing,
+        // and get room reserved up front only while the store's filesystem
+        // has it (one session holds at most its share reserved); the rest
+        // is reserved as their new bytes arrive (take_literal grows it).
+        let limit = self.reservation_limit(info.capacity);
         let want = plan
             .literal_bytes
-            .saturating_add(plan.pending_bytes.min(info.free - plan.literal_bytes));
-        let reserved = want.min(self.reservation_limit(info.capacity));
-        host.reserve(reserved).map_err(|e| match e {
-            StoreError::Full { need, free, capacity } => {
-                LimitExceeded::StoreFull { need, free, capacity }.into()
+            .saturating_add(plan.pending_bytes.min(info.free - plan.literal_bytes))
+            .min(limit);
+        let needed = plan.literal_bytes.min(limit);
+        let reserved = match host.reserve(want) {
+            Ok(()) => want,
+            Err(_) if want > needed => {
+                host.reserve(needed).map_err(store_full)?;
+                needed
             }
-            other => SessionError::from(LocalError::Store(other)),
-        })?;
+            Err(e) => return Err(store_full(e)),
+        };
         self.appended = 0;
         let ack = PlanAck {
             reserved,

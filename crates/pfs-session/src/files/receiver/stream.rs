@@ -7,14 +7,14 @@
 use std::io::IoSlice;
 
 use pfs_files::{FileHasher, FileSpec, LandError, Placement, RelPath};
-use pfs_store::{ChunkLoc, StoreError};
+use pfs_store::ChunkLoc;
 use pfs_wire::files::{
     parse_chunks, ChunkData, ChunkEntry, EntryKind, FileDone, FileDrop, FileEntry, Hash, FLAG_LAST,
     MAX_REPORT_TEXT,
 };
 use pfs_wire::FrameType;
 
-use super::core::{malformed, FilesReceiver};
+use super::core::{malformed, store_filled, FilesReceiver};
 use super::host::{Copied, FilesHost, Lent};
 use super::COMMIT_EVERY_CHUNKS;
 use crate::error::{LimitExceeded, LocalError};
@@ -611,12 +611,7 @@ impl FilesReceiver {
             self.commit(host)?;
             host.reserve(len.max(GROW_STEP))
                 .or_else(|_| host.reserve(len))
-                .map_err(|e| match e {
-                    StoreError::Full { need, free, capacity } => {
-                        SessionError::from(LimitExceeded::StoreFilled { need, free, capacity })
-                    }
-                    other => LocalError::Store(other).into(),
-                })?;
+                .map_err(store_filled)?;
         }
         let place = match self.current.as_ref() {
             Some(Current {
