@@ -22,8 +22,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use pfs_wire::datagram::{
-    close_code, emit_ack_range, AckHead, Close, DataHead, Open, PacketHeader, PacketType, ACK_HEAD_LEN,
-    ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM, MIN_DATAGRAM, OPEN_LEN, PACKET_HEADER_LEN,
+    close_code, emit_ack_range, AckHead, Close, DataHead, Open, OpenRequest, PacketHeader, PacketType, Retry,
+    Token, ACK_HEAD_LEN, ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM, MIN_DATAGRAM, OPEN_LEN,
+    OPEN_REQUEST_LEN, PACKET_HEADER_LEN,
 };
 
 use super::cc::{Controller, RateSample};
@@ -119,6 +120,9 @@ impl std::fmt::Display for ConnError {
                 close_code::TIMEOUT => {
                     f.write_str("the UDP peer closed the connection: it timed out waiting for us")
                 }
+                close_code::BUSY => f.write_str(
+                    "the UDP server refused the connection: it holds too many (from this address or in all)",
+                ),
                 other => write!(f, "the UDP peer closed the connection (code {other})"),
             },
             Self::Protocol(what) => write!(f, "UDP protocol error from the peer: {what}"),
@@ -240,6 +244,8 @@ pub struct Connection {
     next_number: u64,
     opened_at: Instant,
     open_resend_at: Instant,
+    /// Client: the address token of the listener's last RETRY, echoed in OPEN.
+    token: Option<Token>,
     last_recv: Instant,
     last_sent: Instant,
     /// When an ACK last acknowledged something new, or nothing was in flight.
@@ -308,6 +314,7 @@ impl Connection {
             next_number: 0,
             opened_at: now,
             open_resend_at: now,
+            token: None,
             last_recv: now,
             last_sent: now,
             last_progress: now,
@@ -580,7 +587,16 @@ impl Connection {
                 self.ack_now = true;
                 false
             }
-            (PacketType::Open | PacketType::OpenAck, _) => false,
+            (PacketType::Retry, State::Opening) if ours => self.on_retry(now, body),
+            // The listener refused us (BUSY): no use repeating OPEN.
+            (PacketType::Close, State::Opening) if ours => match Close::parse(body) {
+                Ok(close) => {
+                    self.fail(ConnError::PeerClosed(close.code), None);
+                    true
+                }
+                Err(_) => false,
+            },
+            (PacketType::Open | PacketType::OpenAck | PacketType::Retry, _) => false,
             (_, State::Opening) => false,
             (PacketType::Data, _) if ours => self.on_data(now, header.number, body),
             (PacketType::Ack, _) if ours => self.on_ack(now, header.number, body),
@@ -604,6 +620,22 @@ impl Connection {
         } else {
             self.stats.packets_ignored += 1;
         }
+    }
+
+    /// The listener wants proof of our address: OPEN goes out again at
+    /// once with its token. A later RETRY (the token expired on a slow
+    /// path) replaces it; the connect timeout bounds the exchange.
+    fn on_retry(&mut self, now: Instant, body: &[u8]) -> bool {
+        let Ok(retry) = Retry::parse(body) else {
+            return false;
+        };
+        if self.token == Some(retry.token) {
+            // A copy: the OPEN with this token is out already.
+            return false;
+        }
+        self.token = Some(retry.token);
+        self.open_resend_at = now;
+        true
     }
 
     fn on_open_ack(&mut self, now: Instant, number: u64, body: &[u8]) -> bool {
@@ -920,7 +952,12 @@ impl Connection {
             }
             _ => {}
         }
-        min(Some(self.last_sent + self.cfg.keepalive));
+        if self.state == State::Open {
+            // Only an open connection sends keepalives: before the client's
+            // first packet nothing may be sent, and a keepalive deadline
+            // that nothing moves would make the driver spin.
+            min(Some(self.last_sent + self.cfg.keepalive));
+        }
         if self.in_flight > 0 || !self.resend.is_empty() {
             min(Some(self.last_progress + self.cfg.idle_timeout));
         }
@@ -1017,17 +1054,21 @@ impl Connection {
                 } else {
                     self.opened_at + self.cfg.connect_timeout
                 };
-                let (kind, conn) = if self.state == State::Opening {
-                    (PacketType::Open, 0)
-                } else {
-                    (PacketType::OpenAck, self.peer_id)
-                };
-                buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(kind, conn));
                 let open = Open {
                     conn: self.local_id,
                     max_datagram: self.cfg.max_datagram,
                     window: self.window_limit(),
                 };
+                if self.state == State::Opening {
+                    buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Open, 0));
+                    let req = OpenRequest {
+                        open,
+                        token: self.token,
+                    };
+                    buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + OPEN_REQUEST_LEN].copy_from_slice(&req.emit());
+                    return Some(PACKET_HEADER_LEN + OPEN_REQUEST_LEN);
+                }
+                buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::OpenAck, self.peer_id));
                 buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + OPEN_LEN].copy_from_slice(&open.emit());
                 return Some(PACKET_HEADER_LEN + OPEN_LEN);
             }

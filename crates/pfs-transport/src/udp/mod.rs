@@ -3,6 +3,8 @@
 //! so the gram and files protocols run over it unchanged
 //! (`--transport udp`). Datagram format: `docs/wire.md` §14.
 //!
+//! - [`admit`]: the listener's stateless address validation (RETRY
+//!   tokens) and its connection limits;
 //! - [`conn`]: the sans-I/O connection core (reliability, flow control,
 //!   pacing), driven by datagrams and `now`;
 //! - [`cc`]: congestion control, rate and delay based (after BBR);
@@ -12,6 +14,7 @@
 //! - `driver`: sockets, batching (`sendmmsg` + GSO, `recvmmsg` + GRO), the
 //!   I/O thread, [`UdpTransport`] and [`UdpListener`].
 
+pub mod admit;
 pub mod cc;
 pub mod conn;
 mod driver;
