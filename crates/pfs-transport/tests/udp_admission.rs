@@ -3,8 +3,8 @@
 //! echoes its token is admitted; every half-open or dead state ends with
 //! an error that is not a timeout, at a bounded CPU cost; no deadline the
 //! core reports stays in the past. CPU is measured with getrusage
-//! (generous bounds), never wall-clock time. The real-socket tests run one
-//! at a time (process CPU is shared by the tests of this binary).
+//! (generous bounds), never wall-clock time. The tests run one at a time:
+//! process CPU and RSS are shared by the tests of this binary.
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
@@ -13,13 +13,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pfs_transport::udp::admit::{Admission, MAX_PER_SOURCE};
-use pfs_transport::udp::{Connection, ReadOutcome, UdpConfig};
+use pfs_transport::udp::{Connection, ReadOutcome, RecvBudget, UdpConfig, INITIAL_RECV_BUFFER};
 use pfs_transport::{Listener, Transport, UdpListener, UdpTransport};
 use pfs_wire::datagram::{
     close_code, OpenRequest, PacketHeader, PacketType, Retry, OPEN_REQUEST_LEN, PACKET_HEADER_LEN, TOKEN_LEN,
 };
 
-/// The real-socket tests share the process's CPU counters: one at a time.
+/// The tests share the process's CPU and RSS counters: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -345,7 +345,7 @@ fn a_source_over_its_cap_is_told_busy_and_others_still_get_in() {
     );
     // A client core that is refused fails at once with the reason.
     let l2 = UdpTransport::connect(&s.addr.to_string(), &quick());
-    let err = l2.err().expect("refused while the address is at its cap");
+    let err = l2.expect_err("refused while the address is at its cap");
     assert!(err.to_string().contains("too many"), "{err}");
     // Another source address is not held back by 127.0.0.1's cap: its
     // OPEN with a token is admitted.
@@ -497,6 +497,7 @@ fn timers_move_forward(name: &str, c: &mut Connection, mut now: Instant) -> usiz
 
 #[test]
 fn every_state_reports_a_deadline_that_moves() {
+    let _g = serial();
     let cfg = UdpConfig::default();
     let t0 = Instant::now();
     let open = pfs_wire::datagram::Open {
@@ -577,6 +578,7 @@ fn every_state_reports_a_deadline_that_moves() {
 
 #[test]
 fn the_opening_with_a_token_completes_in_the_cores() {
+    let _g = serial();
     let cfg = UdpConfig::default();
     let t0 = Instant::now();
     let adm = Admission::new(t0).unwrap();
@@ -617,4 +619,138 @@ fn the_opening_with_a_token_completes_in_the_cores() {
     let n = server.poll_transmit(t0, &mut out).unwrap();
     client.handle_datagram(t0, &out[..n]);
     assert!(client.is_established());
+}
+
+fn data_packet(conn: u32, number: u64, offset: u64, bytes: &[u8]) -> Vec<u8> {
+    let mut p = PacketHeader {
+        kind: PacketType::Data,
+        conn,
+        number,
+    }
+    .emit()
+    .to_vec();
+    p.extend_from_slice(
+        &pfs_wire::datagram::DataHead {
+            offset,
+            len: bytes.len() as u16,
+            fin: false,
+        }
+        .emit(),
+    );
+    p.extend_from_slice(bytes);
+    p
+}
+
+#[test]
+fn a_peer_that_leaves_byte_0_out_gets_the_first_buffer_only() {
+    let _g = serial();
+    let cfg = UdpConfig::default();
+    let t0 = Instant::now();
+    let open = pfs_wire::datagram::Open {
+        conn: 1,
+        max_datagram: 1472,
+        window: 1 << 20,
+    };
+    let mut server = Connection::server(cfg, t0, 2, &open);
+    let budget = RecvBudget::new(64 << 20);
+    server.set_recv_budget(budget.clone());
+    assert_eq!(server.recv_buffer(), INITIAL_RECV_BUFFER);
+    // Everything but byte 0, up to the window announced, then keep reading.
+    let chunk = [0x33u8; 1400];
+    let mut offset = 1u64;
+    let mut number = 1;
+    let mut out = vec![0u8; 2048];
+    while offset + chunk.len() as u64 <= INITIAL_RECV_BUFFER as u64 {
+        server.handle_datagram(t0, &data_packet(2, number, offset, &chunk));
+        number += 1;
+        offset += chunk.len() as u64;
+        assert!(matches!(server.read(&mut out), ReadOutcome::Blocked));
+        while server.poll_transmit(t0, &mut out).is_some() {}
+    }
+    assert!(server.error().is_none());
+    assert_eq!(
+        server.recv_buffer(),
+        INITIAL_RECV_BUFFER,
+        "grew on out-of-order bytes"
+    );
+    assert_eq!(budget.held(), INITIAL_RECV_BUFFER);
+    // Past the window announced: a protocol error, not more memory.
+    server.handle_datagram(t0, &data_packet(2, number, INITIAL_RECV_BUFFER as u64, &chunk));
+    assert!(server
+        .error()
+        .is_some_and(|e| e.to_string().contains("beyond the window")));
+    drop(server);
+    assert_eq!(budget.held(), 0, "a dropped connection gives its buffer back");
+}
+
+/// Moves one core's datagrams into the other until the client's stream
+/// is read whole; returns the bytes read.
+fn exchange(client: &mut Connection, server: &mut Connection, total: usize) -> usize {
+    let mut now = Instant::now();
+    let mut out = vec![0u8; 2048];
+    let mut read = vec![0u8; 1 << 16];
+    let mut got = 0;
+    let data = vec![0x5au8; 1 << 16];
+    let mut written = 0;
+    for _ in 0..1_000_000 {
+        while written < total {
+            let n = client.write(&data[..(total - written).min(data.len())]);
+            if n == 0 {
+                break;
+            }
+            written += n;
+        }
+        while let Some(n) = client.poll_transmit(now, &mut out) {
+            server.handle_datagram(now, &out[..n]);
+        }
+        while let ReadOutcome::Data(n) = server.read(&mut read) {
+            got += n;
+        }
+        while let Some(n) = server.poll_transmit(now, &mut out) {
+            client.handle_datagram(now, &out[..n]);
+        }
+        if got == total {
+            return got;
+        }
+        now += Duration::from_micros(200);
+        client.handle_timeout(now);
+        server.handle_timeout(now);
+    }
+    panic!("the exchange stalled at {got} of {total} bytes");
+}
+
+fn opened_pair(cfg: UdpConfig) -> (Connection, Connection) {
+    let t0 = Instant::now();
+    let mut client = Connection::client(cfg, t0, 1);
+    let mut out = vec![0u8; 2048];
+    let n = client.poll_transmit(t0, &mut out).unwrap();
+    let (_, body) = PacketHeader::parse(&out[..n]).unwrap();
+    let req = OpenRequest::parse(body).unwrap();
+    let mut server = Connection::server(cfg, t0, 2, &req.open);
+    let n = server.poll_transmit(t0, &mut out).unwrap();
+    client.handle_datagram(t0, &out[..n]);
+    assert!(client.is_established());
+    (client, server)
+}
+
+#[test]
+fn the_receive_buffer_grows_with_in_order_reads_within_the_budget() {
+    let _g = serial();
+    let cfg = UdpConfig::default();
+    let (mut client, mut server) = opened_pair(cfg);
+    assert_eq!(exchange(&mut client, &mut server, 8 << 20), 8 << 20);
+    assert_eq!(
+        server.recv_buffer(),
+        cfg.recv_window,
+        "grew to the configured window"
+    );
+    // The same under a listener's budget of 1 MiB: no further.
+    let budget = RecvBudget::new(1 << 20);
+    let (mut client, mut server) = opened_pair(cfg);
+    server.set_recv_budget(budget.clone());
+    assert_eq!(exchange(&mut client, &mut server, 8 << 20), 8 << 20);
+    assert_eq!(server.recv_buffer(), 1 << 20);
+    assert_eq!(budget.held(), 1 << 20);
+    drop(server);
+    assert_eq!(budget.held(), 0);
 }

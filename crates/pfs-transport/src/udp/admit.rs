@@ -26,6 +26,11 @@ pub const TOKEN_LIFETIME: Duration = Duration::from_secs(20);
 pub const MAX_PER_SOURCE: usize = 64;
 /// Live connections a listener holds in all.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// Receive-buffer bytes a listener's connections hold together: a buffer
+/// grows only within it (each connection's first
+/// [`INITIAL_RECV_BUFFER`](super::conn::INITIAL_RECV_BUFFER) is granted
+/// regardless). 32 connections at the full 32 MiB window.
+pub const RECV_BUDGET: usize = 1 << 30;
 
 /// Why a token is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

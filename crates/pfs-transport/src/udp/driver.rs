@@ -40,13 +40,15 @@ use pfs_wire::datagram::{
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
 use rustix::net::SendFlags;
 
-use super::admit::{Admission, MAX_CONNECTIONS, MAX_PER_SOURCE};
-use super::conn::{Connection, ReadOutcome, UdpConfig, UdpStats};
+use super::admit::{Admission, MAX_CONNECTIONS, MAX_PER_SOURCE, RECV_BUDGET};
+use super::conn::{Connection, ReadOutcome, RecvBudget, UdpConfig, UdpStats};
 use crate::{Listener, Transport, TransportError};
 
 /// Datagrams one turn of the I/O thread may send.
 pub const BATCH: usize = 256;
-/// Receive buffers per `recvmmsg`.
+/// Receive buffers per `recvmmsg`, at most. A connection starts with
+/// one and doubles them each time a batch fills all it has, so a
+/// connection that carries little holds 64 KiB, not 1 MiB.
 const RECV_BUFFERS: usize = 16;
 /// Size of one receive buffer: room for a GRO train.
 const RECV_BUFFER: usize = 65536;
@@ -471,8 +473,8 @@ impl IoThread {
             sent: 0,
             send_scratch: SendScratch::default(),
             recv_scratch: RecvScratch::default(),
-            recv_bufs: vec![vec![0; RECV_BUFFER]; RECV_BUFFERS],
-            recv_meta: vec![RecvMeta::default(); RECV_BUFFERS],
+            recv_bufs: vec![vec![0; RECV_BUFFER]],
+            recv_meta: vec![RecvMeta::default()],
             slot,
             gso,
             gso_warned: !gso,
@@ -698,8 +700,14 @@ impl IoThread {
                 }
             }
             drop(c);
-            if n < RECV_BUFFERS {
+            if n < self.recv_bufs.len() {
                 break;
+            }
+            if self.recv_bufs.len() < RECV_BUFFERS {
+                // Every buffer filled: the peer sends in bulk.
+                let more = self.recv_bufs.len().min(RECV_BUFFERS - self.recv_bufs.len());
+                self.recv_bufs.extend((0..more).map(|_| vec![0; RECV_BUFFER]));
+                self.recv_meta.resize(self.recv_bufs.len(), RecvMeta::default());
             }
         }
         if got {
@@ -720,7 +728,10 @@ pub struct UdpListener {
     sock: UdpSocket,
     cfg: UdpConfig,
     local: SocketAddr,
-    admission: Admission,
+    /// Boxed: the HMAC key is most of the listener's size.
+    admission: Box<Admission>,
+    /// Receive buffers of all its connections, together.
+    budget: RecvBudget,
     /// Connections made for proven addresses, by client address and id: a
     /// copy of an OPEN (its OPEN_ACK was lost) reaches its connection
     /// instead of making another, and the limits count these.
@@ -758,12 +769,14 @@ impl UdpListener {
         let sa = crate::resolve(addr)?[0];
         let sock = UdpSocket::bind(sa).map_err(listen_err)?;
         let local = sock.local_addr().map_err(listen_err)?;
-        let admission = Admission::new(Instant::now()).map_err(|e| listen_err(io::Error::other(e)))?;
+        let admission =
+            Box::new(Admission::new(Instant::now()).map_err(|e| listen_err(io::Error::other(e)))?);
         Ok(Self {
             sock,
             cfg,
             local,
             admission,
+            budget: RecvBudget::new(RECV_BUDGET),
             live: Mutex::new(HashMap::new()),
             woken: Arc::default(),
         })
@@ -858,7 +871,8 @@ impl UdpListener {
         local.set_port(0);
         let sock = new_socket(local)?;
         sock.connect(from)?;
-        let conn = Connection::server(self.cfg, now, random_id(), open);
+        let mut conn = Connection::server(self.cfg, now, random_id(), open);
+        conn.set_recv_budget(self.budget.clone());
         UdpTransport::start(sock, conn, from)
     }
 

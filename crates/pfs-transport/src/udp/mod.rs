@@ -21,5 +21,5 @@ mod driver;
 pub mod ranges;
 pub mod sim;
 
-pub use conn::{ConnError, Connection, ReadOutcome, UdpConfig, UdpStats};
+pub use conn::{ConnError, Connection, ReadOutcome, RecvBudget, UdpConfig, UdpStats, INITIAL_RECV_BUFFER};
 pub use driver::{UdpListener, UdpReport, UdpTransport, UdpWaker, BATCH};
