@@ -36,6 +36,9 @@ pub const TOKEN_LEN: usize = 40;
 /// Larger than RETRY's body, so the answer to an OPEN is never larger than
 /// the OPEN (no amplification towards a spoofed source).
 pub const OPEN_REQUEST_LEN: usize = OPEN_LEN + TOKEN_LEN;
+// No answer to an OPEN (RETRY, OPEN_ACK, CLOSE BUSY) is larger than the OPEN.
+const _: () =
+    assert!(TOKEN_LEN < OPEN_REQUEST_LEN && OPEN_LEN < OPEN_REQUEST_LEN && CLOSE_LEN < OPEN_REQUEST_LEN);
 /// Length of a DATA body before its bytes.
 pub const DATA_HEAD_LEN: usize = 12;
 /// Length of an ACK body before its ranges.
@@ -561,6 +564,35 @@ mod tests {
         assert_eq!(Open::parse(&o.emit()[..15]), Err(WireError::Truncated));
         let c = Close { code: 2 };
         assert_eq!(Close::parse(&c.emit()), Ok(c));
+    }
+
+    #[test]
+    fn open_request_and_retry() {
+        let open = Open {
+            conn: 9,
+            max_datagram: 1472,
+            window: 1 << 18,
+        };
+        let bare = OpenRequest { open, token: None };
+        let body = bare.emit();
+        assert_eq!(body.len(), OPEN_REQUEST_LEN);
+        assert_eq!(OpenRequest::parse(&body), Ok(bare));
+        let with = OpenRequest {
+            open,
+            token: Some([3; TOKEN_LEN]),
+        };
+        assert_eq!(OpenRequest::parse(&with.emit()), Ok(with));
+        assert_eq!(OpenRequest::parse(&body[..OPEN_LEN]), Err(WireError::Truncated));
+        let mut long = body.to_vec();
+        long.push(0);
+        assert_eq!(OpenRequest::parse(&long), Err(WireError::LengthMismatch));
+        let r = Retry {
+            token: [5; TOKEN_LEN],
+        };
+        assert_eq!(Retry::parse(&r.emit()), Ok(r));
+        assert_eq!(Retry::parse(&[0; TOKEN_LEN]), Err(WireError::LengthMismatch));
+        assert_eq!(Retry::parse(&[5; TOKEN_LEN - 1]), Err(WireError::Truncated));
+        assert_eq!(Retry::parse(&[5; TOKEN_LEN + 1]), Err(WireError::LengthMismatch));
     }
 
     #[test]

@@ -189,6 +189,41 @@ mod tests {
         assert_eq!(a.check(t0, peer, 9, &later), Err(TokenError::Future));
     }
 
+    /// The `udp-retry` vector of docs/wire.md §14.8: its token is what
+    /// this code issues for the key, time and client the vector names.
+    #[test]
+    fn the_wire_vector_token() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/wire.md")).unwrap();
+        let at = doc
+            .find("#### vector: udp-retry\n")
+            .expect("the udp-retry vector");
+        let block = &doc[at..];
+        let start = block.find("```hex\n").unwrap() + 7;
+        let end = start + block[start..].find("```").unwrap();
+        let hex: String = block[start..end]
+            .chars()
+            .filter(|c| c.is_ascii_hexdigit())
+            .collect();
+        let packet: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let token: Token = packet[16..].try_into().unwrap();
+        let secret: Vec<u8> = (0u8..32).collect();
+        let t0 = Instant::now();
+        let a = Admission::with_secret(&secret, t0);
+        let peer = addr("192.0.2.1:4000");
+        let now = t0 + Duration::from_secs(4);
+        assert_eq!(a.issue(now, peer, 0x1122_3344), token);
+        assert_eq!(a.check(now, peer, 0x1122_3344, &token), Ok(()));
+        // The invalid case: the same token for another port.
+        assert_eq!(
+            a.check(now, addr("192.0.2.1:4001"), 0x1122_3344, &token),
+            Err(TokenError::Forged)
+        );
+    }
+
     #[test]
     fn random_secrets_differ() {
         let t0 = Instant::now();
