@@ -196,6 +196,42 @@ fn sender_killed_mid_transfer_server_fails_that_session_and_serves_the_next() {
     );
 }
 
+/// An OPEN as a spoofer sends it (docs/wire.md §14.2): no token.
+fn spoofed_open(id: u32) -> Vec<u8> {
+    let mut p = b"PU\x01\x01".to_vec();
+    p.extend_from_slice(&[0; 12]); // conn 0, packet 0
+    p.extend_from_slice(&id.to_le_bytes());
+    p.extend_from_slice(&1472u16.to_le_bytes());
+    p.extend_from_slice(&[0; 2]);
+    p.extend_from_slice(&(32u64 << 20).to_le_bytes());
+    p.extend_from_slice(&[0; 40]); // no token
+    p
+}
+
+#[test]
+fn spoofed_opens_neither_end_serve_once_nor_keep_a_client_out() {
+    // Issue 26: one spoofed OPEN stopped a `pfs serve --once`, 1,100 locked
+    // every client out. OPENs from 1,000 addresses that never answer their
+    // RETRY make no connection at all.
+    let server = serve_udp(&["--once"]);
+    let target: std::net::SocketAddr = server.addr.parse().unwrap();
+    for i in 0..1000u32 {
+        let src = std::net::UdpSocket::bind((
+            std::net::Ipv4Addr::new(127, 0, 2 + (i / 250) as u8, 2 + (i % 250) as u8),
+            0,
+        ))
+        .expect("bind a 127.0.0.0/8 source");
+        let _ = src.send_to(&spoofed_open(0x5000_0000 + i), target);
+    }
+    good(
+        &send_udp(&server.addr, &["--mode", "offset"]),
+        "send beside spoofed OPENs",
+    );
+    let done = server.finish();
+    done.expect_code(0, "pfs serve --transport udp --once beside spoofed OPENs");
+    assert!(!done.stderr.contains("ERROR"), "server stderr:\n{}", done.stderr);
+}
+
 #[test]
 fn receiver_killed_mid_transfer_sender_fails_clearly_and_soon() {
     let server = serve_udp(&["--max-sessions", "1"]);
