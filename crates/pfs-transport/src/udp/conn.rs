@@ -276,7 +276,8 @@ impl RecvBudget {
     }
 }
 
-/// How often OPEN and OPEN_ACK are sent again while unanswered.
+/// How often the client sends OPEN again while unanswered (the server
+/// sends OPEN_ACK once per OPEN that reaches it).
 const OPEN_RESEND: Duration = Duration::from_millis(200);
 /// How long the pacer may fall behind: the burst it may send at once.
 const PACING_BURST: Duration = Duration::from_millis(1);
@@ -1167,8 +1168,8 @@ impl Connection {
             State::Closed => return None,
             State::Opening | State::Accepting if now >= self.open_resend_at => {
                 // The client repeats OPEN on a timer; the server answers
-                // each OPEN once (the listener asks again when a copy
-                // arrives), so a spoofed OPEN draws one OPEN_ACK, no more.
+                // each OPEN that reaches it once (the listener asks again
+                // when a copy arrives): nothing repeats on its own.
                 self.open_resend_at = if self.state == State::Opening {
                     now + OPEN_RESEND
                 } else {
