@@ -754,3 +754,57 @@ fn the_receive_buffer_grows_with_in_order_reads_within_the_budget() {
     drop(server);
     assert_eq!(budget.held(), 0);
 }
+
+/// The lowest descriptor number not in use: with the soft limit there,
+/// the next socket fails with EMFILE.
+fn lowest_free_fd() -> u64 {
+    let used: std::collections::HashSet<u64> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !used.contains(n)).unwrap()
+}
+
+#[test]
+fn a_connection_that_cannot_be_made_is_skipped_not_an_accept_error() {
+    // Issue 26: an OPEN whose connection could not be made (an unroutable
+    // source, no descriptors) made `accept` fail, and the serve loop slept
+    // 50 ms per OPEN. Here the listener runs out of descriptors for one
+    // proven client: that OPEN is dropped, `accept` goes on.
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let _g = serial();
+    let s = serve(quick());
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.send_to(&open_packet(21, None), s.addr).unwrap();
+    let (_, body) = answer(&sock, 21);
+    let token = Retry::parse(&body).unwrap().token;
+    let saved = getrlimit(Resource::Nofile);
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(lowest_free_fd()),
+            maximum: saved.maximum,
+        },
+    )
+    .unwrap();
+    sock.send_to(&open_packet(21, Some(token)), s.addr).unwrap();
+    // The listener answers the next OPEN (a RETRY needs no descriptor):
+    // it went on after the failure.
+    sock.send_to(&open_packet(22, None), s.addr).unwrap();
+    let (kind, _) = answer(&sock, 22);
+    setrlimit(Resource::Nofile, saved).unwrap();
+    assert_eq!(kind, PacketType::Retry);
+    assert!(s.conns.try_recv().is_err(), "a connection without a socket");
+    assert!(!s.thread.is_finished(), "accept returned");
+    // The client repeats its OPEN with the token: now it gets in.
+    sock.send_to(&open_packet(21, Some(token)), s.addr).unwrap();
+    let mut t = s
+        .conns
+        .recv_timeout(Duration::from_secs(5))
+        .expect("admitted on its next OPEN");
+    let (kind, _) = answer(&sock, 21);
+    assert_eq!(kind, PacketType::OpenAck);
+    assert_eq!(read_until_dead(&mut t).kind(), ErrorKind::ConnectionAborted);
+    legitimate_transfer(&s);
+    s.stop();
+}
