@@ -476,14 +476,24 @@ fn mount_body(which: u8, body: &[u8]) {
 /// Input: one UDP datagram (docs/wire.md §14). Whatever decodes
 /// re-encodes to the same bytes; ACK ranges walk down without wrapping.
 pub fn datagram(data: &[u8]) {
-    use pfs_wire::datagram::{emit_ack_range, AckHead, Close, DataHead, Open, PacketHeader, PacketType};
+    use pfs_wire::datagram::{
+        emit_ack_range, AckHead, Close, DataHead, Open, OpenRequest, PacketHeader, PacketType, Retry,
+    };
     let Ok((h, body)) = PacketHeader::parse(data) else {
         return;
     };
     let mut out = h.emit().to_vec();
     match h.kind {
-        PacketType::Open | PacketType::OpenAck => match Open::parse(body) {
+        PacketType::Open => match OpenRequest::parse(body) {
             Ok(o) => out.extend_from_slice(&o.emit()),
+            Err(_) => return,
+        },
+        PacketType::OpenAck => match Open::parse(body) {
+            Ok(o) => out.extend_from_slice(&o.emit()),
+            Err(_) => return,
+        },
+        PacketType::Retry => match Retry::parse(body) {
+            Ok(r) => out.extend_from_slice(&r.emit()),
             Err(_) => return,
         },
         PacketType::Data => match DataHead::parse(body) {

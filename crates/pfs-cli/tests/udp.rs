@@ -196,6 +196,88 @@ fn sender_killed_mid_transfer_server_fails_that_session_and_serves_the_next() {
     );
 }
 
+/// An OPEN as a spoofer sends it (docs/wire.md §14.2): no token.
+fn spoofed_open(id: u32) -> Vec<u8> {
+    let mut p = b"PU\x01\x01".to_vec();
+    p.extend_from_slice(&[0; 12]); // conn 0, packet 0
+    p.extend_from_slice(&id.to_le_bytes());
+    p.extend_from_slice(&1472u16.to_le_bytes());
+    p.extend_from_slice(&[0; 2]);
+    p.extend_from_slice(&(32u64 << 20).to_le_bytes());
+    p.extend_from_slice(&[0; 40]); // no token
+    p
+}
+
+#[test]
+fn spoofed_opens_neither_end_serve_once_nor_keep_a_client_out() {
+    // Issue 26: one spoofed OPEN stopped a `pfs serve --once`, 1,100 locked
+    // every client out. OPENs from 1,000 addresses that never answer their
+    // RETRY make no connection at all.
+    let server = serve_udp(&["--once"]);
+    let target: std::net::SocketAddr = server.addr.parse().unwrap();
+    for i in 0..1000u32 {
+        let src = std::net::UdpSocket::bind((
+            std::net::Ipv4Addr::new(127, 0, 2 + (i / 250) as u8, 2 + (i % 250) as u8),
+            0,
+        ))
+        .expect("bind a 127.0.0.0/8 source");
+        let _ = src.send_to(&spoofed_open(0x5000_0000 + i), target);
+    }
+    good(
+        &send_udp(&server.addr, &["--mode", "offset", "--bytes", "64M"]),
+        "send beside spoofed OPENs",
+    );
+    let done = server.finish();
+    done.expect_code(0, "pfs serve --transport udp --once beside spoofed OPENs");
+    assert!(!done.stderr.contains("ERROR"), "server stderr:\n{}", done.stderr);
+}
+
+#[test]
+fn a_client_that_answers_its_token_then_falls_silent_costs_the_server_little_cpu() {
+    // Issue 26: one half-open connection cost the server about 59 CPU-s
+    // (its I/O thread spun from 1 s to 10 s, then the admission thread
+    // until 60 s, reading the dead connection's error as "timed out").
+    let server = serve_udp(&["--max-sessions", "2"]);
+    let pid = server.guard.0.as_ref().expect("server child").id();
+    let cpu = || {
+        let (u, s) = pfs_sys::tree_cpu_seconds(pid).expect("server CPU");
+        u + s
+    };
+    let target: std::net::SocketAddr = server.addr.parse().unwrap();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let before = cpu();
+    sock.send_to(&spoofed_open(0x7777), target).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = sock.recv(&mut buf).expect("RETRY");
+    assert_eq!((n, buf[3]), (56, 6), "a RETRY");
+    let mut open = spoofed_open(0x7777);
+    open[32..72].copy_from_slice(&buf[16..56]);
+    sock.send_to(&open, target).unwrap();
+    let n = sock.recv(&mut buf).expect("OPEN_ACK");
+    assert_eq!((n, buf[3]), (32, 2), "an OPEN_ACK");
+    // Silence through the connect timeout (10 s) and the session's
+    // handshake wait: the connection fails; nothing spins meanwhile.
+    std::thread::sleep(Duration::from_secs(13));
+    let spent = cpu() - before;
+    eprintln!("server CPU over a half-open UDP connection's life: {spent:.3} s");
+    assert!(
+        spent < 0.5,
+        "the half-open connection cost the server {spent:.3} s of CPU"
+    );
+    good(
+        &send_udp(&server.addr, &["--mode", "offset", "--bytes", "64M"]),
+        "send after a half-open connection",
+    );
+    let done = server.finish();
+    done.expect_code(0, "pfs serve --transport udp --max-sessions 2");
+    assert!(
+        done.stderr.contains("1 session(s) completed, 1 failed"),
+        "server stderr:\n{}",
+        done.stderr
+    );
+}
+
 #[test]
 fn receiver_killed_mid_transfer_sender_fails_clearly_and_soon() {
     let server = serve_udp(&["--max-sessions", "1"]);

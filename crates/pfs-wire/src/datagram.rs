@@ -2,11 +2,13 @@
 //! datagram is one packet — a 16-byte header, then one body. Packets carry
 //! a reliable, ordered byte stream (DATA), selective acknowledgements whose
 //! gaps are the negative acknowledgements (ACK), the opening exchange
-//! (OPEN, OPEN_ACK) and an abortive CLOSE.
+//! (OPEN, RETRY, OPEN_ACK) and an abortive CLOSE.
 //!
 //! ```text
 //! client                         server
-//! OPEN (conn 0, client id)  ──▶  listener: new socket on a new port
+//! OPEN (conn 0, client id)  ──▶  listener: no state kept
+//!                           ◀──  RETRY (a token for this address and id)
+//! OPEN (… with the token)   ──▶  listener: new socket on a new port
 //!                           ◀──  OPEN_ACK (from the new port: server id)
 //! DATA / ACK …              ◀─▶  DATA / ACK …   (each side a stream)
 //! DATA with FIN             ◀─▶  DATA with FIN  (each side's end)
@@ -26,8 +28,17 @@ pub const DATAGRAM_MAGIC: [u8; 2] = *b"PU";
 pub const DATAGRAM_VERSION: u8 = 1;
 /// Length of the packet header.
 pub const PACKET_HEADER_LEN: usize = 16;
-/// Length of the OPEN and OPEN_ACK bodies.
+/// Length of the OPEN_ACK body, and of the part of the OPEN body before its token.
 pub const OPEN_LEN: usize = 16;
+/// Length of an address token (RETRY's body; the end of OPEN's).
+pub const TOKEN_LEN: usize = 40;
+/// Length of the OPEN body: the opening fields, then a token (zeros for none).
+/// Larger than RETRY's body, so the answer to an OPEN is never larger than
+/// the OPEN (no amplification towards a spoofed source).
+pub const OPEN_REQUEST_LEN: usize = OPEN_LEN + TOKEN_LEN;
+// No answer to an OPEN (RETRY, OPEN_ACK, CLOSE BUSY) is larger than the OPEN.
+const _: () =
+    assert!(TOKEN_LEN < OPEN_REQUEST_LEN && OPEN_LEN < OPEN_REQUEST_LEN && CLOSE_LEN < OPEN_REQUEST_LEN);
 /// Length of a DATA body before its bytes.
 pub const DATA_HEAD_LEN: usize = 12;
 /// Length of an ACK body before its ranges.
@@ -114,6 +125,8 @@ pub enum PacketType {
     Ack = 4,
     /// The sender abandons the connection.
     Close = 5,
+    /// Listener → client: prove your address by sending OPEN again with this token.
+    Retry = 6,
 }
 
 impl PacketType {
@@ -125,6 +138,7 @@ impl PacketType {
             3 => Self::Data,
             4 => Self::Ack,
             5 => Self::Close,
+            6 => Self::Retry,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -214,6 +228,80 @@ impl Open {
             .u16(f::MAX_DATAGRAM, self.max_datagram)
             .u64(f::WINDOW, self.window);
         w.finish()
+    }
+}
+
+/// An address token: opaque to the client, which only echoes it. What is
+/// inside (an issue time and a MAC over the client's address, port and
+/// id) is the listener's business (`docs/wire.md` §14.3).
+pub type Token = [u8; TOKEN_LEN];
+
+/// OPEN body: the client's opening fields and the token a RETRY gave it, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenRequest {
+    /// Who the client is and what it accepts.
+    pub open: Open,
+    /// The token from the listener's RETRY; `None` (all zeros on the wire) on a first OPEN.
+    pub token: Option<Token>,
+}
+
+impl OpenRequest {
+    /// Parses an OPEN body: exactly 56 bytes (else `Truncated` or
+    /// `LengthMismatch`), the opening fields checked as [`Open::parse`] does.
+    pub fn parse(body: &[u8]) -> Result<Self, WireError> {
+        if body.len() != OPEN_REQUEST_LEN {
+            return Err(if body.len() < OPEN_REQUEST_LEN {
+                WireError::Truncated
+            } else {
+                WireError::LengthMismatch
+            });
+        }
+        let (head, token) = body.split_at(OPEN_LEN);
+        let open = Open::parse(head)?;
+        let token: Token = token.try_into().map_err(|_| WireError::Truncated)?;
+        Ok(Self {
+            open,
+            token: token.iter().any(|&b| b != 0).then_some(token),
+        })
+    }
+
+    /// The body's 56 bytes.
+    pub fn emit(&self) -> [u8; OPEN_REQUEST_LEN] {
+        let mut out = [0u8; OPEN_REQUEST_LEN];
+        out[..OPEN_LEN].copy_from_slice(&self.open.emit());
+        if let Some(token) = &self.token {
+            out[OPEN_LEN..].copy_from_slice(token);
+        }
+        out
+    }
+}
+
+/// RETRY body: the token the client must send back in its next OPEN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// The token; never all zeros (that means "no token" in OPEN).
+    pub token: Token,
+}
+
+impl Retry {
+    /// Parses a RETRY body: exactly 40 bytes (else `Truncated` or
+    /// `LengthMismatch`), not all zeros (`LengthMismatch`).
+    pub fn parse(body: &[u8]) -> Result<Self, WireError> {
+        let token: Token = match body.len() {
+            n if n < TOKEN_LEN => return Err(WireError::Truncated),
+            TOKEN_LEN => body.try_into().map_err(|_| WireError::Truncated)?,
+            _ => return Err(WireError::LengthMismatch),
+        };
+        if token.iter().all(|&b| b == 0) {
+            // Zeros are OPEN's "no token": a token of none.
+            return Err(WireError::LengthMismatch);
+        }
+        Ok(Self { token })
+    }
+
+    /// The body's 40 bytes.
+    pub fn emit(&self) -> [u8; TOKEN_LEN] {
+        self.token
     }
 }
 
@@ -401,6 +489,10 @@ pub mod close_code {
     pub const PROTOCOL: u32 = 1;
     /// The sender gave up waiting for the peer.
     pub const TIMEOUT: u32 = 2;
+    /// The listener refuses a client that proved its address: it holds too
+    /// many connections (from that address, or in all). Sent from the
+    /// listening port in answer to an OPEN, to the client's id.
+    pub const BUSY: u32 = 3;
 }
 
 /// CLOSE body: why the sender abandons the connection.
@@ -472,6 +564,35 @@ mod tests {
         assert_eq!(Open::parse(&o.emit()[..15]), Err(WireError::Truncated));
         let c = Close { code: 2 };
         assert_eq!(Close::parse(&c.emit()), Ok(c));
+    }
+
+    #[test]
+    fn open_request_and_retry() {
+        let open = Open {
+            conn: 9,
+            max_datagram: 1472,
+            window: 1 << 18,
+        };
+        let bare = OpenRequest { open, token: None };
+        let body = bare.emit();
+        assert_eq!(body.len(), OPEN_REQUEST_LEN);
+        assert_eq!(OpenRequest::parse(&body), Ok(bare));
+        let with = OpenRequest {
+            open,
+            token: Some([3; TOKEN_LEN]),
+        };
+        assert_eq!(OpenRequest::parse(&with.emit()), Ok(with));
+        assert_eq!(OpenRequest::parse(&body[..OPEN_LEN]), Err(WireError::Truncated));
+        let mut long = body.to_vec();
+        long.push(0);
+        assert_eq!(OpenRequest::parse(&long), Err(WireError::LengthMismatch));
+        let r = Retry {
+            token: [5; TOKEN_LEN],
+        };
+        assert_eq!(Retry::parse(&r.emit()), Ok(r));
+        assert_eq!(Retry::parse(&[0; TOKEN_LEN]), Err(WireError::LengthMismatch));
+        assert_eq!(Retry::parse(&[5; TOKEN_LEN - 1]), Err(WireError::Truncated));
+        assert_eq!(Retry::parse(&[5; TOKEN_LEN + 1]), Err(WireError::LengthMismatch));
     }
 
     #[test]

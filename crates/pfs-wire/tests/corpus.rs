@@ -30,11 +30,11 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn every_corpus_directory_has_a_target() {
     // The protected-session targets' checks live in fuzz/src/auth.rs and
-    // run in crates/pfs-auth/tests/corpus.rs; the UDP connection's in
-    // fuzz/src/udp.rs, run in crates/pfs-transport/tests/corpus.rs; the
-    // ACL parser's in fuzz/src/acl.rs, run in crates/pfs-files/tests/corpus.rs.
+    // run in crates/pfs-auth/tests/corpus.rs; the UDP connection's and
+    // admission's in fuzz/src/udp.rs, run in crates/pfs-transport/tests/corpus.rs;
+    // the ACL parser's in fuzz/src/acl.rs, run in crates/pfs-files/tests/corpus.rs.
     let mut known: Vec<&str> = checks::TARGETS.iter().map(|(name, _)| *name).collect();
-    known.extend(["handshake", "record", "udp_conn", "acl"]);
+    known.extend(["handshake", "record", "udp_conn", "udp_open", "acl"]);
     for entry in fs::read_dir(corpus_root()).expect("fuzz/corpus exists") {
         let entry = entry.expect("directory entry");
         let name = entry.file_name().to_string_lossy().into_owned();

@@ -1282,8 +1282,13 @@ fn mount_vectors() {
 }
 
 /// The datagram vectors of §14, checked by `datagram_vectors`.
-const UDP_VECTORS: [&str; 11] = [
+const UDP_VECTORS: [&str; 16] = [
     "udp-open",
+    "udp-retry",
+    "udp-open-token",
+    "udp-close-busy",
+    "invalid-udp-open-no-token-field",
+    "invalid-udp-retry-zero",
     "udp-open-ack",
     "udp-data",
     "udp-data-fin",
@@ -1311,16 +1316,44 @@ fn datagram_vectors() {
 
     let (h, body) = parse("udp-open");
     assert_eq!((h.kind, h.conn, h.number), (PacketType::Open, 0, 0));
-    let o = Open::parse(body).unwrap();
+    let o = OpenRequest::parse(body).unwrap();
     assert_eq!(
         o,
-        Open {
-            conn: 0x1122_3344,
-            max_datagram: 1472,
-            window: 32 << 20
+        OpenRequest {
+            open: Open {
+                conn: 0x1122_3344,
+                max_datagram: 1472,
+                window: 32 << 20
+            },
+            token: None,
         }
     );
     reencode("udp-open", &h, &o.emit());
+
+    // The token's MAC is checked against its key in pfs-transport's
+    // `udp::admit` tests; here its bytes and framing.
+    let (h, body) = parse("udp-retry");
+    assert_eq!((h.kind, h.conn, h.number), (PacketType::Retry, 0x1122_3344, 0));
+    let r = Retry::parse(body).unwrap();
+    assert_eq!(r.token[..8], 5u64.to_le_bytes());
+    reencode("udp-retry", &h, &r.emit());
+
+    let (h, body) = parse("udp-open-token");
+    assert_eq!((h.kind, h.conn, h.number), (PacketType::Open, 0, 1));
+    let o = OpenRequest::parse(body).unwrap();
+    assert_eq!(o.token, Some(r.token));
+    assert_eq!(o.open.window, 256 << 10);
+    reencode("udp-open-token", &h, &o.emit());
+
+    let (h, body) = parse("udp-close-busy");
+    assert_eq!((h.kind, h.conn), (PacketType::Close, 0x1122_3344));
+    let c = Close::parse(body).unwrap();
+    assert_eq!(c.code, close_code::BUSY);
+    reencode("udp-close-busy", &h, &c.emit());
+    // No answer to an OPEN is larger than the OPEN.
+    for answer in ["udp-retry", "udp-close-busy", "udp-open-ack"] {
+        assert!(bytes(answer).len() <= bytes("udp-open").len(), "{answer}");
+    }
 
     let (h, body) = parse("udp-open-ack");
     assert_eq!((h.kind, h.conn), (PacketType::OpenAck, 0x1122_3344));
@@ -1378,8 +1411,16 @@ fn datagram_vectors() {
         WireError::LengthMismatch
     );
     assert_eq!(
-        Open::parse(body("invalid-udp-open-small")).unwrap_err(),
+        OpenRequest::parse(body("invalid-udp-open-small")).unwrap_err(),
         WireError::TooLarge
+    );
+    assert_eq!(
+        OpenRequest::parse(body("invalid-udp-open-no-token-field")).unwrap_err(),
+        WireError::Truncated
+    );
+    assert_eq!(
+        Retry::parse(body("invalid-udp-retry-zero")).unwrap_err(),
+        WireError::LengthMismatch
     );
 }
 

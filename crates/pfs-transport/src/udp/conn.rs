@@ -19,11 +19,14 @@
 //! the window come from [`super::cc`].
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pfs_wire::datagram::{
-    close_code, emit_ack_range, AckHead, Close, DataHead, Open, PacketHeader, PacketType, ACK_HEAD_LEN,
-    ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM, MIN_DATAGRAM, OPEN_LEN, PACKET_HEADER_LEN,
+    close_code, emit_ack_range, AckHead, Close, DataHead, Open, OpenRequest, PacketHeader, PacketType, Retry,
+    Token, ACK_HEAD_LEN, ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM, MIN_DATAGRAM, OPEN_LEN,
+    OPEN_REQUEST_LEN, PACKET_HEADER_LEN,
 };
 
 use super::cc::{Controller, RateSample};
@@ -38,7 +41,9 @@ pub struct UdpConfig {
     /// Stream bytes the application may write ahead of the peer's ACKs.
     pub send_buffer: usize,
     /// Stream bytes the receiver holds ahead of the application's reads
-    /// (the flow-control window).
+    /// at most (the largest flow-control window). The buffer starts at
+    /// [`INITIAL_RECV_BUFFER`] and doubles up to this as the peer fills it
+    /// in order and the application reads it.
     pub recv_window: usize,
     /// The connection fails when nothing arrives from the peer for this long.
     pub idle_timeout: Duration,
@@ -119,6 +124,9 @@ impl std::fmt::Display for ConnError {
                 close_code::TIMEOUT => {
                     f.write_str("the UDP peer closed the connection: it timed out waiting for us")
                 }
+                close_code::BUSY => f.write_str(
+                    "the UDP server refused the connection: it holds too many (from this address or in all)",
+                ),
                 other => write!(f, "the UDP peer closed the connection (code {other})"),
             },
             Self::Protocol(what) => write!(f, "UDP protocol error from the peer: {what}"),
@@ -220,7 +228,56 @@ const MAX_RECV_RANGES: usize = 4096;
 /// A receiver acknowledges at once after this many DATA packets; fewer
 /// wait for the ACK delay only when they are alone (see `transmit`).
 const ACK_EVERY: u32 = 16;
-/// How often OPEN and OPEN_ACK are sent again while unanswered.
+/// The receive buffer a connection starts with (and the first window it
+/// announces): what a peer that has delivered nothing in order can make
+/// it hold.
+pub const INITIAL_RECV_BUFFER: usize = 256 << 10;
+
+/// Receive-buffer bytes that the connections sharing it (a listener's) may
+/// hold together. A connection's buffer grows only while the budget has
+/// room; each connection's first [`INITIAL_RECV_BUFFER`] is always granted.
+#[derive(Debug, Clone)]
+pub struct RecvBudget {
+    /// Bytes held by all connections: added when a buffer grows,
+    /// subtracted when a connection is dropped.
+    held: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl RecvBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            held: Arc::default(),
+            limit,
+        }
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Takes `n` bytes if they fit.
+    fn take(&self, n: usize) -> bool {
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                h.checked_add(n).filter(|&t| t <= self.limit)
+            })
+            .is_ok()
+    }
+
+    fn force(&self, n: usize) {
+        self.held.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn give(&self, n: usize) {
+        self.held.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// How often the client sends OPEN again while unanswered (the server
+/// sends OPEN_ACK once per OPEN that reaches it).
 const OPEN_RESEND: Duration = Duration::from_millis(200);
 /// How long the pacer may fall behind: the burst it may send at once.
 const PACING_BURST: Duration = Duration::from_millis(1);
@@ -240,6 +297,8 @@ pub struct Connection {
     next_number: u64,
     opened_at: Instant,
     open_resend_at: Instant,
+    /// Client: the address token of the listener's last RETRY, echoed in OPEN.
+    token: Option<Token>,
     last_recv: Instant,
     last_sent: Instant,
     /// When an ACK last acknowledged something new, or nothing was in flight.
@@ -273,8 +332,16 @@ pub struct Connection {
     cc: Controller,
     next_send_time: Instant,
 
-    // Receive side: `rbuf` holds offsets `r_read..r_read + window` (a ring).
+    // Receive side: `rbuf` holds offsets `r_read..r_read + rbuf.len()` (a
+    // ring); the window announced is that end, so the buffer is what a
+    // peer can fill. It doubles (up to `recv_window`, within `budget`)
+    // each time the application read a sixteenth of it in order: the window
+    // grows only with in-order data read, so a peer that leaves a hole
+    // gets no more room.
     rbuf: Vec<u8>,
+    budget: Option<RecvBudget>,
+    /// `r_read` when the buffer last grew.
+    r_grown_at: u64,
     r_read: u64,
     r_have: RangeSet,
     r_fin: Option<u64>,
@@ -286,6 +353,14 @@ pub struct Connection {
     ack_now: bool,
 
     stats: UdpStats,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.give(self.rbuf.len());
+        }
+    }
 }
 
 impl Connection {
@@ -308,6 +383,7 @@ impl Connection {
             next_number: 0,
             opened_at: now,
             open_resend_at: now,
+            token: None,
             last_recv: now,
             last_sent: now,
             last_progress: now,
@@ -337,7 +413,9 @@ impl Connection {
             app_limited_until: 0,
             cc: Controller::new(u64::from(max_datagram), cfg.initial_window_packets),
             next_send_time: now,
-            rbuf: vec![0; cfg.recv_window.max(1 << 16)],
+            rbuf: vec![0; cfg.recv_window.clamp(1 << 16, INITIAL_RECV_BUFFER.max(1 << 16))],
+            budget: None,
+            r_grown_at: 0,
             r_read: 0,
             r_have: RangeSet::new(),
             r_fin: None,
@@ -484,8 +562,9 @@ impl Connection {
         out[first..n].copy_from_slice(&self.rbuf[..n - first]);
         self.r_have.remove(self.r_read..self.r_read + n as u64);
         self.r_read += n as u64;
+        self.maybe_grow();
         // Tell the sender about the room once a quarter of the window opened.
-        if self.window_limit() - self.r_window_sent >= cap as u64 / 4 {
+        if self.window_limit() - self.r_window_sent >= self.rbuf.len() as u64 / 4 {
             self.ack_now = true;
         }
         ReadOutcome::Data(n)
@@ -558,6 +637,55 @@ impl Connection {
         self.r_read + self.rbuf.len() as u64
     }
 
+    /// Makes the connection's receive buffer count against `budget` (a
+    /// listener's, shared by its connections) from now on.
+    pub fn set_recv_budget(&mut self, budget: RecvBudget) {
+        if let Some(old) = self.budget.take() {
+            old.give(self.rbuf.len());
+        }
+        budget.force(self.rbuf.len());
+        self.budget = Some(budget);
+    }
+
+    /// Bytes of receive buffer held now.
+    pub fn recv_buffer(&self) -> usize {
+        self.rbuf.len()
+    }
+
+    /// Doubles the receive buffer each time the application read a
+    /// sixteenth of it in order (256 KiB grows to 32 MiB after 4 MiB read:
+    /// fast enough that a loss, which stops in-order reading for a round
+    /// trip, does not leave the sender window-bound), up to `recv_window`
+    /// and within the budget. Out-of-order bytes never count: a peer that
+    /// leaves byte 0 out holds the first buffer only.
+    fn maybe_grow(&mut self) {
+        let cap = self.rbuf.len();
+        if cap >= self.cfg.recv_window || self.r_read - self.r_grown_at < cap as u64 / 16 {
+            return;
+        }
+        let new_cap = (cap * 2).min(self.cfg.recv_window);
+        if let Some(b) = &self.budget {
+            if !b.take(new_cap - cap) {
+                return;
+            }
+        }
+        // Re-lay the ring: offset `o` moves from `o % cap` to `o % new_cap`.
+        let mut grown = vec![0u8; new_cap];
+        let end = self.r_read + cap as u64;
+        let mut off = self.r_read;
+        while off < end {
+            let from = (off % cap as u64) as usize;
+            let to = (off % new_cap as u64) as usize;
+            let n = ((end - off) as usize).min(cap - from).min(new_cap - to);
+            grown[to..to + n].copy_from_slice(&self.rbuf[from..from + n]);
+            off += n as u64;
+        }
+        self.rbuf = grown;
+        self.r_grown_at = self.r_read;
+        // The peer hears of the room at once.
+        self.ack_now = true;
+    }
+
     // ---------------------------------------------------------------- input
 
     /// Takes one received datagram. Malformed datagrams and another
@@ -580,7 +708,16 @@ impl Connection {
                 self.ack_now = true;
                 false
             }
-            (PacketType::Open | PacketType::OpenAck, _) => false,
+            (PacketType::Retry, State::Opening) if ours => self.on_retry(now, body),
+            // The listener refused us (BUSY): no use repeating OPEN.
+            (PacketType::Close, State::Opening) if ours => match Close::parse(body) {
+                Ok(close) => {
+                    self.fail(ConnError::PeerClosed(close.code), None);
+                    true
+                }
+                Err(_) => false,
+            },
+            (PacketType::Open | PacketType::OpenAck | PacketType::Retry, _) => false,
             (_, State::Opening) => false,
             (PacketType::Data, _) if ours => self.on_data(now, header.number, body),
             (PacketType::Ack, _) if ours => self.on_ack(now, header.number, body),
@@ -604,6 +741,22 @@ impl Connection {
         } else {
             self.stats.packets_ignored += 1;
         }
+    }
+
+    /// The listener wants proof of our address: OPEN goes out again at
+    /// once with its token. A later RETRY (the token expired on a slow
+    /// path) replaces it; the connect timeout bounds the exchange.
+    fn on_retry(&mut self, now: Instant, body: &[u8]) -> bool {
+        let Ok(retry) = Retry::parse(body) else {
+            return false;
+        };
+        if self.token == Some(retry.token) {
+            // A copy: the OPEN with this token is out already.
+            return false;
+        }
+        self.token = Some(retry.token);
+        self.open_resend_at = now;
+        true
     }
 
     fn on_open_ack(&mut self, now: Instant, number: u64, body: &[u8]) -> bool {
@@ -920,7 +1073,12 @@ impl Connection {
             }
             _ => {}
         }
-        min(Some(self.last_sent + self.cfg.keepalive));
+        if self.state == State::Open {
+            // Only an open connection sends keepalives: before the client's
+            // first packet nothing may be sent, and a keepalive deadline
+            // that nothing moves would make the driver spin.
+            min(Some(self.last_sent + self.cfg.keepalive));
+        }
         if self.in_flight > 0 || !self.resend.is_empty() {
             min(Some(self.last_progress + self.cfg.idle_timeout));
         }
@@ -1010,24 +1168,28 @@ impl Connection {
             State::Closed => return None,
             State::Opening | State::Accepting if now >= self.open_resend_at => {
                 // The client repeats OPEN on a timer; the server answers
-                // each OPEN once (the listener asks again when a copy
-                // arrives), so a spoofed OPEN draws one OPEN_ACK, no more.
+                // each OPEN that reaches it once (the listener asks again
+                // when a copy arrives): nothing repeats on its own.
                 self.open_resend_at = if self.state == State::Opening {
                     now + OPEN_RESEND
                 } else {
                     self.opened_at + self.cfg.connect_timeout
                 };
-                let (kind, conn) = if self.state == State::Opening {
-                    (PacketType::Open, 0)
-                } else {
-                    (PacketType::OpenAck, self.peer_id)
-                };
-                buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(kind, conn));
                 let open = Open {
                     conn: self.local_id,
                     max_datagram: self.cfg.max_datagram,
                     window: self.window_limit(),
                 };
+                if self.state == State::Opening {
+                    buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Open, 0));
+                    let req = OpenRequest {
+                        open,
+                        token: self.token,
+                    };
+                    buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + OPEN_REQUEST_LEN].copy_from_slice(&req.emit());
+                    return Some(PACKET_HEADER_LEN + OPEN_REQUEST_LEN);
+                }
+                buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::OpenAck, self.peer_id));
                 buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + OPEN_LEN].copy_from_slice(&open.emit());
                 return Some(PACKET_HEADER_LEN + OPEN_LEN);
             }

@@ -14,10 +14,11 @@
 //! datagrams. Where the kernel or the path refuses GSO or GRO, the
 //! thread falls back to one datagram per message and says so once.
 //!
-//! Opening: the client sends OPEN to the listener's port; the listener
-//! makes a new socket on a new port, connected to the client, and the
-//! OPEN_ACK comes from there; the client connects its socket to that
-//! port. Each connection thus has its own socket and the kernel does the
+//! Opening: the client sends OPEN to the listener's port and gets a
+//! RETRY with an address token (the listener keeps nothing); it sends
+//! OPEN again with the token, and only then does the listener make a new
+//! socket on a new port, connected to the client; the OPEN_ACK comes
+//! from there and the client connects its socket to that port. Each connection thus has its own socket and the kernel does the
 //! demultiplexing.
 
 use std::collections::HashMap;
@@ -33,26 +34,26 @@ use pfs_sys::udp::{
     enable_gro, gso_supported, recv_batch, send_batch, set_dont_fragment, RecvMeta, RecvScratch, SendMsg,
     SendScratch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS,
 };
-use pfs_wire::datagram::{close_code, Open, PacketHeader, PacketType};
+use pfs_wire::datagram::{
+    close_code, Close, Open, OpenRequest, PacketHeader, PacketType, Retry, PACKET_HEADER_LEN, TOKEN_LEN,
+};
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
+use rustix::net::SendFlags;
 
-use super::conn::{Connection, ReadOutcome, UdpConfig, UdpStats};
+use super::admit::{Admission, MAX_CONNECTIONS, MAX_PER_SOURCE, RECV_BUDGET};
+use super::conn::{Connection, ReadOutcome, RecvBudget, UdpConfig, UdpStats};
 use crate::{Listener, Transport, TransportError};
 
 /// Datagrams one turn of the I/O thread may send.
 pub const BATCH: usize = 256;
-/// Receive buffers per `recvmmsg`.
+/// Receive buffers per `recvmmsg`, at most. A connection starts with
+/// one and doubles them each time a batch fills all it has, so a
+/// connection that carries little holds 64 KiB, not 1 MiB.
 const RECV_BUFFERS: usize = 16;
 /// Size of one receive buffer: room for a GRO train.
 const RECV_BUFFER: usize = 65536;
 /// Socket buffers requested (forced above `rmem_max` when running as root).
 const SOCKET_BUFFER: usize = 16 << 20;
-/// How long a listener remembers an OPEN it answered (a copy makes the
-/// connection answer again; none makes a second connection).
-const OPEN_MEMORY: Duration = Duration::from_secs(30);
-/// Connections a listener opens per [`OPEN_MEMORY`] at most.
-const MAX_OPENING: usize = 1024;
-
 /// What the application and the I/O thread share.
 #[derive(Debug)]
 struct Shared {
@@ -69,6 +70,8 @@ struct Shared {
     waiters: AtomicU32,
     /// The I/O thread's id (0 until it runs), for its CPU time.
     io_tid: std::sync::atomic::AtomicI32,
+    /// The I/O thread's CPU time when it ended (its `/proc` entry goes with it).
+    io_final: Mutex<Option<pfs_sys::Usage>>,
     /// Whether GSO and GRO are in use (for the report).
     gso: AtomicBool,
     gro: AtomicBool,
@@ -139,7 +142,11 @@ fn new_socket(local: SocketAddr) -> io::Result<UdpSocket> {
 fn conn_error(e: &super::conn::ConnError) -> io::Error {
     use super::conn::ConnError as E;
     let kind = match e {
-        E::Idle(_) | E::ConnectTimeout(_) | E::Stalled(_) => io::ErrorKind::TimedOut,
+        // A connection that failed is never `TimedOut`: callers read that
+        // as "the read deadline passed, try again", and a dead connection
+        // retried in a deadline loop is a busy loop. `TimedOut` is kept for
+        // a read or write deadline that passed on a live connection.
+        E::Idle(_) | E::ConnectTimeout(_) | E::Stalled(_) => io::ErrorKind::ConnectionAborted,
         E::TooLarge(_) => io::ErrorKind::InvalidInput,
         E::PeerClosed(_) => io::ErrorKind::ConnectionReset,
         E::Protocol(_) => io::ErrorKind::InvalidData,
@@ -223,6 +230,7 @@ impl UdpTransport {
             dropped: AtomicBool::new(false),
             waiters: AtomicU32::new(0),
             io_tid: std::sync::atomic::AtomicI32::new(0),
+            io_final: Mutex::new(None),
             gso: AtomicBool::new(gso),
             gro: AtomicBool::new(gro),
         });
@@ -381,9 +389,15 @@ impl Transport for UdpTransport {
     }
 
     fn helper_usage(&self) -> pfs_sys::Usage {
+        let done = *self.shared.io_final.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(usage) = done {
+            return usage;
+        }
         match self.shared.io_tid.load(Ordering::Relaxed) {
             0 => pfs_sys::Usage::default(),
-            tid => pfs_sys::task_usage(tid).unwrap_or_default(),
+            tid => pfs_sys::task_usage(tid)
+                .or(*self.shared.io_final.lock().unwrap_or_else(|p| p.into_inner()))
+                .unwrap_or_default(),
         }
     }
 
@@ -459,8 +473,8 @@ impl IoThread {
             sent: 0,
             send_scratch: SendScratch::default(),
             recv_scratch: RecvScratch::default(),
-            recv_bufs: vec![vec![0; RECV_BUFFER]; RECV_BUFFERS],
-            recv_meta: vec![RecvMeta::default(); RECV_BUFFERS],
+            recv_bufs: vec![vec![0; RECV_BUFFER]],
+            recv_meta: vec![RecvMeta::default()],
             slot,
             gso,
             gso_warned: !gso,
@@ -522,6 +536,8 @@ impl IoThread {
                 self.flush();
             }
             if exit {
+                *self.shared.io_final.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(pfs_sys::thread_usage());
                 let _c = self.shared.lock();
                 self.shared.notify();
                 return;
@@ -684,8 +700,14 @@ impl IoThread {
                 }
             }
             drop(c);
-            if n < RECV_BUFFERS {
+            if n < self.recv_bufs.len() {
                 break;
+            }
+            if self.recv_bufs.len() < RECV_BUFFERS {
+                // Every buffer filled: the peer sends in bulk.
+                let more = self.recv_bufs.len().min(RECV_BUFFERS - self.recv_bufs.len());
+                self.recv_bufs.extend((0..more).map(|_| vec![0; RECV_BUFFER]));
+                self.recv_meta.resize(self.recv_bufs.len(), RecvMeta::default());
             }
         }
         if got {
@@ -696,18 +718,26 @@ impl IoThread {
 }
 
 /// Accepts UDP connections on one port.
+///
+/// An OPEN without a valid address token is answered with a RETRY and
+/// forgotten (see [`super::admit`]); only an OPEN that echoes its token
+/// makes a connection, within [`MAX_PER_SOURCE`] per IP address and
+/// [`MAX_CONNECTIONS`] in all (beyond them the client is told BUSY).
 #[derive(Debug)]
 pub struct UdpListener {
     sock: UdpSocket,
     cfg: UdpConfig,
     local: SocketAddr,
-    /// OPENs answered in the last [`OPEN_MEMORY`], and their connections.
-    seen: Mutex<HashMap<(SocketAddr, u32), Answered>>,
+    /// Boxed: the HMAC key is most of the listener's size.
+    admission: Box<Admission>,
+    /// Receive buffers of all its connections, together.
+    budget: RecvBudget,
+    /// Connections made for proven addresses, by client address and id: a
+    /// copy of an OPEN (its OPEN_ACK was lost) reaches its connection
+    /// instead of making another, and the limits count these.
+    live: Mutex<HashMap<(SocketAddr, u32), std::sync::Weak<Shared>>>,
     woken: Arc<AtomicBool>,
 }
-
-/// When a listener answered an OPEN, and the connection it made.
-type Answered = (Instant, std::sync::Weak<Shared>);
 
 /// Makes a [`UdpListener`] blocked in `accept` return (a server that stops).
 #[derive(Debug, Clone)]
@@ -739,11 +769,15 @@ impl UdpListener {
         let sa = crate::resolve(addr)?[0];
         let sock = UdpSocket::bind(sa).map_err(listen_err)?;
         let local = sock.local_addr().map_err(listen_err)?;
+        let admission =
+            Box::new(Admission::new(Instant::now()).map_err(|e| listen_err(io::Error::other(e)))?);
         Ok(Self {
             sock,
             cfg,
             local,
-            seen: Mutex::new(HashMap::new()),
+            admission,
+            budget: RecvBudget::new(RECV_BUDGET),
+            live: Mutex::new(HashMap::new()),
             woken: Arc::default(),
         })
     }
@@ -769,32 +803,109 @@ impl UdpListener {
         self.local
     }
 
-    fn accept_open(&self, from: SocketAddr, open: &Open) -> io::Result<Option<UdpTransport>> {
+    /// Answers an OPEN from `from`: a RETRY without a valid token, the
+    /// existing connection for a copy, BUSY beyond the limits, else a new
+    /// connection. Nothing that goes wrong for one peer (a send to an
+    /// unroutable address, a socket that cannot connect there) is an
+    /// error of the listener: it is logged and the OPEN dropped.
+    fn accept_open(&self, from: SocketAddr, req: &OpenRequest) -> Option<UdpTransport> {
         let now = Instant::now();
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        seen.retain(|_, (at, _)| now.saturating_duration_since(*at) < OPEN_MEMORY);
-        if let Some((_, conn)) = seen.get(&(from, open.conn)) {
+        let client = req.open.conn;
+        match req
+            .token
+            .map(|token| self.admission.check(now, from, client, &token))
+        {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                // Expired on a slow path, or forged: a fresh token costs
+                // what the first did, and no more than the OPEN's size.
+                tracing::debug!("UDP: OPEN from {from}: {e}");
+                self.answer_retry(now, from, client);
+                return None;
+            }
+            None => {
+                self.answer_retry(now, from, client);
+                return None;
+            }
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|_, conn| conn.strong_count() > 0);
+        if let Some(shared) = live.get(&(from, client)).and_then(|c| c.upgrade()) {
             // A copy of an OPEN we answered: its OPEN_ACK was lost; the
             // connection sends it again (once per copy, never on its own).
-            if let Some(shared) = conn.upgrade() {
-                shared.lock().open_again(now);
-                shared.wake_io();
+            shared.lock().open_again(now);
+            shared.wake_io();
+            return None;
+        }
+        let same_source = live.keys().filter(|(a, _)| a.ip() == from.ip()).count();
+        if same_source >= MAX_PER_SOURCE || live.len() >= MAX_CONNECTIONS {
+            tracing::debug!(
+                "UDP: refusing {from} (BUSY): {same_source} connections from its address, {} in all",
+                live.len()
+            );
+            self.answer_busy(from, client);
+            return None;
+        }
+        match self.open_connection(now, from, &req.open) {
+            Ok(t) => {
+                live.insert((from, client), Arc::downgrade(&t.shared));
+                Some(t)
             }
-            return Ok(None);
+            Err(e) => {
+                let exhausted = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::ENOBUFS | libc::EAGAIN)
+                );
+                if exhausted {
+                    tracing::warn!("UDP: no connection for {from}: {e}");
+                } else {
+                    tracing::debug!("UDP: no connection for {from}: {e}");
+                }
+                None
+            }
         }
-        if seen.len() >= MAX_OPENING {
-            // A flood of OPENs (spoofed sources or ids): each would cost a
-            // socket and a thread. Dropped: a real client repeats its OPEN.
-            return Ok(None);
-        }
+    }
+
+    fn open_connection(&self, now: Instant, from: SocketAddr, open: &Open) -> io::Result<UdpTransport> {
         let mut local = self.local;
         local.set_port(0);
         let sock = new_socket(local)?;
         sock.connect(from)?;
-        let conn = Connection::server(self.cfg, now, random_id(), open);
-        let t = UdpTransport::start(sock, conn, from)?;
-        seen.insert((from, open.conn), (now, Arc::downgrade(&t.shared)));
-        Ok(Some(t))
+        let mut conn = Connection::server(self.cfg, now, random_id(), open);
+        conn.set_recv_budget(self.budget.clone());
+        UdpTransport::start(sock, conn, from)
+    }
+
+    fn answer_retry(&self, now: Instant, to: SocketAddr, client: u32) {
+        let retry = Retry {
+            token: self.admission.issue(now, to, client),
+        };
+        self.answer(to, PacketType::Retry, client, &retry.emit());
+    }
+
+    fn answer_busy(&self, to: SocketAddr, client: u32) {
+        let close = Close {
+            code: close_code::BUSY,
+        };
+        self.answer(to, PacketType::Close, client, &close.emit());
+    }
+
+    /// Sends one packet from the listening port, never waiting: a full
+    /// socket buffer or an unroutable address loses it, as the network
+    /// could (the client repeats its OPEN).
+    fn answer(&self, to: SocketAddr, kind: PacketType, client: u32, body: &[u8]) {
+        let mut packet = [0u8; PACKET_HEADER_LEN + TOKEN_LEN];
+        let header = PacketHeader {
+            kind,
+            conn: client,
+            number: 0,
+        };
+        packet[..PACKET_HEADER_LEN].copy_from_slice(&header.emit());
+        let end = PACKET_HEADER_LEN + body.len();
+        packet[PACKET_HEADER_LEN..end].copy_from_slice(body);
+        if let Err(e) = rustix::net::sendto(&self.sock, &packet[..end], SendFlags::DONTWAIT, &to) {
+            tracing::trace!("UDP: answer to {to} lost: {e}");
+        }
     }
 }
 
@@ -802,13 +913,24 @@ impl Listener for UdpListener {
     type Conn = UdpTransport;
 
     fn accept(&self) -> io::Result<UdpTransport> {
-        let mut buf = vec![0u8; 65536];
+        // An OPEN is 72 bytes; anything longer arrives cut and is dropped.
+        let mut buf = [0u8; 2048];
         loop {
             let (n, from) = match self.sock.recv_from(&mut buf) {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // An ICMP error for an earlier datagram: not ours to act on.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                // An ICMP error for an earlier answer: one peer's, not the listener's.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionRefused
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::HostUnreachable
+                            | io::ErrorKind::NetworkUnreachable
+                    ) =>
+                {
+                    continue
+                }
                 Err(e) => return Err(e),
             };
             if self.woken.load(Ordering::Acquire) {
@@ -823,10 +945,10 @@ impl Listener for UdpListener {
             if header.kind != PacketType::Open || header.conn != 0 {
                 continue;
             }
-            let Ok(open) = Open::parse(body) else {
+            let Ok(req) = OpenRequest::parse(body) else {
                 continue;
             };
-            if let Some(t) = self.accept_open(from, &open)? {
+            if let Some(t) = self.accept_open(from, &req) {
                 return Ok(t);
             }
         }

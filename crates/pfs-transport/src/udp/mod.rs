@@ -3,6 +3,8 @@
 //! so the gram and files protocols run over it unchanged
 //! (`--transport udp`). Datagram format: `docs/wire.md` §14.
 //!
+//! - [`admit`]: the listener's stateless address validation (RETRY
+//!   tokens) and its connection limits;
 //! - [`conn`]: the sans-I/O connection core (reliability, flow control,
 //!   pacing), driven by datagrams and `now`;
 //! - [`cc`]: congestion control, rate and delay based (after BBR);
@@ -12,11 +14,12 @@
 //! - `driver`: sockets, batching (`sendmmsg` + GSO, `recvmmsg` + GRO), the
 //!   I/O thread, [`UdpTransport`] and [`UdpListener`].
 
+pub mod admit;
 pub mod cc;
 pub mod conn;
 mod driver;
 pub mod ranges;
 pub mod sim;
 
-pub use conn::{ConnError, Connection, ReadOutcome, UdpConfig, UdpStats};
+pub use conn::{ConnError, Connection, ReadOutcome, RecvBudget, UdpConfig, UdpStats, INITIAL_RECV_BUFFER};
 pub use driver::{UdpListener, UdpReport, UdpTransport, UdpWaker, BATCH};

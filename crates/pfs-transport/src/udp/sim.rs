@@ -13,7 +13,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use pfs_wire::datagram::{Open, PacketHeader, PacketType};
+use pfs_wire::datagram::{OpenRequest, PacketHeader, PacketType};
 
 use super::conn::{Connection, ReadOutcome, UdpConfig, UdpStats};
 
@@ -394,8 +394,11 @@ pub fn transfer_beside(
                 if server.is_none() {
                     if let Ok((h, body)) = PacketHeader::parse(&bytes) {
                         if h.kind == PacketType::Open {
-                            if let Ok(open) = Open::parse(body) {
-                                server = Some(Connection::server(cfg, now, 0x5e7e, &open));
+                            // The listener's RETRY round is not simulated:
+                            // it is the listener's, not the core's, and adds
+                            // one round trip before the transfer.
+                            if let Ok(req) = OpenRequest::parse(body) {
+                                server = Some(Connection::server(cfg, now, 0x5e7e, &req.open));
                             }
                         }
                     }
