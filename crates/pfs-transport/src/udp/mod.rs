@@ -5,6 +5,7 @@
 //!
 //! - [`conn`]: the sans-I/O connection core (reliability, flow control,
 //!   pacing), driven by datagrams and `now`;
+//! - [`auth`]: datagram tags once a protected session has keys;
 //! - [`cc`]: congestion control, rate and delay based (after BBR);
 //! - [`ranges`]: the range sets both sides keep;
 //! - [`sim`]: a simulated network (loss, bursts, reordering,
@@ -12,11 +13,13 @@
 //! - `driver`: sockets, batching (`sendmmsg` + GSO, `recvmmsg` + GRO), the
 //!   I/O thread, [`UdpTransport`] and [`UdpListener`].
 
+pub mod auth;
 pub mod cc;
 pub mod conn;
 mod driver;
 pub mod ranges;
 pub mod sim;
 
+pub use auth::{DatagramCipher, DatagramKeys};
 pub use conn::{ConnError, Connection, ReadOutcome, UdpConfig, UdpStats};
 pub use driver::{UdpListener, UdpReport, UdpTransport, UdpWaker, BATCH};
