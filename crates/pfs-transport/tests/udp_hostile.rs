@@ -532,3 +532,99 @@ fn optimistic_acks_end_the_connection_within_a_round_trip() {
     assert!(msg.contains("never sent"), "{msg}");
     legitimate_transfer_succeeds(None);
 }
+
+/// An OPEN_ACK from another address than the one the OPEN went to is
+/// ignored (real sockets on loopback: the attacker is 127.0.0.2).
+#[test]
+fn open_ack_from_another_address_is_ignored() {
+    use pfs_transport::{Listener, Transport, UdpListener, UdpTransport};
+    use std::net::UdpSocket;
+
+    let evil = match UdpSocket::bind("127.0.0.2:0") {
+        Ok(s) => s,
+        Err(e) => {
+            println!("SKIP cannot bind 127.0.0.2 ({e})");
+            return;
+        }
+    };
+    let target = UdpSocket::bind("127.0.0.1:0").unwrap();
+    target.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let addr = target.local_addr().unwrap().to_string();
+    let client = std::thread::spawn(move || UdpTransport::connect(&addr, &UdpConfig::default()));
+    let mut buf = vec![0u8; 65536];
+    let (n, from) = target.recv_from(&mut buf).unwrap();
+    let (h, body) = PacketHeader::parse(&buf[..n]).unwrap();
+    assert_eq!(h.kind, PacketType::Open);
+    let open = Open::parse(body).unwrap();
+    let open_ack = |server: u32| {
+        let mut d = PacketHeader {
+            kind: PacketType::OpenAck,
+            conn: open.conn,
+            number: 0,
+        }
+        .emit()
+        .to_vec();
+        d.extend_from_slice(
+            &Open {
+                conn: server,
+                max_datagram: 1472,
+                window: 1 << 20,
+            }
+            .emit(),
+        );
+        d
+    };
+    // The forgery arrives first (same receive queue, sent first), right id and all.
+    evil.send_to(&open_ack(0xbad), from).unwrap();
+    // The real answer, from the target's IP and a new port, as a listener's.
+    let real = UdpSocket::bind("127.0.0.1:0").unwrap();
+    real.connect(from).unwrap();
+    real.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    real.send(&open_ack(0x900d)).unwrap();
+    let t = client.join().unwrap().expect("the client opens with the real answer");
+    assert_eq!(t.peer(), real.local_addr().unwrap().to_string());
+    // Dropping the client sends its FIN and waits for the ACK: give it.
+    let closer = std::thread::spawn(move || drop(t));
+    loop {
+        let n = real.recv(&mut buf).unwrap();
+        let Ok(p) = Packet::parse(&buf[..n]) else { continue };
+        assert_eq!(p.header.conn, 0x900d, "the client talks to the real server");
+        if p.header.kind != PacketType::Data {
+            continue;
+        }
+        let (d, _) = DataHead::parse(p.body).unwrap();
+        if d.fin {
+            let ack = AckHead {
+                largest: p.header.number,
+                window: 1 << 20,
+                delay_us: 0,
+                first: 0,
+                count: 0,
+            };
+            real.send(&datagram(PacketType::Ack, open.conn, 1, &ack.emit())).unwrap();
+            break;
+        }
+    }
+    closer.join().unwrap();
+
+    // A legitimate connection through a real listener.
+    let listener = UdpListener::bind("127.0.0.1:0", UdpConfig::default()).unwrap();
+    let addr = listener.local_addr();
+    let server = std::thread::spawn(move || {
+        let mut t = listener.accept().unwrap();
+        let mut got = Vec::new();
+        let mut b = vec![0u8; 65536];
+        loop {
+            match t.read(&mut b).unwrap() {
+                0 => break,
+                n => got.extend_from_slice(&b[..n]),
+            }
+        }
+        got
+    });
+    let mut c = UdpTransport::connect(&addr, &UdpConfig::default()).unwrap();
+    let data: Vec<u8> = (0..MB).map(pattern).collect();
+    c.write_all(&data).unwrap();
+    c.shutdown_write().unwrap();
+    assert!(server.join().unwrap() == data);
+}

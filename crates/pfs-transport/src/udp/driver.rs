@@ -117,6 +117,9 @@ pub struct UdpReport {
     pub gso: bool,
     /// Whether receives used GRO.
     pub gro: bool,
+    /// Whether datagram keys were installed (a protected session): the
+    /// datagrams are tagged (`docs/wire.md` §14.7).
+    pub tagged: bool,
 }
 
 fn random_id() -> u32 {
@@ -265,6 +268,7 @@ impl UdpTransport {
             datagram: c.datagram_size(),
             gso: self.shared.gso.load(Ordering::Relaxed),
             gro: self.shared.gro.load(Ordering::Relaxed),
+            tagged: c.is_protected(),
         }
     }
 
