@@ -99,30 +99,61 @@ fn a_protected_session_over_udp_tags_its_datagrams() {
     let line = std::fs::read_to_string(pfs_auth::public_path(&client_id)).expect("client.pub");
     std::fs::write(&authorized, line).expect("authorized_keys");
     let mut cmd = pfs();
-    cmd.args(["serve", "--transport", "udp", "--listen", "127.0.0.1:0", "--json", "--size", SIZE])
-        .args(["--max-sessions", "2", "--identity"])
-        .arg(&server_id)
-        .arg("--authorized-keys")
-        .arg(&authorized);
+    cmd.args([
+        "serve",
+        "--transport",
+        "udp",
+        "--listen",
+        "127.0.0.1:0",
+        "--json",
+        "--size",
+        SIZE,
+    ])
+    .args(["--max-sessions", "2", "--identity"])
+    .arg(&server_id)
+    .arg("--authorized-keys")
+    .arg(&authorized);
     let server = Server::spawn(cmd);
     for cipher in ["aes-256-gcm", "chacha20-poly1305"] {
         let what = format!("protected send --transport udp --cipher {cipher}");
         let mut cmd = pfs();
-        cmd.args(["send", "--transport", "udp", "--to", &server.addr, "--size", SIZE, "--json"])
-            .args(["--mode", "payload", "--bytes", "64M", "--cipher", cipher, "--identity"])
-            .arg(&client_id)
-            .arg("--server-key")
-            .arg(pfs_auth::public_path(&server_id));
+        cmd.args([
+            "send",
+            "--transport",
+            "udp",
+            "--to",
+            &server.addr,
+            "--size",
+            SIZE,
+            "--json",
+        ])
+        .args([
+            "--mode",
+            "payload",
+            "--bytes",
+            "64M",
+            "--cipher",
+            cipher,
+            "--identity",
+        ])
+        .arg(&client_id)
+        .arg("--server-key")
+        .arg(pfs_auth::public_path(&server_id));
         let v = good(&run(cmd), &what);
         assert_eq!(v["receiver"]["effective_bytes"], 64u64 << 20, "{what}: {v:#}");
         assert_eq!(v["udp"]["tagged"], true, "{what}: {v:#}");
     }
     // A plain session on the same kind of transport sends untagged datagrams.
     let plain = serve_udp(&["--max-sessions", "1"]);
-    let v = good(&send_udp(&plain.addr, &["--bytes", "16M"]), "plain send --transport udp");
+    let v = good(
+        &send_udp(&plain.addr, &["--bytes", "16M"]),
+        "plain send --transport udp",
+    );
     assert_eq!(v["udp"]["tagged"], false, "{v:#}");
     plain.finish().expect_code(0, "pfs serve --transport udp (plain)");
-    server.finish().expect_code(0, "pfs serve --transport udp --authorized-keys");
+    server
+        .finish()
+        .expect_code(0, "pfs serve --transport udp --authorized-keys");
 }
 
 #[test]

@@ -581,7 +581,10 @@ fn open_ack_from_another_address_is_ignored() {
     real.connect(from).unwrap();
     real.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     real.send(&open_ack(0x900d)).unwrap();
-    let t = client.join().unwrap().expect("the client opens with the real answer");
+    let t = client
+        .join()
+        .unwrap()
+        .expect("the client opens with the real answer");
     assert_eq!(t.peer(), real.local_addr().unwrap().to_string());
     // Dropping the client sends its FIN and waits for the ACK: give it.
     let closer = std::thread::spawn(move || drop(t));
@@ -601,7 +604,8 @@ fn open_ack_from_another_address_is_ignored() {
                 first: 0,
                 count: 0,
             };
-            real.send(&datagram(PacketType::Ack, open.conn, 1, &ack.emit())).unwrap();
+            real.send(&datagram(PacketType::Ack, open.conn, 1, &ack.emit()))
+                .unwrap();
             break;
         }
     }

@@ -33,7 +33,7 @@ fn every_corpus_directory_has_a_target() {
     // run in crates/pfs-auth/tests/corpus.rs; the UDP connection's in
     // fuzz/src/udp.rs, run in crates/pfs-transport/tests/corpus.rs.
     let mut known: Vec<&str> = checks::TARGETS.iter().map(|(name, _)| *name).collect();
-    known.extend(["handshake", "record", "udp_conn"]);
+    known.extend(["handshake", "record", "udp_conn", "udp_tagged"]);
     for entry in fs::read_dir(corpus_root()).expect("fuzz/corpus exists") {
         let entry = entry.expect("directory entry");
         let name = entry.file_name().to_string_lossy().into_owned();

@@ -51,6 +51,51 @@ impl std::fmt::Debug for Protector {
     }
 }
 
+fn algorithm(cipher: DatagramCipher) -> &'static ring::aead::Algorithm {
+    match cipher {
+        DatagramCipher::Aes256Gcm => &AES_256_GCM,
+        DatagramCipher::ChaCha20Poly1305 => &CHACHA20_POLY1305,
+    }
+}
+
+fn less_safe_key(cipher: DatagramCipher, raw: &[u8; 32]) -> LessSafeKey {
+    LessSafeKey::new(UnboundKey::new(algorithm(cipher), raw).expect("32-byte keys fit both AEADs"))
+}
+
+/// The tag of packet `number` whose header and body are `covered`, under
+/// `key` (for test vectors and independent implementations; a connection
+/// keeps its keys bound).
+pub fn tag(cipher: DatagramCipher, key: &[u8; 32], number: u64, covered: &[u8]) -> [u8; TAG_LEN] {
+    seal(&less_safe_key(cipher, key), number, covered)
+}
+
+/// Whether `tag` is packet `number`'s tag over `covered` under `key`.
+pub fn check_tag(
+    cipher: DatagramCipher,
+    key: &[u8; 32],
+    number: u64,
+    covered: &[u8],
+    tag: &[u8; TAG_LEN],
+) -> bool {
+    open(&less_safe_key(cipher, key), number, covered, tag)
+}
+
+fn seal(key: &LessSafeKey, number: u64, covered: &[u8]) -> [u8; TAG_LEN] {
+    let tag = key
+        .seal_in_place_separate_tag(nonce(number), Aad::from(covered), &mut [])
+        .expect("an empty plaintext always seals");
+    let mut out = [0u8; TAG_LEN];
+    out.copy_from_slice(tag.as_ref());
+    out
+}
+
+fn open(key: &LessSafeKey, number: u64, covered: &[u8], tag: &[u8; TAG_LEN]) -> bool {
+    let mut t = *tag;
+    key.open_in_place(nonce(number), Aad::from(covered), &mut t)
+        .is_ok()
+}
+
+/// 4 zero bytes, then the packet number big-endian (as records' nonces, §11.4).
 fn nonce(number: u64) -> Nonce {
     let mut n = [0u8; NONCE_LEN];
     n[NONCE_LEN - 8..].copy_from_slice(&number.to_be_bytes());
@@ -59,36 +104,20 @@ fn nonce(number: u64) -> Nonce {
 
 impl Protector {
     pub(crate) fn new(keys: &DatagramKeys) -> Self {
-        let alg = match keys.cipher {
-            DatagramCipher::Aes256Gcm => &AES_256_GCM,
-            DatagramCipher::ChaCha20Poly1305 => &CHACHA20_POLY1305,
-        };
-        let key = |raw: &[u8; 32]| {
-            LessSafeKey::new(UnboundKey::new(alg, raw).expect("32-byte keys fit both AEADs"))
-        };
         Self {
-            send: key(&keys.send),
-            recv: key(&keys.recv),
+            send: less_safe_key(keys.cipher, &keys.send),
+            recv: less_safe_key(keys.cipher, &keys.recv),
         }
     }
 
     /// The tag of the packet `covered` (header and body) numbered `number`.
     pub(crate) fn tag(&self, number: u64, covered: &[u8]) -> [u8; TAG_LEN] {
-        let tag = self
-            .send
-            .seal_in_place_separate_tag(nonce(number), Aad::from(covered), &mut [])
-            .expect("an empty plaintext always seals");
-        let mut out = [0u8; TAG_LEN];
-        out.copy_from_slice(tag.as_ref());
-        out
+        seal(&self.send, number, covered)
     }
 
     /// Whether `tag` is the peer's tag of `covered` numbered `number`.
     pub(crate) fn check(&self, number: u64, covered: &[u8], tag: &[u8; TAG_LEN]) -> bool {
-        let mut t = *tag;
-        self.recv
-            .open_in_place(nonce(number), Aad::from(covered), &mut t)
-            .is_ok()
+        open(&self.recv, number, covered, tag)
     }
 }
 
