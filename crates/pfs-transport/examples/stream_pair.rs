@@ -3,13 +3,27 @@
 //! without the gram protocol above it.
 //!
 //! `cargo run --release -p pfs-transport --example stream_pair -- udp 1024`
-//! (transport `tcp` or `udp`, MiB to move).
+//! (transport `tcp`, `udp`, or `udp-tagged`: UDP with datagram keys
+//! installed on both sides, as a protected session does, so every
+//! datagram carries a tag (`docs/wire.md` §14.7); MiB to move).
 
 use std::time::Instant;
 
+use pfs_transport::udp::{DatagramCipher, DatagramKeys};
 use pfs_transport::{
     Listener, TcpConfig, TcpListener, TcpTransport, Transport, UdpConfig, UdpListener, UdpTransport,
 };
+
+/// Datagram keys for one side (both sides' keys are fixed: only the cost
+/// of tagging is measured here).
+fn keys(client: bool) -> DatagramKeys {
+    let (c2s, s2c) = ([1; 32], [2; 32]);
+    DatagramKeys {
+        cipher: DatagramCipher::Aes256Gcm,
+        send: if client { c2s } else { s2c },
+        recv: if client { s2c } else { c2s },
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -27,7 +41,11 @@ fn main() {
         } else {
             let l = UdpListener::bind("127.0.0.1:0", UdpConfig::default()).unwrap();
             tx.send(l.local_addr()).unwrap();
-            Box::new(l.accept().unwrap())
+            let mut t = l.accept().unwrap();
+            if k == "udp-tagged" {
+                t.protect_datagrams(&keys(false));
+            }
+            Box::new(t)
         };
         let mut buf = vec![0u8; 1 << 20];
         let mut got = 0usize;
@@ -49,7 +67,11 @@ fn main() {
         tcp = TcpTransport::connect(&addr, &TcpConfig::default()).unwrap();
         &mut tcp
     } else {
-        udp.insert(UdpTransport::connect(&addr, &UdpConfig::default()).unwrap())
+        let t = udp.insert(UdpTransport::connect(&addr, &UdpConfig::default()).unwrap());
+        if kind == "udp-tagged" {
+            t.protect_datagrams(&keys(true));
+        }
+        t
     };
     let mut sent = 0;
     while sent < total {

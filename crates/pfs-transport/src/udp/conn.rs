@@ -256,9 +256,10 @@ const PACING_BURST: Duration = Duration::from_millis(1);
 /// RTT assumed before the first sample.
 const INITIAL_RTT: Duration = Duration::from_millis(100);
 /// The sender skips one packet number in every `SKIP_MIN..SKIP_MAX`
-/// (uniformly at random): rare enough to cost nothing, often enough that
-/// an optimistic acknowledger meets one within a round trip at any rate
-/// worth inflating (a 1 Gbit/s, 1 ms path sends ~85 packets per round trip).
+/// (uniformly, from a secret seed): rare enough to cost nothing (one
+/// immediate ACK and one more ACK range per few hundred packets), often
+/// enough that an acknowledger claiming the gaps it sees arrived meets one
+/// within a few hundred packets (`docs/wire.md` §14.4).
 const SKIP_MIN: u64 = 64;
 const SKIP_MAX: u64 = 1024;
 /// Skipped numbers remembered, newest; an optimistic ACK covers the newest.
@@ -330,9 +331,11 @@ pub struct Connection {
     protector: Option<Protector>,
     /// A datagram with a valid tag arrived: untagged ones are refused from now on.
     peer_tagged: bool,
-    /// Packet-number skipping: the generator, the next number to skip and
-    /// the newest numbers skipped (ascending).
-    rng: u64,
+    /// Packet-number skipping: the secret that picks the gaps (HMAC of a
+    /// counter: the peer cannot predict a gap from the ones it saw), the
+    /// next number to skip and the newest numbers skipped (ascending).
+    skip_key: ring::hmac::Key,
+    skips: u64,
     skip_at: u64,
     skipped: VecDeque<u64>,
     /// When an ICMP port unreachable arrived with no valid packet since.
@@ -402,33 +405,43 @@ impl Connection {
             ack_now: false,
             protector: None,
             peer_tagged: false,
-            rng: 0,
+            skip_key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &[]),
+            skips: 0,
             skip_at: 0,
             skipped: VecDeque::new(),
             unreachable_at: None,
             stats: UdpStats::default(),
         };
-        // Secret per process (std seeds RandomState from the OS): the peer
-        // must not predict which numbers are skipped.
-        let seed =
-            std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), local_id);
-        c.set_skip_seed(seed);
+        // A secret from the OS: the peer must not predict which numbers
+        // are skipped. (Without one the per-process keys of std's hasher,
+        // also from the OS, stand in.)
+        let mut secret = [0u8; 32];
+        if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret).is_err() {
+            let h = std::collections::hash_map::RandomState::new();
+            secret[..8].copy_from_slice(&std::hash::BuildHasher::hash_one(&h, local_id).to_le_bytes());
+        }
+        c.skip_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
+        c.skip_at = c.skip_gap();
         c
     }
 
-    /// Seeds the choice of skipped packet numbers (the simulator does, for
-    /// runs that repeat; a real connection keeps its secret seed).
+    /// Makes the choice of skipped packet numbers follow `seed` (the
+    /// simulator does, for runs that repeat; a real connection keeps the
+    /// secret it was made with).
     pub fn set_skip_seed(&mut self, seed: u64) {
-        self.rng = seed | 1;
+        self.skip_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &seed.to_le_bytes());
+        self.skips = 0;
         self.skip_at = self.next_number + self.skip_gap();
     }
 
+    /// The distance to the next skipped number: HMAC of the skip count
+    /// under the secret (once per few hundred packets: cheap).
     fn skip_gap(&mut self) -> u64 {
-        // xorshift64*: unpredictable enough without the seed, which is secret.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        SKIP_MIN + self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) % (SKIP_MAX - SKIP_MIN)
+        self.skips += 1;
+        let mac = ring::hmac::sign(&self.skip_key, &self.skips.to_le_bytes());
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&mac.as_ref()[..8]);
+        SKIP_MIN + u64::from_le_bytes(word) % (SKIP_MAX - SKIP_MIN)
     }
 
     /// Installs datagram keys (a protected session's handshake is over):
