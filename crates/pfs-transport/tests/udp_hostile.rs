@@ -19,6 +19,9 @@ const MB: u64 = 1 << 20;
 const CLIENT_ID: u32 = 0x00c1_1e47;
 const SERVER_ID: u32 = 0x5e7e;
 
+/// Datagrams on the link: (arrival, sequence, to the server, bytes), earliest first.
+type Link = BinaryHeap<Reverse<(Instant, u64, bool, Vec<u8>)>>;
+
 /// What the attacker does with the datagrams it sees and the clock.
 trait Attacker {
     /// A datagram passes (`to_server`: client → server); forged datagrams
@@ -85,7 +88,7 @@ fn run(total: u64, delay: Duration, keyed: Option<Keys>, attacker: &mut dyn Atta
     let mut client = Connection::client(cfg, now, CLIENT_ID);
     client.set_skip_seed(7);
     let mut server: Option<Connection> = None;
-    let mut queue: BinaryHeap<Reverse<(Instant, u64, bool, Vec<u8>)>> = BinaryHeap::new();
+    let mut queue: Link = BinaryHeap::new();
     let mut seq = 0u64;
     let (mut written, mut delivered, mut exact) = (0u64, 0u64, true);
     let mut chunk = vec![0u8; 64 << 10];
@@ -291,7 +294,7 @@ impl Attacker for Forger {
         let p = Packet::parse(d).unwrap();
         self.turn += 1;
         // Only once both sides tag (the protected session is running).
-        if p.tag.is_some() && self.after == 0 && self.turn % 50 == 0 {
+        if p.tag.is_some() && self.after == 0 && self.turn.is_multiple_of(50) {
             forge.extend(self.forge());
         }
         true
@@ -348,7 +351,7 @@ fn unkeyed_connection_takes_forgeries_with_the_id() {
     impl Attacker for Plain<'_> {
         fn on_datagram(&mut self, _: Instant, _: bool, _: &[u8], forge: &mut Vec<(bool, Vec<u8>)>) -> bool {
             self.0.turn += 1;
-            if self.0.after == 0 && self.0.turn % 50 == 0 {
+            if self.0.after == 0 && self.0.turn.is_multiple_of(50) {
                 forge.extend(self.0.forge());
             }
             true
@@ -485,7 +488,7 @@ impl Attacker for OptimisticAcker {
         self.largest = self.largest.max(n);
         self.seen += 1;
         // Every 50th data packet is "lost" on the way to the receiver.
-        let pass = self.seen % 50 != 0;
+        let pass = !self.seen.is_multiple_of(50);
         if !pass {
             self.dropped += 1;
         }

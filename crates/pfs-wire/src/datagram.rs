@@ -13,6 +13,10 @@
 //! CLOSE (abort only)        ◀─▶
 //! ```
 //!
+//! Once a protected session has keys, packets are **tagged** (version 2):
+//! the same header and body, then a 16-byte tag over both ([`Packet`]
+//! finds it; checking it needs the keys, so it is the connection's job).
+//!
 //! Decoding is zero-copy, bounds-checked and panic-free; meaning (which
 //! packet numbers were sent, which offsets fit the window) is the
 //! connection core's business, not this module's.
