@@ -666,7 +666,7 @@ impl Connection {
     }
 
     /// How long an ICMP port unreachable waits for a valid packet: three
-    /// probe timeouts, at least [`UNREACHABLE_GRACE`].
+    /// probe timeouts, at least 3 s (more than two of the peer's keepalives).
     pub fn unreachable_grace(&self) -> Duration {
         let srtt = self.srtt.unwrap_or(INITIAL_RTT);
         let pto = srtt + (self.rttvar * 4).max(Duration::from_millis(1)) + self.cfg.max_ack_delay;
