@@ -696,7 +696,16 @@ impl Connection {
             return;
         };
         let (header, body) = (packet.header, packet.body);
+        // No sender gets near 2^64 packets; refusing the last number keeps
+        // `number + 1` in range everywhere below.
+        let ours = header.conn == self.local_id && header.number < u64::MAX;
         if let Some(p) = &self.protector {
+            if !ours {
+                // Another connection's, or random: dropped without the
+                // cost of checking a tag.
+                self.stats.packets_ignored += 1;
+                return;
+            }
             match packet.tag {
                 Some((covered, tag)) if p.check(header.number, covered, tag) => self.peer_tagged = true,
                 // Before the peer's first tagged datagram, untagged ones
@@ -712,9 +721,6 @@ impl Connection {
         }
         // Without keys a tag is not checked: the packet is worth what an
         // untagged one is (the peer installed its keys first).
-        // No sender gets near 2^64 packets; refusing the last number keeps
-        // `number + 1` in range everywhere below.
-        let ours = header.conn == self.local_id && header.number < u64::MAX;
         let accepted = match (header.kind, self.state) {
             (PacketType::OpenAck, State::Opening) if ours => self.on_open_ack(now, header.number, body),
             (PacketType::OpenAck, State::Open) if ours => {
