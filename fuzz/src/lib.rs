@@ -477,12 +477,17 @@ fn mount_body(which: u8, body: &[u8]) {
 /// re-encodes to the same bytes; ACK ranges walk down without wrapping.
 pub fn datagram(data: &[u8]) {
     use pfs_wire::datagram::{
-        emit_ack_range, AckHead, Close, DataHead, Open, OpenRequest, PacketHeader, PacketType, Retry,
+        emit_ack_range, AckHead, Close, DataHead, Open, OpenRequest, Packet, PacketType, Retry,
     };
-    let Ok((h, body)) = PacketHeader::parse(data) else {
+    // Either version: a tagged packet (version 2) is the same packet with
+    // 16 bytes of tag after it, which this decoder finds but never checks.
+    let Ok(Packet { header: h, body, tag }) = Packet::parse(data) else {
         return;
     };
-    let mut out = h.emit().to_vec();
+    let mut out = match tag {
+        Some(_) => h.emit_tagged().to_vec(),
+        None => h.emit().to_vec(),
+    };
     match h.kind {
         PacketType::Open => match OpenRequest::parse(body) {
             Ok(o) => out.extend_from_slice(&o.emit()),
@@ -529,6 +534,10 @@ pub fn datagram(data: &[u8]) {
             Ok(c) => out.extend_from_slice(&c.emit()),
             Err(_) => return,
         },
+    }
+    if let Some((covered, tag)) = tag {
+        assert_eq!(covered, &out[..], "the tag covers header and body");
+        out.extend_from_slice(tag);
     }
     assert_eq!(out, data, "datagram re-encode");
 }

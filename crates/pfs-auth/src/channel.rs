@@ -456,8 +456,11 @@ pub struct SecureTransport<T> {
     broken: Option<RecordError>,
 }
 
-impl<T> SecureTransport<T> {
-    fn new(inner: T, est: Established) -> Self {
+impl<T: Transport> SecureTransport<T> {
+    /// Wraps `inner` once the handshake is over; its datagrams, if it has
+    /// any, are tagged from now on (`docs/wire.md` §14.7).
+    fn new(mut inner: T, est: Established) -> Self {
+        inner.protect_datagrams(&est.datagram_keys);
         Self {
             inner,
             info: SessionInfo {
@@ -479,7 +482,9 @@ impl<T> SecureTransport<T> {
             broken: None,
         }
     }
+}
 
+impl<T> SecureTransport<T> {
     /// The session's parameters and the peer's key.
     pub fn info(&self) -> &SessionInfo {
         &self.info
@@ -631,6 +636,9 @@ impl<T: Transport> Transport for SecureTransport<T> {
     fn udp_report(&self) -> Option<pfs_transport::udp::UdpReport> {
         self.inner.udp_report()
     }
+    fn protect_datagrams(&mut self, keys: &pfs_transport::DatagramKeys) {
+        self.inner.protect_datagrams(keys)
+    }
 
     fn peer(&self) -> String {
         self.inner.peer()
@@ -710,6 +718,9 @@ impl<T: Transport> Transport for Prefixed<T> {
     }
     fn udp_report(&self) -> Option<pfs_transport::udp::UdpReport> {
         self.inner.udp_report()
+    }
+    fn protect_datagrams(&mut self, keys: &pfs_transport::DatagramKeys) {
+        self.inner.protect_datagrams(keys)
     }
     fn peer(&self) -> String {
         self.inner.peer()

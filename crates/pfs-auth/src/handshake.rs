@@ -19,6 +19,7 @@
 
 use std::fmt;
 
+use pfs_transport::udp::{DatagramCipher, DatagramKeys};
 use ring::hkdf;
 
 use crate::record::{expand, Cipher, Opener, Sealer, KEY_LEN};
@@ -233,6 +234,9 @@ pub struct Established {
     pub opener: Opener,
     /// The Noise handshake hash: names this session uniquely.
     pub handshake_hash: [u8; 32],
+    /// Keys for the datagrams' tags when the session runs over UDP
+    /// (docs/wire.md §11.4, §14.7).
+    pub datagram_keys: DatagramKeys,
 }
 
 /// Derives the two directions' record keys from Noise's split and the
@@ -257,6 +261,18 @@ fn establish(
     let c2s = expand(&salt.extract(&k1), &[b"pfs v1 c2s ", cipher]);
     let s2c = expand(&salt.extract(&k2), &[b"pfs v1 s2c ", cipher]);
     let (send, recv) = if initiator { (c2s, s2c) } else { (s2c, c2s) };
+    // The datagram keys: same secrets, own labels, so a tag key never
+    // equals a record key.
+    let udp_c2s = expand(&salt.extract(&k1), &[b"pfs v1 udp c2s ", cipher]);
+    let udp_s2c = expand(&salt.extract(&k2), &[b"pfs v1 udp s2c ", cipher]);
+    let datagram_keys = DatagramKeys {
+        cipher: match proposal.cipher {
+            Cipher::Aes256Gcm => DatagramCipher::Aes256Gcm,
+            Cipher::ChaCha20Poly1305 => DatagramCipher::ChaCha20Poly1305,
+        },
+        send: if initiator { udp_c2s } else { udp_s2c },
+        recv: if initiator { udp_s2c } else { udp_c2s },
+    };
     let every = proposal.rotate_every();
     Ok(Established {
         peer,
@@ -264,6 +280,7 @@ fn establish(
         sealer: Sealer::new(proposal.cipher, send, every),
         opener: Opener::new(proposal.cipher, recv, every),
         handshake_hash: hash,
+        datagram_keys,
     })
 }
 

@@ -334,3 +334,81 @@ fn a_silent_or_cancelled_handshake_ends_at_its_deadline() {
     assert!(matches!(err, SecureError::Dropped), "{err}");
     let _ = k;
 }
+
+/// A transport that records the datagram keys a protected session installs
+/// (UDP would tag with them, docs/wire.md §14.7).
+struct Keyed {
+    inner: UnixTransport,
+    got: std::sync::Arc<std::sync::Mutex<Vec<pfs_transport::DatagramKeys>>>,
+}
+
+impl Transport for Keyed {
+    fn kind(&self) -> &'static str {
+        "TEST"
+    }
+    fn peer(&self) -> String {
+        "test".into()
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.inner.write_vectored(bufs)
+    }
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buf)
+    }
+    fn set_read_timeout(&mut self, t: Option<Duration>) -> io::Result<()> {
+        self.inner.set_read_timeout(t)
+    }
+    fn set_write_timeout(&mut self, t: Option<Duration>) -> io::Result<()> {
+        self.inner.set_write_timeout(t)
+    }
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.inner.shutdown_write()
+    }
+    fn protect_datagrams(&mut self, keys: &pfs_transport::DatagramKeys) {
+        self.got.lock().unwrap().push(keys.clone());
+    }
+}
+
+#[test]
+fn both_sides_install_matching_datagram_keys_through_the_wrappers() {
+    use pfs_transport::udp::DatagramCipher;
+    let k = keys();
+    for (cipher, want) in [
+        (Cipher::Aes256Gcm, DatagramCipher::Aes256Gcm),
+        (Cipher::ChaCha20Poly1305, DatagramCipher::ChaCha20Poly1305),
+    ] {
+        let (a, b) = UnixTransport::pair().unwrap();
+        let (client_got, server_got) = (Default::default(), Default::default());
+        let mut server_t = Keyed {
+            inner: b,
+            got: std::sync::Arc::clone(&server_got),
+        };
+        let client_t = Keyed {
+            inner: a,
+            got: std::sync::Arc::clone(&client_got),
+        };
+        let ssec = server_sec(&k);
+        std::thread::scope(|s| {
+            let server = s.spawn(move || {
+                // As a server does: the first bytes are read, then put back
+                // in front (Prefixed) and the whole is boxed.
+                let head =
+                    read_head(&mut server_t, Duration::from_secs(10), &AtomicBool::new(false)).unwrap();
+                let t: Box<dyn Transport> = Box::new(server_t);
+                let t = pfs_auth::Prefixed::new(t, &[]);
+                accept(t, head, &ssec, &AtomicBool::new(false))
+                    .unwrap()
+                    .admit()
+                    .unwrap()
+            });
+            let client = connect(client_t, "pair", Service::Files, &client_sec(&k, cipher, 16)).unwrap();
+            drop((client, server.join().unwrap()));
+        });
+        let (c, s) = (client_got.lock().unwrap(), server_got.lock().unwrap());
+        assert_eq!((c.len(), s.len()), (1, 1), "each side installs its keys once");
+        assert_eq!(c[0].send, s[0].recv);
+        assert_eq!(c[0].recv, s[0].send);
+        assert_ne!(c[0].send, c[0].recv, "each direction has its own key");
+        assert_eq!((c[0].cipher, s[0].cipher), (want, want));
+    }
+}

@@ -39,6 +39,8 @@ fn compute(psk: Option<&Psk>, cipher: Cipher) -> Vec<(&'static str, String)> {
     let (hs3, mut client) = c.finish().unwrap();
     let mut server = s.finish(&hs3).unwrap();
     assert_eq!(client.handshake_hash, server.handshake_hash);
+    assert_eq!(client.datagram_keys.send, server.datagram_keys.recv);
+    assert_eq!(client.datagram_keys.recv, server.datagram_keys.send);
     let c2s = client.sealer.key_for_vectors();
     let s2c = server.sealer.key_for_vectors();
     let verdict = seal(&mut server.sealer, RecordKind::Data, &[0, 0, 0]);
@@ -68,6 +70,8 @@ fn compute(psk: Option<&Psk>, cipher: Cipher) -> Vec<(&'static str, String)> {
         ("handshake hash", hex(&client.handshake_hash)),
         ("c2s key", hex(&c2s)),
         ("s2c key", hex(&s2c)),
+        ("udp c2s key", hex(&client.datagram_keys.send)),
+        ("udp s2c key", hex(&server.datagram_keys.send)),
         ("verdict record", hex(&verdict)),
         ("first client record", hex(&data)),
         ("c2s key after one rotation", hex(&rotated)),

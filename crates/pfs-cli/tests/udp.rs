@@ -85,6 +85,78 @@ fn every_mode_over_udp_on_loopback() {
 }
 
 #[test]
+fn a_protected_session_over_udp_tags_its_datagrams() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let key = |name: &str| {
+        let path = tmp.path().join(name);
+        let mut cmd = pfs();
+        cmd.args(["keygen", "--json", "-f"]).arg(&path);
+        run(cmd).expect_code(0, "keygen");
+        path
+    };
+    let (server_id, client_id) = (key("server"), key("client"));
+    let authorized = tmp.path().join("authorized_keys");
+    let line = std::fs::read_to_string(pfs_auth::public_path(&client_id)).expect("client.pub");
+    std::fs::write(&authorized, line).expect("authorized_keys");
+    let mut cmd = pfs();
+    cmd.args([
+        "serve",
+        "--transport",
+        "udp",
+        "--listen",
+        "127.0.0.1:0",
+        "--json",
+        "--size",
+        SIZE,
+    ])
+    .args(["--max-sessions", "2", "--identity"])
+    .arg(&server_id)
+    .arg("--authorized-keys")
+    .arg(&authorized);
+    let server = Server::spawn(cmd);
+    for cipher in ["aes-256-gcm", "chacha20-poly1305"] {
+        let what = format!("protected send --transport udp --cipher {cipher}");
+        let mut cmd = pfs();
+        cmd.args([
+            "send",
+            "--transport",
+            "udp",
+            "--to",
+            &server.addr,
+            "--size",
+            SIZE,
+            "--json",
+        ])
+        .args([
+            "--mode",
+            "payload",
+            "--bytes",
+            "64M",
+            "--cipher",
+            cipher,
+            "--identity",
+        ])
+        .arg(&client_id)
+        .arg("--server-key")
+        .arg(pfs_auth::public_path(&server_id));
+        let v = good(&run(cmd), &what);
+        assert_eq!(v["receiver"]["effective_bytes"], 64u64 << 20, "{what}: {v:#}");
+        assert_eq!(v["udp"]["tagged"], true, "{what}: {v:#}");
+    }
+    // A plain session on the same kind of transport sends untagged datagrams.
+    let plain = serve_udp(&["--max-sessions", "1"]);
+    let v = good(
+        &send_udp(&plain.addr, &["--bytes", "16M"]),
+        "plain send --transport udp",
+    );
+    assert_eq!(v["udp"]["tagged"], false, "{v:#}");
+    plain.finish().expect_code(0, "pfs serve --transport udp (plain)");
+    server
+        .finish()
+        .expect_code(0, "pfs serve --transport udp --authorized-keys");
+}
+
+#[test]
 fn a_tree_over_udp_arrives_byte_exact() {
     let tmp = tempfile::tempdir().expect("temporary directory");
     let (src, dest, cache) = (

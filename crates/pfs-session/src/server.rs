@@ -818,6 +818,9 @@ impl<T: Transport> Transport for Cuttable<'_, T> {
     fn udp_report(&self) -> Option<pfs_transport::udp::UdpReport> {
         self.inner.udp_report()
     }
+    fn protect_datagrams(&mut self, keys: &pfs_transport::DatagramKeys) {
+        self.inner.protect_datagrams(keys)
+    }
     fn peer(&self) -> String {
         self.inner.peer()
     }

@@ -18,7 +18,7 @@ pub mod unix;
 pub use pfs_sys::Usage;
 pub use shm::{ShmConfig, ShmListener, ShmTransport};
 pub use tcp::{TcpConfig, TcpListener, TcpTransport};
-pub use udp::{UdpConfig, UdpListener, UdpTransport};
+pub use udp::{DatagramKeys, UdpConfig, UdpListener, UdpTransport};
 pub use unix::{UnixListener, UnixTransport};
 
 /// Linux `IOV_MAX`: the most iovecs one `writev` accepts.
@@ -72,6 +72,14 @@ pub trait Transport: Send {
     /// RTT, offloads); `None` for the other transports.
     fn udp_report(&self) -> Option<udp::UdpReport> {
         None
+    }
+
+    /// Installs a protected session's datagram keys (`docs/wire.md`
+    /// §14.7): UDP tags every datagram from now on and drops the peer's
+    /// untagged or forged ones. Stream transports, whose bytes the kernel
+    /// delivers, ignore it; every wrapper forwards it.
+    fn protect_datagrams(&mut self, keys: &udp::DatagramKeys) {
+        let _ = keys;
     }
 
     /// Writes every byte of `bufs`, in as few `writev` calls as the kernel
@@ -156,6 +164,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     fn udp_report(&self) -> Option<udp::UdpReport> {
         (**self).udp_report()
     }
+    fn protect_datagrams(&mut self, keys: &udp::DatagramKeys) {
+        (**self).protect_datagrams(keys)
+    }
 }
 
 /// A borrowed transport is a transport: lets a wrapper (a protected
@@ -190,6 +201,9 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     }
     fn udp_report(&self) -> Option<udp::UdpReport> {
         (**self).udp_report()
+    }
+    fn protect_datagrams(&mut self, keys: &udp::DatagramKeys) {
+        (**self).protect_datagrams(keys)
     }
 }
 

@@ -149,27 +149,44 @@ fn leaves_a_loss_based_flow_its_share() {
         queue: bdp,
         ..link(0.0, 20)
     };
+    // The sender's skipped packet numbers (§14.4) make each run depend on
+    // its seed (without them this lossless run is the same for every
+    // seed: 31.9 %); over seeds 1–13 the share was 20.7–33.0 %, so the bar
+    // is on the mean of four seeds, run side by side.
     let total = 64 * MB;
-    let r = transfer_beside(
-        UdpConfig::default(),
-        up,
-        link(0.0, 20),
-        Some(Competitor::default()),
-        total,
-        7,
-        Duration::from_secs(600),
-    );
-    check(&r, total);
-    let share = r.competitor_delivered as f64 / (r.competitor_delivered + r.delivered) as f64;
+    let runs: Vec<SimReport> = std::thread::scope(|s| {
+        let handles: Vec<_> = [1u64, 3, 5, 7]
+            .into_iter()
+            .map(|seed| {
+                s.spawn(move || {
+                    transfer_beside(
+                        UdpConfig::default(),
+                        up,
+                        link(0.0, 20),
+                        Some(Competitor::default()),
+                        total,
+                        seed,
+                        Duration::from_secs(600),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut shares = Vec::new();
+    for r in &runs {
+        check(r, total);
+        assert!(r.congested_rounds > 0);
+        shares.push(r.competitor_delivered as f64 / (r.competitor_delivered + r.delivered) as f64);
+    }
+    let mean = shares.iter().sum::<f64>() / shares.len() as f64;
     assert!(
-        share >= 0.25,
-        "the competitor got {:.1} % ({} congested round trips)",
-        share * 100.0,
-        r.congested_rounds
+        mean >= 0.25 && shares.iter().all(|&s| s >= 0.15),
+        "the competitor got {:.1} % on average ({shares:?})",
+        mean * 100.0
     );
-    assert!(r.congested_rounds > 0);
     // And the connection did not give the link away either.
-    assert!(share <= 0.75, "the competitor got {:.1} %", share * 100.0);
+    assert!(shares.iter().all(|&s| s <= 0.75), "the competitor got {shares:?}");
 }
 
 #[test]

@@ -15,6 +15,10 @@
 //! CLOSE (abort only)        ◀─▶
 //! ```
 //!
+//! Once a protected session has keys, packets are **tagged** (version 2):
+//! the same header and body, then a 16-byte tag over both ([`Packet`]
+//! finds it; checking it needs the keys, so it is the connection's job).
+//!
 //! Decoding is zero-copy, bounds-checked and panic-free; meaning (which
 //! packet numbers were sent, which offsets fit the window) is the
 //! connection core's business, not this module's.
@@ -24,8 +28,13 @@ use crate::WireError;
 
 /// First two bytes of every packet: `PU`.
 pub const DATAGRAM_MAGIC: [u8; 2] = *b"PU";
-/// Version of the datagram format.
+/// Version of the datagram format: a packet without a tag.
 pub const DATAGRAM_VERSION: u8 = 1;
+/// The version byte of a tagged packet: the same header and body, then a
+/// [`TAG_LEN`]-byte tag over everything before it (`docs/wire.md` §14.7).
+pub const DATAGRAM_VERSION_TAGGED: u8 = 2;
+/// Length of the tag at the end of a tagged packet.
+pub const TAG_LEN: usize = 16;
 /// Length of the packet header.
 pub const PACKET_HEADER_LEN: usize = 16;
 /// Length of the OPEN_ACK body, and of the part of the OPEN body before its token.
@@ -157,15 +166,27 @@ pub struct PacketHeader {
 }
 
 impl PacketHeader {
-    /// Parses the header at the start of `packet`; returns it and the body.
+    /// Parses the header at the start of an untagged `packet`; returns it
+    /// and the body. A tagged packet is refused here (`UnsupportedVersion`):
+    /// only [`Packet::parse`] takes those.
     pub fn parse(packet: &[u8]) -> Result<(Self, &[u8]), WireError> {
+        let (header, version) = Self::parse_any(packet)?;
+        if version != DATAGRAM_VERSION {
+            return Err(WireError::UnsupportedVersion(version));
+        }
+        let body = packet.get(PACKET_HEADER_LEN..).unwrap_or(&[]);
+        Ok((header, body))
+    }
+
+    /// The header of either version, and the version byte.
+    fn parse_any(packet: &[u8]) -> Result<(Self, u8), WireError> {
         use field::header as f;
         let r = Reader::<PACKET_HEADER_LEN>::new(packet)?;
         if r.array::<2>(f::MAGIC) != DATAGRAM_MAGIC {
             return Err(WireError::BadMagic);
         }
         let version = r.u8(f::VERSION);
-        if version != DATAGRAM_VERSION {
+        if version != DATAGRAM_VERSION && version != DATAGRAM_VERSION_TAGGED {
             return Err(WireError::UnsupportedVersion(version));
         }
         let header = Self {
@@ -173,20 +194,68 @@ impl PacketHeader {
             conn: r.u32(f::CONN),
             number: r.u64(f::NUMBER),
         };
-        let body = packet.get(PACKET_HEADER_LEN..).unwrap_or(&[]);
-        Ok((header, body))
+        Ok((header, version))
     }
 
-    /// The header's 16 bytes.
+    /// The header's 16 bytes (untagged).
     pub fn emit(&self) -> [u8; PACKET_HEADER_LEN] {
+        self.emit_version(DATAGRAM_VERSION)
+    }
+
+    /// The header's 16 bytes with the version byte of a tagged packet.
+    pub fn emit_tagged(&self) -> [u8; PACKET_HEADER_LEN] {
+        self.emit_version(DATAGRAM_VERSION_TAGGED)
+    }
+
+    fn emit_version(&self, version: u8) -> [u8; PACKET_HEADER_LEN] {
         use field::header as f;
         let mut w = Writer::<PACKET_HEADER_LEN>::new();
         w.put(f::MAGIC, &DATAGRAM_MAGIC)
-            .u8(f::VERSION, DATAGRAM_VERSION)
+            .u8(f::VERSION, version)
             .u8(f::TYPE, self.kind as u8)
             .u32(f::CONN, self.conn)
             .u64(f::NUMBER, self.number);
         w.finish()
+    }
+}
+
+/// One packet of either version, split: header, body, and for a tagged
+/// packet the bytes the tag covers and the tag. Checking the tag is the
+/// connection's business (it holds the keys); this view only finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet<'a> {
+    /// The header.
+    pub header: PacketHeader,
+    /// The body (the tag excluded).
+    pub body: &'a [u8],
+    /// For a tagged packet: the bytes the tag covers (header and body) and the tag.
+    pub tag: Option<(&'a [u8], &'a [u8; TAG_LEN])>,
+}
+
+impl<'a> Packet<'a> {
+    /// Parses a whole datagram. A tagged one must hold a header and a tag.
+    pub fn parse(datagram: &'a [u8]) -> Result<Self, WireError> {
+        let (header, version) = PacketHeader::parse_any(datagram)?;
+        if version == DATAGRAM_VERSION {
+            let body = datagram.get(PACKET_HEADER_LEN..).unwrap_or(&[]);
+            return Ok(Self {
+                header,
+                body,
+                tag: None,
+            });
+        }
+        let covered_len = datagram
+            .len()
+            .checked_sub(TAG_LEN)
+            .filter(|&n| n >= PACKET_HEADER_LEN)
+            .ok_or(WireError::Truncated)?;
+        let (covered, tag) = datagram.split_at(covered_len);
+        let tag: &[u8; TAG_LEN] = tag.try_into().map_err(|_| WireError::Truncated)?;
+        Ok(Self {
+            header,
+            body: covered.get(PACKET_HEADER_LEN..).unwrap_or(&[]),
+            tag: Some((covered, tag)),
+        })
     }
 }
 

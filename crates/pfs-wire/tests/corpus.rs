@@ -34,7 +34,7 @@ fn every_corpus_directory_has_a_target() {
     // admission's in fuzz/src/udp.rs, run in crates/pfs-transport/tests/corpus.rs;
     // the ACL parser's in fuzz/src/acl.rs, run in crates/pfs-files/tests/corpus.rs.
     let mut known: Vec<&str> = checks::TARGETS.iter().map(|(name, _)| *name).collect();
-    known.extend(["handshake", "record", "udp_conn", "udp_open", "acl"]);
+    known.extend(["handshake", "record", "udp_conn", "udp_open", "udp_tagged", "acl"]);
     for entry in fs::read_dir(corpus_root()).expect("fuzz/corpus exists") {
         let entry = entry.expect("directory entry");
         let name = entry.file_name().to_string_lossy().into_owned();

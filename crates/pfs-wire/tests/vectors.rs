@@ -1282,7 +1282,10 @@ fn mount_vectors() {
 }
 
 /// The datagram vectors of §14, checked by `datagram_vectors`.
-const UDP_VECTORS: [&str; 16] = [
+const UDP_VECTORS: [&str; 19] = [
+    "udp-data-tagged",
+    "udp-ack-tagged-chacha",
+    "invalid-udp-tagged-short",
     "udp-open",
     "udp-retry",
     "udp-open-token",
@@ -1392,6 +1395,35 @@ fn datagram_vectors() {
     let c = Close::parse(body).unwrap();
     assert_eq!(c.code, close_code::PROTOCOL);
     reencode("udp-close", &h, &c.emit());
+
+    // Tagged packets: version 2, the untagged packet's header and body,
+    // then 16 bytes of tag (checked under the key by pfs-transport's
+    // `tag_vectors`); only `Packet::parse` takes them.
+    for (name, plain) in [
+        ("udp-data-tagged", "udp-data"),
+        ("udp-ack-tagged-chacha", "udp-ack"),
+    ] {
+        let b = bytes(name);
+        let p = Packet::parse(b).unwrap_or_else(|e| panic!("vector {name}: {e:?}"));
+        let (h, body) = parse(plain);
+        assert_eq!((p.header, p.body), (h, body), "vector {name}");
+        let (covered, tag) = p.tag.expect("tagged");
+        assert_eq!(covered.len() + TAG_LEN, b.len());
+        let mut out = h.emit_tagged().to_vec();
+        out.extend_from_slice(body);
+        out.extend_from_slice(tag);
+        assert_eq!(out, b, "vector {name} re-encode");
+        assert_eq!(
+            PacketHeader::parse(b).unwrap_err(),
+            WireError::UnsupportedVersion(DATAGRAM_VERSION_TAGGED)
+        );
+        let untagged = Packet::parse(bytes(plain)).unwrap();
+        assert_eq!((untagged.header, untagged.body, untagged.tag), (h, body, None));
+    }
+    assert_eq!(
+        Packet::parse(bytes("invalid-udp-tagged-short")).unwrap_err(),
+        WireError::Truncated
+    );
 
     assert_eq!(
         PacketHeader::parse(bytes("invalid-udp-magic")).unwrap_err(),

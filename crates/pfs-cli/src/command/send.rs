@@ -40,7 +40,7 @@ pub fn udp_line(u: &pfs_transport::udp::UdpReport) -> String {
     format!(
         "  udp            {} datagrams of ≤ {} B sent ({:.3} MB), {} received; stream resent {:.3} MB \
          ({} packets lost, {} of them spurious, {} probe timeouts, {} congested round trips); srtt {}, bandwidth estimate {:.1} Mbit/s; \
-         GSO {}, GRO {}",
+         GSO {}, GRO {}; datagrams {}, {} unauthenticated dropped, {} ICMP unreachable hints",
         s.packets_sent,
         u.datagram,
         s.bytes_sent as f64 / 1e6,
@@ -54,6 +54,9 @@ pub fn udp_line(u: &pfs_transport::udp::UdpReport) -> String {
         u.bandwidth as f64 * 8.0 / 1e6,
         if u.gso { "on" } else { "off" },
         if u.gro { "on" } else { "off" },
+        if u.tagged { "tagged" } else { "untagged" },
+        s.unauthenticated,
+        s.unreachable_hints,
     )
 }
 
@@ -79,6 +82,9 @@ pub fn udp_json(u: &pfs_transport::udp::UdpReport) -> serde_json::Value {
         "bandwidth_bytes_per_s": u.bandwidth,
         "gso": u.gso,
         "gro": u.gro,
+        "tagged": u.tagged,
+        "unauthenticated": s.unauthenticated,
+        "unreachable_hints": s.unreachable_hints,
     })
 }
 

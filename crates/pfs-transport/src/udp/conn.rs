@@ -17,6 +17,14 @@
 //! timeout resends the oldest bytes when ACKs stop. Flow control: each
 //! ACK carries the highest stream offset its sender accepts. Pacing and
 //! the window come from [`super::cc`].
+//!
+//! Hostile peers and forged datagrams (`docs/wire.md` §14.7): the sender
+//! skips a packet number now and then, at random, and an ACK of a number
+//! never sent ends the connection (an optimistic ACK, QUIC §21.4); once a
+//! protected session installs datagram keys ([`Connection::protect`])
+//! every datagram is tagged and untagged or badly tagged ones are dropped;
+//! an ICMP port unreachable is only a hint that ends the connection if
+//! nothing valid arrives after it for a grace period.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,11 +32,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pfs_wire::datagram::{
-    close_code, emit_ack_range, AckHead, Close, DataHead, Open, OpenRequest, PacketHeader, PacketType, Retry,
-    Token, ACK_HEAD_LEN, ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM, MIN_DATAGRAM, OPEN_LEN,
-    OPEN_REQUEST_LEN, PACKET_HEADER_LEN,
+    close_code, emit_ack_range, AckHead, AckRanges, Close, DataHead, Open, OpenRequest, Packet, PacketHeader,
+    PacketType, Retry, Token, ACK_HEAD_LEN, ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM, MIN_DATAGRAM,
+    OPEN_LEN, OPEN_REQUEST_LEN, PACKET_HEADER_LEN, TAG_LEN,
 };
 
+use super::auth::{DatagramKeys, Protector};
 use super::cc::{Controller, RateSample};
 use super::ranges::RangeSet;
 
@@ -93,8 +102,13 @@ pub enum ConnError {
     /// This side abandoned the connection.
     Aborted,
     /// The peer's host answered that its port is closed (ICMP port
-    /// unreachable): the peer process is gone.
-    Unreachable,
+    /// unreachable) and nothing valid arrived from the peer for the grace
+    /// period after it: the peer process is gone.
+    Unreachable(Duration),
+    /// The peer acknowledged this packet number, which this side never
+    /// sent (a skipped number, or one above the largest sent): a peer
+    /// acknowledging what it did not receive to make this side send faster.
+    OptimisticAck(u64),
 }
 
 impl std::fmt::Display for ConnError {
@@ -131,9 +145,17 @@ impl std::fmt::Display for ConnError {
             },
             Self::Protocol(what) => write!(f, "UDP protocol error from the peer: {what}"),
             Self::Aborted => f.write_str("the UDP connection was closed locally"),
-            Self::Unreachable => {
-                f.write_str("the UDP peer's port is closed (ICMP port unreachable): the peer is gone")
-            }
+            Self::Unreachable(d) => write!(
+                f,
+                "the UDP peer's port is closed (ICMP port unreachable) and nothing came from it for \
+                 {:.1} s after: the peer is gone",
+                d.as_secs_f64()
+            ),
+            Self::OptimisticAck(n) => write!(
+                f,
+                "the UDP peer acknowledged packet {n}, which was never sent (an optimistic ACK): \
+                 connection closed"
+            ),
         }
     }
 }
@@ -171,6 +193,12 @@ pub struct UdpStats {
     /// Round trips the congestion controller found congested (loss above
     /// 2 % with a standing queue) and answered by capping bytes in flight.
     pub congested_rounds: u64,
+    /// Datagrams dropped because datagram keys were installed and their
+    /// tag was missing or wrong (forged, or the peer's from before its keys).
+    pub unauthenticated: u64,
+    /// ICMP port unreachable reports taken as hints (none ends the
+    /// connection alone).
+    pub unreachable_hints: u64,
 }
 
 /// What a read found.
@@ -283,6 +311,19 @@ const OPEN_RESEND: Duration = Duration::from_millis(200);
 const PACING_BURST: Duration = Duration::from_millis(1);
 /// RTT assumed before the first sample.
 const INITIAL_RTT: Duration = Duration::from_millis(100);
+/// The sender skips one packet number in every `SKIP_MIN..SKIP_MAX`
+/// (uniformly, from a secret seed): rare enough to cost nothing (one
+/// immediate ACK and one more ACK range per few hundred packets), often
+/// enough that an acknowledger claiming the gaps it sees arrived meets one
+/// within a few hundred packets (`docs/wire.md` §14.4).
+const SKIP_MIN: u64 = 64;
+const SKIP_MAX: u64 = 1024;
+/// Skipped numbers remembered, newest; an optimistic ACK covers the newest.
+const MAX_SKIPPED: usize = 64;
+/// The least time an ICMP port unreachable waits for a valid packet from
+/// the peer before it ends the connection: more than two of the peer's
+/// keepalives (1 s), so a forged ICMP cannot end an idle live connection.
+const UNREACHABLE_GRACE: Duration = Duration::from_secs(3);
 
 /// One side of one connection.
 #[derive(Debug)]
@@ -352,6 +393,20 @@ pub struct Connection {
     ack_due: Option<Instant>,
     ack_now: bool,
 
+    /// Datagram keys, once a protected session installed them.
+    protector: Option<Protector>,
+    /// A datagram with a valid tag arrived: untagged ones are refused from now on.
+    peer_tagged: bool,
+    /// Packet-number skipping: the secret that picks the gaps (HMAC of a
+    /// counter: the peer cannot predict a gap from the ones it saw), the
+    /// next number to skip and the newest numbers skipped (ascending).
+    skip_key: ring::hmac::Key,
+    skips: u64,
+    skip_at: u64,
+    skipped: VecDeque<u64>,
+    /// When an ICMP port unreachable arrived with no valid packet since.
+    unreachable_at: Option<Instant>,
+
     stats: UdpStats,
 }
 
@@ -372,7 +427,7 @@ impl Connection {
             recv_window: cfg.recv_window.max(1 << 16),
             ..cfg
         };
-        Self {
+        let mut c = Self {
             cfg,
             state,
             error: None,
@@ -425,7 +480,64 @@ impl Connection {
             ack_pending: 0,
             ack_due: None,
             ack_now: false,
+            protector: None,
+            peer_tagged: false,
+            skip_key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &[]),
+            skips: 0,
+            skip_at: 0,
+            skipped: VecDeque::new(),
+            unreachable_at: None,
             stats: UdpStats::default(),
+        };
+        // A secret from the OS: the peer must not predict which numbers
+        // are skipped. (Without one the per-process keys of std's hasher,
+        // also from the OS, stand in.)
+        let mut secret = [0u8; 32];
+        if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret).is_err() {
+            let h = std::collections::hash_map::RandomState::new();
+            secret[..8].copy_from_slice(&std::hash::BuildHasher::hash_one(&h, local_id).to_le_bytes());
+        }
+        c.skip_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
+        c.skip_at = c.skip_gap();
+        c
+    }
+
+    /// Makes the choice of skipped packet numbers follow `seed` (the
+    /// simulator does, for runs that repeat; a real connection keeps the
+    /// secret it was made with).
+    pub fn set_skip_seed(&mut self, seed: u64) {
+        self.skip_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &seed.to_le_bytes());
+        self.skips = 0;
+        self.skip_at = self.next_number + self.skip_gap();
+    }
+
+    /// The distance to the next skipped number: HMAC of the skip count
+    /// under the secret (once per few hundred packets: cheap).
+    fn skip_gap(&mut self) -> u64 {
+        self.skips += 1;
+        let mac = ring::hmac::sign(&self.skip_key, &self.skips.to_le_bytes());
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&mac.as_ref()[..8]);
+        SKIP_MIN + u64::from_le_bytes(word) % (SKIP_MAX - SKIP_MIN)
+    }
+
+    /// Installs datagram keys (a protected session's handshake is over):
+    /// every datagram sent from now on is tagged, and once one validly
+    /// tagged datagram arrived from the peer, untagged ones are dropped.
+    pub fn protect(&mut self, keys: &DatagramKeys) {
+        self.protector = Some(Protector::new(keys));
+    }
+
+    /// Whether datagram keys are installed.
+    pub fn is_protected(&self) -> bool {
+        self.protector.is_some()
+    }
+
+    fn tag_len(&self) -> usize {
+        if self.protector.is_some() {
+            TAG_LEN
+        } else {
+            0
         }
     }
 
@@ -618,13 +730,25 @@ impl Connection {
         self.ack_now
     }
 
-    /// The socket reported ICMP port unreachable for the peer: unless
-    /// both streams are over already, the connection fails now rather than
-    /// at the idle timeout.
-    pub fn port_unreachable(&mut self, _now: Instant) {
-        if self.state == State::Open && !(self.send_done() && self.recv_done()) {
-            self.fail(ConnError::Unreachable, None);
+    /// The socket reported ICMP port unreachable for the peer. Anyone can
+    /// forge one, so it is a hint: the connection fails only if nothing
+    /// valid arrives from the peer for [`Self::unreachable_grace`] after it.
+    pub fn port_unreachable(&mut self, now: Instant) {
+        if self.state == State::Closed {
+            return;
         }
+        self.stats.unreachable_hints += 1;
+        if self.unreachable_at.is_none() {
+            self.unreachable_at = Some(now);
+        }
+    }
+
+    /// How long an ICMP port unreachable waits for a valid packet: three
+    /// probe timeouts, at least 3 s (more than two of the peer's keepalives).
+    pub fn unreachable_grace(&self) -> Duration {
+        let srtt = self.srtt.unwrap_or(INITIAL_RTT);
+        let pto = srtt + (self.rttvar * 4).max(Duration::from_millis(1)) + self.cfg.max_ack_delay;
+        (pto * 3).max(UNREACHABLE_GRACE)
     }
 
     fn fail(&mut self, error: ConnError, close: Option<u32>) {
@@ -694,13 +818,36 @@ impl Connection {
         if self.state == State::Closed {
             return;
         }
-        let Ok((header, body)) = PacketHeader::parse(datagram) else {
+        let Ok(packet) = Packet::parse(datagram) else {
             self.stats.packets_ignored += 1;
             return;
         };
+        let (header, body) = (packet.header, packet.body);
         // No sender gets near 2^64 packets; refusing the last number keeps
         // `number + 1` in range everywhere below.
         let ours = header.conn == self.local_id && header.number < u64::MAX;
+        if let Some(p) = &self.protector {
+            if !ours {
+                // Another connection's, or random: dropped without the
+                // cost of checking a tag.
+                self.stats.packets_ignored += 1;
+                return;
+            }
+            match packet.tag {
+                Some((covered, tag)) if p.check(header.number, covered, tag) => self.peer_tagged = true,
+                // Before the peer's first tagged datagram, untagged ones
+                // are still its own (it installs its keys after us, or its
+                // older packets arrive late); from then on only forgeries
+                // or stragglers, whose bytes the peer resends tagged.
+                None if !self.peer_tagged => {}
+                _ => {
+                    self.stats.unauthenticated += 1;
+                    return;
+                }
+            }
+        }
+        // Without keys a tag is not checked: the packet is worth what an
+        // untagged one is (the peer installed its keys first).
         let accepted = match (header.kind, self.state) {
             (PacketType::OpenAck, State::Opening) if ours => self.on_open_ack(now, header.number, body),
             (PacketType::OpenAck, State::Open) if ours => {
@@ -735,6 +882,7 @@ impl Connection {
             self.stats.packets_received += 1;
             self.stats.bytes_received += datagram.len() as u64;
             self.last_recv = now;
+            self.unreachable_at = None;
             if self.state == State::Accepting {
                 self.state = State::Open;
             }
@@ -868,11 +1016,13 @@ impl Connection {
         let Ok((head, ranges)) = AckHead::parse(body) else {
             return false;
         };
-        if head.largest >= self.next_number {
-            self.fail(
-                ConnError::Protocol("ACK of a packet never sent"),
-                Some(close_code::PROTOCOL),
-            );
+        let never_sent = if head.largest >= self.next_number {
+            Some(head.largest)
+        } else {
+            self.acked_skipped(ranges.clone())
+        };
+        if let Some(n) = never_sent {
+            self.fail(ConnError::OptimisticAck(n), Some(close_code::PROTOCOL));
             return true;
         }
         self.note_number(now, number, false);
@@ -955,6 +1105,22 @@ impl Connection {
             .on_ack(now, &rate, self.delivered, acked_bytes, self.in_flight);
         self.pop_settled();
         true
+    }
+
+    /// A skipped packet number the ranges cover, if any.
+    fn acked_skipped(&self, ranges: AckRanges<'_>) -> Option<u64> {
+        if self.skipped.is_empty() {
+            return None;
+        }
+        for r in ranges {
+            let i = self.skipped.partition_point(|&n| n < r.smallest);
+            if let Some(&n) = self.skipped.get(i) {
+                if n <= r.largest {
+                    return Some(n);
+                }
+            }
+        }
+        None
     }
 
     fn update_rtt(&mut self, sample: Duration, ack_delay: Duration) {
@@ -1061,6 +1227,9 @@ impl Connection {
             return None;
         }
         let mut t = self.last_recv + self.cfg.idle_timeout;
+        if let Some(at) = self.unreachable_at {
+            t = t.min(at + self.unreachable_grace());
+        }
         let mut min = |x: Option<Instant>| {
             if let Some(x) = x {
                 t = t.min(x);
@@ -1107,6 +1276,16 @@ impl Connection {
             self.fail(ConnError::Idle(self.cfg.idle_timeout), Some(close_code::TIMEOUT));
             return;
         }
+        if let Some(at) = self.unreachable_at {
+            let grace = self.unreachable_grace();
+            if now.saturating_duration_since(at) >= grace {
+                self.unreachable_at = None;
+                if !(self.send_done() && self.recv_done()) {
+                    self.fail(ConnError::Unreachable(grace), None);
+                    return;
+                }
+            }
+        }
         if self.in_flight == 0 && self.resend.is_empty() {
             self.last_progress = now;
         } else if now.saturating_duration_since(self.last_progress) >= self.cfg.idle_timeout {
@@ -1141,7 +1320,23 @@ impl Connection {
     /// Writes the next datagram due at `now` into `buf` (at least the agreed
     /// datagram size) and returns its length, or `None` if nothing is due.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        let n = self.transmit(now, buf)?;
+        if self.state == State::Open && self.next_number >= self.skip_at {
+            // This number is never sent: an ACK of it is an optimistic one.
+            if self.skipped.len() == MAX_SKIPPED {
+                self.skipped.pop_front();
+            }
+            self.skipped.push_back(self.next_number);
+            self.next_number += 1;
+            self.skip_at = self.next_number + self.skip_gap();
+        }
+        let mut n = self.transmit(now, buf)?;
+        if let Some(p) = &self.protector {
+            // The header says "tagged" already (see `header`); the tag
+            // covers it and the body, and the room for it was kept.
+            let tag = p.tag(self.next_number, &buf[..n]);
+            buf[n..n + TAG_LEN].copy_from_slice(&tag);
+            n += TAG_LEN;
+        }
         self.next_number += 1;
         self.last_sent = now;
         self.stats.packets_sent += 1;
@@ -1150,12 +1345,16 @@ impl Connection {
     }
 
     fn header(&self, kind: PacketType, conn: u32) -> [u8; PACKET_HEADER_LEN] {
-        PacketHeader {
+        let h = PacketHeader {
             kind,
             conn,
             number: self.next_number,
+        };
+        if self.protector.is_some() {
+            h.emit_tagged()
+        } else {
+            h.emit()
         }
-        .emit()
     }
 
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
@@ -1248,7 +1447,7 @@ impl Connection {
             _ => (0, 0, 0),
         };
         let mut at = PACKET_HEADER_LEN + ACK_HEAD_LEN;
-        let room = (self.datagram - at) / ACK_RANGE_LEN;
+        let room = (self.datagram - self.tag_len() - at) / ACK_RANGE_LEN;
         let mut count = 0u16;
         let mut prev_smallest = largest - first;
         for r in ranges.take(room.min(ACK_RANGES - 1)) {
@@ -1274,7 +1473,7 @@ impl Connection {
     }
 
     fn emit_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        let room = (self.datagram - PACKET_HEADER_LEN - DATA_HEAD_LEN) as u64;
+        let room = (self.datagram - PACKET_HEADER_LEN - DATA_HEAD_LEN - self.tag_len()) as u64;
         let mut resent = false;
         let range = loop {
             match self.resend.pop_first(room) {
@@ -1314,7 +1513,7 @@ impl Connection {
         let first = len.min(cap - from);
         buf[at..at + first].copy_from_slice(&self.sbuf[from..from + first]);
         buf[at + first..at + len].copy_from_slice(&self.sbuf[..len - first]);
-        let size = (at + len) as u32;
+        let size = (at + len + self.tag_len()) as u32;
 
         if self.in_flight == 0 {
             self.first_sent_time = now;

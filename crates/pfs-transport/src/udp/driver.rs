@@ -120,6 +120,9 @@ pub struct UdpReport {
     pub gso: bool,
     /// Whether receives used GRO.
     pub gro: bool,
+    /// Whether datagram keys were installed (a protected session): the
+    /// datagrams are tagged (`docs/wire.md` §14.7).
+    pub tagged: bool,
 }
 
 fn random_id() -> u32 {
@@ -151,9 +154,23 @@ fn conn_error(e: &super::conn::ConnError) -> io::Error {
         E::PeerClosed(_) => io::ErrorKind::ConnectionReset,
         E::Protocol(_) => io::ErrorKind::InvalidData,
         E::Aborted => io::ErrorKind::ConnectionAborted,
-        E::Unreachable => io::ErrorKind::ConnectionRefused,
+        E::Unreachable(_) => io::ErrorKind::ConnectionRefused,
+        E::OptimisticAck(_) => io::ErrorKind::InvalidData,
     };
     io::Error::new(kind, e.clone())
+}
+
+/// Whether `from` may answer an OPEN sent to `target`: the same IP (the
+/// port differs: the server answers from the connection's own socket).
+/// An OPEN to the unspecified address goes to this host, whose answer
+/// comes from a loopback address.
+fn answers_for(target: SocketAddr, from: SocketAddr) -> bool {
+    let (t, f) = (target.ip().to_canonical(), from.ip().to_canonical());
+    if t.is_unspecified() {
+        f.is_loopback()
+    } else {
+        t == f
+    }
 }
 
 impl UdpTransport {
@@ -193,9 +210,12 @@ impl UdpTransport {
                 .max(Duration::from_millis(1));
             sock.set_read_timeout(Some(wait))?;
             match sock.recv_from(&mut rbuf) {
-                // Any source address: a server on a wildcard address may
-                // answer from another of its addresses; the OPEN_ACK must
-                // still carry our connection id, which the core checks.
+                // Only from the address the OPEN went to (its port is the
+                // new connection's, §14.3): anyone else's OPEN_ACK would
+                // steer our HELLO elsewhere.
+                Ok((_, from)) if !answers_for(target, from) => {
+                    tracing::debug!("UDP: ignored a datagram from {from} while opening to {target}");
+                }
                 Ok((n, from)) => {
                     conn.handle_datagram(Instant::now(), &rbuf[..n]);
                     if conn.is_established() {
@@ -256,6 +276,7 @@ impl UdpTransport {
             datagram: c.datagram_size(),
             gso: self.shared.gso.load(Ordering::Relaxed),
             gro: self.shared.gro.load(Ordering::Relaxed),
+            tagged: c.is_protected(),
         }
     }
 
@@ -386,6 +407,10 @@ impl Transport for UdpTransport {
 
     fn udp_report(&self) -> Option<UdpReport> {
         Some(self.report())
+    }
+
+    fn protect_datagrams(&mut self, keys: &super::DatagramKeys) {
+        self.shared.lock().protect(keys);
     }
 
     fn helper_usage(&self) -> pfs_sys::Usage {

@@ -7,6 +7,7 @@
 //!   tokens) and its connection limits;
 //! - [`conn`]: the sans-I/O connection core (reliability, flow control,
 //!   pacing), driven by datagrams and `now`;
+//! - [`auth`]: datagram tags once a protected session has keys;
 //! - [`cc`]: congestion control, rate and delay based (after BBR);
 //! - [`ranges`]: the range sets both sides keep;
 //! - [`sim`]: a simulated network (loss, bursts, reordering,
@@ -15,11 +16,13 @@
 //!   I/O thread, [`UdpTransport`] and [`UdpListener`].
 
 pub mod admit;
+pub mod auth;
 pub mod cc;
 pub mod conn;
 mod driver;
 pub mod ranges;
 pub mod sim;
 
+pub use auth::{DatagramCipher, DatagramKeys};
 pub use conn::{ConnError, Connection, ReadOutcome, RecvBudget, UdpConfig, UdpStats, INITIAL_RECV_BUFFER};
 pub use driver::{UdpListener, UdpReport, UdpTransport, UdpWaker, BATCH};

@@ -239,6 +239,8 @@ pub fn transfer_beside(
     let mut now = start;
     let mut rng = Rng(seed | 1);
     let mut client = Connection::client(cfg, now, 0x00c1_1e47);
+    // Skipped packet numbers from the seed too: the same seed, the same run.
+    client.set_skip_seed(rng.next());
     let mut server: Option<Connection> = None;
     let mut queue: BinaryHeap<InFlight> = BinaryHeap::new();
     let mut dirs = [
@@ -398,7 +400,9 @@ pub fn transfer_beside(
                             // it is the listener's, not the core's, and adds
                             // one round trip before the transfer.
                             if let Ok(req) = OpenRequest::parse(body) {
-                                server = Some(Connection::server(cfg, now, 0x5e7e, &req.open));
+                                let mut s = Connection::server(cfg, now, 0x5e7e, &req.open);
+                                s.set_skip_seed(rng.next());
+                                server = Some(s);
                             }
                         }
                     }
