@@ -48,6 +48,9 @@ pub enum Service {
     Blob,
     /// File transfer: FILES_HELLO… (docs/wire.md §10).
     Files,
+    /// Reading a served tree: MOUNT_HELLO… (docs/wire.md §12), offered by
+    /// a files server.
+    Mount,
 }
 
 impl Service {
@@ -55,6 +58,7 @@ impl Service {
         match self {
             Self::Blob => 1,
             Self::Files => 2,
+            Self::Mount => 3,
         }
     }
 
@@ -62,6 +66,7 @@ impl Service {
         match id {
             1 => Some(Self::Blob),
             2 => Some(Self::Files),
+            3 => Some(Self::Mount),
             _ => None,
         }
     }
@@ -71,6 +76,7 @@ impl Service {
         match self {
             Self::Blob => "blob sessions",
             Self::Files => "file transfer",
+            Self::Mount => "mounting",
         }
     }
 }

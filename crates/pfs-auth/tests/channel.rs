@@ -79,6 +79,7 @@ fn server_sec(k: &Keys) -> ServerSecurity {
         identity: k.server.clone(),
         psk: None,
         timeout: Duration::from_secs(10),
+        record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
     }
 }
 

@@ -105,6 +105,7 @@ fn keyed(k: &Keys, authorized: bool) -> Admission {
             identity: k.server.clone(),
             psk: None,
             timeout: Duration::from_secs(30),
+            record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
         }),
         authorized: authorized.then(|| AuthorizedKeys::parse(&k.client.public().line("client")).unwrap()),
         allow_plain: !authorized,

@@ -738,6 +738,7 @@ fn a_key_without_read_is_refused_and_a_read_only_key_mounts() {
             identity: server.clone(),
             psk: None,
             timeout: TIMEOUT,
+            record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
         }),
         authorized: Some(AuthorizedKeys::parse(&keys).expect("keys")),
         allow_plain: false,
