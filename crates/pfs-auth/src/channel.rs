@@ -5,8 +5,8 @@
 //!
 //! Every handshake wait has one absolute deadline, so a peer trickling
 //! bytes cannot hold a handshake longer than it. After the handshake, a
-//! record must arrive whole within [`DEFAULT_RECORD_TIMEOUT`] of its first
-//! byte, and a write of records ends at the deadline its caller set with
+//! record must arrive whole within [`DEFAULT_RECORD_TIMEOUT`] of waiting
+//! from its first byte, and a write of records ends at the deadline its caller set with
 //! `set_write_timeout` however the peer paces its reads.
 
 use std::io::{self, IoSlice};
@@ -36,11 +36,12 @@ const WRITE_BATCH: usize = 4;
 /// How long a handshake may take, start to verdict, by default.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a record may take to arrive from its first byte to its last,
-/// by default. The largest record (262,160 bytes) then needs 26 kB/s: a
-/// link slower than that cannot carry a protected session, and a peer
-/// trickling a record loses the session after this long, whatever the
-/// per-frame deadlines above it allow.
+/// How long a receiver may wait for the rest of a record once its first
+/// byte arrived, by default (time spent waiting in reads: the receiver's
+/// own work between reads is not the peer's). The largest record (262,160
+/// bytes) then needs 26 kB/s: a link slower than that cannot carry a
+/// protected session, and a peer trickling a record loses the session
+/// after this long, whatever the per-frame deadlines above it allow.
 pub const DEFAULT_RECORD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Empty DATA records accepted in a row. A sender has no reason to send
@@ -160,7 +161,7 @@ pub struct ServerSecurity {
     /// Start to verdict: the deadline starts when the connection is
     /// accepted (see [`accept_by`]).
     pub timeout: Duration,
-    /// A record's first byte to its last (see [`DEFAULT_RECORD_TIMEOUT`]).
+    /// Waiting for the rest of a record (see [`DEFAULT_RECORD_TIMEOUT`]).
     pub record_timeout: Duration,
 }
 
@@ -532,11 +533,13 @@ pub struct SecureTransport<T> {
     closed: bool,
     /// A record failed: the stream is dead.
     broken: Option<RecordError>,
-    /// A record's first byte to its last.
+    /// Waiting for the rest of a record.
     record_timeout: Duration,
-    /// When the first byte of the record at `raw.start` arrived; `None`
-    /// while no record is partly here.
-    record_since: Option<Instant>,
+    /// How long reads have waited for the rest of the record at
+    /// `raw.start` since its first byte arrived; `None` while no record is
+    /// partly here. Time this side spends elsewhere (a receiver hashing a
+    /// frame) is not the peer's and does not count.
+    record_waited: Option<Duration>,
     /// The read timeout the caller set, and the one the inner transport
     /// has (shorter while a record's deadline is nearer).
     read_timeout: Option<Duration>,
@@ -570,7 +573,7 @@ impl<T> SecureTransport<T> {
             closed: false,
             broken: None,
             record_timeout: DEFAULT_RECORD_TIMEOUT,
-            record_since: None,
+            record_waited: None,
             read_timeout: None,
             inner_read_timeout: None,
             write_timeout: None,
@@ -589,7 +592,7 @@ impl<T> SecureTransport<T> {
     fn preload(&mut self, bytes: &[u8]) {
         self.inbuf[..bytes.len()].copy_from_slice(bytes);
         self.raw = 0..bytes.len();
-        self.record_since = Some(Instant::now());
+        self.record_waited = Some(Duration::ZERO);
     }
 
     /// The session's parameters and the peer's key.
@@ -659,8 +662,8 @@ impl<T: Transport> SecureTransport<T> {
 
     /// Ends the stream if the record partly here is past its deadline.
     fn check_record_deadline(&mut self) -> io::Result<()> {
-        if let Some(since) = self.record_since {
-            if since.elapsed() >= self.record_timeout {
+        if let Some(waited) = self.record_waited {
+            if waited >= self.record_timeout {
                 let e = RecordError::Late(self.record_timeout);
                 self.broken = Some(e.clone());
                 return Err(invalid(e));
@@ -674,9 +677,7 @@ impl<T: Transport> SecureTransport<T> {
     /// Changed only when it moves by more than [`TIMEOUT_SLACK`]: not one
     /// system call per read.
     fn arm_read_timeout(&mut self) -> io::Result<()> {
-        let record_left = self
-            .record_since
-            .map(|s| (s + self.record_timeout).saturating_duration_since(Instant::now()));
+        let record_left = self.record_waited.map(|w| self.record_timeout.saturating_sub(w));
         let want = match (self.read_timeout, record_left) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -732,7 +733,7 @@ impl<T: Transport> SecureTransport<T> {
                             self.peer_closed = kind == RecordKind::Close;
                             // The next record's bytes, if any, came with
                             // the last read: its clock starts now.
-                            self.record_since = (!self.raw.is_empty()).then(Instant::now);
+                            self.record_waited = (!self.raw.is_empty()).then_some(Duration::ZERO);
                             self.empty_run = if n == 0 && kind == RecordKind::Data {
                                 self.empty_run + 1
                             } else {
@@ -761,7 +762,12 @@ impl<T: Transport> SecureTransport<T> {
             let end = self.raw.end;
             let n = if wait {
                 self.arm_read_timeout()?;
-                match self.inner.read(&mut self.inbuf[end..]) {
+                let t0 = self.record_waited.map(|_| Instant::now());
+                let read = self.inner.read(&mut self.inbuf[end..]);
+                if let (Some(t0), Some(w)) = (t0, self.record_waited.as_mut()) {
+                    *w += t0.elapsed();
+                }
+                match read {
                     Ok(n) => n,
                     Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                         // The record's deadline, if that is what woke us.
@@ -787,7 +793,7 @@ impl<T: Transport> SecureTransport<T> {
                 return Err(io::Error::new(io::ErrorKind::ConnectionAborted, what));
             }
             if self.raw.is_empty() {
-                self.record_since = Some(Instant::now());
+                self.record_waited = Some(Duration::ZERO);
             }
             self.raw.end += n;
         }
@@ -987,4 +993,65 @@ pub fn read_head_by<T: Transport + ?Sized>(
     t.set_read_timeout(None)
         .map_err(|source| SecureError::Io { during, source })?;
     Ok((head, first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pfs_transport::UnixTransport;
+
+    /// A handshake over a socket pair: (client, server).
+    fn pair() -> (SecureTransport<UnixTransport>, SecureTransport<UnixTransport>) {
+        let (client_id, server_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+        let (a, mut b) = UnixTransport::pair().unwrap();
+        let ssec = ServerSecurity {
+            identity: server_id.clone(),
+            psk: None,
+            timeout: Duration::from_secs(10),
+            record_timeout: DEFAULT_RECORD_TIMEOUT,
+        };
+        let csec = ClientSecurity {
+            identity: client_id,
+            pin: Pin::Key(server_id.public()),
+            psk: None,
+            cipher: Cipher::Aes256Gcm,
+            rotate_log2: 20,
+            timeout: Duration::from_secs(10),
+        };
+        std::thread::scope(|s| {
+            let server = s.spawn(move || {
+                let no = AtomicBool::new(false);
+                let head = read_head(&mut b, Duration::from_secs(10), &no).unwrap();
+                accept(b, head, &ssec, &no).unwrap().admit().unwrap()
+            });
+            let client = connect(a, "pair", crate::Service::Files, &csec).unwrap();
+            (client, server.join().unwrap())
+        })
+    }
+
+    /// Seals `n` empty DATA records and writes them raw.
+    fn empty_records(c: &mut SecureTransport<UnixTransport>, n: u32) {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let start = out.len();
+            out.resize(start + RECORD_HEADER, 0);
+            c.sealer.seal_from(RecordKind::Data, &mut out, start).unwrap();
+        }
+        c.inner.write_all(&out).unwrap();
+    }
+
+    #[test]
+    fn a_few_empty_records_pass_a_run_of_them_ends_the_session() {
+        let (mut c, mut s) = pair();
+        empty_records(&mut c, MAX_EMPTY_RECORDS);
+        c.write_all(b"x").unwrap();
+        let mut one = [0u8; 1];
+        s.read_exact(&mut one).unwrap();
+        assert_eq!(&one, b"x");
+        empty_records(&mut c, MAX_EMPTY_RECORDS + 1);
+        c.write_all(b"y").unwrap();
+        let e = s.read_exact(&mut one).unwrap_err();
+        let run = e.get_ref().and_then(|e| e.downcast_ref::<RecordError>());
+        assert_eq!(run, Some(&RecordError::EmptyRun(MAX_EMPTY_RECORDS + 1)), "{e}");
+    }
 }

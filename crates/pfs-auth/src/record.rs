@@ -139,9 +139,9 @@ pub enum RecordError {
     /// The 64-bit record counter would wrap (never in practice: 2^64 records).
     #[error("record counter exhausted")]
     Exhausted,
-    /// A record did not arrive whole within the deadline that started
-    /// with its first byte (a peer trickling a record holds nothing longer).
-    #[error("record deadline: a record did not arrive whole within {0:?} of its first byte")]
+    /// The receiver waited this long for the rest of a record after its
+    /// first byte (a peer trickling a record holds nothing longer).
+    #[error("record deadline: the rest of a record did not arrive within {0:?} of waiting for it")]
     Late(std::time::Duration),
     /// More empty DATA records in a row than a stream ever needs.
     #[error("{0} empty DATA records in a row")]
