@@ -692,9 +692,9 @@ pub struct ServerAuthArgs {
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
     /// Connections being admitted (handshake not finished) at once, counted apart from
-    /// --max-clients. Past it one is dropped: from the address with the most connections being
-    /// admitted, a silent one first, then the oldest; addresses that completed a handshake
-    /// before go last.
+    /// --max-clients. Past it one is dropped: from the address whose connections failed
+    /// admission most often, then the one with the most connections being admitted, a silent one
+    /// first, then the oldest; addresses that completed a handshake before go last.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_admitting: usize,
     /// Seconds a connection has for its handshake, counted from the accept (for its first

@@ -7,11 +7,17 @@
 //! handshake. Instead the victim is chosen by, in order:
 //! 1. never a connection from a *proven* source (one that completed
 //!    admission recently) while another is left;
-//! 2. the source (IPv4 address, IPv6 /64) with the most connections being
+//! 2. the source whose connections failed admission (evicted, timed out,
+//!    refused) most often: a flood from many addresses marks each of them,
+//!    and a client never seen before outranks it;
+//! 3. the source (IPv4 address, IPv6 /64) with the most connections being
 //!    admitted, the newcomer counted: a flood from a few addresses evicts
 //!    only itself;
-//! 3. a connection that has sent nothing before one that has;
-//! 4. the oldest.
+//! 4. a connection that has sent nothing before one that has;
+//! 5. the oldest.
+//!
+//! What is remembered of sources is bounded ([`REMEMBERED`] each for proven
+//! and failing sources, the oldest forgotten first).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -60,17 +66,55 @@ struct Entry {
     source: Source,
 }
 
-/// Sources remembered as proven; the oldest is forgotten past it.
-const PROVEN_MAX: usize = 4096;
+/// Sources remembered as proven, and as failing; the oldest is forgotten
+/// past it.
+pub(crate) const REMEMBERED: usize = 4096;
+
+/// A bounded map of sources, the least recently touched forgotten first.
+#[derive(Debug, Default)]
+struct Remembered {
+    value: HashMap<Source, (u32, u64)>,
+    order: VecDeque<(Source, u64)>,
+    seq: u64,
+}
+
+impl Remembered {
+    fn get(&self, s: &Source) -> u32 {
+        self.value.get(s).map_or(0, |v| v.0)
+    }
+
+    /// Adds one to `s`'s count.
+    fn bump(&mut self, s: Source) {
+        self.seq += 1;
+        let seq = self.seq;
+        let v = self.value.entry(s).or_insert((0, seq));
+        *v = (v.0.saturating_add(1), seq);
+        self.order.push_back((s, seq));
+        while self.value.len() > REMEMBERED {
+            let Some((old, at)) = self.order.pop_front() else {
+                break;
+            };
+            // Only if it was not touched since.
+            if self.value.get(&old).is_some_and(|v| v.1 == at) {
+                self.value.remove(&old);
+            }
+        }
+        // Drop the stale records of sources touched again.
+        if self.order.len() > 2 * self.value.len() + 64 {
+            let value = &self.value;
+            self.order
+                .retain(|(s, at)| value.get(s).is_some_and(|v| v.1 == *at));
+        }
+    }
+}
 
 /// The set of connections being admitted, oldest first.
 #[derive(Debug, Default)]
 pub(crate) struct Admitting {
     next_id: u64,
     entries: Vec<Entry>,
-    proven: HashMap<Source, u64>,
-    proven_order: VecDeque<(Source, u64)>,
-    proven_seq: u64,
+    proven: Remembered,
+    failing: Remembered,
 }
 
 impl Admitting {
@@ -81,6 +125,8 @@ impl Admitting {
             let Some(victim) = self.victim(source) else { break };
             let gone = self.entries.remove(victim);
             // Paired with the Acquire loads of the admission reads.
+            // Its admission thread sees the flag and reports the failure
+            // (`fail`).
             gone.ticket.cancel.store(true, Ordering::Release);
         }
         let ticket = Ticket {
@@ -111,7 +157,8 @@ impl Admitting {
             .rev()
             .max_by_key(|(_, e)| {
                 (
-                    !self.proven.contains_key(&e.source),
+                    self.proven.get(&e.source) == 0,
+                    self.failing.get(&e.source),
                     count[&e.source],
                     !e.ticket.started.load(Ordering::Acquire),
                 )
@@ -127,22 +174,14 @@ impl Admitting {
     /// `source` completed an admission: its later connections are evicted
     /// only after everyone else's.
     pub(crate) fn prove(&mut self, source: Source) {
-        self.proven_seq += 1;
-        self.proven.insert(source, self.proven_seq);
-        self.proven_order.push_back((source, self.proven_seq));
-        while self.proven_order.len() > PROVEN_MAX {
-            if let Some((old, seq)) = self.proven_order.pop_front() {
-                // Only if it was not proven again since.
-                if self.proven.get(&old) == Some(&seq) {
-                    self.proven.remove(&old);
-                }
-            }
-        }
-        // Compact stale records of sources proven again.
-        if self.proven_order.len() > 2 * self.proven.len() + 64 {
-            let proven = &self.proven;
-            self.proven_order.retain(|(s, q)| proven.get(s) == Some(q));
-        }
+        self.proven.bump(source);
+    }
+
+    /// A connection from `source` failed admission (timed out, refused,
+    /// closed): its later connections are evicted before those of sources
+    /// that did not fail as often.
+    pub(crate) fn fail(&mut self, source: Source) {
+        self.failing.bump(source);
     }
 
     /// Cancels every connection still being admitted.
@@ -211,6 +250,49 @@ mod tests {
             t.started.store(true, Ordering::Release);
         }
         assert!(!cancelled(&known) && !cancelled(&other));
+    }
+
+    #[test]
+    fn a_source_that_keeps_failing_goes_before_a_new_one() {
+        let mut a = Admitting::default();
+        // Many addresses, each of which already failed, each sending HS1.
+        for i in 10..60 {
+            a.fail(src(i));
+        }
+        let mut flood = Vec::new();
+        for i in 10..13 {
+            let t = a.enter(src(i), 4);
+            t.started.store(true, Ordering::Release);
+            flood.push(t);
+        }
+        let first_time = a.enter(src(2), 4);
+        first_time.started.store(true, Ordering::Release);
+        for i in 13..60 {
+            let t = a.enter(src(i), 4);
+            t.started.store(true, Ordering::Release);
+        }
+        assert!(!cancelled(&first_time));
+    }
+
+    #[test]
+    fn what_is_remembered_is_bounded() {
+        let mut a = Admitting::default();
+        for i in 0..(REMEMBERED as u32 + 100) {
+            let s = Source::V6([
+                0,
+                0,
+                0,
+                0,
+                (i >> 24) as u8,
+                (i >> 16) as u8,
+                (i >> 8) as u8,
+                i as u8,
+            ]);
+            a.prove(s);
+            a.fail(s);
+        }
+        assert!(a.proven.value.len() <= REMEMBERED && a.failing.value.len() <= REMEMBERED);
+        assert!(a.proven.order.len() <= 2 * REMEMBERED + 64);
     }
 
     #[test]

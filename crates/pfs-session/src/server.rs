@@ -87,9 +87,10 @@ pub struct ServerConfig {
     /// ERROR(BUSY). `None`: [`default_max_per_key`] of `max_clients`.
     pub max_per_key: Option<usize>,
     /// Connections being admitted at once (first bytes, handshake); past
-    /// it one is dropped: from the source with the most connections being
-    /// admitted, a silent one first, the oldest first, and one from a
-    /// source that completed admission before only when no other is left.
+    /// it one is dropped as `admitting` orders them: from the source that
+    /// failed admission most often, then the one with the most connections
+    /// being admitted, a silent one first, the oldest first, and one from
+    /// a source that completed admission before only when no other is left.
     pub max_admitting: usize,
     /// Longest a new connection may stay silent before its first bytes
     /// (a plain sender connects, then sets up its blob before its HELLO);
@@ -574,7 +575,10 @@ fn serve_loop<L: Listener, O>(
                     a
                 }
                 Err(reason) => {
-                    lock(admitting).leave(id);
+                    let mut a2 = lock(admitting);
+                    a2.leave(id);
+                    a2.fail(source);
+                    drop(a2);
                     failed.fetch_add(1, Ordering::Relaxed);
                     decided.done();
                     on_event(ServerEvent::Denied {
