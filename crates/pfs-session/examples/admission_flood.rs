@@ -10,7 +10,12 @@
 //! other), and the flood (`--rate` connections per second straight to the
 //! server, from `--sources` addresses 127.0.1.x, each held open
 //! `--hold-ms` and then closed; `--hs1`: each sends a valid HS1 and then
-//! nothing, else nothing at all).
+//! nothing, else nothing at all). `--hog N`: before the client starts,
+//! another authorized key opens N sessions and holds them idle (every
+//! deadline kept), as a key holding slots with legal traffic would; the
+//! client then runs a small blob session after each handshake, and the
+//! slowest handshake-plus-session is printed (`--max-per-key N` sets the
+//! server's per-key cap; 4 shows the server without one).
 //!
 //! ```sh
 //! cargo run --release -p pfs-session --example admission_flood -- \
@@ -39,6 +44,8 @@ struct Args {
     one_way: Duration,
     hold: Duration,
     hs1: bool,
+    hog: usize,
+    max_per_key: Option<usize>,
 }
 
 fn args() -> Args {
@@ -49,6 +56,8 @@ fn args() -> Args {
         one_way: Duration::from_millis(25),
         hold: Duration::from_millis(1000),
         hs1: false,
+        hog: 0,
+        max_per_key: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -60,6 +69,8 @@ fn args() -> Args {
             "--one-way-ms" => a.one_way = Duration::from_millis(val()),
             "--hold-ms" => a.hold = Duration::from_millis(val()),
             "--hs1" => a.hs1 = true,
+            "--hog" => a.hog = val() as usize,
+            "--max-per-key" => a.max_per_key = Some(val() as usize),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -104,6 +115,12 @@ fn delay_line(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
 fn main() {
     let a = args();
     let (server_id, client_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+    let hog_id = Identity::generate().unwrap();
+    let keys = format!(
+        "{}\n{}\n",
+        client_id.public().line("distant"),
+        hog_id.public().line("hog")
+    );
     let listener = TcpListener::bind("127.0.0.1:0", TcpConfig::default()).unwrap();
     let server_addr = listener.socket_addr().unwrap();
     let cfg = ServerConfig {
@@ -114,12 +131,13 @@ fn main() {
                 timeout: pfs_auth::DEFAULT_HANDSHAKE_TIMEOUT,
                 record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
             }),
-            authorized: Some(AuthorizedKeys::parse(&client_id.public().line("distant")).unwrap()),
+            authorized: Some(AuthorizedKeys::parse(&keys).unwrap()),
             allow_plain: false,
         },
+        max_per_key: a.max_per_key,
         ..ServerConfig::default()
     };
-    let blob = vec![0u8; 1 << 20];
+    let blob: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 + i / 4099) as u8).collect();
     let view = BlobView {
         data: &blob,
         fingerprint: [7; 32],
@@ -194,19 +212,53 @@ fn main() {
             rotate_log2: 32,
             timeout: pfs_auth::DEFAULT_HANDSHAKE_TIMEOUT,
         };
+        // Another key holds sessions open, idle.
+        let hog_sec = ClientSecurity {
+            identity: hog_id.clone(),
+            ..sec.clone()
+        };
+        let addr = server_addr.to_string();
+        let held: Vec<_> = (0..a.hog)
+            .filter_map(|_| {
+                let t = TcpTransport::connect(&addr, &TcpConfig::default()).ok()?;
+                pfs_auth::connect(t, &addr, Service::Blob, &hog_sec).ok()
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
         let mut ok = 0;
+        let mut slowest = Duration::ZERO;
         for _ in 0..a.handshakes {
+            let t0 = Instant::now();
             let done = TcpTransport::connect(&proxy_addr.to_string(), &TcpConfig::default())
                 .map_err(|e| e.to_string())
                 .and_then(|t| {
                     pfs_auth::connect(t, &proxy_addr.to_string(), Service::Blob, &sec)
                         .map_err(|e| e.to_string())
+                })
+                .and_then(|mut st| {
+                    if a.hog == 0 {
+                        return Ok(());
+                    }
+                    pfs_session::send_session(&mut st, &view, &sender_cfg(), &mut |_| {})
+                        .map(drop)
+                        .map_err(|e| e.to_string())
                 });
             match done {
-                Ok(_) => ok += 1,
-                Err(e) => eprintln!("handshake failed: {e}"),
+                Ok(()) => {
+                    ok += 1;
+                    slowest = slowest.max(t0.elapsed());
+                }
+                Err(e) => eprintln!("failed: {e}"),
             }
         }
+        if a.hog > 0 {
+            println!(
+                "{} idle sessions of another key held ({} admitted); slowest handshake + 20-gram session: {slowest:?}",
+                a.hog,
+                held.len()
+            );
+        }
+        drop(held);
         stop.store(true, Ordering::Release);
         cfg.shutdown.cut();
         // Wake the accept loops.
@@ -223,4 +275,27 @@ fn main() {
         100.0 * ok as f64 / tried as f64,
         flooded.load(Ordering::Acquire)
     );
+}
+
+fn sender_cfg() -> pfs_session::GramSenderConfig {
+    use pfs_exec::{Pattern, ScheduleSpec, Total};
+    pfs_session::GramSenderConfig {
+        mode: pfs_wire::Mode::Offset,
+        integrity: pfs_wire::IntegrityAlg::Xxh3,
+        spec: ScheduleSpec {
+            seed: 3,
+            desc_per_gram: 64,
+            max_len: 64 * 1024,
+            align: 64,
+            pattern: Pattern::Random,
+            total: Total::Grams(20),
+            blob_len: 4 << 20,
+        },
+        reply_timeout: Duration::from_secs(20),
+        log_interval: None,
+        session_nonce: 7,
+        payload_budget: pfs_session::DEFAULT_PAYLOAD_BUDGET,
+        corrections: true,
+        integrity_sample: 1,
+    }
 }
