@@ -330,8 +330,10 @@ pub enum FilesSessionOutcome {
 /// A connection's first frame says which: FILES_HELLO (the key needs its
 /// `files` right) goes to [`receive_files`], MOUNT_HELLO (the `read`
 /// right) to [`serve_mount`], anything else is refused with ERROR
-/// `PROTOCOL`. A key lacking the right is answered ERROR `AUTH` and
-/// reported as [`ServerEvent::Denied`].
+/// `PROTOCOL`. A protected client's verdict already checked the right its
+/// proposed service (file transfer or mounting) needs, and its first frame
+/// must be that service's (else ERROR `PROTOCOL`); a key lacking the right
+/// is answered ERROR `AUTH` and reported as [`ServerEvent::Denied`].
 pub fn serve_files<L: Listener>(
     listener: &L,
     place: &PlaceFn<'_>,
