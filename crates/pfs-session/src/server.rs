@@ -451,8 +451,17 @@ fn first_header(
                 break Err(SessionError::transport(during, eof));
             }
             Ok(n) => got += n,
-            // The loop decides: the deadline, or read on.
-            Err(e) if crate::framing::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // The read waited for what was left: the deadline has passed
+            // (a transport that fails at once with a timeout is not read
+            // again in a loop).
+            Err(e) if crate::framing::is_timeout(&e) => {
+                let what = Timeout::Idle {
+                    during,
+                    after: timeout,
+                };
+                break Err(SessionError::TimedOut { what });
+            }
             Err(e) => break Err(SessionError::transport(during, e)),
         }
     };
