@@ -4,7 +4,10 @@
 //! unchanged: they see a byte stream.
 //!
 //! Every handshake wait has one absolute deadline, so a peer trickling
-//! bytes cannot hold a handshake longer than it.
+//! bytes cannot hold a handshake longer than it. After the handshake, a
+//! record must arrive whole within [`DEFAULT_RECORD_TIMEOUT`] of waiting
+//! from its first byte, and a write of records ends at the deadline its caller set with
+//! `set_write_timeout` however the peer paces its reads.
 
 use std::io::{self, IoSlice};
 use std::ops::Range;
@@ -13,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pfs_transport::Transport;
-use pfs_wire::{ErrorFrame, FrameHeader, FrameType, FRAME_HEADER_LEN as FRAME_HEADER};
+use pfs_wire::{ErrorCode, ErrorFrame, FrameHeader, FrameType, FRAME_HEADER_LEN as FRAME_HEADER};
 
 use crate::handshake::{
     ClientHandshake, Established, HandshakeError, MessageHeader, Proposal, Psk, ServerHandshake,
@@ -32,6 +35,19 @@ const WRITE_BATCH: usize = 4;
 
 /// How long a handshake may take, start to verdict, by default.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a receiver may wait for the rest of a record once its first
+/// byte arrived, by default (time spent waiting in reads: the receiver's
+/// own work between reads is not the peer's). The largest record (262,160
+/// bytes) then needs 26 kB/s: a link slower than that cannot carry a
+/// protected session, and a peer trickling a record loses the session
+/// after this long, whatever the per-frame deadlines above it allow.
+pub const DEFAULT_RECORD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Empty DATA records accepted in a row. A sender has no reason to send
+/// one (ours never does); a few are tolerated, a stream of them (work for
+/// the receiver, no bytes for the session) ends the session.
+pub const MAX_EMPTY_RECORDS: u32 = 8;
 
 /// Why a protected session could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -142,8 +158,11 @@ pub struct ServerSecurity {
     pub identity: Identity,
     /// A pre-shared key every client must also hold.
     pub psk: Option<Psk>,
-    /// Start to verdict.
+    /// Start to verdict: the deadline starts when the connection is
+    /// accepted (see [`accept_by`]).
     pub timeout: Duration,
+    /// Waiting for the rest of a record (see [`DEFAULT_RECORD_TIMEOUT`]).
+    pub record_timeout: Duration,
 }
 
 /// What a protected session knows about itself.
@@ -172,11 +191,12 @@ const CANCEL_POLL: Duration = Duration::from_millis(100);
 
 impl<'a> Deadline<'a> {
     fn new(total: Duration, cancel: Option<&'a AtomicBool>) -> Self {
-        Self {
-            at: Instant::now() + total,
-            total,
-            cancel,
-        }
+        Self::at(Instant::now() + total, total, cancel)
+    }
+
+    /// Ends at `at`; `total` is what errors report.
+    fn at(at: Instant, total: Duration, cancel: Option<&'a AtomicBool>) -> Self {
+        Self { at, total, cancel }
     }
 
     /// Fills `buf` from `t` before the deadline.
@@ -295,7 +315,16 @@ pub fn connect<T: Transport>(
     check_pin(&sec.pin, addr, &server)?;
     let (hs3, est) = hs.finish()?;
     write(&mut t, &hs3, "HS3")?;
+    // A server that cannot finish the handshake (a wrong pre-shared key)
+    // has no keys to seal a verdict with and answers a plain ERROR frame
+    // instead: a record never starts with its magic.
+    let mut first = [0u8; HANDSHAKE_HEADER];
+    deadline.read_exact(&mut t, &mut first, "verdict")?;
+    if first[..4] == pfs_wire::MAGIC {
+        return Err(plain_refusal(&mut t, &deadline, &first, "verdict")?);
+    }
     let mut st = SecureTransport::new(t, est);
+    st.preload(&first);
     // The verdict: status, u16 length, reason.
     let mut head = [0u8; 3];
     read_secure(&mut st, &deadline, &mut head)?;
@@ -304,12 +333,10 @@ pub fn connect<T: Transport>(
     read_secure(&mut st, &deadline, &mut reason)?;
     match head[0] {
         ACCEPTED => {
-            st.inner
-                .set_read_timeout(None)
-                .map_err(|source| SecureError::Io {
-                    during: "verdict",
-                    source,
-                })?;
+            st.set_read_timeout(None).map_err(|source| SecureError::Io {
+                during: "verdict",
+                source,
+            })?;
             Ok(st)
         }
         _ => Err(SecureError::Refused {
@@ -390,43 +417,95 @@ impl<T: Transport> PendingClient<T> {
         let mut v = vec![status];
         v.extend_from_slice(&(reason.len() as u16).to_be_bytes());
         v.extend_from_slice(reason);
-        if Instant::now() >= self.deadline {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
             return Err(SecureError::TimedOut(Duration::ZERO, "verdict"));
         }
-        self.st.write_all(&v).map(drop).map_err(|source| SecureError::Io {
-            during: "verdict",
-            source,
-        })
+        // A client that does not read its verdict holds nothing past the
+        // handshake's deadline.
+        let during = "verdict";
+        self.st
+            .set_write_timeout(Some(left))
+            .map_err(|source| SecureError::Io { during, source })?;
+        let sent = self.st.write_all(&v).map(drop);
+        let _ = self.st.set_write_timeout(None);
+        sent.map_err(|source| SecureError::Io { during, source })
     }
 }
 
 /// Runs the server's side of a handshake whose first [`HANDSHAKE_HEADER`]
 /// bytes (`head`, already read to tell a protected connection from a plain
-/// one) start with `PFSN`. Returns the client, proven but not yet admitted.
-/// A failure costs nothing beyond this call: the caller drops `t`.
+/// one) start with `PFSN`, with `sec.timeout` from now to the verdict.
+/// Returns the client, proven but not yet admitted. A failure costs
+/// nothing beyond this call: the caller drops `t`.
 pub fn accept<T: Transport>(
-    mut t: T,
+    t: T,
     head: [u8; HANDSHAKE_HEADER],
     sec: &ServerSecurity,
     cancel: &AtomicBool,
 ) -> Result<PendingClient<T>, SecureError> {
-    let deadline = Deadline::new(sec.timeout, Some(cancel));
-    let h = MessageHeader::parse(&head)?;
+    accept_by(t, head, sec, Instant::now() + sec.timeout, cancel)
+}
+
+/// [`accept`] with the verdict due at `deadline` (a server counts it from
+/// the moment it accepted the connection: reading `head` took part of it).
+pub fn accept_by<T: Transport>(
+    mut t: T,
+    head: [u8; HANDSHAKE_HEADER],
+    sec: &ServerSecurity,
+    deadline: Instant,
+    cancel: &AtomicBool,
+) -> Result<PendingClient<T>, SecureError> {
+    let deadline = Deadline::at(deadline, sec.timeout, Some(cancel));
+    let h = MessageHeader::parse(&head).map_err(|e| refuse_handshake(&mut t, e))?;
     let mut hs1 = head.to_vec();
     hs1.resize(HANDSHAKE_HEADER + h.len, 0);
     deadline.read_exact(&mut t, &mut hs1[HANDSHAKE_HEADER..], "HS1")?;
-    let (hs, _proposal, hs2) = ServerHandshake::accept(sec.identity.private_bytes(), sec.psk.as_ref(), &hs1)?;
+    let (hs, _proposal, hs2) = ServerHandshake::accept(sec.identity.private_bytes(), sec.psk.as_ref(), &hs1)
+        .map_err(|e| refuse_handshake(&mut t, e))?;
     write(&mut t, &hs2, "HS2")?;
-    let hs3 = read_message(&mut t, &deadline, "HS3")?;
-    let est = hs.finish(&hs3)?;
+    let hs3 = read_message(&mut t, &deadline, "HS3").map_err(|e| match e {
+        SecureError::Handshake(h) => refuse_handshake(&mut t, h),
+        other => other,
+    })?;
+    let est = hs.finish(&hs3).map_err(|e| refuse_handshake(&mut t, e))?;
     t.set_read_timeout(None).map_err(|source| SecureError::Io {
         during: "HS3",
         source,
     })?;
+    let mut st = SecureTransport::new(t, est);
+    st.record_timeout = sec.record_timeout;
     Ok(PendingClient {
-        st: SecureTransport::new(t, est),
+        st,
         deadline: deadline.at,
     })
+}
+
+/// What a client whose handshake failed at Noise (a wrong pre-shared key,
+/// a tampered message) is told: nothing about which step failed.
+const HANDSHAKE_REFUSAL: &str = "not authorized";
+
+/// Answers a handshake the server cannot finish with a plain ERROR `AUTH`
+/// frame (no keys exist to seal a verdict with; docs/wire.md §11.3), best
+/// effort, and returns the error. A proposal or pattern the server does
+/// not take is named; a Noise failure gets the generic refusal.
+fn refuse_handshake<T: Transport + ?Sized>(t: &mut T, e: HandshakeError) -> SecureError {
+    let told = match &e {
+        HandshakeError::Noise(_) => HANDSHAKE_REFUSAL.to_string(),
+        other => format!("handshake refused: {other}"),
+    };
+    let mut body = Vec::with_capacity(told.len() + 8);
+    ErrorFrame {
+        code: ErrorCode::Auth as u16,
+        message: &told,
+    }
+    .emit(&mut body);
+    let mut frame = Vec::with_capacity(FRAME_HEADER + body.len());
+    pfs_wire::put_frame(&mut frame, FrameType::Error, 0, &body);
+    // A small frame into an empty send buffer: it does not block.
+    let _ = t.write_all(&frame);
+    let _ = t.shutdown_write();
+    e.into()
 }
 
 /// Whether the first bytes of a connection open a handshake.
@@ -454,6 +533,22 @@ pub struct SecureTransport<T> {
     closed: bool,
     /// A record failed: the stream is dead.
     broken: Option<RecordError>,
+    /// Waiting for the rest of a record.
+    record_timeout: Duration,
+    /// How long reads have waited for the rest of the record at
+    /// `raw.start` since its first byte arrived; `None` while no record is
+    /// partly here. Time this side spends elsewhere (a receiver hashing a
+    /// frame) is not the peer's and does not count.
+    record_waited: Option<Duration>,
+    /// The read timeout the caller set, and the one the inner transport
+    /// has (shorter while a record's deadline is nearer).
+    read_timeout: Option<Duration>,
+    inner_read_timeout: Option<Duration>,
+    /// The write timeout the caller set: each write of records ends by
+    /// then, whatever the peer's reads allow.
+    write_timeout: Option<Duration>,
+    /// Empty DATA records opened in a row.
+    empty_run: u32,
 }
 
 impl<T: Transport> SecureTransport<T> {
@@ -480,11 +575,31 @@ impl<T: Transport> SecureTransport<T> {
             peer_closed: false,
             closed: false,
             broken: None,
+            record_timeout: DEFAULT_RECORD_TIMEOUT,
+            record_waited: None,
+            read_timeout: None,
+            inner_read_timeout: None,
+            write_timeout: None,
+            empty_run: 0,
         }
     }
 }
 
 impl<T> SecureTransport<T> {
+    /// How long a record may take from its first byte to its last
+    /// (default [`DEFAULT_RECORD_TIMEOUT`]); past it the session fails
+    /// with [`RecordError::Late`].
+    pub fn set_record_timeout(&mut self, timeout: Duration) {
+        self.record_timeout = timeout;
+    }
+
+    /// Bytes already read from the inner transport, to be opened first.
+    fn preload(&mut self, bytes: &[u8]) {
+        self.inbuf[..bytes.len()].copy_from_slice(bytes);
+        self.raw = 0..bytes.len();
+        self.record_waited = Some(Duration::ZERO);
+    }
+
     /// The session's parameters and the peer's key.
     pub fn info(&self) -> &SessionInfo {
         &self.info
@@ -541,12 +656,47 @@ impl<T: Transport> SecureTransport<T> {
                 break;
             }
         }
-        if let Err(e) = self.inner.write_all(&self.out) {
+        let deadline = self.write_timeout.map(|t| Instant::now() + t);
+        if let Err(e) = write_all_by(&mut self.inner, &self.out, deadline) {
             // Part of a record may be out: nothing sent after it could open.
             self.closed = true;
             return Err(e);
         }
         Ok(taken)
+    }
+
+    /// Ends the stream if the record partly here is past its deadline.
+    fn check_record_deadline(&mut self) -> io::Result<()> {
+        if let Some(waited) = self.record_waited {
+            if waited >= self.record_timeout {
+                let e = RecordError::Late(self.record_timeout);
+                self.broken = Some(e.clone());
+                return Err(invalid(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a waiting read: the inner transport wakes by the deadline of
+    /// the record partly here, or the caller's timeout if that is sooner.
+    /// Changed only when it moves by more than [`TIMEOUT_SLACK`]: not one
+    /// system call per read.
+    fn arm_read_timeout(&mut self) -> io::Result<()> {
+        let record_left = self.record_waited.map(|w| self.record_timeout.saturating_sub(w));
+        let want = match (self.read_timeout, record_left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|w| w.max(Duration::from_millis(1)));
+        let stale = match (want, self.inner_read_timeout) {
+            (Some(w), Some(set)) => w + TIMEOUT_SLACK < set || w > set + TIMEOUT_SLACK,
+            (w, set) => w != set,
+        };
+        if stale {
+            self.inner.set_read_timeout(want)?;
+            self.inner_read_timeout = want;
+        }
+        Ok(())
     }
 
     /// Plaintext from the records that have arrived: opens a record once it
@@ -586,6 +736,17 @@ impl<T: Transport> SecureTransport<T> {
                             self.plain = start + RECORD_HEADER..start + RECORD_HEADER + n;
                             self.raw.start += len;
                             self.peer_closed = kind == RecordKind::Close;
+                            // The next record's bytes, if any, came with
+                            // the last read: its clock starts now.
+                            self.record_waited = (!self.raw.is_empty()).then_some(Duration::ZERO);
+                            self.empty_run = if n == 0 && kind == RecordKind::Data {
+                                self.empty_run + 1
+                            } else {
+                                0
+                            };
+                            if self.empty_run > MAX_EMPTY_RECORDS {
+                                self.broken = Some(RecordError::EmptyRun(self.empty_run));
+                            }
                         }
                         Err(e) => self.broken = Some(e),
                     }
@@ -602,9 +763,24 @@ impl<T: Transport> SecureTransport<T> {
             } else if self.raw.start + RECORD_HEADER > self.inbuf.len() {
                 self.compact();
             }
+            self.check_record_deadline()?;
             let end = self.raw.end;
             let n = if wait {
-                self.inner.read(&mut self.inbuf[end..])?
+                self.arm_read_timeout()?;
+                let t0 = self.record_waited.map(|_| Instant::now());
+                let read = self.inner.read(&mut self.inbuf[end..]);
+                if let (Some(t0), Some(w)) = (t0, self.record_waited.as_mut()) {
+                    *w += t0.elapsed();
+                }
+                match read {
+                    Ok(n) => n,
+                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                        // The record's deadline, if that is what woke us.
+                        self.check_record_deadline()?;
+                        return Err(e);
+                    }
+                    Err(e) => return Err(e),
+                }
             } else {
                 match self.inner.read_ready(&mut self.inbuf[end..])? {
                     Some(n) => n,
@@ -621,9 +797,49 @@ impl<T: Transport> SecureTransport<T> {
                 // closed; this is a stream someone cut, and must say so.
                 return Err(io::Error::new(io::ErrorKind::ConnectionAborted, what));
             }
+            if self.raw.is_empty() {
+                self.record_waited = Some(Duration::ZERO);
+            }
             self.raw.end += n;
         }
     }
+}
+
+/// How far a read timeout may drift from the wanted one before it is set
+/// again.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(250);
+
+/// Writes all of `bytes` by `deadline` (`None`: no deadline): each write
+/// call may block only until then, so a peer reading a little now and
+/// then cannot stretch it.
+fn write_all_by<T: Transport + ?Sized>(
+    t: &mut T,
+    mut bytes: &[u8],
+    deadline: Option<Instant>,
+) -> io::Result<()> {
+    let late = || io::Error::new(io::ErrorKind::TimedOut, "write deadline passed");
+    while !bytes.is_empty() {
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(late());
+            }
+            t.set_write_timeout(Some(left))?;
+        }
+        match t.write_vectored(&[IoSlice::new(bytes)]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if deadline.is_some()
+                    && matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+            {
+                return Err(late())
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl<T: Transport> Transport for SecureTransport<T> {
@@ -664,11 +880,16 @@ impl<T: Transport> Transport for SecureTransport<T> {
     }
 
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        self.inner.set_read_timeout(timeout)
+        self.inner.set_read_timeout(timeout)?;
+        self.read_timeout = timeout;
+        self.inner_read_timeout = timeout;
+        Ok(())
     }
 
     fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        self.inner.set_write_timeout(timeout)
+        self.inner.set_write_timeout(timeout)?;
+        self.write_timeout = timeout;
+        Ok(())
     }
 
     fn shutdown_write(&mut self) -> io::Result<()> {
@@ -762,11 +983,86 @@ pub fn read_head<T: Transport + ?Sized>(
     timeout: Duration,
     cancel: &AtomicBool,
 ) -> Result<[u8; HANDSHAKE_HEADER], SecureError> {
+    read_head_by(t, Instant::now() + timeout, timeout, cancel).map(|(head, _)| head)
+}
+
+/// Reads the first [`HANDSHAKE_HEADER`] bytes of a new connection: the
+/// first byte by `first_by`, the rest within `rest` of the first, unless
+/// `cancel` is set first. Returns them and when the first arrived.
+pub fn read_head_by<T: Transport + ?Sized>(
+    t: &mut T,
+    first_by: Instant,
+    rest: Duration,
+    cancel: &AtomicBool,
+) -> Result<([u8; HANDSHAKE_HEADER], Instant), SecureError> {
+    let during = "first bytes";
     let mut head = [0u8; HANDSHAKE_HEADER];
-    Deadline::new(timeout, Some(cancel)).read_exact(t, &mut head, "first bytes")?;
-    t.set_read_timeout(None).map_err(|source| SecureError::Io {
-        during: "first bytes",
-        source,
-    })?;
-    Ok(head)
+    let total = first_by.saturating_duration_since(Instant::now());
+    Deadline::at(first_by, total, Some(cancel)).read_exact(t, &mut head[..1], during)?;
+    let first = Instant::now();
+    Deadline::at(first + rest, rest, Some(cancel)).read_exact(t, &mut head[1..], during)?;
+    t.set_read_timeout(None)
+        .map_err(|source| SecureError::Io { during, source })?;
+    Ok((head, first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pfs_transport::UnixTransport;
+
+    /// A handshake over a socket pair: (client, server).
+    fn pair() -> (SecureTransport<UnixTransport>, SecureTransport<UnixTransport>) {
+        let (client_id, server_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+        let (a, mut b) = UnixTransport::pair().unwrap();
+        let ssec = ServerSecurity {
+            identity: server_id.clone(),
+            psk: None,
+            timeout: Duration::from_secs(10),
+            record_timeout: DEFAULT_RECORD_TIMEOUT,
+        };
+        let csec = ClientSecurity {
+            identity: client_id,
+            pin: Pin::Key(server_id.public()),
+            psk: None,
+            cipher: Cipher::Aes256Gcm,
+            rotate_log2: 20,
+            timeout: Duration::from_secs(10),
+        };
+        std::thread::scope(|s| {
+            let server = s.spawn(move || {
+                let no = AtomicBool::new(false);
+                let head = read_head(&mut b, Duration::from_secs(10), &no).unwrap();
+                accept(b, head, &ssec, &no).unwrap().admit().unwrap()
+            });
+            let client = connect(a, "pair", crate::Service::Files, &csec).unwrap();
+            (client, server.join().unwrap())
+        })
+    }
+
+    /// Seals `n` empty DATA records and writes them raw.
+    fn empty_records(c: &mut SecureTransport<UnixTransport>, n: u32) {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let start = out.len();
+            out.resize(start + RECORD_HEADER, 0);
+            c.sealer.seal_from(RecordKind::Data, &mut out, start).unwrap();
+        }
+        c.inner.write_all(&out).unwrap();
+    }
+
+    #[test]
+    fn a_few_empty_records_pass_a_run_of_them_ends_the_session() {
+        let (mut c, mut s) = pair();
+        empty_records(&mut c, MAX_EMPTY_RECORDS);
+        c.write_all(b"x").unwrap();
+        let mut one = [0u8; 1];
+        s.read_exact(&mut one).unwrap();
+        assert_eq!(&one, b"x");
+        empty_records(&mut c, MAX_EMPTY_RECORDS + 1);
+        c.write_all(b"y").unwrap();
+        let e = s.read_exact(&mut one).unwrap_err();
+        let run = e.get_ref().and_then(|e| e.downcast_ref::<RecordError>());
+        assert_eq!(run, Some(&RecordError::EmptyRun(MAX_EMPTY_RECORDS + 1)), "{e}");
+    }
 }

@@ -49,6 +49,9 @@ pub enum Service {
     Blob,
     /// File transfer: FILES_HELLO… (docs/wire.md §10).
     Files,
+    /// Reading a served tree: MOUNT_HELLO… (docs/wire.md §12), offered by
+    /// a files server.
+    Mount,
 }
 
 impl Service {
@@ -56,6 +59,7 @@ impl Service {
         match self {
             Self::Blob => 1,
             Self::Files => 2,
+            Self::Mount => 3,
         }
     }
 
@@ -63,6 +67,7 @@ impl Service {
         match id {
             1 => Some(Self::Blob),
             2 => Some(Self::Files),
+            3 => Some(Self::Mount),
             _ => None,
         }
     }
@@ -72,6 +77,7 @@ impl Service {
         match self {
             Self::Blob => "blob sessions",
             Self::Files => "file transfer",
+            Self::Mount => "mounting",
         }
     }
 }

@@ -23,8 +23,9 @@ pub mod policy;
 pub mod record;
 
 pub use channel::{
-    accept, connect, is_handshake, read_head, ClientSecurity, PendingClient, Pin, Prefixed, SecureError,
-    SecureTransport, ServerSecurity, SessionInfo, DEFAULT_HANDSHAKE_TIMEOUT,
+    accept, accept_by, connect, is_handshake, read_head, read_head_by, ClientSecurity, PendingClient, Pin,
+    Prefixed, SecureError, SecureTransport, ServerSecurity, SessionInfo, DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_RECORD_TIMEOUT, MAX_EMPTY_RECORDS,
 };
 pub use handshake::{HandshakeError, Proposal, Psk, Service, DEFAULT_ROTATE_LOG2};
 pub(crate) use identity::decode_key;

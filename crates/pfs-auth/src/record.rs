@@ -139,6 +139,13 @@ pub enum RecordError {
     /// The 64-bit record counter would wrap (never in practice: 2^64 records).
     #[error("record counter exhausted")]
     Exhausted,
+    /// The receiver waited this long for the rest of a record after its
+    /// first byte (a peer trickling a record holds nothing longer).
+    #[error("record deadline: the rest of a record did not arrive within {0:?} of waiting for it")]
+    Late(std::time::Duration),
+    /// More empty DATA records in a row than a stream ever needs.
+    #[error("{0} empty DATA records in a row")]
+    EmptyRun(u32),
 }
 
 /// Keys for one direction: the raw key (for rotation) and the AEAD key.

@@ -79,6 +79,7 @@ fn server_sec(k: &Keys) -> ServerSecurity {
         identity: k.server.clone(),
         psk: None,
         timeout: Duration::from_secs(10),
+        record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
     }
 }
 
@@ -411,4 +412,102 @@ fn both_sides_install_matching_datagram_keys_through_the_wrappers() {
         assert_ne!(c[0].send, c[0].recv, "each direction has its own key");
         assert_eq!((c[0].cipher, s[0].cipher), (want, want));
     }
+}
+
+/// A handshake the server cannot finish gets a plain ERROR `AUTH` in place
+/// of the message the client awaits (HS2, or the verdict), never a silent
+/// close: a proposal it does not take is named, a pre-shared key on one
+/// side only is named, a wrong pre-shared key gets the generic refusal.
+#[test]
+fn a_failed_handshake_is_answered_with_an_error_frame() {
+    let k = keys();
+    let psk = |b: u8| Some(pfs_auth::Psk([b; 32]));
+    // (client psk, server psk, client rotate_log2, what the client is told)
+    let cases = [
+        (None, None, 10, "bad proposal"),
+        (psk(1), None, 20, "pre-shared key mismatch"),
+        (psk(1), psk(2), 20, "not authorized"),
+    ];
+    for (cpsk, spsk, rotate_log2, told) in cases {
+        let (a, mut b) = UnixTransport::pair().unwrap();
+        let ssec = ServerSecurity {
+            psk: spsk,
+            ..server_sec(&k)
+        };
+        std::thread::scope(|s| {
+            let server = s.spawn(move || {
+                let head = read_head(&mut b, Duration::from_secs(10), &AtomicBool::new(false)).unwrap();
+                accept(b, head, &ssec, &AtomicBool::new(false)).map(drop)
+            });
+            let csec = ClientSecurity {
+                psk: cpsk,
+                ..client_sec(&k, Cipher::Aes256Gcm, rotate_log2)
+            };
+            let err = connect(a, "pair", Service::Files, &csec).unwrap_err();
+            match &err {
+                SecureError::PlainRefusal { code, message } => {
+                    assert_eq!(*code, pfs_wire::ErrorCode::Auth as u16, "{told}: {message}");
+                    assert!(message.contains(told), "{told}: {message}");
+                }
+                other => panic!("{told}: {other}"),
+            }
+            let e = server.join().unwrap().unwrap_err();
+            assert!(matches!(e, SecureError::Handshake(_)), "{told}: {e}");
+        });
+    }
+    // A good handshake still works.
+    let (mut c, mut s) = session(&k, Cipher::Aes256Gcm, 20);
+    c.write_all(b"ok").unwrap();
+    let mut got = [0u8; 2];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"ok");
+}
+
+/// A record that has begun must be whole within the record deadline of
+/// waiting: one trickled a byte at a time ends the session with
+/// `RecordError::Late`.
+#[test]
+fn a_trickled_record_ends_at_its_deadline() {
+    let k = keys();
+    let (mut c, mut s) = session(&k, Cipher::ChaCha20Poly1305, 20);
+    s.set_record_timeout(Duration::from_millis(300));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    std::thread::scope(|sc| {
+        let reader = sc.spawn(move || {
+            let mut buf = [0u8; 64];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) => return Err::<(), _>(io::Error::other("end of stream")),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        });
+        // A DATA record header declaring 1000 bytes, then a byte every
+        // 50 ms (at most 20 s of it) until the reader gives up.
+        let raw = &mut c.get_mut().inner;
+        raw.write_all(&[1, 0, 0x03, 0xe8]).unwrap();
+        for _ in 0..400 {
+            if reader.is_finished() || raw.write_all(&[0]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let e = reader.join().unwrap().unwrap_err();
+        let late = e
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<pfs_auth::RecordError>())
+            .is_some_and(|e| matches!(e, pfs_auth::RecordError::Late(_)));
+        assert!(late, "{e}");
+    });
+    // A fresh session carries bytes as before.
+    let (mut c, mut s) = session(&k, Cipher::ChaCha20Poly1305, 20);
+    s.set_record_timeout(Duration::from_millis(300));
+    std::thread::scope(|sc| {
+        sc.spawn(move || c.write_all(&[7u8; 300_000]).unwrap());
+        let mut got = vec![0u8; 300_000];
+        s.read_exact(&mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 7));
+    });
 }

@@ -694,12 +694,14 @@ pub struct ServerAuthArgs {
     /// Pre-shared key file (base64 of 32 bytes) every client must also hold.
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
-    /// Connections being admitted (handshake not finished) at once; past it the oldest is
-    /// dropped. Counted apart from --max-clients.
+    /// Connections being admitted (handshake not finished) at once, counted apart from
+    /// --max-clients. Past it one is dropped: from the address whose connections failed
+    /// admission most often, then the one with the most connections being admitted, a silent one
+    /// first, then the oldest; addresses that completed a handshake before go last.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_admitting: usize,
-    /// Seconds a connection has for its handshake (for its first bytes: at least 60, since a plain
-    /// sender connects and then sets up its blob).
+    /// Seconds a connection has for its handshake, counted from the accept (for its first
+    /// bytes: at least 60, since a plain sender connects and then sets up its blob).
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub handshake_timeout: f64,
 }
@@ -765,6 +767,11 @@ pub struct ServeArgs {
     /// Sessions served at once (more get ERROR BUSY).
     #[arg(long, default_value_t = 4)]
     pub max_clients: usize,
+    /// Sessions one client key may run at once (more get ERROR BUSY), so that no key can hold
+    /// every slot [default: max(1, max-clients / 2)]. Plain sessions count only toward
+    /// --max-clients.
+    #[arg(long, value_name = "N")]
+    pub max_per_key: Option<usize>,
     /// Most descriptors per gram accepted.
     #[arg(long, default_value_t = 65_536)]
     pub max_desc_per_gram: u32,

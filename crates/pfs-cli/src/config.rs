@@ -43,6 +43,7 @@ struct ServeFile {
     once: Option<bool>,
     max_sessions: Option<u64>,
     max_clients: Option<u64>,
+    max_per_key: Option<u64>,
     max_desc_per_gram: Option<u64>,
     max_payload: Option<Number>,
     exec: Option<String>,

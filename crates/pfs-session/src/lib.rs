@@ -15,6 +15,7 @@
 //! The blob is passed in as bytes plus its identity ([`BlobView`]), so
 //! tests run sessions over plain `Vec`s, and the cores run with no socket.
 
+mod admitting;
 mod error;
 pub mod files;
 pub mod framing;
@@ -22,6 +23,7 @@ pub mod gram;
 pub mod mount;
 pub mod places;
 pub mod server;
+mod slots;
 pub mod stats;
 
 pub use error::{code_name, LimitExceeded, LocalError, SessionError, Timeout, Violation};

@@ -5,17 +5,19 @@
 //! dies.
 //!
 //! The accept loop never waits on a client: admission runs on the
-//! connection's own thread under one absolute deadline. Connections still
-//! being admitted are capped apart from `max_clients`; when that cap is
-//! reached the oldest is dropped, so a flood of silent connections cannot
-//! keep an authorized client out.
+//! connection's own thread under absolute deadlines (the first byte, then
+//! the handshake, counted from the accept). Connections still being
+//! admitted are capped apart from `max_clients`; when that cap is reached
+//! one is dropped as `crate::admitting` chooses (never first the client
+//! of an address that is not flooding), so a flood of connections cannot
+//! keep an authorized client out. One key holds at most `max_per_key`
+//! slots (`crate::slots`), so no key keeps the others out either.
 //!
 //! A [`Shutdown`] stops it in two steps: stop accepting (running sessions
 //! go on), then cut what still runs. Every connection is wrapped so that a
 //! cut is seen within [`CUT_POLL`] by a session waiting to read, and by the
 //! next write of one that is sending.
 
-use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,10 +27,12 @@ use pfs_auth::{AuthorizedKeys, Cipher, Prefixed, PublicKey, Rights, SecureError,
 use pfs_transport::{Listener, Transport};
 use pfs_wire::{ErrorCode, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
+use crate::admitting::{Admitting, Source, Ticket};
 use crate::error::{Timeout, Violation};
 use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
 use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
 use crate::mount::{serve_mount, MountServeOutcome, MountServerConfig};
+use crate::slots::{Full, Slots};
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
 use pfs_sys::pin_current_thread;
@@ -61,13 +65,32 @@ impl Default for Admission {
 /// wait for the first byte of HELLO before this check existed.
 pub const DEFAULT_FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Sessions one key may run at once unless set: half the slots (at least
+/// one), so a key holding its cap leaves as many slots to every other key,
+/// and a single client may still run parallel sessions.
+pub fn default_max_per_key(max_clients: usize) -> usize {
+    (max_clients / 2).max(1)
+}
+
+/// How long the rest of a connection's first bytes may take after the
+/// first one (a plain HELLO has as long again as its receiver allows from
+/// that first byte; a handshake must end within its own deadline).
+const HEAD_REST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Server settings, whichever protocol it serves.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Sessions served at once; more are refused with ERROR(BUSY).
     pub max_clients: usize,
+    /// Sessions one client key may run at once (plain connections are
+    /// counted only against `max_clients`); more are refused with
+    /// ERROR(BUSY). `None`: [`default_max_per_key`] of `max_clients`.
+    pub max_per_key: Option<usize>,
     /// Connections being admitted at once (first bytes, handshake); past
-    /// it the oldest is dropped.
+    /// it one is dropped as `admitting` orders them: from the source that
+    /// failed admission most often, then the one with the most connections
+    /// being admitted, a silent one first, the oldest first, and one from
+    /// a source that completed admission before only when no other is left.
     pub max_admitting: usize,
     /// Longest a new connection may stay silent before its first bytes
     /// (a plain sender connects, then sets up its blob before its HELLO);
@@ -128,6 +151,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             max_clients: 4,
+            max_per_key: None,
             max_admitting: 64,
             first_bytes_timeout: DEFAULT_FIRST_BYTES_TIMEOUT,
             max_sessions: None,
@@ -150,6 +174,12 @@ pub struct Client {
     /// What it may do. A plain client may do everything, in the shared
     /// group (empty name).
     pub rights: Rights,
+    /// What its handshake proposed; `None` for a plain connection.
+    pub service: Option<Service>,
+    /// When its session's first frame began: a plain connection's first
+    /// byte (read during admission), a protected one's verdict. The first
+    /// frame's deadline counts from here.
+    pub hello_from: Instant,
 }
 
 impl Client {
@@ -213,10 +243,13 @@ pub enum ServerEvent<'a, O> {
         /// What went wrong.
         error: &'a SessionError,
     },
-    /// A connection was refused because `max_clients` sessions are running.
+    /// A connection was refused because `max_clients` sessions are
+    /// running, or `max_per_key` of its key's (or the server is stopping).
     Busy {
         /// Peer address.
         peer: &'a str,
+        /// What the client was told.
+        reason: &'a str,
     },
     /// `accept` failed (e.g. out of file descriptors); the server goes on.
     AcceptFailed {
@@ -253,7 +286,12 @@ pub fn serve<L: Listener>(
     serve_loop(listener, cfg, offer, on_event, &|conn, client| {
         let peer = client.addr.as_str();
         let mut progress = |p: &GramProgress| on_event(ServerEvent::Progress { peer, progress: p });
-        receive_session(conn, blob, receiver, &mut progress)
+        // The HELLO's time counts from its first byte, read at admission.
+        let receiver = GramReceiverConfig {
+            handshake_timeout: left_of(receiver.handshake_timeout, client.hello_from),
+            ..receiver.clone()
+        };
+        receive_session(conn, blob, &receiver, &mut progress)
     })
 }
 
@@ -292,8 +330,10 @@ pub enum FilesSessionOutcome {
 /// A connection's first frame says which: FILES_HELLO (the key needs its
 /// `files` right) goes to [`receive_files`], MOUNT_HELLO (the `read`
 /// right) to [`serve_mount`], anything else is refused with ERROR
-/// `PROTOCOL`. A key lacking the right is answered ERROR `AUTH` and
-/// reported as [`ServerEvent::Denied`].
+/// `PROTOCOL`. A protected client's verdict already checked the right its
+/// proposed service (file transfer or mounting) needs, and its first frame
+/// must be that service's (else ERROR `PROTOCOL`); a key lacking the right
+/// is answered ERROR `AUTH` and reported as [`ServerEvent::Denied`].
 pub fn serve_files<L: Listener>(
     listener: &L,
     place: &PlaceFn<'_>,
@@ -307,9 +347,11 @@ pub fn serve_files<L: Listener>(
         runs_kernels: false,
     };
     serve_loop(listener, cfg, offer, on_event, &|conn, client| {
-        let head = first_header(conn, mount_cfg.hello_timeout).map_err(|e| match e.tell_peer() {
-            true => tell(conn, e),
-            false => e,
+        let head = first_header(conn, client.hello_from, mount_cfg.hello_timeout).map_err(|e| {
+            match e.tell_peer() {
+                true => tell(conn, e),
+                false => e,
+            }
         })?;
         let kind = FrameHeader::parse(&head).map(|h| h.frame_type);
         let (needs, lacking) = match kind {
@@ -334,6 +376,20 @@ pub fn serve_files<L: Listener>(
             refuse(conn, ErrorCode::Auth, lacking);
             return Err(Violation::Unauthorized(lacking.to_string()).into());
         }
+        // A protected session does what its handshake proposed (the
+        // verdict checked the right for that).
+        let proposed = match kind {
+            Ok(FrameType::MountHello) => Service::Mount,
+            _ => Service::Files,
+        };
+        if client.service.is_some_and(|s| s != proposed) {
+            let expected = match client.service {
+                Some(Service::Mount) => "MOUNT_HELLO (the handshake proposed mounting)",
+                _ => "FILES_HELLO (the handshake proposed file transfer)",
+            };
+            let got = kind.unwrap_or(FrameType::Error);
+            return Err(tell(conn, Violation::UnexpectedFrame { expected, got }.into()));
+        }
         let here = place(client).map_err(|message| {
             let e = SessionError::Local(crate::LocalError::Place(message.clone()));
             refuse(conn, ErrorCode::Internal, &message);
@@ -341,32 +397,74 @@ pub fn serve_files<L: Listener>(
         })?;
         // The header read here is read again by the session.
         let mut conn = Prefixed::new(conn, &head);
+        // The first frame's time counts from its first byte.
         if kind == Ok(FrameType::MountHello) {
-            return serve_mount(&mut conn, &here.dest, mount_cfg).map(FilesSessionOutcome::Served);
+            let mount_cfg = MountServerConfig {
+                hello_timeout: left_of(mount_cfg.hello_timeout, client.hello_from),
+                ..mount_cfg.clone()
+            };
+            return serve_mount(&mut conn, &here.dest, &mount_cfg).map(FilesSessionOutcome::Served);
         }
         let cfg = FilesReceiverConfig {
             manifest: here.manifest.clone(),
+            handshake_timeout: left_of(files_cfg.handshake_timeout, client.hello_from),
             ..files_cfg.clone()
         };
         receive_files(&mut conn, here.chunks.get(), &here.dest, &cfg).map(FilesSessionOutcome::Received)
     })
 }
 
-/// The header of a files connection's first frame, within `timeout`.
-fn first_header(conn: &mut dyn Transport, timeout: Duration) -> Result<[u8; FRAME_HEADER_LEN], SessionError> {
+/// What is left of `timeout` counted from `from`.
+fn left_of(timeout: Duration, from: Instant) -> Duration {
+    timeout.saturating_sub(from.elapsed())
+}
+
+/// The header of a files connection's first frame, within `timeout` of
+/// `from` (its first byte): trickled bytes do not move the deadline.
+fn first_header(
+    conn: &mut dyn Transport,
+    from: Instant,
+    timeout: Duration,
+) -> Result<[u8; FRAME_HEADER_LEN], SessionError> {
     let during = "the first frame";
+    let deadline = from + timeout;
     let mut head = [0u8; FRAME_HEADER_LEN];
-    conn.set_read_timeout(Some(timeout))
-        .map_err(|e| SessionError::transport(during, e))?;
-    let read = conn.read_exact(&mut head).map_err(|e| match e {
-        e if crate::framing::is_timeout(&e) => SessionError::TimedOut {
-            what: Timeout::Idle {
+    let mut got = 0;
+    let read = loop {
+        if got == head.len() {
+            break Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let what = Timeout::Idle {
                 during,
                 after: timeout,
-            },
-        },
-        e => SessionError::transport(during, e),
-    });
+            };
+            break Err(SessionError::TimedOut { what });
+        }
+        if let Err(e) = conn.set_read_timeout(Some(left)) {
+            break Err(SessionError::transport(during, e));
+        }
+        match conn.read(&mut head[got..]) {
+            Ok(0) => {
+                let eof = io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection");
+                break Err(SessionError::transport(during, eof));
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // The read waited for what was left: the deadline has passed
+            // (a transport that fails at once with a timeout is not read
+            // again in a loop).
+            Err(e) if crate::framing::is_timeout(&e) => {
+                let what = Timeout::Idle {
+                    during,
+                    after: timeout,
+                };
+                break Err(SessionError::TimedOut { what });
+            }
+            Err(e) => break Err(SessionError::transport(during, e)),
+        }
+    };
     // The session sets its own deadlines.
     let _ = conn.set_read_timeout(None);
     read?;
@@ -389,16 +487,10 @@ struct Offer {
 /// Runs one session on an admitted connection.
 type SessionFn<'a, O> = dyn Fn(&mut dyn Transport, &Client) -> Result<O, SessionError> + Sync + 'a;
 
-/// Connections being admitted, oldest first, each with its cancel flag.
-#[derive(Default)]
-struct Admitting {
-    next_id: u64,
-    queue: VecDeque<(u64, Arc<AtomicBool>)>,
-}
-
 /// The accept loop shared by both kinds of server: each connection is
 /// admitted on its own thread, then runs `session` if one of
-/// `max_clients` slots frees within 2 s (else ERROR BUSY). A session's
+/// `max_clients` slots frees within 2 s, one of `max_per_key` for its key
+/// (else ERROR BUSY). A session's
 /// outcome is reported as [`ServerEvent::Finished`], its error as
 /// [`ServerEvent::Failed`]. Ends at `max_sessions` or on a shutdown, once
 /// every session has ended.
@@ -410,7 +502,10 @@ fn serve_loop<L: Listener, O>(
     session: &SessionFn<'_, O>,
 ) -> (u64, u64) {
     let shutdown = &*cfg.shutdown;
-    let active = AtomicUsize::new(0);
+    let per_key = cfg
+        .max_per_key
+        .unwrap_or_else(|| default_max_per_key(cfg.max_clients));
+    let slots = Slots::new(cfg.max_clients, per_key);
     let ok = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
     // Connections counted toward max_sessions (a BUSY refusal gives its
@@ -420,7 +515,7 @@ fn serve_loop<L: Listener, O>(
     let admitting = Mutex::new(Admitting::default());
     std::thread::scope(|scope| loop {
         if shutdown.is_stopping() {
-            cancel_admitting(&admitting);
+            lock(&admitting).cancel_all();
             break;
         }
         if let Some(max) = cfg.max_sessions {
@@ -453,20 +548,23 @@ fn serve_loop<L: Listener, O>(
                 continue;
             }
         };
+        let accepted_at = Instant::now();
         let peer = conn.peer();
         on_event(ServerEvent::Accepted { peer: &peer });
-        let (id, cancel) = admit_slot(&admitting, cfg.max_admitting);
+        let source = Source::of(&peer);
+        let ticket = lock(&admitting).enter(source, cfg.max_admitting);
+        let id = ticket.id;
         started.fetch_add(1, Ordering::AcqRel);
         undecided.fetch_add(1, Ordering::AcqRel);
-        let (active, ok, failed, started, undecided, admitting) =
-            (&active, &ok, &failed, &started, &undecided, &admitting);
+        let (slots, ok, failed, started, undecided, admitting) =
+            (&slots, &ok, &failed, &started, &undecided, &admitting);
         scope.spawn(move || {
             let mut decided = Decided(undecided, false);
             let mut conn = match Cuttable::new(conn, shutdown) {
                 Ok(c) => c,
                 Err(e) => {
                     failed.fetch_add(1, Ordering::Relaxed);
-                    leave_queue(admitting, id);
+                    lock(admitting).leave(id);
                     decided.done();
                     let reason = format!("setting up the connection: {e}");
                     on_event(ServerEvent::Denied {
@@ -479,13 +577,19 @@ fn serve_loop<L: Listener, O>(
             };
             // Matched as a temporary, so that its borrow of `conn` ends when
             // `transport` is dropped.
-            let (mut transport, client) = match admit(&mut conn, &peer, cfg, offer, &cancel) {
+            let (mut transport, client) = match admit(&mut conn, &peer, accepted_at, cfg, offer, &ticket) {
                 Ok(a) => {
-                    leave_queue(admitting, id);
+                    let mut a2 = lock(admitting);
+                    a2.leave(id);
+                    a2.prove(source);
+                    drop(a2);
                     a
                 }
                 Err(reason) => {
-                    leave_queue(admitting, id);
+                    let mut a2 = lock(admitting);
+                    a2.leave(id);
+                    a2.fail(source);
+                    drop(a2);
                     failed.fetch_add(1, Ordering::Relaxed);
                     decided.done();
                     on_event(ServerEvent::Denied {
@@ -500,37 +604,28 @@ fn serve_loop<L: Listener, O>(
             // slot yet; give slots a moment to free before refusing.
             let patience = Instant::now() + Duration::from_secs(2);
             let slot = loop {
-                let n = active.load(Ordering::Acquire);
-                if n < cfg.max_clients {
-                    // Paired with the fetch_sub in SlotGuard::drop.
-                    if active
-                        .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                    {
-                        break Some(SlotGuard(active));
-                    }
-                    continue;
+                match slots.try_take(client.key) {
+                    Ok(slot) => break Ok(slot),
+                    Err(full) if Instant::now() >= patience || shutdown.is_stopping() => break Err(full),
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
                 }
-                if Instant::now() >= patience || shutdown.is_stopping() {
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(1));
             };
-            let slot = slot.filter(|_| !shutdown.is_stopping());
-            let Some(_slot) = slot else {
-                if shutdown.is_stopping() {
-                    refuse(
-                        &mut *transport,
-                        ErrorCode::Busy,
-                        "server shutting down; retry later",
-                    );
-                } else {
-                    refuse_busy(&mut *transport, cfg.max_clients);
+            let _slot = match slot {
+                Ok(slot) if !shutdown.is_stopping() => slot,
+                other => {
+                    let reason = match other {
+                        Err(full) if !shutdown.is_stopping() => busy_reason(full),
+                        _ => "server shutting down; retry later".to_string(),
+                    };
+                    refuse(&mut *transport, ErrorCode::Busy, &reason);
+                    started.fetch_sub(1, Ordering::AcqRel);
+                    decided.done();
+                    on_event(ServerEvent::Busy {
+                        peer: &peer,
+                        reason: &reason,
+                    });
+                    return;
                 }
-                started.fetch_sub(1, Ordering::AcqRel);
-                decided.done();
-                on_event(ServerEvent::Busy { peer: &peer });
-                return;
             };
             decided.done();
             if let Some(cpu) = cfg.pin_cpu {
@@ -599,34 +694,8 @@ impl Drop for Decided<'_> {
     }
 }
 
-/// Enters a connection into the admission queue, cancelling the oldest
-/// when the queue is full.
-fn admit_slot(admitting: &Mutex<Admitting>, max: usize) -> (u64, Arc<AtomicBool>) {
-    let mut a = admitting.lock().unwrap_or_else(|p| p.into_inner());
-    while a.queue.len() >= max.max(1) {
-        if let Some((_, oldest)) = a.queue.pop_front() {
-            oldest.store(true, Ordering::Release);
-        }
-    }
-    let id = a.next_id;
-    a.next_id += 1;
-    let cancel = Arc::new(AtomicBool::new(false));
-    a.queue.push_back((id, cancel.clone()));
-    (id, cancel)
-}
-
-/// Drops every connection still being admitted (their admission reads
-/// see the flag within their poll interval).
-fn cancel_admitting(admitting: &Mutex<Admitting>) {
-    let a = admitting.lock().unwrap_or_else(|p| p.into_inner());
-    for (_, cancel) in &a.queue {
-        cancel.store(true, Ordering::Release);
-    }
-}
-
-fn leave_queue(admitting: &Mutex<Admitting>, id: u64) {
-    let mut a = admitting.lock().unwrap_or_else(|p| p.into_inner());
-    a.queue.retain(|(i, _)| *i != id);
+fn lock(admitting: &Mutex<Admitting>) -> std::sync::MutexGuard<'_, Admitting> {
+    admitting.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Why a connection was not admitted.
@@ -650,16 +719,26 @@ const GENERIC_REFUSAL: &str = "not authorized";
 
 /// Admits one connection: reads its first bytes, runs the handshake and
 /// the rights check, or lets a plain connection through where allowed.
+///
+/// Deadlines, all absolute: the first byte by `accepted_at` +
+/// `first_bytes_timeout`; the rest of the first bytes within
+/// [`HEAD_REST_TIMEOUT`] of it; a handshake's verdict by `accepted_at` +
+/// the handshake timeout (a client handshakes as soon as it connects).
 fn admit<'c, C: Transport>(
     conn: &'c mut C,
     peer: &str,
+    accepted_at: Instant,
     cfg: &ServerConfig,
     offer: Offer,
-    cancel: &AtomicBool,
+    ticket: &Ticket,
 ) -> Result<(Box<dyn Transport + 'c>, Client), DenyReason> {
     let policy = &cfg.admission;
-    let head = pfs_auth::read_head(&mut *conn, cfg.first_bytes_timeout, cancel)
+    let cancel = &*ticket.cancel;
+    let first_by = accepted_at + cfg.first_bytes_timeout;
+    let (head, first_byte) = pfs_auth::read_head_by(&mut *conn, first_by, HEAD_REST_TIMEOUT, cancel)
         .map_err(|e| DenyReason::new(None, format!("before its first bytes: {e}")))?;
+    // Paired with the Acquire load of the admission set's eviction choice.
+    ticket.started.store(true, Ordering::Release);
     if !pfs_auth::is_handshake(&head) {
         if !policy.allow_plain {
             let msg = "this server requires an authenticated session: connect with a key \
@@ -672,6 +751,8 @@ fn admit<'c, C: Transport>(
             key: None,
             cipher: None,
             rights: plain_rights(),
+            service: None,
+            hello_from: first_byte,
         };
         return Ok((Box::new(Prefixed::new(conn, &head)), client));
     }
@@ -686,7 +767,9 @@ fn admit<'c, C: Transport>(
             "handshake, but this server has no identity",
         ));
     };
-    let pending = pfs_auth::accept(&mut *conn, head, sec, cancel).map_err(|e| {
+    let deadline = accepted_at + sec.timeout;
+    // A handshake it cannot finish, `accept_by` answers with a plain ERROR.
+    let pending = pfs_auth::accept_by(&mut *conn, head, sec, deadline, cancel).map_err(|e| {
         let text = match e {
             SecureError::TimedOut(..) => format!("handshake: {e}"),
             other => format!("handshake failed: {other}"),
@@ -706,23 +789,7 @@ fn admit<'c, C: Transport>(
             }
         },
     };
-    let lacking = if proposal.service != offer.service {
-        Some(format!(
-            "this server offers {}, not {}",
-            offer.service.name(),
-            proposal.service.name()
-        ))
-    } else if offer.service == Service::Blob && !rights.blob {
-        Some("this key may not run blob sessions (no-blob)".to_string())
-    } else if offer.service == Service::Files && !rights.files && !rights.read {
-        // Which of the two the session needs, its first frame tells.
-        Some("this key may neither send files nor read them (no-files, no-read)".to_string())
-    } else if offer.runs_kernels && !rights.exec {
-        Some("this server runs an --exec kernel over every gram and this key may not (no-exec)".to_string())
-    } else {
-        None
-    };
-    if let Some(why) = lacking {
+    if let Some(why) = lacking(offer, proposal.service, &rights) {
         let _ = pending.refuse(&why);
         return Err(DenyReason::new(Some(key), why));
     }
@@ -734,8 +801,37 @@ fn admit<'c, C: Transport>(
         key: Some(key),
         cipher: Some(proposal.cipher),
         rights,
+        service: Some(proposal.service),
+        hello_from: Instant::now(),
     };
     Ok((Box::new(st), client))
+}
+
+/// Why a key with `rights` may not have the `proposed` service of a
+/// server offering `offer`, if it may not: the verdict refuses it, so a
+/// key that could do nothing here never holds a slot.
+fn lacking(offer: Offer, proposed: Service, rights: &Rights) -> Option<String> {
+    let served = match offer.service {
+        Service::Blob => proposed == Service::Blob,
+        // A files server also serves its tree to mounts.
+        Service::Files | Service::Mount => matches!(proposed, Service::Files | Service::Mount),
+    };
+    if !served {
+        return Some(format!(
+            "this server offers {}, not {}",
+            offer.service.name(),
+            proposed.name()
+        ));
+    }
+    match proposed {
+        Service::Blob if !rights.blob => Some("this key may not run blob sessions (no-blob)".into()),
+        Service::Blob if offer.runs_kernels && !rights.exec => {
+            Some("this server runs an --exec kernel over every gram and this key may not (no-exec)".into())
+        }
+        Service::Files if !rights.files => Some("this key may not send files (no-files)".into()),
+        Service::Mount if !rights.read => Some("this key may not read (no-read)".into()),
+        _ => None,
+    }
 }
 
 /// A plain client's rights: everything, in the shared (unnamed) group.
@@ -750,19 +846,14 @@ fn plain_rights() -> Rights {
     }
 }
 
-/// Decrements the active-session count when dropped.
-struct SlotGuard<'a>(&'a AtomicUsize);
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        // Paired with the compare_exchange that took the slot.
-        self.0.fetch_sub(1, Ordering::AcqRel);
+/// What a client refused for want of a slot is told.
+fn busy_reason(full: Full) -> String {
+    match full {
+        Full::Server(max) => format!("receiver busy: {max} sessions already running; retry later"),
+        Full::Key(max) => {
+            format!("this key already runs {max} sessions, the most one key may (--max-per-key); retry later")
+        }
     }
-}
-
-fn refuse_busy(conn: &mut dyn Transport, max: usize) {
-    let msg = format!("receiver busy: {max} sessions already running; retry later");
-    refuse(conn, ErrorCode::Busy, &msg);
 }
 
 /// Best-effort ERROR frame before closing.

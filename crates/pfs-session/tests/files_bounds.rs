@@ -545,6 +545,18 @@ fn a_large_declared_frame_earns_no_time_only_its_bytes_do() {
 /// session: the receiver's reply times out and the session ends.
 #[test]
 fn a_peer_that_never_reads_its_naks_loses_the_session() {
+    never_reading_peer(false);
+}
+
+/// The same over a protected session: records have the same absolute write
+/// deadline as plain writes (each write of records ends by the caller's
+/// deadline, however many partial writes it takes).
+#[test]
+fn a_peer_that_never_reads_its_naks_loses_the_protected_session() {
+    never_reading_peer(true);
+}
+
+fn never_reading_peer(protected: bool) {
     use pfs_session::files::receive_files;
     use pfs_transport::{Transport, UnixTransport};
     let fx = Fixture::new(64 << 20);
@@ -552,7 +564,13 @@ fn a_peer_that_never_reads_its_naks_loses_the_session() {
         write_timeout: Duration::from_millis(200),
         ..FilesReceiverConfig::default()
     };
-    let (mut ours, theirs) = UnixTransport::pair().expect("socket pair");
+    let (ours, theirs) = UnixTransport::pair().expect("socket pair");
+    let (mut ours, theirs): (Box<dyn Transport>, Box<dyn Transport>) = if protected {
+        let (a, b) = secure_pair(ours, theirs);
+        (Box::new(a), Box::new(b))
+    } else {
+        (Box::new(ours), Box::new(theirs))
+    };
     // Far more NAK bytes (32 each) than a socket buffer holds.
     let holes = 200_000u32;
     std::thread::scope(|s| {
@@ -616,5 +634,48 @@ fn a_peer_that_never_reads_its_naks_loses_the_session() {
         );
     });
     drop(ours);
-    fx.legit_transfer_works("after-no-reader");
+    fx.legit_transfer_works(if protected {
+        "after-no-reader-protected"
+    } else {
+        "after-no-reader"
+    });
+}
+
+/// A finished protected handshake over `(client, server)`.
+fn secure_pair(
+    client: pfs_transport::UnixTransport,
+    mut server: pfs_transport::UnixTransport,
+) -> (
+    pfs_auth::SecureTransport<pfs_transport::UnixTransport>,
+    pfs_auth::SecureTransport<pfs_transport::UnixTransport>,
+) {
+    use pfs_auth::{Cipher, ClientSecurity, Identity, Pin, ServerSecurity, Service};
+    use std::sync::atomic::AtomicBool;
+    let (cid, sid) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+    let ssec = ServerSecurity {
+        identity: sid.clone(),
+        psk: None,
+        timeout: Duration::from_secs(10),
+        record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
+    };
+    let csec = ClientSecurity {
+        identity: cid,
+        pin: Pin::Key(sid.public()),
+        psk: None,
+        cipher: Cipher::Aes256Gcm,
+        rotate_log2: 32,
+        timeout: Duration::from_secs(10),
+    };
+    std::thread::scope(|s| {
+        let srv = s.spawn(move || {
+            let no = AtomicBool::new(false);
+            let head = pfs_auth::read_head(&mut server, Duration::from_secs(10), &no).unwrap();
+            pfs_auth::accept(server, head, &ssec, &no)
+                .unwrap()
+                .admit()
+                .unwrap()
+        });
+        let c = pfs_auth::connect(client, "pair", Service::Files, &csec).unwrap();
+        (c, srv.join().unwrap())
+    })
 }

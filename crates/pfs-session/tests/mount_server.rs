@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime};
 
-use pfs_auth::{AuthorizedKeys, Cipher, ClientSecurity, Identity, Pin, ServerSecurity, Service};
+use pfs_auth::{AuthorizedKeys, Cipher, ClientSecurity, Identity, Pin, SecureError, ServerSecurity, Service};
 use pfs_files::{chunk_file, ChunkParams, DestRoot};
 use pfs_session::mount::{serve_mount, MountRecipes, MountServeOutcome, MountServerConfig};
 use pfs_session::{
@@ -721,7 +721,7 @@ fn hostile_clients_are_refused_while_another_is_served() {
 }
 
 #[test]
-fn a_key_without_read_is_refused_and_a_read_only_key_mounts() {
+fn a_key_without_read_is_refused_at_the_verdict_and_a_read_only_key_mounts() {
     let (t, _sock) = tree();
     let server = Identity::generate().expect("key");
     let (writer, reader) = (
@@ -738,6 +738,7 @@ fn a_key_without_read_is_refused_and_a_read_only_key_mounts() {
             identity: server.clone(),
             psk: None,
             timeout: TIMEOUT,
+            record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
         }),
         authorized: Some(AuthorizedKeys::parse(&keys).expect("keys")),
         allow_plain: false,
@@ -752,16 +753,18 @@ fn a_key_without_read_is_refused_and_a_read_only_key_mounts() {
             rotate_log2: 20,
             timeout: TIMEOUT,
         };
-        Client::new(pfs_auth::connect(t, addr, Service::Files, &sec).expect("handshake"))
+        pfs_auth::connect(t, addr, Service::Mount, &sec)
     };
     let ((ok, failed), events) = with_server(&t.dest, admission, 2, |srv| {
-        let mut w = protected(&srv.addr, &writer);
-        w.hello_with("", 1000, 1 << 20);
-        let (code, msg) = w.error();
-        assert_eq!(code, ErrorCode::Auth as u16, "{msg}");
-        assert!(msg.contains("no-read"), "{msg}");
+        // Refused at the verdict: a key that may not read never holds a
+        // slot.
+        let refused = protected(&srv.addr, &writer).expect_err("refused");
+        assert!(
+            matches!(&refused, SecureError::Refused { reason, .. } if reason.contains("no-read")),
+            "{refused}"
+        );
         // A key that may only read mounts its dir= and nothing above it.
-        let mut r = protected(&srv.addr, &reader);
+        let mut r = Client::new(protected(&srv.addr, &reader).expect("handshake"));
         let (_, entries) = r.mount("", 1 << 20);
         let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, ["c.bin", "empty", "link"]);

@@ -191,6 +191,7 @@ pub fn server_admission(
             identity,
             psk: args.psk_file.as_deref().map(load_psk).transpose()?,
             timeout,
+            record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
         }),
         None => None,
     };

@@ -155,10 +155,10 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     };
     let security = super::auth::client_security(&args.auth, &addr, args.transport.transport)?;
     let to = target(&addr, &args.transport, 0);
-    let t = to.connect_as(security.as_ref(), pfs_auth::Service::Files)?;
+    let t = to.connect_as(security.as_ref(), pfs_auth::Service::Mount)?;
     // The same server, the same keys: a restarted server is found again.
     let reconnect: pfs_mount::Connector = Box::new(move || {
-        to.connect_as(security.as_ref(), pfs_auth::Service::Files)
+        to.connect_as(security.as_ref(), pfs_auth::Service::Mount)
             .map_err(|e| exit::describe(&e))
     });
     let session = pfs_mount::open_with(t, &cfg, Some(reconnect)).map_err(anyhow::Error::new)?;

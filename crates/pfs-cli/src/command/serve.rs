@@ -53,6 +53,7 @@ pub fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     tracing::info!("{}", notes.join("; "));
     Ok(ServerConfig {
         max_clients: args.max_clients.max(1),
+        max_per_key: args.max_per_key.map(|n| n.max(1)),
         max_admitting: args.auth.max_admitting.max(1),
         first_bytes_timeout: pfs_session::server::DEFAULT_FIRST_BYTES_TIMEOUT
             .max(std::time::Duration::from_secs_f64(args.auth.handshake_timeout)),
@@ -316,11 +317,11 @@ pub(super) fn report_common<O>(
             log::session_end(client, traffic, &did);
             Some(exit::of_session(error))
         }
-        ServerEvent::Busy { peer } => {
+        ServerEvent::Busy { peer, reason } => {
             if cfg.shutdown.is_stopping() {
                 tracing::info!(peer = %peer, "refused: shutting down");
             } else {
-                tracing::warn!(peer = %peer, "refused: busy ({} sessions running)", cfg.max_clients);
+                tracing::warn!(peer = %peer, "refused: {reason}");
             }
             None
         }
