@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use pfs_wire::datagram::{
     close_code, emit_ack_range, AckHead, AckRanges, Close, DataHead, Open, OpenRequest, Packet, PacketHeader,
-    PacketType, Retry, Token, ACK_HEAD_LEN, ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM, MIN_DATAGRAM,
-    OPEN_LEN, OPEN_REQUEST_LEN, PACKET_HEADER_LEN, TAG_LEN,
+    PacketType, Retry, Token, ACK_HEAD_LEN, ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM,
+    MIN_DATAGRAM, OPEN_LEN, OPEN_REQUEST_LEN, PACKET_HEADER_LEN, TAG_LEN,
 };
 
 use super::auth::{DatagramKeys, Protector};
