@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use pfs_transport::udp::sim::pattern;
 use pfs_transport::udp::{ConnError, Connection, DatagramCipher, DatagramKeys, ReadOutcome, UdpConfig};
 use pfs_wire::datagram::{
-    close_code, AckHead, Close, DataHead, Open, Packet, PacketHeader, PacketType, DATAGRAM_VERSION_TAGGED,
-    TAG_LEN,
+    close_code, AckHead, Close, DataHead, Open, OpenRequest, Packet, PacketHeader, PacketType,
+    DATAGRAM_VERSION_TAGGED, TAG_LEN,
 };
 
 const MB: u64 = 1 << 20;
@@ -171,8 +171,10 @@ fn run(total: u64, delay: Duration, keyed: Option<Keys>, attacker: &mut dyn Atta
                     None => {
                         if let Ok((h, body)) = PacketHeader::parse(&bytes) {
                             if h.kind == PacketType::Open {
-                                let open = Open::parse(body).unwrap();
-                                let mut s = Connection::server(cfg, now, SERVER_ID, &open);
+                                // The listener's RETRY round is not simulated
+                                // here (tests/udp_admission.rs covers it).
+                                let req = OpenRequest::parse(body).unwrap();
+                                let mut s = Connection::server(cfg, now, SERVER_ID, &req.open);
                                 s.set_skip_seed(11);
                                 server = Some(s);
                             }
@@ -559,7 +561,7 @@ fn open_ack_from_another_address_is_ignored() {
     let (n, from) = target.recv_from(&mut buf).unwrap();
     let (h, body) = PacketHeader::parse(&buf[..n]).unwrap();
     assert_eq!(h.kind, PacketType::Open);
-    let open = Open::parse(body).unwrap();
+    let open = OpenRequest::parse(body).unwrap().open;
     let open_ack = |server: u32| {
         let mut d = PacketHeader {
             kind: PacketType::OpenAck,
