@@ -31,7 +31,7 @@ use crate::admitting::{Admitting, Source, Ticket};
 use crate::error::{Timeout, Violation};
 use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
 use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
-use crate::mount::{serve_mount, MountServeOutcome, MountServerConfig};
+use crate::mount::{serve_mount, MountServerOutcome, MountServerConfig};
 use crate::slots::{Full, Slots};
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
@@ -310,7 +310,7 @@ pub struct FilesPlace {
 
 /// Finds (opening on first use) the place of a client; an `Err` refuses
 /// the client with that message.
-pub type PlaceFn<'a> = dyn Fn(&Client) -> Result<FilesPlace, String> + Sync + 'a;
+pub type PlaceFn<'a> = dyn Fn(&Client) -> Result<FilesPlace, crate::places::PlaceError> + Sync + 'a;
 
 /// What a session of a files server was: files received (FILES_HELLO,
 /// docs/wire.md §10) or a tree served to a mount (MOUNT_HELLO, §12).
@@ -319,7 +319,7 @@ pub enum FilesSessionOutcome {
     /// Files were sent to this server.
     Received(FilesReceiverOutcome),
     /// A client mounted a tree this server holds.
-    Served(MountServeOutcome),
+    Served(MountServerOutcome),
 }
 
 /// Serves files sessions (docs/wire.md §10) and mount sessions (§12), each
@@ -374,7 +374,7 @@ pub fn serve_files<L: Listener>(
         };
         if !needs {
             refuse(conn, ErrorCode::Auth, lacking);
-            return Err(Violation::Unauthorized(lacking.to_string()).into());
+            return Err(Violation::Unauthorized(lacking).into());
         }
         // A protected session does what its handshake proposed (the
         // verdict checked the right for that).
@@ -390,10 +390,9 @@ pub fn serve_files<L: Listener>(
             let got = kind.unwrap_or(FrameType::Error);
             return Err(tell(conn, Violation::UnexpectedFrame { expected, got }.into()));
         }
-        let here = place(client).map_err(|message| {
-            let e = SessionError::Local(crate::LocalError::Place(message.clone()));
-            refuse(conn, ErrorCode::Internal, &message);
-            e
+        let here = place(client).map_err(|e| {
+            refuse(conn, ErrorCode::Internal, &e.to_string());
+            SessionError::Local(crate::LocalError::Place(e))
         })?;
         // The header read here is read again by the session.
         let mut conn = Prefixed::new(conn, &head);

@@ -23,7 +23,7 @@ use pfs_wire::mount::{
 use pfs_wire::{ErrorCode, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
 use super::host::{Cut, ListError, Listed, MountHost};
-use super::{MountServeOutcome, MountServerConfig};
+use super::{MountServerOutcome, MountServerConfig};
 use crate::error::{LimitExceeded, Violation};
 use crate::framing::refusal;
 use crate::SessionError;
@@ -125,7 +125,7 @@ pub struct MountServer {
     data: Box<[u8]>,
     /// LIST and RECIPE bodies, reused.
     scratch: Vec<u8>,
-    outcome: MountServeOutcome,
+    outcome: MountServerOutcome,
 }
 
 impl MountServer {
@@ -143,12 +143,12 @@ impl MountServer {
             kept_chunks: 0,
             data: Box::default(),
             scratch: Vec::new(),
-            outcome: MountServeOutcome::default(),
+            outcome: MountServerOutcome::default(),
         }
     }
 
     /// What the session served so far.
-    pub fn outcome(&self) -> &MountServeOutcome {
+    pub fn outcome(&self) -> &MountServerOutcome {
         &self.outcome
     }
 

@@ -72,7 +72,7 @@ pub struct Listing {
     pub root_mtime_nsec: u32,
     /// Every entry beneath it, each directory before its contents.
     pub entries: Vec<Listed>,
-    /// Entries left out (see [`super::MountServeOutcome::skipped`]).
+    /// Entries left out (see [`super::MountServerOutcome::skipped`]).
     pub skipped: u64,
 }
 

@@ -106,7 +106,7 @@ impl Default for MountServerConfig {
 
 /// What one mount session served.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MountServeOutcome {
+pub struct MountServerOutcome {
     /// The directory mounted, as the client named it (lossy UTF-8; empty:
     /// all its key may read).
     pub dir: String,
