@@ -130,7 +130,12 @@ impl AuthorizedKeys {
                 }
             }
             if keys.insert(key, rights).is_some() {
-                return Err((line_no, LineProblem::Twice(key.fingerprint())));
+                return Err((
+                    line_no,
+                    LineProblem::Twice {
+                        fingerprint: key.fingerprint(),
+                    },
+                ));
             }
         }
         Ok(Self { keys })
@@ -172,11 +177,17 @@ pub enum LineProblem {
     #[error("expected `ADDRESS pfs-x25519 KEY`")]
     NoKey,
     /// A `group=` name that is not allowed.
-    #[error("group {0:?}: use 1-64 letters, digits, '.', '_' or '-', not starting with '.'")]
-    Group(String),
+    #[error("group {name:?}: use 1-64 letters, digits, '.', '_' or '-', not starting with '.'")]
+    Group {
+        /// The name given.
+        name: String,
+    },
     /// An option this file does not know.
-    #[error("unknown option {0:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-read, no-exec)")]
-    UnknownOption(String),
+    #[error("unknown option {word:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-read, no-exec)")]
+    UnknownOption {
+        /// The word given.
+        word: String,
+    },
     /// An option after the comment began.
     #[error("option {word:?} after the comment {comment:?}: put options before the comment")]
     AfterComment {
@@ -186,17 +197,29 @@ pub enum LineProblem {
         comment: String,
     },
     /// A key on two lines.
-    #[error("key {0} is listed twice")]
-    Twice(String),
+    #[error("key {fingerprint} is listed twice")]
+    Twice {
+        /// The key's fingerprint.
+        fingerprint: String,
+    },
     /// A `dir=` that is absolute.
-    #[error("dir={0}: must be relative to --dest")]
-    DirAbsolute(String),
+    #[error("dir={dir}: must be relative to --dest")]
+    DirAbsolute {
+        /// The `dir=` given.
+        dir: String,
+    },
     /// A `dir=` with `..`.
-    #[error("dir={0}: must not contain '..'")]
-    DirParent(String),
+    #[error("dir={dir}: must not contain '..'")]
+    DirParent {
+        /// The `dir=` given.
+        dir: String,
+    },
     /// A `dir=` naming no directory (empty, `.`).
-    #[error("dir={0}: names no directory")]
-    DirEmpty(String),
+    #[error("dir={dir}: names no directory")]
+    DirEmpty {
+        /// The `dir=` given.
+        dir: String,
+    },
 }
 
 fn apply_option(rights: &mut Rights, word: &str) -> Result<(), LineProblem> {
@@ -210,7 +233,9 @@ fn apply_option(rights: &mut Rights, word: &str) -> Result<(), LineProblem> {
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
                 && !name.starts_with('.');
             if !ok {
-                return Err(LineProblem::Group(name.to_string()));
+                return Err(LineProblem::Group {
+                    name: name.to_string(),
+                });
             }
             rights.group = format!("group-{name}");
         }
@@ -219,7 +244,9 @@ fn apply_option(rights: &mut Rights, word: &str) -> Result<(), LineProblem> {
         None if word == "no-read" => rights.read = false,
         None if word == "no-exec" => rights.exec = false,
         _ => {
-            return Err(LineProblem::UnknownOption(word.to_string()))
+            return Err(LineProblem::UnknownOption {
+                word: word.to_string(),
+            })
         }
     }
     Ok(())
@@ -234,13 +261,21 @@ fn confined_dir(path: &str) -> Result<PathBuf, LineProblem> {
             Component::Normal(part) => out.push(part),
             Component::CurDir => {}
             Component::RootDir | Component::Prefix(_) => {
-                return Err(LineProblem::DirAbsolute(path.to_string()))
+                return Err(LineProblem::DirAbsolute {
+                    dir: path.to_string(),
+                })
             }
-            Component::ParentDir => return Err(LineProblem::DirParent(path.to_string())),
+            Component::ParentDir => {
+                return Err(LineProblem::DirParent {
+                    dir: path.to_string(),
+                })
+            }
         }
     }
     if out.as_os_str().is_empty() {
-        return Err(LineProblem::DirEmpty(path.to_string()));
+        return Err(LineProblem::DirEmpty {
+            dir: path.to_string(),
+        });
     }
     Ok(out)
 }
@@ -452,7 +487,11 @@ mod tests {
         let pub_line = AuthorizedKeys::parse(&format!("{}\n", k.line("alice@host"))).unwrap();
         assert_eq!(pub_line.rights(&k), Some(&Rights::all(&k)));
         let twice = format!("{k}\n{k} no-exec\n");
-        assert!(AuthorizedKeys::parse(&twice).unwrap_err().1.to_string().contains("twice"));
+        assert!(AuthorizedKeys::parse(&twice)
+            .unwrap_err()
+            .1
+            .to_string()
+            .contains("twice"));
         assert!(AuthorizedKeys::parse("ssh-ed25519 AAAA\n").is_err());
     }
 

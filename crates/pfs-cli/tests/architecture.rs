@@ -170,7 +170,10 @@ fn every_unsafe_block_says_why_it_is_sound() {
             }
         }
     }
-    assert!(bare.is_empty(), "unsafe blocks without a `// SAFETY:` comment above: {bare:?}");
+    assert!(
+        bare.is_empty(),
+        "unsafe blocks without a `// SAFETY:` comment above: {bare:?}"
+    );
 }
 
 #[test]
@@ -277,8 +280,14 @@ fn is_error_enum(e: &syn::ItemEnum) -> bool {
     e.ident.to_string().ends_with("Error")
         || e.attrs.iter().any(|a| {
             a.path().is_ident("derive")
-                && a.parse_args_with(syn::punctuated::Punctuated::<syn::Path, syn::Token![,]>::parse_terminated)
-                    .is_ok_and(|paths| paths.iter().any(|p| p.segments.last().is_some_and(|s| s.ident == "Error")))
+                && a.parse_args_with(
+                    syn::punctuated::Punctuated::<syn::Path, syn::Token![,]>::parse_terminated,
+                )
+                .is_ok_and(|paths| {
+                    paths
+                        .iter()
+                        .any(|p| p.segments.last().is_some_and(|s| s.ident == "Error"))
+                })
         })
 }
 
@@ -406,7 +415,14 @@ fn no_test_passes_silently_when_it_cannot_run() {
     // `--ignored` as root); it never prints SKIP and passes.
     let mut dirs: Vec<PathBuf> = crates()
         .into_iter()
-        .flat_map(|(_, d)| [d.join("src"), d.join("tests"), d.join("benches"), d.join("examples")])
+        .flat_map(|(_, d)| {
+            [
+                d.join("src"),
+                d.join("tests"),
+                d.join("benches"),
+                d.join("examples"),
+            ]
+        })
         .collect();
     dirs.push(root().join("fuzz"));
     let this = Path::new(file!()).file_name().expect("file name").to_owned();
@@ -423,5 +439,8 @@ fn no_test_passes_silently_when_it_cannot_run() {
             }
         }
     }
-    assert!(found.is_empty(), "tests that print SKIP and pass (use #[ignore = \"needs …\"]): {found:?}");
+    assert!(
+        found.is_empty(),
+        "tests that print SKIP and pass (use #[ignore = \"needs …\"]): {found:?}"
+    );
 }

@@ -386,11 +386,15 @@ fn parse_errors() {
     }
     assert_eq!(
         KernelId::parse("count:256"),
-        Err(KernelError::BadImmediate { spec: "count:256".into() })
+        Err(KernelError::BadImmediate {
+            spec: "count:256".into()
+        })
     );
     assert_eq!(
         KernelId::parse("xor:0xzz"),
-        Err(KernelError::BadImmediate { spec: "xor:0xzz".into() })
+        Err(KernelError::BadImmediate {
+            spec: "xor:0xzz".into()
+        })
     );
     assert_eq!(
         KernelId::parse("add:"),
@@ -398,7 +402,9 @@ fn parse_errors() {
     );
     assert_eq!(
         KernelId::parse("add:-1"),
-        Err(KernelError::BadImmediate { spec: "add:-1".into() })
+        Err(KernelError::BadImmediate {
+            spec: "add:-1".into()
+        })
     );
     assert_eq!(
         KernelId::parse("count"),
@@ -409,7 +415,9 @@ fn parse_errors() {
         Err(KernelError::UnexpectedImmediate { name: "sum".into() })
     );
     assert!(KernelId::parse("").is_err());
-    assert!(KernelError::BadImmediate { spec: "count:256".into() }
-        .to_string()
-        .contains("0..=255"));
+    assert!(KernelError::BadImmediate {
+        spec: "count:256".into()
+    }
+    .to_string()
+    .contains("0..=255"));
 }

@@ -166,15 +166,16 @@ fn place(
     path: &[u8],
 ) -> Result<(u64, u64), Unplaced> {
     let lossy = String::from_utf8_lossy(path);
-    let ino = shared
-        .tree
-        .resolve(path)
-        .ok_or_else(|| Unplaced::NoSuchFile { path: lossy.to_string() })?;
+    let ino = shared.tree.resolve(path).ok_or_else(|| Unplaced::NoSuchFile {
+        path: lossy.to_string(),
+    })?;
     let node = shared
         .tree
         .node(ino)
         .filter(|n| n.kind == Kind::File)
-        .ok_or_else(|| Unplaced::NotAFile { path: lossy.to_string() })?;
+        .ok_or_else(|| Unplaced::NotAFile {
+            path: lossy.to_string(),
+        })?;
     let size = node.size;
     let entry = ino - 2;
     let blob_len = listener.blob().len() as u64;
@@ -188,7 +189,9 @@ fn place(
                 Some(Slot::Placing) => {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
-                        return Err(Unplaced::Busy { path: lossy.to_string() });
+                        return Err(Unplaced::Busy {
+                            path: lossy.to_string(),
+                        });
                     }
                     p = placer
                         .placed

@@ -214,7 +214,12 @@ pub fn open_with(
         std::thread::Builder::new()
             .name("pfs-mount-link".into())
             .spawn(move || link::run(conn, reader, requests, rx, shared, stop, again))
-            .map_err(|source| MountError::Link(LinkError::Spawn { thread: "link", source }))?
+            .map_err(|source| {
+                MountError::Link(LinkError::Spawn {
+                    thread: "link",
+                    source,
+                })
+            })?
     };
     let prefetch = if cfg.prefetch {
         let (shared, stop) = (shared.clone(), stop.clone());
@@ -222,7 +227,12 @@ pub fn open_with(
             std::thread::Builder::new()
                 .name("pfs-mount-prefetch".into())
                 .spawn(move || prefetch::run(&shared, &stop))
-                .map_err(|source| MountError::Link(LinkError::Spawn { thread: "prefetch", source }))?,
+                .map_err(|source| {
+                    MountError::Link(LinkError::Spawn {
+                        thread: "prefetch",
+                        source,
+                    })
+                })?,
         )
     } else {
         None

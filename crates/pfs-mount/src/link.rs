@@ -224,7 +224,8 @@ fn pump(
     shared: &Shared,
     stop: &AtomicBool,
 ) -> Result<(), LinkError> {
-    conn.set_read_timeout(Some(POLL)).map_err(LinkError::ReadTimeout)?;
+    conn.set_read_timeout(Some(POLL))
+        .map_err(LinkError::ReadTimeout)?;
     // A server that stops reading ends the link instead of blocking it.
     conn.set_write_timeout(Some(shared.timeout))
         .map_err(LinkError::WriteTimeout)?;

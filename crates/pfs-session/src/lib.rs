@@ -31,7 +31,7 @@ pub use gram::{
     receive_session, send_session, GramReceiverConfig, GramReceiverOutcome, GramSenderConfig,
     GramSenderOutcome, GramViolation, HelloRejection, DEFAULT_PAYLOAD_BUDGET,
 };
-pub use mount::{serve_mount, MountRecipes, MountServerOutcome, MountServerConfig};
+pub use mount::{serve_mount, MountRecipes, MountServerConfig, MountServerOutcome};
 pub use places::{clean_temps, FilesPlaces, Keeping, PlaceError};
 pub use server::{
     serve, serve_files, Admission, Client, FilesPlace, FilesSessionOutcome, ServerConfig, ServerEvent,

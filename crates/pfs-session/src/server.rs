@@ -31,7 +31,7 @@ use crate::admitting::{Admitting, Source, Ticket};
 use crate::error::{Timeout, Violation};
 use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
 use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
-use crate::mount::{serve_mount, MountServerOutcome, MountServerConfig};
+use crate::mount::{serve_mount, MountServerConfig, MountServerOutcome};
 use crate::slots::{Full, Slots};
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use pfs_auth::{AuthorizedKeys, Cipher, ClientSecurity, Identity, Pin, SecureError, ServerSecurity, Service};
 use pfs_files::{chunk_file, ChunkParams, DestRoot};
-use pfs_session::mount::{serve_mount, MountRecipes, MountServerOutcome, MountServerConfig};
+use pfs_session::mount::{serve_mount, MountRecipes, MountServerConfig, MountServerOutcome};
 use pfs_session::{
     serve_files, Admission, FilesPlaces, FilesSessionOutcome, Keeping, ServerConfig, ServerEvent,
     SessionError,

@@ -289,7 +289,10 @@ mod tests {
         let mut b = RecvBuf::new(0);
         // An interrupted read is retried.
         assert!(b.read_for(&mut t, 1, "HELLO", || Mine::Late).is_ok());
-        assert!(matches!(b.read_for(&mut t, 1, "HELLO", || Mine::Late), Err(Mine::Late)));
+        assert!(matches!(
+            b.read_for(&mut t, 1, "HELLO", || Mine::Late),
+            Err(Mine::Late)
+        ));
         let e = b.read_for(&mut t, 1, "HELLO", || Mine::Late).unwrap_err();
         assert!(matches!(e, Mine::Recv(RecvError::Io { during: "HELLO", .. })));
         let e = b.read_for(&mut t, 1, "ACK", || Mine::Late).unwrap_err();

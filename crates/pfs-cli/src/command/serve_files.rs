@@ -10,7 +10,7 @@ use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome};
 use pfs_session::server::Traffic;
 use pfs_session::{
     clean_temps, serve_files, Client, FilesPlaces, FilesSessionOutcome, Keeping, MountRecipes,
-    MountServerOutcome, MountServerConfig, ServerEvent,
+    MountServerConfig, MountServerOutcome, ServerEvent,
 };
 use pfs_store::{Durability, StoreConfig};
 

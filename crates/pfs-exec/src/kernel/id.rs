@@ -72,13 +72,19 @@ impl KernelId {
         };
         let plain = |id: KernelId| match imm {
             None => Ok(id),
-            Some(_) => Err(KernelError::UnexpectedImmediate { name: name.to_owned() }),
+            Some(_) => Err(KernelError::UnexpectedImmediate {
+                name: name.to_owned(),
+            }),
         };
         let with_byte = |make: fn(u8) -> KernelId| match imm {
-            None => Err(KernelError::MissingImmediate { name: name.to_owned() }),
+            None => Err(KernelError::MissingImmediate {
+                name: name.to_owned(),
+            }),
             Some(imm) => parse_byte(imm)
                 .map(make)
-                .ok_or_else(|| KernelError::BadImmediate { spec: spec.to_owned() }),
+                .ok_or_else(|| KernelError::BadImmediate {
+                    spec: spec.to_owned(),
+                }),
         };
         match name {
             "fnv1a64" | "fnv1a" => plain(Self::Fnv1a64),
@@ -90,7 +96,9 @@ impl KernelId {
             "xor" => with_byte(Self::XorImm),
             "add" => with_byte(Self::AddImm),
             "gather" => plain(Self::Gather),
-            _ => Err(KernelError::UnknownKernel { spec: spec.to_owned() }),
+            _ => Err(KernelError::UnknownKernel {
+                spec: spec.to_owned(),
+            }),
         }
     }
 

@@ -13,7 +13,7 @@ use pfs_wire::FRAME_HEADER_LEN;
 
 use super::core::{FrameOut, MountServer};
 use super::host::LocalMountHost;
-use super::{MountServerOutcome, MountServerConfig};
+use super::{MountServerConfig, MountServerOutcome};
 use crate::error::Timeout;
 use crate::framing::{
     frame_want, is_timeout, now, send_error, split_frame, write_all_before, FrameClock, ReadTimeout, RecvBuf,
@@ -34,7 +34,7 @@ pub fn serve_mount<T: Transport + ?Sized>(
     let result = run(t, &mut core, &mut host, cfg);
     let mut outcome = core.outcome().clone();
     outcome.bytes_cut = host.bytes_cut();
-    outcome.warnings.extend(host.finish());
+    outcome.warnings.extend(host.finish().map(|e| e.to_string()));
     // The ERROR frame and the close too: a client that does not read
     // cannot hold us.
     let _ = t.set_write_timeout(Some(cfg.write_timeout));
