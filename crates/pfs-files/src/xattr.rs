@@ -123,7 +123,10 @@ mod tests {
         let f = t.path().join("f");
         std::fs::write(&f, b"x").unwrap();
         if let Err(e) = rfs::setxattr(&f, "user.pfs.test", b"value", rfs::XattrFlags::empty()) {
-            panic!("needs user xattrs: {} does not take them ({e})", t.path().display());
+            panic!(
+                "needs user xattrs: {} does not take them ({e})",
+                t.path().display()
+            );
         }
         rfs::setxattr(&f, "user.a", b"", rfs::XattrFlags::empty()).unwrap();
         let got = read(&f, XattrScope::ALL).unwrap();
