@@ -89,7 +89,10 @@ fn netns_usable() -> Result<(), String> {
     if !is_root() {
         return Err("not root".into());
     }
-    let name = format!("pfst-probe-{}", std::process::id());
+    // One name per probe: tests of this binary probe at the same time.
+    static PROBES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("pfst-probe-{}-{n}", std::process::id());
     let ok = Command::new("ip")
         .args(["netns", "add", &name])
         .status()
