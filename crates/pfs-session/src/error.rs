@@ -275,7 +275,8 @@ pub enum LocalError {
 
 impl From<pfs_transport::RecvError> for SessionError {
     /// A driver's read: end of stream is [`SessionError::PeerClosed`], a
-    /// failed read [`SessionError::transport`].
+    /// failed read [`SessionError::Transport`] (an unexpected end of file
+    /// being `PeerClosed` too).
     fn from(e: pfs_transport::RecvError) -> Self {
         match e {
             pfs_transport::RecvError::Closed { during } => Self::PeerClosed { during },

@@ -657,7 +657,7 @@ fn serve_loop<L: Listener, O>(
                     on_event(ServerEvent::Denied {
                         peer: &peer,
                         key: client.key,
-                        reason: &reason,
+                        reason,
                     });
                 }
                 Err(error) => {
