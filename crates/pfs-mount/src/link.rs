@@ -431,3 +431,121 @@ fn on_frame(
     }
     failure.map_or(Ok(completed), Err)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::io::{self, IoSlice};
+    use std::time::Duration;
+
+    use pfs_transport::Transport;
+    use pfs_wire::frame::{FrameHeader, FrameType, FRAME_HEADER_LEN};
+    use pfs_wire::put_frame;
+
+    use super::{next_frame, recv_buf, LinkError, Next};
+
+    /// A transport whose reads return the scripted results in order, then
+    /// end of stream.
+    #[derive(Debug, Default)]
+    struct Script(VecDeque<io::Result<Vec<u8>>>);
+
+    impl Transport for Script {
+        fn kind(&self) -> &'static str {
+            "SCRIPT"
+        }
+        fn peer(&self) -> String {
+            "script".into()
+        }
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            Ok(bufs.iter().map(|b| b.len()).sum())
+        }
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.0.pop_front() {
+                Some(Ok(b)) => {
+                    buf[..b.len()].copy_from_slice(&b);
+                    Ok(b.len())
+                }
+                Some(Err(e)) => Err(e),
+                None => Ok(0),
+            }
+        }
+        fn set_read_timeout(&mut self, _: Option<Duration>) -> io::Result<()> {
+            Ok(())
+        }
+        fn set_write_timeout(&mut self, _: Option<Duration>) -> io::Result<()> {
+            Ok(())
+        }
+        fn shutdown_write(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn frame(t: FrameType, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_frame(&mut out, t, 0, body);
+        out
+    }
+
+    #[test]
+    fn frames_split_across_reads_come_out_whole_and_in_place() {
+        let a = frame(FrameType::Recipe, b"first");
+        let b = frame(FrameType::Data, &[7; 300]);
+        let mut stream = a.clone();
+        stream.extend_from_slice(&b);
+        let (x, y) = stream.split_at(a.len() + 5);
+        let mut t = Script(
+            [
+                Ok(x[..3].to_vec()),
+                Ok(x[3..].to_vec()),
+                Err(io::ErrorKind::WouldBlock.into()),
+                Ok(y.to_vec()),
+            ]
+            .into(),
+        );
+        let mut buf = recv_buf(1 << 20);
+        let Next::Frame(h, len) = next_frame(&mut buf, &mut t, 1 << 20).unwrap() else {
+            panic!("a whole frame")
+        };
+        assert_eq!((h.frame_type, len), (FrameType::Recipe, a.len()));
+        assert_eq!(&buf.filled()[FRAME_HEADER_LEN..len], b"first");
+        buf.consume(len);
+        // Half of the next frame, then the read times out: idle.
+        assert!(matches!(
+            next_frame(&mut buf, &mut t, 1 << 20).unwrap(),
+            Next::Idle
+        ));
+        let Next::Frame(h, len) = next_frame(&mut buf, &mut t, 1 << 20).unwrap() else {
+            panic!("a whole frame")
+        };
+        assert_eq!((h.frame_type, len), (FrameType::Data, b.len()));
+        buf.consume(len);
+        assert_eq!(buf.read_bytes(), stream.len() as u64);
+        let e = next_frame(&mut buf, &mut t, 1 << 20).unwrap_err();
+        assert!(matches!(e, LinkError::Closed), "{e}");
+        assert_eq!(e.to_string(), "the server closed the connection");
+    }
+
+    #[test]
+    fn a_bulk_body_over_the_limit_and_bad_headers_end_the_link() {
+        let big = FrameHeader {
+            frame_type: FrameType::Data,
+            flags: 0,
+            length: 1001,
+        }
+        .emit();
+        let mut t = Script([Ok(big.to_vec())].into());
+        let e = next_frame(&mut recv_buf(1000), &mut t, 1000).unwrap_err();
+        assert_eq!(e.to_string(), "DATA of 1001 bytes, more than the 1000 announced");
+        let mut t = Script([Ok(vec![0xee; FRAME_HEADER_LEN])].into());
+        let e = next_frame(&mut recv_buf(1000), &mut t, 1000).unwrap_err();
+        assert!(matches!(e, LinkError::Undecodable(_)), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("a frame from the server does not decode: "),
+            "{e}"
+        );
+        let mut t = Script([Err(io::ErrorKind::ConnectionReset.into())].into());
+        let e = next_frame(&mut recv_buf(1000), &mut t, 1000).unwrap_err();
+        assert!(e.to_string().starts_with("reading from the server: "), "{e}");
+    }
+}
