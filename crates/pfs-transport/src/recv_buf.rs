@@ -56,11 +56,14 @@ impl RecvBuf {
     }
 
     /// Bytes waiting to be consumed.
+    // Across the crate boundary on every frame a core takes.
+    #[inline]
     pub fn filled(&self) -> &[u8] {
         &self.buf[self.start..self.end]
     }
 
     /// The first `n` waiting bytes were consumed.
+    #[inline]
     pub fn consume(&mut self, n: usize) {
         debug_assert!(n <= self.end - self.start);
         self.start += n;
@@ -71,11 +74,13 @@ impl RecvBuf {
     }
 
     /// Bytes read from the transport so far.
+    #[inline]
     pub fn read_bytes(&self) -> u64 {
         self.read_bytes
     }
 
     /// Largest contiguous unit.
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.buf.len()
     }
