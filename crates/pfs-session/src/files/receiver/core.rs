@@ -236,6 +236,7 @@ impl FilesReceiver {
     }
 
     /// Frames to send, if any; call [`Self::transmitted`] once they are sent.
+    #[must_use]
     pub fn poll_transmit(&self) -> Option<&[u8]> {
         (!self.out.is_empty()).then_some(&self.out[..])
     }
@@ -246,11 +247,13 @@ impl FilesReceiver {
     }
 
     /// The next event for the host.
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<FilesReceiverEvent> {
         self.events.pop_front()
     }
 
     /// When the session times out unless input arrives.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         (!matches!(self.phase, Phase::Finished | Phase::Done)).then(|| self.deadlines.clock.deadline())
     }

@@ -291,6 +291,7 @@ impl<'b> GramReceiver<'b> {
     }
 
     /// Bytes to send to the peer, if any; call [`Self::transmitted`] once sent.
+    #[must_use]
     pub fn poll_transmit(&self) -> Option<&[u8]> {
         (!self.out.is_empty()).then_some(&self.out[..])
     }
@@ -301,11 +302,13 @@ impl<'b> GramReceiver<'b> {
     }
 
     /// The next event for the host.
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<GramReceiverEvent> {
         self.events.pop_front()
     }
 
     /// When [`Self::handle_timeout`] must run if no input arrives.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         (!matches!(self.step, Step::Finishing | Step::Done)).then(|| self.timing.deadline())
     }

@@ -219,6 +219,7 @@ impl<'b> GramSender<'b> {
     }
 
     /// When [`Self::handle_timeout`] must run if no reply arrives.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.deadline
     }
@@ -245,6 +246,7 @@ impl<'b> GramSender<'b> {
     }
 
     /// The next event for the host.
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<GramSenderEvent> {
         self.events.pop_front()
     }
@@ -256,6 +258,7 @@ impl<'b> GramSender<'b> {
 
     /// What to send next, or `None` while a reply is awaited or at the end.
     /// Each transmit must be sent whole before the next call.
+    #[must_use = "what to send next is lost unless it is sent"]
     pub fn poll_transmit(&mut self, now: Instant) -> Result<Option<Transmit<'_>>, SessionError> {
         self.out.clear();
         match self.state {
