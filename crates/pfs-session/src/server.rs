@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pfs_auth::handshake::HANDSHAKE_HEADER;
 use pfs_auth::{AuthorizedKeys, Cipher, Prefixed, PublicKey, Rights, SecureError, ServerSecurity, Service};
 use pfs_transport::{Listener, Transport};
 use pfs_wire::{ErrorCode, FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -880,6 +881,22 @@ fn admit<'c, C: Transport>(
         };
         return Ok((Box::new(Prefixed::new(conn, &head)), client));
     }
+    admit_keyed(conn, peer, head, accepted_at, cfg, offer, cancel)
+}
+
+/// A connection that opened with a handshake: completed by `accepted_at`
+/// plus the handshake timeout, the key's rights looked up and checked
+/// against what it proposes, the verdict sent.
+fn admit_keyed<'c, C: Transport>(
+    conn: &'c mut C,
+    peer: &str,
+    head: [u8; HANDSHAKE_HEADER],
+    accepted_at: Instant,
+    cfg: &ServerConfig,
+    offer: Offer,
+    cancel: &AtomicBool,
+) -> Result<(Box<dyn Transport + 'c>, Client), DenyReason> {
+    let policy = &cfg.admission;
     let Some(sec) = &policy.security else {
         refuse(
             &mut *conn,

@@ -87,11 +87,11 @@ pub const ADOPT_MAX_CHUNKS: u64 = 1 << 18;
 
 /// The receiving side of a files session as a state machine (see the
 /// module docs of [`super`]), made of named parts: the session's
-/// [`Budget`], its [`Deadlines`], the [`Scope`] FILES_HELLO asked for, the
-/// [`ProbeAnswers`], the file [`Stream`] being reassembled, the
-/// [`Corrections`] (NAKs, files waiting for REPAIR), DELETE's [`Deletion`],
-/// the attributes and links waiting for their entries, the [`Inflate`]
-/// buffers and the [`Stats`] of the report.
+/// `Budget`, its `Deadlines`, the `Scope` FILES_HELLO asked for, the
+/// `ProbeAnswers`, the file `Stream` being reassembled, the
+/// `Corrections` (NAKs, files waiting for REPAIR), DELETE's `Deletion`,
+/// the attributes and links waiting for their entries, the `Inflate`
+/// buffers and the `Stats` of the report.
 ///
 /// # Call contract
 /// The host (see [`super::receive_files`]) loops:

@@ -105,7 +105,7 @@ pub trait FilesHost<'s> {
     fn set_dir_meta(&mut self, rel: &RelPath, mtime_ns: i128, mode: u32) -> Result<(), FilesError>;
     /// Creates the symlink `rel` → `target`.
     fn make_symlink(&mut self, rel: &RelPath, target: &[u8]) -> Result<(), FilesError>;
-    /// Places the regular file `no` (see [`Landing::open_file`]).
+    /// Places the regular file `no` (see [`pfs_files::Landing::open_file`]).
     fn open_file(&mut self, no: u64, f: &FileSpec<'_>) -> Result<Placement, LandError>;
     /// Writes `slices` at `at` of the file `no` being rebuilt.
     fn write(&mut self, no: u64, at: u64, slices: &mut [IoSlice<'_>]) -> Result<(), LandError>;
@@ -131,7 +131,7 @@ pub trait FilesHost<'s> {
 
     /// The session's chunk parameters, and whether content decides
     /// "unchanged", not size and mtime (rsync's `--checksum`; see
-    /// [`Landing::set_session`]).
+    /// [`pfs_files::Landing::set_session`]).
     fn set_session(&mut self, params: pfs_files::ChunkParams, checksum: bool);
 
     /// Indexes the regular file at `rel` (a file a sender probes that the

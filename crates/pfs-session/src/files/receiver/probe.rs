@@ -214,8 +214,10 @@ mod tests {
 
     #[test]
     fn probes_come_in_order_and_before_the_last() {
-        let mut a = ProbeAnswers::default();
-        a.held = vec![false; 4];
+        let mut a = ProbeAnswers {
+            held: vec![false; 4],
+            ..ProbeAnswers::default()
+        };
         assert!(a
             .check(&ProbeHead {
                 first_no: 4,

@@ -235,29 +235,7 @@ impl FilesReceiver {
 
     fn begin_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
         let f = FileEntry::parse(body).map_err(malformed("FILE"))?;
-        if f.extra.listed != self.scope.dry_run {
-            return Err(FilesViolation::Listing {
-                file: f.file_no,
-                dry_run: self.scope.dry_run,
-            }
-            .into());
-        }
-        if f.file_no != self.stream.next_no {
-            return Err(FilesViolation::FileOrder {
-                got: f.file_no,
-                expected: self.stream.next_no,
-            }
-            .into());
-        }
-        self.stream.next_no += 1;
-        if u64::from(f.chunk_count) > f.size {
-            return Err(FilesViolation::ChunkCount {
-                file: f.file_no,
-                chunks: f.chunk_count,
-                size: f.size,
-            }
-            .into());
-        }
+        self.check_entry(&f)?;
         let mtime_ns = i128::from(f.mtime_sec) * 1_000_000_000 + i128::from(f.mtime_nsec);
         let rel = match self.scope.full_path(f.path) {
             Ok(r) => r,
@@ -278,59 +256,110 @@ impl FilesReceiver {
         if f.extra.linked {
             return self.link_later(&f, rel);
         }
-        let target = match f.kind {
-            EntryKind::Dir => {
-                match host.make_dir(&rel, f.mode) {
-                    Ok(()) => {
-                        self.apply_attrs(&f, &rel, host);
-                        self.stats.report.dirs += 1;
-                        self.budget.charge(DIR_META_COST + rel.as_bytes().len() as u64)?;
-                        self.stream.dir_meta.push((rel, mtime_ns, f.mode));
-                    }
-                    Err(e) => self.stats.fail(f.path, e),
-                }
-                return Ok(());
-            }
+        match f.kind {
+            EntryKind::Dir => self.make_dir(&f, rel, mtime_ns, host),
             EntryKind::Symlink => {
-                match host.make_symlink(&rel, f.link_target) {
-                    Ok(()) => {
-                        self.stats.report.symlinks += 1;
-                        self.apply_attrs(&f, &rel, host);
-                    }
-                    Err(e) => self.stats.fail(f.path, e),
-                }
-                return Ok(());
+                self.make_symlink(&f, &rel, host);
+                Ok(())
             }
             EntryKind::File => {
-                let spec = FileSpec {
-                    rel: &rel,
-                    size: f.size,
-                    mtime_ns,
-                    mode: f.mode,
-                    file_hash: f.file_hash,
-                    held: f.held,
-                };
-                match host.open_file(f.file_no, &spec) {
-                    Ok(Placement::Unchanged) => Target::Unchanged,
-                    Ok(Placement::SameContent) => Target::SameContent,
-                    Ok(Placement::Rebuild) => Target::Rebuild(Box::new(Rebuild {
-                        file: FileHasher::new(),
-                        holes: Vec::new(),
-                        quick: host.wants_quick().then(Box::default),
-                    })),
-                    Err(e) => {
-                        self.stats.fail(f.path, e);
-                        Target::Failed
-                    }
+                let target = self.open_file(&f, &rel, mtime_ns, host);
+                match target {
+                    Target::Unchanged | Target::SameContent => self.apply_attrs(&f, &rel, host),
+                    Target::Rebuild(_) => self.stash_attrs(&f)?,
+                    Target::Failed => {}
                 }
+                self.start(&f, Some(rel), mtime_ns, target, host)
             }
-        };
-        match target {
-            Target::Unchanged | Target::SameContent => self.apply_attrs(&f, &rel, host),
-            Target::Rebuild(_) => self.stash_attrs(&f)?,
-            Target::Failed => {}
         }
-        self.start(&f, Some(rel), mtime_ns, target, host)
+    }
+
+    /// A FILE's place in the stream: listed as the session is (a dry run
+    /// or not), numbered in order, no more chunks than bytes.
+    fn check_entry(&mut self, f: &FileEntry<'_>) -> Result<(), FilesViolation> {
+        if f.extra.listed != self.scope.dry_run {
+            return Err(FilesViolation::Listing {
+                file: f.file_no,
+                dry_run: self.scope.dry_run,
+            });
+        }
+        if f.file_no != self.stream.next_no {
+            return Err(FilesViolation::FileOrder {
+                got: f.file_no,
+                expected: self.stream.next_no,
+            });
+        }
+        self.stream.next_no += 1;
+        if u64::from(f.chunk_count) > f.size {
+            return Err(FilesViolation::ChunkCount {
+                file: f.file_no,
+                chunks: f.chunk_count,
+                size: f.size,
+            });
+        }
+        Ok(())
+    }
+
+    /// A directory entry: made now, its mode and mtime set at the end.
+    fn make_dir<'s, H: FilesHost<'s>>(
+        &mut self,
+        f: &FileEntry<'_>,
+        rel: RelPath,
+        mtime_ns: i128,
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        match host.make_dir(&rel, f.mode) {
+            Ok(()) => {
+                self.apply_attrs(f, &rel, host);
+                self.stats.report.dirs += 1;
+                self.budget.charge(DIR_META_COST + rel.as_bytes().len() as u64)?;
+                self.stream.dir_meta.push((rel, mtime_ns, f.mode));
+            }
+            Err(e) => self.stats.fail(f.path, e),
+        }
+        Ok(())
+    }
+
+    /// A symlink entry: made now, with its attributes.
+    fn make_symlink<'s, H: FilesHost<'s>>(&mut self, f: &FileEntry<'_>, rel: &RelPath, host: &mut H) {
+        match host.make_symlink(rel, f.link_target) {
+            Ok(()) => {
+                self.stats.report.symlinks += 1;
+                self.apply_attrs(f, rel, host);
+            }
+            Err(e) => self.stats.fail(f.path, e),
+        }
+    }
+
+    /// A regular file: what the host does with it decides what its chunks do.
+    fn open_file<'s, H: FilesHost<'s>>(
+        &mut self,
+        f: &FileEntry<'_>,
+        rel: &RelPath,
+        mtime_ns: i128,
+        host: &mut H,
+    ) -> Target {
+        let spec = FileSpec {
+            rel,
+            size: f.size,
+            mtime_ns,
+            mode: f.mode,
+            file_hash: f.file_hash,
+            held: f.held,
+        };
+        match host.open_file(f.file_no, &spec) {
+            Ok(Placement::Unchanged) => Target::Unchanged,
+            Ok(Placement::SameContent) => Target::SameContent,
+            Ok(Placement::Rebuild) => Target::Rebuild(Box::new(Rebuild {
+                file: FileHasher::new(),
+                holes: Vec::new(),
+                quick: host.wants_quick().then(Box::default),
+            })),
+            Err(e) => {
+                self.stats.fail(f.path, e);
+                Target::Failed
+            }
+        }
     }
 
     fn start<'s, H: FilesHost<'s>>(
@@ -413,6 +442,25 @@ impl FilesReceiver {
         pending: &mut Pending<'b>,
         host: &mut H,
     ) -> Result<(), SessionError> {
+        let (at, rebuilding) = self.take_chunk(e)?;
+        match e.data {
+            ChunkData::Literal(_) | ChunkData::Zstd(_) => {
+                if !self.literal(e, at, pending, host)? && rebuilding {
+                    self.flush(pending, host);
+                    self.fail_current("a literal chunk does not match its hash (the file changed at the sender while read, or a sender bug)", host);
+                }
+                Ok(())
+            }
+            ChunkData::Ref { offset } => self.ref_chunk(e, offset, at, rebuilding, pending, host),
+            ChunkData::Known if rebuilding => self.known_chunk(e, at, pending, host),
+            ChunkData::Known => Ok(()),
+        }
+    }
+
+    /// Counts chunk `e` into the current file (within its announced count
+    /// and size, and the frame's work); returns its offset in the file and
+    /// whether the file is rebuilt (its file hash then takes the chunk).
+    fn take_chunk(&mut self, e: &ChunkEntry<'_>) -> Result<(u64, bool), SessionError> {
         if e.len == 0 || e.len > MAX_CHUNK_LEN {
             return Err(FilesViolation::ChunkLength { len: e.len }.into());
         }
@@ -444,59 +492,70 @@ impl FilesReceiver {
             }
             _ => false,
         };
-        match e.data {
-            ChunkData::Literal(_) | ChunkData::Zstd(_) => {
-                if !self.literal(e, at, pending, host)? && rebuilding {
-                    self.flush(pending, host);
-                    self.fail_current("a literal chunk does not match its hash (the file changed at the sender while read, or a sender bug)", host);
-                }
+        Ok((at, rebuilding))
+    }
+
+    /// A REF chunk: the store bytes at `offset`, checked, queued at `at`
+    /// (or a hole to NAK). Outside the store it is the peer's error.
+    fn ref_chunk<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        offset: u64,
+        at: u64,
+        rebuilding: bool,
+        pending: &mut Pending<'b>,
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        let loc = ChunkLoc { offset, len: e.len };
+        match host.stored(loc) {
+            Lent::Outside => return Err(FilesViolation::OutsideStore { offset, len: e.len }.into()),
+            _ if !rebuilding => {}
+            Lent::Bytes(bytes) if hash_matches(bytes, e.hash) => {
+                self.stats.report.matched_bytes += u64::from(e.len);
+                self.put(pending, at, bytes, host);
             }
-            ChunkData::Ref { offset } => {
-                let loc = ChunkLoc { offset, len: e.len };
-                match host.stored(loc) {
-                    Lent::Outside => return Err(FilesViolation::OutsideStore { offset, len: e.len }.into()),
-                    _ if !rebuilding => {}
-                    Lent::Bytes(bytes) if hash_matches(bytes, e.hash) => {
-                        self.stats.report.matched_bytes += u64::from(e.len);
-                        self.put(pending, at, bytes, host);
-                    }
-                    Lent::Bytes(_) => self.hole(pending, at, e.hash, e.len, host)?,
-                    Lent::InFile => {
-                        self.flush(pending, host);
-                        if !self.copy(e, at, loc, host) {
-                            self.hole(pending, at, e.hash, e.len, host)?;
-                        }
-                    }
-                }
-            }
-            ChunkData::Known => {
-                if !rebuilding {
-                    return Ok(());
-                }
-                if let Some(loc) = host.lookup(e.hash).filter(|l| l.len == e.len) {
-                    match host.stored(loc) {
-                        Lent::Bytes(b) if hash_matches(b, e.hash) => {
-                            self.stats.report.matched_bytes += u64::from(e.len);
-                            self.put(pending, at, b, host);
-                            return Ok(());
-                        }
-                        Lent::InFile => {
-                            self.flush(pending, host);
-                            if self.copy(e, at, loc, host) {
-                                return Ok(());
-                            }
-                        }
-                        Lent::Bytes(_) | Lent::Outside => {}
-                    }
-                }
-                // Appended by this session, not committed yet: its bytes
-                // live in the reservation, which may change before the
-                // pending write; write them now.
+            Lent::Bytes(_) => self.hole(pending, at, e.hash, e.len, host)?,
+            Lent::InFile => {
                 self.flush(pending, host);
-                self.place_appended(e, at, pending, host)?;
+                if !self.copy(e, at, loc, host) {
+                    self.hole(pending, at, e.hash, e.len, host)?;
+                }
             }
         }
         Ok(())
+    }
+
+    /// A KNOWN chunk of a file being rebuilt: found by its hash in the
+    /// index (committed, or appended by this session), checked, placed at
+    /// `at`; a hole to NAK if it is not there.
+    fn known_chunk<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        at: u64,
+        pending: &mut Pending<'b>,
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        if let Some(loc) = host.lookup(e.hash).filter(|l| l.len == e.len) {
+            match host.stored(loc) {
+                Lent::Bytes(b) if hash_matches(b, e.hash) => {
+                    self.stats.report.matched_bytes += u64::from(e.len);
+                    self.put(pending, at, b, host);
+                    return Ok(());
+                }
+                Lent::InFile => {
+                    self.flush(pending, host);
+                    if self.copy(e, at, loc, host) {
+                        return Ok(());
+                    }
+                }
+                Lent::Bytes(_) | Lent::Outside => {}
+            }
+        }
+        // Appended by this session, not committed yet: its bytes live in
+        // the reservation, which may change before the pending write;
+        // write them now.
+        self.flush(pending, host);
+        self.place_appended(e, at, pending, host)
     }
 
     /// A chunk the host holds in a file: copied by the host, which checks

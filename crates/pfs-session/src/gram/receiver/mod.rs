@@ -181,6 +181,17 @@ enum Step {
     Done,
 }
 
+/// What [`GramReceiver::handle_input`] did with one unit.
+#[derive(Debug, Clone, Copy)]
+enum Took {
+    /// The unit is not all in yet (or no input is expected).
+    Wait,
+    /// This many bytes.
+    Used(usize),
+    /// This many bytes, and the host must act before more is taken.
+    UsedStop(usize),
+}
+
 /// The negotiated session (after HELLO).
 #[derive(Debug)]
 struct Negotiated {
@@ -190,11 +201,11 @@ struct Negotiated {
     gram_limits: GramLimits,
 }
 
-/// One receiving session, sans I/O, made of named parts: its [`Timing`]
-/// (deadlines, what it awaits), [`Stats`] (the report's counters, wire
-/// bytes, progress), the [`GramCheck`] of the gram being received (digest,
-/// descriptors, slab pieces that differ), the [`Repairs`] of the
-/// corrections plane and the [`SessionExec`] kernel.
+/// One receiving session, sans I/O, made of named parts: its `Timing`
+/// (deadlines, what it awaits), `Stats` (the report's counters, wire
+/// bytes, progress), the `GramCheck` of the gram being received (digest,
+/// descriptors, slab pieces that differ), the `Repairs` of the
+/// corrections plane and the `SessionExec` kernel.
 ///
 /// # Call contract
 /// The host (see [`super::receive_session`]) loops:
@@ -267,6 +278,12 @@ impl<'b> GramReceiver<'b> {
 
     /// Contiguous bytes the next unit needs (at least 1 while input is expected).
     pub fn want(&self) -> usize {
+        self.need().max(1)
+    }
+
+    /// Bytes the next unit needs whole (payload: any amount from 1; none
+    /// once the summary arrived).
+    fn need(&self) -> usize {
         match self.step {
             Step::Header => FRAME_HEADER_LEN,
             Step::Body(fh) => fh.length as usize,
@@ -277,7 +294,6 @@ impl<'b> GramReceiver<'b> {
             Step::RepairTable(head) => head.table_len(),
             Step::Finishing | Step::Done => 0,
         }
-        .max(1)
     }
 
     /// What the core waits for (for error messages).
@@ -347,100 +363,14 @@ impl<'b> GramReceiver<'b> {
         }
         let mut used = 0;
         loop {
-            let rest = &input[used..];
-            let n = match self.step {
-                Step::Header => {
-                    if rest.len() < FRAME_HEADER_LEN {
-                        break;
-                    }
-                    let fh = FrameHeader::parse(rest).map_err(SessionError::malformed("frame header"))?;
-                    let first_after_handshake = self.session.is_some() && self.stats.started.is_none();
-                    self.begin_frame(fh)?;
-                    used += FRAME_HEADER_LEN;
-                    self.stats.wire_in += FRAME_HEADER_LEN as u64;
-                    if first_after_handshake {
-                        // Steady state starts with the first frame after the
-                        // handshake: setup, the handshake and the sender's
-                        // time to build its first gram are outside the window.
-                        self.stats.start(now);
-                        self.events.push_back(GramReceiverEvent::Started);
-                        break;
-                    }
-                    continue;
-                }
-                Step::Body(fh) => {
-                    let len = fh.length as usize;
-                    if rest.len() < len {
-                        break;
-                    }
-                    self.control(now, fh, &rest[..len])?;
-                    len
-                }
-                Step::GramHeader(fh) => {
-                    if rest.len() < GRAM_HEADER_LEN {
-                        break;
-                    }
-                    let gh = GramHeader::parse(&rest[..GRAM_HEADER_LEN])
-                        .map_err(SessionError::malformed("gram header"))?;
-                    gh.check_body_len(fh.length)
-                        .map_err(SessionError::malformed("gram header"))?;
-                    self.check_gram(&gh)?;
-                    self.step = Step::Table(gh);
-                    GRAM_HEADER_LEN
-                }
-                Step::Table(gh) => {
-                    let len = gh.table_len as usize;
-                    if rest.len() < len {
-                        break;
-                    }
-                    let table = &rest[..len];
-                    sink.gram(&gh, table)
-                        .map_err(|e| SessionError::transport("recording grams", e))?;
-                    if gh.payload_len == 0 {
-                        self.execute(&gh, table)?;
-                        self.end_frame(now);
-                    } else {
-                        self.prepare_payload(&gh, table)?;
-                        self.step = Step::Payload {
-                            gram: gh,
-                            desc: 0,
-                            at: 0,
-                        };
-                    }
-                    len
-                }
-                Step::Payload { gram, desc, at } => {
-                    if rest.is_empty() {
-                        break;
-                    }
-                    self.payload(now, gram, desc, at, rest)
-                }
-                Step::RepairHead(fh) => {
-                    if rest.len() < CORRECTION_HEAD_LEN {
-                        break;
-                    }
-                    self.repair_head(fh, &rest[..CORRECTION_HEAD_LEN])?;
-                    CORRECTION_HEAD_LEN
-                }
-                Step::RepairTable(head) => {
-                    let len = head.table_len();
-                    if rest.len() < len {
-                        break;
-                    }
-                    self.repair_table(now, head, &rest[..len])?;
-                    len
-                }
-                Step::RepairPayload { range, at, write } => {
-                    if rest.is_empty() {
-                        break;
-                    }
-                    self.repair_payload(now, range, at, write, rest)
-                }
-                Step::Finishing | Step::Done => break,
+            let (n, stop) = match self.unit(now, &input[used..], sink)? {
+                Took::Wait => break,
+                Took::Used(n) => (n, false),
+                Took::UsedStop(n) => (n, true),
             };
             used += n;
             self.stats.wire_in += n as u64;
-            if matches!(self.step, Step::Finishing) {
+            if stop || matches!(self.step, Step::Finishing) {
                 break;
             }
         }
@@ -452,6 +382,87 @@ impl<'b> GramReceiver<'b> {
         }
         self.progress(now);
         Ok(used)
+    }
+
+    /// Takes the next unit ([`Self::want`]) from the front of `rest`, if
+    /// it is all there (payload: any amount).
+    fn unit(&mut self, now: Instant, rest: &[u8], sink: &mut dyn GramSink) -> Result<Took, SessionError> {
+        if matches!(self.step, Step::Finishing | Step::Done) || rest.len() < self.need() {
+            return Ok(Took::Wait);
+        }
+        let n = match self.step {
+            Step::Header => return self.frame_header(now, rest),
+            Step::Body(fh) => {
+                let len = fh.length as usize;
+                self.control(now, fh, &rest[..len])?;
+                len
+            }
+            Step::GramHeader(fh) => {
+                let gh = GramHeader::parse(&rest[..GRAM_HEADER_LEN])
+                    .map_err(SessionError::malformed("gram header"))?;
+                gh.check_body_len(fh.length)
+                    .map_err(SessionError::malformed("gram header"))?;
+                self.check_gram(&gh)?;
+                self.step = Step::Table(gh);
+                GRAM_HEADER_LEN
+            }
+            Step::Table(gh) => self.table(now, gh, &rest[..gh.table_len as usize], sink)?,
+            Step::Payload { gram, desc, at } => self.payload(now, gram, desc, at, rest),
+            Step::RepairHead(fh) => {
+                self.repair_head(fh, &rest[..CORRECTION_HEAD_LEN])?;
+                CORRECTION_HEAD_LEN
+            }
+            Step::RepairTable(head) => {
+                let len = head.table_len();
+                self.repair_table(now, head, &rest[..len])?;
+                len
+            }
+            Step::RepairPayload { range, at, write } => self.repair_payload(now, range, at, write, rest),
+            Step::Finishing | Step::Done => return Ok(Took::Wait),
+        };
+        Ok(Took::Used(n))
+    }
+
+    /// A frame header: its frame begins. The first frame after the
+    /// handshake starts the steady state, which the host must see at once.
+    fn frame_header(&mut self, now: Instant, rest: &[u8]) -> Result<Took, SessionError> {
+        let fh = FrameHeader::parse(rest).map_err(SessionError::malformed("frame header"))?;
+        let first_after_handshake = self.session.is_some() && self.stats.started.is_none();
+        self.begin_frame(fh)?;
+        if !first_after_handshake {
+            return Ok(Took::Used(FRAME_HEADER_LEN));
+        }
+        // Steady state starts with the first frame after the handshake:
+        // setup, the handshake and the sender's time to build its first
+        // gram are outside the window.
+        self.stats.start(now);
+        self.events.push_back(GramReceiverEvent::Started);
+        Ok(Took::UsedStop(FRAME_HEADER_LEN))
+    }
+
+    /// A gram's descriptor table, whole: recorded, then executed (no
+    /// payload) or checked before its slab streams in.
+    fn table(
+        &mut self,
+        now: Instant,
+        gh: GramHeader,
+        table: &[u8],
+        sink: &mut dyn GramSink,
+    ) -> Result<usize, SessionError> {
+        sink.gram(&gh, table)
+            .map_err(|e| SessionError::transport("recording grams", e))?;
+        if gh.payload_len == 0 {
+            self.execute(&gh, table)?;
+            self.end_frame(now);
+        } else {
+            self.prepare_payload(&gh, table)?;
+            self.step = Step::Payload {
+                gram: gh,
+                desc: 0,
+                at: 0,
+            };
+        }
+        Ok(table.len())
     }
 
     /// The outcome, once [`Self::finish`] ran.
@@ -543,19 +554,7 @@ impl<'b> GramReceiver<'b> {
                 self.step = Step::GramHeader(fh);
             }
             (FrameType::Repair, true) if self.repairs.repairs() => {
-                if fh.flags != 0 {
-                    return Err(Violation::from(GramViolation::CorrectionFlags {
-                        frame: "REPAIR",
-                        flags: fh.flags,
-                    })
-                    .into());
-                }
-                if (fh.length as usize) < CORRECTION_HEAD_LEN {
-                    return Err(SessionError::Malformed {
-                        context: "REPAIR",
-                        error: pfs_wire::WireError::Truncated,
-                    });
-                }
+                check_repair_header(fh)?;
                 self.timing.awaiting = "REPAIR";
                 self.step = Step::RepairHead(fh);
             }
@@ -676,20 +675,7 @@ impl<'b> GramReceiver<'b> {
         put_frame(&mut self.out, FrameType::HelloAck, 0, &ack);
         self.stats.wire_out += (self.out.len() - before) as u64;
         self.check.negotiated(integrity, limits.max_desc_count);
-        let setup = &self.blob.setup;
-        self.stats.report = Report {
-            first_mismatch_seq: NO_MISMATCH,
-            mode: mode as u8,
-            encoding: mode.encoding() as u8,
-            integrity: integrity as u8,
-            backing: self.blob.backing.code(),
-            page_size: self.blob.page_size,
-            setup_map_ns: secs_ns(setup.map_s),
-            setup_prefault_ns: secs_ns(setup.prefault_s),
-            setup_fill_ns: secs_ns(setup.fill_s),
-            setup_fingerprint_ns: secs_ns(setup.fingerprint_s),
-            ..Report::default()
-        };
+        self.stats.report = first_report(&self.blob, mode, integrity);
         self.session = Some(Negotiated {
             mode,
             integrity,
@@ -1044,6 +1030,42 @@ impl<'b> GramReceiver<'b> {
             self.events.push_back(GramReceiverEvent::Progress(p));
         }
     }
+}
+
+/// The report of a session just negotiated: what it runs on, no gram yet.
+fn first_report(blob: &BlobView<'_>, mode: Mode, integrity: IntegrityAlg) -> Report {
+    let setup = &blob.setup;
+    Report {
+        first_mismatch_seq: NO_MISMATCH,
+        mode: mode as u8,
+        encoding: mode.encoding() as u8,
+        integrity: integrity as u8,
+        backing: blob.backing.code(),
+        page_size: blob.page_size,
+        setup_map_ns: secs_ns(setup.map_s),
+        setup_prefault_ns: secs_ns(setup.prefault_s),
+        setup_fill_ns: secs_ns(setup.fill_s),
+        setup_fingerprint_ns: secs_ns(setup.fingerprint_s),
+        ..Report::default()
+    }
+}
+
+/// A REPAIR's frame header: no flags, room for its head.
+fn check_repair_header(fh: FrameHeader) -> Result<(), SessionError> {
+    if fh.flags != 0 {
+        return Err(Violation::from(GramViolation::CorrectionFlags {
+            frame: "REPAIR",
+            flags: fh.flags,
+        })
+        .into());
+    }
+    if (fh.length as usize) < CORRECTION_HEAD_LEN {
+        return Err(SessionError::Malformed {
+            context: "REPAIR",
+            error: pfs_wire::WireError::Truncated,
+        });
+    }
+    Ok(())
 }
 
 fn check_hello(

@@ -127,9 +127,9 @@ struct Granted {
     interval: u16,
 }
 
-/// One sending session, sans I/O, made of named parts: the [`GramBuild`]
-/// buffers of the next gram, the [`Repairing`] side of the corrections
-/// plane and the [`SendStats`] counters.
+/// One sending session, sans I/O, made of named parts: the `GramBuild`
+/// buffers of the next gram, the `Repairing` side of the corrections
+/// plane and the `SendStats` counters.
 ///
 /// # Call contract
 /// The host (see [`super::send_session`]) loops: [`Self::poll_transmit`]
@@ -362,31 +362,7 @@ impl<'b> GramSender<'b> {
             return Ok(frame.len);
         }
         match self.state {
-            State::AwaitAck if header.frame_type == FrameType::HelloAck => {
-                let ack = HelloAck::parse(body).map_err(SessionError::malformed("HELLO_ACK"))?;
-                self.check_ack(&ack)?;
-                let corrections = ack.flags & ACK_CORRECTIONS != 0;
-                let interval = if corrections {
-                    ack.sample_interval.max(1)
-                } else {
-                    1
-                };
-                self.granted = Some(Granted {
-                    max_table_len: ack.max_table_len,
-                    backing: ack.backing,
-                    corrections,
-                    interval,
-                });
-                if ack.flags & ACK_REPAIR != 0 && !self.cfg.mode.carries_payload() {
-                    // Payload mode repairs from its slab: no NAK comes.
-                    let planned = self.cfg.spec.planned_grams().unwrap_or(0);
-                    self.repair.book = Some(RepairBook::new(self.cfg.mode.encoding(), interval, planned));
-                }
-                self.state = State::Sending;
-                self.deadline = None;
-                self.stats.start(now, self.cfg.log_interval);
-                self.events.push_back(GramSenderEvent::Started);
-            }
+            State::AwaitAck if header.frame_type == FrameType::HelloAck => self.hello_ack(now, body)?,
             State::AwaitAck => return Err(unexpected("HELLO_ACK")),
             State::AwaitReport
                 if header.frame_type == FrameType::Complete && header.flags & FLAG_COMPLETE_REPORT != 0 =>
@@ -394,25 +370,59 @@ impl<'b> GramSender<'b> {
                 if !self.repair.is_settled() {
                     return Err(unexpected("a REPAIR owed before the report"));
                 }
-                let (report, corrections) =
-                    parse_report(body).map_err(SessionError::malformed("COMPLETE report"))?;
-                if corrections.is_some() != self.granted.is_some_and(|g| g.corrections) {
-                    return Err(SessionError::Malformed {
-                        context: "COMPLETE report",
-                        error: pfs_wire::WireError::LengthMismatch,
-                    });
-                }
-                self.report = Some(report);
-                self.corrections = corrections;
-                self.state = State::Done;
-                self.deadline = None;
-                self.events.push_back(GramSenderEvent::Finished);
+                self.final_report(body)?;
             }
             State::AwaitReport => return Err(unexpected("the receiver's report")),
             // Only an ERROR (or a NAK, above) is meaningful while sending.
             State::Hello | State::Sending | State::Done => return Err(unexpected("no frame while sending")),
         }
         Ok(frame.len)
+    }
+
+    /// HELLO_ACK: what the receiver grants; the steady state starts.
+    fn hello_ack(&mut self, now: Instant, body: &[u8]) -> Result<(), SessionError> {
+        let ack = HelloAck::parse(body).map_err(SessionError::malformed("HELLO_ACK"))?;
+        self.check_ack(&ack)?;
+        let corrections = ack.flags & ACK_CORRECTIONS != 0;
+        let interval = if corrections {
+            ack.sample_interval.max(1)
+        } else {
+            1
+        };
+        self.granted = Some(Granted {
+            max_table_len: ack.max_table_len,
+            backing: ack.backing,
+            corrections,
+            interval,
+        });
+        if ack.flags & ACK_REPAIR != 0 && !self.cfg.mode.carries_payload() {
+            // Payload mode repairs from its slab: no NAK comes.
+            let planned = self.cfg.spec.planned_grams().unwrap_or(0);
+            self.repair.book = Some(RepairBook::new(self.cfg.mode.encoding(), interval, planned));
+        }
+        self.state = State::Sending;
+        self.deadline = None;
+        self.stats.start(now, self.cfg.log_interval);
+        self.events.push_back(GramSenderEvent::Started);
+        Ok(())
+    }
+
+    /// The receiver's report (with its corrections block when the plane
+    /// was granted): the session is over.
+    fn final_report(&mut self, body: &[u8]) -> Result<(), SessionError> {
+        let (report, corrections) = parse_report(body).map_err(SessionError::malformed("COMPLETE report"))?;
+        if corrections.is_some() != self.granted.is_some_and(|g| g.corrections) {
+            return Err(SessionError::Malformed {
+                context: "COMPLETE report",
+                error: pfs_wire::WireError::LengthMismatch,
+            });
+        }
+        self.report = Some(report);
+        self.corrections = corrections;
+        self.state = State::Done;
+        self.deadline = None;
+        self.events.push_back(GramSenderEvent::Finished);
+        Ok(())
     }
 
     /// The finished session; `usage` is the host's CPU over the steady state.
@@ -536,6 +546,14 @@ impl<'b> GramSender<'b> {
         if let (true, Some(book)) = (checked, self.repair.book.as_mut()) {
             book.record(self.stats.seq, b.table.as_bytes());
         }
+        self.seal_gram(payload_len, value)?;
+        Ok(true)
+    }
+
+    /// The gram built: its headers (within the table size HELLO_ACK
+    /// granted), and its counts. `value`: its digest (0 if unchecked).
+    fn seal_gram(&mut self, payload_len: u32, value: u64) -> Result<(), SessionError> {
+        let b = &mut self.build;
         let gh = GramHeader {
             seq: self.stats.seq,
             desc_count: b.table.count(),
@@ -569,7 +587,7 @@ impl<'b> GramSender<'b> {
         let (count, effective) = (b.table.count(), b.table.total_len());
         self.stats
             .gram(count, effective, payload_len, value, table_len, wire);
-        Ok(true)
+        Ok(())
     }
 
     fn progress(&mut self, now: Instant) {
