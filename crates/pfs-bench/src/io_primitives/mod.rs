@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 
+use crate::report::Method;
 use crate::{sysinfo, Binary, Outcome};
 
 use cell::{run_cell, CellSpec};
@@ -29,7 +30,7 @@ use methods::FIELDS;
 
 /// How a message is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
-pub enum Method {
+pub enum SendMethod {
     /// `send()` after copying the 8 fields into one buffer (two copies).
     A1,
     /// `sendmsg()` with an iovec over the 8 fields (one copy).
@@ -40,12 +41,14 @@ pub enum Method {
     A4,
 }
 
-impl Method {
+impl SendMethod {
     /// Every method, in order.
-    pub const ALL: [Method; 4] = [Method::A1, Method::A2, Method::A3, Method::A4];
+    pub const ALL: [SendMethod; 4] = [SendMethod::A1, SendMethod::A2, SendMethod::A3, SendMethod::A4];
+}
 
+impl Method for SendMethod {
     /// Short name (`a1` …).
-    pub fn key(self) -> &'static str {
+    fn key(self) -> &'static str {
         match self {
             Self::A1 => "a1",
             Self::A2 => "a2",
@@ -55,7 +58,7 @@ impl Method {
     }
 
     /// Long name for tables and legends.
-    pub fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             Self::A1 => "A1 send() consolidated",
             Self::A2 => "A2 sendmsg() iovec",
@@ -127,8 +130,8 @@ pub struct IoPrimitivesArgs {
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..=256), default_values_t = [1u16, 2, 4, 8])]
     pub threads: Vec<u16>,
     /// Methods, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Method::ALL)]
-    pub methods: Vec<Method>,
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = SendMethod::ALL)]
+    pub methods: Vec<SendMethod>,
     /// Seconds each cell sends for.
     #[arg(long, value_name = "SECS", default_value_t = 0.5)]
     pub duration: f64,

@@ -7,8 +7,9 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::cell::Cell;
-use super::Method;
+use super::SendMethod;
 use crate::plot::{self, Series};
+use crate::report::Method as _;
 use crate::report::{Cell as Shown, Column, Table};
 
 /// Units and definitions, printed with every report.
@@ -16,7 +17,7 @@ pub const UNITS: &str = "Gbit/s = 10^9 bit/s of logical message bytes (the 8 fie
 (A4 framing included, TCP/IP headers not); ns/msg/thr = elapsed × threads / messages, the mean time per message per sender \
 thread, not a round trip; CPU and context switches from getrusage(RUSAGE_THREAD), summed over sender and receiver threads";
 
-/// The ratio the issue sets a target for.
+/// The A4/A1 ratio the design sets as a target.
 pub const TARGET_RATIO: f64 = 10.0;
 
 /// The study's part of its report header (after the [`crate::report::Host`] facts).
@@ -47,7 +48,7 @@ pub type Header = crate::report::Header<IoSettings>;
 
 /// A4 / A1 throughput at one size and thread count.
 #[derive(Debug, Clone, Serialize)]
-pub struct Ratio {
+pub struct Headline {
     /// Sender threads.
     pub threads: usize,
     /// Message size.
@@ -58,7 +59,7 @@ pub struct Ratio {
     pub a4_gbit_s: f64,
     /// A4 / A1.
     pub ratio: f64,
-    /// The issue's target.
+    /// The target ratio.
     pub target: f64,
     /// ratio ≥ target.
     pub met: bool,
@@ -133,8 +134,8 @@ pub fn table_head() -> String {
 
 fn notes(c: &Cell) -> String {
     let mut n = Vec::new();
-    if let Some(e) = &c.error {
-        n.push(format!("FAILED: {e}"));
+    if let Some(failed) = c.status.note() {
+        n.push(failed);
     }
     if let (Some(done), Some(copied)) = (c.zc_completions, c.zc_copied) {
         n.push(format!(
@@ -187,11 +188,11 @@ fn headline_size(cells: &[Cell]) -> Option<usize> {
 }
 
 /// A4 / A1 at the headline size, for every thread count where both ran.
-pub fn ratios(cells: &[Cell]) -> Vec<Ratio> {
+pub fn ratios(cells: &[Cell]) -> Vec<Headline> {
     let Some(size) = headline_size(cells) else {
         return Vec::new();
     };
-    let find = |m: Method, t: usize| {
+    let find = |m: SendMethod, t: usize| {
         cells
             .iter()
             .find(|c| c.ok() && c.method == m.key() && c.msg_size == size && c.threads == t)
@@ -202,9 +203,9 @@ pub fn ratios(cells: &[Cell]) -> Vec<Ratio> {
     threads
         .into_iter()
         .filter_map(|t| {
-            let (a1, a4) = (find(Method::A1, t)?, find(Method::A4, t)?);
+            let (a1, a4) = (find(SendMethod::A1, t)?, find(SendMethod::A4, t)?);
             let ratio = a4.gbit_s / a1.gbit_s.max(f64::MIN_POSITIVE);
-            Some(Ratio {
+            Some(Headline {
                 threads: t,
                 msg_size: size,
                 a1_gbit_s: a1.gbit_s,
@@ -218,7 +219,7 @@ pub fn ratios(cells: &[Cell]) -> Vec<Ratio> {
 }
 
 /// Definitions, the headline ratio and zerocopy findings, after the table.
-pub fn footer_text(cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> String {
+pub fn footer_text(cells: &[Cell], ratios: &[Headline], wall_s: f64) -> String {
     let mut s = format!("\n{UNITS}.\n");
     if let Some(r0) = ratios.first() {
         let _ = writeln!(
@@ -259,7 +260,7 @@ pub fn footer_text(cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> String {
 }
 
 /// The JSON document (stdout with `--json`, io-primitives.json with `--out`).
-pub fn json(header: &Header, cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> serde_json::Value {
+pub fn json(header: &Header, cells: &[Cell], ratios: &[Headline], wall_s: f64) -> serde_json::Value {
     serde_json::json!({
         "study": "io-primitives",
         "header": header,
@@ -337,8 +338,8 @@ pub fn to_csv(cells: &[Cell]) -> String {
             opt(c.zc_copied),
             opt(c.msgs_per_gram.map(|v| v as u64)),
             opt(c.grams),
-            Shown::text(c.status),
-            Shown::text(c.error.as_deref().unwrap_or("")),
+            Shown::text(c.status.key()),
+            Shown::text(c.status.reason().map_or("", |r| r.as_str())),
             Shown::text(&c.notes),
         ]);
     }
@@ -361,7 +362,7 @@ fn series_per_method(
     x: impl Fn(&Cell) -> f64,
     y: impl Fn(&Cell) -> f64,
 ) -> Vec<Series> {
-    Method::ALL
+    SendMethod::ALL
         .iter()
         .filter_map(|m| {
             let mut points: Vec<(f64, f64)> = cells

@@ -9,9 +9,10 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::clock::Clock;
-use super::methods::Method;
+use super::methods::IpcMethod;
 use super::row::Row;
 use crate::plot::{self, DotRow};
+use crate::report::Method as _;
 use crate::report::{Cell, Column, Table};
 
 /// Units and definitions, printed with every report.
@@ -47,7 +48,7 @@ pub type Header = crate::report::Header<IpcSettings>;
 
 /// One row's one-way mean against unix-epoll's, same run.
 #[derive(Debug, Clone, Serialize)]
-pub struct Ratio {
+pub struct VsUnixEpoll {
     /// Row method key.
     pub method: String,
     /// Row label.
@@ -64,10 +65,10 @@ pub struct Ratio {
 
 /// Fills every row's `vs_unix_epoll` and returns the ratio of every other
 /// measured row against the `unix-epoll` row, when that one measured.
-pub fn ratios(rows: &mut [Row]) -> Vec<Ratio> {
+pub fn ratios(rows: &mut [Row]) -> Vec<VsUnixEpoll> {
     let base = rows
         .iter()
-        .find(|r| r.ok() && r.method == Method::BASELINE.key())
+        .find(|r| r.ok() && r.method == IpcMethod::BASELINE.key())
         .and_then(|r| r.one_way_mean_ns)
         .filter(|&m| m > 0.0);
     let Some(base) = base else {
@@ -79,8 +80,8 @@ pub fn ratios(rows: &mut [Row]) -> Vec<Ratio> {
             continue;
         };
         r.vs_unix_epoll = Some(base / mean);
-        if r.method != Method::BASELINE.key() {
-            out.push(Ratio {
+        if r.method != IpcMethod::BASELINE.key() {
+            out.push(VsUnixEpoll {
                 method: r.method.clone(),
                 label: r.label.clone(),
                 one_way_mean_ns: mean,
@@ -178,11 +179,7 @@ fn fixed(v: Option<f64>, decimals: usize) -> String {
 /// One table line; a failed row gives its reason instead of numbers.
 pub fn table_row(r: &Row) -> String {
     if !r.ok() {
-        return format!(
-            "{:<11} failed: {}",
-            r.method,
-            r.error.as_deref().unwrap_or("unknown")
-        );
+        return format!("{:<11} {}", r.method, r.status);
     }
     let row = vec![
         Cell::text(&r.method),
@@ -208,7 +205,7 @@ pub fn table_row(r: &Row) -> String {
 }
 
 /// Labels, notes, the ratios against unix-epoll and warnings, after the table.
-pub fn footer_text(rows: &[Row], ratios: &[Ratio], warnings: &[String], wall_s: f64) -> String {
+pub fn footer_text(rows: &[Row], ratios: &[VsUnixEpoll], warnings: &[String], wall_s: f64) -> String {
     let mut s = String::from("\n");
     for r in rows {
         let _ = write!(s, "{:<11} {} (receiver waits: {})", r.method, r.label, r.wait);
@@ -252,7 +249,7 @@ pub fn footer_text(rows: &[Row], ratios: &[Ratio], warnings: &[String], wall_s: 
 pub fn json(
     header: &Header,
     rows: &[Row],
-    ratios: &[Ratio],
+    ratios: &[VsUnixEpoll],
     warnings: &[String],
     wall_s: f64,
 ) -> serde_json::Value {
@@ -383,12 +380,13 @@ pub fn plot(dir: &Path, header: &Header, rows: &[Row]) -> anyhow::Result<&'stati
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Status;
 
-    fn row(method: Method, mean: f64) -> Row {
+    fn row(method: IpcMethod, mean: f64) -> Row {
         Row {
             method: method.key().into(),
             label: method.label().into(),
-            status: "ok".into(),
+            status: Status::Ran,
             one_way_mean_ns: Some(mean),
             ..Row::default()
         }
@@ -407,9 +405,9 @@ mod tests {
     #[test]
     fn ratios_are_against_unix_epoll_for_any_row() {
         let mut rows = vec![
-            row(Method::UnixEpoll, 20_000.0),
-            row(Method::Pipe, 10_000.0),
-            row(Method::Tcp, 40_000.0),
+            row(IpcMethod::UnixEpoll, 20_000.0),
+            row(IpcMethod::Pipe, 10_000.0),
+            row(IpcMethod::Tcp, 40_000.0),
         ];
         let r = ratios(&mut rows);
         assert_eq!(r.len(), 2);
@@ -418,7 +416,7 @@ mod tests {
         assert_eq!(rows[2].vs_unix_epoll, Some(0.5));
         assert_eq!(r[0].row_over_unix_epoll, 0.5);
 
-        let mut no_base = vec![row(Method::Pipe, 1.0)];
+        let mut no_base = vec![row(IpcMethod::Pipe, 1.0)];
         assert!(ratios(&mut no_base).is_empty());
         assert_eq!(no_base[0].vs_unix_epoll, None);
     }
@@ -426,13 +424,12 @@ mod tests {
     #[test]
     fn table_lines_line_up() {
         let head = table_head();
-        let mut r = row(Method::UnixEpoll, 25_000.0);
+        let mut r = row(IpcMethod::UnixEpoll, 25_000.0);
         r.row_wall_s = 12.0;
         let line = table_row(&r);
         let width = head.lines().nth(1).unwrap().chars().count();
         assert_eq!(line.chars().count(), width, "\n{head}\n{line}");
-        r.status = "failed".into();
-        r.error = Some("boom".into());
+        r.status = Status::failed_because("boom");
         assert!(table_row(&r).contains("failed: boom"));
     }
 }

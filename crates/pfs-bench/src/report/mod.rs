@@ -1,7 +1,10 @@
 //! The report of every study: one [`Header`] (host and build facts, then the
-//! study's own settings) and one [`Table`] rendered as a terminal table,
-//! CSV, Markdown and JSON, plus the one [`csv_escape`]. Studies build their
-//! rows into tables; they do not format grids themselves.
+//! study's own settings) and [`Table`]s rendered as a terminal table, CSV,
+//! Markdown and JSON, plus the one [`csv_escape`]. A study runs its plan into
+//! rows, puts them into a [`Report`] (its header lines, one [`Section`] per
+//! table, its notes) and renders that: it does not format grids or headers
+//! itself. What rows share ([`Status`], [`Target`], [`ratio`], [`Method`]) is
+//! in [`study`].
 //!
 //! A cell that has no value — a row that was skipped or failed — is
 //! [`Cell::Missing`]: `—` in the terminal and Markdown tables (never a zero
@@ -10,6 +13,10 @@
 use std::fmt::Write as _;
 
 use serde::Serialize;
+
+pub mod study;
+
+pub use study::{add_note, ratio, Bound, Method, Reason, Skip, Status, Target, Verdict};
 
 use crate::{sysinfo, Binary};
 
@@ -146,6 +153,8 @@ pub enum Cell {
     Num(f64, usize),
     /// A number shown with every digit, as JSON writes it.
     Exact(serde_json::Number),
+    /// Yes or no (`true`/`false`).
+    Bool(bool),
     /// No value: the row did not run.
     Missing,
 }
@@ -162,6 +171,7 @@ impl Cell {
             Self::Int(v) => v.to_string(),
             Self::Num(v, d) => format!("{v:.d$}"),
             Self::Exact(n) => n.to_string(),
+            Self::Bool(b) => b.to_string(),
             Self::Missing => "—".into(),
         }
     }
@@ -180,6 +190,7 @@ impl Cell {
             Self::Int(v) => (*v).into(),
             Self::Num(v, _) => (*v).into(),
             Self::Exact(n) => n.clone().into(),
+            Self::Bool(b) => (*b).into(),
             Self::Missing => serde_json::Value::Null,
         }
     }
@@ -192,6 +203,7 @@ impl From<&serde_json::Value> for Cell {
             serde_json::Value::Null => Self::Missing,
             serde_json::Value::String(s) => Self::Text(s.clone()),
             serde_json::Value::Number(n) => Self::Exact(n.clone()),
+            serde_json::Value::Bool(b) => Self::Bool(*b),
             other => Self::Text(other.to_string()),
         }
     }
@@ -303,6 +315,200 @@ impl Table {
                 serde_json::Value::Object(obj)
             })
             .collect()
+    }
+}
+
+/// One table of a report: what the terminal and Markdown show ([`Section::view`])
+/// and the full record ([`Section::data`], for CSV and JSON).
+#[derive(Debug, Clone)]
+pub struct Section {
+    /// The key of the rows in the JSON document (`rows`, `fio`, `targets` …);
+    /// `None`: shown only (the document carries these rows in another shape).
+    pub key: Option<&'static str>,
+    /// Said above the table in the terminal (`title:`) and Markdown (bold); `None`: nothing.
+    pub title: Option<String>,
+    /// Columns for reading.
+    pub view: Table,
+    /// Every field, for machines.
+    pub data: Table,
+    /// Said below the table in the terminal and Markdown (units, definitions).
+    pub note: Option<String>,
+}
+
+impl Section {
+    /// A section whose table is both the view and the record.
+    pub fn one(key: &'static str, table: Table) -> Self {
+        Self {
+            key: Some(key),
+            title: None,
+            view: table.clone(),
+            data: table,
+            note: None,
+        }
+    }
+
+    /// A section with a view and a separate full record.
+    pub fn new(key: &'static str, view: Table, data: Table) -> Self {
+        Self {
+            key: Some(key),
+            title: None,
+            view,
+            data,
+            note: None,
+        }
+    }
+
+    /// A section shown in the terminal and Markdown only.
+    pub fn shown(view: Table) -> Self {
+        Self {
+            key: None,
+            title: None,
+            data: Table::new(&view.columns),
+            view,
+            note: None,
+        }
+    }
+
+    /// The same section, with this title above its table.
+    pub fn titled(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// The same section, with this note below its table.
+    pub fn noted(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+}
+
+/// A study's report: its header (host facts, the study's settings as lines
+/// for reading and as JSON fields for machines), its sections and the
+/// fields its JSON document carries besides them. The one path every study
+/// renders through: [`Report::text`], [`Report::markdown`], [`Section`]
+/// CSV and [`Report::json`] (PNG charts are drawn from the same rows by
+/// [`crate::plot`]).
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// `pfs bench files` …: how the first line names the study.
+    pub title: String,
+    /// Build and machine.
+    pub host: Host,
+    /// The header as JSON (host facts and the study's settings).
+    pub header: serde_json::Value,
+    /// The study's settings, one line each, after the host line.
+    pub lines: Vec<String>,
+    /// The tables, in order.
+    pub sections: Vec<Section>,
+    /// Fields of the JSON document besides `header` and the sections.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Report {
+    /// A report with `header`'s host facts and settings, no sections yet.
+    pub fn new<S: Serialize>(title: impl Into<String>, header: &Header<S>) -> Self {
+        Self {
+            title: title.into(),
+            host: header.host.clone(),
+            header: serde_json::to_value(header).unwrap_or_default(),
+            lines: Vec::new(),
+            sections: Vec::new(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// Adds a section.
+    pub fn section(mut self, s: Section) -> Self {
+        self.sections.push(s);
+        self
+    }
+
+    /// Adds a field to the JSON document.
+    pub fn field(mut self, key: &str, v: impl Into<serde_json::Value>) -> Self {
+        self.extra.insert(key.to_string(), v.into());
+        self
+    }
+
+    /// The CSV of the section with this JSON key.
+    pub fn csv(&self, key: &str) -> Option<String> {
+        self.get(key).map(|s| s.data.csv())
+    }
+
+    /// The section with this JSON key.
+    pub fn get(&self, key: &str) -> Option<&Section> {
+        self.sections.iter().find(|s| s.key == Some(key))
+    }
+
+    /// The header block of the terminal report, with a blank line after it
+    /// (studies that print rows as they run print this first).
+    pub fn text_header(&self) -> String {
+        let h = &self.host;
+        let mut s = format!(
+            "{} — {} · kernel {} · {} · {} cores\n",
+            self.title, h.git_revision, h.kernel, h.cpu_model, h.cores
+        );
+        for l in &self.lines {
+            s.push_str(l);
+            s.push('\n');
+        }
+        s.push('\n');
+        s
+    }
+
+    /// The terminal report: header block, then each section (title, table, note).
+    pub fn text(&self) -> String {
+        let mut s = self.text_header();
+        for (i, sec) in self.sections.iter().enumerate() {
+            if let Some(t) = &sec.title {
+                if i > 0 {
+                    s.push('\n');
+                }
+                let _ = writeln!(s, "{t}:");
+            }
+            s.push_str(&sec.view.text());
+            if let Some(n) = &sec.note {
+                let _ = write!(s, "\n{n}\n");
+            }
+        }
+        s
+    }
+
+    /// The Markdown report: header lines, then each section.
+    pub fn markdown(&self) -> String {
+        let h = &self.host;
+        let mut s = format!(
+            "Revision `{}` · {} cores · {} · kernel {}  \n",
+            h.git_revision, h.cores, h.cpu_model, h.kernel
+        );
+        for l in &self.lines {
+            let _ = write!(s, "{l}  \n");
+        }
+        s.push('\n');
+        for (i, sec) in self.sections.iter().enumerate() {
+            if let Some(t) = &sec.title {
+                if i > 0 {
+                    s.push('\n');
+                }
+                let _ = write!(s, "**{t}**\n\n");
+            }
+            s.push_str(&sec.view.markdown());
+            if let Some(n) = &sec.note {
+                let _ = write!(s, "\n{n}\n");
+            }
+        }
+        s
+    }
+
+    /// The JSON document: `header`, each section's rows under its key, the extra fields.
+    pub fn json(&self) -> serde_json::Value {
+        let mut doc = self.extra.clone();
+        doc.insert("header".into(), self.header.clone());
+        for sec in &self.sections {
+            if let Some(key) = sec.key {
+                doc.insert(key.into(), sec.data.json());
+            }
+        }
+        serde_json::Value::Object(doc)
     }
 }
 
