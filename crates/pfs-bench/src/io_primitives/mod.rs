@@ -244,8 +244,9 @@ pub fn run(args: IoPrimitivesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
         },
     );
     let progress = args.json && std::io::stderr().is_terminal();
+    let study = report::report(&header);
     if !args.json {
-        print!("{}", report::header_text(&header));
+        print!("{}", study.text_header());
         println!("{}", report::table_head());
     }
     let started = Instant::now();
@@ -275,9 +276,9 @@ pub fn run(args: IoPrimitivesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 };
                 let c = run_cell(&spec);
                 if !args.json {
-                    println!("{}", report::table_row(&c));
+                    println!("{}", report::view_line(&c));
                 } else if progress {
-                    eprintln!("{}", report::table_row(&c));
+                    eprintln!("{}", report::view_line(&c));
                 }
                 cells.push(c);
             }
@@ -285,24 +286,21 @@ pub fn run(args: IoPrimitivesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     }
     let wall = started.elapsed().as_secs_f64();
     let ratios = report::ratios(&cells);
+    let study = report::finish(study, &cells, &ratios, wall);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report::json(&header, &cells, &ratios, wall))?
-        );
+        println!("{}", serde_json::to_string_pretty(&study.json())?);
     } else {
+        // The header and the cells were printed as they ran.
         print!("{}", report::footer_text(&cells, &ratios, wall));
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let csv = dir.join("io-primitives.csv");
-        std::fs::write(&csv, report::to_csv(&cells)).with_context(|| format!("writing {}", csv.display()))?;
+        std::fs::write(&csv, study.csv("cells").unwrap_or_default())
+            .with_context(|| format!("writing {}", csv.display()))?;
         let json = dir.join("io-primitives.json");
-        std::fs::write(
-            &json,
-            serde_json::to_string_pretty(&report::json(&header, &cells, &ratios, wall))?,
-        )
-        .with_context(|| format!("writing {}", json.display()))?;
+        std::fs::write(&json, serde_json::to_string_pretty(&study.json())?)
+            .with_context(|| format!("writing {}", json.display()))?;
         let plots = report::plots(dir, &cells);
         for w in &plots.warnings {
             eprintln!("pfs: warning: {w}");

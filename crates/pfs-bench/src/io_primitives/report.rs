@@ -10,7 +10,7 @@ use super::cell::Cell;
 use super::SendMethod;
 use crate::plot::{self, Series};
 use crate::report::Method as _;
-use crate::report::{Cell as Shown, Column, Table};
+use crate::report::{Cell as Shown, Column, Report, Section, Table};
 
 /// Units and definitions, printed with every report.
 pub const UNITS: &str = "Gbit/s = 10^9 bit/s of logical message bytes (the 8 fields); wire bytes = bytes through the sockets \
@@ -88,25 +88,34 @@ fn count(v: f64) -> String {
     }
 }
 
-/// The header block of the table.
-pub fn header_text(h: &Header) -> String {
-    format!(
-        "pfs bench io-primitives — {} · kernel {} · {} · {} cores\n\
-         pinning: {} · TCP_NODELAY {} · {:.2} s per cell · pool {} messages per sender · A3 in flight ≤ {} · A4 gram payload {} B, {} descriptors\n\
-         hardware counters: {}\n\n",
-        h.host.git_revision,
-        h.host.kernel,
-        h.host.cpu_model,
-        h.host.cores,
-        h.study.pinning,
-        if h.study.tcp_nodelay { "on" } else { "off (kernel default: Nagle on)" },
-        h.study.duration_s,
-        h.study.pool,
-        h.study.zc_inflight,
-        h.study.gram_payload,
-        h.study.gram_encoding,
-        h.study.hardware_counters,
-    )
+/// The study's report before its cells: the header lines.
+pub fn report(h: &Header) -> Report {
+    let mut r = Report::new("pfs bench io-primitives", h);
+    r.lines = vec![
+        format!(
+            "pinning: {} · TCP_NODELAY {} · {:.2} s per cell · pool {} messages per sender · A3 in flight ≤ {} · A4 gram payload {} B, {} descriptors",
+            h.study.pinning,
+            if h.study.tcp_nodelay { "on" } else { "off (kernel default: Nagle on)" },
+            h.study.duration_s,
+            h.study.pool,
+            h.study.zc_inflight,
+            h.study.gram_payload,
+            h.study.gram_encoding,
+        ),
+        format!("hardware counters: {}", h.study.hardware_counters),
+    ];
+    r
+}
+
+/// The whole report: the header lines, the cells (the footer below them),
+/// and the headline ratios and wall time in JSON.
+pub fn finish(report: Report, cells: &[Cell], ratios: &[Headline], wall_s: f64) -> Report {
+    let footer = footer_text(cells, ratios, wall_s);
+    report
+        .section(Section::new("cells", view(cells), data(cells)).noted(footer.trim_matches('\n')))
+        .field("study", "io-primitives")
+        .field("wall_s", wall_s)
+        .field("a4_over_a1", serde_json::to_value(ratios).unwrap_or_default())
 }
 
 /// Columns of the terminal table.
@@ -151,12 +160,26 @@ fn notes(c: &Cell) -> String {
     n.join("; ")
 }
 
-/// One table line; a cell that failed shows `—` for every number and its error in the notes.
-pub fn table_row(c: &Cell) -> String {
+/// One line of the terminal table, for printing cells as they finish.
+pub fn view_line(c: &Cell) -> String {
+    Table::new(&VIEW).text_row(&view_row(c)).trim_end().to_string()
+}
+
+/// The terminal table of every cell.
+pub fn view(cells: &[Cell]) -> Table {
+    let mut t = Table::new(&VIEW);
+    for c in cells {
+        t.push(view_row(c));
+    }
+    t
+}
+
+/// A failed cell shows `—` for every number and its status in the notes.
+fn view_row(c: &Cell) -> Vec<Shown> {
     let ok = c.ok();
     let num = |v: f64, d: usize| if ok { Shown::Num(v, d) } else { Shown::Missing };
     let text = |v: String| if ok { Shown::Text(v) } else { Shown::Missing };
-    let row = vec![
+    vec![
         Shown::text(c.method),
         Shown::Text(size_label(c.msg_size)),
         Shown::Int(c.threads as u64),
@@ -174,8 +197,7 @@ pub fn table_row(c: &Cell) -> String {
         num(c.wire_ratio, 3),
         num(c.calls_per_msg, 3),
         Shown::Text(notes(c)),
-    ];
-    Table::new(&VIEW).text_row(&row).trim_end().to_string()
+    ]
 }
 
 /// The size the headline ratio is taken at: 64 B when measured, else the smallest size.
@@ -259,17 +281,6 @@ pub fn footer_text(cells: &[Cell], ratios: &[Headline], wall_s: f64) -> String {
     s
 }
 
-/// The JSON document (stdout with `--json`, io-primitives.json with `--out`).
-pub fn json(header: &Header, cells: &[Cell], ratios: &[Headline], wall_s: f64) -> serde_json::Value {
-    serde_json::json!({
-        "study": "io-primitives",
-        "header": header,
-        "wall_s": wall_s,
-        "cells": cells,
-        "a4_over_a1": ratios,
-    })
-}
-
 /// Every field of a cell, in CSV order.
 const DATA: [&str; 30] = [
     "method",
@@ -304,35 +315,39 @@ const DATA: [&str; 30] = [
     "notes",
 ];
 
-/// CSV with one row per cell; unavailable values are empty.
-pub fn to_csv(cells: &[Cell]) -> String {
+/// Every field of every cell (CSV, JSON); a failed cell has no figures
+/// (empty, `null`), only its plan, status and reason.
+pub fn data(cells: &[Cell]) -> Table {
     let columns: Vec<Column> = DATA.iter().map(|t| Column::text(t, 0)).collect();
     let mut t = Table::new(&columns);
-    let opt = |v: Option<u64>| v.map_or(Shown::Missing, Shown::Int);
     for c in cells {
+        let ok = c.ok();
+        let opt = |v: Option<u64>| v.filter(|_| ok).map_or(Shown::Missing, Shown::Int);
+        let int = |v: u64| if ok { Shown::Int(v) } else { Shown::Missing };
+        let num = |v: f64, d: usize| if ok { Shown::Num(v, d) } else { Shown::Missing };
         t.push(vec![
             Shown::text(c.method),
             Shown::Int(c.msg_size as u64),
             Shown::Int(c.threads as u64),
-            Shown::Num(c.gbit_s, 6),
-            Shown::Num(c.msgs_per_s, 1),
-            Shown::Num(c.mean_ns_per_msg, 1),
-            Shown::Num(c.elapsed_s, 6),
+            num(c.gbit_s, 6),
+            num(c.msgs_per_s, 1),
+            num(c.mean_ns_per_msg, 1),
+            num(c.elapsed_s, 6),
             Shown::Num(c.duration_s, 3),
-            Shown::Int(c.messages),
-            Shown::Int(c.logical_bytes),
-            Shown::Int(c.wire_bytes),
-            Shown::Num(c.wire_ratio, 6),
-            Shown::Int(c.send_calls),
-            Shown::Num(c.calls_per_msg, 6),
-            Shown::Int(c.ctx_switches),
-            Shown::Int(c.ctx_voluntary),
-            Shown::Int(c.ctx_involuntary),
-            Shown::Num(c.cpu_user_s, 6),
-            Shown::Num(c.cpu_sys_s, 6),
-            Shown::Num(c.cpu_s, 6),
-            Shown::Num(c.cpu_ns_per_byte, 6),
-            c.cycles_per_byte.map_or(Shown::Missing, |v| Shown::Num(v, 4)),
+            int(c.messages),
+            int(c.logical_bytes),
+            int(c.wire_bytes),
+            num(c.wire_ratio, 6),
+            int(c.send_calls),
+            num(c.calls_per_msg, 6),
+            int(c.ctx_switches),
+            int(c.ctx_voluntary),
+            int(c.ctx_involuntary),
+            num(c.cpu_user_s, 6),
+            num(c.cpu_sys_s, 6),
+            num(c.cpu_s, 6),
+            num(c.cpu_ns_per_byte, 6),
+            c.cycles_per_byte.filter(|_| ok).map_or(Shown::Missing, |v| Shown::Num(v, 4)),
             opt(c.llc_misses),
             opt(c.zc_completions),
             opt(c.zc_copied),
@@ -343,7 +358,7 @@ pub fn to_csv(cells: &[Cell]) -> String {
             Shown::text(&c.notes),
         ]);
     }
-    t.csv()
+    t
 }
 
 /// Plot files written and warnings for those that were not.
@@ -448,7 +463,7 @@ mod tests {
     #[test]
     fn csv_header_is_every_field_in_order() {
         assert_eq!(
-            to_csv(&[]),
+            data(&[]).csv(),
             "method,msg_size,threads,gbit_s,msgs_per_s,mean_ns_per_msg,elapsed_s,duration_s,messages,logical_bytes,wire_bytes,wire_ratio,\
              send_calls,calls_per_msg,ctx_switches,ctx_voluntary,ctx_involuntary,cpu_user_s,cpu_sys_s,cpu_s,cpu_ns_per_byte,\
              cycles_per_byte,llc_misses,zc_completions,zc_copied,msgs_per_gram,grams,status,error,notes\n"
