@@ -238,21 +238,19 @@ pub fn run(args: IpcArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     }
     let ratios = report::ratios(&mut rows);
 
+    let study = report::finish(report::report(&header), &header, &rows, &ratios, &warnings, wall);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report::json(&header, &rows, &ratios, &warnings, wall))?
-        );
+        println!("{}", serde_json::to_string_pretty(&study.json())?);
     } else {
-        print!("{}", report::header_text(&header));
+        print!("{}", study.text_header());
         println!("{}", report::table_head());
         for r in &rows {
-            println!("{}", report::table_row(r));
+            println!("{}", report::view_line(r));
         }
         print!("{}", report::footer_text(&rows, &ratios, &warnings, wall));
     }
     if let Some(dir) = &args.out {
-        write_out(dir, &header, &rows, &ratios, &warnings, wall)?;
+        write_out(dir, &header, &rows, &study)?;
     }
     let failed = rows.iter().filter(|r| !r.ok()).count();
     if failed > 0 {
@@ -266,20 +264,15 @@ fn write_out(
     dir: &Path,
     header: &report::Header,
     rows: &[row::Row],
-    ratios: &[report::VsUnixEpoll],
-    warnings: &[String],
-    wall: f64,
+    study: &crate::report::Report,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let csv = dir.join("ipc.csv");
-    std::fs::write(&csv, report::to_csv(header, rows))
+    std::fs::write(&csv, study.csv("rows").unwrap_or_default())
         .with_context(|| format!("writing {}", csv.display()))?;
     let json = dir.join("ipc.json");
-    std::fs::write(
-        &json,
-        serde_json::to_string_pretty(&report::json(header, rows, ratios, warnings, wall))?,
-    )
-    .with_context(|| format!("writing {}", json.display()))?;
+    std::fs::write(&json, serde_json::to_string_pretty(&study.json())?)
+        .with_context(|| format!("writing {}", json.display()))?;
     let png = match report::plot(dir, header, rows) {
         Ok(file) => format!(", {file}"),
         Err(e) => {

@@ -13,7 +13,7 @@ use super::methods::IpcMethod;
 use super::row::Row;
 use crate::plot::{self, DotRow};
 use crate::report::Method as _;
-use crate::report::{Cell, Column, Table};
+use crate::report::{Cell, Column, Report, Section, Table};
 
 /// Units and definitions, printed with every report.
 pub const UNITS: &str = "one-way = receiver's time stamp at receive − sender's at send, 32-byte messages, ping-pong \
@@ -106,24 +106,41 @@ pub fn group(v: u64) -> String {
     out
 }
 
-/// The header block of the table.
-pub fn header_text(h: &Header) -> String {
-    format!(
-        "pfs bench ipc — {} · kernel {} · {} · {} cores\n\
-         clock: {}\n\
-         pinning: {} · {}-byte messages · per method: {} warm-up ping-pongs, {} latency ping-pongs, {} throughput messages, {:.1} s idle\n\n",
-        h.host.git_revision,
-        h.host.kernel,
-        h.host.cpu_model,
-        h.host.cores,
-        h.study.clock.describe(),
-        h.study.pinning,
-        h.study.msg_bytes,
-        group(h.study.warmup),
-        group(h.study.messages),
-        group(h.study.messages),
-        h.study.idle_s,
-    )
+/// The study's report before its rows: the header lines.
+pub fn report(h: &Header) -> Report {
+    let mut r = Report::new("pfs bench ipc", h);
+    r.lines = vec![
+        format!("clock: {}", h.study.clock.describe()),
+        format!(
+            "pinning: {} · {}-byte messages · per method: {} warm-up ping-pongs, {} latency ping-pongs, {} throughput messages, {:.1} s idle",
+            h.study.pinning,
+            h.study.msg_bytes,
+            group(h.study.warmup),
+            group(h.study.messages),
+            group(h.study.messages),
+            h.study.idle_s,
+        ),
+    ];
+    r
+}
+
+/// The whole report: header lines, the rows (the footer below them), and
+/// the ratios, warnings and wall time in JSON.
+pub fn finish(
+    report: Report,
+    h: &Header,
+    rows: &[Row],
+    ratios: &[VsUnixEpoll],
+    warnings: &[String],
+    wall_s: f64,
+) -> Report {
+    let footer = footer_text(rows, ratios, warnings, wall_s);
+    report
+        .section(Section::new("rows", view(rows), data(h, rows)).noted(footer.trim_matches('\n')))
+        .field("study", "ipc")
+        .field("warnings", warnings.to_vec())
+        .field("wall_s", wall_s)
+        .field("vs_unix_epoll", serde_json::to_value(ratios).unwrap_or_default())
 }
 
 /// Columns of the terminal table (under the group titles of [`table_head`]).
@@ -176,12 +193,32 @@ fn fixed(v: Option<f64>, decimals: usize) -> String {
     v.map_or_else(|| "n/a".into(), |v| format!("{v:.decimals$}"))
 }
 
-/// One table line; a failed row gives its reason instead of numbers.
-pub fn table_row(r: &Row) -> String {
+/// One line of the terminal table, for printing rows as they finish; a
+/// failed row gives its status and reason instead of numbers.
+pub fn view_line(r: &Row) -> String {
     if !r.ok() {
         return format!("{:<11} {}", r.method, r.status);
     }
-    let row = vec![
+    Table::new(&VIEW).text_row(&view_row(r)).trim_end().to_string()
+}
+
+/// The table of every row (a failed row: `—` in every figure).
+pub fn view(rows: &[Row]) -> Table {
+    let mut t = Table::new(&VIEW);
+    for r in rows {
+        if r.ok() {
+            t.push(view_row(r));
+        } else {
+            let mut cells = vec![Cell::text(&r.method)];
+            cells.resize(VIEW.len(), Cell::Missing);
+            t.push(cells);
+        }
+    }
+    t
+}
+
+fn view_row(r: &Row) -> Vec<Cell> {
+    vec![
         Cell::text(&r.method),
         Cell::Text(lat(r.one_way_mean_cycles)),
         Cell::Text(cyc(r.one_way_p50_cycles)),
@@ -200,8 +237,7 @@ pub fn table_row(r: &Row) -> String {
         Cell::Text(fixed(r.idle_cpu_pct, 1)),
         Cell::Text(fixed(r.vs_unix_epoll, 2)),
         Cell::Num(r.row_wall_s, 1),
-    ];
-    Table::new(&VIEW).text_row(&row).trim_end().to_string()
+    ]
 }
 
 /// Labels, notes, the ratios against unix-epoll and warnings, after the table.
@@ -243,24 +279,6 @@ pub fn footer_text(rows: &[Row], ratios: &[VsUnixEpoll], warnings: &[String], wa
     }
     let _ = writeln!(s, "\nstudy wall time {wall_s:.1} s");
     s
-}
-
-/// The JSON document (stdout with `--json`, ipc.json with `--out`).
-pub fn json(
-    header: &Header,
-    rows: &[Row],
-    ratios: &[VsUnixEpoll],
-    warnings: &[String],
-    wall_s: f64,
-) -> serde_json::Value {
-    serde_json::json!({
-        "study": "ipc",
-        "header": header,
-        "warnings": warnings,
-        "wall_s": wall_s,
-        "rows": rows,
-        "vs_unix_epoll": ratios,
-    })
 }
 
 /// CSV columns, in order: every field of [`Row`].
@@ -315,8 +333,10 @@ pub const COLUMNS: [&str; 47] = [
     "git_revision",
 ];
 
-/// CSV with one line per row; unavailable values are empty.
-pub fn to_csv(header: &Header, rows: &[Row]) -> String {
+/// Every field of every row (CSV, JSON), with the clock and build facts
+/// repeated so that each row stands alone; unavailable values are empty
+/// (CSV) or `null` (JSON).
+pub fn data(header: &Header, rows: &[Row]) -> Table {
     let columns: Vec<Column> = COLUMNS.iter().map(|c| Column::text(c, 0)).collect();
     let mut t = Table::new(&columns);
     for r in rows {
@@ -337,7 +357,7 @@ pub fn to_csv(header: &Header, rows: &[Row]) -> String {
         }
         t.push(COLUMNS.iter().map(|c| Cell::from(&v[*c])).collect());
     }
-    t.csv()
+    t
 }
 
 /// The latency chart: per measured row, the one-way p50, mean, p99 and p99.9 in ns.
@@ -426,10 +446,10 @@ mod tests {
         let head = table_head();
         let mut r = row(IpcMethod::UnixEpoll, 25_000.0);
         r.row_wall_s = 12.0;
-        let line = table_row(&r);
+        let line = view_line(&r);
         let width = head.lines().nth(1).unwrap().chars().count();
         assert_eq!(line.chars().count(), width, "\n{head}\n{line}");
         r.status = Status::failed_because("boom");
-        assert!(table_row(&r).contains("failed: boom"));
+        assert!(view_line(&r).contains("failed: boom"));
     }
 }
