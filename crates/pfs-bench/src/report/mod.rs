@@ -392,9 +392,9 @@ impl Section {
 pub struct Report {
     /// `pfs bench files` …: how the first line names the study.
     pub title: String,
-    /// Build and machine.
-    pub host: Host,
-    /// The header as JSON (host facts and the study's settings).
+    /// Build and machine (`None`: a study that reports none, `pfs bench exec`).
+    pub host: Option<Host>,
+    /// The header as JSON (host facts and the study's settings; `null`: none).
     pub header: serde_json::Value,
     /// The study's settings, one line each, after the host line.
     pub lines: Vec<String>,
@@ -409,8 +409,20 @@ impl Report {
     pub fn new<S: Serialize>(title: impl Into<String>, header: &Header<S>) -> Self {
         Self {
             title: title.into(),
-            host: header.host.clone(),
+            host: Some(header.host.clone()),
             header: serde_json::to_value(header).unwrap_or_default(),
+            lines: Vec::new(),
+            sections: Vec::new(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// A report without host facts or header: `title` is its whole first line.
+    pub fn plain(title: impl Into<String>) -> Self {
+        Self {
+            title: title.into(),
+            host: None,
+            header: serde_json::Value::Null,
             lines: Vec::new(),
             sections: Vec::new(),
             extra: serde_json::Map::new(),
@@ -442,11 +454,13 @@ impl Report {
     /// The header block of the terminal report, with a blank line after it
     /// (studies that print rows as they run print this first).
     pub fn text_header(&self) -> String {
-        let h = &self.host;
-        let mut s = format!(
-            "{} — {} · kernel {} · {} · {} cores\n",
-            self.title, h.git_revision, h.kernel, h.cpu_model, h.cores
-        );
+        let mut s = match &self.host {
+            Some(h) => format!(
+                "{} — {} · kernel {} · {} · {} cores\n",
+                self.title, h.git_revision, h.kernel, h.cpu_model, h.cores
+            ),
+            None => format!("{}\n", self.title),
+        };
         for l in &self.lines {
             s.push_str(l);
             s.push('\n');
@@ -475,11 +489,13 @@ impl Report {
 
     /// The Markdown report: header lines, then each section.
     pub fn markdown(&self) -> String {
-        let h = &self.host;
-        let mut s = format!(
-            "Revision `{}` · {} cores · {} · kernel {}  \n",
-            h.git_revision, h.cores, h.cpu_model, h.kernel
-        );
+        let mut s = match &self.host {
+            Some(h) => format!(
+                "Revision `{}` · {} cores · {} · kernel {}  \n",
+                h.git_revision, h.cores, h.cpu_model, h.kernel
+            ),
+            None => format!("{}  \n", self.title),
+        };
         for l in &self.lines {
             let _ = write!(s, "{l}  \n");
         }
@@ -502,7 +518,9 @@ impl Report {
     /// The JSON document: `header`, each section's rows under its key, the extra fields.
     pub fn json(&self) -> serde_json::Value {
         let mut doc = self.extra.clone();
-        doc.insert("header".into(), self.header.clone());
+        if !self.header.is_null() {
+            doc.insert("header".into(), self.header.clone());
+        }
         for sec in &self.sections {
             if let Some(key) = sec.key {
                 doc.insert(key.into(), sec.data.json());
