@@ -194,7 +194,10 @@ pub fn run(args: BenchExecArgs) -> anyhow::Result<Outcome> {
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
         let rows = report.get("rows").map(|s| &s.data);
-        std::fs::write(dir.join("bench-exec.csv"), rows.map(Table::csv).unwrap_or_default())?;
+        std::fs::write(
+            dir.join("bench-exec.csv"),
+            rows.map(Table::csv).unwrap_or_default(),
+        )?;
         std::fs::write(
             dir.join("bench-exec.json"),
             serde_json::to_string_pretty(&rows.map(Table::json).unwrap_or_default())?,

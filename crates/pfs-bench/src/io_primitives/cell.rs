@@ -192,6 +192,27 @@ impl Cell {
         self
     }
 
+    /// A cell of `method` that failed for `why`, for tests of the report.
+    #[cfg(test)]
+    pub fn failed_for_test(method: SendMethod, why: &str) -> Self {
+        let spec = CellSpec {
+            method,
+            size: 64,
+            threads: 1,
+            duration: Duration::from_millis(500),
+            pin: false,
+            ncpu: 2,
+            pool: 64,
+            zc_inflight: 8,
+            gram_msgs: 16,
+            gram_encoding: pfs_wire::Encoding::Absolute,
+            descs_per_msg: 1,
+            nodelay: true,
+            timeout: Duration::from_secs(1),
+        };
+        Cell::new(&spec).failed(why.into())
+    }
+
     /// Whether the cell produced numbers.
     pub fn ok(&self) -> bool {
         self.status.ran()

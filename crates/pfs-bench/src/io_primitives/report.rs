@@ -347,7 +347,9 @@ pub fn data(cells: &[Cell]) -> Table {
             num(c.cpu_sys_s, 6),
             num(c.cpu_s, 6),
             num(c.cpu_ns_per_byte, 6),
-            c.cycles_per_byte.filter(|_| ok).map_or(Shown::Missing, |v| Shown::Num(v, 4)),
+            c.cycles_per_byte
+                .filter(|_| ok)
+                .map_or(Shown::Missing, |v| Shown::Num(v, 4)),
             opt(c.llc_misses),
             opt(c.zc_completions),
             opt(c.zc_copied),
@@ -468,6 +470,38 @@ mod tests {
              send_calls,calls_per_msg,ctx_switches,ctx_voluntary,ctx_involuntary,cpu_user_s,cpu_sys_s,cpu_s,cpu_ns_per_byte,\
              cycles_per_byte,llc_misses,zc_completions,zc_copied,msgs_per_gram,grams,status,error,notes\n"
         );
+    }
+
+    #[test]
+    fn a_cell_that_did_not_run_has_no_figure_in_any_format() {
+        let h = Header {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: IoSettings {
+                pinning: "unpinned".into(),
+                tcp_nodelay: true,
+                duration_s: 0.5,
+                pool: 64,
+                zc_inflight: 8,
+                gram_payload: 65536,
+                gram_encoding: "absolute one per message".into(),
+                hardware_counters: "n/a".into(),
+                units: UNITS.into(),
+            },
+        };
+        let cells = vec![Cell::failed_for_test(SendMethod::A3, "no zerocopy here")];
+        let r = finish(report(&h), &cells, &ratios(&cells), 1.0);
+        crate::report::check_not_run_row(&r, "a3");
+        let j = r.json();
+        assert_eq!(j["cells"][0]["status"], "failed");
+        assert_eq!(j["cells"][0]["error"], "no zerocopy here");
+        assert!(j["cells"][0]["gbit_s"].is_null());
+        assert!(view_line(&cells[0]).contains("failed: no zerocopy here"));
     }
 
     #[test]

@@ -442,6 +442,42 @@ mod tests {
     }
 
     #[test]
+    fn a_row_that_did_not_run_has_no_figure_in_any_format() {
+        let h = Header {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: IpcSettings {
+                clock: Clock::detect(),
+                pinning: "unpinned".into(),
+                msg_bytes: 64,
+                messages: 1000,
+                warmup: 10,
+                idle_s: 0.1,
+                timeout_s: 1.0,
+                units: UNITS.into(),
+            },
+        };
+        let mut failed = row(IpcMethod::Pipe, 0.0);
+        failed.one_way_mean_ns = None;
+        failed.status = Status::failed_because("the server exited with status 1");
+        failed.messages = 1000;
+        failed.row_wall_s = 1.5;
+        let mut rows = vec![row(IpcMethod::UnixEpoll, 25_000.0), failed];
+        let ratios = ratios(&mut rows);
+        let r = finish(report(&h), &h, &rows, &ratios, &[], 1.0);
+        crate::report::check_not_run_row(&r, "pipe");
+        let j = r.json();
+        assert_eq!(j["rows"][1]["status"], "failed");
+        assert_eq!(j["rows"][1]["error"], "the server exited with status 1");
+        assert!(j["rows"][1]["one_way_mean_ns"].is_null());
+    }
+
+    #[test]
     fn table_lines_line_up() {
         let head = table_head();
         let mut r = row(IpcMethod::UnixEpoll, 25_000.0);

@@ -478,6 +478,59 @@ mod tests {
     }
 
     #[test]
+    fn a_row_that_did_not_run_has_no_figure_in_any_format() {
+        let mut res = Results::default();
+        res.fio.push(FioRow {
+            path: ReadPath::Tmpfs,
+            workload: WORKLOADS[0],
+            runs: vec![run(100.0), run(150.0)],
+            notes: String::new(),
+        });
+        res.fio.push(FioRow {
+            path: ReadPath::Cold,
+            workload: WORKLOADS[0],
+            runs: vec![Measured::skipped("needs root"); 2],
+            notes: String::new(),
+        });
+        res.tree.push(TreeRow {
+            label: TREE_LABELS[2].into(),
+            run: Measured::failed_because("boom"),
+            notes: String::new(),
+        });
+        let h = MountHeader {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: super::super::MountSettings {
+                fio: "fio-3.33".into(),
+                fuse: "enable_uring".into(),
+                mounts: "m".into(),
+                file_bytes: 1,
+                runtime_s: 1.0,
+                ramp_s: 0.0,
+                fuse_threads: 1,
+                first_byte_bytes: 1,
+                rounds: 1,
+                tree: "t".into(),
+                seed: "0x5eed".into(),
+                placement: "p".into(),
+                method: "m".into(),
+                units: "MB = 10^6".into(),
+            },
+        };
+        let r = report(&h, &res);
+        crate::report::check_not_run_row(&r, ReadPath::Cold.label());
+        crate::report::check_not_run_row(&r, TREE_LABELS[2]);
+        let j = r.json();
+        assert_eq!(j["metadata"], serde_json::json!([]));
+        assert!(j["targets"].as_array().is_some_and(|t| !t.is_empty()), "{j}");
+    }
+
+    #[test]
     fn targets_say_not_run_without_their_rows() {
         let mut res = Results::default();
         res.tree.push(TreeRow {

@@ -530,6 +530,92 @@ impl Report {
     }
 }
 
+/// Checks every study's report must pass, for its tests: the row labelled
+/// `label` did not run, so it shows `—` in every figure of the terminal and
+/// Markdown tables, is empty in CSV and `null` in JSON, and never `0`; and
+/// no rendering names an issue by number.
+#[cfg(test)]
+pub(crate) fn check_not_run_row(report: &Report, label: &str) {
+    let text = report.text();
+    let md = report.markdown();
+    let json = report.json().to_string();
+    let csvs: Vec<String> = report.sections.iter().map(|s| s.data.csv()).collect();
+    for out in [&text, &md, &json].into_iter().chain(&csvs) {
+        assert!(!names_an_issue(out), "an issue number in:\n{out}");
+    }
+    let mut seen = false;
+    for sec in &report.sections {
+        for (table, is_view) in [(&sec.view, true), (&sec.data, false)] {
+            for row in &table.rows {
+                if !row.iter().any(|c| *c == Cell::text(label)) {
+                    continue;
+                }
+                seen = true;
+                let figures: Vec<(&Column, &Cell)> = table
+                    .columns
+                    .iter()
+                    .zip(row)
+                    .filter(|(c, _)| c.numeric || !is_view)
+                    .filter(|(_, v)| {
+                        matches!(v, Cell::Num(..) | Cell::Int(_) | Cell::Exact(_) | Cell::Missing)
+                    })
+                    .collect();
+                assert!(
+                    figures.iter().any(|(_, v)| **v == Cell::Missing),
+                    "{label}: no missing figure in {row:?}"
+                );
+                for (c, v) in &figures {
+                    assert!(
+                        !matches!(v, Cell::Num(x, _) if *x == 0.0) && **v != Cell::Int(0),
+                        "{label}: a zero in {} of {row:?}",
+                        c.title
+                    );
+                }
+                if is_view {
+                    let line = table.text_row(row);
+                    assert!(line.contains('—'), "{line}");
+                    let md_line = format!(
+                        "| {} |",
+                        row.iter()
+                            .map(|c| c.shown().replace('|', "/"))
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    );
+                    assert!(md.contains(&md_line) && md_line.contains("| — |"), "{md_line}");
+                } else {
+                    let mut one = Table::new(&table.columns);
+                    one.push(row.clone());
+                    let csv_line = one.csv().lines().nth(1).unwrap_or_default().to_string();
+                    assert!(csv_line.contains(",,") || csv_line.ends_with(','), "{csv_line}");
+                    assert!(
+                        !csv_line.contains(",0,") && !csv_line.contains(",0.0"),
+                        "{csv_line}"
+                    );
+                    let j = one.json();
+                    assert!(
+                        j[0].as_object()
+                            .is_some_and(|o| o.values().any(serde_json::Value::is_null)),
+                        "{j}"
+                    );
+                    assert!(json.contains("null"), "{json}");
+                }
+            }
+        }
+    }
+    assert!(seen, "no row labelled {label}");
+}
+
+/// Whether `s` says `issue` followed by a number (`issue 15`, `issue #14`).
+#[cfg(test)]
+pub(crate) fn names_an_issue(s: &str) -> bool {
+    let l = s.to_lowercase();
+    l.match_indices("issue").any(|(i, w)| {
+        l[i + w.len()..]
+            .trim_start_matches([' ', '#'])
+            .starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,6 +653,33 @@ mod tests {
         let j = t.json();
         assert_eq!(j[0]["MB/s"], 12.345);
         assert!(j[1]["MB/s"].is_null());
+    }
+
+    #[test]
+    fn issue_numbers_are_found() {
+        assert!(names_an_issue("the issue 15 figure"));
+        assert!(names_an_issue("Issue #14"));
+        assert!(!names_an_issue("an issue with 2 rows"));
+        assert!(!names_an_issue("figure"));
+    }
+
+    #[test]
+    fn one_report_path() {
+        let mut r = Report::plain("pfs bench test").section(
+            Section::one("rows", table())
+                .titled("Rows")
+                .noted("MB = 10^6 bytes."),
+        );
+        r.lines.push("setting: x".into());
+        assert_eq!(
+            r.text(),
+            "pfs bench test\nsetting: x\n\nRows:\nlabel    MB/s notes\na,b      12.3 x|y\nskip        — skipped: why\n\nMB = 10^6 bytes.\n"
+        );
+        assert!(r.markdown().contains("**Rows**\n\n| label |"), "{}", r.markdown());
+        assert_eq!(r.json()["rows"][1]["MB/s"], serde_json::Value::Null);
+        assert!(r.json().get("header").is_none());
+        assert_eq!(r.csv("rows").unwrap(), table().csv());
+        check_not_run_row(&r, "skip");
     }
 
     #[test]

@@ -1212,6 +1212,19 @@ mod tests {
                 facts(l1),
             ),
         ];
+        let cut = vec![(
+            l1,
+            vec![row("A", 5.0), Row::cut("C", "Transfer", "stopped".into())],
+            facts(l1),
+        )];
+        let report = link_report(
+            &super::super::table::tests::test_header(None),
+            &cut,
+            figure(&cut, 500.0),
+            500.0,
+        );
+        crate::report::check_not_run_row(&report, "C");
+        assert_eq!(report.json()["steps"][0]["rows"][1]["notes"], "cut: stopped");
         let t = figure(&done, 500.0).text();
         let lines: Vec<&str> = t.lines().skip(1).collect();
         assert_eq!(lines.len(), 4, "{t}");

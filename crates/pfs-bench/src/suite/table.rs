@@ -167,7 +167,7 @@ pub fn rows_report(header: &SuiteHeader, rows: &[Row]) -> Report {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -199,6 +199,55 @@ mod tests {
         assert!(line.ends_with(",skipped: scp not installed"), "{line}");
         assert!(d.json()[0]["effective_mb"].is_null());
         assert_eq!(d.json()[0]["notes"], "skipped: scp not installed");
+    }
+
+    /// A suite header for tests.
+    pub(crate) fn test_header(link: Option<crate::suite::link::LinkHeader>) -> SuiteHeader {
+        SuiteHeader {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: crate::suite::row::SuiteSettings {
+                thp_mode: "madvise".into(),
+                sender_blob: "THP".into(),
+                receiver_blob: "THP".into(),
+                blob_bytes: 1 << 24,
+                sender_setup: "map".into(),
+                receiver_setup: "map".into(),
+                units: "MB = 10^6".into(),
+                path: "loopback".into(),
+                pinning: "unpinned".into(),
+                link,
+            },
+        }
+    }
+
+    #[test]
+    fn a_row_that_did_not_run_has_no_figure_in_any_format() {
+        let ran = Row::measured(
+            "Conventional (iperf3)",
+            "Transfer",
+            2_000_000,
+            2_100_000,
+            1.0,
+            0.1,
+            0.2,
+        );
+        let skipped = Row::skipped("Conventional (scp)", "Transfer", "scp not installed".into());
+        let failed = Row::failed(
+            "Conventional (rsync)",
+            "Transfer",
+            &anyhow::anyhow!("daemon will not start"),
+        );
+        let r = rows_report(&test_header(None), &[ran, skipped, failed]);
+        crate::report::check_not_run_row(&r, "Conventional (scp)");
+        crate::report::check_not_run_row(&r, "Conventional (rsync)");
+        assert_eq!(r.json()["rows"][2]["notes"], "failed: daemon will not start");
+        assert!(r.text().contains("receiver blob setup: map"));
     }
 
     #[test]

@@ -1751,6 +1751,52 @@ mod tests {
     }
 
     #[test]
+    fn a_row_that_did_not_run_has_no_figure_in_any_format() {
+        let pfs = Tool::Pfs(StorageKind::DestOnly);
+        let mut skipped = row(FsKind::Ext4, Case::ColdFile, Tool::Rsync, 1.0, 100, None);
+        skipped.row = Row::skipped(&skipped.row.label.clone(), "Transfer", "needs root".into());
+        skipped.elapsed_range = None;
+        let label = skipped.row.label.clone();
+        let rows = vec![
+            row(FsKind::Ext4, Case::ColdFile, pfs, 3.0, 100, Some((200, 100))),
+            skipped,
+        ];
+        let header = FilesHeader {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: FilesSettings {
+                version_a: "a".into(),
+                version_b: "b".into(),
+                version_a_bytes: 1,
+                version_b_bytes: 1,
+                version_a_files: 1,
+                version_b_files: 1,
+                small_a: "sa".into(),
+                small_b: "sb".into(),
+                cold_bytes: 1,
+                cold_file_bytes: 1,
+                filesystems: vec!["ext4".into()],
+                receiver_storage: "dest".into(),
+                network: "loopback".into(),
+                placement: "tmpfs".into(),
+                method: "cold cache".into(),
+                units: "MB = 10^6".into(),
+            },
+        };
+        let r = report(&header, &rows);
+        crate::report::check_not_run_row(&r, &label);
+        let t = &r.json()["targets"];
+        assert_eq!(t[0]["verdict"], "not run", "{t}");
+        assert!(t[0]["value"].is_null(), "{t}");
+        assert!(r.text().contains("figure"));
+    }
+
+    #[test]
     fn ratios_and_targets_compare_rows_of_one_filesystem() {
         let pfs = Tool::Pfs(StorageKind::DestOnly);
         let mut rows = vec![
