@@ -497,7 +497,7 @@ impl Report {
             None => format!("{}  \n", self.title),
         };
         for l in &self.lines {
-            let _ = write!(s, "{l}  \n");
+            let _ = writeln!(s, "{l}  ");
         }
         s.push('\n');
         for (i, sec) in self.sections.iter().enumerate() {
