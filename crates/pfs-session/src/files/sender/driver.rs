@@ -6,7 +6,8 @@ use std::time::Duration;
 use pfs_transport::Transport;
 
 use super::core::{FilesSender, FilesSenderEvent};
-use super::host::{FilesPrepare, LocalSource};
+use super::host::FilesPrepare;
+use super::local::LocalSource;
 use super::store_hex;
 use super::{FilesItem, FilesProgress, FilesSenderConfig, FilesSenderOutcome};
 use crate::files::bwlimit::{write_paced, BwLimit};
@@ -83,7 +84,7 @@ fn send<T: Transport + ?Sized>(
     let (sent, received) = core.wire_bytes();
     let report = core.take_report();
     let deletion = core.take_deletion();
-    let (repaired_chunks, repaired_bytes) = core.repaired;
+    let (repaired_chunks, repaired_bytes) = core.repaired();
     let elapsed = now() - core.started();
     let (report, messages) = match report {
         Some((r, m)) => (Some(r), m),
