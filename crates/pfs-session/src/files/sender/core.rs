@@ -87,7 +87,7 @@ pub enum FilesSenderEvent {
 ///      the error of a read that timed out).
 /// 3. The outcome: [`Self::summary`], [`Self::accept`],
 ///    [`Self::index_counts`], [`Self::probed`], [`Self::wire_bytes`],
-///    [`Self::repaired`], [`Self::skipped`], [`Self::dropped`],
+///    [`Self::repaired`], [`Self::unreadable`], [`Self::dropped`],
 ///    [`Self::take_report`], [`Self::take_deletion`].
 ///
 /// Any error ends the session; the host then tells the receiver why (an
@@ -332,7 +332,7 @@ impl<'a> FilesSender<'a> {
     }
 
     /// Entries left out because they could not be read.
-    pub fn skipped(&self) -> u64 {
+    pub fn unreadable(&self) -> u64 {
         self.unreadable
     }
 

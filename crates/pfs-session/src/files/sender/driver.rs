@@ -106,7 +106,7 @@ fn send<T: Transport + ?Sized>(
         elapsed,
         usage: thread_usage().plus(&t.helper_usage()).since(&usage0),
         warnings,
-        skipped: core.skipped(),
+        unreadable: core.unreadable(),
         dropped: core.dropped(),
         deletion,
     })

@@ -329,9 +329,10 @@ pub struct FilesSenderOutcome {
     pub usage: Usage,
     /// Warnings (cache trouble, files that changed while sent).
     pub warnings: Vec<String>,
-    /// Entries left out because they could not be read while the session
-    /// ran (each also has a warning): the transfer is partial.
-    pub skipped: u64,
+    /// Entries left out because they could not be read (each also has a
+    /// warning): the transfer is partial. The driver counts those the
+    /// session could not read; a caller adds [`Scanned::unreadable`].
+    pub unreadable: u64,
     /// Entries given up on while streaming (FILE_DROP: changed, shrunk or
     /// unreadable after their FILE was sent); also in the receiver's
     /// `files_failed`, listed in its messages with the reason.
