@@ -26,7 +26,7 @@ use pfs_wire::{FrameHeader, FrameType, FRAME_HEADER_LEN};
 use super::batch::Outbox;
 use super::delete::Deletion;
 use super::fill;
-use super::host::{first_failure, FilesSource, Streamed, Unreadable};
+use super::host::{first_failure, FilesSource, Unreadable};
 use super::index::IndexFetch;
 use super::plan::{Partial, Plans};
 use super::probe::Probe;
@@ -781,26 +781,14 @@ impl<'a> FilesSender<'a> {
         let Some(st) = self.stream.file.as_mut() else {
             return Ok(());
         };
-        if let Some(why) = st.failed.take() {
-            return self.drop_item(no, &why, src);
-        }
-        if first == st.chunks.len() && st.done.is_none() {
-            match src.stream_next(&mut st.chunks) {
-                Streamed::More => {}
-                Streamed::Done(r) => st.done = Some(r),
-                Streamed::Failed(why) => return self.drop_item(no, &why, src),
-            }
-            if first == st.chunks.len() && st.done.is_none() {
-                // Nothing new yet: asked again on the next step.
-                return Ok(());
-            }
+        match st.cut_more(first, src) {
+            Ok(true) => {}
+            // Nothing new yet: asked again on the next step.
+            Ok(false) => return Ok(()),
+            Err(why) => return self.drop_item(no, &why, src),
         }
         let size = self.items[no].announced_size();
-        if st
-            .chunks
-            .last()
-            .is_some_and(|c| c.offset + u64::from(c.len) > size)
-        {
+        if st.ends_past(size) {
             // Its FILE promised `size` bytes: more would be a protocol error.
             return self.drop_item(
                 no,

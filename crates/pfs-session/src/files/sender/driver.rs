@@ -79,6 +79,12 @@ fn send<T: Transport + ?Sized>(
     if core.is_dry_run() {
         let _ = t.shutdown_write();
     }
+    let usage = thread_usage().plus(&t.helper_usage()).since(&usage0);
+    Ok(outcome(core, usage, warnings))
+}
+
+/// What the finished session `core` learnt and did.
+fn outcome(mut core: FilesSender<'_>, usage: pfs_sys::Usage, warnings: Vec<String>) -> FilesSenderOutcome {
     let accept = core.accept().copied();
     let (fetched, cached) = core.index_counts();
     let (sent, received) = core.wire_bytes();
@@ -90,7 +96,7 @@ fn send<T: Transport + ?Sized>(
         Some((r, m)) => (Some(r), m),
         None => (None, String::new()),
     };
-    Ok(FilesSenderOutcome {
+    FilesSenderOutcome {
         plan: core.summary(),
         store_id: accept.map(|a| store_hex(&a.store_id)).unwrap_or_default(),
         store_generation: accept.map_or(0, |a| a.generation),
@@ -104,12 +110,12 @@ fn send<T: Transport + ?Sized>(
         repaired_chunks,
         repaired_bytes,
         elapsed,
-        usage: thread_usage().plus(&t.helper_usage()).since(&usage0),
+        usage,
         warnings,
         unreadable: core.unreadable(),
         dropped: core.dropped(),
         deletion,
-    })
+    }
 }
 
 /// After a failed write the receiver has usually said why in an ERROR

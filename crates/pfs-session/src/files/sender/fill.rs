@@ -30,20 +30,12 @@ pub(super) fn file_frame(
     let (kind, link) = entry_kind(e);
     let linked = item.hard_link.as_ref().filter(|_| !listing);
     let link = linked.map_or(link, |t| t.as_bytes());
-    out.xattrs.clear();
-    let mut warning = None;
-    if !e.meta.xattrs.is_empty() && !listing {
-        // Whatever else the frame holds, it stays a control frame.
-        let room = MAX_CONTROL_BODY as usize - FILE_FIXED_LEN - e.rel.as_bytes().len() - link.len() - 17;
-        let attrs = e.meta.xattrs.iter().map(|(n, v)| (&n[..], &v[..]));
-        let left_out = Xattrs::encode(attrs, room, &mut out.xattrs);
-        if left_out > 0 {
-            warning = Some(format!(
-                "{}: {left_out} extended attributes not sent (more than one FILE frame holds)",
-                e.abs.display()
-            ));
-        }
-    }
+    let warning = if listing {
+        out.xattrs.clear();
+        None
+    } else {
+        encode_xattrs(&mut out.xattrs, e, link.len())
+    };
     let (size, file_hash, chunk_count) = match (&item.recipe, item.size_and_hash()) {
         _ if listing || linked.is_some() => match e.kind {
             WalkKind::File { size } => (size, [0; 32], 0),
@@ -80,6 +72,26 @@ pub(super) fn file_frame(
     .emit(&mut out.frame);
     debug_assert!(kind != EntryKind::File || chunk_count == 0 || item.recipe.is_some());
     warning
+}
+
+/// The extended attributes of `e` into `buf`, as many as a FILE frame
+/// (a control frame) holds beside its path and a link of `link_len`
+/// bytes; a warning if some had to be left out.
+fn encode_xattrs(buf: &mut Vec<u8>, e: &pfs_files::Entry, link_len: usize) -> Option<String> {
+    buf.clear();
+    if e.meta.xattrs.is_empty() {
+        return None;
+    }
+    // Whatever else the frame holds, it stays a control frame.
+    let room = MAX_CONTROL_BODY as usize - FILE_FIXED_LEN - e.rel.as_bytes().len() - link_len - 17;
+    let attrs = e.meta.xattrs.iter().map(|(n, v)| (&n[..], &v[..]));
+    let left_out = Xattrs::encode(attrs, room, buf);
+    (left_out > 0).then(|| {
+        format!(
+            "{}: {left_out} extended attributes not sent (more than one FILE frame holds)",
+            e.abs.display()
+        )
+    })
 }
 
 /// One CHUNKS frame of entry `no` (`item`) from `chunks[first]` on into

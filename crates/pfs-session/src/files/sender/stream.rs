@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use pfs_files::{ChunkRef, Recipe, RelPath};
 
 use super::core::FilesSenderEvent;
+use super::host::{FilesSource, Streamed};
 use super::plan::Partial;
 use super::{FilesItem, FilesProgress};
 
@@ -53,6 +54,36 @@ pub(super) struct StreamedFile {
 }
 
 impl StreamedFile {
+    /// Asks `src` for more chunks once every chunk cut so far went out
+    /// (`first` is the next to send): whether there is more to send now
+    /// (chunks, or the end), or why the file cannot be finished.
+    pub(super) fn cut_more<S: FilesSource + ?Sized>(
+        &mut self,
+        first: usize,
+        src: &mut S,
+    ) -> Result<bool, String> {
+        if let Some(why) = self.failed.take() {
+            return Err(why);
+        }
+        if first < self.chunks.len() || self.done.is_some() {
+            return Ok(true);
+        }
+        match src.stream_next(&mut self.chunks) {
+            Streamed::More => {}
+            Streamed::Done(r) => self.done = Some(r),
+            Streamed::Failed(why) => return Err(why),
+        }
+        Ok(first < self.chunks.len() || self.done.is_some())
+    }
+
+    /// Whether its chunks run past the `size` its FILE announced (more
+    /// would be a protocol error).
+    pub(super) fn ends_past(&self, size: u64) -> bool {
+        self.chunks
+            .last()
+            .is_some_and(|c| c.offset + u64::from(c.len) > size)
+    }
+
     /// A file that is sent STREAMED only to be dropped, for `why`
     /// (entries are numbered: it still needs its FILE).
     pub(super) fn failed(why: String) -> Self {
@@ -170,7 +201,7 @@ impl Stream {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{file_item, recipe};
+    use super::super::tests::{file_item, recipe, MemFiles};
     use super::*;
 
     fn bytes_of(e: Option<FilesSenderEvent>) -> (u64, u64) {
@@ -217,6 +248,24 @@ mod tests {
         assert!(s.changed.is_none() && s.file.is_none());
         assert_eq!(s.dropped(), 1);
         assert!(s.is_orphan(&link));
+    }
+
+    #[test]
+    fn a_streamed_file_asks_for_more_only_when_all_was_sent() {
+        let mut src = MemFiles::new(Vec::new());
+        let mut st = StreamedFile {
+            chunks: recipe(&[[1; 32], [2; 32]]).chunks,
+            ..StreamedFile::default()
+        };
+        assert_eq!(st.cut_more(1, &mut src), Ok(true), "chunk 1 is still to send");
+        assert!(!st.ends_past(200) && st.ends_past(199));
+        // A source that cannot stream says why when asked.
+        let why = st.cut_more(2, &mut src).expect_err("nothing streams");
+        assert!(why.contains("no file is being streamed"), "{why}");
+        st.failed = Some("gone".into());
+        assert_eq!(st.cut_more(0, &mut src), Err("gone".to_string()));
+        st.done = Some(recipe(&[[1; 32], [2; 32]]));
+        assert_eq!(st.cut_more(2, &mut src), Ok(true), "the end is there to send");
     }
 
     #[test]
