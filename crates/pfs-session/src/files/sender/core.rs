@@ -216,9 +216,10 @@ impl<'a> FilesSender<'a> {
             }
             self.reply(h, &rest[FRAME_HEADER_LEN..end], src)?;
             used += end;
+            self.replies.handled(end);
         }
         self.replies
-            .consumed(now, self.cfg.reply_timeout, used, &input[used..]);
+            .arrived(now, self.cfg.reply_timeout, used, &input[used..]);
         Ok(used)
     }
 
@@ -692,7 +693,7 @@ impl<'a> FilesSender<'a> {
     }
 
     fn progress(&mut self, last: bool) {
-        let total = (self.items.len() as u64, self.plans.summary().total_bytes);
+        let total = (self.items.len() as u64, self.plans.total_bytes());
         self.stream.progress(self.now, last, total, self.out.sent());
     }
 

@@ -47,6 +47,11 @@ impl Plans {
         self.summary
     }
 
+    /// File bytes in the plan.
+    pub(super) fn total_bytes(&self) -> u64 {
+        self.summary.total_bytes
+    }
+
     /// How the chunks of entry `no` travel.
     pub(super) fn of(&self, no: usize) -> &[ChunkPlan] {
         self.plans.get(no).map_or(&[], Vec::as_slice)

@@ -41,10 +41,14 @@ impl Replies {
         self.deadline = Some(Self::clock(now, timeout));
     }
 
-    /// `used` bytes of whole replies were consumed at `now`, and `rest`
-    /// (the start of the next one) is buffered.
-    pub(super) fn consumed(&mut self, now: Instant, timeout: Duration, used: usize, rest: &[u8]) {
-        self.consumed += used as u64;
+    /// A whole reply of `len` bytes was handled.
+    pub(super) fn handled(&mut self, len: usize) {
+        self.consumed += len as u64;
+    }
+
+    /// `used` bytes of whole replies were handled at `now`, and `rest`
+    /// (the start of the next one) is buffered: the next deadline.
+    pub(super) fn arrived(&mut self, now: Instant, timeout: Duration, used: usize, rest: &[u8]) {
         if let Some(clock) = self.deadline.as_mut() {
             if used > 0 {
                 clock.next_frame(now, timeout);
