@@ -828,9 +828,8 @@ impl Connection {
         t.put(Timer::Pto, self.send.pto_deadline(&self.rtt, cfg.max_ack_delay));
         let pacing = open && self.send.has_data() && self.send.window_allows(self.ids.datagram);
         t.put(Timer::Pacing, pacing.then_some(self.send.next_send_time));
-        let grace = self.unreachable_grace();
-        self.timers
-            .put(Timer::Unreachable, self.live.unreachable_at.map(|at| at + grace));
+        let unreachable = self.live.unreachable_at.map(|at| at + self.unreachable_grace());
+        self.timers.put(Timer::Unreachable, unreachable);
     }
 
     /// The next instant [`handle_timeout`](Self::handle_timeout) must run
