@@ -1259,4 +1259,79 @@ mod tests {
         client.handle_timeout(t0 + grace);
         assert_eq!(client.error(), Some(&ConnError::Unreachable(grace)));
     }
+
+    /// Records the events emitted while it is the thread's subscriber:
+    /// each event's fields, by name, as their `Debug` text.
+    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<Event>>>);
+
+    /// One event's fields: name, `Debug` text.
+    type Event = Vec<(String, String)>;
+
+    struct Fields<'a>(&'a mut Vec<(String, String)>);
+
+    impl tracing::field::Visit for Fields<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0.push((field.name().to_string(), format!("{value:?}")));
+        }
+    }
+
+    impl tracing::Subscriber for Recorder {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut fields = Vec::new();
+            event.record(&mut Fields(&mut fields));
+            self.0.lock().unwrap().push(fields);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn the_state_is_a_debug_event_with_deadlines_relative_to_now() {
+        let cfg = UdpConfig::default();
+        let t0 = Instant::now();
+        let events = std::sync::Arc::default();
+        let recorder = Recorder(std::sync::Arc::clone(&events));
+        tracing::subscriber::with_default(recorder, || {
+            let (mut client, _server) = pair(cfg, t0);
+            client.write(&[1; 1000]);
+            let _ = drain(&mut client, t0);
+            let pto = client.timers.get(Timer::Pto).unwrap();
+            client.log_state(t0);
+            client.abort(close_code::ABORT);
+            let events = events.lock().unwrap();
+            let state = events
+                .iter()
+                .find(|e| {
+                    e.iter()
+                        .any(|(k, v)| k == "message" && v == "udp connection state")
+                })
+                .expect("a state event");
+            let field = |name: &str| state.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+            for name in [
+                "cwnd",
+                "srtt",
+                "in_flight",
+                "pto_count",
+                "loss_time",
+                "pto",
+                "bandwidth",
+            ] {
+                assert!(field(name).is_some(), "no {name} in {state:?}");
+            }
+            assert_eq!(field("in_flight").unwrap(), client.send.in_flight.to_string());
+            assert_eq!(field("pto").unwrap(), format!("{:?}", Some(pto - t0)));
+            assert_eq!(field("loss_time").unwrap(), "None");
+            assert!(events.iter().any(|e| e
+                .iter()
+                .any(|(k, v)| k == "message" && v == "udp connection ended")));
+        });
+    }
 }

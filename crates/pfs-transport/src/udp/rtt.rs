@@ -32,7 +32,7 @@ impl RttEstimator {
     pub const fn new() -> Self {
         Self {
             smoothed: None,
-            var: Duration::from_millis(50),
+            var: Duration::from_millis(INITIAL_RTT.as_millis() as u64 / 2),
             latest: INITIAL_RTT,
             min: None,
         }
