@@ -304,6 +304,10 @@ pub struct Connection {
     auth: DatagramAuth,
     live: Liveness,
     stats: UdpStats,
+    /// An input changed what the derived timers (idle, keepalive, stall,
+    /// probe, pacing, unreachable) follow from: they are re-armed once, before the
+    /// table is read, not after every datagram.
+    stale: bool,
 }
 
 impl Connection {
@@ -318,7 +322,6 @@ impl Connection {
         let mut timers = TimerTable::default();
         timers.set(Timer::OpenResend, now);
         timers.set(Timer::Connect, now + cfg.connect_timeout);
-        timers.set(Timer::Idle, now + cfg.idle_timeout);
         let mut c = Self {
             cfg,
             state,
@@ -347,6 +350,7 @@ impl Connection {
                 unreachable_at: None,
             },
             stats: UdpStats::default(),
+            stale: false,
         };
         c.arm_timers();
         c
@@ -470,14 +474,14 @@ impl Connection {
     pub fn write(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.writable());
         self.send.stream.write(data, n);
-        self.arm_timers();
+        self.stale = true;
         n
     }
 
     /// Ends this side's stream after what was written.
     pub fn finish(&mut self) {
         self.send.stream.finish();
-        self.arm_timers();
+        self.stale = true;
     }
 
     /// Copies received bytes, in order, into `out`.
@@ -526,8 +530,10 @@ impl Connection {
             min_rtt = ?self.rtt.min(),
             pto_count = s.pto_count,
             loss_time = ?until(Timer::Loss),
-            pto = ?until(Timer::Pto),
-            next_timer = ?self.timers.next().map(|(t, at)| (t, at.saturating_duration_since(now))),
+            pto = ?self
+                .send
+                .pto_deadline(&self.rtt, self.cfg.max_ack_delay)
+                .map(|at| at.saturating_duration_since(now)),
             floor = s.stream.floor,
             next_new = s.stream.next_new,
             end = s.stream.end,
@@ -586,7 +592,7 @@ impl Connection {
         self.stats.unreachable_hints += 1;
         if self.live.unreachable_at.is_none() {
             self.live.unreachable_at = Some(now);
-            self.arm_timers();
+            self.stale = true;
         }
     }
 
@@ -688,9 +694,7 @@ impl Connection {
             self.stats.bytes_received += datagram.len() as u64;
             self.live.last_recv = now;
             self.live.unreachable_at = None;
-            if self.state != State::Closed {
-                self.timers.set(Timer::Idle, now + self.cfg.idle_timeout);
-            } else if self.close_to_send.is_some() {
+            if self.state == State::Closed && self.close_to_send.is_some() {
                 // The packet broke the protocol: the CLOSE is due now.
                 self.timers.set(Timer::Close, self.live.last_sent.min(now));
             }
@@ -700,7 +704,7 @@ impl Connection {
         } else {
             self.stats.packets_ignored += 1;
         }
-        self.arm_timers();
+        self.stale = true;
     }
 
     /// The listener wants proof of our address: OPEN goes out again at
@@ -801,10 +805,10 @@ impl Connection {
 
     // --------------------------------------------------------------- timers
 
-    /// Re-arms the timers whose deadlines follow from several parts at
-    /// once (the keepalive, stall, probe, pacing and unreachable timers)
-    /// after an input changed them; the others are set where their event
-    /// happens.
+    /// Re-arms the timers whose deadlines follow from the state rather
+    /// than from one event (the idle, keepalive, stall, probe, pacing and
+    /// unreachable timers) after an input changed them; the others are set
+    /// where their event happens.
     fn arm_timers(&mut self) {
         if self.state == State::Closed {
             return;
@@ -812,6 +816,7 @@ impl Connection {
         let open = self.state == State::Open;
         let cfg = &self.cfg;
         let t = &mut self.timers;
+        t.set(Timer::Idle, self.live.last_recv + cfg.idle_timeout);
         // Only an open connection sends keepalives: before the client's
         // first packet nothing may be sent, and a keepalive deadline that
         // nothing moves would make the host spin.
@@ -832,16 +837,25 @@ impl Connection {
         self.timers.put(Timer::Unreachable, unreachable);
     }
 
+    /// Re-arms the derived timers if an input changed them.
+    fn refresh_timers(&mut self) {
+        if self.stale {
+            self.stale = false;
+            self.arm_timers();
+        }
+    }
+
     /// The next instant [`handle_timeout`](Self::handle_timeout) must run
     /// (the earliest armed timer), or `None` once nothing more will be sent.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.next().map(|(_, at)| at)
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.next_timer().map(|(_, at)| at)
     }
 
     /// The earliest armed timer and its deadline.
     #[must_use]
-    pub fn next_timer(&self) -> Option<(Timer, Instant)> {
+    pub fn next_timer(&mut self) -> Option<(Timer, Instant)> {
+        self.refresh_timers();
         self.timers.next()
     }
 
@@ -855,6 +869,8 @@ impl Connection {
             // Nothing in flight: the stall clock runs from the next send.
             self.send.last_progress = now;
         }
+        self.stale = false;
+        self.arm_timers();
         for timer in Timer::ALL {
             if self.state == State::Closed {
                 return;
@@ -918,7 +934,7 @@ impl Connection {
         self.live.last_sent = now;
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += n as u64;
-        self.arm_timers();
+        self.stale = true;
         Some(n)
     }
 
@@ -960,7 +976,7 @@ impl Connection {
         let ack_due = self.recv.ack_now
             || self.recv.ack_pending >= 2
             || self.timers.expired(Timer::Ack, now)
-            || self.timers.expired(Timer::Keepalive, now);
+            || now.saturating_duration_since(self.live.last_sent) >= self.cfg.keepalive;
         if ack_due {
             return Some(self.emit_ack(now, buf));
         }
@@ -1037,6 +1053,12 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// The deadline of `t` in `c`'s table, derived timers re-armed first.
+    fn deadline(c: &mut Connection, t: Timer) -> Option<Instant> {
+        c.refresh_timers();
+        c.timers.get(t)
+    }
+
     fn open_body(conn: u32) -> Open {
         Open {
             conn,
@@ -1082,12 +1104,12 @@ mod tests {
     fn poll_timeout_is_the_earliest_armed_timer() {
         let t0 = Instant::now();
         let cfg = UdpConfig::default();
-        let client = Connection::client(cfg, t0, 1);
+        let mut client = Connection::client(cfg, t0, 1);
         // OPEN is due at once.
         assert_eq!(client.next_timer(), Some((Timer::OpenResend, t0)));
         let (mut client, _server) = pair(cfg, t0);
         assert_eq!(client.next_timer(), Some((Timer::Keepalive, t0 + cfg.keepalive)));
-        assert_eq!(client.timers.get(Timer::Idle), Some(t0 + cfg.idle_timeout));
+        assert_eq!(deadline(&mut client, Timer::Idle), Some(t0 + cfg.idle_timeout));
         assert_eq!(client.timers.get(Timer::Connect), None);
         // Data written: the pacer's timer is the earliest.
         client.write(&[1; 10_000]);
@@ -1101,8 +1123,8 @@ mod tests {
                 assert!(at <= other, "{timer:?} at {at:?} is after {t:?} at {other:?}");
             }
         }
-        assert!(client.timers.get(Timer::Pto).is_some());
-        assert!(client.timers.get(Timer::Stall).is_some());
+        assert!(deadline(&mut client, Timer::Pto).is_some());
+        assert!(deadline(&mut client, Timer::Stall).is_some());
     }
 
     /// Sends what `from` has due, stepping time along its pacing timer,
@@ -1145,11 +1167,11 @@ mod tests {
 
         // Keepalive: an ACK after a quiet interval (both sides).
         let (mut client, mut server) = pair(cfg, t0);
-        let at = client.timers.get(Timer::Keepalive).unwrap();
+        let at = deadline(&mut client, Timer::Keepalive).unwrap();
         client.handle_timeout(at);
         let keepalive = drain(&mut client, at);
         assert_eq!(kinds(&keepalive), [PacketType::Ack]);
-        assert_eq!(client.timers.get(Timer::Keepalive), Some(at + cfg.keepalive));
+        assert_eq!(deadline(&mut client, Timer::Keepalive), Some(at + cfg.keepalive));
         server.handle_timeout(at);
         assert_eq!(kinds(&drain(&mut server, at)), [PacketType::Ack]);
         server.handle_datagram(at, &keepalive[0]);
@@ -1178,7 +1200,7 @@ mod tests {
         assert_eq!(server.timers.get(Timer::Ack), None);
 
         // Pto: no ACK comes back, the oldest bytes go out again.
-        let pto = client.timers.get(Timer::Pto).unwrap();
+        let pto = deadline(&mut client, Timer::Pto).unwrap();
         client.handle_timeout(pto);
         assert_eq!(client.stats().probe_timeouts, 1);
         assert_eq!(client.stats().stream_bytes_resent, 0);
@@ -1247,7 +1269,7 @@ mod tests {
 
         // Idle: nothing from the peer.
         let (mut client, _server) = pair(cfg, t0);
-        let idle = client.timers.get(Timer::Idle).unwrap();
+        let idle = deadline(&mut client, Timer::Idle).unwrap();
         client.handle_timeout(idle);
         assert_eq!(client.error(), Some(&ConnError::Idle(cfg.idle_timeout)));
 
@@ -1255,7 +1277,7 @@ mod tests {
         let (mut client, _server) = pair(cfg, t0);
         client.port_unreachable(t0);
         let grace = client.unreachable_grace();
-        assert_eq!(client.timers.get(Timer::Unreachable), Some(t0 + grace));
+        assert_eq!(deadline(&mut client, Timer::Unreachable), Some(t0 + grace));
         client.handle_timeout(t0 + grace);
         assert_eq!(client.error(), Some(&ConnError::Unreachable(grace)));
     }
@@ -1303,7 +1325,7 @@ mod tests {
             let (mut client, _server) = pair(cfg, t0);
             client.write(&[1; 1000]);
             let _ = drain(&mut client, t0);
-            let pto = client.timers.get(Timer::Pto).unwrap();
+            let pto = deadline(&mut client, Timer::Pto).unwrap();
             client.log_state(t0);
             client.abort(close_code::ABORT);
             let events = events.lock().unwrap();
