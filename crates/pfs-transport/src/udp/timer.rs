@@ -1,7 +1,10 @@
-//! The timer table of a UDP connection: one deadline per [`Timer`] kind,
-//! set and cleared where the event that moves it happens. The connection's
-//! next deadline is the table's earliest; when it passes, the connection
-//! handles each expired kind in the order of the enum.
+//! The timer table of a UDP connection: one deadline per [`Timer`] kind.
+//! The connection sets a deadline where the event that moves it happens
+//! (an ACK owed, an OPEN sent, a loss pending), or, for those that follow
+//! from its state (idle, keepalive, stall, probe, pacing, unreachable),
+//! once before it reads the table. Its next deadline is the table's
+//! earliest; when it passes, the connection handles each expired kind in
+//! the order of the enum.
 
 use std::time::Instant;
 
