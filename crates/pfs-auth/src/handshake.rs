@@ -165,15 +165,35 @@ pub enum HandshakeError {
     /// Noise refused a message: wrong key, wrong pre-shared key, tampered
     /// bytes, or a pattern mismatch.
     #[error("handshake failed: {0}")]
-    Noise(String),
+    Noise(NoiseFailure),
     /// The server requires a pre-shared key the client did not use, or
     /// the other way round.
     #[error("pre-shared key mismatch: one side uses one and the other does not")]
     PskMismatch,
 }
 
+/// Why Noise refused a handshake message ([`HandshakeError::Noise`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NoiseFailure {
+    /// `snow` refused it (its error; shared so the handshake error stays `Clone`).
+    #[error("{0}")]
+    Snow(std::sync::Arc<snow::Error>),
+    /// The handshake ended without the peer's static key.
+    #[error("no remote static key")]
+    NoRemoteStatic,
+    /// The handshake hash is not 32 bytes.
+    #[error("handshake hash length")]
+    HashLength,
+    /// The client's state has no server key to check.
+    #[error("no server key")]
+    NoServerKey,
+}
+
+// snow's errors are plain enums whose `PartialEq` is an equivalence.
+impl Eq for NoiseFailure {}
+
 fn noise(e: snow::Error) -> HandshakeError {
-    HandshakeError::Noise(e.to_string())
+    HandshakeError::Noise(NoiseFailure::Snow(std::sync::Arc::new(e)))
 }
 
 /// A handshake message's header, decoded.
@@ -256,11 +276,11 @@ fn establish(
         .get_remote_static()
         .and_then(|k| <[u8; 32]>::try_from(k).ok())
         .map(PublicKey)
-        .ok_or(HandshakeError::Noise("no remote static key".into()))?;
+        .ok_or(HandshakeError::Noise(NoiseFailure::NoRemoteStatic))?;
     let hash: [u8; 32] = state
         .get_handshake_hash()
         .try_into()
-        .map_err(|_| HandshakeError::Noise("handshake hash length".into()))?;
+        .map_err(|_| HandshakeError::Noise(NoiseFailure::HashLength))?;
     let (k1, k2) = state.dangerously_get_raw_split();
     let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, &hash);
     let cipher = proposal.cipher.name().as_bytes();
@@ -384,7 +404,7 @@ impl ClientHandshake {
             .get_remote_static()
             .and_then(|k| <[u8; 32]>::try_from(k).ok())
             .map(PublicKey)
-            .ok_or(HandshakeError::Noise("no server key".into()))?;
+            .ok_or(HandshakeError::Noise(NoiseFailure::NoServerKey))?;
         self.server = Some(key);
         Ok(key)
     }

@@ -57,7 +57,7 @@ pub enum AuthError {
         /// 1-based line number.
         line: usize,
         /// What is wrong.
-        problem: String,
+        problem: crate::policy::LineProblem,
     },
     /// A key line that does not parse.
     #[error("{what}: {problem}")]

@@ -27,7 +27,7 @@ pub use channel::{
     Prefixed, SecureError, SecureTransport, ServerSecurity, SessionInfo, DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT, MAX_EMPTY_RECORDS,
 };
-pub use handshake::{HandshakeError, Proposal, Psk, Service, DEFAULT_ROTATE_LOG2};
+pub use handshake::{HandshakeError, NoiseFailure, Proposal, Psk, Service, DEFAULT_ROTATE_LOG2};
 pub(crate) use identity::decode_key;
 pub use identity::{
     default_identity_path, public_path, AuthError, Identity, KeyProblem, PublicKey, KEY_LEN, NOISE_PARAMS,
@@ -35,6 +35,6 @@ pub use identity::{
 };
 pub use policy::{
     default_known_hosts_path, known_hosts_line, parse_server_key, AuthorizedKeys, HostCheck, KnownHosts,
-    Rights,
+    LineProblem, Rights,
 };
 pub use record::{Cipher, RecordError};

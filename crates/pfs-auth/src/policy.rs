@@ -97,7 +97,7 @@ impl AuthorizedKeys {
     /// [no-exec] [group=NAME] [comment]` (a `.pub` line as `pfs keygen` writes it is
     /// a valid line); `#` starts a comment anywhere, blank lines are skipped.
     /// Errors carry the 1-based line number.
-    pub fn parse(text: &str) -> Result<Self, (usize, String)> {
+    pub fn parse(text: &str) -> Result<Self, (usize, LineProblem)> {
         let mut keys = HashMap::new();
         for (i, raw) in text.lines().enumerate() {
             let line_no = i + 1;
@@ -106,12 +106,12 @@ impl AuthorizedKeys {
                 continue;
             }
             let mut words = line.split_whitespace();
-            let key = parse_key_words(&mut words).map_err(|p| (line_no, p.to_string()))?;
+            let key = parse_key_words(&mut words).map_err(|p| (line_no, p.into()))?;
             let mut rights = Rights::all(&key);
             // Options first; the first word that does not look like one
             // starts a comment (a `.pub` line's `user@host`). An option
             // after the comment began would be silently lost: refused.
-            let mut comment = None;
+            let mut comment: Option<&str> = None;
             for word in words {
                 let option_like = word.contains('=') || word.starts_with("no-");
                 match (option_like, comment) {
@@ -119,9 +119,10 @@ impl AuthorizedKeys {
                     (true, Some(c)) => {
                         return Err((
                             line_no,
-                            format!(
-                                "option {word:?} after the comment {c:?}: put options before the comment"
-                            ),
+                            LineProblem::AfterComment {
+                                word: word.to_string(),
+                                comment: c.to_string(),
+                            },
                         ))
                     }
                     (false, None) => comment = Some(word),
@@ -129,7 +130,12 @@ impl AuthorizedKeys {
                 }
             }
             if keys.insert(key, rights).is_some() {
-                return Err((line_no, format!("key {} is listed twice", key.fingerprint())));
+                return Err((
+                    line_no,
+                    LineProblem::Twice {
+                        fingerprint: key.fingerprint(),
+                    },
+                ));
             }
         }
         Ok(Self { keys })
@@ -161,7 +167,62 @@ fn parse_key_words<'a>(words: &mut impl Iterator<Item = &'a str>) -> Result<Publ
     Ok(PublicKey(decode_key(words.next().unwrap_or(""))?))
 }
 
-fn apply_option(rights: &mut Rights, word: &str) -> Result<(), String> {
+/// What is wrong with a line of an `authorized_keys` or `known_hosts` file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineProblem {
+    /// The key does not parse.
+    #[error(transparent)]
+    Key(#[from] KeyProblem),
+    /// A `known_hosts` line without a key after its address.
+    #[error("expected `ADDRESS pfs-x25519 KEY`")]
+    NoKey,
+    /// A `group=` name that is not allowed.
+    #[error("group {name:?}: use 1-64 letters, digits, '.', '_' or '-', not starting with '.'")]
+    Group {
+        /// The name given.
+        name: String,
+    },
+    /// An option this file does not know.
+    #[error("unknown option {word:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-read, no-exec)")]
+    UnknownOption {
+        /// The word given.
+        word: String,
+    },
+    /// An option after the comment began.
+    #[error("option {word:?} after the comment {comment:?}: put options before the comment")]
+    AfterComment {
+        /// The option.
+        word: String,
+        /// The comment's first word.
+        comment: String,
+    },
+    /// A key on two lines.
+    #[error("key {fingerprint} is listed twice")]
+    Twice {
+        /// The key's fingerprint.
+        fingerprint: String,
+    },
+    /// A `dir=` that is absolute.
+    #[error("dir={dir}: must be relative to --dest")]
+    DirAbsolute {
+        /// The `dir=` given.
+        dir: String,
+    },
+    /// A `dir=` with `..`.
+    #[error("dir={dir}: must not contain '..'")]
+    DirParent {
+        /// The `dir=` given.
+        dir: String,
+    },
+    /// A `dir=` naming no directory (empty, `.`).
+    #[error("dir={dir}: names no directory")]
+    DirEmpty {
+        /// The `dir=` given.
+        dir: String,
+    },
+}
+
+fn apply_option(rights: &mut Rights, word: &str) -> Result<(), LineProblem> {
     match word.split_once('=') {
         Some(("dir", path)) => rights.dir = confined_dir(path)?,
         Some(("group", name)) => {
@@ -172,9 +233,9 @@ fn apply_option(rights: &mut Rights, word: &str) -> Result<(), String> {
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
                 && !name.starts_with('.');
             if !ok {
-                return Err(format!(
-                    "group {name:?}: use 1-64 letters, digits, '.', '_' or '-', not starting with '.'"
-                ));
+                return Err(LineProblem::Group {
+                    name: name.to_string(),
+                });
             }
             rights.group = format!("group-{name}");
         }
@@ -183,16 +244,16 @@ fn apply_option(rights: &mut Rights, word: &str) -> Result<(), String> {
         None if word == "no-read" => rights.read = false,
         None if word == "no-exec" => rights.exec = false,
         _ => {
-            return Err(format!(
-                "unknown option {word:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-read, no-exec)"
-            ))
+            return Err(LineProblem::UnknownOption {
+                word: word.to_string(),
+            })
         }
     }
     Ok(())
 }
 
 /// A `dir=` value made safe: relative, no `..`, no empty or `.` parts.
-fn confined_dir(path: &str) -> Result<PathBuf, String> {
+fn confined_dir(path: &str) -> Result<PathBuf, LineProblem> {
     let p = Path::new(path);
     let mut out = PathBuf::new();
     for c in p.components() {
@@ -200,13 +261,21 @@ fn confined_dir(path: &str) -> Result<PathBuf, String> {
             Component::Normal(part) => out.push(part),
             Component::CurDir => {}
             Component::RootDir | Component::Prefix(_) => {
-                return Err(format!("dir={path}: must be relative to --dest"))
+                return Err(LineProblem::DirAbsolute {
+                    dir: path.to_string(),
+                })
             }
-            Component::ParentDir => return Err(format!("dir={path}: must not contain '..'")),
+            Component::ParentDir => {
+                return Err(LineProblem::DirParent {
+                    dir: path.to_string(),
+                })
+            }
         }
     }
     if out.as_os_str().is_empty() {
-        return Err(format!("dir={path}: names no directory"));
+        return Err(LineProblem::DirEmpty {
+            dir: path.to_string(),
+        });
     }
     Ok(out)
 }
@@ -253,7 +322,7 @@ impl KnownHosts {
     }
 
     /// Parses a `known_hosts` text; errors carry the 1-based line number.
-    pub fn parse(text: &str) -> Result<Self, (usize, String)> {
+    pub fn parse(text: &str) -> Result<Self, (usize, LineProblem)> {
         let mut hosts: HashMap<String, Vec<PublicKey>> = HashMap::new();
         for (i, raw) in text.lines().enumerate() {
             let line = raw.trim();
@@ -262,9 +331,9 @@ impl KnownHosts {
             }
             let (addr, rest) = line
                 .split_once(char::is_whitespace)
-                .ok_or((i + 1, "expected `ADDRESS pfs-x25519 KEY`".to_string()))?;
+                .ok_or((i + 1, LineProblem::NoKey))?;
             let mut words = rest.split_whitespace();
-            let key = parse_key_words(&mut words).map_err(|p| (i + 1, p.to_string()))?;
+            let key = parse_key_words(&mut words).map_err(|p| (i + 1, p.into()))?;
             hosts.entry(addr.to_string()).or_default().push(key);
         }
         Ok(Self { hosts })
@@ -393,7 +462,7 @@ mod tests {
         assert_eq!(ro.describe(), "no-blob no-files group=group-readers");
         assert!(Rights::all(&k).read);
         let typo = AuthorizedKeys::parse(&format!("{k} no-reads\n")).unwrap_err();
-        assert!(typo.1.contains("no-read,"), "{}", typo.1);
+        assert!(typo.1.to_string().contains("no-read,"), "{}", typo.1);
     }
 
     #[test]
@@ -409,16 +478,20 @@ mod tests {
         ] {
             let err = AuthorizedKeys::parse(&format!("\n{k} {opts}\n")).unwrap_err();
             assert_eq!(err.0, 2, "{opts}");
-            assert!(err.1.contains(why), "{opts}: {}", err.1);
+            assert!(err.1.to_string().contains(why), "{opts}: {}", err.1);
         }
         let late = AuthorizedKeys::parse(&format!("{k} alice@host no-exec\n")).unwrap_err();
-        assert!(late.1.contains("before the comment"), "{}", late.1);
+        assert!(late.1.to_string().contains("before the comment"), "{}", late.1);
         let typo = AuthorizedKeys::parse(&format!("{k} no-exce\n")).unwrap_err();
-        assert!(typo.1.contains("unknown option"), "{}", typo.1);
+        assert!(typo.1.to_string().contains("unknown option"), "{}", typo.1);
         let pub_line = AuthorizedKeys::parse(&format!("{}\n", k.line("alice@host"))).unwrap();
         assert_eq!(pub_line.rights(&k), Some(&Rights::all(&k)));
         let twice = format!("{k}\n{k} no-exec\n");
-        assert!(AuthorizedKeys::parse(&twice).unwrap_err().1.contains("twice"));
+        assert!(AuthorizedKeys::parse(&twice)
+            .unwrap_err()
+            .1
+            .to_string()
+            .contains("twice"));
         assert!(AuthorizedKeys::parse("ssh-ed25519 AAAA\n").is_err());
     }
 

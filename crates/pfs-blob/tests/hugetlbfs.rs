@@ -1,6 +1,8 @@
-//! hugetlbfs backing, end to end. Needs root (to reserve pages and mount);
-//! otherwise prints `SKIP: <reason>` and passes. This is the only test in its
-//! binary, so nothing else runs while it changes /proc/sys/vm/nr_hugepages.
+//! hugetlbfs backing, end to end. Needs root (to reserve pages and mount):
+//! ignored unless asked for (`cargo test -- --ignored`, CI runs it as root);
+//! run without what it needs, it fails saying what is missing. This is the
+//! only test in its binary, so nothing else runs while it changes
+//! /proc/sys/vm/nr_hugepages.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,26 +32,27 @@ impl Drop for Setup {
     }
 }
 
-fn skip(reason: &str) {
-    println!("SKIP: {reason}");
+fn skip(reason: &str) -> ! {
+    panic!("needs root and hugetlbfs: {reason}");
 }
 
 #[test]
+#[ignore = "needs root (reserves huge pages, mounts hugetlbfs)"]
 fn hugetlbfs_named_and_anonymous() {
     if !rustix::process::geteuid().is_root() {
-        return skip("not root");
+        skip("not root");
     }
     let Some(old_nr) = read_u64(NR) else {
-        return skip("no /proc/sys/vm/nr_hugepages");
+        skip("no /proc/sys/vm/nr_hugepages");
     };
     let mut setup = Setup { mount: None, old_nr };
     // 32 pages for the named 64 MiB blob, 4 for the anonymous one.
     if std::fs::write(NR, (old_nr + 36).to_string()).is_err() {
-        return skip("cannot write nr_hugepages");
+        skip("cannot write nr_hugepages");
     }
     let free = read_u64(FREE).unwrap_or(0);
     if free < 36 {
-        return skip(&format!("only {free} free 2 MiB pages after reserving"));
+        skip(&format!("only {free} free 2 MiB pages after reserving"));
     }
     let mnt = tempfile::tempdir().unwrap();
     let ok = Command::new("mount")
@@ -58,7 +61,7 @@ fn hugetlbfs_named_and_anonymous() {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        return skip("mount -t hugetlbfs failed");
+        skip("mount -t hugetlbfs failed");
     }
     setup.mount = Some(mnt.path().to_path_buf());
     let huge: &Path = mnt.path();
@@ -100,7 +103,9 @@ fn hugetlbfs_named_and_anonymous() {
         // More than the pool holds: falls back, saying why, no SIGBUS.
         // Only checkable when the pool is just what this test reserved.
         if free > 36 {
-            println!("SKIP pool-exhaustion check: {free} huge pages were free (another pool is configured)");
+            skip(&format!(
+                "the pool-exhaustion check needs no other huge page pool: {free} huge pages were free"
+            ));
         } else {
             let big = BlobConfig {
                 name: Some("toobig".into()),

@@ -1,6 +1,7 @@
 //! `pfs bench` as a whole: report completeness, failed rows, and the veth
 //! path leaving nothing behind after success, failure or Ctrl-C. Root-only
-//! parts print `SKIP: <reason>` and pass elsewhere.
+//! tests are `#[ignore = "needs root …"]` and fail, saying why, when run
+//! (`--ignored`) where they cannot.
 
 mod common;
 use common::csv_fields;
@@ -88,7 +89,10 @@ fn netns_usable() -> Result<(), String> {
     if !is_root() {
         return Err("not root".into());
     }
-    let name = format!("pfst-probe-{}", std::process::id());
+    // One name per probe: tests of this binary probe at the same time.
+    static PROBES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("pfst-probe-{}-{n}", std::process::id());
     let ok = Command::new("ip")
         .args(["netns", "add", &name])
         .status()
@@ -292,10 +296,10 @@ fn a_failed_baseline_does_not_stop_the_others() {
 }
 
 #[test]
+#[ignore = "needs root and ip netns"]
 fn veth_path_runs_and_cleans_up() {
     if let Err(why) = netns_usable() {
-        println!("SKIP: {why}");
-        return;
+        panic!("needs root and ip netns: {why}");
     }
     let mut cmd = pfs();
     cmd.args([
@@ -344,10 +348,10 @@ fn veth_path_runs_and_cleans_up() {
 }
 
 #[test]
+#[ignore = "needs root and ip netns"]
 fn veth_path_cleans_up_after_a_failure() {
     if let Err(why) = netns_usable() {
-        println!("SKIP: {why}");
-        return;
+        panic!("needs root and ip netns: {why}");
     }
     let mut cmd = pfs();
     cmd.args([
@@ -373,10 +377,10 @@ fn veth_path_cleans_up_after_a_failure() {
 }
 
 #[test]
+#[ignore = "needs root and ip netns"]
 fn veth_path_cleans_up_after_ctrl_c() {
     if let Err(why) = netns_usable() {
-        println!("SKIP: {why}");
-        return;
+        panic!("needs root and ip netns: {why}");
     }
     let mut cmd = pfs();
     // Long enough to be interrupted mid-run.
@@ -469,14 +473,13 @@ fn wait_gone(pid: u32) -> Vec<String> {
 /// One test for both runs: they share the link's fixed addresses, so they
 /// must not overlap.
 #[test]
+#[ignore = "needs root, ip netns, /dev/net/tun and nft"]
 fn emulated_link_runs_reports_and_cleans_up_even_after_ctrl_c() {
     if let Err(why) = netns_usable() {
-        println!("SKIP: {why}");
-        return;
+        panic!("needs root and ip netns: {why}");
     }
     if !Path::new("/dev/net/tun").exists() || Command::new("nft").arg("--version").output().is_err() {
-        println!("SKIP: no /dev/net/tun or no nft (apt-get install nftables)");
-        return;
+        panic!("needs /dev/net/tun and nft (apt-get install nftables)");
     }
     let mut cmd = pfs();
     cmd.args(["bench", "--size", "16M", "--scale", "0.002", "--json"])

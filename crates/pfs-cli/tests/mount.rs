@@ -18,16 +18,17 @@ use std::process::Command;
 use common::{noise, run, Server};
 use serde_json::Value;
 
-fn can_mount() -> bool {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIP: not root (mounting FUSE here needs root)");
-        return false;
-    }
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIP: /dev/fuse is missing");
-        return false;
-    }
-    true
+/// Fails, saying what is missing, unless this process may mount FUSE
+/// (the tests that call it are `#[ignore = "needs root and FUSE"]`).
+fn need_mount() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "needs root: mounting FUSE here needs root"
+    );
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "needs FUSE: /dev/fuse is missing"
+    );
 }
 
 fn pfs() -> Command {
@@ -173,10 +174,9 @@ fn small_tree(src: &Path) {
 }
 
 #[test]
+#[ignore = "needs root and FUSE"]
 fn a_tree_reads_byte_exact_cold_then_from_the_cache() {
-    if !can_mount() {
-        return;
-    }
+    need_mount();
     let s = serve(small_tree);
     let cache = s.work.path().join("cache");
     let at = s.work.path().join("mnt");
@@ -207,10 +207,9 @@ fn a_tree_reads_byte_exact_cold_then_from_the_cache() {
 }
 
 #[test]
+#[ignore = "needs root and FUSE"]
 fn one_file_of_a_large_tree_fetches_only_its_chunks() {
-    if !can_mount() {
-        return;
-    }
+    need_mount();
     let s = serve(|src| {
         for d in 0..10 {
             fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
@@ -231,10 +230,9 @@ fn one_file_of_a_large_tree_fetches_only_its_chunks() {
 }
 
 #[test]
+#[ignore = "needs root and FUSE"]
 fn a_damaged_chunk_in_the_cache_is_fetched_again_never_returned() {
-    if !can_mount() {
-        return;
-    }
+    need_mount();
     let s = serve(|src| fs::write(src.join("f.bin"), noise(1 << 20, 9)).unwrap());
     let at = s.work.path().join("mnt");
     let cache = s.work.path().join("cache");
@@ -262,10 +260,9 @@ fn a_damaged_chunk_in_the_cache_is_fetched_again_never_returned() {
 }
 
 #[test]
+#[ignore = "needs root and FUSE"]
 fn a_killed_server_costs_eio_cached_files_stay_readable_and_a_restart_is_found_again() {
-    if !can_mount() {
-        return;
-    }
+    need_mount();
     let mut s = serve(|src| {
         fs::write(src.join("read.bin"), noise(300_000, 3)).unwrap();
         fs::write(src.join("unread.bin"), noise(300_000, 4)).unwrap();
@@ -321,10 +318,9 @@ fn a_killed_server_costs_eio_cached_files_stay_readable_and_a_restart_is_found_a
 }
 
 #[test]
+#[ignore = "needs root and FUSE"]
 fn passthrough_and_the_direct_client_read_the_same_bytes() {
-    if !can_mount() {
-        return;
-    }
+    need_mount();
     let s = serve(|src| fs::write(src.join("f.bin"), noise(2 << 20, 5)).unwrap());
     let at = s.work.path().join("mnt");
     let sock = s.work.path().join("direct.sock");

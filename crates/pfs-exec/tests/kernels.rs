@@ -369,7 +369,7 @@ fn parse_and_name() {
 #[test]
 fn parse_errors() {
     let err = KernelId::parse("md5").unwrap_err();
-    assert_eq!(err, KernelError::UnknownKernel("md5".into()));
+    assert_eq!(err, KernelError::UnknownKernel { spec: "md5".into() });
     let msg = err.to_string();
     for name in [
         "fnv1a64",
@@ -386,30 +386,38 @@ fn parse_errors() {
     }
     assert_eq!(
         KernelId::parse("count:256"),
-        Err(KernelError::BadImmediate("count:256".into()))
+        Err(KernelError::BadImmediate {
+            spec: "count:256".into()
+        })
     );
     assert_eq!(
         KernelId::parse("xor:0xzz"),
-        Err(KernelError::BadImmediate("xor:0xzz".into()))
+        Err(KernelError::BadImmediate {
+            spec: "xor:0xzz".into()
+        })
     );
     assert_eq!(
         KernelId::parse("add:"),
-        Err(KernelError::BadImmediate("add:".into()))
+        Err(KernelError::BadImmediate { spec: "add:".into() })
     );
     assert_eq!(
         KernelId::parse("add:-1"),
-        Err(KernelError::BadImmediate("add:-1".into()))
+        Err(KernelError::BadImmediate {
+            spec: "add:-1".into()
+        })
     );
     assert_eq!(
         KernelId::parse("count"),
-        Err(KernelError::MissingImmediate("count".into()))
+        Err(KernelError::MissingImmediate { name: "count".into() })
     );
     assert_eq!(
         KernelId::parse("sum:1"),
-        Err(KernelError::UnexpectedImmediate("sum".into()))
+        Err(KernelError::UnexpectedImmediate { name: "sum".into() })
     );
     assert!(KernelId::parse("").is_err());
-    assert!(KernelError::BadImmediate("count:256".into())
-        .to_string()
-        .contains("0..=255"));
+    assert!(KernelError::BadImmediate {
+        spec: "count:256".into()
+    }
+    .to_string()
+    .contains("0..=255"));
 }

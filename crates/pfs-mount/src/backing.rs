@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use pfs_files::FileHasher;
 use pfs_wire::mount::Hash;
 
-use crate::state::Shared;
+use crate::state::{ReadError, Shared};
 
 /// Why a backing file was not made (the open then goes through the daemon).
 #[derive(Debug)]
@@ -27,7 +27,7 @@ pub enum NotBacked {
     /// Some chunk is not in the cache yet.
     NotLocal,
     /// The recipe could not be had.
-    Recipe(String),
+    Recipe(ReadError),
     /// Writing or reading the backing file failed.
     Io(std::io::Error),
 }
@@ -38,7 +38,7 @@ pub fn backing_file(shared: &Shared, dir: &Path, entry: u64, size: u64) -> Resul
         .with_recipe(entry, size, |r| {
             (0..r.len()).map(|i| (r.chunk(i).1, r.chunk(i).2)).collect()
         })
-        .map_err(|e| NotBacked::Recipe(format!("{e:?}")))?;
+        .map_err(NotBacked::Recipe)?;
     let mut h = FileHasher::new();
     chunks.iter().for_each(|(l, hash)| h.add(*l, hash));
     let path = dir.join(hex(&h.finish()));

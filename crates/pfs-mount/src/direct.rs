@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use pfs_ipc::{Endpoint, IpcError, IpcListener, MsgKind, RendezvousConfig, WaitConfig, WaitStrategy};
 
 use crate::proto::Want;
-use crate::state::Shared;
+use crate::state::{ReadError, Shared};
 use crate::tree::Kind;
 
 /// Alignment of placed files in the blob.
@@ -39,9 +39,42 @@ pub enum DirectError {
     /// The IPC layer failed (connect, rings, peer gone).
     #[error(transparent)]
     Ipc(#[from] IpcError),
-    /// The mount refused the open.
+    /// The mount refused the open; its reason, as it sent it.
+    #[error("{reason}")]
+    Refused {
+        /// The mount's reason (a path and why it cannot be placed).
+        reason: String,
+    },
+    /// The direct listener's thread could not be started.
+    #[error("starting the direct listener: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// Why the mount could not place a file for a direct client (sent to the
+/// client as its refusal).
+#[derive(Debug, thiserror::Error)]
+enum Unplaced {
+    #[error("{path}: no such file in the mount")]
+    NoSuchFile { path: String },
+    #[error("{path}: not a regular file")]
+    NotAFile { path: String },
+    #[error("{path}: another open is still placing it")]
+    Busy { path: String },
+    #[error(
+        "{path}: {size} bytes do not fit the direct blob ({left} of {blob_len} bytes left); remount with a larger --direct-size"
+    )]
+    NoRoom {
+        path: String,
+        size: u64,
+        left: u64,
+        blob_len: u64,
+    },
+    #[error("{path}: {error:?}")]
+    Read { path: String, error: ReadError },
+    #[error("{path}: chunk {index} not readable from the cache")]
+    Unreadable { path: String, index: u32 },
     #[error("{0}")]
-    Refused(String),
+    Blob(IpcError),
 }
 
 /// Where files are in the blob. A file is placed outside the lock (its
@@ -104,7 +137,7 @@ pub fn serve(shared: Arc<Shared>, path: &Path, blob_bytes: usize) -> Result<Dire
                 Err(e) => tracing::debug!("direct client refused: {e}"),
             }
         })
-        .map_err(|e| DirectError::Refused(format!("starting the direct listener: {e}")))?;
+        .map_err(DirectError::Spawn)?;
     Ok(DirectServer {
         path: path.to_path_buf(),
     })
@@ -131,17 +164,18 @@ fn place(
     listener: &IpcListener,
     placer: &Placer,
     path: &[u8],
-) -> Result<(u64, u64), String> {
+) -> Result<(u64, u64), Unplaced> {
     let lossy = String::from_utf8_lossy(path);
-    let ino = shared
-        .tree
-        .resolve(path)
-        .ok_or_else(|| format!("{lossy}: no such file in the mount"))?;
+    let ino = shared.tree.resolve(path).ok_or_else(|| Unplaced::NoSuchFile {
+        path: lossy.to_string(),
+    })?;
     let node = shared
         .tree
         .node(ino)
         .filter(|n| n.kind == Kind::File)
-        .ok_or_else(|| format!("{lossy}: not a regular file"))?;
+        .ok_or_else(|| Unplaced::NotAFile {
+            path: lossy.to_string(),
+        })?;
     let size = node.size;
     let entry = ino - 2;
     let blob_len = listener.blob().len() as u64;
@@ -155,7 +189,9 @@ fn place(
                 Some(Slot::Placing) => {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
-                        return Err(format!("{lossy}: another open is still placing it"));
+                        return Err(Unplaced::Busy {
+                            path: lossy.to_string(),
+                        });
                     }
                     p = placer
                         .placed
@@ -168,10 +204,12 @@ fn place(
         }
         let offset = p.next.div_ceil(ALIGN) * ALIGN;
         if offset.checked_add(size).is_none_or(|end| end > blob_len) {
-            return Err(format!(
-                "{lossy}: {size} bytes do not fit the direct blob ({} of {blob_len} bytes left); remount with a larger --direct-size",
-                blob_len.saturating_sub(offset)
-            ));
+            return Err(Unplaced::NoRoom {
+                path: lossy.to_string(),
+                size,
+                left: blob_len.saturating_sub(offset),
+                blob_len,
+            });
         }
         // A placement that fails keeps its range unused: the blob only grows.
         p.next = offset + size;
@@ -202,10 +240,14 @@ fn copy_in(
     size: u64,
     offset: u64,
     lossy: &str,
-) -> Result<(), String> {
+) -> Result<(), Unplaced> {
+    let read = |error| Unplaced::Read {
+        path: lossy.to_string(),
+        error,
+    };
     let chunks: Vec<Want> = shared
         .with_recipe(entry, size, |r| r.wants(entry).collect())
-        .map_err(|e| format!("{lossy}: {e:?}"))?;
+        .map_err(read)?;
     let batch = shared.accept.max_fetch_chunks.clamp(1, 1024) as usize;
     let mut at = offset;
     for part in chunks.chunks(batch) {
@@ -215,14 +257,17 @@ fn copy_in(
             .copied()
             .collect();
         if !missing.is_empty() {
-            shared.fetch(&missing).map_err(|e| format!("{lossy}: {e:?}"))?;
+            shared.fetch(&missing).map_err(read)?;
         }
         for w in part {
             let held = shared
                 .cache
                 .get_checked(&w.hash)
-                .ok_or_else(|| format!("{lossy}: chunk {} not readable from the cache", w.index))?;
-            listener.write_blob(at, held.bytes()).map_err(|e| e.to_string())?;
+                .ok_or_else(|| Unplaced::Unreadable {
+                    path: lossy.to_string(),
+                    index: w.index,
+                })?;
+            listener.write_blob(at, held.bytes()).map_err(Unplaced::Blob)?;
             at += u64::from(w.len);
         }
     }
@@ -274,9 +319,9 @@ impl DirectClient {
             MsgKind::Ref { offset, len } => Ok(DirectFile { offset, len }),
             MsgKind::Inline => {
                 let text = String::from_utf8_lossy(msg.bytes());
-                Err(DirectError::Refused(
-                    text.strip_prefix('E').unwrap_or(&text).to_string(),
-                ))
+                Err(DirectError::Refused {
+                    reason: text.strip_prefix('E').unwrap_or(&text).to_string(),
+                })
             }
         }
     }

@@ -33,12 +33,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pfs_transport::Transport;
+use pfs_transport::{RecvBuf, Transport};
 use pfs_wire::frame::FRAME_HEADER_LEN;
 
 pub use fs::STATS_XATTR;
+pub use link::LinkError;
 pub use proto::ProtoError;
-pub use state::{ReadError, Shared};
+pub use state::{Down, Eio, ReadError, Shared};
 
 /// Largest DATA body this client takes.
 pub const MAX_DATA_BODY: u32 = 4 << 20;
@@ -75,8 +76,8 @@ pub struct MountConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
     /// The connection failed during the opening.
-    #[error("{0}")]
-    Link(String),
+    #[error(transparent)]
+    Link(link::LinkError),
     /// The server broke the protocol or refused.
     #[error(transparent)]
     Proto(#[from] ProtoError),
@@ -111,7 +112,10 @@ pub struct Session {
 
 /// Opens connections to the server again after the link ends (the
 /// reconnection must find the same tree).
-pub type Connector = Box<dyn FnMut() -> Result<Box<dyn Transport>, String> + Send>;
+pub type Connector = Box<dyn FnMut() -> Result<Box<dyn Transport>, ConnectError> + Send>;
+
+/// Why a [`Connector`] could not connect (any error, its sources kept).
+pub type ConnectError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What an opening needs to run again on a new connection.
 #[derive(Debug, Clone)]
@@ -128,28 +132,28 @@ pub(crate) fn run_opening(
     conn: &mut dyn Transport,
     params: &proto::HelloParams,
     timeout: Duration,
-) -> Result<(proto::Opened, link::FrameReader, u64, u64), MountError> {
+) -> Result<(proto::Opened, RecvBuf, u64, u64), MountError> {
     let mut out = Vec::new();
     let mut opening = proto::Opening::new(params.clone(), &mut out);
     conn.write_all(&out)
-        .map_err(|e| MountError::Link(format!("sending MOUNT_HELLO: {e}")))?;
+        .map_err(|e| MountError::Link(LinkError::SendHello(e)))?;
     conn.set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| MountError::Link(format!("setting a read timeout: {e}")))?;
-    let mut reader = link::FrameReader::new(MAX_DATA_BODY as usize);
-    let mut bytes_in = 0;
+        .map_err(|e| MountError::Link(LinkError::ReadTimeout(e)))?;
+    let mut reader = link::recv_buf(MAX_DATA_BODY as usize);
     let deadline = Instant::now() + timeout;
     loop {
-        match reader.next(conn, &mut bytes_in).map_err(MountError::Link)? {
+        match link::next_frame(&mut reader, conn, MAX_DATA_BODY as usize).map_err(MountError::Link)? {
             link::Next::Idle => {
                 if Instant::now() > deadline {
-                    return Err(MountError::Link(format!(
-                        "no listing from the server within {timeout:?}"
-                    )));
+                    return Err(MountError::Link(LinkError::NoListing(timeout)));
                 }
             }
-            link::Next::Frame(h, r) => {
-                let body = &reader.bytes(r)[FRAME_HEADER_LEN..];
-                if let Some(o) = opening.on_frame(h.frame_type, h.flags, body)? {
+            link::Next::Frame(h, len) => {
+                let body = &reader.filled()[FRAME_HEADER_LEN..len];
+                let opened = opening.on_frame(h.frame_type, h.flags, body)?;
+                reader.consume(len);
+                if let Some(o) = opened {
+                    let bytes_in = reader.read_bytes();
                     return Ok((o, reader, bytes_in, out.len() as u64));
                 }
             }
@@ -210,7 +214,12 @@ pub fn open_with(
         std::thread::Builder::new()
             .name("pfs-mount-link".into())
             .spawn(move || link::run(conn, reader, requests, rx, shared, stop, again))
-            .map_err(|e| MountError::Link(format!("starting the link thread: {e}")))?
+            .map_err(|source| {
+                MountError::Link(LinkError::Spawn {
+                    thread: "link",
+                    source,
+                })
+            })?
     };
     let prefetch = if cfg.prefetch {
         let (shared, stop) = (shared.clone(), stop.clone());
@@ -218,7 +227,12 @@ pub fn open_with(
             std::thread::Builder::new()
                 .name("pfs-mount-prefetch".into())
                 .spawn(move || prefetch::run(&shared, &stop))
-                .map_err(|e| MountError::Link(format!("starting the prefetch thread: {e}")))?,
+                .map_err(|source| {
+                    MountError::Link(LinkError::Spawn {
+                        thread: "prefetch",
+                        source,
+                    })
+                })?,
         )
     } else {
         None

@@ -12,104 +12,122 @@
 //! fails with `EIO` at once and later uncached reads fail at once; cached
 //! reads go on.
 
-use std::io::ErrorKind;
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pfs_transport::Transport;
+use pfs_transport::recv_buf::is_timeout;
+use pfs_transport::{RecvBuf, Transport};
 use pfs_wire::frame::{FrameHeader, FrameType, FRAME_HEADER_LEN};
 use pfs_wire::mount::Hash;
+use pfs_wire::WireError;
 
 use crate::proto::{Event, ProtoError, Requests, Want};
-use crate::state::{Ask, Shared};
-use crate::{Connector, Reopen};
+use crate::state::{Ask, Down, Shared};
+use crate::{Connector, Reopen, MAX_DATA_BODY};
 
 /// How long a read waits for bytes before the queue is looked at again.
 const POLL: Duration = Duration::from_micros(500);
 
-/// Reads whole frames from a transport whose reads may time out.
-#[derive(Debug)]
-pub struct FrameReader {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    max_bulk: usize,
+/// Why the link (or the opening) could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// A frame header that does not decode.
+    #[error("a frame from the server does not decode: {0}")]
+    Undecodable(WireError),
+    /// A bulk frame larger than MOUNT_HELLO allowed.
+    #[error("{} of {len} bytes, more than the {max} announced", .frame.name())]
+    TooLarge {
+        /// Its type.
+        frame: FrameType,
+        /// Its body length.
+        len: usize,
+        /// The largest body announced.
+        max: usize,
+    },
+    /// End of stream.
+    #[error("the server closed the connection")]
+    Closed,
+    /// A read failed.
+    #[error("reading from the server: {0}")]
+    Read(io::Error),
+    /// A write failed (or timed out: the server stopped reading).
+    #[error("writing to the server: {0}")]
+    Write(io::Error),
+    /// MOUNT_HELLO could not be sent.
+    #[error("sending MOUNT_HELLO: {0}")]
+    SendHello(io::Error),
+    /// The transport refused a read timeout.
+    #[error("setting a read timeout: {0}")]
+    ReadTimeout(io::Error),
+    /// The transport refused a write timeout.
+    #[error("setting a write timeout: {0}")]
+    WriteTimeout(io::Error),
+    /// No listing before the opening's deadline.
+    #[error("no listing from the server within {0:?}")]
+    NoListing(Duration),
+    /// Answers were due and nothing arrived for the session's timeout.
+    #[error("the server sent nothing for {0:?}")]
+    Silent(Duration),
+    /// A thread of the mount could not be started.
+    #[error("starting the {thread} thread: {source}")]
+    Spawn {
+        /// Which thread.
+        thread: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// An answer broke the protocol, or the server sent ERROR.
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
 }
 
-/// What [`FrameReader::next`] found.
+/// What [`next_frame`] found.
 #[derive(Debug)]
 pub enum Next {
-    /// A whole frame is at `buf[range]` (header included).
-    Frame(FrameHeader, std::ops::Range<usize>),
+    /// A whole frame of this many bytes (header included) is at the front
+    /// of the buffer; the caller consumes it when done.
+    Frame(FrameHeader, usize),
     /// No whole frame yet; nothing arrived within the read timeout.
     Idle,
 }
 
-impl FrameReader {
-    /// A reader taking bulk bodies up to `max_bulk` bytes.
-    pub fn new(max_bulk: usize) -> Self {
-        Self {
-            buf: vec![0; (max_bulk + FRAME_HEADER_LEN).max(128 << 10)],
-            start: 0,
-            end: 0,
-            max_bulk,
-        }
-    }
+/// The receive buffer of a link taking bulk bodies up to `max_bulk` bytes.
+pub fn recv_buf(max_bulk: usize) -> RecvBuf {
+    RecvBuf::new((max_bulk + FRAME_HEADER_LEN).max(128 << 10))
+}
 
-    /// The frame bytes of a range [`Next::Frame`] gave (until the next call).
-    pub fn bytes(&self, r: std::ops::Range<usize>) -> &[u8] {
-        &self.buf[r]
-    }
-
-    /// The next whole frame; reads at most once. `bytes_in` counts what
-    /// was read.
-    pub fn next(&mut self, t: &mut dyn Transport, bytes_in: &mut u64) -> Result<Next, String> {
-        loop {
-            let have = self.end - self.start;
-            if have >= FRAME_HEADER_LEN {
-                let h = FrameHeader::parse(&self.buf[self.start..self.end])
-                    .map_err(|e| format!("a frame from the server does not decode: {e}"))?;
-                let len = h.length as usize;
-                if h.frame_type.is_bulk() && len > self.max_bulk {
-                    return Err(format!(
-                        "{} of {len} bytes, more than the {} announced",
-                        h.frame_type.name(),
-                        self.max_bulk
-                    ));
-                }
-                let total = FRAME_HEADER_LEN + len;
-                if have >= total {
-                    let r = self.start..self.start + total;
-                    self.start += total;
-                    return Ok(Next::Frame(h, r));
-                }
-                if self.start + total > self.buf.len() {
-                    self.buf.copy_within(self.start..self.end, 0);
-                    self.end -= self.start;
-                    self.start = 0;
-                }
-            } else if self.start > 0 && self.start == self.end {
-                self.start = 0;
-                self.end = 0;
-            } else if self.start + FRAME_HEADER_LEN > self.buf.len() {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
+/// The next whole frame at the front of `buf`, reading at most once. A
+/// bulk body above `max_bulk` is an error (control bodies are bounded by
+/// the header's own check).
+pub fn next_frame(buf: &mut RecvBuf, t: &mut dyn Transport, max_bulk: usize) -> Result<Next, LinkError> {
+    loop {
+        let have = buf.filled();
+        let want = if have.len() >= FRAME_HEADER_LEN {
+            let h = FrameHeader::parse(have).map_err(LinkError::Undecodable)?;
+            let len = h.length as usize;
+            if h.frame_type.is_bulk() && len > max_bulk {
+                return Err(LinkError::TooLarge {
+                    frame: h.frame_type,
+                    len,
+                    max: max_bulk,
+                });
             }
-            match t.read(&mut self.buf[self.end..]) {
-                Ok(0) => return Err("the server closed the connection".into()),
-                Ok(n) => {
-                    self.end += n;
-                    *bytes_in += n as u64;
-                }
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    return Ok(Next::Idle)
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("reading from the server: {e}")),
+            let total = FRAME_HEADER_LEN + len;
+            if have.len() >= total {
+                return Ok(Next::Frame(h, total));
             }
+            total
+        } else {
+            FRAME_HEADER_LEN
+        };
+        match buf.read_from(t, want) {
+            Ok(0) => return Err(LinkError::Closed),
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) => return Ok(Next::Idle),
+            Err(e) => return Err(LinkError::Read(e)),
         }
     }
 }
@@ -120,7 +138,7 @@ impl FrameReader {
 /// one lists the same tree.
 pub(crate) fn run(
     mut conn: Box<dyn Transport>,
-    mut reader: FrameReader,
+    mut reader: RecvBuf,
     mut requests: Requests,
     asks: Receiver<Ask>,
     shared: Arc<Shared>,
@@ -130,13 +148,13 @@ pub(crate) fn run(
     loop {
         let why = match pump(&mut *conn, &mut reader, &mut requests, &asks, &shared, &stop) {
             Ok(()) => {
-                shared.link_down_for_good("the mount is shutting down".into());
+                shared.link_down_for_good(Down::ShuttingDown);
                 let _ = conn.shutdown_write();
                 return;
             }
             Err(e) => {
                 tracing::warn!("mount: link to the server ended: {e}");
-                format!("link to the server ended: {e}")
+                Down::Ended(Arc::new(e))
             }
         };
         shared.link_down(why);
@@ -165,7 +183,7 @@ fn wait_for_reconnect(
     asks: &Receiver<Ask>,
     shared: &Shared,
     stop: &AtomicBool,
-) -> Option<(Box<dyn Transport>, FrameReader, Requests)> {
+) -> Option<(Box<dyn Transport>, RecvBuf, Requests)> {
     loop {
         if stop.load(Ordering::Relaxed) {
             return None;
@@ -176,8 +194,7 @@ fn wait_for_reconnect(
             Err(RecvTimeoutError::Disconnected) => return None,
         }
         let attempt = connect().and_then(|mut c| {
-            let (opened, reader, _, _) =
-                crate::run_opening(&mut *c, &reopen.params, reopen.timeout).map_err(|e| e.to_string())?;
+            let (opened, reader, _, _) = crate::run_opening(&mut *c, &reopen.params, reopen.timeout)?;
             Ok((c, reader, opened))
         });
         match attempt {
@@ -186,14 +203,14 @@ fn wait_for_reconnect(
                 return Some((c, reader, Requests::new(&opened.accept)));
             }
             Ok(_) => {
-                let why = "the server's tree changed since the mount: unmount and mount again to see it";
+                let why = Down::TreeChanged;
                 tracing::warn!("mount: {why}");
-                shared.link_down_for_good(why.into());
+                shared.link_down_for_good(why);
                 return None;
             }
             Err(e) => {
                 tracing::info!("mount: reconnecting: {e}");
-                shared.reconnect_failed(format!("the server cannot be reached: {e}"));
+                shared.reconnect_failed(Down::Unreachable(Arc::from(e)));
             }
         }
     }
@@ -201,24 +218,23 @@ fn wait_for_reconnect(
 
 fn pump(
     conn: &mut dyn Transport,
-    reader: &mut FrameReader,
+    reader: &mut RecvBuf,
     requests: &mut Requests,
     asks: &Receiver<Ask>,
     shared: &Shared,
     stop: &AtomicBool,
-) -> Result<(), String> {
+) -> Result<(), LinkError> {
     conn.set_read_timeout(Some(POLL))
-        .map_err(|e| format!("setting a read timeout: {e}"))?;
+        .map_err(LinkError::ReadTimeout)?;
     // A server that stops reading ends the link instead of blocking it.
     conn.set_write_timeout(Some(shared.timeout))
-        .map_err(|e| format!("setting a write timeout: {e}"))?;
+        .map_err(LinkError::WriteTimeout)?;
     let mut out = Vec::with_capacity(64 << 10);
     // Files read ahead whose recipe is on its way: fetch when it is here.
     let mut follow: std::collections::HashSet<u64> = std::collections::HashSet::new();
     // An ask taken while answers were being read, sent next.
     let mut stash: Option<Ask> = None;
     let mut last_heard = Instant::now();
-    let mut bytes_in = 0u64;
     let desc = |entry: u64| shared.tree.path_of(entry + 2);
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -234,12 +250,12 @@ fn pump(
                     // Idle: look at the connection, so a server that went
                     // away is noticed (and reconnected to) before a read
                     // needs it. Nothing is due, so any frame is unasked.
-                    let mut seen = 0;
-                    match reader.next(conn, &mut seen)? {
+                    match next_frame(reader, conn, MAX_DATA_BODY as usize)? {
                         Next::Idle => {}
-                        Next::Frame(h, r) => {
-                            let body = &reader.bytes(r)[FRAME_HEADER_LEN..];
-                            on_frame(requests, shared, h, body, &desc).map_err(|e| e.to_string())?;
+                        Next::Frame(h, len) => {
+                            let body = &reader.filled()[FRAME_HEADER_LEN..len];
+                            on_frame(requests, shared, h, body, &desc)?;
+                            reader.consume(len);
                         }
                     }
                     None
@@ -290,24 +306,25 @@ fn pump(
         }
         // Read what is there, frame by frame, until the socket is idle.
         loop {
-            let before = bytes_in;
-            let next = reader.next(conn, &mut bytes_in)?;
+            let before = reader.read_bytes();
+            let next = next_frame(reader, conn, MAX_DATA_BODY as usize)?;
             shared
                 .stats
                 .wire_in
-                .fetch_add(bytes_in - before, Ordering::Relaxed);
+                .fetch_add(reader.read_bytes() - before, Ordering::Relaxed);
             match next {
                 Next::Idle => {
                     if last_heard.elapsed() > shared.timeout {
-                        return Err(format!("the server sent nothing for {:?}", shared.timeout));
+                        return Err(LinkError::Silent(shared.timeout));
                     }
                     break;
                 }
-                Next::Frame(h, r) => {
+                Next::Frame(h, len) => {
                     last_heard = Instant::now();
-                    let frame = reader.bytes(r);
-                    let body = &frame[FRAME_HEADER_LEN..];
-                    let done = on_frame(requests, shared, h, body, &desc).map_err(|e| e.to_string())?;
+                    let body = &reader.filled()[FRAME_HEADER_LEN..len];
+                    let done = on_frame(requests, shared, h, body, &desc);
+                    reader.consume(len);
+                    let done = done?;
                     // A file read ahead: its chunks follow its recipe.
                     if let Some(entry) = done.filter(|e| follow.remove(e)) {
                         fetch_lacking(requests, shared, entry, &mut out);
@@ -333,12 +350,11 @@ fn pump(
 }
 
 /// Writes what `out` holds (requests, many per write) and counts it.
-fn flush(conn: &mut dyn Transport, out: &mut Vec<u8>, shared: &Shared) -> Result<(), String> {
+fn flush(conn: &mut dyn Transport, out: &mut Vec<u8>, shared: &Shared) -> Result<(), LinkError> {
     if out.is_empty() {
         return Ok(());
     }
-    conn.write_all(out)
-        .map_err(|e| format!("writing to the server: {e}"))?;
+    conn.write_all(out).map_err(LinkError::Write)?;
     shared
         .stats
         .wire_out
@@ -414,4 +430,122 @@ fn on_frame(
         tracing::warn!("mount: the server ended the session");
     }
     failure.map_or(Ok(completed), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::io::{self, IoSlice};
+    use std::time::Duration;
+
+    use pfs_transport::Transport;
+    use pfs_wire::frame::{FrameHeader, FrameType, FRAME_HEADER_LEN};
+    use pfs_wire::put_frame;
+
+    use super::{next_frame, recv_buf, LinkError, Next};
+
+    /// A transport whose reads return the scripted results in order, then
+    /// end of stream.
+    #[derive(Debug, Default)]
+    struct Script(VecDeque<io::Result<Vec<u8>>>);
+
+    impl Transport for Script {
+        fn kind(&self) -> &'static str {
+            "SCRIPT"
+        }
+        fn peer(&self) -> String {
+            "script".into()
+        }
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            Ok(bufs.iter().map(|b| b.len()).sum())
+        }
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.0.pop_front() {
+                Some(Ok(b)) => {
+                    buf[..b.len()].copy_from_slice(&b);
+                    Ok(b.len())
+                }
+                Some(Err(e)) => Err(e),
+                None => Ok(0),
+            }
+        }
+        fn set_read_timeout(&mut self, _: Option<Duration>) -> io::Result<()> {
+            Ok(())
+        }
+        fn set_write_timeout(&mut self, _: Option<Duration>) -> io::Result<()> {
+            Ok(())
+        }
+        fn shutdown_write(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn frame(t: FrameType, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_frame(&mut out, t, 0, body);
+        out
+    }
+
+    #[test]
+    fn frames_split_across_reads_come_out_whole_and_in_place() {
+        let a = frame(FrameType::Recipe, b"first");
+        let b = frame(FrameType::Data, &[7; 300]);
+        let mut stream = a.clone();
+        stream.extend_from_slice(&b);
+        let (x, y) = stream.split_at(a.len() + 5);
+        let mut t = Script(
+            [
+                Ok(x[..3].to_vec()),
+                Ok(x[3..].to_vec()),
+                Err(io::ErrorKind::WouldBlock.into()),
+                Ok(y.to_vec()),
+            ]
+            .into(),
+        );
+        let mut buf = recv_buf(1 << 20);
+        let Next::Frame(h, len) = next_frame(&mut buf, &mut t, 1 << 20).unwrap() else {
+            panic!("a whole frame")
+        };
+        assert_eq!((h.frame_type, len), (FrameType::Recipe, a.len()));
+        assert_eq!(&buf.filled()[FRAME_HEADER_LEN..len], b"first");
+        buf.consume(len);
+        // Half of the next frame, then the read times out: idle.
+        assert!(matches!(
+            next_frame(&mut buf, &mut t, 1 << 20).unwrap(),
+            Next::Idle
+        ));
+        let Next::Frame(h, len) = next_frame(&mut buf, &mut t, 1 << 20).unwrap() else {
+            panic!("a whole frame")
+        };
+        assert_eq!((h.frame_type, len), (FrameType::Data, b.len()));
+        buf.consume(len);
+        assert_eq!(buf.read_bytes(), stream.len() as u64);
+        let e = next_frame(&mut buf, &mut t, 1 << 20).unwrap_err();
+        assert!(matches!(e, LinkError::Closed), "{e}");
+        assert_eq!(e.to_string(), "the server closed the connection");
+    }
+
+    #[test]
+    fn a_bulk_body_over_the_limit_and_bad_headers_end_the_link() {
+        let big = FrameHeader {
+            frame_type: FrameType::Data,
+            flags: 0,
+            length: 1001,
+        }
+        .emit();
+        let mut t = Script([Ok(big.to_vec())].into());
+        let e = next_frame(&mut recv_buf(1000), &mut t, 1000).unwrap_err();
+        assert_eq!(e.to_string(), "DATA of 1001 bytes, more than the 1000 announced");
+        let mut t = Script([Ok(vec![0xee; FRAME_HEADER_LEN])].into());
+        let e = next_frame(&mut recv_buf(1000), &mut t, 1000).unwrap_err();
+        assert!(matches!(e, LinkError::Undecodable(_)), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("a frame from the server does not decode: "),
+            "{e}"
+        );
+        let mut t = Script([Err(io::ErrorKind::ConnectionReset.into())].into());
+        let e = next_frame(&mut recv_buf(1000), &mut t, 1000).unwrap_err();
+        assert!(e.to_string().starts_with("reading from the server: "), "{e}");
+    }
 }

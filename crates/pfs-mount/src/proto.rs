@@ -43,7 +43,7 @@ pub enum ProtoError {
     /// A frame the session state does not allow, or one that contradicts
     /// the request it answers.
     #[error("protocol: {0}")]
-    Protocol(String),
+    Protocol(#[from] Breach),
     /// The listing breaks a rule (paths, order, count).
     #[error("listing: {0}")]
     Tree(#[from] TreeError),
@@ -55,6 +55,128 @@ pub enum ProtoError {
         /// Chunk index in the file.
         index: u32,
     },
+}
+
+/// What a frame did that the session state or the request it answers
+/// does not allow ([`ProtoError::Protocol`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Breach {
+    /// MOUNT_ACCEPT announces more entries than MOUNT_HELLO allowed.
+    #[error("the server lists {listed} entries; at most {asked} were asked for")]
+    TooManyEntries {
+        /// Entries announced.
+        listed: u64,
+        /// Most asked for.
+        asked: u32,
+    },
+    /// MOUNT_ACCEPT announces larger DATA bodies than MOUNT_HELLO allowed.
+    #[error("DATA bodies of {announced} bytes announced; at most {asked} were asked for")]
+    DataBodyTooLarge {
+        /// Body size announced.
+        announced: u32,
+        /// Largest asked for.
+        asked: u32,
+    },
+    /// LIST came before MOUNT_ACCEPT.
+    #[error("LIST before MOUNT_ACCEPT")]
+    ListBeforeAccept,
+    /// LIST entries beyond the count announced.
+    #[error("more than the {announced} entries announced")]
+    ListBeyondAnnounced {
+        /// Entries announced.
+        announced: u64,
+    },
+    /// The last LIST ended with fewer entries than announced.
+    #[error("{listed} entries listed, {announced} announced")]
+    ListShort {
+        /// Entries listed.
+        listed: u64,
+        /// Entries announced.
+        announced: u64,
+    },
+    /// A frame type the opening does not allow.
+    #[error("{} while opening the session", .0.name())]
+    WhileOpening(FrameType),
+    /// A frame type the session does not allow after the opening.
+    #[error("{} during the session", .0.name())]
+    DuringSession(FrameType),
+    /// An answer to a request that is not the oldest outstanding.
+    #[error("{what} answers request {req}, but request {oldest} is the oldest outstanding")]
+    OutOfOrder {
+        /// The answer's frame name.
+        what: &'static str,
+        /// The request it names.
+        req: u32,
+        /// The oldest outstanding request.
+        oldest: u32,
+    },
+    /// An answer while no request is outstanding.
+    #[error("{what} for request {req}, none outstanding")]
+    NoneOutstanding {
+        /// The answer's frame name.
+        what: &'static str,
+        /// The request it names.
+        req: u32,
+    },
+    /// RECIPE answering a FETCH.
+    #[error("RECIPE answers FETCH request {0}")]
+    RecipeForFetch(u32),
+    /// RECIPE with status GONE but not flagged LAST.
+    #[error("RECIPE GONE without LAST")]
+    RecipeGoneNotLast,
+    /// A RECIPE part that does not continue where the last one ended.
+    #[error("RECIPE part starts at chunk {first}, {before} came before")]
+    RecipeGap {
+        /// Its first chunk.
+        first: u64,
+        /// Chunks received before it.
+        before: u64,
+    },
+    /// A recipe chunk larger than the server's largest.
+    #[error("a chunk of {len} bytes; the server's largest is {max}")]
+    ChunkTooLarge {
+        /// Its length.
+        len: u32,
+        /// The largest the server announced (4 × its average).
+        max: u32,
+    },
+    /// A recipe describing more bytes than its file has.
+    #[error("the recipe of entry {entry} describes more than its {size} bytes")]
+    RecipeTooLong {
+        /// The entry.
+        entry: u64,
+        /// Its size.
+        size: u64,
+    },
+    /// A recipe with more chunks than its size allows.
+    #[error("the recipe of entry {entry} has more than the {most} chunks its {size} bytes allow")]
+    RecipeTooManyChunks {
+        /// The entry.
+        entry: u64,
+        /// Most chunks its size allows.
+        most: u64,
+        /// Its size.
+        size: u64,
+    },
+    /// A complete recipe describing fewer bytes than its file has.
+    #[error("the recipe of entry {entry} describes {described} of its {size} bytes")]
+    RecipeShort {
+        /// The entry.
+        entry: u64,
+        /// Bytes described.
+        described: u64,
+        /// Its size.
+        size: u64,
+    },
+    /// DATA answering a RECIPE_ASK.
+    #[error("DATA answers RECIPE_ASK request {0}")]
+    DataForRecipe(u32),
+    /// DATA with more chunks than the FETCH asked.
+    #[error("DATA holds more chunks than were asked")]
+    DataTooMany,
+    /// The last DATA of a FETCH without every chunk asked.
+    #[error("DATA ended with {0} chunks asked and not sent")]
+    DataShort(usize),
 }
 
 fn wire(frame: &'static str) -> impl Fn(WireError) -> ProtoError {
@@ -133,16 +255,18 @@ impl Opening {
             (FrameType::MountAccept, None) => {
                 let a = MountAccept::parse(body).map_err(wire("MOUNT_ACCEPT"))?;
                 if a.entries > u64::from(self.params.max_entries) {
-                    return Err(ProtoError::Protocol(format!(
-                        "the server lists {} entries; at most {} were asked for",
-                        a.entries, self.params.max_entries
-                    )));
+                    return Err(Breach::TooManyEntries {
+                        listed: a.entries,
+                        asked: self.params.max_entries,
+                    }
+                    .into());
                 }
                 if a.max_data_body > self.params.max_data_body {
-                    return Err(ProtoError::Protocol(format!(
-                        "DATA bodies of {} bytes announced; at most {} were asked for",
-                        a.max_data_body, self.params.max_data_body
-                    )));
+                    return Err(Breach::DataBodyTooLarge {
+                        announced: a.max_data_body,
+                        asked: self.params.max_data_body,
+                    }
+                    .into());
                 }
                 self.tree = Some(Tree::new(a.root_mode, a.root_mtime_sec, a.root_mtime_nsec));
                 self.accept = Some(a);
@@ -155,14 +279,11 @@ impl Opening {
                 let tree = self
                     .tree
                     .as_mut()
-                    .ok_or_else(|| ProtoError::Protocol("LIST before MOUNT_ACCEPT".into()))?;
+                    .ok_or(ProtoError::Protocol(Breach::ListBeforeAccept))?;
                 for e in parse_list(body) {
                     let e = e.map_err(wire("LIST"))?;
                     if tree.entries() >= a.entries {
-                        return Err(ProtoError::Protocol(format!(
-                            "more than the {} entries announced",
-                            a.entries
-                        )));
+                        return Err(Breach::ListBeyondAnnounced { announced: a.entries }.into());
                     }
                     tree.push(&e)?;
                 }
@@ -170,11 +291,11 @@ impl Opening {
                     return Ok(None);
                 }
                 if tree.entries() != a.entries {
-                    return Err(ProtoError::Protocol(format!(
-                        "{} entries listed, {} announced",
-                        tree.entries(),
-                        a.entries
-                    )));
+                    return Err(Breach::ListShort {
+                        listed: tree.entries(),
+                        announced: a.entries,
+                    }
+                    .into());
                 }
                 let tree = self.tree.take().unwrap_or_default();
                 Ok(Some(Opened {
@@ -183,10 +304,7 @@ impl Opening {
                     digest: *self.digest.finalize().as_bytes(),
                 }))
             }
-            (other, _) => Err(ProtoError::Protocol(format!(
-                "{} while opening the session",
-                other.name()
-            ))),
+            (other, _) => Err(Breach::WhileOpening(other).into()),
         }
     }
 }
@@ -355,22 +473,20 @@ impl Requests {
             FrameType::Error => Err(server_error(body)),
             FrameType::Recipe => self.recipe(body, last, event),
             FrameType::Data => self.data(body, last, desc, event),
-            other => Err(ProtoError::Protocol(format!(
-                "{} during the session",
-                other.name()
-            ))),
+            other => Err(Breach::DuringSession(other).into()),
         }
     }
 
-    fn front(&mut self, req: u32, what: &str) -> Result<&mut Pending, ProtoError> {
+    fn front(&mut self, req: u32, what: &'static str) -> Result<&mut Pending, ProtoError> {
         match self.pending.front_mut() {
             Some((r, p)) if *r == req => Ok(p),
-            Some((r, _)) => Err(ProtoError::Protocol(format!(
-                "{what} answers request {req}, but request {r} is the oldest outstanding"
-            ))),
-            None => Err(ProtoError::Protocol(format!(
-                "{what} for request {req}, none outstanding"
-            ))),
+            Some((r, _)) => Err(Breach::OutOfOrder {
+                what,
+                req,
+                oldest: *r,
+            }
+            .into()),
+            None => Err(Breach::NoneOutstanding { what, req }.into()),
         }
     }
 
@@ -390,38 +506,32 @@ impl Requests {
             bytes,
         } = self.front(head.req, "RECIPE")?
         else {
-            return Err(ProtoError::Protocol(format!(
-                "RECIPE answers FETCH request {}",
-                head.req
-            )));
+            return Err(Breach::RecipeForFetch(head.req).into());
         };
         let entry = *entry;
         if head.status == ServeStatus::Gone {
             if !last {
-                return Err(ProtoError::Protocol("RECIPE GONE without LAST".into()));
+                return Err(Breach::RecipeGoneNotLast.into());
             }
             self.pending.pop_front();
             event(Event::RecipeGone { entry });
             return Ok(());
         }
         if head.first != *chunks {
-            return Err(ProtoError::Protocol(format!(
-                "RECIPE part starts at chunk {}, {} came before",
-                head.first, chunks
-            )));
+            return Err(Breach::RecipeGap {
+                first: head.first,
+                before: *chunks,
+            }
+            .into());
         }
         let mut got = Vec::with_capacity(entries.len());
         for (len, hash) in entries {
             if len > max_chunk {
-                return Err(ProtoError::Protocol(format!(
-                    "a chunk of {len} bytes; the server's largest is {max_chunk}"
-                )));
+                return Err(Breach::ChunkTooLarge { len, max: max_chunk }.into());
             }
             *bytes += u64::from(len);
             if *bytes > *size {
-                return Err(ProtoError::Protocol(format!(
-                    "the recipe of entry {entry} describes more than its {size} bytes"
-                )));
+                return Err(Breach::RecipeTooLong { entry, size: *size }.into());
             }
             got.push((len, *hash));
         }
@@ -430,15 +540,20 @@ impl Requests {
         // entries than that allows are a server inflating the recipe.
         let most = (*size / min_chunk + 1).min(u64::from(u32::MAX));
         if *chunks > most {
-            return Err(ProtoError::Protocol(format!(
-                "the recipe of entry {entry} has more than the {most} chunks its {size} bytes allow"
-            )));
+            return Err(Breach::RecipeTooManyChunks {
+                entry,
+                most,
+                size: *size,
+            }
+            .into());
         }
         if last && *bytes != *size {
-            return Err(ProtoError::Protocol(format!(
-                "the recipe of entry {entry} describes {} of its {size} bytes",
-                bytes
-            )));
+            return Err(Breach::RecipeShort {
+                entry,
+                described: *bytes,
+                size: *size,
+            }
+            .into());
         }
         let first = head.first;
         if last {
@@ -462,16 +577,13 @@ impl Requests {
     ) -> Result<(), ProtoError> {
         let (head, entries) = parse_data(body).map_err(wire("DATA"))?;
         let Pending::Fetch { wants } = self.front(head.req, "DATA")? else {
-            return Err(ProtoError::Protocol(format!(
-                "DATA answers RECIPE_ASK request {}",
-                head.req
-            )));
+            return Err(Breach::DataForRecipe(head.req).into());
         };
         for e in entries {
             let e = e.map_err(wire("DATA"))?;
             let want = wants
                 .pop_front()
-                .ok_or_else(|| ProtoError::Protocol("DATA holds more chunks than were asked".into()))?;
+                .ok_or(ProtoError::Protocol(Breach::DataTooMany))?;
             match e {
                 DataEntry::Gone => event(Event::ChunkGone { want }),
                 DataEntry::Bytes(b) => {
@@ -487,10 +599,7 @@ impl Requests {
         }
         if last {
             if !wants.is_empty() {
-                return Err(ProtoError::Protocol(format!(
-                    "DATA ended with {} chunks asked and not sent",
-                    wants.len()
-                )));
+                return Err(Breach::DataShort(wants.len()).into());
             }
             self.pending.pop_front();
         }

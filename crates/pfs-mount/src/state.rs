@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use pfs_wire::mount::{Hash, MountAccept};
 
 use crate::cache::{Cache, Held};
+use crate::link::LinkError;
 use crate::proto::Want;
 use crate::tree::{Kind, Tree};
 
@@ -216,13 +217,61 @@ impl Stats {
 }
 
 /// Why a read failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum ReadError {
     /// Not a regular file of the tree.
     NotAFile,
     /// The server could not serve this version of the file, or the link is
     /// down, or the deadline passed: `EIO`.
-    Io(String),
+    Io(Eio),
+}
+
+/// Why a read that needs the server fails with `EIO`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Eio {
+    /// The read's deadline passed.
+    #[error("no answer from the server within {0:?}")]
+    NoAnswer(Duration),
+    /// The link is down (and may not come back in time).
+    #[error(transparent)]
+    Down(#[from] Down),
+    /// The link thread is gone.
+    #[error("the mount is shutting down")]
+    ShuttingDown,
+    /// The server cannot serve the file as listed.
+    #[error("{path}: changed or gone on the server since the mount")]
+    FileGone {
+        /// The file.
+        path: String,
+    },
+    /// The server cannot serve a chunk of the file as listed.
+    #[error("{path}: chunk {index} changed or gone on the server since the mount")]
+    ChunkGone {
+        /// The file.
+        path: String,
+        /// The chunk's index in the file.
+        index: u32,
+    },
+    /// A chunk fetched for this read left the cache before it was read.
+    #[error("chunk {0} fetched but not readable from the cache")]
+    Unreadable(usize),
+}
+
+/// Why the link to the server is down.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Down {
+    /// The mount is stopping.
+    #[error("the mount is shutting down")]
+    ShuttingDown,
+    /// The connection broke, the server went silent or broke the protocol.
+    #[error("link to the server ended: {0}")]
+    Ended(Arc<LinkError>),
+    /// A reconnection listed another tree: the mount stays down.
+    #[error("the server's tree changed since the mount: unmount and mount again to see it")]
+    TreeChanged,
+    /// The last reconnection failed.
+    #[error("the server cannot be reached: {0}")]
+    Unreachable(Arc<dyn std::error::Error + Send + Sync>),
 }
 
 #[derive(Debug, Default)]
@@ -239,7 +288,7 @@ struct State {
     /// bytes in another file may still be served). Forgotten on reconnect.
     gone_chunks: HashSet<(u64, u32)>,
     /// Why the link is down, while it is.
-    down: Option<String>,
+    down: Option<Down>,
     /// The link will not come back (the tree changed, or shutting down).
     down_for_good: bool,
     /// A reconnection was asked for and has not ended.
@@ -320,10 +369,7 @@ impl Shared {
     ) -> Result<MutexGuard<'a, State>, ReadError> {
         let now = Instant::now();
         if now >= deadline {
-            return Err(ReadError::Io(format!(
-                "no answer from the server within {:?}",
-                self.timeout
-            )));
+            return Err(ReadError::Io(Eio::NoAnswer(self.timeout)));
         }
         let (g, _) = self
             .changed
@@ -342,15 +388,15 @@ impl Shared {
         loop {
             let Some(why) = g.down.clone() else { return Ok(g) };
             if g.down_for_good || !self.can_reconnect {
-                return Err(ReadError::Io(why));
+                return Err(ReadError::Io(why.into()));
             }
             if !g.reconnecting {
                 if g.last_failed.is_some_and(|t| t.elapsed() < RETRY_GAP) {
-                    return Err(ReadError::Io(why));
+                    return Err(ReadError::Io(why.into()));
                 }
                 g.reconnecting = true;
                 if !self.send(Ask::Reconnect) {
-                    return Err(ReadError::Io("the mount is shutting down".into()));
+                    return Err(ReadError::Io(Eio::ShuttingDown));
                 }
             }
             g = self.wait(g, deadline)?;
@@ -376,10 +422,9 @@ impl Shared {
                 return Ok(f(r));
             }
             if g.gone_files.contains(&entry) {
-                return Err(ReadError::Io(format!(
-                    "{}: changed or gone on the server since the mount",
-                    self.tree.path_of(entry + 2)
-                )));
+                return Err(ReadError::Io(Eio::FileGone {
+                    path: self.tree.path_of(entry + 2),
+                }));
             }
             if g.down.is_some() {
                 g = self.revive(g, deadline)?;
@@ -394,7 +439,7 @@ impl Shared {
                 let size = self.tree.node(entry + 2).map_or(0, |n| n.size);
                 self.stats.recipes.fetch_add(1, Ordering::Relaxed);
                 if !self.send(Ask::Recipe { entry, size }) {
-                    return Err(ReadError::Io("the mount is shutting down".into()));
+                    return Err(ReadError::Io(Eio::ShuttingDown));
                 }
             }
             g = self.wait(g, deadline)?;
@@ -442,7 +487,7 @@ impl Shared {
             }
         }
         if !ask.is_empty() && !self.send(Ask::Fetch(ask)) {
-            return Err(ReadError::Io("the mount is shutting down".into()));
+            return Err(ReadError::Io(Eio::ShuttingDown));
         }
         loop {
             // Waiting on what is in flight (ours or another reader's).
@@ -458,18 +503,17 @@ impl Shared {
                 return Ok(());
             }
             if let Some(why) = &g.down {
-                return Err(ReadError::Io(why.clone()));
+                return Err(ReadError::Io(why.clone().into()));
             }
             g = self.wait(g, deadline)?;
         }
     }
 
     fn gone(&self, w: &Want) -> ReadError {
-        ReadError::Io(format!(
-            "{}: chunk {} changed or gone on the server since the mount",
-            self.tree.path_of(w.entry + 2),
-            w.index
-        ))
+        ReadError::Io(Eio::ChunkGone {
+            path: self.tree.path_of(w.entry + 2),
+            index: w.index,
+        })
     }
 
     /// Copies `[offset, offset + out.len())` of file `ino` into `out`,
@@ -520,7 +564,7 @@ impl Shared {
         for &(i, start, len, hash) in &chunks {
             let held = self
                 .local(&hash, checked(i))
-                .ok_or_else(|| ReadError::Io(format!("chunk {i} fetched but not readable from the cache")))?;
+                .ok_or(ReadError::Io(Eio::Unreadable(i)))?;
             let b = held.bytes();
             let from = offset.max(start) - start;
             let end = (to.min(start + u64::from(len)) - start) as usize;
@@ -666,7 +710,7 @@ impl Shared {
 
     /// The link ended: everything waiting fails now, and every later read
     /// that needs the server fails at once.
-    pub fn link_down(&self, why: String) {
+    pub fn link_down(&self, why: Down) {
         let mut g = self.lock();
         if g.down.is_none() {
             g.down = Some(why);
@@ -694,7 +738,7 @@ impl Shared {
     }
 
     /// A reconnection failed; readers waiting for it fail.
-    pub fn reconnect_failed(&self, why: String) {
+    pub fn reconnect_failed(&self, why: Down) {
         let mut g = self.lock();
         g.reconnecting = false;
         g.last_failed = Some(Instant::now());
@@ -704,7 +748,7 @@ impl Shared {
     }
 
     /// The link is down and stays so, for `why`.
-    pub fn link_down_for_good(&self, why: String) {
+    pub fn link_down_for_good(&self, why: Down) {
         let mut g = self.lock();
         g.down_for_good = true;
         g.reconnecting = false;
@@ -716,9 +760,9 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    /// Why the link is down, if it is.
+    /// Why the link is down, if it is (for logs and the report).
     pub fn down(&self) -> Option<String> {
-        self.lock().down.clone()
+        self.lock().down.as_ref().map(ToString::to_string)
     }
 }
 

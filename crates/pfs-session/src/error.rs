@@ -132,7 +132,7 @@ pub enum Violation {
     /// for FILES_HELLO, `no-read` for MOUNT_HELLO); the server reports it
     /// as a refused admission.
     #[error("{0}")]
-    Unauthorized(String),
+    Unauthorized(&'static str),
 }
 
 impl Violation {
@@ -246,7 +246,7 @@ pub enum LocalError {
     /// The server could not give an admitted client its store or
     /// destination (e.g. its `dir=` cannot be created).
     #[error("{0}")]
-    Place(String),
+    Place(crate::places::PlaceError),
     /// A local file or directory operation failed.
     #[error("{what} {}: {source}", path.display())]
     Io {
@@ -271,6 +271,18 @@ pub enum LocalError {
         /// zstd's error.
         source: io::Error,
     },
+}
+
+impl From<pfs_transport::RecvError> for SessionError {
+    /// A driver's read: end of stream is [`SessionError::PeerClosed`], a
+    /// failed read [`SessionError::Transport`] (an unexpected end of file
+    /// being `PeerClosed` too).
+    fn from(e: pfs_transport::RecvError) -> Self {
+        match e {
+            pfs_transport::RecvError::Closed { during } => Self::PeerClosed { during },
+            pfs_transport::RecvError::Io { during, source } => Self::transport(during, source),
+        }
+    }
 }
 
 impl SessionError {

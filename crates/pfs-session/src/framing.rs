@@ -1,6 +1,6 @@
-//! Framing shared by both protocols, sans I/O: whole frames out of a byte
-//! slice, ERROR frames in and out, and the receive buffer the drivers fill
-//! from a transport and hand to a core.
+//! Framing shared by the protocols, sans I/O: whole frames out of a byte
+//! slice, ERROR frames in and out, and (re-exported from pfs-transport)
+//! the receive buffer the drivers fill from a transport and hand to a core.
 
 use std::io::{self, IoSlice};
 use std::time::{Duration, Instant};
@@ -353,136 +353,10 @@ pub fn send_error<T: Transport + ?Sized>(t: &mut T, err: &SessionError) {
     let _ = t.write_all(&frame);
 }
 
-/// The receive buffer of a driver: one `read` fills as much of it as the
-/// kernel has, so small frames are batched; a core consumes from the front
-/// in place. Counts every byte read.
-#[derive(Debug)]
-pub struct RecvBuf {
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
-    read_bytes: u64,
-}
-
-impl RecvBuf {
-    /// A buffer whose largest contiguous unit is `capacity` bytes.
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            buf: vec![0u8; capacity.max(64 * 1024)].into_boxed_slice(),
-            start: 0,
-            end: 0,
-            read_bytes: 0,
-        }
-    }
-
-    /// Bytes waiting to be consumed.
-    pub fn filled(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-
-    /// The first `n` waiting bytes were consumed.
-    pub fn consume(&mut self, n: usize) {
-        debug_assert!(n <= self.end - self.start);
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// Bytes read from the transport so far.
-    pub fn read_bytes(&self) -> u64 {
-        self.read_bytes
-    }
-
-    /// One read, after making room for `want` contiguous bytes from the
-    /// front (compacting when the tail is too small). Returns bytes read;
-    /// 0 is end of stream. `want` beyond the capacity is the caller's bug
-    /// and reads nothing more than fits.
-    pub fn read_from<T: Transport + ?Sized>(&mut self, t: &mut T, want: usize) -> io::Result<usize> {
-        self.make_room(want)?;
-        loop {
-            match t.read(&mut self.buf[self.end..]) {
-                Ok(n) => {
-                    self.end += n;
-                    self.read_bytes += n as u64;
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// [`Self::read_from`] without waiting ([`Transport::read_ready`]):
-    /// `Ok(None)` when nothing has arrived, `Ok(Some(0))` at end of stream.
-    pub fn read_ready_from<T: Transport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        want: usize,
-    ) -> io::Result<Option<usize>> {
-        self.make_room(want)?;
-        loop {
-            match t.read_ready(&mut self.buf[self.end..]) {
-                Ok(n) => {
-                    let k = n.unwrap_or(0);
-                    self.end += k;
-                    self.read_bytes += k as u64;
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Compacts so that `want` contiguous bytes fit from the front, and
-    /// fails if no byte of room is left.
-    fn make_room(&mut self, want: usize) -> io::Result<()> {
-        if self.buf.len() - self.start < want || self.end == self.buf.len() {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.end == self.buf.len() {
-            // A read into no room would return 0 and look like end of
-            // stream; a core never leaves a full buffer unconsumed, so say so.
-            return Err(io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                "receive buffer full and not consumed",
-            ));
-        }
-        Ok(())
-    }
-
-    /// One read for a core awaiting `awaiting`: end of stream is
-    /// [`SessionError::PeerClosed`], a read timeout is the core's own
-    /// `timed_out` error, any other failure a transport error.
-    pub fn read_for<T: Transport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        want: usize,
-        awaiting: &'static str,
-        timed_out: impl FnOnce() -> SessionError,
-    ) -> Result<(), SessionError> {
-        match self.read_from(t, want) {
-            Ok(0) => Err(SessionError::PeerClosed { during: awaiting }),
-            Ok(_) => Ok(()),
-            Err(e) if is_timeout(&e) => Err(timed_out()),
-            Err(e) => Err(SessionError::transport(awaiting, e)),
-        }
-    }
-
-    /// Largest contiguous unit.
-    pub fn capacity(&self) -> usize {
-        self.buf.len()
-    }
-}
-
-/// Whether an I/O error is a read timeout.
-pub fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
-}
+/// The receive buffer of a driver ([`pfs_transport::RecvBuf`], shared with
+/// the mount's link): a read error converts into [`SessionError`] through
+/// `From<RecvError>`.
+pub use pfs_transport::recv_buf::{is_timeout, RecvBuf, RecvError};
 
 /// `now`, for drivers (cores never read the clock).
 #[inline]

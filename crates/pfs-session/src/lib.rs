@@ -31,8 +31,8 @@ pub use gram::{
     receive_session, send_session, GramReceiverConfig, GramReceiverOutcome, GramSenderConfig,
     GramSenderOutcome, GramViolation, HelloRejection, DEFAULT_PAYLOAD_BUDGET,
 };
-pub use mount::{serve_mount, MountRecipes, MountServeOutcome, MountServerConfig};
-pub use places::{clean_temps, FilesPlaces, Keeping};
+pub use mount::{serve_mount, MountRecipes, MountServerConfig, MountServerOutcome};
+pub use places::{clean_temps, FilesPlaces, Keeping, PlaceError};
 pub use server::{
     serve, serve_files, Admission, Client, FilesPlace, FilesSessionOutcome, ServerConfig, ServerEvent,
 };

@@ -31,6 +31,80 @@ use pfs_store::{Store, StoreConfig};
 use crate::files::receiver::SharedChunkIndex;
 use crate::server::{Client, FilesPlace};
 
+/// Why a client's place (or the server's shared place) could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaceError {
+    /// A destination's state directory could not be repaired or opened
+    /// (`dir`: the `dir=` destination it is, if one).
+    #[error("{}{source}", dir_prefix(.dir))]
+    State {
+        /// The `dir=` destination, if one.
+        dir: Option<PathBuf>,
+        /// Why.
+        source: pfs_files::FilesError,
+    },
+    /// The shared destination index could not be opened.
+    #[error("destination index: {0}")]
+    DestIndex(pfs_files::FilesError),
+    /// A group's destination index could not be opened.
+    #[error("destination index for group {group}: {source}")]
+    GroupIndex {
+        /// The group.
+        group: String,
+        /// Why.
+        source: pfs_files::FilesError,
+    },
+    /// The `--store` directory could not be created.
+    #[error("--store {}: {source}", .dir.display())]
+    StoreDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The shared store could not be opened.
+    #[error(transparent)]
+    Store(pfs_store::StoreError),
+    /// A group's store directory could not be created.
+    #[error("store for group {group}: {source}")]
+    GroupStoreDir {
+        /// The group.
+        group: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A group's store could not be opened.
+    #[error("store for group {group}: {source}")]
+    GroupStore {
+        /// The group.
+        group: String,
+        /// Why.
+        source: pfs_store::StoreError,
+    },
+    /// A key's `dir=` is not a path beneath `--dest`.
+    #[error("dir={}: {source}", .dir.display())]
+    DirPath {
+        /// The `dir=`.
+        dir: PathBuf,
+        /// Why.
+        source: pfs_files::PathError,
+    },
+    /// A key's `dir=` destination could not be opened.
+    #[error("dir={}: {source}", .dir.display())]
+    Dir {
+        /// The `dir=`.
+        dir: PathBuf,
+        /// Why.
+        source: pfs_files::FilesError,
+    },
+}
+
+/// `dir=D: ` before a `dir=` destination's state error, nothing for `--dest`'s.
+fn dir_prefix(dir: &Option<PathBuf>) -> String {
+    dir.as_ref()
+        .map_or(String::new(), |d| format!("dir={}: ", d.display()))
+}
+
 /// Where a files server keeps the chunks it holds.
 #[derive(Debug, Clone)]
 pub enum Keeping {
@@ -80,10 +154,9 @@ impl FilesPlaces {
     /// The shared place of a server keeping chunks in `dest` itself: its
     /// index and manifest under `dest`'s `.pfs`. Returns notes on what
     /// opening them recovered from, for the log.
-    pub fn open_dest(dest: Arc<DestRoot>, durable: bool) -> Result<(FilesPlace, Vec<String>), String> {
+    pub fn open_dest(dest: Arc<DestRoot>, durable: bool) -> Result<(FilesPlace, Vec<String>), PlaceError> {
         let mut notes = repair(&dest, None)?;
-        let (index, index_notes) =
-            DestIndex::open(dest.clone(), durable).map_err(|e| format!("destination index: {e}"))?;
+        let (index, index_notes) = DestIndex::open(dest.clone(), durable).map_err(PlaceError::DestIndex)?;
         notes.extend(index_notes);
         let (manifest, warning) = dest_manifest(&dest)?;
         notes.extend(warning);
@@ -104,10 +177,13 @@ impl FilesPlaces {
         dest: Arc<DestRoot>,
         dir: &Path,
         config: &StoreConfig,
-    ) -> Result<(FilesPlace, Vec<String>), String> {
+    ) -> Result<(FilesPlace, Vec<String>), PlaceError> {
         let mut notes = repair(&dest, None)?;
-        std::fs::create_dir_all(dir).map_err(|e| format!("--store {}: {e}", dir.display()))?;
-        let store = Store::open(dir, config).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir).map_err(|source| PlaceError::StoreDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        let store = Store::open(dir, config).map_err(PlaceError::Store)?;
         notes.extend(
             store
                 .recovery()
@@ -138,7 +214,7 @@ impl FilesPlaces {
     }
 
     /// The place of `client` (see the module docs).
-    pub fn of(&self, client: &Client) -> Result<FilesPlace, String> {
+    pub fn of(&self, client: &Client) -> Result<FilesPlace, PlaceError> {
         let r = &client.rights;
         if r.group.is_empty() && r.dir.as_os_str().is_empty() {
             return Ok(self.shared.clone());
@@ -159,19 +235,21 @@ impl FilesPlaces {
 
     /// The `dir=` destination `dir` and its manifest; opened the first
     /// time, its `.pfs/tmp` is cleaned (but for partial files `chunks` names).
-    fn dir_place(&self, dir: &Path, chunks: &SharedChunkIndex) -> Result<DestPlace, String> {
+    fn dir_place(&self, dir: &Path, chunks: &SharedChunkIndex) -> Result<DestPlace, PlaceError> {
         let mut dests = self.dests.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = dests.get(dir) {
             return Ok(p.clone());
         }
-        let rel = pfs_files::RelPath::parse(dir.as_os_str().as_encoded_bytes())
-            .map_err(|e| format!("dir={}: {e}", dir.display()))?;
-        let d = Arc::new(
-            self.shared
-                .dest
-                .subroot(&rel)
-                .map_err(|e| format!("dir={}: {e}", dir.display()))?,
-        );
+        let rel = pfs_files::RelPath::parse(dir.as_os_str().as_encoded_bytes()).map_err(|source| {
+            PlaceError::DirPath {
+                dir: dir.to_path_buf(),
+                source,
+            }
+        })?;
+        let d = Arc::new(self.shared.dest.subroot(&rel).map_err(|source| PlaceError::Dir {
+            dir: dir.to_path_buf(),
+            source,
+        })?);
         // Before anything uses its state: a key whose `dir=` held this one
         // could once plant things there (issue 26).
         let repaired = repair(&d, Some(dir))?;
@@ -203,13 +281,17 @@ impl FilesPlaces {
     /// (empty: the root of `--dest`). Without a store, a group's index
     /// covers the whole `--dest` and lives in its `.pfs`, so keys of one
     /// group share chunks across their `dir=` destinations.
-    fn index(&self, dir: &Path, group: &str) -> Result<SharedChunkIndex, String> {
+    fn index(&self, dir: &Path, group: &str) -> Result<SharedChunkIndex, PlaceError> {
         let within = if dir.as_os_str().is_empty() {
             None
         } else {
             Some(
-                pfs_files::RelPath::parse(dir.as_os_str().as_encoded_bytes())
-                    .map_err(|e| format!("dir={}: {e}", dir.display()))?,
+                pfs_files::RelPath::parse(dir.as_os_str().as_encoded_bytes()).map_err(|source| {
+                    PlaceError::DirPath {
+                        dir: dir.to_path_buf(),
+                        source,
+                    }
+                })?,
             )
         };
         let mut indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
@@ -220,14 +302,22 @@ impl FilesPlaces {
                     _ if group.is_empty() => self.shared.chunks.clone(),
                     Keeping::Store { dir, config } => {
                         let dir = dir.join("groups").join(group);
-                        std::fs::create_dir_all(&dir).map_err(|e| format!("store for group {group}: {e}"))?;
-                        let s =
-                            Store::open(&dir, config).map_err(|e| format!("store for group {group}: {e}"))?;
+                        std::fs::create_dir_all(&dir).map_err(|source| PlaceError::GroupStoreDir {
+                            group: group.to_string(),
+                            source,
+                        })?;
+                        let s = Store::open(&dir, config).map_err(|source| PlaceError::GroupStore {
+                            group: group.to_string(),
+                            source,
+                        })?;
                         SharedChunkIndex::Store(Arc::new(s))
                     }
                     Keeping::Dest { durable } => {
                         let (ix, notes) = DestIndex::open_group(self.shared.dest.clone(), group, *durable)
-                            .map_err(|e| format!("destination index for group {group}: {e}"))?;
+                            .map_err(|source| PlaceError::GroupIndex {
+                                group: group.to_string(),
+                                source,
+                            })?;
                         self.warn(notes);
                         SharedChunkIndex::Dest(Arc::new(ix), None)
                     }
@@ -264,19 +354,23 @@ impl FilesPlaces {
 
 /// Repairs `dest`'s state directory ([`DestRoot::repair_state_dir`]);
 /// what was repaired, for the log (`dir`: the `dir=` it is, if one).
-fn repair(dest: &DestRoot, dir: Option<&Path>) -> Result<Vec<String>, String> {
+fn repair(dest: &DestRoot, dir: Option<&Path>) -> Result<Vec<String>, PlaceError> {
     let shown = || dir.map_or(String::new(), |d| format!("dir={}: ", d.display()));
     Ok(dest
         .repair_state_dir()
-        .map_err(|e| format!("{}{e}", shown()))?
+        .map_err(|source| PlaceError::State {
+            dir: dir.map(Path::to_path_buf),
+            source,
+        })?
         .into_iter()
         .map(|r| format!("{}{r}", shown()))
         .collect())
 }
 
 /// The manifest of a destination kept in its `.pfs`.
-fn dest_manifest(dest: &DestRoot) -> Result<(Manifest, Option<String>), String> {
-    dest.state_dir().map_err(|e| e.to_string())?;
+fn dest_manifest(dest: &DestRoot) -> Result<(Manifest, Option<String>), PlaceError> {
+    dest.state_dir()
+        .map_err(|source| PlaceError::State { dir: None, source })?;
     let (m, w) = Manifest::open(dest.path().join(pfs_files::dest::STATE_DIR).join("manifest"));
     Ok((m, w.map(|w| w.to_string())))
 }

@@ -32,7 +32,7 @@ use crate::admitting::{Admitting, Source, Ticket};
 use crate::error::{Timeout, Violation};
 use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
 use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
-use crate::mount::{serve_mount, MountServeOutcome, MountServerConfig};
+use crate::mount::{serve_mount, MountServerConfig, MountServerOutcome};
 use crate::slots::{Full, Slot, Slots};
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
@@ -311,7 +311,7 @@ pub struct FilesPlace {
 
 /// Finds (opening on first use) the place of a client; an `Err` refuses
 /// the client with that message.
-pub type PlaceFn<'a> = dyn Fn(&Client) -> Result<FilesPlace, String> + Sync + 'a;
+pub type PlaceFn<'a> = dyn Fn(&Client) -> Result<FilesPlace, crate::places::PlaceError> + Sync + 'a;
 
 /// What a session of a files server was: files received (FILES_HELLO,
 /// docs/wire.md §10) or a tree served to a mount (MOUNT_HELLO, §12).
@@ -320,7 +320,7 @@ pub enum FilesSessionOutcome {
     /// Files were sent to this server.
     Received(FilesReceiverOutcome),
     /// A client mounted a tree this server holds.
-    Served(MountServeOutcome),
+    Served(MountServerOutcome),
 }
 
 /// Serves files sessions (docs/wire.md §10) and mount sessions (§12), each
@@ -362,10 +362,9 @@ fn files_or_mount(
     mount_cfg: &MountServerConfig,
 ) -> Result<FilesSessionOutcome, SessionError> {
     let (head, service) = first_service(conn, client, mount_cfg.hello_timeout)?;
-    let here = place(client).map_err(|message| {
-        let e = SessionError::Local(crate::LocalError::Place(message.clone()));
-        refuse(conn, ErrorCode::Internal, &message);
-        e
+    let here = place(client).map_err(|e| {
+        refuse(conn, ErrorCode::Internal, &e.to_string());
+        SessionError::Local(crate::LocalError::Place(e))
     })?;
     // The header read here is read again by the session.
     let mut conn = Prefixed::new(conn, &head);
@@ -422,7 +421,7 @@ fn first_service(
     };
     if !needs {
         refuse(conn, ErrorCode::Auth, lacking);
-        return Err(Violation::Unauthorized(lacking.to_string()).into());
+        return Err(Violation::Unauthorized(lacking).into());
     }
     // A protected session does what its handshake proposed (the verdict
     // checked the right for that).
@@ -785,7 +784,7 @@ impl<'a, O> Server<'a, O> {
                 (self.on_event)(ServerEvent::Denied {
                     peer,
                     key: client.key,
-                    reason: &reason,
+                    reason,
                 });
             }
             Err(error) => {

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use pfs_auth::{AuthorizedKeys, Cipher, ClientSecurity, Identity, Pin, SecureError, ServerSecurity, Service};
 use pfs_files::{chunk_file, ChunkParams, DestRoot};
-use pfs_session::mount::{serve_mount, MountRecipes, MountServeOutcome, MountServerConfig};
+use pfs_session::mount::{serve_mount, MountRecipes, MountServerConfig, MountServerOutcome};
 use pfs_session::{
     serve_files, Admission, FilesPlaces, FilesSessionOutcome, Keeping, ServerConfig, ServerEvent,
     SessionError,
@@ -263,7 +263,7 @@ fn session<R>(
     dest: &DestRoot,
     cfg: &MountServerConfig,
     client: impl FnOnce(&mut Client) -> R,
-) -> (Result<MountServeOutcome, SessionError>, R) {
+) -> (Result<MountServerOutcome, SessionError>, R) {
     let (ours, theirs) = UnixTransport::pair().expect("pair");
     thread::scope(|s| {
         let server = s.spawn(move || {

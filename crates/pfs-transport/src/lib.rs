@@ -3,19 +3,21 @@
 //! serve every implementation.
 //!
 //! Owns socket setup (buffer sizes, `TCP_NODELAY`, timeouts), vectored
-//! writes that finish whole grams, and listening/connecting. Knows nothing
-//! of frames.
+//! writes that finish whole grams, listening/connecting, and the receive
+//! buffer drivers read into ([`RecvBuf`]). Knows nothing of frame types.
 
 use std::io::{self, IoSlice};
 use std::time::Duration;
 
 pub mod peer_uid;
+pub mod recv_buf;
 pub mod shm;
 pub mod tcp;
 pub mod udp;
 pub mod unix;
 
 pub use pfs_sys::Usage;
+pub use recv_buf::{RecvBuf, RecvError};
 pub use shm::{ShmConfig, ShmListener, ShmTransport};
 pub use tcp::{TcpConfig, TcpListener, TcpTransport};
 pub use udp::{DatagramKeys, UdpConfig, UdpListener, UdpTransport};

@@ -159,7 +159,7 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     // The same server, the same keys: a restarted server is found again.
     let reconnect: pfs_mount::Connector = Box::new(move || {
         to.connect_as(security.as_ref(), pfs_auth::Service::Mount)
-            .map_err(|e| exit::describe(&e))
+            .map_err(|e| exit::describe(&e).into())
     });
     let session = pfs_mount::open_with(t, &cfg, Some(reconnect)).map_err(anyhow::Error::new)?;
     let mountpoint = std::fs::canonicalize(&args.mountpoint)

@@ -10,7 +10,7 @@ use pfs_session::files::{FilesReceiverConfig, FilesReceiverOutcome};
 use pfs_session::server::Traffic;
 use pfs_session::{
     clean_temps, serve_files, Client, FilesPlaces, FilesSessionOutcome, Keeping, MountRecipes,
-    MountServeOutcome, MountServerConfig, ServerEvent,
+    MountServerConfig, MountServerOutcome, ServerEvent,
 };
 use pfs_store::{Durability, StoreConfig};
 
@@ -187,7 +187,7 @@ fn received(
 }
 
 /// Reports a mount session: what its client was listed, asked and sent.
-fn served(peer: &str, client: &Client, traffic: &Traffic, m: &MountServeOutcome, json: bool) {
+fn served(peer: &str, client: &Client, traffic: &Traffic, m: &MountServerOutcome, json: bool) {
     for w in &m.warnings {
         tracing::warn!(peer = %peer, "{w}");
     }

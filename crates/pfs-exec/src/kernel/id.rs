@@ -34,17 +34,29 @@ pub enum KernelId {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KernelError {
     /// Not a built-in kernel name.
-    #[error("unknown kernel `{0}`; built-in kernels: {ACCEPTED_NAMES}")]
-    UnknownKernel(String),
+    #[error("unknown kernel `{spec}`; built-in kernels: {ACCEPTED_NAMES}")]
+    UnknownKernel {
+        /// The spec as given.
+        spec: String,
+    },
     /// The immediate after `:` is not a byte value.
-    #[error("bad immediate in `{0}`: expected a byte value 0..=255, decimal (65) or hex (0x41)")]
-    BadImmediate(String),
+    #[error("bad immediate in `{spec}`: expected a byte value 0..=255, decimal (65) or hex (0x41)")]
+    BadImmediate {
+        /// The spec as given.
+        spec: String,
+    },
     /// `count`, `xor` or `add` without `:<byte>`.
-    #[error("kernel `{0}` needs an immediate byte, e.g. `{0}:0x41`")]
-    MissingImmediate(String),
+    #[error("kernel `{name}` needs an immediate byte, e.g. `{name}:0x41`")]
+    MissingImmediate {
+        /// The kernel's name.
+        name: String,
+    },
     /// An immediate given to a kernel that takes none.
-    #[error("kernel `{0}` takes no immediate")]
-    UnexpectedImmediate(String),
+    #[error("kernel `{name}` takes no immediate")]
+    UnexpectedImmediate {
+        /// The kernel's name.
+        name: String,
+    },
 }
 
 impl KernelId {
@@ -60,13 +72,19 @@ impl KernelId {
         };
         let plain = |id: KernelId| match imm {
             None => Ok(id),
-            Some(_) => Err(KernelError::UnexpectedImmediate(name.to_owned())),
+            Some(_) => Err(KernelError::UnexpectedImmediate {
+                name: name.to_owned(),
+            }),
         };
         let with_byte = |make: fn(u8) -> KernelId| match imm {
-            None => Err(KernelError::MissingImmediate(name.to_owned())),
+            None => Err(KernelError::MissingImmediate {
+                name: name.to_owned(),
+            }),
             Some(imm) => parse_byte(imm)
                 .map(make)
-                .ok_or_else(|| KernelError::BadImmediate(spec.to_owned())),
+                .ok_or_else(|| KernelError::BadImmediate {
+                    spec: spec.to_owned(),
+                }),
         };
         match name {
             "fnv1a64" | "fnv1a" => plain(Self::Fnv1a64),
@@ -78,7 +96,9 @@ impl KernelId {
             "xor" => with_byte(Self::XorImm),
             "add" => with_byte(Self::AddImm),
             "gather" => plain(Self::Gather),
-            _ => Err(KernelError::UnknownKernel(spec.to_owned())),
+            _ => Err(KernelError::UnknownKernel {
+                spec: spec.to_owned(),
+            }),
         }
     }
 

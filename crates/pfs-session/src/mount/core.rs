@@ -23,7 +23,7 @@ use pfs_wire::mount::{
 use pfs_wire::{ErrorCode, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
 use super::host::{Cut, ListError, Listed, MountHost};
-use super::{MountServeOutcome, MountServerConfig};
+use super::{MountServerConfig, MountServerOutcome};
 use crate::error::{LimitExceeded, Violation};
 use crate::framing::refusal;
 use crate::SessionError;
@@ -39,7 +39,7 @@ pub trait FrameOut: Send {
 pub const RECIPE_ENTRIES_PER_FRAME: usize = (MAX_CONTROL_BODY as usize - RECIPE_HEAD_LEN) / RECIPE_ENTRY_LEN;
 
 /// What a mount client did wrong (or asked that this server will not do).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum MountViolation {
     /// MOUNT_HELLO's `dir` is no directory the client may mount.
     #[error("cannot mount {dir:?}: {why}")]
@@ -47,7 +47,7 @@ pub enum MountViolation {
         /// As the client named it (lossy UTF-8).
         dir: String,
         /// Why not.
-        why: String,
+        why: BadDir,
     },
     /// The tree has more entries than the client takes or the server lists.
     #[error("the tree has more than {limit} entries, the {whose} limit")]
@@ -99,6 +99,20 @@ impl MountViolation {
     }
 }
 
+/// Why MOUNT_HELLO's `dir` cannot be mounted ([`MountViolation::BadDir`]).
+#[derive(Debug, thiserror::Error)]
+pub enum BadDir {
+    /// It is not a safe relative path.
+    #[error("{0}")]
+    Path(pfs_files::PathError),
+    /// It is the server's state directory.
+    #[error("{STATE_DIR} is the server's own state")]
+    StateDir,
+    /// It cannot be listed.
+    #[error("not a directory beneath what this key may read ({0})")]
+    NotListed(ListError),
+}
+
 impl From<MountViolation> for SessionError {
     fn from(v: MountViolation) -> Self {
         SessionError::Violation(Violation::Mount(v))
@@ -125,7 +139,7 @@ pub struct MountServer {
     data: Box<[u8]>,
     /// LIST and RECIPE bodies, reused.
     scratch: Vec<u8>,
-    outcome: MountServeOutcome,
+    outcome: MountServerOutcome,
 }
 
 impl MountServer {
@@ -143,12 +157,12 @@ impl MountServer {
             kept_chunks: 0,
             data: Box::default(),
             scratch: Vec::new(),
-            outcome: MountServeOutcome::default(),
+            outcome: MountServerOutcome::default(),
         }
     }
 
     /// What the session served so far.
-    pub fn outcome(&self) -> &MountServeOutcome {
+    pub fn outcome(&self) -> &MountServerOutcome {
         &self.outcome
     }
 
@@ -208,29 +222,27 @@ impl MountServer {
             }
             .into());
         }
-        let bad_dir = |why: String| MountViolation::BadDir {
+        let bad_dir = |why: BadDir| MountViolation::BadDir {
             dir: String::from_utf8_lossy(h.dir).into_owned(),
             why,
         };
         let dir = match h.dir {
             [] => None,
-            d => Some(RelPath::parse(d).map_err(|e| bad_dir(e.to_string()))?),
+            d => Some(RelPath::parse(d).map_err(|e| bad_dir(BadDir::Path(e)))?),
         };
         if dir
             .as_ref()
             .is_some_and(|d| d.components().any(|c| c == STATE_DIR.as_bytes()))
         {
-            return Err(bad_dir(format!("{STATE_DIR} is the server's own state")).into());
+            return Err(bad_dir(BadDir::StateDir).into());
         }
         let (limit, whose) = match u64::from(h.max_entries) < self.cfg.max_entries {
             true => (u64::from(h.max_entries), "client's"),
             false => (self.cfg.max_entries, "server's"),
         };
         let listing = host.list(dir.as_ref(), limit).map_err(|e| match e {
-            ListError::NotADirectory(why) => {
-                bad_dir(format!("not a directory beneath what this key may read ({why})"))
-            }
             ListError::TooMany { .. } => MountViolation::TooManyEntries { limit, whose },
+            e => bad_dir(BadDir::NotListed(e)),
         })?;
         self.entries = listing.entries;
         self.outcome.entries = self.entries.len() as u64;

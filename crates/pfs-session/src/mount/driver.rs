@@ -13,7 +13,7 @@ use pfs_wire::FRAME_HEADER_LEN;
 
 use super::core::{FrameOut, MountServer};
 use super::host::LocalMountHost;
-use super::{MountServeOutcome, MountServerConfig};
+use super::{MountServerConfig, MountServerOutcome};
 use crate::error::Timeout;
 use crate::framing::{
     frame_want, is_timeout, now, send_error, split_frame, write_all_before, FrameClock, ReadTimeout, RecvBuf,
@@ -28,13 +28,13 @@ pub fn serve_mount<T: Transport + ?Sized>(
     t: &mut T,
     dest: &DestRoot,
     cfg: &MountServerConfig,
-) -> Result<MountServeOutcome, SessionError> {
+) -> Result<MountServerOutcome, SessionError> {
     let mut core = MountServer::new(cfg);
     let mut host = LocalMountHost::new(dest, cfg);
     let result = run(t, &mut core, &mut host, cfg);
     let mut outcome = core.outcome().clone();
     outcome.bytes_cut = host.bytes_cut();
-    outcome.warnings.extend(host.finish());
+    outcome.warnings.extend(host.finish().map(|e| e.to_string()));
     // The ERROR frame and the close too: a client that does not read
     // cannot hold us.
     let _ = t.set_write_timeout(Some(cfg.write_timeout));

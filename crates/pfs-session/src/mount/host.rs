@@ -72,7 +72,7 @@ pub struct Listing {
     pub root_mtime_nsec: u32,
     /// Every entry beneath it, each directory before its contents.
     pub entries: Vec<Listed>,
-    /// Entries left out (see [`super::MountServeOutcome::skipped`]).
+    /// Entries left out (see [`super::MountServerOutcome::skipped`]).
     pub skipped: u64,
 }
 
@@ -82,7 +82,10 @@ pub enum ListError {
     /// It is not a directory beneath the root (missing, a file, reached
     /// through a symlink, unreadable).
     #[error("{0}")]
-    NotADirectory(String),
+    NotADirectory(FilesError),
+    /// Its status could not be read.
+    #[error("stat: {0}")]
+    Stat(rustix::io::Errno),
     /// It holds more than `limit` entries.
     #[error("more than {limit} entries")]
     TooMany {
@@ -168,7 +171,7 @@ impl<'d> LocalMountHost<'d> {
 
     /// Saves the recipe cache if this session used it; returns why not if
     /// that failed (for the log: the session is not failed for it).
-    pub fn finish(&mut self) -> Option<String> {
+    pub fn finish(&mut self) -> Option<super::RecipesNotSaved> {
         let recipes = self.recipes.as_ref().filter(|_| self.cache_used)?;
         recipes.save().err()
     }
@@ -204,7 +207,7 @@ impl<'d> LocalMountHost<'d> {
 
 impl MountHost for LocalMountHost<'_> {
     fn list(&mut self, dir: Option<&RelPath>, limit: u64) -> Result<Listing, ListError> {
-        let not_a_dir = |e: FilesError| ListError::NotADirectory(e.to_string());
+        let not_a_dir = ListError::NotADirectory;
         self.mounted = dir
             .map(|d| self.place.existing_subroot(d))
             .transpose()
@@ -212,7 +215,7 @@ impl MountHost for LocalMountHost<'_> {
         self.open.clear();
         let root = self.root();
         let top = root.open_dir(None).map_err(not_a_dir)?;
-        let st = rfs::fstat(&top).map_err(|e| ListError::NotADirectory(format!("stat: {e}")))?;
+        let st = rfs::fstat(&top).map_err(ListError::Stat)?;
         let mut listing = Listing {
             root_mode: st.st_mode & 0o7777,
             root_mtime_sec: st.st_mtime,

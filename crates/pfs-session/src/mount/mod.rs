@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use pfs_files::{ChunkParams, DestRoot, Entry, Recipe, RecipeCache};
 
-pub use self::core::{FrameOut, MountServer, MountViolation};
+pub use self::core::{BadDir, FrameOut, MountServer, MountViolation};
 pub use driver::serve_mount;
 pub use host::{Cut, ListError, Listed, Listing, LocalMountHost, MountHost};
 
@@ -106,7 +106,7 @@ impl Default for MountServerConfig {
 
 /// What one mount session served.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MountServeOutcome {
+pub struct MountServerOutcome {
     /// The directory mounted, as the client named it (lossy UTF-8; empty:
     /// all its key may read).
     pub dir: String,
@@ -136,6 +136,16 @@ pub struct MountServeOutcome {
     pub bytes_cut: u64,
     /// What went wrong without ending the session (the recipe cache not saved).
     pub warnings: Vec<String>,
+}
+
+/// The recipe cache could not be written (logged; no session fails for it).
+#[derive(Debug, thiserror::Error)]
+#[error("mount recipe cache {} not saved: {source}", .path.display())]
+pub struct RecipesNotSaved {
+    /// The cache's file.
+    pub path: std::path::PathBuf,
+    /// Why.
+    pub source: pfs_files::FilesError,
 }
 
 /// Recipes of the files mount sessions cut, shared by every session of a
@@ -189,10 +199,12 @@ impl MountRecipes {
     }
 
     /// Writes the cache to its file.
-    pub fn save(&self) -> Result<(), String> {
+    pub fn save(&self) -> Result<(), RecipesNotSaved> {
         let mut c = self.lock();
-        c.save()
-            .map_err(|e| format!("mount recipe cache {} not saved: {e}", c.path().display()))
+        c.save().map_err(|source| RecipesNotSaved {
+            path: c.path().to_path_buf(),
+            source,
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RecipeCache> {

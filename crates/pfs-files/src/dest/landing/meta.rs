@@ -53,6 +53,7 @@ mod tests {
     use crate::manifest::Manifest;
 
     #[test]
+    #[ignore = "needs user xattrs on the temporary directory's filesystem"]
     fn the_manifest_keeps_describing_a_file_whose_attributes_change() {
         let t = tempfile::tempdir().unwrap();
         let dest = t.path().join("dest");
@@ -67,8 +68,7 @@ mod tests {
         let rel = RelPath::parse(b"f").unwrap();
         let attrs: [(&[u8], &[u8]); 1] = [(b"user.k", b"v")];
         if let Err(e) = landing.set_attrs(&rel, None, None, attrs) {
-            eprintln!("SKIP: the destination refuses user xattrs ({e})");
-            return;
+            panic!("needs user xattrs: the destination refuses them ({e})");
         }
         let now = FileStat::of(&fs::metadata(dest.join("f")).unwrap());
         let w = manifest.get(b"f").unwrap();
