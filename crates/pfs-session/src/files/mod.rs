@@ -34,7 +34,7 @@ pub use sender::{
     PreserveConfig, ScanConfig, Scanned, SendPhase, Unreadable,
 };
 pub use sender::{
-    plan_chunk, save_recipes, scan_items, ChunkStream, Streamed, DEFAULT_STREAM_MIN, STREAM_AHEAD,
+    plan_chunk, save_recipes, scan_items, ChunkStream, Streamed, Unsendable, DEFAULT_STREAM_MIN, STREAM_AHEAD,
 };
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use pfs_files::{chunk_bytes, quick_digest, ChunkParams, ChunkRef, IndexCache, Recipe};
-use pfs_session::files::{FilesItem, FilesSource, Streamed, Unreadable};
+use pfs_session::files::{FilesItem, FilesSource, Streamed, Unreadable, Unsendable};
 use pfs_session::{BlobView, LocalError};
 use pfs_wire::desc::encode_table;
 use pfs_wire::files::{batch_head, emit_entry_head, tag, ChunksHeader};
@@ -187,7 +187,7 @@ impl FilesSource for MemSource {
 
     fn stream_next(&mut self, out: &mut Vec<ChunkRef>) -> Streamed {
         let (Some((recipe, at)), Some(run)) = (self.streaming.as_mut(), self.stream_runs) else {
-            return Streamed::Failed("not streaming".into());
+            return Streamed::Failed(Unsendable::Host("not streaming"));
         };
         if *at == recipe.chunks.len() {
             let (r, _) = self.streaming.take().expect("streaming");

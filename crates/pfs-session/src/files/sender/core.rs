@@ -26,7 +26,7 @@ use pfs_wire::{FrameHeader, FrameType, FRAME_HEADER_LEN};
 use super::batch::Outbox;
 use super::delete::Deletion;
 use super::fill;
-use super::host::{first_failure, FilesSource, Unreadable};
+use super::host::{first_failure, FilesSource, Unreadable, Unsendable};
 use super::index::IndexFetch;
 use super::plan::{Partial, Plans};
 use super::probe::Probe;
@@ -620,9 +620,7 @@ impl<'a> FilesSender<'a> {
                 .map(|t| t.to_string())
                 .unwrap_or_default();
             self.items[no].streamed = true;
-            self.stream.file = Some(StreamedFile::failed(format!(
-                "its hard-link target {target} could not be sent"
-            )));
+            self.stream.file = Some(StreamedFile::failed(Unsendable::LinkTarget { target }));
         } else if self.items[no].pending {
             self.collect(no, src);
         } else if !listing {
@@ -710,13 +708,13 @@ impl<'a> FilesSender<'a> {
     fn drop_item<S: FilesSource + ?Sized>(
         &mut self,
         no: usize,
-        why: &str,
+        why: &Unsendable,
         src: &mut S,
     ) -> Result<(), SessionError> {
         self.out.frame.clear();
         FileDrop {
             file_no: no as u64,
-            reason: why,
+            reason: &why.to_string(),
         }
         .emit(&mut self.out.frame);
         self.out.queue(FrameType::FileDrop, "FILE_DROP", 0)?;
@@ -765,7 +763,7 @@ impl<'a> FilesSender<'a> {
                     st.chunks = r.chunks.clone();
                     st.done = Some(r);
                 }
-                (Ok(()), None) => st.failed = Some("it could not be chunked".into()),
+                (Ok(()), None) => st.failed = Some(Unsendable::Host("it could not be chunked")),
             }
         }
         self.stream.file = Some(st);
@@ -791,11 +789,7 @@ impl<'a> FilesSender<'a> {
         let size = self.items[no].announced_size();
         if st.ends_past(size) {
             // Its FILE promised `size` bytes: more would be a protocol error.
-            return self.drop_item(
-                no,
-                &format!("it grew past the {size} bytes it had when scanned"),
-                src,
-            );
+            return self.drop_item(no, &Unsendable::Grew { size }, src);
         }
         self.plans.extend(&mut st.part, &st.chunks, self.index.cache());
         if first == st.chunks.len() {
@@ -838,18 +832,18 @@ impl<'a> FilesSender<'a> {
         let recipe = st.done.take();
         let why = match &recipe {
             // A host bug, not the file's: still, only this file fails.
-            Some(r) if r.chunks != st.chunks => Some("its chunks and its recipe disagree".to_string()),
-            Some(r) if r.size != size || r.chunks.is_empty() => Some(format!(
-                "it has {} bytes, not the {size} it had when scanned",
-                r.size
-            )),
+            Some(r) if r.chunks != st.chunks => Some(Unsendable::Host("its chunks and its recipe disagree")),
+            Some(r) if r.size != size || r.chunks.is_empty() => {
+                Some(Unsendable::Resized { found: r.size, size })
+            }
             Some(_) => None,
-            None => Some("its chunking ended without a recipe".to_string()),
+            None => Some(Unsendable::Host("its chunking ended without a recipe")),
         };
         let (Some(recipe), None) = (recipe, why.as_ref()) else {
             // Put back so that dropping it settles its pending bytes.
             self.stream.file = Some(st);
-            return self.drop_item(no, why.as_deref().unwrap_or("no recipe"), src);
+            let why = why.unwrap_or(Unsendable::Host("no recipe"));
+            return self.drop_item(no, &why, src);
         };
         self.out.frame.clear();
         let done = FileDone {

@@ -12,7 +12,9 @@ use pfs_wire::files::{
 use pfs_wire::frame::MAX_CONTROL_BODY;
 
 use super::batch::Outbox;
-use super::host::FilesSource;
+use std::sync::Arc;
+
+use super::host::{FilesSource, Unsendable};
 use super::{entry_kind, ChunkPlan, FilesItem, PreserveConfig};
 use crate::files::{hash_matches, SENDER_FRAME_WORK};
 
@@ -110,7 +112,7 @@ pub(super) fn chunks_frame<S: FilesSource + ?Sized>(
     chunks: &[ChunkRef],
     plan: &[ChunkPlan],
     first: usize,
-) -> Result<(usize, u64), String> {
+) -> Result<(usize, u64), Unsendable> {
     out.frame.clear();
     out.frame.extend_from_slice(&[0; CHUNKS_FIXED_LEN]);
     let mut i = first;
@@ -152,7 +154,7 @@ pub(super) fn push_literal<S: FilesSource + ?Sized>(
     item: &FilesItem,
     c: &ChunkRef,
     changed: &mut Option<String>,
-) -> Result<(), String> {
+) -> Result<(), Unsendable> {
     let (hash, len) = (&c.hash, c.len);
     let frame = &mut out.frame;
     let head = frame.len();
@@ -162,16 +164,16 @@ pub(super) fn push_literal<S: FilesSource + ?Sized>(
     match src.read(item, c.offset, &mut frame[start..]) {
         Ok(Some(how)) => *changed = Some(how),
         Ok(None) => {}
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(Unsendable::Read(Arc::new(e))),
     }
     if let Some(how) = changed.as_deref() {
         if !hash_matches(&frame[start..], hash) {
             let how = if how.is_empty() { "changed" } else { how };
-            return Err(format!(
-                "{how}: bytes {}..{} no longer match the chunk planned there",
-                c.offset,
-                c.offset + u64::from(len)
-            ));
+            return Err(Unsendable::Changed {
+                how: how.to_owned(),
+                start: c.offset,
+                end: c.offset + u64::from(len),
+            });
         }
     }
     if let Some(level) = out.compress {
@@ -270,7 +272,7 @@ mod tests {
             0,
         )
         .expect_err("the bytes no longer match");
-        assert!(why.contains("no longer match"), "{why}");
+        assert!(why.to_string().contains("no longer match"), "{why}");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub trait FilesSource {
     }
     /// Sets the recipe of `items[no]`, chunked in the background (waiting
     /// for it), or says why the file cannot be read.
-    fn chunk_one(&mut self, items: &mut [FilesItem], no: usize) -> Result<(), String> {
+    fn chunk_one(&mut self, items: &mut [FilesItem], no: usize) -> Result<(), Unsendable> {
         first_failure(&self.chunk(items, &[no]))
     }
     /// Starts cutting and hashing `item`'s file for a STREAMED send; false
@@ -54,18 +54,46 @@ pub trait FilesSource {
     /// began, in file order, waiting until some are cut; or says that all
     /// were (with the recipe), or why the file cannot be finished.
     fn stream_next(&mut self, _out: &mut Vec<ChunkRef>) -> Streamed {
-        Streamed::Failed("no file is being streamed".into())
+        Streamed::Failed(Unsendable::Host("no file is being streamed"))
     }
     /// The file [`Self::stream_start`] began is given up: stop cutting it.
     fn stream_stop(&mut self) {}
 }
 
 /// The reason the first of `failed` could not be read, if any.
-pub(super) fn first_failure(failed: &Unreadable) -> Result<(), String> {
+pub(super) fn first_failure(failed: &Unreadable) -> Result<(), Unsendable> {
     match failed.first() {
-        Some((_, e)) => Err(e.to_string()),
+        Some((_, e)) => Err(Unsendable::Files(e.clone())),
         None => Ok(()),
     }
+}
+
+/// Why one file cannot be sent. FILE_DROP gives the receiver its text; the
+/// session goes on with the next entry.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unsendable {
+    /// Reading, hashing or chunking it failed.
+    #[error("{0}")]
+    Files(Arc<pfs_files::FilesError>),
+    /// Reading its bytes into a frame failed.
+    #[error("{0}")]
+    Read(Arc<LocalError>),
+    /// It changed (`how`) since it was scanned: the bytes at `start..end`
+    /// are no longer the chunk planned there.
+    #[error("{how}: bytes {start}..{end} no longer match the chunk planned there")]
+    Changed { how: String, start: u64, end: u64 },
+    /// It grew past the `size` its FILE announced.
+    #[error("it grew past the {size} bytes it had when scanned")]
+    Grew { size: u64 },
+    /// Its chunking found `found` bytes, not the `size` its FILE announced.
+    #[error("it has {found} bytes, not the {size} it had when scanned")]
+    Resized { found: u64, size: u64 },
+    /// A hard link whose target (`target`) could not be sent.
+    #[error("its hard-link target {target} could not be sent")]
+    LinkTarget { target: String },
+    /// The host could not finish it; the text says which step ended first.
+    #[error("{0}")]
+    Host(&'static str),
 }
 
 /// What [`FilesSource::stream_next`] got.
@@ -76,7 +104,7 @@ pub enum Streamed {
     /// Every chunk was handed out: the file's recipe.
     Done(pfs_files::Recipe),
     /// The file cannot be finished (unreadable, or it changed while read).
-    Failed(String),
+    Failed(Unsendable),
 }
 
 /// Items that could not be read: their index and why. The error is shared

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use pfs_files::{Entry, IndexCache, WalkKind};
 
-use super::host::{first_failure, FilesPrepare, FilesSource, Streamed, Unreadable};
+use super::host::{first_failure, FilesPrepare, FilesSource, Streamed, Unreadable, Unsendable};
 use super::meter::{FilesMeter, SendPhase};
 use super::FilesItem;
 use crate::error::LocalError;
@@ -26,11 +26,11 @@ use crate::error::LocalError;
 pub struct ChunkAhead {
     rx: std::sync::mpsc::Receiver<Vec<Chunked>>,
     /// Results received and not collected yet, by position in the list.
-    ready: std::collections::HashMap<usize, Result<pfs_files::Recipe, String>>,
+    ready: std::collections::HashMap<usize, Result<pfs_files::Recipe, Unsendable>>,
 }
 
 /// A position in the list and its recipe, or why it could not be chunked.
-type Chunked = (usize, Result<pfs_files::Recipe, String>);
+type Chunked = (usize, Result<pfs_files::Recipe, Unsendable>);
 
 /// Files chunked per batch after the first: enough to keep every thread
 /// busy, few enough that the stream never waits long for its next file.
@@ -60,9 +60,16 @@ impl ChunkAhead {
                     let done: Vec<Chunked> =
                         match pfs_files::chunk_files_metered(&batch, &params, threads, &read) {
                             Ok(results) => (at..)
-                                .zip(results.into_iter().map(|r| r.map_err(|e| e.to_string())))
+                                .zip(
+                                    results
+                                        .into_iter()
+                                        .map(|r| r.map_err(|e| Unsendable::Files(Arc::new(e)))),
+                                )
                                 .collect(),
-                            Err(e) => (at..at + batch.len()).map(|k| (k, Err(e.to_string()))).collect(),
+                            Err(e) => {
+                                let e = Unsendable::Files(Arc::new(e));
+                                (at..at + batch.len()).map(|k| (k, Err(e.clone()))).collect()
+                            }
                         };
                     at += batch.len();
                     if tx.send(done).is_err() {
@@ -78,14 +85,18 @@ impl ChunkAhead {
     }
 
     /// The result of position `k`, waiting for it.
-    pub fn take(&mut self, k: usize) -> Result<pfs_files::Recipe, String> {
+    pub fn take(&mut self, k: usize) -> Result<pfs_files::Recipe, Unsendable> {
         loop {
             if let Some(r) = self.ready.remove(&k) {
                 return r;
             }
             match self.rx.recv() {
                 Ok(batch) => self.ready.extend(batch),
-                Err(_) => return Err("the chunking thread ended before this file was chunked".into()),
+                Err(_) => {
+                    return Err(Unsendable::Host(
+                        "the chunking thread ended before this file was chunked",
+                    ))
+                }
             }
         }
     }
@@ -137,8 +148,8 @@ impl ChunkStream {
                 Streamed::More
             }
             Ok(StreamMsg::Done(Ok(r))) => Streamed::Done(r),
-            Ok(StreamMsg::Done(Err(e))) => Streamed::Failed(e.to_string()),
-            Err(_) => Streamed::Failed("its chunking thread ended before the file did".into()),
+            Ok(StreamMsg::Done(Err(e))) => Streamed::Failed(Unsendable::Files(Arc::new(e))),
+            Err(_) => Streamed::Failed(Unsendable::Host("its chunking thread ended before the file did")),
         }
     }
 }
@@ -359,14 +370,14 @@ impl FilesSource for LocalSource<'_> {
         true
     }
 
-    fn chunk_one(&mut self, items: &mut [FilesItem], no: usize) -> Result<(), String> {
+    fn chunk_one(&mut self, items: &mut [FilesItem], no: usize) -> Result<(), Unsendable> {
         let Some(k) = self.ahead.as_ref().and_then(|(_, at)| at.get(&no).copied()) else {
             return first_failure(&self.prep.chunk(items, &[no]));
         };
         let t0 = Instant::now();
         let got = match self.ahead.as_mut() {
             Some((ahead, _)) => ahead.take(k),
-            None => Err("no file is being chunked".into()),
+            None => Err(Unsendable::Host("no file is being chunked")),
         };
         let recipe = got?;
         self.prep.note_chunked(recipe.size, t0.elapsed());
@@ -387,7 +398,7 @@ impl FilesSource for LocalSource<'_> {
     fn stream_next(&mut self, out: &mut Vec<pfs_files::ChunkRef>) -> Streamed {
         match self.streaming.as_mut() {
             Some(s) => s.next(out),
-            None => Streamed::Failed("no file is being streamed".into()),
+            None => Streamed::Failed(Unsendable::Host("no file is being streamed")),
         }
     }
 

@@ -48,7 +48,7 @@ use pfs_sys::Usage;
 
 pub use self::core::{FilesSender, FilesSenderEvent, MAX_INDEX_BATCH};
 pub use driver::send_files;
-pub use host::{FilesPrepare, FilesSource, Streamed, Unreadable};
+pub use host::{FilesPrepare, FilesSource, Streamed, Unreadable, Unsendable};
 pub use local::{ChunkAhead, ChunkStream, LocalPrepare, LocalSource, STREAM_AHEAD};
 pub use meter::{FilesMeter, MeterRate, MeterReading, SendPhase};
 pub use pfs_wire::files::{DeleteStatus, DeletedKind};

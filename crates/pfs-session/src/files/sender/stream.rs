@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use pfs_files::{ChunkRef, Recipe, RelPath};
 
 use super::core::FilesSenderEvent;
-use super::host::{FilesSource, Streamed};
+use super::host::{FilesSource, Streamed, Unsendable};
 use super::plan::Partial;
 use super::{FilesItem, FilesProgress};
 
@@ -50,7 +50,7 @@ pub(super) struct StreamedFile {
     pub(super) chunks: Vec<ChunkRef>,
     pub(super) part: Partial,
     pub(super) done: Option<Recipe>,
-    pub(super) failed: Option<String>,
+    pub(super) failed: Option<Unsendable>,
 }
 
 impl StreamedFile {
@@ -61,7 +61,7 @@ impl StreamedFile {
         &mut self,
         first: usize,
         src: &mut S,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Unsendable> {
         if let Some(why) = self.failed.take() {
             return Err(why);
         }
@@ -86,7 +86,7 @@ impl StreamedFile {
 
     /// A file that is sent STREAMED only to be dropped, for `why`
     /// (entries are numbered: it still needs its FILE).
-    pub(super) fn failed(why: String) -> Self {
+    pub(super) fn failed(why: Unsendable) -> Self {
         Self {
             failed: Some(why),
             ..Self::default()
@@ -242,9 +242,9 @@ mod tests {
         link.hard_link = Some(target.entry.rel.clone());
         assert!(!s.is_orphan(&link));
         s.changed = Some("modified".into());
-        s.file = Some(StreamedFile::failed("gone".into()));
+        s.file = Some(StreamedFile::failed(Unsendable::Host("gone")));
         let st = s.drop_item(&target).expect("its STREAMED state");
-        assert_eq!(st.failed.as_deref(), Some("gone"));
+        assert_eq!(st.failed.map(|w| w.to_string()).as_deref(), Some("gone"));
         assert!(s.changed.is_none() && s.file.is_none());
         assert_eq!(s.dropped(), 1);
         assert!(s.is_orphan(&link));
@@ -257,15 +257,26 @@ mod tests {
             chunks: recipe(&[[1; 32], [2; 32]]).chunks,
             ..StreamedFile::default()
         };
-        assert_eq!(st.cut_more(1, &mut src), Ok(true), "chunk 1 is still to send");
+        assert_eq!(
+            st.cut_more(1, &mut src).ok(),
+            Some(true),
+            "chunk 1 is still to send"
+        );
         assert!(!st.ends_past(200) && st.ends_past(199));
         // A source that cannot stream says why when asked.
         let why = st.cut_more(2, &mut src).expect_err("nothing streams");
-        assert!(why.contains("no file is being streamed"), "{why}");
-        st.failed = Some("gone".into());
-        assert_eq!(st.cut_more(0, &mut src), Err("gone".to_string()));
+        assert!(why.to_string().contains("no file is being streamed"), "{why}");
+        st.failed = Some(Unsendable::Host("gone"));
+        assert_eq!(
+            st.cut_more(0, &mut src).map_err(|e| e.to_string()),
+            Err("gone".to_string())
+        );
         st.done = Some(recipe(&[[1; 32], [2; 32]]));
-        assert_eq!(st.cut_more(2, &mut src), Ok(true), "the end is there to send");
+        assert_eq!(
+            st.cut_more(2, &mut src).ok(),
+            Some(true),
+            "the end is there to send"
+        );
     }
 
     #[test]
