@@ -53,6 +53,14 @@ pub fn of_secure(e: &pfs_auth::SecureError) -> i32 {
 
 /// Maps an error to its exit code.
 pub fn classify(e: &anyhow::Error) -> i32 {
+    if let Some(p) = e.downcast_ref::<packetfs::Error>() {
+        return match p {
+            packetfs::Error::Blob(_) => FAILURE,
+            packetfs::Error::Transport(_) => TRANSPORT,
+            packetfs::Error::Secure(s) => of_secure(s),
+            packetfs::Error::Session(s) => of_session(s),
+        };
+    }
     if e.downcast_ref::<crate::config::ConfigError>().is_some() {
         return USAGE;
     }

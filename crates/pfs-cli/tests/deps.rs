@@ -1,0 +1,60 @@
+//! The `pfs` binary is the product, not the benchmark: it depends on the
+//! `packetfs` library and never on the harness, so it links no QUIC stack,
+//! async runtime, certificate generator or plotting library.
+
+use std::process::Command;
+
+/// Crates that belong to the harness (`pfs-bench`) and must not reach `pfs`.
+const HARNESS_ONLY: [&str; 5] = ["pfs-bench", "quinn", "tokio", "rcgen", "plotters"];
+
+/// The package names in pfs-cli's normal dependency graph (`cargo tree -e normal`).
+fn normal_graph() -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let out = Command::new(cargo)
+        .args(["tree", "--offline", "--manifest-path", manifest, "-p", "pfs-cli"])
+        .args(["-e", "normal", "--prefix", "none", "--format", "{p}"])
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn pfs_links_no_harness_crate() {
+    let graph = normal_graph();
+    assert!(
+        graph.iter().any(|p| p == "packetfs"),
+        "pfs-cli builds on packetfs: {graph:?}"
+    );
+    for name in HARNESS_ONLY {
+        assert!(
+            !graph.iter().any(|p| p == name),
+            "{name} is in pfs-cli's normal dependency graph (`cargo tree -p pfs-cli -e normal -i {name}` shows the path)"
+        );
+    }
+}
+
+#[test]
+fn the_manifest_names_no_harness() {
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).expect("read");
+    let deps = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .and_then(|s| s.split("\n[").next())
+        .expect("a [dependencies] table");
+    for name in HARNESS_ONLY {
+        assert!(
+            !deps.lines().any(|l| l.trim_start().starts_with(name)),
+            "pfs-cli's Cargo.toml depends on {name}"
+        );
+    }
+}
