@@ -11,7 +11,7 @@ use clap::Parser;
 use pfs_bench::args::{BenchArgs, BenchStudy};
 
 const ABOUT: &str =
-    "Run the benchmark suite on loopback: conventional baselines and every PFS mode, one table.";
+    "Run the benchmark suite on loopback: conventional baselines and every PFS mode, one table";
 
 const AFTER_HELP: &str = "\
 Examples:

@@ -103,6 +103,7 @@ OK, with repaired_grams / repaired_bytes in the report (exit 3 only for a mismat
 Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, user:FILE.so[:PREFIX]")]
     Exec(ExecArgs),
     /// Run the benchmark suite on loopback: conventional baselines and every PFS mode, one table.
+    ///
     /// Runs the `pfs-bench` program (`cargo build --release -p pfs-bench`); `pfs bench --help` is its help.
     #[command(disable_help_flag = true)]
     Bench(BenchArgs),
