@@ -61,13 +61,19 @@ pub enum KeysError {
     #[error("--psk-file {}: {} bytes, need 32 (make one: head -c 32 /dev/urandom | base64)", .0.display(), .1)]
     PskLength(PathBuf, usize),
     /// A cipher this build does not have.
-    #[error("--cipher {0}")]
-    UnknownCipher(String),
+    #[error("--cipher {name}")]
+    UnknownCipher {
+        /// The name given.
+        name: String,
+    },
     /// A non-loopback server without client keys (and without `--insecure-no-auth`).
-    #[error("refusing to serve {0} (not loopback) without --authorized-keys FILE: anyone who can \
+    #[error("refusing to serve {listen} (not loopback) without --authorized-keys FILE: anyone who can \
              reach it could write here. Give the client keys it admits (see `pfs keygen` and docs/security.md), \
              or --insecure-no-auth to serve unauthenticated anyway")]
-    RemoteWithoutKeys(String),
+    RemoteWithoutKeys {
+        /// The address it would listen on.
+        listen: String,
+    },
     /// `--handshake-timeout` is not a positive number.
     #[error("--handshake-timeout must be a positive number of seconds")]
     HandshakeTimeout,
@@ -212,7 +218,9 @@ pub fn client_security(
         },
     };
     let cipher = match &args.cipher {
-        Some(name) => Cipher::from_name(name).ok_or_else(|| KeysError::UnknownCipher(name.clone()))?,
+        Some(name) => {
+            Cipher::from_name(name).ok_or_else(|| KeysError::UnknownCipher { name: name.clone() })?
+        }
         None => Cipher::preferred(),
     };
     Ok(Some(ClientSecurity {
@@ -243,7 +251,9 @@ pub fn server_admission(
     let mut notes = Vec::new();
     let remote = network && !is_loopback(listen);
     if remote && args.authorized_keys.is_none() && !args.insecure_no_auth {
-        return Err(KeysError::RemoteWithoutKeys(listen.to_string()));
+        return Err(KeysError::RemoteWithoutKeys {
+            listen: listen.to_string(),
+        });
     }
     if !(args.handshake_timeout > 0.0 && args.handshake_timeout.is_finite()) {
         return Err(KeysError::HandshakeTimeout);

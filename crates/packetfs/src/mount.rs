@@ -90,7 +90,7 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<(), UnmountError> {
 /// (`127.0.0.1:7878` → `127.0.0.1_7878`).
 ///
 /// ```
-/// assert_eq!(packetfs::mount::cache_name("[::1]:7878"), "__1__7878");
+/// assert_eq!(packetfs::mount::cache_name("[::1]:7878"), "___1__7878");
 /// ```
 pub fn cache_name(addr: &str) -> String {
     addr.chars()

@@ -17,8 +17,11 @@ pub enum ParseError {
         source: ParseIntError,
     },
     /// No number in front of the unit.
-    #[error("{0:?} is not a size (examples: 4096, 64K, 1G, 500MB)")]
-    NotASize(String),
+    #[error("{text:?} is not a size (examples: 4096, 64K, 1G, 500MB)")]
+    NotASize {
+        /// The text.
+        text: String,
+    },
     /// A unit this parser does not know.
     #[error("unknown size unit {unit:?} in {text:?} (use K, M, G, T, KB, MB, GB, TB)")]
     UnknownUnit {
@@ -28,11 +31,17 @@ pub enum ParseError {
         text: String,
     },
     /// Negative, or more than `u64::MAX` bytes.
-    #[error("{0:?} is out of range")]
-    OutOfRange(String),
+    #[error("{text:?} is out of range")]
+    OutOfRange {
+        /// The text.
+        text: String,
+    },
     /// A size that must fit in 32 bits does not.
-    #[error("{0:?} exceeds 4 GiB - 1")]
-    Exceeds32Bits(String),
+    #[error("{text:?} exceeds 4 GiB - 1")]
+    Exceeds32Bits {
+        /// The text.
+        text: String,
+    },
 }
 
 /// Parses `0x…` hex or decimal, with optional `_` separators.
@@ -66,7 +75,9 @@ pub fn parse_size(s: &str) -> Result<u64, ParseError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(digits_end);
-    let value: f64 = num.parse().map_err(|_| ParseError::NotASize(s.to_string()))?;
+    let value: f64 = num
+        .parse()
+        .map_err(|_| ParseError::NotASize { text: s.to_string() })?;
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kib" => 1024.0,
@@ -86,7 +97,7 @@ pub fn parse_size(s: &str) -> Result<u64, ParseError> {
     };
     let bytes = value * mult;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(ParseError::OutOfRange(s.to_string()));
+        return Err(ParseError::OutOfRange { text: s.to_string() });
     }
     Ok(bytes.round() as u64)
 }
@@ -99,7 +110,7 @@ pub fn parse_size(s: &str) -> Result<u64, ParseError> {
 /// ```
 pub fn parse_size_u32(s: &str) -> Result<u32, ParseError> {
     let v = parse_size(s)?;
-    u32::try_from(v).map_err(|_| ParseError::Exceeds32Bits(s.to_string()))
+    u32::try_from(v).map_err(|_| ParseError::Exceeds32Bits { text: s.to_string() })
 }
 
 /// Access pattern on the command line.

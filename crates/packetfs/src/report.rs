@@ -314,6 +314,30 @@ pub fn exec_output_text(o: &Output) -> String {
     }
 }
 
+/// An error and its causes on one line, each cause once: many error types
+/// already print their source in their own message, so a cause whose text
+/// ends the line so far is not repeated (`pfs: error: …`).
+///
+/// ```
+/// let io = std::io::Error::other("disk full");
+/// assert_eq!(packetfs::report::error_line(&io), "disk full");
+/// ```
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = String::new();
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.ends_with(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

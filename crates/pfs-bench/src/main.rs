@@ -42,7 +42,7 @@ fn main() {
         Ok(pfs_bench::Outcome::Passed) => 0,
         Ok(pfs_bench::Outcome::Failed) => FAILURE,
         Err(e) => {
-            eprintln!("pfs: error: {e:#}");
+            eprintln!("pfs: error: {}", packetfs::report::error_line(e.as_ref()));
             FAILURE
         }
     };

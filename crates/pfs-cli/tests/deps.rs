@@ -58,3 +58,22 @@ fn the_manifest_names_no_harness() {
         );
     }
 }
+
+/// `pfs bench` runs the `pfs-bench` program; without it, it says how to build it.
+#[test]
+fn bench_without_the_harness_says_how_to_build_it() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let pfs = dir.path().join("pfs");
+    std::fs::copy(env!("CARGO_BIN_EXE_pfs"), &pfs).expect("copy pfs");
+    let out = Command::new(&pfs)
+        .args(["bench", "--json"])
+        .env("PATH", dir.path())
+        .output()
+        .expect("run pfs bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("pfs-bench") && stderr.contains("cargo build --release -p pfs-bench"),
+        "{stderr}"
+    );
+}

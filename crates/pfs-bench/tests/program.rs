@@ -1,0 +1,61 @@
+//! The `pfs-bench` program finds the `pfs` binary it drives, or says how to
+//! build it; `--pfs` may stand anywhere on the command line.
+
+use std::process::Command;
+
+/// A copy of `pfs-bench` alone in a directory, with nothing on PATH.
+fn alone() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let exe = dir.path().join("pfs-bench");
+    std::fs::copy(env!("CARGO_BIN_EXE_pfs-bench"), &exe).expect("copy pfs-bench");
+    (dir, exe)
+}
+
+#[test]
+fn without_pfs_it_names_the_build_command() {
+    let (dir, exe) = alone();
+    let out = Command::new(&exe)
+        .arg("exec")
+        .env("PATH", dir.path())
+        .output()
+        .expect("run pfs-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cargo build --release -p pfs-cli"), "{stderr}");
+    assert!(stderr.contains("--pfs PATH"), "{stderr}");
+}
+
+#[test]
+fn a_pfs_path_that_is_not_there_is_an_error() {
+    let (dir, exe) = alone();
+    let missing = dir.path().join("no-such-pfs");
+    let out = Command::new(&exe)
+        .args(["--pfs".as_ref(), missing.as_os_str(), "exec".as_ref()])
+        .output()
+        .expect("run pfs-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no such file"), "{stderr}");
+}
+
+#[test]
+fn help_lists_the_pfs_option_and_every_study() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pfs-bench"))
+        .arg("--help")
+        .output()
+        .expect("run pfs-bench --help");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout.contains("Usage: pfs-bench"), "{stdout}");
+    for word in [
+        "--pfs <PATH>",
+        "io-primitives",
+        "exec",
+        "ipc",
+        "files",
+        "mount",
+        "Examples",
+    ] {
+        assert!(stdout.contains(word), "pfs-bench --help lacks {word}:\n{stdout}");
+    }
+}
