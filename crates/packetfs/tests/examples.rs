@@ -51,3 +51,27 @@ fn keys_generated_authorized_and_pinned() {
     let rights = trust.client_rights.expect("the client's key is authorized");
     assert!(rights.starts_with("dir=backups group=key-"), "{rights}");
 }
+
+/// The README's Library section runs exactly these examples.
+#[test]
+fn the_readme_names_every_example() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("examples/")
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_suffix(".rs")
+                .map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, ["files_tree", "gram_loopback", "keys", "same_host_ring"]);
+    for name in &names {
+        let cmd = format!("cargo run -p packetfs --example {name}");
+        assert!(readme.contains(&cmd), "README.md lacks `{cmd}`");
+    }
+}

@@ -59,3 +59,28 @@ fn help_lists_the_pfs_option_and_every_study() {
         assert!(stdout.contains(word), "pfs-bench --help lacks {word}:\n{stdout}");
     }
 }
+
+/// The README's main command builds both binaries and runs this program:
+/// one command, on a fresh machine, that prints the table with its baselines.
+#[test]
+fn the_readme_main_command_builds_and_runs_pfs_bench() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md");
+    let block = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a first sh block");
+    let main = block
+        .lines()
+        .find(|l| l.contains("the main job"))
+        .expect("a line marked `the main job`");
+    assert!(
+        main.starts_with("cargo build --release -p pfs-cli -p pfs-bench && target/release/pfs-bench "),
+        "{main}"
+    );
+    assert!(
+        block.lines().any(|l| l.starts_with("cargo test --workspace ")),
+        "{block}"
+    );
+}
