@@ -114,6 +114,11 @@ pub struct ClientAuthArgs {
     pub insecure_no_auth: bool,
 }
 
+/// Connections a server admits at once by default (`--max-admitting`).
+pub const DEFAULT_MAX_ADMITTING: usize = 64;
+/// Seconds a connection has for its handshake by default (`--handshake-timeout`).
+pub const DEFAULT_HANDSHAKE_TIMEOUT_S: f64 = 10.0;
+
 /// A server's keys and who it admits.
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
@@ -139,12 +144,26 @@ pub struct ServerAuthArgs {
     /// --max-clients. Past it one is dropped: from the address whose connections failed
     /// admission most often, then the one with the most connections being admitted, a silent one
     /// first, then the oldest; addresses that completed a handshake before go last.
-    #[cfg_attr(feature = "clap", arg(long, value_name = "N", default_value_t = 64))]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N", default_value_t = DEFAULT_MAX_ADMITTING))]
     pub max_admitting: usize,
     /// Seconds a connection has for its handshake, counted from the accept (for its first
     /// bytes: at least 60, since a plain sender connects and then sets up its blob).
-    #[cfg_attr(feature = "clap", arg(long, value_name = "SECS", default_value_t = 10.0))]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "SECS", default_value_t = DEFAULT_HANDSHAKE_TIMEOUT_S))]
     pub handshake_timeout: f64,
+}
+
+impl Default for ServerAuthArgs {
+    /// No keys, nothing opened: what `pfs serve` runs with when given no key flag.
+    fn default() -> Self {
+        Self {
+            identity: None,
+            authorized_keys: None,
+            insecure_no_auth: false,
+            psk_file: None,
+            max_admitting: DEFAULT_MAX_ADMITTING,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT_S,
+        }
+    }
 }
 
 /// Whether every address `addr` resolves to is a loopback address.
@@ -179,7 +198,14 @@ fn load_psk(path: &Path) -> Result<Psk, KeysError> {
 }
 
 /// A sender's security: `None` for a plain session (loopback, Unix, SHM
-/// without a pinned key, or `--insecure-no-auth`).
+/// without a pinned key, or `--insecure-no-auth`). `network`: TCP or UDP.
+///
+/// ```
+/// use packetfs::keys::{client_security, ClientAuthArgs};
+/// // Over a Unix socket, nothing asked for: a plain session.
+/// assert!(client_security(&ClientAuthArgs::default(), "/tmp/pfs.sock", false)?.is_none());
+/// # Ok::<(), packetfs::keys::KeysError>(())
+/// ```
 pub fn client_security(
     args: &ClientAuthArgs,
     addr: &str,
@@ -241,7 +267,15 @@ pub fn local_users_only(args: &ServerAuthArgs, listen: &str) -> bool {
     is_loopback(listen) && args.authorized_keys.is_none() && !args.insecure_no_auth
 }
 
-/// A server's admission policy for `listen` (its address as bound).
+/// A server's admission policy for `listen` (its address as bound), and
+/// notes on it for the server's log.
+///
+/// ```
+/// use packetfs::keys::{server_admission, KeysError, Listening, ServerAuthArgs};
+/// // Every address, no client keys, not opened explicitly: refused.
+/// let refused = server_admission(&ServerAuthArgs::default(), "0.0.0.0:7878", Listening::Tcp);
+/// assert!(matches!(refused, Err(KeysError::RemoteWithoutKeys { .. })));
+/// ```
 pub fn server_admission(
     args: &ServerAuthArgs,
     listen: &str,

@@ -3,11 +3,39 @@
 //! arrives in one round trip); a file's recipe travels when it is first
 //! read and a chunk only when a read needs it and the local cache lacks it.
 //! [`Session::read`] reads without FUSE; [`Session::mount`] puts the view
-//! in the kernel. Everything here is `pfs-mount`'s.
+//! in the kernel. Everything here is `pfs-mount`'s, but [`unmount`] and
+//! [`cache_name`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use packetfs::gram::Target;
+//! use packetfs::mount::{open, MountConfig};
+//!
+//! let conn = Target::Tcp { addr: "127.0.0.1:7878".into(), sock_buf: 0 }.connect()?;
+//! let cfg = MountConfig {
+//!     dir: Vec::new(),
+//!     cache_dir: "/var/tmp/pfs-mount-cache".into(),
+//!     cache_capacity: 1 << 30,
+//!     timeout: Duration::from_secs(30),
+//!     max_entries: packetfs::mount::DEFAULT_MAX_ENTRIES,
+//!     threads: 2,
+//!     allow_other: false,
+//!     fsname: "pfs:127.0.0.1:7878".into(),
+//!     prefetch: false,
+//!     passthrough: false,
+//! };
+//! let session = open(conn, &cfg)?;
+//! if let Ok(head) = session.read("docs/README.md", 0, 4096) {
+//!     println!("{} bytes", head.len());
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::path::{Path, PathBuf};
 
-pub use pfs_mount::{open, open_with, MountConfig, MountError, ReadError, Session, STATS_XATTR};
+pub use pfs_mount::{
+    open, open_with, MountConfig, MountError, ReadError, Session, DEFAULT_MAX_ENTRIES, STATS_XATTR,
+};
 pub use pfs_session::{serve_mount, MountServeOutcome, MountServerConfig};
 
 /// Why a mount point could not be unmounted.
