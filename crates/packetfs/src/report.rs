@@ -186,7 +186,7 @@ pub fn files_json(
             "files_chunked": prep.local.chunked.0,
             "bytes_chunked": prep.local.chunked.1,
             "files_probed": out.probed,
-            "entries_unreadable": out.skipped,
+            "entries_unreadable": out.unreadable,
             "entries_dropped": out.dropped,
             "session_s": out.elapsed.as_secs_f64(),
             "user_s": out.usage.user_us as f64 / 1e6,

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::args::{parse_size, parse_size_u32, EncodingArg};
 use crate::peer::{open_blob, parse_user_kernel, study_blob};
-use crate::report::{Cell, Column, Table};
+use crate::report::{Cell, Column, Report, Section, Table};
 use crate::{sysinfo, Outcome};
 use anyhow::Context;
 use clap::Args;
@@ -173,34 +173,34 @@ pub fn run(args: BenchExecArgs) -> anyhow::Result<Outcome> {
             "user kernels: pass --user-kernel FILE.so or FILE.ll (examples/kernels/; .ll/.bc need the llvm feature)"
         }
     };
-    let table = data_table(&rows);
+    let report = Report::plain(format!(
+        "pfs bench exec — {} bytes of descriptors up to {} bytes ({} encoding) over a {} MB blob, {} cores",
+        eff,
+        args.desc_len,
+        encoding.name(),
+        blob_len / 1_000_000,
+        sysinfo::cores()
+    ))
+    .section(Section::new("rows", view(&rows), data_table(&rows)).noted(user_note))
+    .field("encoding", encoding.name())
+    .field("desc_len", args.desc_len)
+    .field("effective_bytes", eff)
+    .field("user_kernels", user_note);
     if args.json {
-        let v = serde_json::json!({
-            "encoding": encoding.name(),
-            "desc_len": args.desc_len,
-            "effective_bytes": eff,
-            "rows": table.json(),
-            "user_kernels": user_note,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
-        println!(
-            "pfs bench exec — {} bytes of descriptors up to {} bytes ({} encoding) over a {} MB blob, {} cores",
-            eff,
-            args.desc_len,
-            encoding.name(),
-            blob_len / 1_000_000,
-            sysinfo::cores()
-        );
-        print!("{}", view(&rows).text());
-        println!("{user_note}");
+        print!("{}", report.text());
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("bench-exec.csv"), table.csv())?;
+        let rows = report.get("rows").map(|s| &s.data);
+        std::fs::write(
+            dir.join("bench-exec.csv"),
+            rows.map(Table::csv).unwrap_or_default(),
+        )?;
         std::fs::write(
             dir.join("bench-exec.json"),
-            serde_json::to_string_pretty(&table.json())?,
+            serde_json::to_string_pretty(&rows.map(Table::json).unwrap_or_default())?,
         )?;
     }
     Ok(Outcome::Passed)

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pfs_auth::handshake::HANDSHAKE_HEADER;
 use pfs_auth::{AuthorizedKeys, Cipher, Prefixed, PublicKey, Rights, SecureError, ServerSecurity, Service};
 use pfs_transport::{Listener, Transport};
 use pfs_wire::{ErrorCode, FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -32,7 +33,7 @@ use crate::error::{Timeout, Violation};
 use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
 use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
 use crate::mount::{serve_mount, MountServeOutcome, MountServerConfig};
-use crate::slots::{Full, Slots};
+use crate::slots::{Full, Slot, Slots};
 use crate::{BlobView, SessionError};
 use pfs_files::DestRoot;
 use pfs_sys::pin_current_thread;
@@ -347,71 +348,93 @@ pub fn serve_files<L: Listener>(
         runs_kernels: false,
     };
     serve_loop(listener, cfg, offer, on_event, &|conn, client| {
-        let head = first_header(conn, client.hello_from, mount_cfg.hello_timeout).map_err(|e| {
-            match e.tell_peer() {
-                true => tell(conn, e),
-                false => e,
-            }
-        })?;
-        let kind = FrameHeader::parse(&head).map(|h| h.frame_type);
-        let (needs, lacking) = match kind {
-            Ok(FrameType::FilesHello) => (client.rights.files, "this key may not send files (no-files)"),
-            Ok(FrameType::MountHello) => (client.rights.read, "this key may not read (no-read)"),
-            Ok(got) => {
-                return Err(tell(
-                    conn,
-                    Violation::UnexpectedFrame {
-                        expected: "FILES_HELLO or MOUNT_HELLO",
-                        got,
-                    }
-                    .into(),
-                ))
-            }
-            Err(error) => {
-                let context = "the first frame's header";
-                return Err(tell(conn, SessionError::Malformed { context, error }));
-            }
+        files_or_mount(conn, client, place, files_cfg, mount_cfg)
+    })
+}
+
+/// One admitted connection of a files server: its first frame says which
+/// session it runs, in the client's place.
+fn files_or_mount(
+    conn: &mut dyn Transport,
+    client: &Client,
+    place: &PlaceFn<'_>,
+    files_cfg: &FilesReceiverConfig,
+    mount_cfg: &MountServerConfig,
+) -> Result<FilesSessionOutcome, SessionError> {
+    let (head, service) = first_service(conn, client, mount_cfg.hello_timeout)?;
+    let here = place(client).map_err(|message| {
+        let e = SessionError::Local(crate::LocalError::Place(message.clone()));
+        refuse(conn, ErrorCode::Internal, &message);
+        e
+    })?;
+    // The header read here is read again by the session.
+    let mut conn = Prefixed::new(conn, &head);
+    // The first frame's time counts from its first byte.
+    if service == Service::Mount {
+        let mount_cfg = MountServerConfig {
+            hello_timeout: left_of(mount_cfg.hello_timeout, client.hello_from),
+            ..mount_cfg.clone()
         };
-        if !needs {
-            refuse(conn, ErrorCode::Auth, lacking);
-            return Err(Violation::Unauthorized(lacking.to_string()).into());
-        }
-        // A protected session does what its handshake proposed (the
-        // verdict checked the right for that).
-        let proposed = match kind {
-            Ok(FrameType::MountHello) => Service::Mount,
-            _ => Service::Files,
-        };
-        if client.service.is_some_and(|s| s != proposed) {
-            let expected = match client.service {
-                Some(Service::Mount) => "MOUNT_HELLO (the handshake proposed mounting)",
-                _ => "FILES_HELLO (the handshake proposed file transfer)",
-            };
-            let got = kind.unwrap_or(FrameType::Error);
+        return serve_mount(&mut conn, &here.dest, &mount_cfg).map(FilesSessionOutcome::Served);
+    }
+    let cfg = FilesReceiverConfig {
+        manifest: here.manifest.clone(),
+        handshake_timeout: left_of(files_cfg.handshake_timeout, client.hello_from),
+        ..files_cfg.clone()
+    };
+    receive_files(&mut conn, here.chunks.get(), &here.dest, &cfg).map(FilesSessionOutcome::Received)
+}
+
+/// Reads the header of a files connection's first frame (within
+/// `hello_timeout` of its first byte) and checks what it asks: FILES_HELLO
+/// needs the `files` right, MOUNT_HELLO the `read` right, and a protected
+/// session's must be the service its handshake proposed. Returns the
+/// header and the service; the peer is told why it is refused.
+fn first_service(
+    conn: &mut dyn Transport,
+    client: &Client,
+    hello_timeout: Duration,
+) -> Result<([u8; FRAME_HEADER_LEN], Service), SessionError> {
+    let head = first_header(conn, client.hello_from, hello_timeout).map_err(|e| match e.tell_peer() {
+        true => tell(conn, e),
+        false => e,
+    })?;
+    let kind = FrameHeader::parse(&head).map(|h| h.frame_type);
+    let (proposed, needs, lacking) = match kind {
+        Ok(FrameType::FilesHello) => (
+            Service::Files,
+            client.rights.files,
+            "this key may not send files (no-files)",
+        ),
+        Ok(FrameType::MountHello) => (
+            Service::Mount,
+            client.rights.read,
+            "this key may not read (no-read)",
+        ),
+        Ok(got) => {
+            let expected = "FILES_HELLO or MOUNT_HELLO";
             return Err(tell(conn, Violation::UnexpectedFrame { expected, got }.into()));
         }
-        let here = place(client).map_err(|message| {
-            let e = SessionError::Local(crate::LocalError::Place(message.clone()));
-            refuse(conn, ErrorCode::Internal, &message);
-            e
-        })?;
-        // The header read here is read again by the session.
-        let mut conn = Prefixed::new(conn, &head);
-        // The first frame's time counts from its first byte.
-        if kind == Ok(FrameType::MountHello) {
-            let mount_cfg = MountServerConfig {
-                hello_timeout: left_of(mount_cfg.hello_timeout, client.hello_from),
-                ..mount_cfg.clone()
-            };
-            return serve_mount(&mut conn, &here.dest, &mount_cfg).map(FilesSessionOutcome::Served);
+        Err(error) => {
+            let context = "the first frame's header";
+            return Err(tell(conn, SessionError::Malformed { context, error }));
         }
-        let cfg = FilesReceiverConfig {
-            manifest: here.manifest.clone(),
-            handshake_timeout: left_of(files_cfg.handshake_timeout, client.hello_from),
-            ..files_cfg.clone()
+    };
+    if !needs {
+        refuse(conn, ErrorCode::Auth, lacking);
+        return Err(Violation::Unauthorized(lacking.to_string()).into());
+    }
+    // A protected session does what its handshake proposed (the verdict
+    // checked the right for that).
+    if client.service.is_some_and(|s| s != proposed) {
+        let expected = match client.service {
+            Some(Service::Mount) => "MOUNT_HELLO (the handshake proposed mounting)",
+            _ => "FILES_HELLO (the handshake proposed file transfer)",
         };
-        receive_files(&mut conn, here.chunks.get(), &here.dest, &cfg).map(FilesSessionOutcome::Received)
-    })
+        let got = kind.unwrap_or(FrameType::Error);
+        return Err(tell(conn, Violation::UnexpectedFrame { expected, got }.into()));
+    }
+    Ok((head, proposed))
 }
 
 /// What is left of `timeout` counted from `from`.
@@ -501,179 +524,281 @@ fn serve_loop<L: Listener, O>(
     on_event: &(dyn Fn(ServerEvent<'_, O>) + Sync),
     session: &SessionFn<'_, O>,
 ) -> (u64, u64) {
-    let shutdown = &*cfg.shutdown;
-    let per_key = cfg
-        .max_per_key
-        .unwrap_or_else(|| default_max_per_key(cfg.max_clients));
-    let slots = Slots::new(cfg.max_clients, per_key);
-    let ok = AtomicU64::new(0);
-    let failed = AtomicU64::new(0);
-    // Connections counted toward max_sessions (a BUSY refusal gives its
-    // count back), and those whose fate is not known yet.
-    let started = AtomicU64::new(0);
-    let undecided = AtomicUsize::new(0);
-    let admitting = Mutex::new(Admitting::default());
-    std::thread::scope(|scope| loop {
-        if shutdown.is_stopping() {
-            lock(&admitting).cancel_all();
-            break;
+    let server = Server::new(cfg, offer, on_event, session);
+    std::thread::scope(|scope| {
+        while let Some(conn) = server.next_connection(listener) {
+            let arrival = server.arrive(conn);
+            let server = &server;
+            scope.spawn(move || server.connection(arrival));
         }
-        if let Some(max) = cfg.max_sessions {
-            if started.load(Ordering::Acquire) >= max {
-                // A connection still waiting for a slot may yet be
-                // refused and give its count back.
-                if undecided.load(Ordering::Acquire) == 0 {
-                    break;
+    });
+    (
+        server.ok.load(Ordering::Relaxed),
+        server.failed.load(Ordering::Relaxed),
+    )
+}
+
+/// What the accept loop and the connections' threads share: the settings,
+/// the slots, the admission set and the counters.
+struct Server<'a, O> {
+    cfg: &'a ServerConfig,
+    offer: Offer,
+    on_event: &'a (dyn Fn(ServerEvent<'_, O>) + Sync),
+    session: &'a SessionFn<'a, O>,
+    shutdown: &'a Shutdown,
+    slots: Slots,
+    /// Sessions that completed, and connections that failed.
+    ok: AtomicU64,
+    failed: AtomicU64,
+    /// Connections counted toward max_sessions (a BUSY refusal gives its
+    /// count back), and those whose fate is not known yet.
+    started: AtomicU64,
+    undecided: AtomicUsize,
+    admitting: Mutex<Admitting>,
+}
+
+/// A connection just accepted, entered in the admission set.
+struct Arrival<C> {
+    conn: C,
+    peer: String,
+    accepted_at: Instant,
+    source: Source,
+    ticket: Ticket,
+}
+
+impl<'a, O> Server<'a, O> {
+    fn new(
+        cfg: &'a ServerConfig,
+        offer: Offer,
+        on_event: &'a (dyn Fn(ServerEvent<'_, O>) + Sync),
+        session: &'a SessionFn<'a, O>,
+    ) -> Self {
+        let per_key = cfg
+            .max_per_key
+            .unwrap_or_else(|| default_max_per_key(cfg.max_clients));
+        Self {
+            cfg,
+            offer,
+            on_event,
+            session,
+            shutdown: &cfg.shutdown,
+            slots: Slots::new(cfg.max_clients, per_key),
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            undecided: AtomicUsize::new(0),
+            admitting: Mutex::new(Admitting::default()),
+        }
+    }
+
+    /// Waits for the next connection to admit; `None` once the loop ends
+    /// (a shutdown, or `max_sessions` reached with every fate known).
+    fn next_connection<L: Listener>(&self, listener: &L) -> Option<L::Conn> {
+        loop {
+            if self.shutdown.is_stopping() {
+                lock(&self.admitting).cancel_all();
+                return None;
+            }
+            if let Some(max) = self.cfg.max_sessions {
+                if self.started.load(Ordering::Acquire) >= max {
+                    // A connection still waiting for a slot may yet be
+                    // refused and give its count back.
+                    if self.undecided.load(Ordering::Acquire) == 0 {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
                 }
-                std::thread::sleep(Duration::from_millis(1));
+            }
+            let accepted = listener.accept();
+            // The connection that woke a stopping loop, or one that came as
+            // it stopped, is dropped unanswered.
+            if self.shutdown.is_stopping() {
                 continue;
             }
-        }
-        let accepted = listener.accept();
-        // The connection that woke a stopping loop, or one that came as it
-        // stopped, is dropped unanswered.
-        if shutdown.is_stopping() {
-            continue;
-        }
-        let conn = match accepted {
-            Ok(c) => c,
-            Err(error) => {
-                on_event(ServerEvent::AcceptFailed { error: &error });
-                // Out of descriptors or memory: give the system a moment.
-                // A refused peer (another user's, on a Unix socket) is no
-                // reason to slow everyone else down.
-                if error.kind() != std::io::ErrorKind::PermissionDenied {
-                    std::thread::sleep(Duration::from_millis(50));
+            match accepted {
+                Ok(conn) => return Some(conn),
+                Err(error) => {
+                    (self.on_event)(ServerEvent::AcceptFailed { error: &error });
+                    // Out of descriptors or memory: give the system a moment.
+                    // A refused peer (another user's, on a Unix socket) is no
+                    // reason to slow everyone else down.
+                    if error.kind() != std::io::ErrorKind::PermissionDenied {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
                 }
-                continue;
             }
-        };
+        }
+    }
+
+    /// Counts a connection just accepted and enters it in the admission set.
+    fn arrive<C: Transport>(&self, conn: C) -> Arrival<C> {
         let accepted_at = Instant::now();
         let peer = conn.peer();
-        on_event(ServerEvent::Accepted { peer: &peer });
+        (self.on_event)(ServerEvent::Accepted { peer: &peer });
         let source = Source::of(&peer);
-        let ticket = lock(&admitting).enter(source, cfg.max_admitting);
-        let id = ticket.id;
-        started.fetch_add(1, Ordering::AcqRel);
-        undecided.fetch_add(1, Ordering::AcqRel);
-        let (slots, ok, failed, started, undecided, admitting) =
-            (&slots, &ok, &failed, &started, &undecided, &admitting);
-        scope.spawn(move || {
-            let mut decided = Decided(undecided, false);
-            let mut conn = match Cuttable::new(conn, shutdown) {
-                Ok(c) => c,
-                Err(e) => {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                    lock(admitting).leave(id);
-                    decided.done();
-                    let reason = format!("setting up the connection: {e}");
-                    on_event(ServerEvent::Denied {
-                        peer: &peer,
-                        key: None,
-                        reason: &reason,
-                    });
-                    return;
-                }
-            };
-            // Matched as a temporary, so that its borrow of `conn` ends when
-            // `transport` is dropped.
-            let (mut transport, client) = match admit(&mut conn, &peer, accepted_at, cfg, offer, &ticket) {
-                Ok(a) => {
-                    let mut a2 = lock(admitting);
-                    a2.leave(id);
-                    a2.prove(source);
-                    drop(a2);
-                    a
-                }
-                Err(reason) => {
-                    let mut a2 = lock(admitting);
-                    a2.leave(id);
-                    a2.fail(source);
-                    drop(a2);
-                    failed.fetch_add(1, Ordering::Relaxed);
-                    decided.done();
-                    on_event(ServerEvent::Denied {
-                        peer: &peer,
-                        key: reason.key,
-                        reason: &reason.text,
-                    });
-                    return;
-                }
-            };
-            // A session that just sent its report may not have released its
-            // slot yet; give slots a moment to free before refusing.
-            let patience = Instant::now() + Duration::from_secs(2);
-            let slot = loop {
-                match slots.try_take(client.key) {
-                    Ok(slot) => break Ok(slot),
-                    Err(full) if Instant::now() >= patience || shutdown.is_stopping() => break Err(full),
-                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
-                }
-            };
-            let _slot = match slot {
-                Ok(slot) if !shutdown.is_stopping() => slot,
-                other => {
-                    let reason = match other {
-                        Err(full) if !shutdown.is_stopping() => busy_reason(full),
-                        _ => "server shutting down; retry later".to_string(),
-                    };
-                    refuse(&mut *transport, ErrorCode::Busy, &reason);
-                    started.fetch_sub(1, Ordering::AcqRel);
-                    decided.done();
-                    on_event(ServerEvent::Busy {
-                        peer: &peer,
-                        reason: &reason,
-                    });
-                    return;
-                }
-            };
-            decided.done();
-            if let Some(cpu) = cfg.pin_cpu {
-                let _ = pin_current_thread(cpu);
+        let ticket = lock(&self.admitting).enter(source, self.cfg.max_admitting);
+        self.started.fetch_add(1, Ordering::AcqRel);
+        self.undecided.fetch_add(1, Ordering::AcqRel);
+        Arrival {
+            conn,
+            peer,
+            accepted_at,
+            source,
+            ticket,
+        }
+    }
+
+    /// One connection, on its own thread: admitted, given a slot, served,
+    /// reported.
+    fn connection<C: Transport>(&self, arrival: Arrival<C>) {
+        let Arrival {
+            conn,
+            peer,
+            accepted_at,
+            source,
+            ticket,
+        } = arrival;
+        let mut decided = Decided(&self.undecided, false);
+        let mut conn = match Cuttable::new(conn, self.shutdown) {
+            Ok(c) => c,
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                lock(&self.admitting).leave(ticket.id);
+                decided.done();
+                let reason = format!("setting up the connection: {e}");
+                (self.on_event)(ServerEvent::Denied {
+                    peer: &peer,
+                    key: None,
+                    reason: &reason,
+                });
+                return;
             }
-            on_event(ServerEvent::Admitted { client: &client });
-            let t0 = Instant::now();
-            let result = session(&mut *transport, &client);
-            // The wrappers above the connection are done with it: its
-            // counters are final.
-            drop(transport);
-            let traffic = Traffic {
-                elapsed: t0.elapsed(),
-                bytes_in: conn.bytes_in,
-                bytes_out: conn.bytes_out,
-            };
-            match result {
-                Ok(outcome) => {
-                    ok.fetch_add(1, Ordering::Relaxed);
-                    on_event(ServerEvent::Finished {
-                        peer: &peer,
-                        client: &client,
-                        traffic,
-                        outcome: &outcome,
-                    });
-                }
-                // A right the session's first frame needed: a refusal.
-                Err(SessionError::Violation(Violation::Unauthorized(reason))) => {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                    on_event(ServerEvent::Denied {
-                        peer: &peer,
-                        key: client.key,
-                        reason: &reason,
-                    });
-                }
-                Err(error) => {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                    on_event(ServerEvent::Failed {
-                        peer: &peer,
-                        client: &client,
-                        traffic,
-                        error: &error,
-                    });
-                }
+        };
+        let at = (&peer[..], accepted_at, source);
+        let Some((mut transport, client)) = self.admit(&mut conn, at, &ticket, &mut decided) else {
+            return;
+        };
+        let Some(_slot) = self.take_slot(&mut *transport, client.key, &peer, &mut decided) else {
+            return;
+        };
+        decided.done();
+        if let Some(cpu) = self.cfg.pin_cpu {
+            let _ = pin_current_thread(cpu);
+        }
+        (self.on_event)(ServerEvent::Admitted { client: &client });
+        let t0 = Instant::now();
+        let result = (self.session)(&mut *transport, &client);
+        // The wrappers above the connection are done with it: its
+        // counters are final.
+        drop(transport);
+        let traffic = Traffic {
+            elapsed: t0.elapsed(),
+            bytes_in: conn.bytes_in,
+            bytes_out: conn.bytes_out,
+        };
+        self.finished(result, &peer, &client, traffic);
+    }
+
+    /// Admits the connection from `peer` accepted at `accepted_at` (see
+    /// [`admit`]) and records the verdict for its `source`; `None` when it
+    /// was denied (counted and reported).
+    fn admit<'c, C: Transport>(
+        &self,
+        conn: &'c mut Cuttable<'_, C>,
+        (peer, accepted_at, source): (&str, Instant, Source),
+        ticket: &Ticket,
+        decided: &mut Decided<'_>,
+    ) -> Option<(Box<dyn Transport + 'c>, Client)> {
+        let admitted = admit(conn, peer, accepted_at, self.cfg, self.offer, ticket);
+        let mut admitting = lock(&self.admitting);
+        admitting.leave(ticket.id);
+        match admitted {
+            Ok(a) => {
+                admitting.prove(source);
+                Some(a)
             }
+            Err(reason) => {
+                admitting.fail(source);
+                drop(admitting);
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                decided.done();
+                (self.on_event)(ServerEvent::Denied {
+                    peer,
+                    key: reason.key,
+                    reason: &reason.text,
+                });
+                None
+            }
+        }
+    }
+
+    /// A slot for a session of `key`, or ERROR BUSY (the connection's count
+    /// given back, reported).
+    fn take_slot(
+        &self,
+        transport: &mut dyn Transport,
+        key: Option<PublicKey>,
+        peer: &str,
+        decided: &mut Decided<'_>,
+    ) -> Option<Slot<'_>> {
+        // A session that just sent its report may not have released its
+        // slot yet; give slots a moment to free before refusing.
+        let patience = Instant::now() + Duration::from_secs(2);
+        let slot = loop {
+            match self.slots.try_take(key) {
+                Ok(slot) => break Ok(slot),
+                Err(full) if Instant::now() >= patience || self.shutdown.is_stopping() => break Err(full),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        let reason = match slot {
+            Ok(slot) if !self.shutdown.is_stopping() => return Some(slot),
+            Err(full) if !self.shutdown.is_stopping() => busy_reason(full),
+            _ => "server shutting down; retry later".to_string(),
+        };
+        refuse(transport, ErrorCode::Busy, &reason);
+        self.started.fetch_sub(1, Ordering::AcqRel);
+        decided.done();
+        (self.on_event)(ServerEvent::Busy {
+            peer,
+            reason: &reason,
         });
-    });
-    (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed))
+        None
+    }
+
+    /// Counts and reports how the session of `client` ended.
+    fn finished(&self, result: Result<O, SessionError>, peer: &str, client: &Client, traffic: Traffic) {
+        match result {
+            Ok(outcome) => {
+                self.ok.fetch_add(1, Ordering::Relaxed);
+                (self.on_event)(ServerEvent::Finished {
+                    peer,
+                    client,
+                    traffic,
+                    outcome: &outcome,
+                });
+            }
+            // A right the session's first frame needed: a refusal.
+            Err(SessionError::Violation(Violation::Unauthorized(reason))) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                (self.on_event)(ServerEvent::Denied {
+                    peer,
+                    key: client.key,
+                    reason: &reason,
+                });
+            }
+            Err(error) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                (self.on_event)(ServerEvent::Failed {
+                    peer,
+                    client,
+                    traffic,
+                    error: &error,
+                });
+            }
+        }
+    }
 }
 
 /// Marks a connection's fate as known (once), however its thread ends.
@@ -756,6 +881,22 @@ fn admit<'c, C: Transport>(
         };
         return Ok((Box::new(Prefixed::new(conn, &head)), client));
     }
+    admit_keyed(conn, peer, head, accepted_at, cfg, offer, cancel)
+}
+
+/// A connection that opened with a handshake: completed by `accepted_at`
+/// plus the handshake timeout, the key's rights looked up and checked
+/// against what it proposes, the verdict sent.
+fn admit_keyed<'c, C: Transport>(
+    conn: &'c mut C,
+    peer: &str,
+    head: [u8; HANDSHAKE_HEADER],
+    accepted_at: Instant,
+    cfg: &ServerConfig,
+    offer: Offer,
+    cancel: &AtomicBool,
+) -> Result<(Box<dyn Transport + 'c>, Client), DenyReason> {
+    let policy = &cfg.admission;
     let Some(sec) = &policy.security else {
         refuse(
             &mut *conn,

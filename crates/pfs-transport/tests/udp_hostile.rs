@@ -188,7 +188,7 @@ fn run(total: u64, delay: Duration, keyed: Option<Keys>, attacker: &mut dyn Atta
         let mut next = queue.peek().map(|Reverse(p)| p.0);
         for t in [
             client.poll_timeout(),
-            server.as_ref().and_then(|s| s.poll_timeout()),
+            server.as_mut().and_then(|s| s.poll_timeout()),
         ]
         .into_iter()
         .flatten()

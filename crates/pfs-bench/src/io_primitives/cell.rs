@@ -16,13 +16,15 @@ use serde::Serialize;
 
 use super::methods::{self, message_pool, Received, SendConfig, Sent};
 use super::sys::{self, HwCounter, HwEvent};
-use super::Method;
+use super::SendMethod;
+use crate::report::Method as _;
+use crate::report::Status;
 
 /// What to run in one cell.
 #[derive(Debug, Clone, Copy)]
 pub struct CellSpec {
-    /// Method.
-    pub method: Method,
+    /// SendMethod.
+    pub method: SendMethod,
     /// Message size, bytes.
     pub size: usize,
     /// Sender threads (each with its own receiver thread and connection).
@@ -64,7 +66,7 @@ impl CellSpec {
     /// Receive buffer: large reads; for grams at least two whole grams.
     fn recv_buf_len(&self) -> usize {
         match self.method {
-            Method::A4 => {
+            SendMethod::A4 => {
                 // Arithmetic descriptors take at most 8 + 10 + 5 bytes
                 // (absolute offset or delta varint, length varint).
                 let per_desc = match self.gram_encoding {
@@ -93,10 +95,10 @@ pub struct Cell {
     pub msg_size: usize,
     /// Sender threads.
     pub threads: usize,
-    /// `ok` or `failed`.
-    pub status: &'static str,
-    /// Why it failed.
-    pub error: Option<String>,
+    /// Measured or failed (serialized as `status`: `ok`/`failed` and
+    /// `error`: why, `null` when it ran).
+    #[serde(flatten)]
+    pub status: Status,
     /// Send duration asked for.
     pub duration_s: f64,
     /// From the start gate to the last receiver's end of stream.
@@ -156,8 +158,7 @@ impl Cell {
             label: spec.method.label(),
             msg_size: spec.size,
             threads: spec.threads,
-            status: "ok",
-            error: None,
+            status: Status::Ran,
             duration_s: spec.duration.as_secs_f64(),
             elapsed_s: 0.0,
             messages: 0,
@@ -180,21 +181,41 @@ impl Cell {
             llc_misses: None,
             zc_completions: None,
             zc_copied: None,
-            msgs_per_gram: (spec.method == Method::A4).then_some(spec.gram_msgs),
+            msgs_per_gram: (spec.method == SendMethod::A4).then_some(spec.gram_msgs),
             grams: None,
             notes: String::new(),
         }
     }
 
     fn failed(mut self, why: String) -> Self {
-        self.status = "failed";
-        self.error = Some(why);
+        self.status = Status::failed_because(why);
         self
+    }
+
+    /// A cell of `method` that failed for `why`, for tests of the report.
+    #[cfg(test)]
+    pub fn failed_for_test(method: SendMethod, why: &str) -> Self {
+        let spec = CellSpec {
+            method,
+            size: 64,
+            threads: 1,
+            duration: Duration::from_millis(500),
+            pin: false,
+            ncpu: 2,
+            pool: 64,
+            zc_inflight: 8,
+            gram_msgs: 16,
+            gram_encoding: pfs_wire::Encoding::Absolute,
+            descs_per_msg: 1,
+            nodelay: true,
+            timeout: Duration::from_secs(1),
+        };
+        Cell::new(&spec).failed(why.into())
     }
 
     /// Whether the cell produced numbers.
     pub fn ok(&self) -> bool {
-        self.status == "ok"
+        self.status.ran()
     }
 }
 
@@ -341,7 +362,7 @@ fn receiver_thread(
     }
     let (r, mut side) = measured(&mut counters, || {
         let r = match spec.method {
-            Method::A4 => methods::receive_grams(&mut sock, &mut buf, spec.descs_per_msg),
+            SendMethod::A4 => methods::receive_grams(&mut sock, &mut buf, spec.descs_per_msg),
             _ => methods::receive_bytes(&mut sock, &mut buf, spec.size),
         };
         let end = Instant::now();
@@ -367,7 +388,7 @@ fn connect_pair(spec: &CellSpec) -> io::Result<(TcpStream, TcpStream)> {
     if spec.nodelay {
         tx.set_nodelay(true)?;
     }
-    if spec.method == Method::A3 {
+    if spec.method == SendMethod::A3 {
         sys::set_zerocopy(tx.as_fd())
             .map_err(|e| io::Error::new(e.kind(), format!("setsockopt(SO_ZEROCOPY): {e}")))?;
     }
@@ -537,11 +558,11 @@ fn summarize(
         cell.cycles_per_byte = Some(cycles as f64 / logical.max(1.0));
         cell.llc_misses = Some(misses);
     }
-    if spec.method == Method::A3 {
+    if spec.method == SendMethod::A3 {
         cell.zc_completions = Some(tx_total.zc_completed);
         cell.zc_copied = Some(tx_total.zc_copied);
     }
-    if spec.method == Method::A4 {
+    if spec.method == SendMethod::A4 {
         cell.grams = Some(rx_total.grams);
     }
     cell.notes = notes.join("; ");

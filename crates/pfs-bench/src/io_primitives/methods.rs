@@ -15,7 +15,7 @@ use pfs_wire::{
 };
 
 use super::sys;
-use super::Method;
+use super::SendMethod;
 
 /// Fields per message.
 pub const FIELDS: usize = 8;
@@ -98,17 +98,17 @@ pub struct SendConfig {
 
 /// Runs `method`'s sender until `stop`.
 pub fn send(
-    method: Method,
+    method: SendMethod,
     sock: &mut TcpStream,
     pool: &[Message],
     opts: SendConfig,
     stop: &AtomicBool,
 ) -> io::Result<Sent> {
     match method {
-        Method::A1 => send_a1(sock, pool, opts, stop),
-        Method::A2 => send_a2(sock, pool, stop),
-        Method::A3 => send_a3(sock, pool, opts, stop),
-        Method::A4 => send_a4(sock, pool, opts, stop),
+        SendMethod::A1 => send_a1(sock, pool, opts, stop),
+        SendMethod::A2 => send_a2(sock, pool, stop),
+        SendMethod::A3 => send_a3(sock, pool, opts, stop),
+        SendMethod::A4 => send_a4(sock, pool, opts, stop),
     }
 }
 

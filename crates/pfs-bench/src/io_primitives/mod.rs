@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 
+use crate::report::Method;
 use crate::{sysinfo, Binary, Outcome};
 
 use cell::{run_cell, CellSpec};
@@ -29,7 +30,7 @@ use methods::FIELDS;
 
 /// How a message is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
-pub enum Method {
+pub enum SendMethod {
     /// `send()` after copying the 8 fields into one buffer (two copies).
     A1,
     /// `sendmsg()` with an iovec over the 8 fields (one copy).
@@ -40,12 +41,14 @@ pub enum Method {
     A4,
 }
 
-impl Method {
+impl SendMethod {
     /// Every method, in order.
-    pub const ALL: [Method; 4] = [Method::A1, Method::A2, Method::A3, Method::A4];
+    pub const ALL: [SendMethod; 4] = [SendMethod::A1, SendMethod::A2, SendMethod::A3, SendMethod::A4];
+}
 
+impl Method for SendMethod {
     /// Short name (`a1` …).
-    pub fn key(self) -> &'static str {
+    fn key(self) -> &'static str {
         match self {
             Self::A1 => "a1",
             Self::A2 => "a2",
@@ -55,7 +58,7 @@ impl Method {
     }
 
     /// Long name for tables and legends.
-    pub fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             Self::A1 => "A1 send() consolidated",
             Self::A2 => "A2 sendmsg() iovec",
@@ -127,8 +130,8 @@ pub struct IoPrimitivesArgs {
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..=256), default_values_t = [1u16, 2, 4, 8])]
     pub threads: Vec<u16>,
     /// Methods, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Method::ALL)]
-    pub methods: Vec<Method>,
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = SendMethod::ALL)]
+    pub methods: Vec<SendMethod>,
     /// Seconds each cell sends for.
     #[arg(long, value_name = "SECS", default_value_t = 0.5)]
     pub duration: f64,
@@ -241,8 +244,9 @@ pub fn run(args: IoPrimitivesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
         },
     );
     let progress = args.json && std::io::stderr().is_terminal();
+    let study = report::report(&header);
     if !args.json {
-        print!("{}", report::header_text(&header));
+        print!("{}", study.text_header());
         println!("{}", report::table_head());
     }
     let started = Instant::now();
@@ -272,9 +276,9 @@ pub fn run(args: IoPrimitivesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
                 };
                 let c = run_cell(&spec);
                 if !args.json {
-                    println!("{}", report::table_row(&c));
+                    println!("{}", report::view_line(&c));
                 } else if progress {
-                    eprintln!("{}", report::table_row(&c));
+                    eprintln!("{}", report::view_line(&c));
                 }
                 cells.push(c);
             }
@@ -282,24 +286,21 @@ pub fn run(args: IoPrimitivesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     }
     let wall = started.elapsed().as_secs_f64();
     let ratios = report::ratios(&cells);
+    let study = report::finish(study, &cells, &ratios, wall);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report::json(&header, &cells, &ratios, wall))?
-        );
+        println!("{}", serde_json::to_string_pretty(&study.json())?);
     } else {
+        // The header and the cells were printed as they ran.
         print!("{}", report::footer_text(&cells, &ratios, wall));
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let csv = dir.join("io-primitives.csv");
-        std::fs::write(&csv, report::to_csv(&cells)).with_context(|| format!("writing {}", csv.display()))?;
+        std::fs::write(&csv, study.csv("cells").unwrap_or_default())
+            .with_context(|| format!("writing {}", csv.display()))?;
         let json = dir.join("io-primitives.json");
-        std::fs::write(
-            &json,
-            serde_json::to_string_pretty(&report::json(&header, &cells, &ratios, wall))?,
-        )
-        .with_context(|| format!("writing {}", json.display()))?;
+        std::fs::write(&json, serde_json::to_string_pretty(&study.json())?)
+            .with_context(|| format!("writing {}", json.display()))?;
         let plots = report::plots(dir, &cells);
         for w in &plots.warnings {
             eprintln!("pfs: warning: {w}");

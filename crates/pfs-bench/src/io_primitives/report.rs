@@ -7,16 +7,17 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::cell::Cell;
-use super::Method;
+use super::SendMethod;
 use crate::plot::{self, Series};
-use crate::report::{Cell as Shown, Column, Table};
+use crate::report::Method as _;
+use crate::report::{Cell as Shown, Column, Report, Section, Table};
 
 /// Units and definitions, printed with every report.
 pub const UNITS: &str = "Gbit/s = 10^9 bit/s of logical message bytes (the 8 fields); wire bytes = bytes through the sockets \
 (A4 framing included, TCP/IP headers not); ns/msg/thr = elapsed × threads / messages, the mean time per message per sender \
 thread, not a round trip; CPU and context switches from getrusage(RUSAGE_THREAD), summed over sender and receiver threads";
 
-/// The ratio the issue sets a target for.
+/// The A4/A1 ratio the design sets as a target.
 pub const TARGET_RATIO: f64 = 10.0;
 
 /// The study's part of its report header (after the [`crate::report::Host`] facts).
@@ -47,7 +48,7 @@ pub type Header = crate::report::Header<IoSettings>;
 
 /// A4 / A1 throughput at one size and thread count.
 #[derive(Debug, Clone, Serialize)]
-pub struct Ratio {
+pub struct Headline {
     /// Sender threads.
     pub threads: usize,
     /// Message size.
@@ -58,7 +59,7 @@ pub struct Ratio {
     pub a4_gbit_s: f64,
     /// A4 / A1.
     pub ratio: f64,
-    /// The issue's target.
+    /// The target ratio.
     pub target: f64,
     /// ratio ≥ target.
     pub met: bool,
@@ -87,25 +88,34 @@ fn count(v: f64) -> String {
     }
 }
 
-/// The header block of the table.
-pub fn header_text(h: &Header) -> String {
-    format!(
-        "pfs bench io-primitives — {} · kernel {} · {} · {} cores\n\
-         pinning: {} · TCP_NODELAY {} · {:.2} s per cell · pool {} messages per sender · A3 in flight ≤ {} · A4 gram payload {} B, {} descriptors\n\
-         hardware counters: {}\n\n",
-        h.host.git_revision,
-        h.host.kernel,
-        h.host.cpu_model,
-        h.host.cores,
-        h.study.pinning,
-        if h.study.tcp_nodelay { "on" } else { "off (kernel default: Nagle on)" },
-        h.study.duration_s,
-        h.study.pool,
-        h.study.zc_inflight,
-        h.study.gram_payload,
-        h.study.gram_encoding,
-        h.study.hardware_counters,
-    )
+/// The study's report before its cells: the header lines.
+pub fn report(h: &Header) -> Report {
+    let mut r = Report::new("pfs bench io-primitives", h);
+    r.lines = vec![
+        format!(
+            "pinning: {} · TCP_NODELAY {} · {:.2} s per cell · pool {} messages per sender · A3 in flight ≤ {} · A4 gram payload {} B, {} descriptors",
+            h.study.pinning,
+            if h.study.tcp_nodelay { "on" } else { "off (kernel default: Nagle on)" },
+            h.study.duration_s,
+            h.study.pool,
+            h.study.zc_inflight,
+            h.study.gram_payload,
+            h.study.gram_encoding,
+        ),
+        format!("hardware counters: {}", h.study.hardware_counters),
+    ];
+    r
+}
+
+/// The whole report: the header lines, the cells (the footer below them),
+/// and the headline ratios and wall time in JSON.
+pub fn finish(report: Report, cells: &[Cell], ratios: &[Headline], wall_s: f64) -> Report {
+    let footer = footer_text(cells, ratios, wall_s);
+    report
+        .section(Section::new("cells", view(cells), data(cells)).noted(footer.trim_matches('\n')))
+        .field("study", "io-primitives")
+        .field("wall_s", wall_s)
+        .field("a4_over_a1", serde_json::to_value(ratios).unwrap_or_default())
 }
 
 /// Columns of the terminal table.
@@ -133,8 +143,8 @@ pub fn table_head() -> String {
 
 fn notes(c: &Cell) -> String {
     let mut n = Vec::new();
-    if let Some(e) = &c.error {
-        n.push(format!("FAILED: {e}"));
+    if let Some(failed) = c.status.note() {
+        n.push(failed);
     }
     if let (Some(done), Some(copied)) = (c.zc_completions, c.zc_copied) {
         n.push(format!(
@@ -150,12 +160,26 @@ fn notes(c: &Cell) -> String {
     n.join("; ")
 }
 
-/// One table line; a cell that failed shows `—` for every number and its error in the notes.
-pub fn table_row(c: &Cell) -> String {
+/// One line of the terminal table, for printing cells as they finish.
+pub fn view_line(c: &Cell) -> String {
+    Table::new(&VIEW).text_row(&view_row(c)).trim_end().to_string()
+}
+
+/// The terminal table of every cell.
+pub fn view(cells: &[Cell]) -> Table {
+    let mut t = Table::new(&VIEW);
+    for c in cells {
+        t.push(view_row(c));
+    }
+    t
+}
+
+/// A failed cell shows `—` for every number and its status in the notes.
+fn view_row(c: &Cell) -> Vec<Shown> {
     let ok = c.ok();
     let num = |v: f64, d: usize| if ok { Shown::Num(v, d) } else { Shown::Missing };
     let text = |v: String| if ok { Shown::Text(v) } else { Shown::Missing };
-    let row = vec![
+    vec![
         Shown::text(c.method),
         Shown::Text(size_label(c.msg_size)),
         Shown::Int(c.threads as u64),
@@ -173,8 +197,7 @@ pub fn table_row(c: &Cell) -> String {
         num(c.wire_ratio, 3),
         num(c.calls_per_msg, 3),
         Shown::Text(notes(c)),
-    ];
-    Table::new(&VIEW).text_row(&row).trim_end().to_string()
+    ]
 }
 
 /// The size the headline ratio is taken at: 64 B when measured, else the smallest size.
@@ -187,11 +210,11 @@ fn headline_size(cells: &[Cell]) -> Option<usize> {
 }
 
 /// A4 / A1 at the headline size, for every thread count where both ran.
-pub fn ratios(cells: &[Cell]) -> Vec<Ratio> {
+pub fn ratios(cells: &[Cell]) -> Vec<Headline> {
     let Some(size) = headline_size(cells) else {
         return Vec::new();
     };
-    let find = |m: Method, t: usize| {
+    let find = |m: SendMethod, t: usize| {
         cells
             .iter()
             .find(|c| c.ok() && c.method == m.key() && c.msg_size == size && c.threads == t)
@@ -202,9 +225,9 @@ pub fn ratios(cells: &[Cell]) -> Vec<Ratio> {
     threads
         .into_iter()
         .filter_map(|t| {
-            let (a1, a4) = (find(Method::A1, t)?, find(Method::A4, t)?);
+            let (a1, a4) = (find(SendMethod::A1, t)?, find(SendMethod::A4, t)?);
             let ratio = a4.gbit_s / a1.gbit_s.max(f64::MIN_POSITIVE);
-            Some(Ratio {
+            Some(Headline {
                 threads: t,
                 msg_size: size,
                 a1_gbit_s: a1.gbit_s,
@@ -218,7 +241,7 @@ pub fn ratios(cells: &[Cell]) -> Vec<Ratio> {
 }
 
 /// Definitions, the headline ratio and zerocopy findings, after the table.
-pub fn footer_text(cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> String {
+pub fn footer_text(cells: &[Cell], ratios: &[Headline], wall_s: f64) -> String {
     let mut s = format!("\n{UNITS}.\n");
     if let Some(r0) = ratios.first() {
         let _ = writeln!(
@@ -258,17 +281,6 @@ pub fn footer_text(cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> String {
     s
 }
 
-/// The JSON document (stdout with `--json`, io-primitives.json with `--out`).
-pub fn json(header: &Header, cells: &[Cell], ratios: &[Ratio], wall_s: f64) -> serde_json::Value {
-    serde_json::json!({
-        "study": "io-primitives",
-        "header": header,
-        "wall_s": wall_s,
-        "cells": cells,
-        "a4_over_a1": ratios,
-    })
-}
-
 /// Every field of a cell, in CSV order.
 const DATA: [&str; 30] = [
     "method",
@@ -303,46 +315,52 @@ const DATA: [&str; 30] = [
     "notes",
 ];
 
-/// CSV with one row per cell; unavailable values are empty.
-pub fn to_csv(cells: &[Cell]) -> String {
+/// Every field of every cell (CSV, JSON); a failed cell has no figures
+/// (empty, `null`), only its plan, status and reason.
+pub fn data(cells: &[Cell]) -> Table {
     let columns: Vec<Column> = DATA.iter().map(|t| Column::text(t, 0)).collect();
     let mut t = Table::new(&columns);
-    let opt = |v: Option<u64>| v.map_or(Shown::Missing, Shown::Int);
     for c in cells {
+        let ok = c.ok();
+        let opt = |v: Option<u64>| v.filter(|_| ok).map_or(Shown::Missing, Shown::Int);
+        let int = |v: u64| if ok { Shown::Int(v) } else { Shown::Missing };
+        let num = |v: f64, d: usize| if ok { Shown::Num(v, d) } else { Shown::Missing };
         t.push(vec![
             Shown::text(c.method),
             Shown::Int(c.msg_size as u64),
             Shown::Int(c.threads as u64),
-            Shown::Num(c.gbit_s, 6),
-            Shown::Num(c.msgs_per_s, 1),
-            Shown::Num(c.mean_ns_per_msg, 1),
-            Shown::Num(c.elapsed_s, 6),
+            num(c.gbit_s, 6),
+            num(c.msgs_per_s, 1),
+            num(c.mean_ns_per_msg, 1),
+            num(c.elapsed_s, 6),
             Shown::Num(c.duration_s, 3),
-            Shown::Int(c.messages),
-            Shown::Int(c.logical_bytes),
-            Shown::Int(c.wire_bytes),
-            Shown::Num(c.wire_ratio, 6),
-            Shown::Int(c.send_calls),
-            Shown::Num(c.calls_per_msg, 6),
-            Shown::Int(c.ctx_switches),
-            Shown::Int(c.ctx_voluntary),
-            Shown::Int(c.ctx_involuntary),
-            Shown::Num(c.cpu_user_s, 6),
-            Shown::Num(c.cpu_sys_s, 6),
-            Shown::Num(c.cpu_s, 6),
-            Shown::Num(c.cpu_ns_per_byte, 6),
-            c.cycles_per_byte.map_or(Shown::Missing, |v| Shown::Num(v, 4)),
+            int(c.messages),
+            int(c.logical_bytes),
+            int(c.wire_bytes),
+            num(c.wire_ratio, 6),
+            int(c.send_calls),
+            num(c.calls_per_msg, 6),
+            int(c.ctx_switches),
+            int(c.ctx_voluntary),
+            int(c.ctx_involuntary),
+            num(c.cpu_user_s, 6),
+            num(c.cpu_sys_s, 6),
+            num(c.cpu_s, 6),
+            num(c.cpu_ns_per_byte, 6),
+            c.cycles_per_byte
+                .filter(|_| ok)
+                .map_or(Shown::Missing, |v| Shown::Num(v, 4)),
             opt(c.llc_misses),
             opt(c.zc_completions),
             opt(c.zc_copied),
             opt(c.msgs_per_gram.map(|v| v as u64)),
             opt(c.grams),
-            Shown::text(c.status),
-            Shown::text(c.error.as_deref().unwrap_or("")),
+            Shown::text(c.status.key()),
+            Shown::text(c.status.reason().map_or("", |r| r.as_str())),
             Shown::text(&c.notes),
         ]);
     }
-    t.csv()
+    t
 }
 
 /// Plot files written and warnings for those that were not.
@@ -361,7 +379,7 @@ fn series_per_method(
     x: impl Fn(&Cell) -> f64,
     y: impl Fn(&Cell) -> f64,
 ) -> Vec<Series> {
-    Method::ALL
+    SendMethod::ALL
         .iter()
         .filter_map(|m| {
             let mut points: Vec<(f64, f64)> = cells
@@ -447,11 +465,43 @@ mod tests {
     #[test]
     fn csv_header_is_every_field_in_order() {
         assert_eq!(
-            to_csv(&[]),
+            data(&[]).csv(),
             "method,msg_size,threads,gbit_s,msgs_per_s,mean_ns_per_msg,elapsed_s,duration_s,messages,logical_bytes,wire_bytes,wire_ratio,\
              send_calls,calls_per_msg,ctx_switches,ctx_voluntary,ctx_involuntary,cpu_user_s,cpu_sys_s,cpu_s,cpu_ns_per_byte,\
              cycles_per_byte,llc_misses,zc_completions,zc_copied,msgs_per_gram,grams,status,error,notes\n"
         );
+    }
+
+    #[test]
+    fn a_cell_that_did_not_run_has_no_figure_in_any_format() {
+        let h = Header {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: IoSettings {
+                pinning: "unpinned".into(),
+                tcp_nodelay: true,
+                duration_s: 0.5,
+                pool: 64,
+                zc_inflight: 8,
+                gram_payload: 65536,
+                gram_encoding: "absolute one per message".into(),
+                hardware_counters: "n/a".into(),
+                units: UNITS.into(),
+            },
+        };
+        let cells = vec![Cell::failed_for_test(SendMethod::A3, "no zerocopy here")];
+        let r = finish(report(&h), &cells, &ratios(&cells), 1.0);
+        crate::report::check_not_run_row(&r, "a3");
+        let j = r.json();
+        assert_eq!(j["cells"][0]["status"], "failed");
+        assert_eq!(j["cells"][0]["error"], "no zerocopy here");
+        assert!(j["cells"][0]["gbit_s"].is_null());
+        assert!(view_line(&cells[0]).contains("failed: no zerocopy here"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! address; client: connect to that address).
 //!
 //! Adding a method — e.g. a PacketFS shared-memory ring — is one more
-//! [`Method`] variant, one arm in [`Method::with`] and one `Connect` impl;
+//! [`IpcMethod`] variant, one arm in [`IpcMethod::with`] and one `Connect` impl;
 //! the phases, the child process, the report and the ratios against
 //! `unix-epoll` need no change.
 //!
@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::ValueEnum;
+
+use crate::report::Method;
 use rustix::event::epoll;
 use rustix::fs::{Mode, OFlags};
 
@@ -50,7 +52,7 @@ pub trait Connect: Channel + Sized {
     fn connect(address: &str, deadline: Instant) -> anyhow::Result<Self>;
 }
 
-/// Something to run with a method's channel type: [`Method::with`] picks the
+/// Something to run with a method's channel type: [`IpcMethod::with`] picks the
 /// type once, outside the timed loops, so they are monomorphic.
 pub trait WithChannel {
     /// What the run returns.
@@ -61,7 +63,7 @@ pub trait WithChannel {
 
 /// An IPC method: one row of the study.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
-pub enum Method {
+pub enum IpcMethod {
     /// Unix stream socket; the reader waits in epoll_wait, then reads.
     UnixEpoll,
     /// Two FIFOs (request, reply); blocking read and write.
@@ -76,23 +78,25 @@ pub enum Method {
     RingFutex,
 }
 
-impl Method {
+impl IpcMethod {
     /// Every method, in report order. `unix-epoll` first: it is the baseline
     /// every other row is compared with.
-    pub const ALL: [Method; 6] = [
-        Method::UnixEpoll,
-        Method::Pipe,
-        Method::Tcp,
-        Method::RingSpin,
-        Method::RingYield,
-        Method::RingFutex,
+    pub const ALL: [IpcMethod; 6] = [
+        IpcMethod::UnixEpoll,
+        IpcMethod::Pipe,
+        IpcMethod::Tcp,
+        IpcMethod::RingSpin,
+        IpcMethod::RingYield,
+        IpcMethod::RingFutex,
     ];
 
     /// The baseline of the ratios.
-    pub const BASELINE: Method = Method::UnixEpoll;
+    pub const BASELINE: IpcMethod = IpcMethod::UnixEpoll;
+}
 
+impl Method for IpcMethod {
     /// Short name, as given to `--only` and the peer's `--method`.
-    pub fn key(self) -> &'static str {
+    fn key(self) -> &'static str {
         match self {
             Self::UnixEpoll => "unix-epoll",
             Self::Pipe => "pipe",
@@ -104,7 +108,7 @@ impl Method {
     }
 
     /// Row label (the design's `Conventional (<tool>)` for kernel baselines).
-    pub fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             Self::UnixEpoll => "Conventional (Unix socket + epoll)",
             Self::Pipe => "Conventional (FIFO pair)",
@@ -114,7 +118,9 @@ impl Method {
             Self::RingFutex => "PacketFS SHM ring (spin-then-futex)",
         }
     }
+}
 
+impl IpcMethod {
     /// How a receiver waits for the next message.
     pub fn wait(self) -> &'static str {
         match self {

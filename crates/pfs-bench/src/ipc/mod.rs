@@ -27,11 +27,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 
+use crate::report::Method as _;
 use crate::scratch::Scratch;
 use crate::{Binary, Outcome};
 
 use clock::Clock;
-use methods::{Connect, Method, WithChannel, MSG};
+use methods::{Connect, IpcMethod, WithChannel, MSG};
 use row::{RowSpec, FAULT_ENV, READY};
 
 const AFTER_HELP: &str = "\
@@ -87,7 +88,7 @@ pub struct IpcArgs {
 pub struct IpcPeerArgs {
     /// The method.
     #[arg(long, value_enum)]
-    pub method: Method,
+    pub method: IpcMethod,
     /// Messages in the latency phase, and again in the throughput phase.
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..=20_000_000))]
     pub messages: u64,
@@ -100,11 +101,11 @@ pub struct IpcPeerArgs {
 }
 
 /// The methods `--only` selects (all without it).
-fn select(only: &[String]) -> anyhow::Result<Vec<Method>> {
+fn select(only: &[String]) -> anyhow::Result<Vec<IpcMethod>> {
     if only.is_empty() {
-        return Ok(Method::ALL.to_vec());
+        return Ok(IpcMethod::ALL.to_vec());
     }
-    let picked: Vec<Method> = Method::ALL
+    let picked: Vec<IpcMethod> = IpcMethod::ALL
         .into_iter()
         .filter(|m| {
             only.iter().any(|t| {
@@ -114,7 +115,7 @@ fn select(only: &[String]) -> anyhow::Result<Vec<Method>> {
         })
         .collect();
     if picked.is_empty() {
-        let names: Vec<&str> = Method::ALL.iter().map(|m| m.key()).collect();
+        let names: Vec<&str> = IpcMethod::ALL.iter().map(|m| m.key()).collect();
         bail!(
             "--only {} matches no method (methods: {})",
             only.join(" --only "),
@@ -221,11 +222,11 @@ pub fn run(args: IpcArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
             }
         } else {
             eprintln!(
-                "pfs bench ipc: [{}/{}] {}: failed: {}",
+                "pfs bench ipc: [{}/{}] {}: {}",
                 i + 1,
                 methods.len(),
                 r.method,
-                r.error.as_deref().unwrap_or("unknown")
+                r.status
             );
         }
         rows.push(r);
@@ -237,21 +238,19 @@ pub fn run(args: IpcArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     }
     let ratios = report::ratios(&mut rows);
 
+    let study = report::finish(report::report(&header), &header, &rows, &ratios, &warnings, wall);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report::json(&header, &rows, &ratios, &warnings, wall))?
-        );
+        println!("{}", serde_json::to_string_pretty(&study.json())?);
     } else {
-        print!("{}", report::header_text(&header));
+        print!("{}", study.text_header());
         println!("{}", report::table_head());
         for r in &rows {
-            println!("{}", report::table_row(r));
+            println!("{}", report::view_line(r));
         }
         print!("{}", report::footer_text(&rows, &ratios, &warnings, wall));
     }
     if let Some(dir) = &args.out {
-        write_out(dir, &header, &rows, &ratios, &warnings, wall)?;
+        write_out(dir, &header, &rows, &study)?;
     }
     let failed = rows.iter().filter(|r| !r.ok()).count();
     if failed > 0 {
@@ -265,20 +264,15 @@ fn write_out(
     dir: &Path,
     header: &report::Header,
     rows: &[row::Row],
-    ratios: &[report::Ratio],
-    warnings: &[String],
-    wall: f64,
+    study: &crate::report::Report,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let csv = dir.join("ipc.csv");
-    std::fs::write(&csv, report::to_csv(header, rows))
+    std::fs::write(&csv, study.csv("rows").unwrap_or_default())
         .with_context(|| format!("writing {}", csv.display()))?;
     let json = dir.join("ipc.json");
-    std::fs::write(
-        &json,
-        serde_json::to_string_pretty(&report::json(header, rows, ratios, warnings, wall))?,
-    )
-    .with_context(|| format!("writing {}", json.display()))?;
+    std::fs::write(&json, serde_json::to_string_pretty(&study.json())?)
+        .with_context(|| format!("writing {}", json.display()))?;
     let png = match report::plot(dir, header, rows) {
         Ok(file) => format!(", {file}"),
         Err(e) => {
@@ -292,7 +286,7 @@ fn write_out(
 
 /// The server's half of a row, with the method's channel type.
 struct Serve<'a> {
-    method: Method,
+    method: IpcMethod,
     dir: &'a Path,
     messages: u64,
     fault: Option<String>,
@@ -342,19 +336,19 @@ mod tests {
 
     #[test]
     fn only_selects_by_key_or_label() {
-        assert_eq!(select(&[]).unwrap(), Method::ALL);
-        assert_eq!(select(&["PIPE".into()]).unwrap(), [Method::Pipe]);
+        assert_eq!(select(&[]).unwrap(), IpcMethod::ALL);
+        assert_eq!(select(&["PIPE".into()]).unwrap(), [IpcMethod::Pipe]);
         assert_eq!(
             select(&["epoll".into(), "tcp".into()]).unwrap(),
-            [Method::UnixEpoll, Method::Tcp]
+            [IpcMethod::UnixEpoll, IpcMethod::Tcp]
         );
         assert_eq!(
             select(&["conventional".into()]).unwrap(),
-            [Method::UnixEpoll, Method::Pipe, Method::Tcp]
+            [IpcMethod::UnixEpoll, IpcMethod::Pipe, IpcMethod::Tcp]
         );
         assert_eq!(
             select(&["ring".into()]).unwrap(),
-            [Method::RingSpin, Method::RingYield, Method::RingFutex]
+            [IpcMethod::RingSpin, IpcMethod::RingYield, IpcMethod::RingFutex]
         );
         assert!(select(&["nothing".into()]).is_err());
     }

@@ -9,10 +9,11 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::clock::Clock;
-use super::methods::Method;
+use super::methods::IpcMethod;
 use super::row::Row;
 use crate::plot::{self, DotRow};
-use crate::report::{Cell, Column, Table};
+use crate::report::Method as _;
+use crate::report::{Cell, Column, Report, Section, Table};
 
 /// Units and definitions, printed with every report.
 pub const UNITS: &str = "one-way = receiver's time stamp at receive − sender's at send, 32-byte messages, ping-pong \
@@ -47,7 +48,7 @@ pub type Header = crate::report::Header<IpcSettings>;
 
 /// One row's one-way mean against unix-epoll's, same run.
 #[derive(Debug, Clone, Serialize)]
-pub struct Ratio {
+pub struct VsUnixEpoll {
     /// Row method key.
     pub method: String,
     /// Row label.
@@ -64,10 +65,10 @@ pub struct Ratio {
 
 /// Fills every row's `vs_unix_epoll` and returns the ratio of every other
 /// measured row against the `unix-epoll` row, when that one measured.
-pub fn ratios(rows: &mut [Row]) -> Vec<Ratio> {
+pub fn ratios(rows: &mut [Row]) -> Vec<VsUnixEpoll> {
     let base = rows
         .iter()
-        .find(|r| r.ok() && r.method == Method::BASELINE.key())
+        .find(|r| r.ok() && r.method == IpcMethod::BASELINE.key())
         .and_then(|r| r.one_way_mean_ns)
         .filter(|&m| m > 0.0);
     let Some(base) = base else {
@@ -79,8 +80,8 @@ pub fn ratios(rows: &mut [Row]) -> Vec<Ratio> {
             continue;
         };
         r.vs_unix_epoll = Some(base / mean);
-        if r.method != Method::BASELINE.key() {
-            out.push(Ratio {
+        if r.method != IpcMethod::BASELINE.key() {
+            out.push(VsUnixEpoll {
                 method: r.method.clone(),
                 label: r.label.clone(),
                 one_way_mean_ns: mean,
@@ -105,24 +106,41 @@ pub fn group(v: u64) -> String {
     out
 }
 
-/// The header block of the table.
-pub fn header_text(h: &Header) -> String {
-    format!(
-        "pfs bench ipc — {} · kernel {} · {} · {} cores\n\
-         clock: {}\n\
-         pinning: {} · {}-byte messages · per method: {} warm-up ping-pongs, {} latency ping-pongs, {} throughput messages, {:.1} s idle\n\n",
-        h.host.git_revision,
-        h.host.kernel,
-        h.host.cpu_model,
-        h.host.cores,
-        h.study.clock.describe(),
-        h.study.pinning,
-        h.study.msg_bytes,
-        group(h.study.warmup),
-        group(h.study.messages),
-        group(h.study.messages),
-        h.study.idle_s,
-    )
+/// The study's report before its rows: the header lines.
+pub fn report(h: &Header) -> Report {
+    let mut r = Report::new("pfs bench ipc", h);
+    r.lines = vec![
+        format!("clock: {}", h.study.clock.describe()),
+        format!(
+            "pinning: {} · {}-byte messages · per method: {} warm-up ping-pongs, {} latency ping-pongs, {} throughput messages, {:.1} s idle",
+            h.study.pinning,
+            h.study.msg_bytes,
+            group(h.study.warmup),
+            group(h.study.messages),
+            group(h.study.messages),
+            h.study.idle_s,
+        ),
+    ];
+    r
+}
+
+/// The whole report: header lines, the rows (the footer below them), and
+/// the ratios, warnings and wall time in JSON.
+pub fn finish(
+    report: Report,
+    h: &Header,
+    rows: &[Row],
+    ratios: &[VsUnixEpoll],
+    warnings: &[String],
+    wall_s: f64,
+) -> Report {
+    let footer = footer_text(rows, ratios, warnings, wall_s);
+    report
+        .section(Section::new("rows", view(rows), data(h, rows)).noted(footer.trim_matches('\n')))
+        .field("study", "ipc")
+        .field("warnings", warnings.to_vec())
+        .field("wall_s", wall_s)
+        .field("vs_unix_epoll", serde_json::to_value(ratios).unwrap_or_default())
 }
 
 /// Columns of the terminal table (under the group titles of [`table_head`]).
@@ -175,16 +193,32 @@ fn fixed(v: Option<f64>, decimals: usize) -> String {
     v.map_or_else(|| "n/a".into(), |v| format!("{v:.decimals$}"))
 }
 
-/// One table line; a failed row gives its reason instead of numbers.
-pub fn table_row(r: &Row) -> String {
+/// One line of the terminal table, for printing rows as they finish; a
+/// failed row gives its status and reason instead of numbers.
+pub fn view_line(r: &Row) -> String {
     if !r.ok() {
-        return format!(
-            "{:<11} failed: {}",
-            r.method,
-            r.error.as_deref().unwrap_or("unknown")
-        );
+        return format!("{:<11} {}", r.method, r.status);
     }
-    let row = vec![
+    Table::new(&VIEW).text_row(&view_row(r)).trim_end().to_string()
+}
+
+/// The table of every row (a failed row: `—` in every figure).
+pub fn view(rows: &[Row]) -> Table {
+    let mut t = Table::new(&VIEW);
+    for r in rows {
+        if r.ok() {
+            t.push(view_row(r));
+        } else {
+            let mut cells = vec![Cell::text(&r.method)];
+            cells.resize(VIEW.len(), Cell::Missing);
+            t.push(cells);
+        }
+    }
+    t
+}
+
+fn view_row(r: &Row) -> Vec<Cell> {
+    vec![
         Cell::text(&r.method),
         Cell::Text(lat(r.one_way_mean_cycles)),
         Cell::Text(cyc(r.one_way_p50_cycles)),
@@ -203,12 +237,11 @@ pub fn table_row(r: &Row) -> String {
         Cell::Text(fixed(r.idle_cpu_pct, 1)),
         Cell::Text(fixed(r.vs_unix_epoll, 2)),
         Cell::Num(r.row_wall_s, 1),
-    ];
-    Table::new(&VIEW).text_row(&row).trim_end().to_string()
+    ]
 }
 
 /// Labels, notes, the ratios against unix-epoll and warnings, after the table.
-pub fn footer_text(rows: &[Row], ratios: &[Ratio], warnings: &[String], wall_s: f64) -> String {
+pub fn footer_text(rows: &[Row], ratios: &[VsUnixEpoll], warnings: &[String], wall_s: f64) -> String {
     let mut s = String::from("\n");
     for r in rows {
         let _ = write!(s, "{:<11} {} (receiver waits: {})", r.method, r.label, r.wait);
@@ -246,24 +279,6 @@ pub fn footer_text(rows: &[Row], ratios: &[Ratio], warnings: &[String], wall_s: 
     }
     let _ = writeln!(s, "\nstudy wall time {wall_s:.1} s");
     s
-}
-
-/// The JSON document (stdout with `--json`, ipc.json with `--out`).
-pub fn json(
-    header: &Header,
-    rows: &[Row],
-    ratios: &[Ratio],
-    warnings: &[String],
-    wall_s: f64,
-) -> serde_json::Value {
-    serde_json::json!({
-        "study": "ipc",
-        "header": header,
-        "warnings": warnings,
-        "wall_s": wall_s,
-        "rows": rows,
-        "vs_unix_epoll": ratios,
-    })
 }
 
 /// CSV columns, in order: every field of [`Row`].
@@ -318,8 +333,10 @@ pub const COLUMNS: [&str; 47] = [
     "git_revision",
 ];
 
-/// CSV with one line per row; unavailable values are empty.
-pub fn to_csv(header: &Header, rows: &[Row]) -> String {
+/// Every field of every row (CSV, JSON), with the clock and build facts
+/// repeated so that each row stands alone; unavailable values are empty
+/// (CSV) or `null` (JSON).
+pub fn data(header: &Header, rows: &[Row]) -> Table {
     let columns: Vec<Column> = COLUMNS.iter().map(|c| Column::text(c, 0)).collect();
     let mut t = Table::new(&columns);
     for r in rows {
@@ -340,7 +357,7 @@ pub fn to_csv(header: &Header, rows: &[Row]) -> String {
         }
         t.push(COLUMNS.iter().map(|c| Cell::from(&v[*c])).collect());
     }
-    t.csv()
+    t
 }
 
 /// The latency chart: per measured row, the one-way p50, mean, p99 and p99.9 in ns.
@@ -383,12 +400,13 @@ pub fn plot(dir: &Path, header: &Header, rows: &[Row]) -> anyhow::Result<&'stati
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Status;
 
-    fn row(method: Method, mean: f64) -> Row {
+    fn row(method: IpcMethod, mean: f64) -> Row {
         Row {
             method: method.key().into(),
             label: method.label().into(),
-            status: "ok".into(),
+            status: Status::Ran,
             one_way_mean_ns: Some(mean),
             ..Row::default()
         }
@@ -407,9 +425,9 @@ mod tests {
     #[test]
     fn ratios_are_against_unix_epoll_for_any_row() {
         let mut rows = vec![
-            row(Method::UnixEpoll, 20_000.0),
-            row(Method::Pipe, 10_000.0),
-            row(Method::Tcp, 40_000.0),
+            row(IpcMethod::UnixEpoll, 20_000.0),
+            row(IpcMethod::Pipe, 10_000.0),
+            row(IpcMethod::Tcp, 40_000.0),
         ];
         let r = ratios(&mut rows);
         assert_eq!(r.len(), 2);
@@ -418,21 +436,56 @@ mod tests {
         assert_eq!(rows[2].vs_unix_epoll, Some(0.5));
         assert_eq!(r[0].row_over_unix_epoll, 0.5);
 
-        let mut no_base = vec![row(Method::Pipe, 1.0)];
+        let mut no_base = vec![row(IpcMethod::Pipe, 1.0)];
         assert!(ratios(&mut no_base).is_empty());
         assert_eq!(no_base[0].vs_unix_epoll, None);
     }
 
     #[test]
+    fn a_row_that_did_not_run_has_no_figure_in_any_format() {
+        let h = Header {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: IpcSettings {
+                clock: Clock::detect(),
+                pinning: "unpinned".into(),
+                msg_bytes: 64,
+                messages: 1000,
+                warmup: 10,
+                idle_s: 0.1,
+                timeout_s: 1.0,
+                units: UNITS.into(),
+            },
+        };
+        let mut failed = row(IpcMethod::Pipe, 0.0);
+        failed.one_way_mean_ns = None;
+        failed.status = Status::failed_because("the server exited with status 1");
+        failed.messages = 1000;
+        failed.row_wall_s = 1.5;
+        let mut rows = vec![row(IpcMethod::UnixEpoll, 25_000.0), failed];
+        let ratios = ratios(&mut rows);
+        let r = finish(report(&h), &h, &rows, &ratios, &[], 1.0);
+        crate::report::check_not_run_row(&r, "pipe");
+        let j = r.json();
+        assert_eq!(j["rows"][1]["status"], "failed");
+        assert_eq!(j["rows"][1]["error"], "the server exited with status 1");
+        assert!(j["rows"][1]["one_way_mean_ns"].is_null());
+    }
+
+    #[test]
     fn table_lines_line_up() {
         let head = table_head();
-        let mut r = row(Method::UnixEpoll, 25_000.0);
+        let mut r = row(IpcMethod::UnixEpoll, 25_000.0);
         r.row_wall_s = 12.0;
-        let line = table_row(&r);
+        let line = view_line(&r);
         let width = head.lines().nth(1).unwrap().chars().count();
         assert_eq!(line.chars().count(), width, "\n{head}\n{line}");
-        r.status = "failed".into();
-        r.error = Some("boom".into());
-        assert!(table_row(&r).contains("failed: boom"));
+        r.status = Status::failed_because("boom");
+        assert!(view_line(&r).contains("failed: boom"));
     }
 }

@@ -20,10 +20,12 @@ use anyhow::{anyhow, bail, Context};
 use serde::Serialize;
 
 use super::clock::Clock;
-use super::methods::{Connect, Method, WithChannel};
+use super::methods::{Connect, IpcMethod, WithChannel};
 use super::phases::{self, ClientReport, ServerReport};
 use super::stats::LatencyStats;
 use crate::cleanup::{self, Undo};
+use crate::report::Method as _;
+use crate::report::Status;
 
 /// Environment variable that makes the server misbehave, for tests of the
 /// failure paths: `die` (exit with an error once the client is connected) or
@@ -37,7 +39,7 @@ pub const READY: &str = "READY ";
 #[derive(Debug, Clone)]
 pub struct RowSpec<'a> {
     /// The method.
-    pub method: Method,
+    pub method: IpcMethod,
     /// Messages in the latency phase, and again in the throughput phase.
     pub messages: u64,
     /// Length of the idle phase.
@@ -59,16 +61,16 @@ pub struct RowSpec<'a> {
 /// Unmeasured values (failed rows) are null.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Row {
-    /// Method key.
+    /// IpcMethod key.
     pub method: String,
     /// Row label.
     pub label: String,
     /// How a receiver waits for the next message.
     pub wait: String,
-    /// `ok` or `failed`.
-    pub status: String,
-    /// Why the row failed.
-    pub error: Option<String>,
+    /// Measured or failed (serialized as `status`: `ok`/`failed` and
+    /// `error`: why, `null` when it ran).
+    #[serde(flatten)]
+    pub status: Status,
     /// Messages asked for per phase.
     pub messages: u64,
     /// Client → server samples (server-side, authoritative).
@@ -148,16 +150,15 @@ pub struct Row {
 impl Row {
     /// Whether the row measured.
     pub fn ok(&self) -> bool {
-        self.status == "ok"
+        self.status.ran()
     }
 
-    fn failed(method: Method, messages: u64, reason: String, wall_s: f64) -> Self {
+    fn failed(method: IpcMethod, messages: u64, reason: String, wall_s: f64) -> Self {
         Self {
             method: method.key().into(),
             label: method.label().into(),
             wait: method.wait().into(),
-            status: "failed".into(),
-            error: Some(reason),
+            status: Status::failed_because(reason),
             messages,
             row_wall_s: wall_s,
             ..Self::default()
@@ -436,8 +437,7 @@ fn build(spec: &RowSpec<'_>, server: &ServerReport, client: &ClientReport, wall_
         method: spec.method.key().into(),
         label: spec.method.label().into(),
         wait: spec.method.wait().into(),
-        status: "ok".into(),
-        error: None,
+        status: Status::Ran,
         messages: spec.messages,
         one_way_count: Some(ow.count),
         one_way_mean_cycles: cyc_f(ow.mean),

@@ -37,6 +37,7 @@ use served::{counter, drop_caches, mount_unavailable, Mount};
 use walk::{copy_tree, ls_r, read_all, stat_walk, synthetic_tree, SplitMix};
 
 use crate::child::run_client;
+use crate::report::{Reason, Skip, Status};
 use crate::scratch::{memory_dir, Scratch};
 use crate::suite::files::tools::{start_pfs_server, PfsServer, ServeStorage};
 use crate::suite::files::tree::make_random_tree;
@@ -112,23 +113,34 @@ pub struct BenchMountArgs {
     pub json: bool,
 }
 
-/// A result cell group that ran, was skipped for a stated reason, or failed.
+/// A result cell group that ran, was skipped for a stated reason, or failed:
+/// its value beside the [`Status`] reasons every study uses.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Measured<T> {
     /// Measured.
     Ok(T),
     /// Not run: why (a missing tool, no root, not built).
-    Skipped(String),
+    Skipped(Reason),
     /// Tried and failed: why.
-    Failed(String),
+    Failed(Reason),
 }
 
 impl<T> Measured<T> {
     fn from(r: anyhow::Result<T>) -> Self {
         match r {
             Ok(v) => Self::Ok(v),
-            Err(e) => Self::Failed(format!("{e:#}")),
+            Err(e) => Self::Failed(Reason::of(&e)),
         }
+    }
+
+    /// Not run, for this reason.
+    pub fn skipped(why: impl Into<String>) -> Self {
+        Self::Skipped(Reason::new(why))
+    }
+
+    /// Failed, for this reason.
+    pub fn failed_because(why: impl Into<String>) -> Self {
+        Self::Failed(Reason::new(why))
     }
 
     /// The value, when measured.
@@ -139,12 +151,26 @@ impl<T> Measured<T> {
         }
     }
 
+    /// Its status: ran, skipped or failed with the reason.
+    pub fn status(&self) -> Status {
+        match self {
+            Self::Ok(_) => Status::Ran,
+            Self::Skipped(w) => Status::Skipped(Skip::Unavailable(w.clone())),
+            Self::Failed(w) => Status::Failed(w.clone()),
+        }
+    }
+
     /// `skipped: …` / `failed: …`, or nothing.
     pub fn why(&self) -> Option<String> {
+        self.status().note()
+    }
+
+    /// The same reason for a measurement of another kind, when this one did not run.
+    fn not_run<U>(&self) -> Option<Measured<U>> {
         match self {
             Self::Ok(_) => None,
-            Self::Skipped(w) => Some(format!("skipped: {w}")),
-            Self::Failed(w) => Some(format!("failed: {w}")),
+            Self::Skipped(w) => Some(Measured::Skipped(w.clone())),
+            Self::Failed(w) => Some(Measured::Failed(w.clone())),
         }
     }
 
@@ -248,7 +274,7 @@ pub struct FirstByteRow {
     pub read: String,
     /// (open ms, read ms) per round.
     pub rounds: Measured<Vec<(f64, f64)>>,
-    /// Whether the issue's ≤ 50 ms applies.
+    /// Whether the ≤ 50 ms target applies.
     pub target: bool,
     /// Counters and method.
     pub notes: String,
@@ -370,14 +396,14 @@ impl Only {
 /// Runs the study.
 pub fn run(args: BenchMountArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     let (header, results) = collect(&args, pfs)?;
-    let doc = report::json(&header, &results);
+    let report = report::report(&header, &results);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
-        print!("{}", report::text(&header, &results));
+        print!("{}", report.text());
     }
     if let Some(dir) = &args.out {
-        report::write(dir, &header, &results, &doc)?;
+        report::write(dir, &results, &report)?;
     }
     Ok(if results.failed() {
         Outcome::Failed
@@ -629,7 +655,7 @@ fn fio_section(st: &mut Study<'_>) -> Vec<FioRow> {
             for p in paths {
                 out.extend(rows_of(
                     p,
-                    Measured::Failed(format!("writing the test file: {e:#}")),
+                    Measured::failed_because(format!("writing the test file: {e:#}")),
                 ));
             }
             return out;
@@ -642,16 +668,16 @@ fn fio_section(st: &mut Study<'_>) -> Vec<FioRow> {
     };
     for p in paths {
         if let Some(why) = p.not_built() {
-            out.extend(rows_of(p, Measured::Skipped(why.into())));
+            out.extend(rows_of(p, Measured::skipped(why)));
             continue;
         }
         if let Err(why) = &st.fio {
-            out.extend(rows_of(p, Measured::Skipped(why.clone())));
+            out.extend(rows_of(p, Measured::skipped(why.clone())));
             continue;
         }
         if p.mounts() {
             if let Some(why) = st.mount_skip() {
-                out.extend(rows_of(p, Measured::Skipped(why)));
+                out.extend(rows_of(p, Measured::skipped(why)));
                 continue;
             }
         }
@@ -733,7 +759,7 @@ fn fio_mounted(st: &mut Study<'_>, p: ReadPath, file: &Path, timing: fio::Timing
     let (m, cache, pre) = match setup {
         Ok(x) => x,
         Err(e) => {
-            let why = Measured::Failed(format!("{e:#}"));
+            let why = Measured::failed_because(format!("{e:#}"));
             return WORKLOADS
                 .iter()
                 .map(|&w| FioRow {
@@ -888,7 +914,7 @@ fn first_byte_section(st: &mut Study<'_>) -> Vec<FirstByteRow> {
         let made = make_random_tree(&floor, size, u64::MAX);
         for (what, off, len) in &reads {
             let r = match &made {
-                Err(e) => Measured::Failed(format!("writing the file: {e:#}")),
+                Err(e) => Measured::failed_because(format!("writing the file: {e:#}")),
                 Ok(_) => Measured::from(
                     (0..rounds)
                         .map(|_| open_and_read(&floor.join("part-0000.bin"), *off, *len))
@@ -976,8 +1002,8 @@ fn first_byte_section(st: &mut Study<'_>) -> Vec<FirstByteRow> {
                 "the same file again right after, on another fresh mount with a fresh cache: the server answers from its recipe cache",
             ][state];
             let measured = match &failure {
-                Some(w) if skipped => Measured::Skipped(w.clone()),
-                Some(w) => Measured::Failed(w.clone()),
+                Some(w) if skipped => Measured::skipped(w.clone()),
+                Some(w) => Measured::failed_because(w.clone()),
                 None => Measured::Ok(std::mem::take(&mut got[state])),
             };
             rows.push(FirstByteRow {
@@ -1114,15 +1140,15 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
         for l in META_LABELS.iter().filter(|l| want_meta(l)) {
             meta.push(MetaRow {
                 label: (*l).into(),
-                ls: Measured::Failed(why.clone()),
-                stat: Measured::Failed(why.clone()),
+                ls: Measured::failed_because(why.clone()),
+                stat: Measured::failed_because(why.clone()),
                 notes: String::new(),
             });
         }
         for l in TREE_LABELS.iter().filter(|l| want_tree(l)) {
             tree.push(TreeRow {
                 label: (*l).into(),
-                run: Measured::Failed(why.clone()),
+                run: Measured::failed_because(why.clone()),
                 notes: String::new(),
             });
         }
@@ -1180,7 +1206,7 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
                 label: TREE_LABELS[1].into(),
                 run: match r {
                     Ok((run, _)) => Measured::Ok(*run),
-                    Err(e) => Measured::Failed(e.clone()),
+                    Err(e) => Measured::failed_because(e.clone()),
                 },
                 notes: match r {
                     Ok((_, n)) => n.clone(),
@@ -1193,8 +1219,8 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
         return (about, meta, tree);
     }
     let blocked: Option<Measured<()>> = match (&st.mount_skip(), &sent) {
-        (Some(why), _) => Some(Measured::Skipped(why.clone())),
-        (None, Some(Err(e))) => Some(Measured::Failed(format!(
+        (Some(why), _) => Some(Measured::skipped(why.clone())),
+        (None, Some(Err(e))) => Some(Measured::failed_because(format!(
             "the tree was not served (pfs send failed: {e})"
         ))),
         _ => None,
@@ -1239,14 +1265,13 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
         if !want_tree(label) {
             continue;
         }
-        let (run, notes) = match &blocked {
-            Some(Measured::Skipped(w)) => (Measured::Skipped(w.clone()), String::new()),
-            Some(Measured::Failed(w)) => (Measured::Failed(w.clone()), String::new()),
-            _ => {
+        let (run, notes) = match blocked.as_ref().and_then(|b| b.not_run()) {
+            Some(not_run) => (not_run, String::new()),
+            None => {
                 log(what);
                 match read_through_mount(st, &served, &name, tar) {
                     Ok((run, n)) => (Measured::Ok(run), n),
-                    Err(e) => (Measured::Failed(format!("{e:#}")), String::new()),
+                    Err(e) => (Measured::failed_because(format!("{e:#}")), String::new()),
                 }
             }
         };
@@ -1261,14 +1286,10 @@ fn tree_sections(st: &mut Study<'_>) -> (String, Vec<MetaRow>, Vec<TreeRow>) {
 
 /// The ls and stat cells of a row that cannot run for `b`'s reason.
 fn blocked_pair(b: &Measured<()>) -> (Measured<f64>, Measured<(f64, u64)>) {
-    match b {
-        Measured::Skipped(w) => (Measured::Skipped(w.clone()), Measured::Skipped(w.clone())),
-        Measured::Failed(w) => (Measured::Failed(w.clone()), Measured::Failed(w.clone())),
-        Measured::Ok(()) => (
-            Measured::Skipped("not run".into()),
-            Measured::Skipped("not run".into()),
-        ),
-    }
+    (
+        b.not_run().unwrap_or_else(|| Measured::skipped("not run")),
+        b.not_run().unwrap_or_else(|| Measured::skipped("not run")),
+    )
 }
 
 type MetaCells = (Measured<f64>, Measured<(f64, u64)>, String);
@@ -1293,11 +1314,18 @@ fn meta_through_mount(st: &mut Study<'_>, served: &str, name: &str) -> (MetaCell
     let fail = |e: &anyhow::Error| format!("mounting: {e:#}");
     let (ls1, ls2, up) = match ls {
         Ok((a, b, up)) => (a, b, Some(up)),
-        Err(e) => (Measured::Failed(fail(&e)), Measured::Failed(fail(&e)), None),
+        Err(e) => (
+            Measured::failed_because(fail(&e)),
+            Measured::failed_because(fail(&e)),
+            None,
+        ),
     };
     let (s1, s2) = match stat {
         Ok((a, b)) => (a, b),
-        Err(e) => (Measured::Failed(fail(&e)), Measured::Failed(fail(&e))),
+        Err(e) => (
+            Measured::failed_because(fail(&e)),
+            Measured::failed_because(fail(&e)),
+        ),
     };
     let first_notes = up
         .map(|u| {
@@ -1529,7 +1557,7 @@ fn loop_rows(
             let runs = NUMJOBS
                 .iter()
                 .map(|&n| match &via {
-                    Some(Err(e)) => Measured::Failed(e.clone()),
+                    Some(Err(e)) => Measured::failed_because(e.clone()),
                     _ => {
                         log(&format!("{}: {} ×{n}…", p.label(), w.name));
                         Measured::from(read_loop(file, via.as_ref().and_then(|v| v.as_ref().ok()), size, bs, random, n, runtime))

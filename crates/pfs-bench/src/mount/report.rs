@@ -1,20 +1,14 @@
 //! The mount study's report: four tables (fio, metadata, first byte, tree
-//! read), the issue's figures as ratios of their rows, the terminal text,
+//! read), the design's targets as ratios of their rows, the terminal text,
 //! Markdown, CSV per table, one JSON document, and a PNG of the fio rows.
 //! A cell without a measurement is [`Cell::Missing`] (`—`), and its row's
 //! notes say why.
 
 use std::path::Path;
 
-use serde::Serialize;
-
 use super::{FioRow, FirstByteRow, MountHeader, ReadPath, Results, NUMJOBS, WORKLOADS};
 use crate::plot::{self, DotRow};
-use crate::report::{Cell, Column, Table};
-
-fn ratio(a: f64, b: f64) -> Option<f64> {
-    (a.is_finite() && b.is_finite() && b > 0.0).then(|| a / b)
-}
+use crate::report::{ratio, Cell, Column, Report, Section, Table, Target};
 
 fn num(v: Option<f64>, decimals: usize) -> Cell {
     v.map_or(Cell::Missing, |v| Cell::Num(v, decimals))
@@ -185,33 +179,7 @@ pub fn tree_table(res: &Results) -> Table {
     t
 }
 
-/// One of the issue's figures, from rows of this run.
-#[derive(Debug, Clone, Serialize)]
-pub struct Target {
-    /// What is compared.
-    pub what: String,
-    /// The value measured (`None`: a row it needs did not run).
-    pub value: Option<f64>,
-    /// The bound.
-    pub limit: f64,
-    /// `true`: the value must be at least the bound; `false`: at most.
-    pub at_least: bool,
-    /// Unit of value and bound (`ms`, `×`).
-    pub unit: &'static str,
-}
-
-impl Target {
-    /// met / missed / not run.
-    pub fn verdict(&self) -> &'static str {
-        match self.value {
-            None => "not run",
-            Some(v) if (self.at_least && v >= self.limit) || (!self.at_least && v <= self.limit) => "met",
-            Some(_) => "missed",
-        }
-    }
-}
-
-/// The issue's figures (issue 14).
+/// The targets of the mount, from rows of this run.
 pub fn targets(res: &Results) -> Vec<Target> {
     let mut out = Vec::new();
     let fio = |p: ReadPath, w: usize| res.fio.iter().find(|r| r.path == p && r.workload == WORKLOADS[w]);
@@ -219,6 +187,7 @@ pub fn targets(res: &Results) -> Vec<Target> {
     if let Some(warm) = fio(ReadPath::Warm, 0) {
         let base = fio(ReadPath::Tmpfs, 0).and_then(|t| iops(t, 0));
         out.push(Target {
+            fs: None,
             what: "fio randread 4k, numjobs 1: mount with the page cache warm ÷ tmpfs (the kernel answers both; see the direct=1 row for the daemon)".into(),
             value: iops(warm, 0).zip(base).and_then(|(a, b)| ratio(a, b)),
             limit: 0.6,
@@ -228,6 +197,7 @@ pub fn targets(res: &Results) -> Vec<Target> {
     }
     if let Some(d) = fio(ReadPath::Direct, 0) {
         out.push(Target {
+            fs: None,
             what: format!(
                 "fio randread 4k, direct=1 (daemon path): numjobs 2 ÷ numjobs 1 (on {} cores)",
                 crate::sysinfo::cores()
@@ -241,6 +211,7 @@ pub fn targets(res: &Results) -> Vec<Target> {
     if let Some(d) = fio(ReadPath::DirectClient, 0) {
         let base = fio(ReadPath::TmpfsLoop, 0).and_then(|t| iops(t, 0));
         out.push(Target {
+            fs: None,
             what: "random 4 KiB reads, one thread: direct client (shared memory, no system call) ÷ pread of the file on tmpfs, same loop".into(),
             value: iops(d, 0).zip(base).and_then(|(a, b)| ratio(a, b)),
             limit: 1.0,
@@ -251,7 +222,8 @@ pub fn targets(res: &Results) -> Vec<Target> {
     if let Some(d) = fio(ReadPath::Passthrough, 0) {
         let base = fio(ReadPath::Direct, 0).and_then(|t| iops(t, 0));
         out.push(Target {
-            what: "fio randread 4k direct=1, numjobs 1: passthrough ÷ the daemon path (what passthrough gives; no target in the issue)".into(),
+            fs: None,
+            what: "fio randread 4k direct=1, numjobs 1: passthrough ÷ the daemon path (what passthrough gives; no target set)".into(),
             value: iops(d, 0).zip(base).and_then(|(a, b)| ratio(a, b)),
             limit: 1.0,
             at_least: true,
@@ -260,6 +232,7 @@ pub fn targets(res: &Results) -> Vec<Target> {
     }
     for r in res.first_byte.iter().filter(|r| r.target) {
         out.push(Target {
+            fs: None,
             what: format!("first byte ({}), {}: median open + read", r.read, r.label),
             value: r.median().map(|(o, rd)| o + rd),
             limit: 50.0,
@@ -275,6 +248,7 @@ pub fn targets(res: &Results) -> Vec<Target> {
     };
     if let Some(m) = res.tree.iter().find(|r| r.label == super::TREE_LABELS[3]) {
         out.push(Target {
+            fs: None,
             what: "tar of the tree through a cold mount ÷ pfs send of the tree into an empty directory (elapsed)".into(),
             value: m.run.ok().copied().zip(tree(1)).and_then(|(m, s)| ratio(m.secs, s.secs)),
             limit: 1.3,
@@ -286,6 +260,7 @@ pub fn targets(res: &Results) -> Vec<Target> {
         let m = m.run.ok().copied();
         let send = tree(1);
         out.push(Target {
+            fs: None,
             what: "whole tree read through a cold mount ÷ pfs send of the tree into an empty directory (elapsed)".into(),
             value: m.zip(send).and_then(|(m, s)| ratio(m.secs, s.secs)),
             limit: 1.3,
@@ -293,6 +268,7 @@ pub fn targets(res: &Results) -> Vec<Target> {
             unit: "×",
         });
         out.push(Target {
+            fs: None,
             what: "bytes fetched by the cold tree read ÷ the tree's unique chunk bytes (pfs send's literal bytes into an empty directory)".into(),
             value: m
                 .and_then(|m| m.fetched)
@@ -306,47 +282,52 @@ pub fn targets(res: &Results) -> Vec<Target> {
     out
 }
 
+/// What the targets block is and where its figures come from (said once,
+/// above the block, in the text and Markdown reports).
+const TARGETS_SAID: &str = "Targets (ratios of the rows above, same run; each figure is a target the design sets for the mount, listed in docs/benchmarks.md)";
+
 fn targets_table(t: &[Target]) -> Table {
     let mut table = Table::new(&[
         Column::num("value", 8),
         Column::text("target", 9),
         Column::text("verdict", 7),
-        Column::text("issue 14 figure", 0),
+        Column::text("figure", 0),
     ]);
     for x in t {
         table.push(vec![
             x.value.map_or(Cell::Missing, |v| Cell::Num(v, 3)),
-            Cell::text(format!(
-                "{} {}{}",
-                if x.at_least { "≥" } else { "≤" },
-                x.limit,
-                x.unit
-            )),
-            Cell::text(x.verdict()),
+            Cell::text(format!("{} {}{}", x.bound().sign(), x.limit, x.unit)),
+            Cell::text(x.verdict().as_str()),
             Cell::text(&x.what),
         ]);
     }
     table
 }
 
-/// The sections: (title, CSV file, table), those with rows.
-fn sections(res: &Results) -> Vec<(&'static str, &'static str, Table)> {
+/// The tables with rows: (JSON key, CSV file, title, table).
+fn tables(res: &Results) -> Vec<(&'static str, &'static str, &'static str, Table)> {
     let mut v = Vec::new();
     if !res.fio.is_empty() {
-        v.push(("fio, one file", "mount-fio.csv", fio_table(&res.fio)));
+        v.push(("fio", "mount-fio.csv", "fio, one file", fio_table(&res.fio)));
     }
     if !res.meta.is_empty() {
-        v.push(("Tree metadata", "mount-metadata.csv", meta_table(res)));
+        v.push(("metadata", "mount-metadata.csv", "Tree metadata", meta_table(res)));
     }
     if !res.first_byte.is_empty() {
         v.push((
-            "First byte of a remote file",
+            "first_byte",
             "mount-first-byte.csv",
+            "First byte of a remote file",
             first_byte_table(&res.first_byte),
         ));
     }
     if !res.tree.is_empty() {
-        v.push(("Whole-tree read", "mount-tree-read.csv", tree_table(res)));
+        v.push((
+            "tree_read",
+            "mount-tree-read.csv",
+            "Whole-tree read",
+            tree_table(res),
+        ));
     }
     v
 }
@@ -367,83 +348,45 @@ fn header_lines(h: &MountHeader) -> Vec<String> {
     ]
 }
 
-/// The terminal report.
-pub fn text(h: &MountHeader, res: &Results) -> String {
-    let host = &h.host;
-    let mut s = format!(
-        "pfs bench mount — {} · kernel {} · {} · {} cores\n",
-        host.git_revision, host.kernel, host.cpu_model, host.cores
-    );
-    for l in header_lines(h) {
-        s.push_str(&l);
-        s.push('\n');
+/// The study's report: one section per table with rows (every key present
+/// in JSON, empty when its section did not run), the targets, the units.
+pub fn report(h: &MountHeader, res: &Results) -> Report {
+    let mut r = Report::new("pfs bench mount", h);
+    r.lines = header_lines(h);
+    let ran = tables(res);
+    for key in ["fio", "metadata", "first_byte", "tree_read"] {
+        if !ran.iter().any(|(k, ..)| *k == key) {
+            r.extra.insert(key.into(), serde_json::json!([]));
+        }
     }
-    for (title, _, t) in sections(res) {
-        s.push_str(&format!("\n{title}:\n"));
-        s.push_str(&t.text());
-    }
-    let tg = targets(res);
-    if !tg.is_empty() {
-        s.push_str("\nThe issue's figures (ratios of the rows above, same run):\n");
-        s.push_str(&targets_table(&tg).text());
-    }
-    s.push_str(&format!("\n{}\n", h.study.units));
-    s
-}
-
-/// The Markdown report.
-pub fn markdown(h: &MountHeader, res: &Results) -> String {
-    let host = &h.host;
-    let mut s = format!(
-        "Revision `{}` · {} cores · {} · kernel {}  \n",
-        host.git_revision, host.cores, host.cpu_model, host.kernel
-    );
-    for l in header_lines(h) {
-        s.push_str(&format!("{l}  \n"));
-    }
-    for (title, _, t) in sections(res) {
-        s.push_str(&format!("\n**{title}**\n\n"));
-        s.push_str(&t.markdown());
+    for (key, _, title, t) in ran {
+        r = r.section(Section::one(key, t).titled(title));
     }
     let tg = targets(res);
-    if !tg.is_empty() {
-        s.push_str("\n**The issue's figures** (ratios of the rows above, same run)\n\n");
-        s.push_str(&targets_table(&tg).markdown());
+    if tg.is_empty() {
+        r.extra.insert("targets".into(), serde_json::json!([]));
+    } else {
+        r = r.section(Section::new("targets", targets_table(&tg), Target::data(&tg)).titled(TARGETS_SAID));
     }
-    s.push_str(&format!("\n{}\n", h.study.units));
-    s
-}
-
-/// The JSON document: header, one array per section, the targets.
-pub fn json(h: &MountHeader, res: &Results) -> serde_json::Value {
-    let tg: Vec<serde_json::Value> = targets(res)
-        .iter()
-        .map(|t| {
-            let mut v = serde_json::to_value(t).unwrap_or_default();
-            v["verdict"] = t.verdict().into();
-            v
-        })
-        .collect();
-    serde_json::json!({
-        "header": h,
-        "fio": if res.fio.is_empty() { serde_json::json!([]) } else { fio_table(&res.fio).json() },
-        "metadata": if res.meta.is_empty() { serde_json::json!([]) } else { meta_table(res).json() },
-        "first_byte": if res.first_byte.is_empty() { serde_json::json!([]) } else { first_byte_table(&res.first_byte).json() },
-        "tree_read": if res.tree.is_empty() { serde_json::json!([]) } else { tree_table(res).json() },
-        "targets": tg,
-    })
+    if let Some(last) = r.sections.last_mut() {
+        last.note = Some(h.study.units.clone());
+    }
+    r
 }
 
 /// Writes every file into `dir`.
-pub fn write(dir: &Path, h: &MountHeader, res: &Results, doc: &serde_json::Value) -> anyhow::Result<()> {
+pub fn write(dir: &Path, res: &Results, report: &Report) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut files = Vec::new();
-    for (_, name, t) in sections(res) {
-        std::fs::write(dir.join(name), t.csv())?;
+    for (key, name, ..) in tables(res) {
+        std::fs::write(dir.join(name), report.csv(key).unwrap_or_default())?;
         files.push(name.to_string());
     }
-    std::fs::write(dir.join("mount.json"), serde_json::to_string_pretty(doc)?)?;
-    std::fs::write(dir.join("mount.md"), markdown(h, res))?;
+    std::fs::write(
+        dir.join("mount.json"),
+        serde_json::to_string_pretty(&report.json())?,
+    )?;
+    std::fs::write(dir.join("mount.md"), report.markdown())?;
     files.extend(["mount.json".into(), "mount.md".into()]);
     match plot_fio(dir, res) {
         Ok(f) => files.push(f.into()),
@@ -491,6 +434,7 @@ fn plot_fio(dir: &Path, res: &Results) -> anyhow::Result<&'static str> {
 mod tests {
     use super::super::{FioResult, Measured, TreeRow, TreeRun, TREE_LABELS};
     use super::*;
+    use crate::report::Verdict;
 
     fn run(iops: f64) -> Measured<FioResult> {
         Measured::Ok(FioResult {
@@ -519,7 +463,7 @@ mod tests {
             FioRow {
                 path: ReadPath::Passthrough,
                 workload: WORKLOADS[0],
-                runs: vec![Measured::Skipped("not built: x".into()); 2],
+                runs: vec![Measured::skipped("not built: x"); 2],
                 notes: String::new(),
             },
         ];
@@ -531,6 +475,59 @@ mod tests {
         assert!(j[2]["iops_1j"].is_null());
         assert_eq!(j[2]["notes"], "skipped: not built: x");
         assert!(t.text().contains("—"));
+    }
+
+    #[test]
+    fn a_row_that_did_not_run_has_no_figure_in_any_format() {
+        let mut res = Results::default();
+        res.fio.push(FioRow {
+            path: ReadPath::Tmpfs,
+            workload: WORKLOADS[0],
+            runs: vec![run(100.0), run(150.0)],
+            notes: String::new(),
+        });
+        res.fio.push(FioRow {
+            path: ReadPath::Cold,
+            workload: WORKLOADS[0],
+            runs: vec![Measured::skipped("needs root"); 2],
+            notes: String::new(),
+        });
+        res.tree.push(TreeRow {
+            label: TREE_LABELS[2].into(),
+            run: Measured::failed_because("boom"),
+            notes: String::new(),
+        });
+        let h = MountHeader {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: super::super::MountSettings {
+                fio: "fio-3.33".into(),
+                fuse: "enable_uring".into(),
+                mounts: "m".into(),
+                file_bytes: 1,
+                runtime_s: 1.0,
+                ramp_s: 0.0,
+                fuse_threads: 1,
+                first_byte_bytes: 1,
+                rounds: 1,
+                tree: "t".into(),
+                seed: "0x5eed".into(),
+                placement: "p".into(),
+                method: "m".into(),
+                units: "MB = 10^6".into(),
+            },
+        };
+        let r = report(&h, &res);
+        crate::report::check_not_run_row(&r, ReadPath::Cold.label());
+        crate::report::check_not_run_row(&r, TREE_LABELS[2]);
+        let j = r.json();
+        assert_eq!(j["metadata"], serde_json::json!([]));
+        assert!(j["targets"].as_array().is_some_and(|t| !t.is_empty()), "{j}");
     }
 
     #[test]
@@ -547,7 +544,7 @@ mod tests {
         });
         let t = targets(&res);
         assert_eq!(t.len(), 2);
-        assert!(t.iter().all(|t| t.verdict() == "not run"));
+        assert!(t.iter().all(|t| t.verdict() == Verdict::NotRun));
         res.tree.push(TreeRow {
             label: TREE_LABELS[1].into(),
             run: Measured::Ok(TreeRun {
@@ -559,7 +556,7 @@ mod tests {
         });
         let t = targets(&res);
         assert_eq!(t[0].value, Some(2.0));
-        assert_eq!(t[0].verdict(), "missed");
-        assert_eq!(t[1].verdict(), "met");
+        assert_eq!(t[0].verdict(), Verdict::Missed);
+        assert_eq!(t[1].verdict(), Verdict::Met);
     }
 }

@@ -207,10 +207,9 @@ pub fn run_iperf3(label: &str, net: &NetPath, secs: u32, pin: bool, job: Iperf3J
             }
             Ok(mut row) => {
                 if lost_openings > 0 {
-                    row.notes = format!(
-                        "{}; {lost_openings} earlier attempt(s) lost the test's opening datagrams to the link",
-                        row.notes
-                    );
+                    row.add_note(&format!(
+                        "{lost_openings} earlier attempt(s) lost the test's opening datagrams to the link"
+                    ));
                 }
                 return row;
             }

@@ -34,12 +34,12 @@ use serde::Serialize;
 use super::conventional::{congestion_control, run_iperf3, Iperf3Job};
 use super::netpath::NetPath;
 use super::row::{Row, SuiteHeader};
-use super::table::{header_markdown, header_text, link_data, view};
+use super::table::{link_data, view};
 use super::{only, plan as suite_plan, Bench, Job, Planned, Sizes, Via};
 use crate::args::BenchArgs;
 use crate::child::{have, tool, ChildGuard};
 use crate::emulink::{udp_probe, EmuLink, LinkCounters, LinkSpec, Loss};
-use crate::report::{Cell, Column, Table};
+use crate::report::{Cell, Column, Report, Section, Table};
 use crate::{labels, Binary, Outcome};
 
 /// How the rows of one loss step are sized and bounded.
@@ -810,7 +810,7 @@ fn measure_ceiling(bench: &mut Bench, secs: u32) -> anyhow::Result<(String, f64)
             f.line.cpu_us as f64 / 1e6,
         );
         if !row.ran() {
-            parts.push(format!("{what}: {}", row.notes));
+            parts.push(format!("{what}: {}", row.notes_shown()));
             continue;
         }
         let mbit = row.effective_mb_s * 8.0;
@@ -926,7 +926,7 @@ pub(super) fn run(args: &BenchArgs, spec: LinkSpec, sizes: Sizes, pfs: &Binary) 
                 .counters()?
                 .since(&before);
             for r in got.iter_mut().filter(|r| r.ran()) {
-                r.notes = format!("{}; {}", r.notes, row_emulator_note(&during));
+                r.add_note(&row_emulator_note(&during));
             }
             if is_default_tcp(p, &cc) {
                 if let Some(r) = got.iter().find(|r| r.ran()) {
@@ -962,29 +962,19 @@ pub(super) fn run(args: &BenchArgs, spec: LinkSpec, sizes: Sizes, pfs: &Binary) 
     let fig = figure(&done, rate_mbit);
     let stepped: Vec<(f64, &[Row])> = done.iter().map(|(l, r, _)| (l.percent(), r.as_slice())).collect();
     let data = link_data(&stepped);
-    let doc = serde_json::json!({
-        "header": header,
-        "steps": done.iter().map(|(l, rows, f)| serde_json::json!({
-            "loss_pct": l.percent(),
-            "emulator": f,
-            "rows": super::table::data(rows).json(),
-        })).collect::<Vec<_>>(),
-        "figure": fig.json(),
-    });
+    let report = link_report(&header, &done, fig.clone(), rate_mbit);
+    let doc = report.json();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print!("{}", fmt_link(&header, &done, &fig, rate_mbit));
+        print!("{}", report.text());
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("bench.csv"), data.csv())?;
         std::fs::write(dir.join("figure.csv"), fig.csv())?;
         std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&doc)?)?;
-        std::fs::write(
-            dir.join("bench.md"),
-            markdown_link(&header, &done, &fig, rate_mbit),
-        )?;
+        std::fs::write(dir.join("bench.md"), report.markdown())?;
         eprintln!(
             "pfs bench: wrote bench.csv (every row with its loss), figure.csv, bench.json, bench.md to {} (no plot for link runs)",
             dir.display()
@@ -1049,7 +1039,7 @@ fn add_link_ratios(rows: &mut [Row], rate_mbit: f64) {
             }
         }
         if !notes.is_empty() {
-            r.notes = format!("{}; {}", r.notes, notes.join(", "));
+            r.add_note(&notes.join(", "));
         }
     }
 }
@@ -1101,57 +1091,40 @@ fn figure(done: &[(Loss, Vec<Row>, StepFacts)], rate_mbit: f64) -> Table {
     t
 }
 
-/// The lines about the link under the header block.
-fn link_lines(header: &SuiteHeader, md: bool) -> String {
-    let Some(l) = &header.study.link else {
-        return String::new();
-    };
-    let (b, e) = if md { ("**", "**") } else { ("", "") };
-    let nl = if md { "\n\n" } else { "\n" };
-    format!(
-        "{b}link{e}: {}{nl}{b}link parts{e}: {}{nl}{b}link ceiling{e}: {}{nl}{b}link delay{e}: {}{nl}{b}TCP{e}: {}{nl}",
-        l.spec, l.parts, l.ceiling, l.delay, l.tcp
-    )
-}
-
-fn fmt_link(
+/// The report of a run over an emulated link: the rows of each loss step
+/// (the JSON document carries them under `steps`, with what the emulator
+/// did), then goodput by loss (`figure`).
+fn link_report(
     header: &SuiteHeader,
     done: &[(Loss, Vec<Row>, StepFacts)],
-    fig: &Table,
+    fig: Table,
     rate_mbit: f64,
-) -> String {
-    let mut s = header_text(header);
-    s.push_str(&link_lines(header, false));
+) -> Report {
+    let mut r = super::table::report(header);
     for (loss, rows, facts) in done {
-        s.push_str(&format!("\n== loss {loss} — {}\n", facts.text));
-        s.push_str(&view(rows).text());
+        r = r.section(Section::shown(view(rows)).titled(format!("loss {loss} — {}", facts.text)));
     }
-    s.push_str(&format!(
-        "\n== goodput by loss (of_rate_%: effective MB/s as a share of the {rate_mbit:.0} Mbit/s link rate)\n"
-    ));
-    s.push_str(&fig.text());
-    s.push_str("\nMB = 10^6 bytes. Receiver-side numbers (PFS: from the receiver's COMPLETE report; iperf3: its server side). \
-                Wire: bytes both ends put on the link (IP headers included, lost packets too).\n");
-    s
-}
-
-fn markdown_link(
-    header: &SuiteHeader,
-    done: &[(Loss, Vec<Row>, StepFacts)],
-    fig: &Table,
-    rate_mbit: f64,
-) -> String {
-    let mut s = header_markdown(header);
-    s.push_str(&link_lines(header, true));
-    for (loss, rows, facts) in done {
-        s.push_str(&format!("\n### Loss {loss}\n\n{}\n\n", facts.text));
-        s.push_str(&view(rows).markdown());
-    }
-    s.push_str(&format!(
-        "\n### Goodput by loss\n\n`of_rate_%`: effective MB/s as a share of the {rate_mbit:.0} Mbit/s link rate.\n\n"
-    ));
-    s.push_str(&fig.markdown());
-    s
+    r = r.section(
+        Section::one("figure", fig)
+            .titled(format!(
+                "goodput by loss (of_rate_%: effective MB/s as a share of the {rate_mbit:.0} Mbit/s link rate)"
+            ))
+            .noted(
+                "MB = 10^6 bytes. Receiver-side numbers (PFS: from the receiver's COMPLETE report; iperf3: its server side). \
+                 Wire: bytes both ends put on the link (IP headers included, lost packets too).",
+            ),
+    );
+    let steps: Vec<serde_json::Value> = done
+        .iter()
+        .map(|(l, rows, f)| {
+            serde_json::json!({
+                "loss_pct": l.percent(),
+                "emulator": f,
+                "rows": super::table::data(rows).json(),
+            })
+        })
+        .collect();
+    r.field("steps", steps)
 }
 
 #[cfg(test)]
@@ -1239,6 +1212,19 @@ mod tests {
                 facts(l1),
             ),
         ];
+        let cut = vec![(
+            l1,
+            vec![row("A", 5.0), Row::cut("C", "Transfer", "stopped".into())],
+            facts(l1),
+        )];
+        let report = link_report(
+            &super::super::table::tests::test_header(None),
+            &cut,
+            figure(&cut, 500.0),
+            500.0,
+        );
+        crate::report::check_not_run_row(&report, "C");
+        assert_eq!(report.json()["steps"][0]["rows"][1]["notes"], "cut: stopped");
         let t = figure(&done, 500.0).text();
         let lines: Vec<&str> = t.lines().skip(1).collect();
         assert_eq!(lines.len(), 4, "{t}");

@@ -38,7 +38,6 @@ use conventional::{run_iperf3, run_rsync, run_scp, FileJob, Iperf3Job};
 use netpath::NetPath;
 use quic::{run_quic, Cc, QuicJob};
 use row::{Row, SuiteHeader, SuiteSettings};
-use table::{fmt_table, to_markdown};
 
 use crate::plot::{suite_bars, SuiteBar};
 
@@ -700,7 +699,7 @@ fn add_ratios(rows: &mut [Row]) {
             }
         }
         if !ratios.is_empty() {
-            r.notes = format!("{}; {}", r.notes, ratios.join(", "));
+            r.add_note(&ratios.join(", "));
         }
     }
 }
@@ -1196,18 +1195,20 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     add_ratios(&mut rows);
 
     let header = SuiteHeader::new(pfs, settled.settings(None));
-    let data = table::data(&rows);
-    let doc = serde_json::json!({"header": header, "rows": data.json()});
+    let report = table::rows_report(&header, &rows);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
-        print!("{}", fmt_table(&header, &rows));
+        print!("{}", report.text());
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(dir.join("bench.csv"), data.csv())?;
-        std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&doc)?)?;
-        std::fs::write(dir.join("bench.md"), to_markdown(&header, &rows))?;
+        std::fs::write(dir.join("bench.csv"), report.csv("rows").unwrap_or_default())?;
+        std::fs::write(
+            dir.join("bench.json"),
+            serde_json::to_string_pretty(&report.json())?,
+        )?;
+        std::fs::write(dir.join("bench.md"), report.markdown())?;
         let bars: Vec<SuiteBar> = rows
             .iter()
             .filter(|r| r.ran())
@@ -1240,7 +1241,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
 fn outcome(rows: &[Row]) -> Outcome {
     let failed = rows
         .iter()
-        .any(|r| r.notes.starts_with("failed") || r.integrity == "MISMATCH");
+        .any(|r| r.status.is_failed() || r.integrity == "MISMATCH");
     if failed {
         Outcome::Failed
     } else {

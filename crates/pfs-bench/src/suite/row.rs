@@ -3,9 +3,14 @@
 
 use serde::Serialize;
 
-/// One result row: the columns of the table, CSV and JSON.
+use crate::report::Status;
+
+/// One result row: the columns of the table, CSV and JSON. Its [`Status`]
+/// says whether the figures were measured; the notes column shows the
+/// status's reason first, then [`Row::notes`].
 #[derive(Debug, Clone)]
 pub struct Row {
+    pub status: Status,
     pub label: String,
     pub purpose: String,
     pub effective_mb: f64,
@@ -36,6 +41,7 @@ impl Row {
         let cpu = user + sys;
         let eff_mb = eff as f64 / 1e6;
         Row {
+            status: Status::Ran,
             label: label.into(),
             purpose: purpose.into(),
             effective_mb: eff_mb,
@@ -56,33 +62,41 @@ impl Row {
 
     /// A row that did not run because its tool is missing or the host cannot (`skipped: why`).
     pub fn skipped(label: &str, purpose: &str, why: String) -> Self {
+        Row::not_run(label, purpose, Status::skipped(why))
+    }
+
+    fn not_run(label: &str, purpose: &str, status: Status) -> Self {
         let mut r = Row::measured(label, purpose, 0, 0, 0.0, 0.0, 0.0);
         r.integrity = "-".into();
-        r.notes = format!("skipped: {why}");
+        r.status = status;
         r
     }
 
     /// A row that did not run to the end (`failed: reason`); the suite goes on.
     pub fn failed(label: &str, purpose: &str, e: &anyhow::Error) -> Self {
-        let mut r = Row::skipped(label, purpose, String::new());
-        r.notes = format!("failed: {e:#}");
-        r
+        Row::not_run(label, purpose, Status::failed(e))
     }
 
     /// A row stopped at its time bound on an emulated link (`cut: what it
     /// did`): shown without numbers, since the transfer did not finish;
     /// not a failure of the run.
     pub fn cut(label: &str, purpose: &str, what: String) -> Self {
-        let mut r = Row::skipped(label, purpose, String::new());
-        r.notes = format!("cut: {what}");
-        r
+        Row::not_run(label, purpose, Status::cut(what))
     }
 
     /// Whether the row was measured (neither skipped, failed nor cut).
     pub fn ran(&self) -> bool {
-        !self.notes.starts_with("skipped")
-            && !self.notes.starts_with("failed")
-            && !self.notes.starts_with("cut")
+        self.status.ran()
+    }
+
+    /// The notes column: the status's reason, then the row's own notes.
+    pub fn notes_shown(&self) -> String {
+        self.status.with_notes(&self.notes)
+    }
+
+    /// Appends a note, `; `-separated.
+    pub fn add_note(&mut self, note: &str) {
+        crate::report::add_note(&mut self.notes, note);
     }
 }
 

@@ -2,7 +2,7 @@
 //! by the files study) and the terminal/Markdown view with its header block.
 
 use super::row::{Row, SuiteHeader};
-use crate::report::{Cell, Column, Table};
+use crate::report::{Cell, Column, Report, Section, Table};
 
 /// Every field of a row, in CSV order; also the JSON keys.
 const DATA: [Column; 15] = [
@@ -23,8 +23,8 @@ const DATA: [Column; 15] = [
     Column::text("notes", 0),
 ];
 
-/// The full record of every row (CSV and JSON keep zeros for rows that did
-/// not run: their readers parse every numeric field as a number).
+/// The full record of every row (a row that did not run has no figures:
+/// empty in CSV, `null` in JSON).
 pub fn data(rows: &[Row]) -> Table {
     let mut t = Table::new(&DATA);
     for r in rows {
@@ -61,19 +61,23 @@ fn data_cells(r: &Row) -> Vec<Cell> {
     vec![
         Cell::text(&r.label),
         Cell::text(&r.purpose),
-        Cell::Num(r.effective_mb, 3),
-        Cell::Num(r.wire_mb, 6),
-        Cell::Num(r.wire_ratio, 8),
-        Cell::Num(r.elapsed_s, 4),
-        Cell::Num(r.effective_mb_s, 1),
-        Cell::Num(r.user_s, 4),
-        Cell::Num(r.sys_s, 4),
-        Cell::Num(r.cpu_total_s, 4),
-        Cell::Num(r.mb_per_cpu_s, 1),
+        measured(r, r.effective_mb, 3),
+        measured(r, r.wire_mb, 6),
+        measured(r, r.wire_ratio, 8),
+        measured(r, r.elapsed_s, 4),
+        measured(r, r.effective_mb_s, 1),
+        measured(r, r.user_s, 4),
+        measured(r, r.sys_s, 4),
+        measured(r, r.cpu_total_s, 4),
+        measured(r, r.mb_per_cpu_s, 1),
         Cell::text(&r.integrity),
-        Cell::Int(u64::from(r.pthreads)),
+        if r.ran() {
+            Cell::Int(u64::from(r.pthreads))
+        } else {
+            Cell::Missing
+        },
         Cell::text(&r.transport),
-        Cell::text(&r.notes),
+        Cell::text(r.notes_shown()),
     ]
 }
 
@@ -124,68 +128,46 @@ pub fn view(rows: &[Row]) -> Table {
             measured(r, r.sys_s, 3),
             measured(r, r.mb_per_cpu_s, 1),
             Cell::text(&r.integrity),
-            Cell::text(&r.notes),
+            Cell::text(r.notes_shown()),
         ]);
     }
     t
 }
 
-/// The terminal report: header block, table, units.
-pub fn fmt_table(header: &SuiteHeader, rows: &[Row]) -> String {
-    let mut s = header_text(header);
-    s.push_str(&view(rows).text());
-    s.push_str("\nMB = 10^6 bytes. Receiver-side numbers (PFS: from the receiver's COMPLETE report; iperf3: its server side).\n");
-    s
+/// Said under the suite's table: units and whose numbers these are.
+pub const UNITS: &str = "MB = 10^6 bytes. Receiver-side numbers (PFS: from the receiver's COMPLETE report; iperf3: its server side).";
+
+/// The suite's report without its tables: the header lines (blob, setup,
+/// and the emulated link when the rows ran over one).
+pub fn report(header: &SuiteHeader) -> Report {
+    let st = &header.study;
+    let mut r = Report::new("pfs bench", header);
+    r.lines = vec![
+        format!(
+            "THP {} · blob: sender {} · receiver {} · {} bytes · {} · {}",
+            st.thp_mode, st.sender_blob, st.receiver_blob, st.blob_bytes, st.path, st.pinning
+        ),
+        format!("receiver blob setup: {}", st.receiver_setup),
+    ];
+    if let Some(l) = &st.link {
+        r.lines.extend([
+            format!("link: {}", l.spec),
+            format!("link parts: {}", l.parts),
+            format!("link ceiling: {}", l.ceiling),
+            format!("link delay: {}", l.delay),
+            format!("TCP: {}", l.tcp),
+        ]);
+    }
+    r
 }
 
-/// The header block of the terminal report, with a blank line after it.
-pub fn header_text(header: &SuiteHeader) -> String {
-    let (h, st) = (&header.host, &header.study);
-    format!(
-        "pfs bench — {} · kernel {} · {} · {} cores · THP {}\nblob: sender {} · receiver {} · {} bytes · {} · {}\nreceiver blob setup: {}\n\n",
-        h.git_revision,
-        h.kernel,
-        h.cpu_model,
-        h.cores,
-        st.thp_mode,
-        st.sender_blob,
-        st.receiver_blob,
-        st.blob_bytes,
-        st.path,
-        st.pinning,
-        st.receiver_setup
-    )
-}
-
-/// The Markdown report: header lines, then the table.
-pub fn to_markdown(header: &SuiteHeader, rows: &[Row]) -> String {
-    let mut out = header_markdown(header);
-    out.push_str(&view(rows).markdown());
-    out
-}
-
-/// The header lines of the Markdown report, with a blank line after them.
-pub fn header_markdown(header: &SuiteHeader) -> String {
-    let (h, st) = (&header.host, &header.study);
-    let mut out = format!(
-        "Host: {} cores, {}, kernel {}, THP `{}` · revision `{}` · blob {} bytes (sender {}, receiver {}) · {} · {}\n\n",
-        h.cores,
-        h.cpu_model,
-        h.kernel,
-        st.thp_mode,
-        h.git_revision,
-        st.blob_bytes,
-        st.sender_blob,
-        st.receiver_blob,
-        st.path,
-        st.pinning
-    );
-    out.push_str(&format!("Receiver blob setup: {}\n\n", st.receiver_setup));
-    out
+/// The suite's report: its rows, the units below them.
+pub fn rows_report(header: &SuiteHeader, rows: &[Row]) -> Report {
+    report(header).section(Section::new("rows", view(rows), data(rows)).noted(UNITS))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -209,10 +191,63 @@ mod tests {
         assert!(!line.contains("0.0"), "{line}");
         let md = view(std::slice::from_ref(&skipped)).markdown();
         assert!(md.contains("| — |"), "{md}");
-        // CSV and JSON keep numbers: their readers parse every field.
+        // CSV and JSON: no figure either (empty, null), never a zero.
         let d = data(&[skipped]);
-        assert!(d.csv().lines().nth(1).unwrap().contains(",0.000,"));
-        assert_eq!(d.json()[0]["effective_mb"], 0.0);
+        let line = d.csv().lines().nth(1).unwrap().to_string();
+        assert!(!line.contains(",0.000,"), "{line}");
+        assert!(line.starts_with("Conventional (scp),Transfer,,,"), "{line}");
+        assert!(line.ends_with(",skipped: scp not installed"), "{line}");
+        assert!(d.json()[0]["effective_mb"].is_null());
+        assert_eq!(d.json()[0]["notes"], "skipped: scp not installed");
+    }
+
+    /// A suite header for tests.
+    pub(crate) fn test_header(link: Option<crate::suite::link::LinkHeader>) -> SuiteHeader {
+        SuiteHeader {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: crate::suite::row::SuiteSettings {
+                thp_mode: "madvise".into(),
+                sender_blob: "THP".into(),
+                receiver_blob: "THP".into(),
+                blob_bytes: 1 << 24,
+                sender_setup: "map".into(),
+                receiver_setup: "map".into(),
+                units: "MB = 10^6".into(),
+                path: "loopback".into(),
+                pinning: "unpinned".into(),
+                link,
+            },
+        }
+    }
+
+    #[test]
+    fn a_row_that_did_not_run_has_no_figure_in_any_format() {
+        let ran = Row::measured(
+            "Conventional (iperf3)",
+            "Transfer",
+            2_000_000,
+            2_100_000,
+            1.0,
+            0.1,
+            0.2,
+        );
+        let skipped = Row::skipped("Conventional (scp)", "Transfer", "scp not installed".into());
+        let failed = Row::failed(
+            "Conventional (rsync)",
+            "Transfer",
+            &anyhow::anyhow!("daemon will not start"),
+        );
+        let r = rows_report(&test_header(None), &[ran, skipped, failed]);
+        crate::report::check_not_run_row(&r, "Conventional (scp)");
+        crate::report::check_not_run_row(&r, "Conventional (rsync)");
+        assert_eq!(r.json()["rows"][2]["notes"], "failed: daemon will not start");
+        assert!(r.text().contains("receiver blob setup: map"));
     }
 
     #[test]

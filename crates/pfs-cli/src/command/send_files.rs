@@ -51,7 +51,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     let Scanned {
         mut items,
         warnings,
-        failed: failed_at_scan,
+        unreadable: failed_at_scan,
         mut cache,
         contents,
         elapsed: scan_time,
@@ -129,8 +129,8 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     }
     // Any entry not delivered makes the transfer partial: failed or dropped
     // (FILE_DROP) at the receiver, unreadable at the scan or when chunked.
-    out.skipped += failed_at_scan as u64;
-    let code = exit_code(out.report.as_ref().map(|r| r.files_failed), out.skipped);
+    out.unreadable += failed_at_scan as u64;
+    let code = exit_code(out.report.as_ref().map(|r| r.files_failed), out.unreadable);
     if let Some(d) = out.deletion.as_ref().filter(|d| d.status != DeleteStatus::Done) {
         eprintln!(
             "pfs: warning: nothing deleted at the receiver: {}",

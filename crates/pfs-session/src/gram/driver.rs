@@ -8,7 +8,8 @@ use std::time::Duration;
 use pfs_transport::Transport;
 use pfs_wire::{FrameHeader, FrameType, GramHeader};
 
-use super::receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramReceiverOutcome, GramSink};
+use super::host::GramSink;
+use super::receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramReceiverOutcome};
 use super::sender::{GramSender, GramSenderConfig, GramSenderEvent, GramSenderOutcome};
 use super::GramProgress;
 use crate::error::LocalError;

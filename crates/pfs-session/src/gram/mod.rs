@@ -5,6 +5,7 @@
 //! - [`sender`] and [`receiver`] are the sans-I/O cores: bytes and `now`
 //!   in; frames to send, deadlines and events out. No socket, clock or file
 //!   descriptor inside.
+//! - [`host`] holds the receiver's host trait, [`GramSink`].
 //! - [`corrections`] is their corrections plane (docs/wire.md §13): which
 //!   grams are checked, the receiver's NAKs and repairs, the sender's
 //!   answers.
@@ -12,12 +13,14 @@
 
 pub mod corrections;
 pub mod driver;
+pub mod host;
 pub mod receiver;
 pub mod sender;
 
 use pfs_wire::{Encoding, ErrorCode, IntegrityAlg, Mode};
 
 pub use driver::{receive_session, send_session, GramRecorder};
+pub use host::{Discard, GramSink};
 pub use receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramReceiverOutcome};
 pub use sender::{GramSender, GramSenderConfig, GramSenderEvent, GramSenderOutcome, DEFAULT_PAYLOAD_BUDGET};
 

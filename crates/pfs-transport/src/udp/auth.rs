@@ -121,6 +121,71 @@ impl Protector {
     }
 }
 
+/// A connection's datagram authentication: no keys until a protected
+/// session installs them, then every datagram sent is tagged and every one
+/// received checked.
+#[derive(Debug, Default)]
+pub(crate) struct DatagramAuth {
+    /// Datagram keys, once a protected session installed them.
+    protector: Option<Protector>,
+    /// A datagram with a valid tag arrived: untagged ones are refused from now on.
+    peer_tagged: bool,
+}
+
+impl DatagramAuth {
+    /// Installs `keys`: tags from the next datagram on.
+    pub(crate) fn install(&mut self, keys: &DatagramKeys) {
+        self.protector = Some(Protector::new(keys));
+    }
+
+    /// Whether keys are installed.
+    pub(crate) fn is_on(&self) -> bool {
+        self.protector.is_some()
+    }
+
+    /// Bytes a tag adds to each datagram sent.
+    pub(crate) fn tag_len(&self) -> usize {
+        if self.protector.is_some() {
+            TAG_LEN
+        } else {
+            0
+        }
+    }
+
+    /// Whether a datagram numbered `number` with `tag` (covered bytes and
+    /// tag, if it has one) is accepted. Before the peer's first tagged
+    /// datagram, untagged ones are still its own (it installs its keys
+    /// after us, or its older packets arrive late); from then on only
+    /// forgeries or stragglers, whose bytes the peer resends tagged.
+    /// Without keys a tag is not checked: the packet is worth what an
+    /// untagged one is (the peer installed its keys first).
+    pub(crate) fn accepts(&mut self, number: u64, tag: Option<(&[u8], &[u8; TAG_LEN])>) -> bool {
+        let Some(p) = &self.protector else {
+            return true;
+        };
+        match tag {
+            Some((covered, tag)) if p.check(number, covered, tag) => {
+                self.peer_tagged = true;
+                true
+            }
+            None => !self.peer_tagged,
+            _ => false,
+        }
+    }
+
+    /// Appends the tag of the datagram `buf[..len]` numbered `number`
+    /// (its header says "tagged" already and room for the tag was kept);
+    /// returns the new length.
+    pub(crate) fn seal(&self, number: u64, buf: &mut [u8], len: usize) -> usize {
+        let Some(p) = &self.protector else {
+            return len;
+        };
+        let tag = p.tag(number, &buf[..len]);
+        buf[len..len + TAG_LEN].copy_from_slice(&tag);
+        len + TAG_LEN
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

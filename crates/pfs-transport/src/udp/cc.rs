@@ -196,21 +196,19 @@ impl Controller {
         self.congested_rounds
     }
 
-    /// One line of the controller's state, for traces.
-    pub fn summary(&self) -> String {
-        format!(
-            "cc {:?} bw {} min_rtt {:?} base_rtt {:?} cap {:?} rounds {} queued {} lossy {} congested {} random_loss {:.4}",
-            self.mode,
-            self.bandwidth(),
-            self.min_rtt,
-            self.base_rtt(),
-            self.inflight_hi,
-            self.round,
-            self.queued_rounds,
-            self.lossy_rounds,
-            self.congested_rounds,
-            self.random_loss
-        )
+    /// Round trips so far.
+    pub fn rounds(&self) -> u64 {
+        self.round
+    }
+
+    /// Round trips found queued (their fastest RTT sample above the base RTT).
+    pub fn queued_rounds(&self) -> u64 {
+        self.queued_rounds
+    }
+
+    /// Round trips that lost more packets than random loss explains.
+    pub fn lossy_rounds(&self) -> u64 {
+        self.lossy_rounds
     }
 
     /// The share of packets the path loses at random, as learned so far.

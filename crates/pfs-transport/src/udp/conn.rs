@@ -26,20 +26,22 @@
 //! an ICMP port unreachable is only a hint that ends the connection if
 //! nothing valid arrives after it for a grace period.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pfs_wire::datagram::{
-    close_code, emit_ack_range, AckHead, AckRanges, Close, DataHead, Open, OpenRequest, Packet, PacketHeader,
-    PacketType, Retry, Token, ACK_HEAD_LEN, ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM,
-    MIN_DATAGRAM, OPEN_LEN, OPEN_REQUEST_LEN, PACKET_HEADER_LEN, TAG_LEN,
+    close_code, AckHead, Close, DataHead, Open, OpenRequest, Packet, PacketHeader, PacketType, Retry, Token,
+    ACK_HEAD_LEN, ACK_RANGE_LEN, CLOSE_LEN, DATA_HEAD_LEN, MAX_DATAGRAM, MIN_DATAGRAM, OPEN_LEN,
+    OPEN_REQUEST_LEN, PACKET_HEADER_LEN,
 };
 
-use super::auth::{DatagramKeys, Protector};
-use super::cc::{Controller, RateSample};
-use super::ranges::RangeSet;
+use super::auth::{DatagramAuth, DatagramKeys};
+use super::cc::Controller;
+use super::recv::RecvSide;
+pub use super::recv::{RecvBudget, INITIAL_RECV_BUFFER};
+use super::rtt::RttEstimator;
+use super::send::SendSide;
+pub use super::timer::Timer;
+use super::timer::TimerTable;
 
 /// Settings of one connection.
 #[derive(Debug, Clone, Copy)]
@@ -224,198 +226,88 @@ enum State {
     Closed,
 }
 
-/// A DATA packet in flight.
-#[derive(Debug, Clone, Copy)]
-struct Sent {
-    number: u64,
-    offset: u64,
-    len: u16,
-    fin: bool,
-    size: u32,
-    time: Instant,
-    delivered: u64,
-    delivered_time: Instant,
-    first_sent_time: Instant,
-    app_limited: bool,
-    acked: bool,
-    lost: bool,
-}
-
-/// Packets an ACK may skip before the oldest is lost (RFC 9002's threshold).
-const PACKET_THRESHOLD: u64 = 3;
-/// Received packet-number ranges remembered (duplicates older than these
-/// count as new, and are dropped by stream offset instead).
-const MAX_PN_RANGES: usize = 256;
-/// Ranges one ACK reports, newest first. A gap is declared lost once three
-/// later packets are acknowledged, long before it leaves the newest 32, so
-/// more ranges only repeat news the sender acted on already (at 1 % loss
-/// on a 50 ms link, reporting all 256 made ACKs 15 % of the wire bytes).
-const ACK_RANGES: usize = 32;
-/// Disjoint ranges of stream bytes a receiver holds ahead of a gap.
-const MAX_RECV_RANGES: usize = 4096;
-/// A receiver acknowledges at once after this many DATA packets; fewer
-/// wait for the ACK delay only when they are alone (see `transmit`).
-const ACK_EVERY: u32 = 16;
-/// The receive buffer a connection starts with (and the first window it
-/// announces): what a peer that has delivered nothing in order can make
-/// it hold.
-pub const INITIAL_RECV_BUFFER: usize = 256 << 10;
-
-/// Receive-buffer bytes that the connections sharing it (a listener's) may
-/// hold together. A connection's buffer grows only while the budget has
-/// room; each connection's first [`INITIAL_RECV_BUFFER`] is always granted.
-#[derive(Debug, Clone)]
-pub struct RecvBudget {
-    /// Bytes held by all connections: added when a buffer grows,
-    /// subtracted when a connection is dropped.
-    held: Arc<AtomicUsize>,
-    limit: usize,
-}
-
-impl RecvBudget {
-    /// A budget of `limit` bytes.
-    pub fn new(limit: usize) -> Self {
-        Self {
-            held: Arc::default(),
-            limit,
-        }
-    }
-
-    /// Bytes held now.
-    pub fn held(&self) -> usize {
-        self.held.load(Ordering::Relaxed)
-    }
-
-    /// Takes `n` bytes if they fit.
-    fn take(&self, n: usize) -> bool {
-        self.held
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
-                h.checked_add(n).filter(|&t| t <= self.limit)
-            })
-            .is_ok()
-    }
-
-    fn force(&self, n: usize) {
-        self.held.fetch_add(n, Ordering::Relaxed);
-    }
-
-    fn give(&self, n: usize) {
-        self.held.fetch_sub(n, Ordering::Relaxed);
-    }
-}
-
 /// How often the client sends OPEN again while unanswered (the server
 /// sends OPEN_ACK once per OPEN that reaches it).
 const OPEN_RESEND: Duration = Duration::from_millis(200);
-/// How long the pacer may fall behind: the burst it may send at once.
-const PACING_BURST: Duration = Duration::from_millis(1);
-/// RTT assumed before the first sample.
-const INITIAL_RTT: Duration = Duration::from_millis(100);
-/// The sender skips one packet number in every `SKIP_MIN..SKIP_MAX`
-/// (uniformly, from a secret seed): rare enough to cost nothing (one
-/// immediate ACK and one more ACK range per few hundred packets), often
-/// enough that an acknowledger claiming the gaps it sees arrived meets one
-/// within a few hundred packets (`docs/wire.md` §14.4).
-const SKIP_MIN: u64 = 64;
-const SKIP_MAX: u64 = 1024;
-/// Skipped numbers remembered, newest; an optimistic ACK covers the newest.
-const MAX_SKIPPED: usize = 64;
 /// The least time an ICMP port unreachable waits for a valid packet from
 /// the peer before it ends the connection: more than two of the peer's
 /// keepalives (1 s), so a forged ICMP cannot end an idle live connection.
 const UNREACHABLE_GRACE: Duration = Duration::from_secs(3);
 
-/// One side of one connection.
+/// What the opening exchange settles: both connection ids, the datagram
+/// size both sides accept, and the listener's address token (client).
+#[derive(Debug, Clone, Copy)]
+struct Handshake {
+    local_id: u32,
+    peer_id: u32,
+    /// The datagram size both sides agreed on.
+    datagram: usize,
+    /// Client: the address token of the listener's last RETRY, echoed in OPEN.
+    token: Option<Token>,
+}
+
+/// What the idle, keepalive and unreachable timers count from.
+#[derive(Debug, Clone, Copy)]
+struct Liveness {
+    /// When a valid datagram last arrived from the peer.
+    last_recv: Instant,
+    /// When this side last sent a datagram.
+    last_sent: Instant,
+    /// When an ICMP port unreachable arrived with no valid packet since.
+    unreachable_at: Option<Instant>,
+}
+
+/// One side of one connection: the sans-I/O core of the UDP transport.
+///
+/// It holds no socket and reads no clock: every input carries the `now`
+/// its host read, and the core answers with datagrams to send and the
+/// instant it wants to be called again. Its parts: the opening exchange's
+/// ids, a [`TimerTable`] keyed by [`Timer`], an [`RttEstimator`], the send
+/// side (packet numbers, send ring, packets in flight, loss detection,
+/// congestion control, pacing), the receive side (reassembly ring, window,
+/// ACKs owed), the datagram authentication and the counters.
+///
+/// # Call contract
+/// The host (the I/O thread in `driver.rs`, or [`super::sim`]) owns the
+/// socket and the clock. `now` never goes back from one call to the next.
+/// 1. Each datagram received goes to [`handle_datagram`](Self::handle_datagram)
+///    (whoever sent it: the core drops what is not its own); the socket's
+///    errors go to [`datagram_too_large`](Self::datagram_too_large) and
+///    [`port_unreachable`](Self::port_unreachable).
+/// 2. When [`poll_timeout`](Self::poll_timeout)'s instant is at or before
+///    `now`, [`handle_timeout`](Self::handle_timeout) runs with that `now`
+///    (calling it early does nothing).
+/// 3. Then [`poll_transmit`](Self::poll_transmit), with the same `now`,
+///    until it returns `None`; its datagrams go out in order (one the
+///    socket refused is lost, not offered again).
+/// 4. Then [`poll_timeout`](Self::poll_timeout) again: the host sleeps
+///    until that instant, a datagram, or the application's next call.
+///    `None` means nothing more will be sent.
+///
+/// The application's calls ([`write`](Self::write), [`finish`](Self::finish),
+/// [`read`](Self::read), [`abort`](Self::abort)) may come between any of
+/// these; after them the host runs steps 3 and 4 (a read that opened the
+/// window raises [`ack_wanted`](Self::ack_wanted)).
 #[derive(Debug)]
 pub struct Connection {
     cfg: UdpConfig,
     state: State,
+    /// The error that ended the connection, if one did.
     error: Option<ConnError>,
+    /// A CLOSE with this code waits to be sent.
     close_to_send: Option<u32>,
-    local_id: u32,
-    peer_id: u32,
-    datagram: usize,
-    next_number: u64,
-    opened_at: Instant,
-    open_resend_at: Instant,
-    /// Client: the address token of the listener's last RETRY, echoed in OPEN.
-    token: Option<Token>,
-    last_recv: Instant,
-    last_sent: Instant,
-    /// When an ACK last acknowledged something new, or nothing was in flight.
-    last_progress: Instant,
-
-    // Send side: `sbuf` holds stream offsets `s_floor..s_end` (a ring).
-    sbuf: Vec<u8>,
-    s_floor: u64,
-    s_end: u64,
-    next_new: u64,
-    fin_at: Option<u64>,
-    fin_pending: bool,
-    fin_acked: bool,
-    s_acked: RangeSet,
-    resend: RangeSet,
-    sent: VecDeque<Sent>,
-    in_flight: u64,
-    peer_window: u64,
-    largest_acked: Option<u64>,
-    srtt: Option<Duration>,
-    rttvar: Duration,
-    latest_rtt: Duration,
-    loss_time: Option<Instant>,
-    pto_count: u32,
-    last_eliciting_sent: Option<Instant>,
-    probes: u32,
-    delivered: u64,
-    delivered_time: Instant,
-    first_sent_time: Instant,
-    app_limited_until: u64,
-    cc: Controller,
-    next_send_time: Instant,
-
-    // Receive side: `rbuf` holds offsets `r_read..r_read + rbuf.len()` (a
-    // ring); the window announced is that end, so the buffer is what a
-    // peer can fill. It doubles (up to `recv_window`, within `budget`)
-    // each time the application read a sixteenth of it in order: the window
-    // grows only with in-order data read, so a peer that leaves a hole
-    // gets no more room.
-    rbuf: Vec<u8>,
-    budget: Option<RecvBudget>,
-    /// `r_read` when the buffer last grew.
-    r_grown_at: u64,
-    r_read: u64,
-    r_have: RangeSet,
-    r_fin: Option<u64>,
-    r_window_sent: u64,
-    pn_recv: RangeSet,
-    largest_recv: Option<(u64, Instant)>,
-    ack_pending: u32,
-    ack_due: Option<Instant>,
-    ack_now: bool,
-
-    /// Datagram keys, once a protected session installed them.
-    protector: Option<Protector>,
-    /// A datagram with a valid tag arrived: untagged ones are refused from now on.
-    peer_tagged: bool,
-    /// Packet-number skipping: the secret that picks the gaps (HMAC of a
-    /// counter: the peer cannot predict a gap from the ones it saw), the
-    /// next number to skip and the newest numbers skipped (ascending).
-    skip_key: ring::hmac::Key,
-    skips: u64,
-    skip_at: u64,
-    skipped: VecDeque<u64>,
-    /// When an ICMP port unreachable arrived with no valid packet since.
-    unreachable_at: Option<Instant>,
-
+    ids: Handshake,
+    timers: TimerTable,
+    rtt: RttEstimator,
+    send: SendSide,
+    recv: RecvSide,
+    auth: DatagramAuth,
+    live: Liveness,
     stats: UdpStats,
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        if let Some(b) = &self.budget {
-            b.give(self.rbuf.len());
-        }
-    }
+    /// An input changed what the derived timers (idle, keepalive, stall,
+    /// probe, pacing, unreachable) follow from: they are re-armed once, before the
+    /// table is read, not after every datagram.
+    stale: bool,
 }
 
 impl Connection {
@@ -427,78 +319,40 @@ impl Connection {
             recv_window: cfg.recv_window.max(1 << 16),
             ..cfg
         };
+        let mut timers = TimerTable::default();
+        timers.set(Timer::OpenResend, now);
+        timers.set(Timer::Connect, now + cfg.connect_timeout);
         let mut c = Self {
             cfg,
             state,
             error: None,
             close_to_send: None,
-            local_id,
-            peer_id: 0,
-            datagram: usize::from(max_datagram),
-            next_number: 0,
-            opened_at: now,
-            open_resend_at: now,
-            token: None,
-            last_recv: now,
-            last_sent: now,
-            last_progress: now,
-            sbuf: vec![0; cfg.send_buffer.max(1 << 16)],
-            s_floor: 0,
-            s_end: 0,
-            next_new: 0,
-            fin_at: None,
-            fin_pending: false,
-            fin_acked: false,
-            s_acked: RangeSet::new(),
-            resend: RangeSet::new(),
-            sent: VecDeque::new(),
-            in_flight: 0,
-            peer_window: 0,
-            largest_acked: None,
-            srtt: None,
-            rttvar: INITIAL_RTT / 2,
-            latest_rtt: INITIAL_RTT,
-            loss_time: None,
-            pto_count: 0,
-            last_eliciting_sent: None,
-            probes: 0,
-            delivered: 0,
-            delivered_time: now,
-            first_sent_time: now,
-            app_limited_until: 0,
-            cc: Controller::new(u64::from(max_datagram), cfg.initial_window_packets),
-            next_send_time: now,
-            rbuf: vec![0; cfg.recv_window.clamp(1 << 16, INITIAL_RECV_BUFFER.max(1 << 16))],
-            budget: None,
-            r_grown_at: 0,
-            r_read: 0,
-            r_have: RangeSet::new(),
-            r_fin: None,
-            r_window_sent: 0,
-            pn_recv: RangeSet::new(),
-            largest_recv: None,
-            ack_pending: 0,
-            ack_due: None,
-            ack_now: false,
-            protector: None,
-            peer_tagged: false,
-            skip_key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &[]),
-            skips: 0,
-            skip_at: 0,
-            skipped: VecDeque::new(),
-            unreachable_at: None,
+            ids: Handshake {
+                local_id,
+                peer_id: 0,
+                datagram: usize::from(max_datagram),
+                token: None,
+            },
+            timers,
+            rtt: RttEstimator::new(),
+            send: SendSide::new(
+                now,
+                local_id,
+                cfg.send_buffer.max(1 << 16),
+                u64::from(max_datagram),
+                cfg.initial_window_packets,
+            ),
+            recv: RecvSide::new(cfg.recv_window),
+            auth: DatagramAuth::default(),
+            live: Liveness {
+                last_recv: now,
+                last_sent: now,
+                unreachable_at: None,
+            },
             stats: UdpStats::default(),
+            stale: false,
         };
-        // A secret from the OS: the peer must not predict which numbers
-        // are skipped. (Without one the per-process keys of std's hasher,
-        // also from the OS, stand in.)
-        let mut secret = [0u8; 32];
-        if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret).is_err() {
-            let h = std::collections::hash_map::RandomState::new();
-            secret[..8].copy_from_slice(&std::hash::BuildHasher::hash_one(&h, local_id).to_le_bytes());
-        }
-        c.skip_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
-        c.skip_at = c.skip_gap();
+        c.arm_timers();
         c
     }
 
@@ -506,39 +360,19 @@ impl Connection {
     /// simulator does, for runs that repeat; a real connection keeps the
     /// secret it was made with).
     pub fn set_skip_seed(&mut self, seed: u64) {
-        self.skip_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &seed.to_le_bytes());
-        self.skips = 0;
-        self.skip_at = self.next_number + self.skip_gap();
-    }
-
-    /// The distance to the next skipped number: HMAC of the skip count
-    /// under the secret (once per few hundred packets: cheap).
-    fn skip_gap(&mut self) -> u64 {
-        self.skips += 1;
-        let mac = ring::hmac::sign(&self.skip_key, &self.skips.to_le_bytes());
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&mac.as_ref()[..8]);
-        SKIP_MIN + u64::from_le_bytes(word) % (SKIP_MAX - SKIP_MIN)
+        self.send.numbers.reseed(seed);
     }
 
     /// Installs datagram keys (a protected session's handshake is over):
     /// every datagram sent from now on is tagged, and once one validly
     /// tagged datagram arrived from the peer, untagged ones are dropped.
     pub fn protect(&mut self, keys: &DatagramKeys) {
-        self.protector = Some(Protector::new(keys));
+        self.auth.install(keys);
     }
 
     /// Whether datagram keys are installed.
     pub fn is_protected(&self) -> bool {
-        self.protector.is_some()
-    }
-
-    fn tag_len(&self) -> usize {
-        if self.protector.is_some() {
-            TAG_LEN
-        } else {
-            0
-        }
+        self.auth.is_on()
     }
 
     /// A client connection: its first datagram is OPEN.
@@ -550,35 +384,44 @@ impl Connection {
     /// datagram is OPEN_ACK.
     pub fn server(cfg: UdpConfig, now: Instant, local_id: u32, open: &Open) -> Self {
         let mut c = Self::new(cfg, now, local_id, State::Accepting);
-        c.peer_id = open.conn;
-        c.datagram = c.datagram.min(usize::from(open.max_datagram));
-        c.cc = Controller::new(c.datagram as u64, cfg.initial_window_packets);
-        c.peer_window = open.window;
-        c.r_window_sent = c.rbuf.len() as u64;
+        c.ids.peer_id = open.conn;
+        c.ids.datagram = c.ids.datagram.min(usize::from(open.max_datagram));
+        c.send.on_open(
+            now,
+            c.ids.datagram as u64,
+            cfg.initial_window_packets,
+            open.window,
+        );
+        c.recv.window_sent = c.recv.capacity() as u64;
         c
     }
 
     /// Counters so far.
     pub fn stats(&self) -> UdpStats {
         UdpStats {
-            congested_rounds: self.cc.congested_rounds(),
+            congested_rounds: self.send.cc.congested_rounds(),
             ..self.stats
         }
     }
 
     /// Smoothed RTT, if measured.
     pub fn srtt(&self) -> Option<Duration> {
-        self.srtt
+        self.rtt.smoothed()
+    }
+
+    /// The RTT estimator (smoothed, latest and lowest RTT).
+    pub fn rtt(&self) -> &RttEstimator {
+        &self.rtt
     }
 
     /// The congestion controller (bandwidth estimate, window, mode).
     pub fn controller(&self) -> &Controller {
-        &self.cc
+        &self.send.cc
     }
 
     /// The datagram size both sides agreed on.
     pub fn datagram_size(&self) -> usize {
-        self.datagram
+        self.ids.datagram
     }
 
     /// Whether the opening exchange is over (data may flow).
@@ -601,64 +444,52 @@ impl Connection {
     /// Whether this side's stream was finished and every byte of it,
     /// the end included, acknowledged.
     pub fn send_done(&self) -> bool {
-        self.fin_acked && Some(self.s_floor) == self.fin_at
+        self.send.stream.done()
     }
 
     /// Whether the peer's stream arrived whole, its end included.
     pub fn recv_done(&self) -> bool {
-        match self.r_fin {
-            Some(fin) => fin == self.r_read || self.r_have.first() == Some(self.r_read..fin),
-            None => false,
-        }
+        self.recv.done()
     }
 
     /// Bytes the application may write now.
     pub fn writable(&self) -> usize {
-        if self.fin_at.is_some() || self.state == State::Closed {
+        if self.send.stream.fin_at.is_some() || self.state == State::Closed {
             return 0;
         }
-        self.sbuf.len() - (self.s_end - self.s_floor) as usize
+        self.send.stream.room()
     }
 
     /// Whether this side's stream was finished (writes are refused).
     pub fn finished(&self) -> bool {
-        self.fin_at.is_some()
+        self.send.stream.fin_at.is_some()
     }
 
     /// Bytes written and not yet acknowledged.
     pub fn unacked(&self) -> u64 {
-        self.s_end - self.s_floor
+        self.send.stream.end - self.send.stream.floor
     }
 
     /// Copies as much of `data` as the send buffer takes; returns how much.
     pub fn write(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.writable());
-        let cap = self.sbuf.len();
-        let at = (self.s_end % cap as u64) as usize;
-        let first = n.min(cap - at);
-        self.sbuf[at..at + first].copy_from_slice(&data[..first]);
-        self.sbuf[..n - first].copy_from_slice(&data[first..n]);
-        self.s_end += n as u64;
+        self.send.stream.write(data, n);
+        self.stale = true;
         n
     }
 
     /// Ends this side's stream after what was written.
     pub fn finish(&mut self) {
-        if self.fin_at.is_none() {
-            self.fin_at = Some(self.s_end);
-            self.fin_pending = true;
-        }
+        self.send.stream.finish();
+        self.stale = true;
     }
 
     /// Copies received bytes, in order, into `out`.
     pub fn read(&mut self, out: &mut [u8]) -> ReadOutcome {
         // Bytes that arrived in order are delivered even after a failure.
-        let ready = match self.r_have.first() {
-            Some(r) if r.start == self.r_read => r.end - self.r_read,
-            _ => 0,
-        };
+        let ready = self.recv.ready();
         if ready == 0 {
-            if self.r_fin == Some(self.r_read) {
+            if self.recv.fin == Some(self.recv.read) {
                 return ReadOutcome::End;
             }
             if let Some(e) = &self.error {
@@ -667,26 +498,13 @@ impl Connection {
             return ReadOutcome::Blocked;
         }
         let n = out.len().min(ready as usize);
-        let cap = self.rbuf.len();
-        let at = (self.r_read % cap as u64) as usize;
-        let first = n.min(cap - at);
-        out[..first].copy_from_slice(&self.rbuf[at..at + first]);
-        out[first..n].copy_from_slice(&self.rbuf[..n - first]);
-        self.r_have.remove(self.r_read..self.r_read + n as u64);
-        self.r_read += n as u64;
-        self.maybe_grow();
-        // Tell the sender about the room once a quarter of the window opened.
-        if self.window_limit() - self.r_window_sent >= self.rbuf.len() as u64 / 4 {
-            self.ack_now = true;
-        }
+        self.recv.read_into(out, n, self.cfg.recv_window);
         ReadOutcome::Data(n)
     }
 
     /// Whether a read would return something (data, end or failure).
     pub fn readable(&self) -> bool {
-        self.error.is_some()
-            || self.r_fin == Some(self.r_read)
-            || self.r_have.first().is_some_and(|r| r.start == self.r_read)
+        self.error.is_some() || self.recv.fin == Some(self.recv.read) || self.recv.ready() > 0
     }
 
     /// Abandons the connection: a CLOSE goes out and everything stops.
@@ -696,24 +514,58 @@ impl Connection {
         }
     }
 
-    /// One line of state for debugging stalls.
-    pub fn summary(&self) -> String {
-        format!(
-            "state {:?} floor {} next_new {} end {} fin {:?}/{} resend {:?} in_flight {} window {} peer_window {} sent {} (front {:?}) largest_acked {:?} loss_time {:?} pto {:?} x{} | {} | r_read {} have {:?} r_fin {:?} pn {:?} pending {} due {:?} | {:?}",
-            self.state, self.s_floor, self.next_new, self.s_end, self.fin_at, self.fin_pending,
-            self.resend.first(), self.in_flight, self.cc.window(), self.peer_window, self.sent.len(),
-            self.sent.front().map(|s| (s.number, s.offset, s.acked, s.lost)), self.largest_acked,
-            self.loss_time.map(|t| t.saturating_duration_since(Instant::now())), self.pto_deadline().map(|t| t.saturating_duration_since(Instant::now())), self.pto_count,
-            self.cc.summary(),
-            self.r_read, self.r_have.first(), self.r_fin, self.pn_recv.last(), self.ack_pending, self.ack_due, self.stats()
-        )
+    /// Emits the connection's state as a `tracing` debug event (target
+    /// `pfs_transport::udp::conn`), deadlines relative to `now`: the I/O
+    /// thread does once a second, for debugging stalls.
+    pub fn log_state(&self, now: Instant) {
+        let s = &self.send;
+        let until = |t: Timer| self.timers.get(t).map(|at| at.saturating_duration_since(now));
+        tracing::debug!(
+            local_id = self.ids.local_id,
+            state = ?self.state,
+            cwnd = s.cc.window(),
+            in_flight = s.in_flight,
+            srtt = ?self.rtt.smoothed(),
+            rttvar = ?self.rtt.var(),
+            min_rtt = ?self.rtt.min(),
+            pto_count = s.pto_count,
+            loss_time = ?until(Timer::Loss),
+            pto = ?self
+                .send
+                .pto_deadline(&self.rtt, self.cfg.max_ack_delay)
+                .map(|at| at.saturating_duration_since(now)),
+            floor = s.stream.floor,
+            next_new = s.stream.next_new,
+            end = s.stream.end,
+            fin = ?s.stream.fin_at,
+            resend = ?s.stream.resend.first(),
+            peer_window = s.peer_window,
+            sent = s.sent_len(),
+            cc_mode = ?s.cc.mode(),
+            bandwidth = s.cc.bandwidth(),
+            pacing_rate = s.cc.pacing_rate(),
+            cc_min_rtt = ?s.cc.min_rtt(),
+            base_rtt = ?s.cc.base_rtt(),
+            inflight_cap = ?s.cc.inflight_cap(),
+            random_loss = s.cc.random_loss(),
+            rounds = s.cc.rounds(),
+            queued_rounds = s.cc.queued_rounds(),
+            lossy_rounds = s.cc.lossy_rounds(),
+            r_read = self.recv.read,
+            r_have = ?self.recv.have.first(),
+            r_fin = ?self.recv.fin,
+            pn_recv = ?self.recv.newest_numbers(),
+            ack_pending = self.recv.ack_pending,
+            stats = ?self.stats(),
+            "udp connection state"
+        );
     }
 
     /// A copy of the client's OPEN reached the listener: the OPEN_ACK goes
     /// out again (the first was lost).
     pub fn open_again(&mut self, now: Instant) {
         if self.state == State::Accepting {
-            self.open_resend_at = now;
+            self.timers.set(Timer::OpenResend, now);
         }
     }
 
@@ -727,7 +579,7 @@ impl Connection {
 
     /// Whether a read made room the peer should hear about now.
     pub fn ack_wanted(&self) -> bool {
-        self.ack_now
+        self.recv.ack_now
     }
 
     /// The socket reported ICMP port unreachable for the peer. Anyone can
@@ -738,76 +590,47 @@ impl Connection {
             return;
         }
         self.stats.unreachable_hints += 1;
-        if self.unreachable_at.is_none() {
-            self.unreachable_at = Some(now);
+        if self.live.unreachable_at.is_none() {
+            self.live.unreachable_at = Some(now);
+            self.stale = true;
         }
     }
 
     /// How long an ICMP port unreachable waits for a valid packet: three
     /// probe timeouts, at least 3 s (more than two of the peer's keepalives).
     pub fn unreachable_grace(&self) -> Duration {
-        let srtt = self.srtt.unwrap_or(INITIAL_RTT);
-        let pto = srtt + (self.rttvar * 4).max(Duration::from_millis(1)) + self.cfg.max_ack_delay;
-        (pto * 3).max(UNREACHABLE_GRACE)
+        (self.rtt.pto_base(self.cfg.max_ack_delay) * 3).max(UNREACHABLE_GRACE)
     }
 
     fn fail(&mut self, error: ConnError, close: Option<u32>) {
+        tracing::debug!(local_id = self.ids.local_id, state = ?self.state, error = %error, "udp connection ended");
         self.state = State::Closed;
         self.error = Some(error);
         self.close_to_send = close;
+        // Nothing is due any more but the CLOSE, at once.
+        self.timers.clear_all();
+        if close.is_some() {
+            self.timers
+                .set(Timer::Close, self.live.last_sent.min(self.live.last_recv));
+        }
     }
 
-    fn window_limit(&self) -> u64 {
-        self.r_read + self.rbuf.len() as u64
+    /// The opening exchange is over: the opening timers stop.
+    fn opened(&mut self) {
+        self.state = State::Open;
+        self.timers.clear(Timer::OpenResend);
+        self.timers.clear(Timer::Connect);
     }
 
     /// Makes the connection's receive buffer count against `budget` (a
     /// listener's, shared by its connections) from now on.
     pub fn set_recv_budget(&mut self, budget: RecvBudget) {
-        if let Some(old) = self.budget.take() {
-            old.give(self.rbuf.len());
-        }
-        budget.force(self.rbuf.len());
-        self.budget = Some(budget);
+        self.recv.set_budget(budget);
     }
 
     /// Bytes of receive buffer held now.
     pub fn recv_buffer(&self) -> usize {
-        self.rbuf.len()
-    }
-
-    /// Doubles the receive buffer each time the application read a
-    /// sixteenth of it in order (256 KiB grows to 32 MiB after 4 MiB read:
-    /// fast enough that a loss, which stops in-order reading for a round
-    /// trip, does not leave the sender window-bound), up to `recv_window`
-    /// and within the budget. Out-of-order bytes never count: a peer that
-    /// leaves byte 0 out holds the first buffer only.
-    fn maybe_grow(&mut self) {
-        let cap = self.rbuf.len();
-        if cap >= self.cfg.recv_window || self.r_read - self.r_grown_at < cap as u64 / 16 {
-            return;
-        }
-        let new_cap = (cap * 2).min(self.cfg.recv_window);
-        if let Some(b) = &self.budget {
-            if !b.take(new_cap - cap) {
-                return;
-            }
-        }
-        // Re-lay the ring: offset `o` moves from `o % cap` to `o % new_cap`.
-        let mut grown = vec![0u8; new_cap];
-        let end = self.r_read + cap as u64;
-        let mut off = self.r_read;
-        while off < end {
-            let from = (off % cap as u64) as usize;
-            let to = (off % new_cap as u64) as usize;
-            let n = ((end - off) as usize).min(cap - from).min(new_cap - to);
-            grown[to..to + n].copy_from_slice(&self.rbuf[from..from + n]);
-            off += n as u64;
-        }
-        self.rbuf = grown;
-        self.r_grown_at = self.r_read;
-        // The peer hears of the room at once.
-        self.ack_now = true;
+        self.recv.capacity()
     }
 
     // ---------------------------------------------------------------- input
@@ -825,34 +648,22 @@ impl Connection {
         let (header, body) = (packet.header, packet.body);
         // No sender gets near 2^64 packets; refusing the last number keeps
         // `number + 1` in range everywhere below.
-        let ours = header.conn == self.local_id && header.number < u64::MAX;
-        if let Some(p) = &self.protector {
-            if !ours {
-                // Another connection's, or random: dropped without the
-                // cost of checking a tag.
-                self.stats.packets_ignored += 1;
-                return;
-            }
-            match packet.tag {
-                Some((covered, tag)) if p.check(header.number, covered, tag) => self.peer_tagged = true,
-                // Before the peer's first tagged datagram, untagged ones
-                // are still its own (it installs its keys after us, or its
-                // older packets arrive late); from then on only forgeries
-                // or stragglers, whose bytes the peer resends tagged.
-                None if !self.peer_tagged => {}
-                _ => {
-                    self.stats.unauthenticated += 1;
-                    return;
-                }
-            }
+        let ours = header.conn == self.ids.local_id && header.number < u64::MAX;
+        if self.auth.is_on() && !ours {
+            // Another connection's, or random: dropped without the cost
+            // of checking a tag.
+            self.stats.packets_ignored += 1;
+            return;
         }
-        // Without keys a tag is not checked: the packet is worth what an
-        // untagged one is (the peer installed its keys first).
+        if !self.auth.accepts(header.number, packet.tag) {
+            self.stats.unauthenticated += 1;
+            return;
+        }
         let accepted = match (header.kind, self.state) {
             (PacketType::OpenAck, State::Opening) if ours => self.on_open_ack(now, header.number, body),
             (PacketType::OpenAck, State::Open) if ours => {
                 // The server missed our first packets: answer at once.
-                self.ack_now = true;
+                self.recv.ack_now = true;
                 false
             }
             (PacketType::Retry, State::Opening) if ours => self.on_retry(now, body),
@@ -881,14 +692,19 @@ impl Connection {
         if accepted {
             self.stats.packets_received += 1;
             self.stats.bytes_received += datagram.len() as u64;
-            self.last_recv = now;
-            self.unreachable_at = None;
+            self.live.last_recv = now;
+            self.live.unreachable_at = None;
+            if self.state == State::Closed && self.close_to_send.is_some() {
+                // The packet broke the protocol: the CLOSE is due now.
+                self.timers.set(Timer::Close, self.live.last_sent.min(now));
+            }
             if self.state == State::Accepting {
-                self.state = State::Open;
+                self.opened();
             }
         } else {
             self.stats.packets_ignored += 1;
         }
+        self.stale = true;
     }
 
     /// The listener wants proof of our address: OPEN goes out again at
@@ -898,12 +714,12 @@ impl Connection {
         let Ok(retry) = Retry::parse(body) else {
             return false;
         };
-        if self.token == Some(retry.token) {
+        if self.ids.token == Some(retry.token) {
             // A copy: the OPEN with this token is out already.
             return false;
         }
-        self.token = Some(retry.token);
-        self.open_resend_at = now;
+        self.ids.token = Some(retry.token);
+        self.timers.set(Timer::OpenResend, now);
         true
     }
 
@@ -912,103 +728,44 @@ impl Connection {
             return false;
         };
         self.note_number(now, number, false);
-        self.peer_id = open.conn;
-        self.datagram = self.datagram.min(usize::from(open.max_datagram));
-        self.cc = Controller::new(self.datagram as u64, self.cfg.initial_window_packets);
-        self.peer_window = open.window;
-        self.r_window_sent = self.window_limit();
-        self.state = State::Open;
-        self.delivered_time = now;
-        self.first_sent_time = now;
+        self.ids.peer_id = open.conn;
+        self.ids.datagram = self.ids.datagram.min(usize::from(open.max_datagram));
+        self.send.on_open(
+            now,
+            self.ids.datagram as u64,
+            self.cfg.initial_window_packets,
+            open.window,
+        );
+        self.recv.window_sent = self.recv.window_limit();
+        self.opened();
         // Acknowledge at once: the server learns the path is open.
-        self.ack_now = true;
+        self.recv.ack_now = true;
         true
     }
 
     /// Records a received packet number; false if it was seen already.
     fn note_number(&mut self, now: Instant, number: u64, eliciting: bool) -> bool {
-        if self.pn_recv.insert(number..number + 1) == 0 {
-            // A duplicate: the sender may have missed our ACK.
-            self.ack_now = true;
-            return false;
-        }
-        self.pn_recv.keep_highest(MAX_PN_RANGES);
-        match self.largest_recv {
-            Some((largest, _)) if number < largest => self.ack_now |= eliciting,
-            Some((largest, _)) => {
-                if number > largest + 1 {
-                    self.ack_now |= eliciting;
-                }
-                self.largest_recv = Some((number, now));
-            }
-            None => self.largest_recv = Some((number, now)),
-        }
-        if eliciting {
-            self.ack_pending += 1;
-            if self.ack_pending >= ACK_EVERY {
-                self.ack_now = true;
-            } else if self.ack_due.is_none() {
-                self.ack_due = Some(now + self.cfg.max_ack_delay);
-            }
-        }
-        true
+        let ack_end = now + self.cfg.max_ack_delay;
+        self.recv
+            .note_number(now, number, eliciting, &mut self.timers, ack_end)
     }
 
     fn on_data(&mut self, now: Instant, number: u64, body: &[u8]) -> bool {
         let Ok((head, bytes)) = DataHead::parse(body) else {
             return false;
         };
-        let end = head.offset + u64::from(head.len);
-        if end > self.window_limit() {
-            self.fail(
-                ConnError::Protocol("stream bytes beyond the window"),
-                Some(close_code::PROTOCOL),
-            );
+        if let Err(why) = self.recv.check_data(&head) {
+            self.fail(ConnError::Protocol(why), Some(close_code::PROTOCOL));
             return true;
         }
-        if let Some(fin) = self.r_fin {
-            if end > fin || (head.fin && end != fin) {
-                self.fail(
-                    ConnError::Protocol("stream bytes past its end"),
-                    Some(close_code::PROTOCOL),
-                );
-                return true;
-            }
-        }
-        if head.fin {
-            if end < self.r_read || self.r_have.last().is_some_and(|r| r.end > end) {
-                self.fail(
-                    ConnError::Protocol("stream end before bytes already sent"),
-                    Some(close_code::PROTOCOL),
-                );
-                return true;
-            }
-            self.r_fin = Some(end);
-        }
-        // Holes in the reassembly buffer are bounded: a packet that would
-        // open one more past the cap is dropped unrecorded (its sender
-        // resends it), so a hostile peer cannot grow the range set.
-        if self.r_have.len() >= MAX_RECV_RANGES && !self.r_have.touches(head.offset.max(self.r_read)..end) {
+        if !self.recv.has_room_for(&head) {
             return false;
         }
         if !self.note_number(now, number, true) {
             self.stats.stream_bytes_duplicate += u64::from(head.len);
             return true;
         }
-        let start = head.offset.max(self.r_read);
-        if start < end {
-            let skip = (start - head.offset) as usize;
-            let bytes = &bytes[skip..];
-            let cap = self.rbuf.len();
-            let at = (start % cap as u64) as usize;
-            let first = bytes.len().min(cap - at);
-            self.rbuf[at..at + first].copy_from_slice(&bytes[..first]);
-            self.rbuf[..bytes.len() - first].copy_from_slice(&bytes[first..]);
-            let fresh = self.r_have.insert(start..end);
-            self.stats.stream_bytes_duplicate += (end - start) - fresh;
-        } else {
-            self.stats.stream_bytes_duplicate += u64::from(head.len);
-        }
+        self.stats.stream_bytes_duplicate += self.recv.store(&head, bytes);
         true
     }
 
@@ -1016,302 +773,148 @@ impl Connection {
         let Ok((head, ranges)) = AckHead::parse(body) else {
             return false;
         };
-        let never_sent = if head.largest >= self.next_number {
-            Some(head.largest)
-        } else {
-            self.acked_skipped(ranges.clone())
-        };
-        if let Some(n) = never_sent {
+        if let Some(n) = self.send.numbers.never_sent(head.largest, ranges.clone()) {
             self.fail(ConnError::OptimisticAck(n), Some(close_code::PROTOCOL));
             return true;
         }
         self.note_number(now, number, false);
-        self.peer_window = self.peer_window.max(head.window);
-
-        let mut newest: Option<Sent> = None;
-        let mut acked_bytes = 0u64;
-        for range in ranges {
-            // Entries are sorted by number: find the first at or above `smallest`.
-            let from = self.sent.partition_point(|s| s.number < range.smallest);
-            for i in from..self.sent.len() {
-                let s = self.sent[i];
-                if s.number > range.largest {
-                    break;
-                }
-                if s.acked {
-                    continue;
-                }
-                self.sent[i].acked = true;
-                if s.lost {
-                    self.stats.packets_spurious += 1;
-                } else {
-                    self.in_flight -= u64::from(s.size);
-                }
-                let end = s.offset + u64::from(s.len);
-                if s.len > 0 {
-                    self.s_acked.insert(s.offset..end);
-                    self.resend.remove(s.offset..end);
-                }
-                if s.fin {
-                    self.fin_acked = true;
-                    self.fin_pending = false;
-                }
-                self.delivered += u64::from(s.size);
-                acked_bytes += u64::from(s.size);
-                if newest.is_none_or(|n| s.number > n.number) {
-                    newest = Some(s);
-                }
-            }
-        }
-        // Release the acknowledged prefix of the send buffer.
-        while let Some(r) = self.s_acked.first() {
-            if r.start > self.s_floor {
-                break;
-            }
-            self.s_floor = self.s_floor.max(r.end);
-            self.s_acked.remove(r);
-        }
-        self.resend.remove(0..self.s_floor);
+        self.send.peer_window = self.send.peer_window.max(head.window);
+        let (newest, acked_bytes) = self.send.on_acked(ranges, &mut self.stats);
         let Some(newest) = newest else {
-            self.pop_settled();
+            self.send.pop_settled();
             return true;
         };
-        self.last_progress = now;
-        self.largest_acked = Some(self.largest_acked.map_or(head.largest, |l| l.max(head.largest)));
+        let rate = self.send.on_progress(now, &newest, head.largest);
         if newest.number == head.largest {
             let ack_delay = Duration::from_micros(u64::from(head.delay_us)).min(self.cfg.max_ack_delay);
-            let sample = now.saturating_duration_since(newest.time);
-            self.update_rtt(sample, ack_delay);
+            self.rtt.update(SendSide::rtt_sample(now, &newest), ack_delay);
         }
-        self.pto_count = 0;
-        if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
-            self.app_limited_until = 0;
-        }
-        let interval = newest
-            .time
-            .saturating_duration_since(newest.first_sent_time)
-            .max(now.saturating_duration_since(newest.delivered_time));
-        self.delivered_time = now;
-        self.first_sent_time = newest.time;
-        let rate = RateSample {
-            delivered: self.delivered - newest.delivered,
-            interval,
-            rtt: now.saturating_duration_since(newest.time),
-            prior_delivered: newest.delivered,
-            app_limited: newest.app_limited,
-        };
         self.detect_lost(now);
-        self.cc
-            .on_ack(now, &rate, self.delivered, acked_bytes, self.in_flight);
-        self.pop_settled();
+        self.send.on_ack_cc(now, &rate, acked_bytes);
+        self.send.pop_settled();
         true
     }
 
-    /// A skipped packet number the ranges cover, if any.
-    fn acked_skipped(&self, ranges: AckRanges<'_>) -> Option<u64> {
-        if self.skipped.is_empty() {
-            return None;
-        }
-        for r in ranges {
-            let i = self.skipped.partition_point(|&n| n < r.smallest);
-            if let Some(&n) = self.skipped.get(i) {
-                if n <= r.largest {
-                    return Some(n);
-                }
-            }
-        }
-        None
-    }
-
-    fn update_rtt(&mut self, sample: Duration, ack_delay: Duration) {
-        self.latest_rtt = sample;
-        match self.srtt {
-            None => {
-                self.srtt = Some(sample);
-                self.rttvar = sample / 2;
-            }
-            Some(srtt) => {
-                let adjusted = if sample > ack_delay {
-                    sample - ack_delay
-                } else {
-                    sample
-                };
-                let diff = srtt.abs_diff(adjusted);
-                self.rttvar = (self.rttvar * 3 + diff) / 4;
-                self.srtt = Some((srtt * 7 + adjusted) / 8);
-            }
-        }
-    }
-
-    fn loss_delay(&self) -> Duration {
-        let rtt = self.srtt.unwrap_or(INITIAL_RTT).max(self.latest_rtt);
-        (rtt * 9 / 8).max(Duration::from_millis(1))
-    }
-
-    /// Declares lost every packet in flight that three later ones
-    /// overtook or that is a loss delay older than an acknowledged one.
+    /// Declares lost what the ACKs so far show lost, and arms the loss
+    /// timer for the next packet in flight to become old enough.
     fn detect_lost(&mut self, now: Instant) {
-        let Some(largest) = self.largest_acked else {
-            return;
-        };
-        let delay = self.loss_delay();
-        self.loss_time = None;
-        for i in 0..self.sent.len() {
-            let s = self.sent[i];
-            if s.number >= largest {
-                break;
-            }
-            if s.acked || s.lost {
-                continue;
-            }
-            let old = now.saturating_duration_since(s.time) >= delay;
-            if old || largest >= s.number + PACKET_THRESHOLD {
-                self.declare_lost(i);
-            } else {
-                let at = s.time + delay;
-                self.loss_time = Some(self.loss_time.map_or(at, |t| t.min(at)));
-            }
-        }
-    }
-
-    fn declare_lost(&mut self, i: usize) {
-        let s = self.sent[i];
-        self.sent[i].lost = true;
-        self.in_flight -= u64::from(s.size);
-        self.stats.packets_lost += 1;
-        self.cc.on_loss(u64::from(s.size));
-        let end = s.offset + u64::from(s.len);
-        if s.len > 0 && end > self.s_floor {
-            self.resend.insert(s.offset.max(self.s_floor)..end);
-        }
-        if s.fin && !self.fin_acked {
-            self.fin_pending = true;
-        }
-    }
-
-    fn pop_settled(&mut self) {
-        while self.sent.front().is_some_and(|s| s.acked || s.lost) {
-            self.sent.pop_front();
-        }
+        let delay = self.rtt.loss_delay();
+        let at = self.send.detect_lost(now, delay, &mut self.stats);
+        self.timers.put(Timer::Loss, at);
     }
 
     // --------------------------------------------------------------- timers
 
-    fn pto_deadline(&self) -> Option<Instant> {
-        if self.in_flight == 0 {
-            return None;
-        }
-        let srtt = self.srtt.unwrap_or(INITIAL_RTT);
-        let pto = srtt + (self.rttvar * 4).max(Duration::from_millis(1)) + self.cfg.max_ack_delay;
-        Some(self.last_eliciting_sent? + pto * (1u32 << self.pto_count.min(6)))
-    }
-
-    fn has_data(&self) -> bool {
-        !self.resend.is_empty()
-            || (self.next_new < self.s_end && self.next_new < self.peer_window)
-            || (self.fin_pending && self.next_new == self.s_end)
-    }
-
-    fn can_send_data(&self) -> bool {
-        self.state == State::Open
-            && (self.probes > 0 || self.in_flight + self.datagram as u64 <= self.cc.window())
-    }
-
-    /// The next instant `handle_timeout` must run, if any.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.close_to_send.is_some() {
-            // The CLOSE is due now, whatever else is pending.
-            return Some(self.last_sent.min(self.last_recv));
-        }
+    /// Re-arms the timers whose deadlines follow from the state rather
+    /// than from one event (the idle, keepalive, stall, probe, pacing and
+    /// unreachable timers) after an input changed them; the others are set
+    /// where their event happens.
+    fn arm_timers(&mut self) {
         if self.state == State::Closed {
-            return None;
+            return;
         }
-        let mut t = self.last_recv + self.cfg.idle_timeout;
-        if let Some(at) = self.unreachable_at {
-            t = t.min(at + self.unreachable_grace());
-        }
-        let mut min = |x: Option<Instant>| {
-            if let Some(x) = x {
-                t = t.min(x);
-            }
-        };
-        match self.state {
-            State::Opening | State::Accepting => {
-                min(Some(self.open_resend_at));
-                min(Some(self.opened_at + self.cfg.connect_timeout));
-            }
-            _ => {}
-        }
-        if self.state == State::Open {
-            // Only an open connection sends keepalives: before the client's
-            // first packet nothing may be sent, and a keepalive deadline
-            // that nothing moves would make the driver spin.
-            min(Some(self.last_sent + self.cfg.keepalive));
-        }
-        if self.in_flight > 0 || !self.resend.is_empty() {
-            min(Some(self.last_progress + self.cfg.idle_timeout));
-        }
-        min(self.ack_due);
-        min(self.loss_time);
-        min(self.pto_deadline());
-        if self.has_data() && self.can_send_data() {
-            min(Some(self.next_send_time));
-        }
-        Some(t)
+        let open = self.state == State::Open;
+        let cfg = &self.cfg;
+        let t = &mut self.timers;
+        t.set(Timer::Idle, self.live.last_recv + cfg.idle_timeout);
+        // Only an open connection sends keepalives: before the client's
+        // first packet nothing may be sent, and a keepalive deadline that
+        // nothing moves would make the host spin.
+        t.put(
+            Timer::Keepalive,
+            open.then(|| self.live.last_sent + cfg.keepalive),
+        );
+        t.put(
+            Timer::Stall,
+            self.send
+                .busy()
+                .then(|| self.send.last_progress + cfg.idle_timeout),
+        );
+        t.put(Timer::Pto, self.send.pto_deadline(&self.rtt, cfg.max_ack_delay));
+        let pacing = open && self.send.has_data() && self.send.window_allows(self.ids.datagram);
+        t.put(Timer::Pacing, pacing.then_some(self.send.next_send_time));
+        let unreachable = self.live.unreachable_at.map(|at| at + self.unreachable_grace());
+        self.timers.put(Timer::Unreachable, unreachable);
     }
 
-    /// Runs what is due at `now`: loss and probe timers, the idle and
-    /// opening timeouts.
+    /// Re-arms the derived timers if an input changed them.
+    fn refresh_timers(&mut self) {
+        if self.stale {
+            self.stale = false;
+            self.arm_timers();
+        }
+    }
+
+    /// The next instant [`handle_timeout`](Self::handle_timeout) must run
+    /// (the earliest armed timer), or `None` once nothing more will be sent.
+    #[must_use]
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.next_timer().map(|(_, at)| at)
+    }
+
+    /// The earliest armed timer and its deadline.
+    #[must_use]
+    pub fn next_timer(&mut self) -> Option<(Timer, Instant)> {
+        self.refresh_timers();
+        self.timers.next()
+    }
+
+    /// Runs what is due at `now`: each expired timer, in the order of
+    /// [`Timer`], until one ends the connection.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.state == State::Closed {
             return;
         }
-        if matches!(self.state, State::Opening | State::Accepting)
-            && now >= self.opened_at + self.cfg.connect_timeout
-        {
-            self.fail(ConnError::ConnectTimeout(self.cfg.connect_timeout), None);
-            return;
+        if !self.send.busy() {
+            // Nothing in flight: the stall clock runs from the next send.
+            self.send.last_progress = now;
         }
-        if now.saturating_duration_since(self.last_recv) >= self.cfg.idle_timeout {
-            self.fail(ConnError::Idle(self.cfg.idle_timeout), Some(close_code::TIMEOUT));
-            return;
+        self.stale = false;
+        self.arm_timers();
+        for timer in Timer::ALL {
+            if self.state == State::Closed {
+                return;
+            }
+            if self.timers.expired(timer, now) {
+                self.on_timer(timer, now);
+                self.arm_timers();
+            }
         }
-        if let Some(at) = self.unreachable_at {
-            let grace = self.unreachable_grace();
-            if now.saturating_duration_since(at) >= grace {
-                self.unreachable_at = None;
+        self.arm_timers();
+    }
+
+    /// Handles one expired timer.
+    fn on_timer(&mut self, timer: Timer, now: Instant) {
+        match timer {
+            Timer::Connect => self.fail(ConnError::ConnectTimeout(self.cfg.connect_timeout), None),
+            Timer::Idle => self.fail(ConnError::Idle(self.cfg.idle_timeout), Some(close_code::TIMEOUT)),
+            Timer::Unreachable => {
+                let grace = self.unreachable_grace();
+                self.live.unreachable_at = None;
                 if !(self.send_done() && self.recv_done()) {
                     self.fail(ConnError::Unreachable(grace), None);
-                    return;
                 }
             }
-        }
-        if self.in_flight == 0 && self.resend.is_empty() {
-            self.last_progress = now;
-        } else if now.saturating_duration_since(self.last_progress) >= self.cfg.idle_timeout {
-            self.fail(
+            Timer::Stall => self.fail(
                 ConnError::Stalled(self.cfg.idle_timeout),
                 Some(close_code::TIMEOUT),
-            );
-            return;
-        }
-        if self.loss_time.is_some_and(|t| now >= t) {
-            self.detect_lost(now);
-            self.pop_settled();
-        }
-        if self.pto_deadline().is_some_and(|t| now >= t) {
-            self.pto_count += 1;
-            self.stats.probe_timeouts += 1;
-            self.cc.on_timeout();
-            // Resend the oldest bytes in flight; two probes may pass the window.
-            if let Some(i) = self.sent.iter().position(|s| !s.acked && !s.lost) {
-                self.declare_lost(i);
-                self.stats.packets_lost -= 1;
+            ),
+            Timer::Loss => {
+                self.detect_lost(now);
+                self.send.pop_settled();
             }
-            self.pop_settled();
-            self.probes = 2;
-            // The timer restarts from now even if nothing can be resent.
-            self.last_eliciting_sent = Some(now);
+            Timer::Pto => {
+                tracing::debug!(
+                    local_id = self.ids.local_id,
+                    pto_count = self.send.pto_count + 1,
+                    in_flight = self.send.in_flight,
+                    srtt = ?self.rtt.smoothed(),
+                    "udp probe timeout"
+                );
+                self.send.on_pto(now, &mut self.stats);
+            }
+            // What these are due for is a datagram: `poll_transmit` sends it.
+            Timer::Close | Timer::OpenResend | Timer::Ack | Timer::Keepalive | Timer::Pacing => {}
         }
     }
 
@@ -1319,28 +922,19 @@ impl Connection {
 
     /// Writes the next datagram due at `now` into `buf` (at least the agreed
     /// datagram size) and returns its length, or `None` if nothing is due.
+    #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        if self.state == State::Open && self.next_number >= self.skip_at {
-            // This number is never sent: an ACK of it is an optimistic one.
-            if self.skipped.len() == MAX_SKIPPED {
-                self.skipped.pop_front();
-            }
-            self.skipped.push_back(self.next_number);
-            self.next_number += 1;
-            self.skip_at = self.next_number + self.skip_gap();
+        if self.state == State::Open {
+            self.send.numbers.skip_if_due();
         }
-        let mut n = self.transmit(now, buf)?;
-        if let Some(p) = &self.protector {
-            // The header says "tagged" already (see `header`); the tag
-            // covers it and the body, and the room for it was kept.
-            let tag = p.tag(self.next_number, &buf[..n]);
-            buf[n..n + TAG_LEN].copy_from_slice(&tag);
-            n += TAG_LEN;
-        }
-        self.next_number += 1;
-        self.last_sent = now;
+        let n = self.transmit(now, buf)?;
+        let number = self.send.numbers.next();
+        let n = self.auth.seal(number, buf, n);
+        self.send.numbers.advance();
+        self.live.last_sent = now;
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += n as u64;
+        self.stale = true;
         Some(n)
     }
 
@@ -1348,9 +942,9 @@ impl Connection {
         let h = PacketHeader {
             kind,
             conn,
-            number: self.next_number,
+            number: self.send.numbers.next(),
         };
-        if self.protector.is_some() {
+        if self.auth.is_on() {
             h.emit_tagged()
         } else {
             h.emit()
@@ -1359,195 +953,407 @@ impl Connection {
 
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         if let Some(code) = self.close_to_send.take() {
-            buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Close, self.peer_id));
+            self.timers.clear(Timer::Close);
+            buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Close, self.ids.peer_id));
             buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + CLOSE_LEN].copy_from_slice(&Close { code }.emit());
             return Some(PACKET_HEADER_LEN + CLOSE_LEN);
         }
         match self.state {
             State::Closed => return None,
-            State::Opening | State::Accepting if now >= self.open_resend_at => {
-                // The client repeats OPEN on a timer; the server answers
-                // each OPEN that reaches it once (the listener asks again
-                // when a copy arrives): nothing repeats on its own.
-                self.open_resend_at = if self.state == State::Opening {
-                    now + OPEN_RESEND
-                } else {
-                    self.opened_at + self.cfg.connect_timeout
-                };
-                let open = Open {
-                    conn: self.local_id,
-                    max_datagram: self.cfg.max_datagram,
-                    window: self.window_limit(),
-                };
-                if self.state == State::Opening {
-                    buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Open, 0));
-                    let req = OpenRequest {
-                        open,
-                        token: self.token,
-                    };
-                    buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + OPEN_REQUEST_LEN].copy_from_slice(&req.emit());
-                    return Some(PACKET_HEADER_LEN + OPEN_REQUEST_LEN);
-                }
-                buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::OpenAck, self.peer_id));
-                buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + OPEN_LEN].copy_from_slice(&open.emit());
-                return Some(PACKET_HEADER_LEN + OPEN_LEN);
+            State::Opening | State::Accepting if self.timers.expired(Timer::OpenResend, now) => {
+                return Some(self.emit_open(now, buf));
             }
             State::Opening => return None,
             _ => {}
         }
-        // Two or more DATA packets unacknowledged when the driver asks what
+        if self.state != State::Open {
+            return None;
+        }
+        // Two or more DATA packets unacknowledged when the host asks what
         // to send (it asks after each batch it received) are acknowledged
         // now: holding them for more would stall a sender whose window is
         // only a few packets.
-        let ack_due = self.ack_now
-            || self.ack_pending >= 2
-            || self.ack_due.is_some_and(|t| now >= t)
-            || now.saturating_duration_since(self.last_sent) >= self.cfg.keepalive;
-        if ack_due && self.state == State::Open {
+        let ack_due = self.recv.ack_now
+            || self.recv.ack_pending >= 2
+            || self.timers.expired(Timer::Ack, now)
+            || now.saturating_duration_since(self.live.last_sent) >= self.cfg.keepalive;
+        if ack_due {
             return Some(self.emit_ack(now, buf));
         }
-        if self.state == State::Open && self.has_data() && self.can_send_data() {
-            if now < self.next_send_time {
+        if self.send.has_data() && self.send.window_allows(self.ids.datagram) {
+            if now < self.send.next_send_time {
                 return None;
             }
             return self.emit_data(now, buf);
         }
-        if self.state == State::Open && !self.has_data() && self.in_flight < self.cc.window() {
-            // The application (or the peer's window) holds the sender back:
-            // rate samples from now on may understate the path.
-            self.app_limited_until = (self.delivered + self.in_flight).max(1);
-        }
+        self.send.note_app_limited();
         None
     }
 
-    fn emit_ack(&mut self, now: Instant, buf: &mut [u8]) -> usize {
-        self.ack_now = false;
-        self.ack_due = None;
-        self.ack_pending = 0;
-        self.stats.acks_sent += 1;
-        let window = self.window_limit();
-        self.r_window_sent = window;
-        buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Ack, self.peer_id));
-        let mut ranges = self.pn_recv.iter_rev();
-        let (largest, first, delay_us) = match (ranges.next(), self.largest_recv) {
-            (Some(r), Some((_, at))) => {
-                let delay = now
-                    .saturating_duration_since(at)
-                    .as_micros()
-                    .min(u128::from(u32::MAX));
-                (
-                    r.end - 1,
-                    (r.end - 1 - r.start).min(u64::from(u32::MAX)),
-                    delay as u32,
-                )
-            }
-            // Nothing received yet (a keepalive right after opening): an
-            // ACK of nothing is encoded as packet 0 received; the peer's
-            // packet 0 was its OPEN or OPEN_ACK, which it never tracks.
-            _ => (0, 0, 0),
+    /// OPEN (client) or OPEN_ACK (server). The client repeats OPEN on a
+    /// timer; the server answers each OPEN that reaches it once (the
+    /// listener asks again when a copy arrives): nothing repeats on its own.
+    fn emit_open(&mut self, now: Instant, buf: &mut [u8]) -> usize {
+        let open = Open {
+            conn: self.ids.local_id,
+            max_datagram: self.cfg.max_datagram,
+            window: self.recv.window_limit(),
         };
-        let mut at = PACKET_HEADER_LEN + ACK_HEAD_LEN;
-        let room = (self.datagram - self.tag_len() - at) / ACK_RANGE_LEN;
-        let mut count = 0u16;
-        let mut prev_smallest = largest - first;
-        for r in ranges.take(room.min(ACK_RANGES - 1)) {
-            let gap = prev_smallest - r.end;
-            let len = r.end - 1 - r.start;
-            if gap > u64::from(u32::MAX) || len > u64::from(u32::MAX) {
-                break;
-            }
-            buf[at..at + ACK_RANGE_LEN].copy_from_slice(&emit_ack_range(gap as u32, len as u32));
-            at += ACK_RANGE_LEN;
-            count += 1;
-            prev_smallest = r.start;
+        if self.state == State::Opening {
+            self.timers.set(Timer::OpenResend, now + OPEN_RESEND);
+            buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Open, 0));
+            let req = OpenRequest {
+                open,
+                token: self.ids.token,
+            };
+            buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + OPEN_REQUEST_LEN].copy_from_slice(&req.emit());
+            return PACKET_HEADER_LEN + OPEN_REQUEST_LEN;
         }
-        let head = AckHead {
-            largest,
-            window,
-            delay_us,
-            first: first as u32,
-            count,
-        };
-        buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + ACK_HEAD_LEN].copy_from_slice(&head.emit());
-        at
+        let connect_deadline = self.timers.get(Timer::Connect);
+        self.timers.put(Timer::OpenResend, connect_deadline);
+        buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::OpenAck, self.ids.peer_id));
+        buf[PACKET_HEADER_LEN..PACKET_HEADER_LEN + OPEN_LEN].copy_from_slice(&open.emit());
+        PACKET_HEADER_LEN + OPEN_LEN
+    }
+
+    fn emit_ack(&mut self, now: Instant, buf: &mut [u8]) -> usize {
+        self.timers.clear(Timer::Ack);
+        self.stats.acks_sent += 1;
+        buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Ack, self.ids.peer_id));
+        let at = PACKET_HEADER_LEN + ACK_HEAD_LEN;
+        let room = (self.ids.datagram - self.auth.tag_len() - at) / ACK_RANGE_LEN;
+        PACKET_HEADER_LEN + self.recv.emit_ack(now, &mut buf[PACKET_HEADER_LEN..], room)
     }
 
     fn emit_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        let room = (self.datagram - PACKET_HEADER_LEN - DATA_HEAD_LEN - self.tag_len()) as u64;
-        let mut resent = false;
-        let range = loop {
-            match self.resend.pop_first(room) {
-                Some(r) if r.end <= self.s_floor || self.s_acked.contains(r.clone()) => continue,
-                Some(r) => {
-                    resent = true;
-                    break r;
-                }
-                None => {
-                    let end = self.s_end.min(self.peer_window).min(self.next_new + room);
-                    break self.next_new..end.max(self.next_new);
-                }
-            }
-        };
+        let tag_len = self.auth.tag_len();
+        let room = (self.ids.datagram - PACKET_HEADER_LEN - DATA_HEAD_LEN - tag_len) as u64;
+        let (range, resent, fin) = self.send.next_chunk(room)?;
         let len = (range.end - range.start) as usize;
-        let fin = self.fin_pending && self.fin_at == Some(range.end);
-        if len == 0 && !fin {
-            return None;
-        }
-        if !resent {
-            self.next_new = range.end;
-        }
-        if fin {
-            self.fin_pending = false;
-        }
         let head = DataHead {
             offset: range.start,
             len: len as u16,
             fin,
         };
-        buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Data, self.peer_id));
-        let mut at = PACKET_HEADER_LEN;
-        buf[at..at + DATA_HEAD_LEN].copy_from_slice(&head.emit());
-        at += DATA_HEAD_LEN;
-        let cap = self.sbuf.len();
-        let from = (range.start % cap as u64) as usize;
-        let first = len.min(cap - from);
-        buf[at..at + first].copy_from_slice(&self.sbuf[from..from + first]);
-        buf[at + first..at + len].copy_from_slice(&self.sbuf[..len - first]);
-        let size = (at + len + self.tag_len()) as u32;
-
-        if self.in_flight == 0 {
-            self.first_sent_time = now;
-            self.delivered_time = now;
-        }
-        self.sent.push_back(Sent {
-            number: self.next_number,
-            offset: range.start,
-            len: len as u16,
-            fin,
-            size,
-            time: now,
-            delivered: self.delivered,
-            delivered_time: self.delivered_time,
-            first_sent_time: self.first_sent_time,
-            app_limited: self.app_limited_until != 0,
-            acked: false,
-            lost: false,
-        });
-        self.in_flight += u64::from(size);
-        self.last_eliciting_sent = Some(now);
-        self.probes = self.probes.saturating_sub(1);
-        self.stats.stream_bytes_sent += len as u64;
-        if resent {
-            self.stats.stream_bytes_resent += len as u64;
-        }
-        // Pace: the next datagram is due `size / rate` after this one, and
-        // the pacer never falls more than a burst behind the clock.
-        let rate = self.cc.pacing_rate().max(1);
-        let gap = Duration::from_nanos((u64::from(size) * 1_000_000_000) / rate);
-        let base = self
-            .next_send_time
-            .max(now.checked_sub(PACING_BURST).unwrap_or(now));
-        self.next_send_time = base + gap;
+        buf[..PACKET_HEADER_LEN].copy_from_slice(&self.header(PacketType::Data, self.ids.peer_id));
+        let at = PACKET_HEADER_LEN + DATA_HEAD_LEN;
+        buf[PACKET_HEADER_LEN..at].copy_from_slice(&head.emit());
+        self.send.copy(range.clone(), &mut buf[at..at + len]);
+        let size = (at + len + tag_len) as u32;
+        let number = self.send.numbers.next();
+        self.send
+            .on_sent(now, number, range, fin, size, resent, &mut self.stats);
         Some(at + len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// The deadline of `t` in `c`'s table, derived timers re-armed first.
+    fn deadline(c: &mut Connection, t: Timer) -> Option<Instant> {
+        c.refresh_timers();
+        c.timers.get(t)
+    }
+
+    fn open_body(conn: u32) -> Open {
+        Open {
+            conn,
+            max_datagram: 1472,
+            window: 1 << 20,
+        }
+    }
+
+    /// A client and a server past the opening exchange, at `t0`.
+    fn pair(cfg: UdpConfig, t0: Instant) -> (Connection, Connection) {
+        let mut out = vec![0u8; 2048];
+        let mut client = Connection::client(cfg, t0, 1);
+        let mut server = Connection::server(cfg, t0, 2, &open_body(1));
+        let n = client.poll_transmit(t0, &mut out).expect("OPEN");
+        assert!(n > 0);
+        let n = server.poll_transmit(t0, &mut out).expect("OPEN_ACK");
+        client.handle_datagram(t0, &out[..n]);
+        let n = client.poll_transmit(t0, &mut out).expect("ACK of OPEN_ACK");
+        server.handle_datagram(t0, &out[..n]);
+        assert_eq!(client.state, State::Open);
+        assert_eq!(server.state, State::Open);
+        (client, server)
+    }
+
+    /// Every datagram `from` has due at `now`.
+    fn drain(from: &mut Connection, now: Instant) -> Vec<Vec<u8>> {
+        let mut out = vec![0u8; 2048];
+        let mut all = Vec::new();
+        while let Some(n) = from.poll_transmit(now, &mut out) {
+            all.push(out[..n].to_vec());
+        }
+        all
+    }
+
+    fn kinds(datagrams: &[Vec<u8>]) -> Vec<PacketType> {
+        datagrams
+            .iter()
+            .map(|d| PacketHeader::parse(d).unwrap().0.kind)
+            .collect()
+    }
+
+    #[test]
+    fn poll_timeout_is_the_earliest_armed_timer() {
+        let t0 = Instant::now();
+        let cfg = UdpConfig::default();
+        let mut client = Connection::client(cfg, t0, 1);
+        // OPEN is due at once.
+        assert_eq!(client.next_timer(), Some((Timer::OpenResend, t0)));
+        let (mut client, _server) = pair(cfg, t0);
+        assert_eq!(client.next_timer(), Some((Timer::Keepalive, t0 + cfg.keepalive)));
+        assert_eq!(deadline(&mut client, Timer::Idle), Some(t0 + cfg.idle_timeout));
+        assert_eq!(client.timers.get(Timer::Connect), None);
+        // Data written: the pacer's timer is the earliest.
+        client.write(&[1; 10_000]);
+        assert_eq!(client.next_timer(), Some((Timer::Pacing, t0)));
+        let sent = drain(&mut client, t0);
+        assert!(!sent.is_empty());
+        let (timer, at) = client.next_timer().unwrap();
+        assert_eq!(client.poll_timeout(), Some(at));
+        for t in Timer::ALL {
+            if let Some(other) = client.timers.get(t) {
+                assert!(at <= other, "{timer:?} at {at:?} is after {t:?} at {other:?}");
+            }
+        }
+        assert!(deadline(&mut client, Timer::Pto).is_some());
+        assert!(deadline(&mut client, Timer::Stall).is_some());
+    }
+
+    /// Sends what `from` has due, stepping time along its pacing timer,
+    /// until `count` DATA packets went out; returns them.
+    fn send_paced(from: &mut Connection, mut now: Instant, count: usize) -> Vec<Vec<u8>> {
+        let mut sent = drain(from, now);
+        while sent.len() < count {
+            let (timer, at) = from.next_timer().unwrap();
+            assert_eq!(timer, Timer::Pacing);
+            now = at;
+            from.handle_timeout(now);
+            sent.extend(drain(from, now));
+        }
+        sent
+    }
+
+    #[test]
+    fn each_timer_kind_is_handled_when_it_fires() {
+        let cfg = UdpConfig::default();
+        let t0 = Instant::now();
+        let mut out = vec![0u8; 2048];
+
+        // OpenResend: OPEN goes out again.
+        let mut client = Connection::client(cfg, t0, 1);
+        assert!(client.poll_transmit(t0, &mut out).is_some());
+        assert!(client.poll_transmit(t0, &mut out).is_none());
+        let at = client.timers.get(Timer::OpenResend).unwrap();
+        assert_eq!(at, t0 + OPEN_RESEND);
+        client.handle_timeout(at);
+        assert_eq!(kinds(&drain(&mut client, at)), [PacketType::Open]);
+
+        // Connect: the opening exchange times out.
+        let at = client.timers.get(Timer::Connect).unwrap();
+        client.handle_timeout(at);
+        assert_eq!(
+            client.error(),
+            Some(&ConnError::ConnectTimeout(cfg.connect_timeout))
+        );
+        assert_eq!(client.poll_timeout(), None);
+
+        // Keepalive: an ACK after a quiet interval (both sides).
+        let (mut client, mut server) = pair(cfg, t0);
+        let at = deadline(&mut client, Timer::Keepalive).unwrap();
+        client.handle_timeout(at);
+        let keepalive = drain(&mut client, at);
+        assert_eq!(kinds(&keepalive), [PacketType::Ack]);
+        assert_eq!(deadline(&mut client, Timer::Keepalive), Some(at + cfg.keepalive));
+        server.handle_timeout(at);
+        assert_eq!(kinds(&drain(&mut server, at)), [PacketType::Ack]);
+        server.handle_datagram(at, &keepalive[0]);
+
+        // Pacing: DATA goes when the pacer lets it. (Before the first RTT
+        // sample the rate is ~3 windows per millisecond: the window, not
+        // the pacer, holds the sender back; here the pacer is behind.)
+        let paced = at + 5 * MS;
+        client.send.next_send_time = paced;
+        client.write(&[7; 2000]);
+        assert_eq!(client.next_timer(), Some((Timer::Pacing, paced)));
+        assert!(client.poll_transmit(at, &mut out).is_none());
+        client.handle_timeout(paced);
+        let sent = drain(&mut client, paced);
+        assert!(!sent.is_empty());
+        assert!(kinds(&sent).iter().all(|k| *k == PacketType::Data));
+        let at = paced;
+
+        // Ack: one DATA packet alone is acknowledged after the ACK delay.
+        server.handle_datagram(at, &sent[0]);
+        assert!(drain(&mut server, at).is_empty());
+        let due = server.timers.get(Timer::Ack).unwrap();
+        assert_eq!(due, at + cfg.max_ack_delay);
+        server.handle_timeout(due);
+        assert_eq!(kinds(&drain(&mut server, due)), [PacketType::Ack]);
+        assert_eq!(server.timers.get(Timer::Ack), None);
+
+        // Pto: no ACK comes back, the oldest bytes go out again.
+        let pto = deadline(&mut client, Timer::Pto).unwrap();
+        client.handle_timeout(pto);
+        assert_eq!(client.stats().probe_timeouts, 1);
+        assert_eq!(client.stats().stream_bytes_resent, 0);
+        let again = drain(&mut client, pto);
+        assert!(kinds(&again).contains(&PacketType::Data));
+        assert!(client.stats().stream_bytes_resent > 0);
+
+        // Loss: an ACK of a later packet leaves an earlier one in flight;
+        // once it is a loss delay old it is lost.
+        let (mut client, mut server) = pair(cfg, t0);
+        client.write(&[3; 3000]);
+        let sent = send_paced(&mut client, t0, 2);
+        let t1 = t0 + 50 * MS;
+        server.handle_datagram(t1, &sent[1]);
+        let acks = drain(&mut server, t1);
+        assert!(!acks.is_empty(), "a gap is acknowledged at once");
+        let t2 = t0 + 100 * MS;
+        for a in &acks {
+            client.handle_datagram(t2, a);
+        }
+        let loss = client
+            .timers
+            .get(Timer::Loss)
+            .expect("the first packet waits for the loss delay");
+        assert!(loss > t2);
+        assert_eq!(client.stats().packets_lost, 0);
+        client.handle_timeout(loss);
+        assert_eq!(client.stats().packets_lost, 1);
+        assert_eq!(client.timers.get(Timer::Loss), None);
+
+        // Stall: the peer answers (keepalives) but never acknowledges the
+        // bytes in flight (every DATA packet is lost on the way).
+        let (mut client, mut server) = pair(cfg, t0);
+        client.write(&[1; 1000]);
+        let mut now = t0;
+        let mut closing = false;
+        for _ in 0..10_000 {
+            let _lost = drain(&mut client, now);
+            for d in drain(&mut server, now) {
+                client.handle_datagram(now, &d);
+            }
+            if client.error().is_some() {
+                break;
+            }
+            let next = [client.poll_timeout(), server.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap();
+            now = now.max(next);
+            client.handle_timeout(now);
+            server.handle_timeout(now);
+            if client.error().is_some() {
+                // Close: a CLOSE is due at once, then nothing.
+                closing = client
+                    .next_timer()
+                    .is_some_and(|(t, at)| t == Timer::Close && at <= now);
+                assert_eq!(kinds(&drain(&mut client, now)), [PacketType::Close]);
+                assert_eq!(client.poll_timeout(), None);
+                break;
+            }
+        }
+        assert_eq!(client.error(), Some(&ConnError::Stalled(cfg.idle_timeout)));
+        assert_eq!(now, t0 + cfg.idle_timeout);
+        assert!(closing);
+
+        // Idle: nothing from the peer.
+        let (mut client, _server) = pair(cfg, t0);
+        let idle = deadline(&mut client, Timer::Idle).unwrap();
+        client.handle_timeout(idle);
+        assert_eq!(client.error(), Some(&ConnError::Idle(cfg.idle_timeout)));
+
+        // Unreachable: an ICMP hint and nothing valid for the grace period.
+        let (mut client, _server) = pair(cfg, t0);
+        client.port_unreachable(t0);
+        let grace = client.unreachable_grace();
+        assert_eq!(deadline(&mut client, Timer::Unreachable), Some(t0 + grace));
+        client.handle_timeout(t0 + grace);
+        assert_eq!(client.error(), Some(&ConnError::Unreachable(grace)));
+    }
+
+    /// Records the events emitted while it is the thread's subscriber:
+    /// each event's fields, by name, as their `Debug` text.
+    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<Event>>>);
+
+    /// One event's fields: name, `Debug` text.
+    type Event = Vec<(String, String)>;
+
+    struct Fields<'a>(&'a mut Vec<(String, String)>);
+
+    impl tracing::field::Visit for Fields<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0.push((field.name().to_string(), format!("{value:?}")));
+        }
+    }
+
+    impl tracing::Subscriber for Recorder {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut fields = Vec::new();
+            event.record(&mut Fields(&mut fields));
+            self.0.lock().unwrap().push(fields);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn the_state_is_a_debug_event_with_deadlines_relative_to_now() {
+        let cfg = UdpConfig::default();
+        let t0 = Instant::now();
+        let events = std::sync::Arc::default();
+        let recorder = Recorder(std::sync::Arc::clone(&events));
+        tracing::subscriber::with_default(recorder, || {
+            let (mut client, _server) = pair(cfg, t0);
+            client.write(&[1; 1000]);
+            let _ = drain(&mut client, t0);
+            let pto = deadline(&mut client, Timer::Pto).unwrap();
+            client.log_state(t0);
+            client.abort(close_code::ABORT);
+            let events = events.lock().unwrap();
+            let state = events
+                .iter()
+                .find(|e| {
+                    e.iter()
+                        .any(|(k, v)| k == "message" && v == "udp connection state")
+                })
+                .expect("a state event");
+            let field = |name: &str| state.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+            for name in [
+                "cwnd",
+                "srtt",
+                "in_flight",
+                "pto_count",
+                "loss_time",
+                "pto",
+                "bandwidth",
+            ] {
+                assert!(field(name).is_some(), "no {name} in {state:?}");
+            }
+            assert_eq!(field("in_flight").unwrap(), client.send.in_flight.to_string());
+            assert_eq!(field("pto").unwrap(), format!("{:?}", Some(pto - t0)));
+            assert_eq!(field("loss_time").unwrap(), "None");
+            assert!(events.iter().any(|e| e
+                .iter()
+                .any(|(k, v)| k == "message" && v == "udp connection ended")));
+        });
     }
 }

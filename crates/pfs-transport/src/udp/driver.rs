@@ -435,6 +435,9 @@ impl Transport for UdpTransport {
 
 /// How long dropping a connection waits for what it wrote to be acknowledged.
 const LINGER: Duration = Duration::from_secs(10);
+/// How often the I/O thread emits its connection's state as a `tracing`
+/// debug event ([`Connection::log_state`]).
+const STATE_EVENT_EVERY: Duration = Duration::from_secs(1);
 
 impl Drop for UdpTransport {
     fn drop(&mut self) {
@@ -510,17 +513,14 @@ impl IoThread {
         self.shared
             .io_tid
             .store(rustix::thread::gettid().as_raw_nonzero().get(), Ordering::Relaxed);
-        let trace = std::env::var_os("PFS_UDP_TRACE").is_some();
-        let mut last_trace = Instant::now();
+        let mut last_state = Instant::now();
         loop {
             let now = Instant::now();
-            if trace && now.saturating_duration_since(last_trace) > Duration::from_secs(1) {
-                last_trace = now;
-                eprintln!(
-                    "udp {:?}: {}",
-                    self.sock.local_addr(),
-                    self.shared.lock().summary()
-                );
+            if now.saturating_duration_since(last_state) > STATE_EVENT_EVERY {
+                // The connection's state, for debugging stalls: a `tracing`
+                // debug event (nothing is built unless it is enabled).
+                last_state = now;
+                self.shared.lock().log_state(now);
             }
             let (deadline, exit) = {
                 let mut c = self.shared.lock();

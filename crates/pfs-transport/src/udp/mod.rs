@@ -5,8 +5,13 @@
 //!
 //! - [`admit`]: the listener's stateless address validation (RETRY
 //!   tokens) and its connection limits;
-//! - [`conn`]: the sans-I/O connection core (reliability, flow control,
-//!   pacing), driven by datagrams and `now`;
+//! - [`conn`]: the sans-I/O connection core, driven by datagrams and
+//!   `now`; it delegates to its parts:
+//!   - [`rtt`]: the RTT estimator (smoothed RTT, variation, probe timeout);
+//!   - [`timer`]: the timer table, one deadline per [`timer::Timer`] kind;
+//!   - `send`: the send side (packet numbers with skipped ones, the send
+//!     ring, packets in flight and loss detection, pacing);
+//!   - `recv`: the receive side (reassembly ring, window, ACKs owed);
 //! - [`auth`]: datagram tags once a protected session has keys;
 //! - [`cc`]: congestion control, rate and delay based (after BBR);
 //! - [`ranges`]: the range sets both sides keep;
@@ -21,8 +26,14 @@ pub mod cc;
 pub mod conn;
 mod driver;
 pub mod ranges;
+mod recv;
+pub mod rtt;
+mod send;
 pub mod sim;
+pub mod timer;
 
 pub use auth::{DatagramCipher, DatagramKeys};
 pub use conn::{ConnError, Connection, ReadOutcome, RecvBudget, UdpConfig, UdpStats, INITIAL_RECV_BUFFER};
 pub use driver::{UdpListener, UdpReport, UdpTransport, UdpWaker, BATCH};
+pub use rtt::RttEstimator;
+pub use timer::{Timer, TimerTable};

@@ -420,7 +420,7 @@ pub fn transfer_beside(
         let mut next = queue.peek().map(|p| p.at.0 .0);
         for t in [
             client.poll_timeout(),
-            server.as_ref().and_then(|s| s.poll_timeout()),
+            server.as_mut().and_then(|s| s.poll_timeout()),
         ]
         .into_iter()
         .flatten()

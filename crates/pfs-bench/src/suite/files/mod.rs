@@ -21,7 +21,7 @@
 //! interface counters. After each row the received
 //! tree is compared with its source and the receiver's disk is measured
 //! (`tree`). Ratios between rows of one filesystem go into the notes, and
-//! the issue's targets into a block under the table.
+//! the design's targets into a block under the table.
 
 mod fs;
 pub(crate) mod tools;
@@ -47,7 +47,7 @@ use super::netpath::NetPath;
 use super::row::Row;
 use super::table::{data, measured};
 use crate::child::{have, tool, ChildGuard};
-use crate::report::{Cell, Column, Header, Table};
+use crate::report::{Cell, Column, Header, Report, Section, Table, Target};
 use crate::scratch::Scratch;
 use crate::{Binary, Outcome};
 
@@ -1060,19 +1060,20 @@ pub type FilesHeader = Header<FilesSettings>;
 /// Runs the study; [`Outcome::Failed`] when a row failed or a tree did not arrive intact.
 pub fn run(args: BenchFilesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     let (header, rows) = collect(&args, pfs)?;
-    let targets = targets(&rows);
-    let data = files_data(&rows);
-    let doc = serde_json::json!({"header": header, "rows": data.json(), "targets": targets_json(&targets)});
+    let report = report(&header, &rows);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
-        print!("{}", text(&header, &rows, &targets));
+        print!("{}", report.text());
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("files.csv"), data.csv())?;
-        std::fs::write(dir.join("files.json"), serde_json::to_string_pretty(&doc)?)?;
-        std::fs::write(dir.join("files.md"), markdown(&header, &rows, &targets))?;
+        std::fs::write(dir.join("files.csv"), report.csv("rows").unwrap_or_default())?;
+        std::fs::write(
+            dir.join("files.json"),
+            serde_json::to_string_pretty(&report.json())?,
+        )?;
+        std::fs::write(dir.join("files.md"), report.markdown())?;
         eprintln!(
             "pfs bench files: wrote files.csv, files.json, files.md to {}",
             dir.display()
@@ -1080,7 +1081,7 @@ pub fn run(args: BenchFilesArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     }
     let failed = rows
         .iter()
-        .any(|r| r.row.notes.starts_with("failed") || r.row.integrity == "MISMATCH");
+        .any(|r| r.row.status.is_failed() || r.row.integrity == "MISMATCH");
     Ok(if failed { Outcome::Failed } else { Outcome::Passed })
 }
 
@@ -1371,35 +1372,12 @@ fn add_ratios(rows: &mut [FilesRow]) {
             Tool::RsyncZ | Tool::Scp | Tool::Floor(_) => {}
         }
         if !parts.is_empty() {
-            r.row.notes.push_str(&format!("; {}", parts.join("; ")));
+            r.row.add_note(&parts.join("; "));
         }
     }
 }
 
-/// One of the issue's figures, checked on one filesystem.
-#[derive(Debug, Clone, Serialize)]
-pub struct Target {
-    /// Filesystem.
-    pub fs: String,
-    /// What is compared.
-    pub what: String,
-    /// The ratio measured (`None`: a row it needs did not run).
-    pub value: Option<f64>,
-    /// The most it may be.
-    pub limit: f64,
-}
-
-impl Target {
-    fn verdict(&self) -> &'static str {
-        match self.value {
-            None => "not run",
-            Some(v) if v <= self.limit => "met",
-            Some(_) => "missed",
-        }
-    }
-}
-
-/// The issue's figures (issue 15), per filesystem and receiver storage mode.
+/// The targets of file transfer, per filesystem and receiver storage mode.
 fn targets(rows: &[FilesRow]) -> Vec<Target> {
     let find = |fs: FsKind, c: Case, t: Tool| {
         rows.iter()
@@ -1434,10 +1412,12 @@ fn targets(rows: &[FilesRow]) -> Vec<Target> {
                     }
                 });
                 out.push(Target {
-                    fs: fs.to_string(),
+                    fs: Some(fs.to_string()),
                     what: format!("PFS{tag} {what}"),
                     value,
                     limit,
+                    at_least: false,
+                    unit: "×",
                 });
             };
             check(
@@ -1497,7 +1477,7 @@ fn targets(rows: &[FilesRow]) -> Vec<Target> {
                 0.5,
             );
             check(
-                "small-file B over a copy of A (cp -a), elapsed vs rsync B over A (ours, not the issue's)",
+                "small-file B over a copy of A (cp -a), elapsed vs rsync B over A (ours, not a design target)",
                 Case::SmallBCopied,
                 (Case::SmallB, Tool::Rsync),
                 false,
@@ -1510,7 +1490,9 @@ fn targets(rows: &[FilesRow]) -> Vec<Target> {
                 .max_by(|x, y| x.0.total_cmp(&y.0));
             if rows.iter().any(|r| r.fs == fs && r.tool == pfs) {
                 out.push(Target {
-                    fs: fs.to_string(),
+                    fs: Some(fs.to_string()),
+                    at_least: false,
+                    unit: "×",
                     what: format!(
                         "PFS{tag} receiver disk ÷ held trees, worst row{}",
                         worst
@@ -1526,15 +1508,9 @@ fn targets(rows: &[FilesRow]) -> Vec<Target> {
     out
 }
 
-fn targets_json(t: &[Target]) -> serde_json::Value {
-    t.iter()
-        .map(|t| {
-            let mut v = serde_json::to_value(t).unwrap_or_default();
-            v["verdict"] = t.verdict().into();
-            v
-        })
-        .collect()
-}
+/// What the targets block is and where its figures come from (said once,
+/// above the block, in the text and Markdown reports).
+const TARGETS_SAID: &str = "Targets (ratios of the rows above, same run, same filesystem; each figure is a target the design sets for file transfer, listed in docs/benchmarks.md)";
 
 /// The targets block: one line each.
 fn targets_table(t: &[Target]) -> Table {
@@ -1543,15 +1519,15 @@ fn targets_table(t: &[Target]) -> Table {
         Column::num("ratio", 6),
         Column::text("target", 8),
         Column::text("verdict", 7),
-        Column::text("issue 15 figure", 0),
+        Column::text("figure", 0),
     ]);
     for x in t {
         table.push(vec![
-            Cell::text(&x.fs),
+            Cell::text(x.fs.as_deref().unwrap_or_default()),
             // Three digits: a ratio of 0.502 against ≤ 0.50 must not read 0.50.
             x.value.map_or(Cell::Missing, |v| Cell::Num(v, 3)),
-            Cell::text(format!("≤ {:.2}×", x.limit)),
-            Cell::text(x.verdict()),
+            Cell::text(format!("{} {:.2}{}", x.bound().sign(), x.limit, x.unit)),
+            Cell::text(x.verdict().as_str()),
             Cell::text(&x.what),
         ]);
     }
@@ -1626,7 +1602,7 @@ fn view(rows: &[FilesRow]) -> Table {
                 .map_or(Cell::Missing, |d| Cell::Num(d.receiver as f64 / 1e6, 1)),
             fr.disk.map_or(Cell::Missing, |d| Cell::Num(d.ratio(), 2)),
             Cell::text(&r.integrity),
-            Cell::text(&r.notes),
+            Cell::text(r.notes_shown()),
         ]);
     }
     t
@@ -1659,48 +1635,27 @@ fn header_lines(header: &FilesHeader) -> Vec<String> {
     l
 }
 
-fn text(header: &FilesHeader, rows: &[FilesRow], targets: &[Target]) -> String {
-    let h = &header.host;
-    let mut s = format!(
-        "pfs bench files — {} · kernel {} · {} · {} cores\n",
-        h.git_revision, h.kernel, h.cpu_model, h.cores
-    );
-    for l in header_lines(header) {
-        s.push_str(&l);
-        s.push('\n');
+/// The study's report: the rows (with the units below them), then the
+/// targets (always in JSON, as a block when there are any).
+fn report(header: &FilesHeader, rows: &[FilesRow]) -> Report {
+    let mut r = Report::new("pfs bench files", header);
+    r.lines = header_lines(header);
+    r = r.section(Section::new("rows", view(rows), files_data(rows)).noted(header.study.units.clone()));
+    let targets = targets(rows);
+    if targets.is_empty() {
+        r.extra.insert("targets".into(), serde_json::json!([]));
+    } else {
+        r = r.section(
+            Section::new("targets", targets_table(&targets), Target::data(&targets)).titled(TARGETS_SAID),
+        );
     }
-    s.push('\n');
-    s.push_str(&view(rows).text());
-    s.push_str(&format!("\n{}\n", header.study.units));
-    if !targets.is_empty() {
-        s.push_str("\nThe issue's figures (ratios of the rows above, same run, same filesystem):\n");
-        s.push_str(&targets_table(targets).text());
-    }
-    s
-}
-
-fn markdown(header: &FilesHeader, rows: &[FilesRow], targets: &[Target]) -> String {
-    let h = &header.host;
-    let mut s = format!(
-        "Revision `{}` · {} cores · {} · kernel {}  \n",
-        h.git_revision, h.cores, h.cpu_model, h.kernel
-    );
-    for l in header_lines(header) {
-        s.push_str(&format!("{l}  \n"));
-    }
-    s.push('\n');
-    s.push_str(&view(rows).markdown());
-    s.push_str(&format!("\n{}\n", header.study.units));
-    if !targets.is_empty() {
-        s.push_str("\nThe issue's figures (ratios of the rows above, same run, same filesystem):\n\n");
-        s.push_str(&targets_table(targets).markdown());
-    }
-    s
+    r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Verdict;
 
     fn naming() -> Naming {
         Naming {
@@ -1796,6 +1751,52 @@ mod tests {
     }
 
     #[test]
+    fn a_row_that_did_not_run_has_no_figure_in_any_format() {
+        let pfs = Tool::Pfs(StorageKind::DestOnly);
+        let mut skipped = row(FsKind::Ext4, Case::ColdFile, Tool::Rsync, 1.0, 100, None);
+        skipped.row = Row::skipped(&skipped.row.label.clone(), "Transfer", "needs root".into());
+        skipped.elapsed_range = None;
+        let label = skipped.row.label.clone();
+        let rows = vec![
+            row(FsKind::Ext4, Case::ColdFile, pfs, 3.0, 100, Some((200, 100))),
+            skipped,
+        ];
+        let header = FilesHeader {
+            host: crate::report::Host {
+                tool: "pfs 0.1.0".into(),
+                git_revision: "abc1234".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cores: 2,
+            },
+            study: FilesSettings {
+                version_a: "a".into(),
+                version_b: "b".into(),
+                version_a_bytes: 1,
+                version_b_bytes: 1,
+                version_a_files: 1,
+                version_b_files: 1,
+                small_a: "sa".into(),
+                small_b: "sb".into(),
+                cold_bytes: 1,
+                cold_file_bytes: 1,
+                filesystems: vec!["ext4".into()],
+                receiver_storage: "dest".into(),
+                network: "loopback".into(),
+                placement: "tmpfs".into(),
+                method: "cold cache".into(),
+                units: "MB = 10^6".into(),
+            },
+        };
+        let r = report(&header, &rows);
+        crate::report::check_not_run_row(&r, &label);
+        let t = &r.json()["targets"];
+        assert_eq!(t[0]["verdict"], "not run", "{t}");
+        assert!(t[0]["value"].is_null(), "{t}");
+        assert!(r.text().contains("figure"));
+    }
+
+    #[test]
     fn ratios_and_targets_compare_rows_of_one_filesystem() {
         let pfs = Tool::Pfs(StorageKind::DestOnly);
         let mut rows = vec![
@@ -1853,12 +1854,16 @@ mod tests {
             rows[1].row.notes
         );
         let t = targets(&rows);
-        let get = |fs: &str, what: &str| t.iter().find(|x| x.fs == fs && x.what.contains(what)).unwrap();
+        let get = |fs: &str, what: &str| {
+            t.iter()
+                .find(|x| x.fs.as_deref() == Some(fs) && x.what.contains(what))
+                .unwrap()
+        };
         let cold = get("ext4", "cold single file, elapsed vs rsync");
-        assert_eq!((cold.value, cold.verdict()), (Some(1.5), "missed"));
+        assert_eq!((cold.value, cold.verdict()), (Some(1.5), Verdict::Missed));
         assert_eq!(get("ext4", "elapsed vs cp -a").value, Some(3.0));
         let small = get("ext4", "small-file B over A, elapsed vs rsync");
-        assert_eq!((small.value, small.verdict()), (Some(0.25), "met"));
+        assert_eq!((small.value, small.verdict()), (Some(0.25), Verdict::Met));
         assert_eq!(get("ext4", "small-file B over A, wire").value, Some(0.5));
         let disk = get("ext4", "receiver disk");
         assert_eq!(disk.value, Some(2.0));
@@ -1869,8 +1874,13 @@ mod tests {
             disk.what
         );
         // tmpfs ran no PFS row, and no small-file rows ran at all on tmpfs.
-        assert!(t.iter().filter(|x| x.fs == "tmpfs").all(|x| x.value.is_none()));
-        assert!(!t.iter().any(|x| x.fs == "ext4" && x.what.contains("large")));
+        assert!(t
+            .iter()
+            .filter(|x| x.fs.as_deref() == Some("tmpfs"))
+            .all(|x| x.value.is_none()));
+        assert!(!t
+            .iter()
+            .any(|x| x.fs.as_deref() == Some("ext4") && x.what.contains("large")));
     }
 
     #[test]

@@ -70,8 +70,8 @@ impl FilesReceiver {
     /// The file `f` is being rebuilt: its attributes wait for its rename.
     pub(super) fn stash_attrs(&mut self, f: &FileEntry<'_>) -> Result<(), SessionError> {
         if let Some(a) = Attrs::of(f) {
-            self.charge(a.cost())?;
-            self.pending.stash.insert(f.file_no, a);
+            self.budget.charge(a.cost())?;
+            self.attrs.stash.insert(f.file_no, a);
         }
         Ok(())
     }
@@ -85,7 +85,7 @@ impl FilesReceiver {
         ok: bool,
         host: &mut H,
     ) {
-        if let Some(a) = self.pending.stash.remove(&no) {
+        if let Some(a) = self.attrs.stash.remove(&no) {
             if ok {
                 self.set_attrs(rel, false, &a, host);
             }
@@ -95,25 +95,28 @@ impl FilesReceiver {
     /// A `LINKED` file: `rel` becomes a hard link to `target` once every
     /// file of the session has landed.
     pub(super) fn link_later(&mut self, f: &FileEntry<'_>, rel: RelPath) -> Result<(), SessionError> {
-        let target = match self.full_path(f.link_target) {
+        let target = match self.scope.full_path(f.link_target) {
             Ok(t) => t,
             Err(e) => {
-                self.fail(f.path, format_args!("hard link refused: {e}"));
+                self.stats.fail(f.path, format_args!("hard link refused: {e}"));
                 return Ok(());
             }
         };
-        self.charge(LINK_COST + (rel.as_bytes().len() + target.as_bytes().len()) as u64)?;
-        self.pending.links.push((rel, target));
+        self.budget
+            .charge(LINK_COST + (rel.as_bytes().len() + target.as_bytes().len()) as u64)?;
+        self.attrs.links.push((rel, target));
         Ok(())
     }
 
     /// Makes the session's hard links (every file has landed).
     pub(super) fn make_links<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
-        for (rel, target) in std::mem::take(&mut self.pending.links) {
+        for (rel, target) in std::mem::take(&mut self.attrs.links) {
             match host.hard_link(&rel, &target) {
-                Ok(Linked::Made) => self.report.files_written += 1,
-                Ok(Linked::Already) => self.report.files_unchanged += 1,
-                Err(e) => self.fail(rel.as_bytes(), format_args!("hard link to {target}: {e}")),
+                Ok(Linked::Made) => self.stats.report.files_written += 1,
+                Ok(Linked::Already) => self.stats.report.files_unchanged += 1,
+                Err(e) => self
+                    .stats
+                    .fail(rel.as_bytes(), format_args!("hard link to {target}: {e}")),
             }
         }
     }
@@ -123,7 +126,7 @@ impl FilesReceiver {
         let xattrs = if symlink { &[][..] } else { &a.xattrs[..] };
         let list = Xattrs::parse(xattrs).unwrap_or_default();
         if let Err(e) = host.set_attrs(rel, a.uid, a.gid, &list) {
-            self.fail(
+            self.stats.fail(
                 rel.as_bytes(),
                 format_args!("owner, group or extended attributes: {e}"),
             );

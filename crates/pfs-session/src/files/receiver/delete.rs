@@ -53,7 +53,7 @@ impl FilesReceiver {
     /// The session names `rel` (a directory if `is_dir`): it stays, and a
     /// directory is one where extraneous entries go.
     pub(super) fn note_named(&mut self, rel: &RelPath, is_dir: bool) {
-        let limit = self.max_session_memory;
+        let limit = self.budget.max_memory;
         let Some(d) = self.deletion.as_mut().filter(|d| !d.overflow) else {
             return;
         };
@@ -61,7 +61,7 @@ impl FilesReceiver {
         if d.memory > limit {
             // Past the budget: give the memory back; the sender is told why
             // nothing was removed.
-            **d = Deletion {
+            *d = Deletion {
                 overflow: true,
                 request: d.request.take(),
                 ..Deletion::default()
@@ -115,14 +115,14 @@ impl FilesReceiver {
         };
         let status = if d.overflow {
             DeleteStatus::SkippedLimit
-        } else if self.report.files_failed > 0 {
+        } else if self.stats.report.files_failed > 0 {
             DeleteStatus::SkippedFailures
         } else {
             DeleteStatus::Done
         };
         let mut gone: Vec<(DeletedKind, Vec<u8>)> = Vec::new();
         if status == DeleteStatus::Done {
-            let base = self.base.clone();
+            let base = self.scope.base.clone();
             let strip = base.as_ref().map_or(0, |b| b.as_bytes().len() + 1);
             let root_scope = req.root.then(|| base.clone());
             let scope = root_scope.into_iter().chain(d.dirs.iter().cloned().map(Some));
@@ -134,7 +134,7 @@ impl FilesReceiver {
                             .is_ok_and(|rel| req.protect.is_excluded(&rel, is_dir))
                 };
                 let mut removed = |p: &RelPath, kind: Removed| {
-                    self.report.files_deleted += 1;
+                    self.stats.report.files_deleted += 1;
                     if gone.len() < MAX_DELETED_NAMED {
                         gone.push((
                             kind_of(kind),
@@ -142,13 +142,15 @@ impl FilesReceiver {
                         ));
                     }
                 };
-                if let Err(e) = host.delete_extraneous(dir.as_ref(), &mut keep, self.dry_run, &mut removed) {
+                if let Err(e) =
+                    host.delete_extraneous(dir.as_ref(), &mut keep, self.scope.dry_run, &mut removed)
+                {
                     let at = dir.map(|r| r.as_bytes().to_vec()).unwrap_or_default();
                     failed.push((at, e));
                 }
             }
             for (at, e) in failed {
-                self.fail(&at, format_args!("cannot delete: {e}"));
+                self.stats.fail(&at, format_args!("cannot delete: {e}"));
             }
         }
         self.queue_deleted(status, &gone);

@@ -6,7 +6,7 @@ use pfs_files::{DestRoot, Landing};
 use pfs_transport::Transport;
 
 use super::core::{FilesReceiver, FilesReceiverEvent};
-use super::host::{ChunkIndex, LocalHost};
+use super::local::{ChunkIndex, LocalHost};
 use super::{FilesReceiverConfig, FilesReceiverOutcome};
 use crate::framing::{is_timeout, now, send_error, write_reply, ReadTimeout, RecvBuf};
 use crate::SessionError;

@@ -9,20 +9,34 @@
 //! destination, never through a symlink), store offsets against the store,
 //! every chunk against its BLAKE3, every file's chunk list against its file hash.
 //!
-//! - [`core`], `stream` and `delete`: the sans-I/O core [`FilesReceiver`] —
-//!   bytes and `now` in; frames to send, a deadline, events and host
-//!   actions out (`delete`: the session's side of DELETE; `attrs`: owner,
-//!   group, extended attributes and hard links).
-//! - [`host`]: the [`FilesHost`] trait of those actions, and [`LocalHost`]
-//!   over a [`pfs_store::Store`] and a [`pfs_files::Landing`].
+//! - [`core`]: the sans-I/O core [`FilesReceiver`] — bytes and `now` in;
+//!   frames to send, a deadline, events and host actions out — and its
+//!   phases and handshake. Its named parts, a module each: `budget` (the
+//!   session's limits and what it used), `deadline` (timeouts per phase),
+//!   `scope` (what FILES_HELLO asked for), `probe` (PROBE answers and
+//!   adopting older versions), `stream` (the file stream reassembled),
+//!   `repair` (NAKs, REPAIRs, files waiting), `delete` (the session's side
+//!   of DELETE), `attrs` (owner, group, extended attributes and hard
+//!   links), `inflate` (zstd) and `stats` (the report).
+//! - [`host`]: the [`FilesHost`] trait of those actions; [`local`]: its
+//!   I/O implementation [`LocalHost`] over a [`pfs_store::Store`] (or a
+//!   destination index) and a [`pfs_files::Landing`].
 //! - [`driver`]: [`receive_files`], the core over a blocking transport.
 
 mod attrs;
+mod budget;
 mod clone;
 pub mod core;
+mod deadline;
 mod delete;
 pub mod driver;
 pub mod host;
+mod inflate;
+pub mod local;
+mod probe;
+mod repair;
+mod scope;
+mod stats;
 mod stream;
 
 use std::time::Duration;
@@ -33,7 +47,8 @@ use pfs_wire::files::FilesReport;
 pub use self::core::{FilesReceiver, FilesReceiverEvent, MAX_PROBE_ENTRIES};
 pub use delete::MAX_DELETED_NAMED;
 pub use driver::receive_files;
-pub use host::{ChunkIndex, Copied, FilesHost, Holding, Lent, LocalHost, SharedChunkIndex, StoreInfo};
+pub use host::{Copied, FilesHost, Lent, StoreInfo};
+pub use local::{ChunkIndex, Holding, LocalHost, SharedChunkIndex};
 
 /// Most bookkeeping bytes one session may make a receiver keep, by default
 /// (chunks awaiting REPAIR, the NAK list, files waiting, directories whose

@@ -6,18 +6,16 @@
 
 use std::io::IoSlice;
 
-use pfs_files::{FileHasher, FileSpec, LandError, Placement, RelPath};
+use pfs_files::{FileHasher, FileSpec, Placement, RelPath};
 use pfs_store::ChunkLoc;
-use pfs_wire::files::{
-    parse_chunks, ChunkData, ChunkEntry, EntryKind, FileDone, FileDrop, FileEntry, Hash, FLAG_LAST,
-    MAX_REPORT_TEXT,
-};
+use pfs_wire::files::{parse_chunks, ChunkData, ChunkEntry, EntryKind, FileDone, FileDrop, FileEntry, Hash};
 use pfs_wire::FrameType;
 
 use super::core::{malformed, store_filled, FilesReceiver};
 use super::host::{Copied, FilesHost, Lent};
+use super::repair::Waiting;
 use super::COMMIT_EVERY_CHUNKS;
-use crate::error::{LimitExceeded, LocalError};
+use crate::error::LocalError;
 use crate::files::{hash_matches, FilesViolation, MAX_CHUNK_LEN};
 use crate::SessionError;
 
@@ -34,6 +32,50 @@ const WAITING_COST: u64 = std::mem::size_of::<Waiting>() as u64;
 /// Bookkeeping charged per directory whose metadata is set at the end,
 /// besides its path.
 const DIR_META_COST: u64 = std::mem::size_of::<(RelPath, i128, u32)>() as u64;
+
+/// The stream being reassembled: the FILE whose chunks arrive, the number
+/// the next FILE must have, the directories whose metadata is set at the
+/// end, and the store appends not committed yet.
+#[derive(Debug)]
+pub(super) struct Stream {
+    pub(super) current: Option<Current>,
+    pub(super) next_no: u64,
+    /// Directory entries received: mode and mtime are set at the end, once
+    /// nothing more is written into them (writing changes a directory's mtime).
+    pub(super) dir_meta: Vec<(RelPath, i128, u32)>,
+    /// Bytes appended to the store since the last commit.
+    pub(super) appended: u64,
+    /// Store appends (deduplicated or not) since the last commit.
+    pub(super) appends: u64,
+    /// Commit at least every this many new bytes.
+    pub(super) commit_every: u64,
+}
+
+impl Stream {
+    /// Before the first FILE; commits every `commit_every` new bytes.
+    pub(super) fn new(commit_every: u64) -> Self {
+        Self {
+            current: None,
+            next_no: 0,
+            dir_meta: Vec::new(),
+            appended: 0,
+            appends: 0,
+            commit_every,
+        }
+    }
+
+    /// Whether the appends since the last commit call for one now: every
+    /// `commit_every` bytes, and every [`COMMIT_EVERY_CHUNKS`] chunks.
+    fn commit_due(&self) -> bool {
+        self.appends >= COMMIT_EVERY_CHUNKS || self.appended >= self.commit_every
+    }
+
+    /// A commit made the appends durable.
+    pub(super) fn committed(&mut self) {
+        self.appended = 0;
+        self.appends = 0;
+    }
+}
 
 /// A file being rebuilt: the hashes computed as its chunks arrive.
 #[derive(Debug)]
@@ -91,35 +133,6 @@ pub(super) struct Current {
     target: Target,
 }
 
-/// A file waiting for REPAIRs.
-#[derive(Debug)]
-pub(super) struct Waiting {
-    no: u64,
-    rel: RelPath,
-    size: u64,
-    mode: u32,
-    mtime_ns: i128,
-    file_hash: Hash,
-    /// The file hash of the chunks received (see [`Rebuild::file`]).
-    digest: Hash,
-    /// Its holes, until the first REPAIR moves them into the receiver's
-    /// map of holes by hash.
-    holes: Vec<(u64, Hash, u32)>,
-    /// Holes not filled yet.
-    missing: usize,
-    /// Filling a hole failed.
-    broken: Option<LandError>,
-}
-
-/// Why a file waiting for REPAIRs cannot be finished.
-#[derive(Debug, thiserror::Error)]
-enum Unfinished {
-    #[error(transparent)]
-    Land(#[from] LandError),
-    #[error("chunks missing or damaged at the receiver were not repaired")]
-    NotRepaired,
-}
-
 /// Chunk bytes of one frame waiting to be written with one `pwritev`:
 /// they stay where they are (frame body, store mapping), no copy.
 struct Pending<'b> {
@@ -153,25 +166,10 @@ impl FilesReceiver {
         }
     }
 
-    /// An entry that cannot be written: counted and listed in the report.
-    pub(super) fn fail(&mut self, rel: &[u8], reason: impl std::fmt::Display) {
-        self.report.files_failed += 1;
-        let (path, reason) = (String::from_utf8_lossy(rel), reason.to_string());
-        // Errors from the destination already name the path.
-        let line = if reason.starts_with(path.as_ref()) {
-            format!("{reason}\n")
-        } else {
-            format!("{path}: {reason}\n")
-        };
-        if self.messages.len() + line.len() <= MAX_REPORT_TEXT {
-            self.messages.push_str(&line);
-        }
-    }
-
     /// The current file cannot be finished: its temporary file goes, its
     /// remaining chunks are drained.
     fn fail_current<'s, H: FilesHost<'s>>(&mut self, reason: impl std::fmt::Display, host: &mut H) {
-        let Some(cur) = self.current.as_mut() else {
+        let Some(cur) = self.stream.current.as_mut() else {
             return;
         };
         if matches!(cur.target, Target::Rebuild(_)) {
@@ -183,34 +181,40 @@ impl FilesReceiver {
             .as_ref()
             .map(|r| r.as_bytes().to_vec())
             .unwrap_or_default();
-        self.fail(&rel, reason);
+        self.stats.fail(&rel, reason);
     }
 
     /// FILE_DROP: the sender cannot finish the file streaming. What
     /// arrived of it is discarded and the entry fails with its reason.
     fn drop_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
         let d = FileDrop::parse(body).map_err(malformed("FILE_DROP"))?;
-        let open = self.current.as_ref().map(|c| c.no);
+        let open = self.stream.current.as_ref().map(|c| c.no);
         if open != Some(d.file_no) {
             return Err(FilesViolation::DropNotStreaming { got: d.file_no, open }.into());
         }
         // A file that failed here already is counted once.
         if !self
+            .stream
             .current
             .as_ref()
             .is_some_and(|c| matches!(c.target, Target::Failed))
         {
             self.fail_current(format_args!("the sender dropped it: {}", d.reason), host);
         }
-        self.current = None;
+        self.stream.current = None;
         Ok(())
     }
 
     /// FILE_DONE: a STREAMED file's count and hash; it ends here.
     fn done_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
         let d = FileDone::parse(body).map_err(malformed("FILE_DONE"))?;
-        let Some(cur) = self.current.as_mut().filter(|c| c.no == d.file_no && c.streamed) else {
-            let open = self.current.as_ref().map(|c| c.no);
+        let Some(cur) = self
+            .stream
+            .current
+            .as_mut()
+            .filter(|c| c.no == d.file_no && c.streamed)
+        else {
+            let open = self.stream.current.as_ref().map(|c| c.no);
             return Err(FilesViolation::DoneNotStreaming { got: d.file_no, open }.into());
         };
         if d.chunk_count != cur.chunk_count || cur.seen != cur.size {
@@ -231,34 +235,12 @@ impl FilesReceiver {
 
     fn begin_file<'s, H: FilesHost<'s>>(&mut self, body: &[u8], host: &mut H) -> Result<(), SessionError> {
         let f = FileEntry::parse(body).map_err(malformed("FILE"))?;
-        if f.extra.listed != self.dry_run {
-            return Err(FilesViolation::Listing {
-                file: f.file_no,
-                dry_run: self.dry_run,
-            }
-            .into());
-        }
-        if f.file_no != self.next_no {
-            return Err(FilesViolation::FileOrder {
-                got: f.file_no,
-                expected: self.next_no,
-            }
-            .into());
-        }
-        self.next_no += 1;
-        if u64::from(f.chunk_count) > f.size {
-            return Err(FilesViolation::ChunkCount {
-                file: f.file_no,
-                chunks: f.chunk_count,
-                size: f.size,
-            }
-            .into());
-        }
+        self.check_entry(&f)?;
         let mtime_ns = i128::from(f.mtime_sec) * 1_000_000_000 + i128::from(f.mtime_nsec);
-        let rel = match self.full_path(f.path) {
+        let rel = match self.scope.full_path(f.path) {
             Ok(r) => r,
             Err(e) => {
-                self.fail(f.path, format_args!("refused: {e}"));
+                self.stats.fail(f.path, format_args!("refused: {e}"));
                 return self.start(&f, None, mtime_ns, Target::Failed, host);
             }
         };
@@ -268,65 +250,116 @@ impl FilesReceiver {
             return Ok(());
         }
         if let Err(e) = host.make_parent(&rel) {
-            self.fail(f.path, e);
+            self.stats.fail(f.path, e);
             return self.start(&f, Some(rel), mtime_ns, Target::Failed, host);
         }
         if f.extra.linked {
             return self.link_later(&f, rel);
         }
-        let target = match f.kind {
-            EntryKind::Dir => {
-                match host.make_dir(&rel, f.mode) {
-                    Ok(()) => {
-                        self.apply_attrs(&f, &rel, host);
-                        self.report.dirs += 1;
-                        self.charge(DIR_META_COST + rel.as_bytes().len() as u64)?;
-                        self.dir_meta.push((rel, mtime_ns, f.mode));
-                    }
-                    Err(e) => self.fail(f.path, e),
-                }
-                return Ok(());
-            }
+        match f.kind {
+            EntryKind::Dir => self.make_dir(&f, rel, mtime_ns, host),
             EntryKind::Symlink => {
-                match host.make_symlink(&rel, f.link_target) {
-                    Ok(()) => {
-                        self.report.symlinks += 1;
-                        self.apply_attrs(&f, &rel, host);
-                    }
-                    Err(e) => self.fail(f.path, e),
-                }
-                return Ok(());
+                self.make_symlink(&f, &rel, host);
+                Ok(())
             }
             EntryKind::File => {
-                let spec = FileSpec {
-                    rel: &rel,
-                    size: f.size,
-                    mtime_ns,
-                    mode: f.mode,
-                    file_hash: f.file_hash,
-                    held: f.held,
-                };
-                match host.open_file(f.file_no, &spec) {
-                    Ok(Placement::Unchanged) => Target::Unchanged,
-                    Ok(Placement::SameContent) => Target::SameContent,
-                    Ok(Placement::Rebuild) => Target::Rebuild(Box::new(Rebuild {
-                        file: FileHasher::new(),
-                        holes: Vec::new(),
-                        quick: host.wants_quick().then(Box::default),
-                    })),
-                    Err(e) => {
-                        self.fail(f.path, e);
-                        Target::Failed
-                    }
+                let target = self.open_file(&f, &rel, mtime_ns, host);
+                match target {
+                    Target::Unchanged | Target::SameContent => self.apply_attrs(&f, &rel, host),
+                    Target::Rebuild(_) => self.stash_attrs(&f)?,
+                    Target::Failed => {}
                 }
+                self.start(&f, Some(rel), mtime_ns, target, host)
             }
-        };
-        match target {
-            Target::Unchanged | Target::SameContent => self.apply_attrs(&f, &rel, host),
-            Target::Rebuild(_) => self.stash_attrs(&f)?,
-            Target::Failed => {}
         }
-        self.start(&f, Some(rel), mtime_ns, target, host)
+    }
+
+    /// A FILE's place in the stream: listed as the session is (a dry run
+    /// or not), numbered in order, no more chunks than bytes.
+    fn check_entry(&mut self, f: &FileEntry<'_>) -> Result<(), FilesViolation> {
+        if f.extra.listed != self.scope.dry_run {
+            return Err(FilesViolation::Listing {
+                file: f.file_no,
+                dry_run: self.scope.dry_run,
+            });
+        }
+        if f.file_no != self.stream.next_no {
+            return Err(FilesViolation::FileOrder {
+                got: f.file_no,
+                expected: self.stream.next_no,
+            });
+        }
+        self.stream.next_no += 1;
+        if u64::from(f.chunk_count) > f.size {
+            return Err(FilesViolation::ChunkCount {
+                file: f.file_no,
+                chunks: f.chunk_count,
+                size: f.size,
+            });
+        }
+        Ok(())
+    }
+
+    /// A directory entry: made now, its mode and mtime set at the end.
+    fn make_dir<'s, H: FilesHost<'s>>(
+        &mut self,
+        f: &FileEntry<'_>,
+        rel: RelPath,
+        mtime_ns: i128,
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        match host.make_dir(&rel, f.mode) {
+            Ok(()) => {
+                self.apply_attrs(f, &rel, host);
+                self.stats.report.dirs += 1;
+                self.budget.charge(DIR_META_COST + rel.as_bytes().len() as u64)?;
+                self.stream.dir_meta.push((rel, mtime_ns, f.mode));
+            }
+            Err(e) => self.stats.fail(f.path, e),
+        }
+        Ok(())
+    }
+
+    /// A symlink entry: made now, with its attributes.
+    fn make_symlink<'s, H: FilesHost<'s>>(&mut self, f: &FileEntry<'_>, rel: &RelPath, host: &mut H) {
+        match host.make_symlink(rel, f.link_target) {
+            Ok(()) => {
+                self.stats.report.symlinks += 1;
+                self.apply_attrs(f, rel, host);
+            }
+            Err(e) => self.stats.fail(f.path, e),
+        }
+    }
+
+    /// A regular file: what the host does with it decides what its chunks do.
+    fn open_file<'s, H: FilesHost<'s>>(
+        &mut self,
+        f: &FileEntry<'_>,
+        rel: &RelPath,
+        mtime_ns: i128,
+        host: &mut H,
+    ) -> Target {
+        let spec = FileSpec {
+            rel,
+            size: f.size,
+            mtime_ns,
+            mode: f.mode,
+            file_hash: f.file_hash,
+            held: f.held,
+        };
+        match host.open_file(f.file_no, &spec) {
+            Ok(Placement::Unchanged) => Target::Unchanged,
+            Ok(Placement::SameContent) => Target::SameContent,
+            Ok(Placement::Rebuild) => Target::Rebuild(Box::new(Rebuild {
+                file: FileHasher::new(),
+                holes: Vec::new(),
+                quick: host.wants_quick().then(Box::default),
+            })),
+            Err(e) => {
+                self.stats.fail(f.path, e);
+                Target::Failed
+            }
+        }
     }
 
     fn start<'s, H: FilesHost<'s>>(
@@ -340,7 +373,7 @@ impl FilesReceiver {
         if f.kind != EntryKind::File {
             return Ok(());
         }
-        self.current = Some(Current {
+        self.stream.current = Some(Current {
             no: f.file_no,
             rel,
             size: f.size,
@@ -366,7 +399,7 @@ impl FilesReceiver {
         host: &mut H,
     ) -> Result<(), SessionError> {
         let (head, entries) = parse_chunks(body).map_err(malformed("CHUNKS"))?;
-        let Some(no) = self.current.as_ref().map(|c| c.no) else {
+        let Some(no) = self.stream.current.as_ref().map(|c| c.no) else {
             return Err(FilesViolation::ChunksWithoutFile.into());
         };
         if head.file_no != no {
@@ -393,6 +426,7 @@ impl FilesReceiver {
         self.flush(&mut pending, host);
         result?;
         if self
+            .stream
             .current
             .as_ref()
             .is_some_and(|c| c.chunks_left == 0 && !c.streamed)
@@ -408,13 +442,36 @@ impl FilesReceiver {
         pending: &mut Pending<'b>,
         host: &mut H,
     ) -> Result<(), SessionError> {
+        let (at, rebuilding) = self.take_chunk(e)?;
+        match e.data {
+            ChunkData::Literal(_) | ChunkData::Zstd(_) => {
+                if !self.literal(e, at, pending, host)? && rebuilding {
+                    self.flush(pending, host);
+                    self.fail_current("a literal chunk does not match its hash (the file changed at the sender while read, or a sender bug)", host);
+                }
+                Ok(())
+            }
+            ChunkData::Ref { offset } => self.ref_chunk(e, offset, at, rebuilding, pending, host),
+            ChunkData::Known if rebuilding => self.known_chunk(e, at, pending, host),
+            ChunkData::Known => Ok(()),
+        }
+    }
+
+    /// Counts chunk `e` into the current file (within its announced count
+    /// and size, and the frame's work); returns its offset in the file and
+    /// whether the file is rebuilt (its file hash then takes the chunk).
+    fn take_chunk(&mut self, e: &ChunkEntry<'_>) -> Result<(u64, bool), SessionError> {
         if e.len == 0 || e.len > MAX_CHUNK_LEN {
             return Err(FilesViolation::ChunkLength { len: e.len }.into());
         }
         // Every chunk may be hashed (and decompressed): its length is the
         // work it costs, whatever few bytes it took on the wire.
-        self.work(u64::from(e.len))?;
-        let cur = self.current.as_mut().ok_or(FilesViolation::ChunksWithoutFile)?;
+        self.budget.work(u64::from(e.len))?;
+        let cur = self
+            .stream
+            .current
+            .as_mut()
+            .ok_or(FilesViolation::ChunksWithoutFile)?;
         let no_room = match cur.streamed {
             true => cur.chunk_count == u32::MAX,
             false => cur.chunks_left == 0,
@@ -435,59 +492,70 @@ impl FilesReceiver {
             }
             _ => false,
         };
-        match e.data {
-            ChunkData::Literal(_) | ChunkData::Zstd(_) => {
-                if !self.literal(e, at, pending, host)? && rebuilding {
-                    self.flush(pending, host);
-                    self.fail_current("a literal chunk does not match its hash (the file changed at the sender while read, or a sender bug)", host);
-                }
+        Ok((at, rebuilding))
+    }
+
+    /// A REF chunk: the store bytes at `offset`, checked, queued at `at`
+    /// (or a hole to NAK). Outside the store it is the peer's error.
+    fn ref_chunk<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        offset: u64,
+        at: u64,
+        rebuilding: bool,
+        pending: &mut Pending<'b>,
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        let loc = ChunkLoc { offset, len: e.len };
+        match host.stored(loc) {
+            Lent::Outside => return Err(FilesViolation::OutsideStore { offset, len: e.len }.into()),
+            _ if !rebuilding => {}
+            Lent::Bytes(bytes) if hash_matches(bytes, e.hash) => {
+                self.stats.report.matched_bytes += u64::from(e.len);
+                self.put(pending, at, bytes, host);
             }
-            ChunkData::Ref { offset } => {
-                let loc = ChunkLoc { offset, len: e.len };
-                match host.stored(loc) {
-                    Lent::Outside => return Err(FilesViolation::OutsideStore { offset, len: e.len }.into()),
-                    _ if !rebuilding => {}
-                    Lent::Bytes(bytes) if hash_matches(bytes, e.hash) => {
-                        self.report.matched_bytes += u64::from(e.len);
-                        self.put(pending, at, bytes, host);
-                    }
-                    Lent::Bytes(_) => self.hole(pending, at, e.hash, e.len, host)?,
-                    Lent::InFile => {
-                        self.flush(pending, host);
-                        if !self.copy(e, at, loc, host) {
-                            self.hole(pending, at, e.hash, e.len, host)?;
-                        }
-                    }
-                }
-            }
-            ChunkData::Known => {
-                if !rebuilding {
-                    return Ok(());
-                }
-                if let Some(loc) = host.lookup(e.hash).filter(|l| l.len == e.len) {
-                    match host.stored(loc) {
-                        Lent::Bytes(b) if hash_matches(b, e.hash) => {
-                            self.report.matched_bytes += u64::from(e.len);
-                            self.put(pending, at, b, host);
-                            return Ok(());
-                        }
-                        Lent::InFile => {
-                            self.flush(pending, host);
-                            if self.copy(e, at, loc, host) {
-                                return Ok(());
-                            }
-                        }
-                        Lent::Bytes(_) | Lent::Outside => {}
-                    }
-                }
-                // Appended by this session, not committed yet: its bytes
-                // live in the reservation, which may change before the
-                // pending write; write them now.
+            Lent::Bytes(_) => self.hole(pending, at, e.hash, e.len, host)?,
+            Lent::InFile => {
                 self.flush(pending, host);
-                self.place_appended(e, at, pending, host)?;
+                if !self.copy(e, at, loc, host) {
+                    self.hole(pending, at, e.hash, e.len, host)?;
+                }
             }
         }
         Ok(())
+    }
+
+    /// A KNOWN chunk of a file being rebuilt: found by its hash in the
+    /// index (committed, or appended by this session), checked, placed at
+    /// `at`; a hole to NAK if it is not there.
+    fn known_chunk<'b, 's: 'b, H: FilesHost<'s>>(
+        &mut self,
+        e: &ChunkEntry<'b>,
+        at: u64,
+        pending: &mut Pending<'b>,
+        host: &mut H,
+    ) -> Result<(), SessionError> {
+        if let Some(loc) = host.lookup(e.hash).filter(|l| l.len == e.len) {
+            match host.stored(loc) {
+                Lent::Bytes(b) if hash_matches(b, e.hash) => {
+                    self.stats.report.matched_bytes += u64::from(e.len);
+                    self.put(pending, at, b, host);
+                    return Ok(());
+                }
+                Lent::InFile => {
+                    self.flush(pending, host);
+                    if self.copy(e, at, loc, host) {
+                        return Ok(());
+                    }
+                }
+                Lent::Bytes(_) | Lent::Outside => {}
+            }
+        }
+        // Appended by this session, not committed yet: its bytes live in
+        // the reservation, which may change before the pending write;
+        // write them now.
+        self.flush(pending, host);
+        self.place_appended(e, at, pending, host)
     }
 
     /// A chunk the host holds in a file: copied by the host, which checks
@@ -503,7 +571,7 @@ impl FilesReceiver {
             no,
             target: Target::Rebuild(rb),
             ..
-        }) = self.current.as_mut()
+        }) = self.stream.current.as_mut()
         else {
             return true;
         };
@@ -514,7 +582,7 @@ impl FilesReceiver {
         };
         match host.copy_chunk(*no, at, loc, e.hash, &mut seen) {
             Copied::Placed => {
-                self.report.matched_bytes += u64::from(e.len);
+                self.stats.report.matched_bytes += u64::from(e.len);
                 true
             }
             Copied::Absent => false,
@@ -538,7 +606,7 @@ impl FilesReceiver {
             no,
             target: Target::Rebuild(rb),
             ..
-        }) = self.current.as_mut()
+        }) = self.stream.current.as_mut()
         else {
             return Ok(());
         };
@@ -549,7 +617,7 @@ impl FilesReceiver {
         };
         match host.place_appended(*no, at, e.hash, e.len, &mut seen) {
             Some(Ok(())) => {
-                self.report.matched_bytes += u64::from(e.len);
+                self.stats.report.matched_bytes += u64::from(e.len);
             }
             Some(Err(err)) => self.fail_current(err, host),
             None => self.hole(pending, at, e.hash, e.len, host)?,
@@ -572,17 +640,15 @@ impl FilesReceiver {
             ChunkData::Zstd(c) => Some(c),
             _ => return Err(FilesViolation::LiteralLength.into()),
         };
-        let mut zbuf = std::mem::take(&mut self.zbuf);
+        let mut zbuf = std::mem::take(&mut self.inflate.zbuf);
         if let Some(c) = compressed {
-            zbuf.clear();
-            zbuf.resize(e.len as usize, 0);
-            if !matches!(self.dctx.0.decompress_to_buffer(c, &mut zbuf[..]), Ok(n) if n == e.len as usize) {
-                self.zbuf = zbuf;
+            if !self.inflate.exact(c, &mut zbuf, e.len as usize) {
+                self.inflate.zbuf = zbuf;
                 return Err(FilesViolation::ChunkZstd.into());
             }
         }
         let result = self.take_literal(e, at, compressed, &zbuf, pending, host);
-        self.zbuf = zbuf;
+        self.inflate.zbuf = zbuf;
         result
     }
 
@@ -599,8 +665,8 @@ impl FilesReceiver {
             (None, ChunkData::Literal(b)) => b,
             _ => zbuf,
         };
-        self.report.literal_bytes += u64::from(e.len);
-        self.report.literal_wire_bytes += compressed.map_or(u64::from(e.len), |c| c.len() as u64);
+        self.stats.report.literal_bytes += u64::from(e.len);
+        self.stats.report.literal_wire_bytes += compressed.map_or(u64::from(e.len), |c| c.len() as u64);
         if !hash_matches(bytes, e.hash) {
             return Ok(false);
         }
@@ -613,7 +679,7 @@ impl FilesReceiver {
                 .or_else(|_| host.reserve(len))
                 .map_err(store_filled)?;
         }
-        let place = match self.current.as_ref() {
+        let place = match self.stream.current.as_ref() {
             Some(Current {
                 no,
                 target: Target::Rebuild(_),
@@ -622,8 +688,8 @@ impl FilesReceiver {
             _ => None,
         };
         host.append(place, e.hash, bytes).map_err(LocalError::Store)?;
-        self.appended += len;
-        self.appends += 1;
+        self.stream.appended += len;
+        self.stream.appends += 1;
         match (compressed, e.data) {
             // Frame bytes outlive the pending write: queue them in place.
             (None, ChunkData::Literal(b)) => self.put(pending, at, b, host),
@@ -633,7 +699,7 @@ impl FilesReceiver {
                 self.put_now(at, bytes, host);
             }
         }
-        if self.appends >= COMMIT_EVERY_CHUNKS || self.appended >= self.commit_every {
+        if self.stream.commit_due() {
             // What a commit names must be written first (a checkpoint of
             // the file being received points into it).
             self.flush(pending, host);
@@ -647,9 +713,8 @@ impl FilesReceiver {
 
     /// Makes appended chunks durable and visible.
     pub(super) fn commit<'s, H: FilesHost<'s>>(&mut self, host: &mut H) -> Result<(), SessionError> {
-        self.report.store_appended += host.commit().map_err(LocalError::Store)?;
-        self.appended = 0;
-        self.appends = 0;
+        self.stats.report.store_appended += host.commit().map_err(LocalError::Store)?;
+        self.stream.committed();
         Ok(())
     }
 
@@ -664,7 +729,7 @@ impl FilesReceiver {
         let Some(Current {
             target: Target::Rebuild(rb),
             ..
-        }) = self.current.as_mut()
+        }) = self.stream.current.as_mut()
         else {
             return;
         };
@@ -690,7 +755,7 @@ impl FilesReceiver {
             no,
             target: Target::Rebuild(rb),
             ..
-        }) = self.current.as_mut()
+        }) = self.stream.current.as_mut()
         else {
             return;
         };
@@ -707,7 +772,7 @@ impl FilesReceiver {
         if pending.len == 0 {
             return;
         }
-        let result = match self.current.as_ref() {
+        let result = match self.stream.current.as_ref() {
             Some(Current {
                 no,
                 target: Target::Rebuild(_),
@@ -734,35 +799,26 @@ impl FilesReceiver {
         len: u32,
         host: &mut H,
     ) -> Result<(), SessionError> {
-        self.unverified += u64::from(len);
-        if self.unverified > self.max_unverified_bytes {
-            return Err(LimitExceeded::Peer {
-                what: "bytes of REF/KNOWN chunks that did not match their hash",
-                asked: self.unverified,
-                limit: self.max_unverified_bytes,
-            }
-            .into());
-        }
-        let fresh = !self.nak_seen.contains(hash);
-        self.charge(HOLE_COST + if fresh { NAK_COST } else { 0 })?;
+        self.budget.unverified(len)?;
+        let fresh = !self.repairs.is_naked(hash);
+        self.budget.charge(HOLE_COST + if fresh { NAK_COST } else { 0 })?;
         self.flush(pending, host);
         if let Some(Current {
             target: Target::Rebuild(rb),
             ..
-        }) = self.current.as_mut()
+        }) = self.stream.current.as_mut()
         {
             rb.quick = None;
             rb.holes.push((at, *hash, len));
         }
-        if self.nak_seen.insert(*hash) {
-            self.nak.push(*hash);
-            self.report.nak_chunks += 1;
+        if self.repairs.nak(hash) {
+            self.stats.report.nak_chunks += 1;
         }
         Ok(())
     }
 
     pub(super) fn end_file<'s, H: FilesHost<'s>>(&mut self, host: &mut H) -> Result<(), SessionError> {
-        let Some(cur) = self.current.take() else {
+        let Some(cur) = self.stream.current.take() else {
             return Ok(());
         };
         if cur.streamed {
@@ -779,18 +835,18 @@ impl FilesReceiver {
         }
         match (cur.target, cur.rel) {
             (Target::Unchanged, _) => {
-                self.report.files_unchanged += 1;
-                self.report.effective_bytes += cur.size;
+                self.stats.report.files_unchanged += 1;
+                self.stats.report.effective_bytes += cur.size;
             }
             (Target::SameContent, _) => {
-                self.report.files_metadata_only += 1;
-                self.report.effective_bytes += cur.size;
+                self.stats.report.files_metadata_only += 1;
+                self.stats.report.effective_bytes += cur.size;
             }
             (Target::Rebuild(rb), Some(rel)) if !rb.holes.is_empty() => {
-                self.charge(WAITING_COST + rel.as_bytes().len() as u64)?;
+                self.budget.charge(WAITING_COST + rel.as_bytes().len() as u64)?;
                 // It waits for REPAIR with no descriptor open.
                 host.park(cur.no);
-                self.waiting.push(Waiting {
+                self.repairs.waiting.push(Waiting {
                     no: cur.no,
                     rel,
                     size: cur.size,
@@ -818,14 +874,14 @@ impl FilesReceiver {
             }
             (Target::Failed | Target::Rebuild(_), _) => {}
         }
-        if self.appended >= self.commit_every {
+        if self.stream.appended >= self.stream.commit_every {
             self.commit(host)?;
         }
         Ok(())
     }
 
     /// Finishes a rebuilt file through the host; a failure fails the entry.
-    fn land<'s, H: FilesHost<'s>>(
+    pub(super) fn land<'s, H: FilesHost<'s>>(
         &mut self,
         no: u64,
         f: &FileSpec<'_>,
@@ -835,132 +891,14 @@ impl FilesReceiver {
     ) {
         match host.finish_file(no, f, digest, quick) {
             Ok(()) => {
-                self.report.files_written += 1;
-                self.report.effective_bytes += f.size;
+                self.stats.report.files_written += 1;
+                self.stats.report.effective_bytes += f.size;
                 self.landed_attrs(no, f.rel, true, host);
             }
             Err(e) => {
                 host.discard(no);
-                self.fail(f.rel.as_bytes(), e);
+                self.stats.fail(f.rel.as_bytes(), e);
                 self.landed_attrs(no, f.rel, false, host);
-            }
-        }
-    }
-
-    /// One REPAIR frame: the good bytes of each NAKed chunk go into every
-    /// hole waiting for them (and repair the store, if there is one; they
-    /// are never kept in memory); after the last, finish the waiting files.
-    pub(super) fn repair_frame<'s, H: FilesHost<'s>>(
-        &mut self,
-        flags: u16,
-        body: &[u8],
-        host: &mut H,
-    ) -> Result<(), SessionError> {
-        let (_, entries) = parse_chunks(body).map_err(malformed("REPAIR"))?;
-        for e in entries {
-            let e = e.map_err(malformed("REPAIR entry"))?;
-            if !self.nak_seen.contains(e.hash) || e.len == 0 || e.len > MAX_CHUNK_LEN {
-                return Err(FilesViolation::RepairNotNaked.into());
-            }
-            self.work(u64::from(e.len))?;
-            let mut zbuf = std::mem::take(&mut self.zbuf);
-            let bytes: &[u8] = match e.data {
-                ChunkData::Literal(b) if b.len() == e.len as usize => b,
-                ChunkData::Zstd(c) => {
-                    zbuf.clear();
-                    zbuf.resize(e.len as usize, 0);
-                    match self.dctx.0.decompress_to_buffer(c, &mut zbuf[..]) {
-                        Ok(n) if n == e.len as usize => &zbuf,
-                        _ => {
-                            self.zbuf = zbuf;
-                            return Err(FilesViolation::RepairZstd.into());
-                        }
-                    }
-                }
-                _ => {
-                    self.zbuf = zbuf;
-                    return Err(FilesViolation::RepairWithoutBytes.into());
-                }
-            };
-            if hash_matches(bytes, e.hash) {
-                self.report.repaired_bytes += u64::from(e.len);
-                if let Err(err) = host.repair(e.hash, bytes) {
-                    self.note(&format!("store repair failed: {err}\n"));
-                }
-                self.fill_holes(e.hash, bytes, host);
-            }
-            self.zbuf = zbuf;
-        }
-        if flags & FLAG_LAST != 0 {
-            self.finish_all(host);
-        }
-        Ok(())
-    }
-
-    /// Writes the good `bytes` of `hash` into every hole waiting for
-    /// them, each file reopened for its writes and parked again.
-    fn fill_holes<'s, H: FilesHost<'s>>(&mut self, hash: &Hash, bytes: &[u8], host: &mut H) {
-        if self.holes_by_hash.is_empty() {
-            for (i, w) in self.waiting.iter_mut().enumerate() {
-                for (at, h, _) in std::mem::take(&mut w.holes) {
-                    self.holes_by_hash.entry(h).or_default().push((i, at));
-                }
-            }
-        }
-        let Some(spots) = self.holes_by_hash.remove(hash) else {
-            return;
-        };
-        let mut open: Option<usize> = None;
-        for (i, at) in spots {
-            let Some(w) = self.waiting.get_mut(i) else {
-                continue;
-            };
-            if w.broken.is_none() {
-                match host.write(w.no, at, &mut [IoSlice::new(bytes)]) {
-                    Ok(()) => {
-                        w.missing -= 1;
-                        host.wrote_chunk(w.no, at, hash, bytes.len() as u32);
-                    }
-                    Err(e) => w.broken = Some(e),
-                }
-            }
-            if let Some(j) = open.filter(|&j| j != i) {
-                host.park(self.waiting[j].no);
-            }
-            open = Some(i);
-        }
-        if let Some(j) = open {
-            host.park(self.waiting[j].no);
-        }
-    }
-
-    /// Finishes the files that waited for REPAIRs, one at a time (each
-    /// reopened, landed or failed, closed), so their number never costs
-    /// descriptors.
-    pub(super) fn finish_waiting<'s, H: FilesHost<'s>>(&mut self, host: &mut H) {
-        self.holes_by_hash.clear();
-        for w in std::mem::take(&mut self.waiting) {
-            let why = match w.broken {
-                Some(e) => Some(Unfinished::Land(e)),
-                None if w.missing > 0 => Some(Unfinished::NotRepaired),
-                None => None,
-            };
-            match why {
-                None => {
-                    let spec = FileSpec {
-                        rel: &w.rel,
-                        size: w.size,
-                        mtime_ns: w.mtime_ns,
-                        mode: w.mode,
-                        file_hash: w.file_hash,
-                        held: false,
-                    };
-                    self.land(w.no, &spec, w.digest, None, host);
-                }
-                Some(why) => {
-                    host.discard(w.no);
-                    self.fail(w.rel.as_bytes(), why);
-                }
             }
         }
     }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use pfs_transport::Transport;
 
 use super::core::{FilesSender, FilesSenderEvent};
-use super::host::{FilesPrepare, LocalSource};
+use super::host::FilesPrepare;
+use super::local::LocalSource;
 use super::store_hex;
 use super::{FilesItem, FilesProgress, FilesSenderConfig, FilesSenderOutcome};
 use crate::files::bwlimit::{write_paced, BwLimit};
@@ -78,18 +79,24 @@ fn send<T: Transport + ?Sized>(
     if core.is_dry_run() {
         let _ = t.shutdown_write();
     }
+    let usage = thread_usage().plus(&t.helper_usage()).since(&usage0);
+    Ok(outcome(core, usage, warnings))
+}
+
+/// What the finished session `core` learnt and did.
+fn outcome(mut core: FilesSender<'_>, usage: pfs_sys::Usage, warnings: Vec<String>) -> FilesSenderOutcome {
     let accept = core.accept().copied();
     let (fetched, cached) = core.index_counts();
     let (sent, received) = core.wire_bytes();
     let report = core.take_report();
     let deletion = core.take_deletion();
-    let (repaired_chunks, repaired_bytes) = core.repaired;
+    let (repaired_chunks, repaired_bytes) = core.repaired();
     let elapsed = now() - core.started();
     let (report, messages) = match report {
         Some((r, m)) => (Some(r), m),
         None => (None, String::new()),
     };
-    Ok(FilesSenderOutcome {
+    FilesSenderOutcome {
         plan: core.summary(),
         store_id: accept.map(|a| store_hex(&a.store_id)).unwrap_or_default(),
         store_generation: accept.map_or(0, |a| a.generation),
@@ -103,12 +110,12 @@ fn send<T: Transport + ?Sized>(
         repaired_chunks,
         repaired_bytes,
         elapsed,
-        usage: thread_usage().plus(&t.helper_usage()).since(&usage0),
+        usage,
         warnings,
-        skipped: core.skipped(),
+        unreadable: core.unreadable(),
         dropped: core.dropped(),
         deletion,
-    })
+    }
 }
 
 /// After a failed write the receiver has usually said why in an ERROR

@@ -3,24 +3,39 @@
 //! delta), decide per chunk between a descriptor into the store and literal
 //! bytes, announce the totals, stream FILE and CHUNKS frames, answer NAKs
 //! with REPAIRs, and return the receiver's report.
-
 //!
 //! - [`core`]: the sans-I/O core [`FilesSender`] — replies and `now` in;
-//!   frames to send, a deadline and progress events out; file bytes,
-//!   hashing, chunking and the index cache through [`FilesSource`].
+//!   frames to send, a deadline and progress events out. It orchestrates
+//!   named parts, each in its own (private) module: `reply` (the receive
+//!   side), `batch` (the send side: BATCH frames, zstd), `probe`, `index`
+//!   (index fetch), `plan` (how each chunk travels), `stream` (the
+//!   stream's position, STREAMED files, progress), `fill` (FILE and
+//!   CHUNKS frames), `repair` and `delete` (deletion).
+//! - [`host`]: the core's host traits, [`FilesSource`] (file bytes,
+//!   hashing, chunking, the index cache) and [`FilesPrepare`].
+//! - [`local`]: [`LocalSource`] and [`LocalPrepare`], those hosts on this
+//!   machine's files.
 //! - [`driver`]: [`send_files`], the core over a blocking transport.
-//! - [`host`]: [`LocalSource`] and [`LocalPrepare`], the core's host on
-//!   this machine's files.
 //! - [`meter`]: [`FilesMeter`], the send's progress for a display thread
 //!   (hashing and chunking included), its rate and its one-line text.
 //! - [`scan`]: [`scan_items`], the paths a user names as [`FilesItem`]s
 //!   with what the quick-check cache knows, before the session.
 
+mod batch;
 pub mod core;
+mod delete;
 pub mod driver;
+mod fill;
 pub mod host;
+mod index;
+pub mod local;
 pub mod meter;
+mod plan;
+mod probe;
+mod repair;
+mod reply;
 pub mod scan;
+mod stream;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -31,9 +46,10 @@ use pfs_wire::files::{EntryKind, FilesReport, Hash};
 
 use pfs_sys::Usage;
 
-pub use self::core::{FilesSender, FilesSenderEvent, FilesSource, Streamed, MAX_INDEX_BATCH};
+pub use self::core::{FilesSender, FilesSenderEvent, MAX_INDEX_BATCH};
 pub use driver::send_files;
-pub use host::{ChunkAhead, ChunkStream, FilesPrepare, LocalPrepare, LocalSource, Unreadable, STREAM_AHEAD};
+pub use host::{FilesPrepare, FilesSource, Streamed, Unreadable};
+pub use local::{ChunkAhead, ChunkStream, LocalPrepare, LocalSource, STREAM_AHEAD};
 pub use meter::{FilesMeter, MeterRate, MeterReading, SendPhase};
 pub use pfs_wire::files::{DeleteStatus, DeletedKind};
 pub use scan::{save_recipes, scan_items, ScanConfig, Scanned};
@@ -313,9 +329,10 @@ pub struct FilesSenderOutcome {
     pub usage: Usage,
     /// Warnings (cache trouble, files that changed while sent).
     pub warnings: Vec<String>,
-    /// Entries left out because they could not be read while the session
-    /// ran (each also has a warning): the transfer is partial.
-    pub skipped: u64,
+    /// Entries left out because they could not be read (each also has a
+    /// warning): the transfer is partial. The driver counts those the
+    /// session could not read; a caller adds [`Scanned::unreadable`].
+    pub unreadable: u64,
     /// Entries given up on while streaming (FILE_DROP: changed, shrunk or
     /// unreadable after their FILE was sent); also in the receiver's
     /// `files_failed`, listed in its messages with the reason.
@@ -397,6 +414,14 @@ pub fn plan_chunk(
     }
 }
 
+/// The entries that are regular files still to be chunked (not held,
+/// no recipe yet).
+fn unchunked(items: &[FilesItem]) -> Vec<usize> {
+    (0..items.len())
+        .filter(|&i| items[i].is_file() && items[i].recipe.is_none() && !items[i].held)
+        .collect()
+}
+
 fn entry_kind(e: &Entry) -> (EntryKind, &[u8]) {
     match &e.kind {
         WalkKind::File { .. } => (EntryKind::File, &[]),
@@ -407,4 +432,135 @@ fn entry_kind(e: &Entry) -> (EntryKind, &[u8]) {
 
 fn store_hex(id: &[u8; 16]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Helpers of the parts' unit tests: entries, recipes, and a source of
+/// files held in memory.
+#[cfg(test)]
+pub(super) mod tests {
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+
+    use pfs_files::{ChunkRef, Entry, EntryMeta, IndexCache, Recipe, RelPath, WalkKind};
+
+    use super::host::{FilesSource, Unreadable};
+    use super::FilesItem;
+    use crate::error::{LocalError, Violation};
+    use crate::files::FilesViolation;
+    use crate::SessionError;
+
+    /// The files-protocol violation `e` is.
+    pub(crate) fn files_violation(e: SessionError) -> FilesViolation {
+        match e {
+            SessionError::Violation(Violation::Files(v)) => v,
+            other => panic!("not a files-protocol violation: {other}"),
+        }
+    }
+
+    fn entry(rel: &str, kind: WalkKind) -> Entry {
+        Entry {
+            rel: RelPath::parse(rel.as_bytes()).expect("a relative path"),
+            kind,
+            mode: 0o644,
+            mtime_ns: 1_700_000_000_000_000_000,
+            dev: 1,
+            ino: rel.len() as u64,
+            abs: PathBuf::from("/src").join(rel),
+            meta: EntryMeta::default(),
+        }
+    }
+
+    /// A regular file of `size` bytes, not chunked.
+    pub(crate) fn file_item(rel: &str, size: u64) -> FilesItem {
+        FilesItem::new(entry(rel, WalkKind::File { size }), None)
+    }
+
+    /// A directory.
+    pub(crate) fn dir_item(rel: &str) -> FilesItem {
+        FilesItem::new(entry(rel, WalkKind::Dir), None)
+    }
+
+    /// A recipe of 100-byte chunks with these hashes.
+    pub(crate) fn recipe(hashes: &[[u8; 32]]) -> Recipe {
+        let chunks = hashes
+            .iter()
+            .enumerate()
+            .map(|(i, h)| ChunkRef {
+                hash: *h,
+                offset: i as u64 * 100,
+                len: 100,
+            })
+            .collect::<Vec<_>>();
+        Recipe {
+            size: chunks.len() as u64 * 100,
+            file_hash: [0; 32],
+            chunks,
+        }
+    }
+
+    /// The recipe of `bytes` cut into `len`-byte chunks (BLAKE3 each).
+    pub(crate) fn recipe_of(bytes: &[u8], len: usize) -> Recipe {
+        let chunks = bytes
+            .chunks(len)
+            .enumerate()
+            .map(|(i, c)| ChunkRef {
+                hash: *blake3::hash(c).as_bytes(),
+                offset: (i * len) as u64,
+                len: c.len() as u32,
+            })
+            .collect();
+        Recipe {
+            size: bytes.len() as u64,
+            file_hash: [0; 32],
+            chunks,
+        }
+    }
+
+    /// Files in memory by relative path: reads only (the parts' tests
+    /// need no hashing, chunking or index cache).
+    pub(crate) struct MemFiles(HashMap<String, Vec<u8>>);
+
+    impl MemFiles {
+        pub(crate) fn new(files: Vec<(&str, Vec<u8>)>) -> Self {
+            Self(files.into_iter().map(|(p, b)| (p.to_string(), b)).collect())
+        }
+    }
+
+    impl FilesSource for MemFiles {
+        fn digest(&mut self, _items: &mut [FilesItem], _which: &[usize]) -> Unreadable {
+            Vec::new()
+        }
+        fn chunk(&mut self, _items: &mut [FilesItem], _which: &[usize]) -> Unreadable {
+            Vec::new()
+        }
+        fn open_index(&mut self, store_id: [u8; 16]) -> (IndexCache, Option<String>) {
+            let (mut c, _) = IndexCache::open(std::env::temp_dir().join("pfs-no-cache"), store_id);
+            c.reset();
+            (c, None)
+        }
+        fn save_index(&mut self, _cache: &IndexCache) -> Option<String> {
+            None
+        }
+        fn read(
+            &mut self,
+            item: &FilesItem,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> Result<Option<String>, LocalError> {
+            let rel = String::from_utf8_lossy(item.entry.rel.as_bytes()).into_owned();
+            let bytes = &self.0[&rel];
+            let start = offset as usize;
+            match bytes.get(start..start + buf.len()) {
+                Some(b) => buf.copy_from_slice(b),
+                None => {
+                    return Err(LocalError::Io {
+                        what: "read",
+                        path: item.entry.abs.clone(),
+                        source: std::io::ErrorKind::UnexpectedEof.into(),
+                    })
+                }
+            }
+            Ok(None)
+        }
+    }
 }

@@ -40,7 +40,7 @@ pub struct Scanned {
     pub warnings: Vec<String>,
     /// Entries the scan could not read or name (not special files, which
     /// are left out by design): the transfer will be partial.
-    pub failed: usize,
+    pub unreadable: usize,
     /// The recipe cache, to save after the session (`None` without one).
     pub cache: Option<RecipeCache>,
     /// A directory was given as its contents (`DIR/`).
@@ -59,7 +59,7 @@ pub fn scan_items(cfg: &ScanConfig<'_>) -> Result<Scanned, FilesError> {
         .iter()
         .map(|s| format!("skipping {}: {}", s.path.display(), s.reason))
         .collect();
-    let failed = tree
+    let unreadable = tree
         .skipped
         .iter()
         .filter(|s| matches!(s.reason, SkipReason::Unreadable(_) | SkipReason::BadPath(_)))
@@ -89,7 +89,7 @@ pub fn scan_items(cfg: &ScanConfig<'_>) -> Result<Scanned, FilesError> {
     Ok(Scanned {
         items,
         warnings,
-        failed,
+        unreadable,
         cache,
         contents: tree.contents,
         elapsed: t0.elapsed(),

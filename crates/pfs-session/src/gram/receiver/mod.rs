@@ -28,21 +28,34 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use pfs_exec::execute::resolve;
-use pfs_exec::kernel::{Acc, Kernel, Output, CHUNK_DESCS};
-use pfs_exec::{e2e_chain, execute_gram, Digest, GramLimits};
+use pfs_exec::kernel::{Kernel, Output};
+use pfs_exec::{execute_gram, GramLimits};
 use pfs_wire::control::{NO_MISMATCH, REPORT_LEN, SENDER_SUMMARY_LEN};
 use pfs_wire::corrections::{CorrectionHead, CorrectionsReport, CORRECTIONS_REPORT_LEN, CORRECTION_HEAD_LEN};
 use pfs_wire::frame::FLAG_COMPLETE_REPORT;
-use pfs_wire::hello::{ACK_CORRECTIONS, ACK_REPAIR, HELLO_CORRECTIONS};
+use pfs_wire::hello::HELLO_CORRECTIONS;
 use pfs_wire::{
-    put_frame, DescIter, Descriptor, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode,
-    Report, SenderSummary, FRAME_HEADER_LEN, GRAM_HEADER_LEN,
+    put_frame, DescIter, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode, Report,
+    SenderSummary, FRAME_HEADER_LEN, GRAM_HEADER_LEN,
 };
 
-use super::corrections::{NakBook, DEFAULT_MAX_NAK_GRAMS, DEFAULT_MAX_REPAIR_BYTES, MAX_LOCAL_REPAIR};
+mod check;
+mod exec;
+mod repairs;
+mod stats;
+mod timing;
+
+pub use super::host::{Discard, GramSink};
+
+use self::check::GramCheck;
+use self::exec::SessionExec;
+use self::repairs::Repairs;
+use self::stats::Stats;
+use self::timing::Timing;
+use super::corrections::{NakBook, DEFAULT_MAX_NAK_GRAMS, DEFAULT_MAX_REPAIR_BYTES};
 use super::{GramProgress, GramViolation, HelloRejection};
-use crate::error::{Timeout, Violation};
-use crate::framing::{FrameClock, DEFAULT_WRITE_TIMEOUT};
+use crate::error::Violation;
+use crate::framing::DEFAULT_WRITE_TIMEOUT;
 use crate::{BlobView, Limits, SessionError};
 use pfs_sys::Usage;
 
@@ -141,75 +154,6 @@ pub enum GramReceiverEvent {
     Summary,
 }
 
-/// Receives each gram's header and descriptor table as it is executed (the
-/// host records it, or ignores it).
-pub trait GramSink {
-    /// One gram, before its payload.
-    fn gram(&mut self, header: &GramHeader, table: &[u8]) -> std::io::Result<()>;
-}
-
-/// A sink that keeps nothing.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Discard;
-
-impl GramSink for Discard {
-    fn gram(&mut self, _: &GramHeader, _: &[u8]) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// A pCPU kernel run across a session's grams with the executor's chunking
-/// (fixed runs of `CHUNK_DESCS` descriptors, crossing gram boundaries), so the
-/// result equals `pfs exec` over the same schedule.
-struct SessionExec {
-    kernel: Kernel,
-    total: Acc,
-    chunk: Acc,
-    in_chunk: usize,
-}
-
-impl std::fmt::Debug for SessionExec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionExec")
-            .field("kernel", &self.kernel.id)
-            .finish()
-    }
-}
-
-impl SessionExec {
-    fn new(kernel: Kernel) -> Self {
-        Self {
-            kernel,
-            total: kernel.acc(),
-            chunk: kernel.acc(),
-            in_chunk: 0,
-        }
-    }
-
-    #[inline]
-    fn update(&mut self, bytes: &[u8]) {
-        if !self.kernel.id.shardable() {
-            // Stream kernels (FNV-1a) run one state over everything.
-            self.kernel.update(&mut self.total, bytes);
-            return;
-        }
-        self.kernel.update(&mut self.chunk, bytes);
-        self.in_chunk += 1;
-        if self.in_chunk == CHUNK_DESCS {
-            let done = std::mem::replace(&mut self.chunk, self.kernel.acc());
-            self.kernel.combine(&mut self.total, done);
-            self.in_chunk = 0;
-        }
-    }
-
-    fn finish(mut self) -> Output {
-        if self.in_chunk > 0 {
-            self.kernel.combine(&mut self.total, self.chunk);
-        }
-        self.kernel.finish(self.total)
-    }
-}
-
 /// The next unit of input.
 #[derive(Debug, Clone, Copy)]
 enum Step {
@@ -237,6 +181,17 @@ enum Step {
     Done,
 }
 
+/// What [`GramReceiver::handle_input`] did with one unit.
+#[derive(Debug, Clone, Copy)]
+enum Took {
+    /// The unit is not all in yet (or no input is expected).
+    Wait,
+    /// This many bytes.
+    Used(usize),
+    /// This many bytes, and the host must act before more is taken.
+    UsedStop(usize),
+}
+
 /// The negotiated session (after HELLO).
 #[derive(Debug)]
 struct Negotiated {
@@ -246,61 +201,41 @@ struct Negotiated {
     gram_limits: GramLimits,
 }
 
-/// One receiving session, sans I/O.
+/// One receiving session, sans I/O, made of named parts: its `Timing`
+/// (deadlines, what it awaits), `Stats` (the report's counters, wire
+/// bytes, progress), the `GramCheck` of the gram being received (digest,
+/// descriptors, slab pieces that differ), the `Repairs` of the
+/// corrections plane and the `SessionExec` kernel.
+///
+/// # Call contract
+/// The host (see [`super::receive_session`]) loops:
+/// 1. [`Self::handle_input`] with `now` and the bytes buffered; it returns
+///    how many it consumed and stops early at an event the host must act on;
+/// 2. [`Self::poll_event`] until `None`: on [`GramReceiverEvent::Summary`]
+///    it measures its CPU and calls [`Self::finish`];
+/// 3. [`Self::poll_transmit`]: it writes those bytes, then calls
+///    [`Self::transmitted`];
+/// 4. until [`Self::is_done`], it reads ([`Self::want`] contiguous bytes
+///    make the next unit whole) at most until [`Self::poll_timeout`], then
+///    calls [`Self::handle_timeout`].
+///
+/// An error ends the session; the host reports it to the peer in an ERROR
+/// frame.
 #[derive(Debug)]
 pub struct GramReceiver<'b> {
     blob: BlobView<'b>,
     limits: Limits,
-    idle_timeout: Duration,
-    handshake_timeout: Duration,
-    /// The first byte of HELLO arrived (its handshake deadline is set).
-    hello_begun: bool,
-    /// Per-frame, absolute deadlines (shared with the files cores).
-    clock: FrameClock,
-    /// `wire_in` where the frame now arriving began, and its whole length.
-    frame_at: (u64, u64),
-    log_interval: Option<Duration>,
     step: Step,
     session: Option<Negotiated>,
     out: Vec<u8>,
     events: VecDeque<GramReceiverEvent>,
-    /// Bytes consumed from the peer (the receiver's wire bytes in).
-    wire_in: u64,
-    /// Bytes this side has queued to the peer, report included.
-    wire_out: u64,
-    awaiting: &'static str,
-    awaiting_for: Duration,
-    started: Option<Instant>,
-    next_log: Option<Instant>,
-    digest: Digest,
-    /// Payload mode: the table's descriptors, decoded and checked.
-    descs: Vec<Descriptor>,
-    differs: bool,
-    report: Report,
-    next_seq: u64,
+    timing: Timing,
+    stats: Stats,
+    check: GramCheck,
+    repairs: Repairs,
     exec: Option<SessionExec>,
     summary: Option<SenderSummary>,
     outcome: Option<GramReceiverOutcome>,
-    /// The corrections plane, when the sender speaks it.
-    book: Option<NakBook>,
-    /// Repair settings (from the config).
-    repair: bool,
-    integrity_sample: Option<u16>,
-    max_nak_grams: u32,
-    max_repair_bytes: u64,
-    /// The digest of unchecked grams: none, so their bytes are not read.
-    skip: Digest,
-    /// The current payload gram is checked.
-    checking: bool,
-    /// Payload mode: the slab's pieces that differ from the blob, held
-    /// until the gram's digest says the slab is the sender's bytes.
-    local: Vec<u8>,
-    /// Where each held piece goes: (blob offset, length).
-    local_at: Vec<(usize, usize)>,
-    /// Some differing piece did not fit the hold: no repair of this gram.
-    local_lost: bool,
-    /// The REPAIR in progress cannot count as a repair (a write failed).
-    repair_failed: bool,
     /// The sender's COMPLETE arrived while NAKs were unanswered.
     completed: bool,
 }
@@ -311,48 +246,24 @@ impl<'b> GramReceiver<'b> {
         Self {
             blob,
             limits: cfg.limits,
-            idle_timeout: cfg.idle_timeout,
-            handshake_timeout: cfg.handshake_timeout,
-            hello_begun: false,
-            clock: FrameClock::new(now, cfg.idle_timeout, cfg.min_frame_rate),
-            frame_at: (0, 0),
-            log_interval: cfg.log_interval,
             step: Step::Header,
             session: None,
             out: Vec::with_capacity(256),
             events: VecDeque::with_capacity(4),
-            wire_in: 0,
-            wire_out: 0,
-            awaiting: "HELLO",
-            awaiting_for: cfg.idle_timeout,
-            started: None,
-            next_log: None,
-            digest: Digest::new(IntegrityAlg::None),
-            descs: Vec::new(),
-            differs: false,
-            report: Report::default(),
-            next_seq: 0,
+            timing: Timing::new(cfg, now),
+            stats: Stats::new(cfg.log_interval),
+            check: GramCheck::default(),
+            repairs: Repairs::new(cfg),
             exec: cfg.exec.map(SessionExec::new),
             summary: None,
             outcome: None,
-            book: None,
-            repair: cfg.repair,
-            integrity_sample: cfg.integrity_sample,
-            max_nak_grams: cfg.max_nak_grams,
-            max_repair_bytes: cfg.max_repair_bytes,
-            skip: Digest::new(IntegrityAlg::None),
-            checking: true,
-            local: Vec::new(),
-            local_at: Vec::new(),
-            local_lost: false,
-            repair_failed: false,
             completed: false,
         }
     }
 
     /// Size of the COMPLETE(REPORT) frame this side sends last.
     fn report_frame_len(&self) -> u64 {
-        let block = if self.book.is_some() {
+        let block = if self.repairs.book.is_some() {
             CORRECTIONS_REPORT_LEN
         } else {
             0
@@ -367,6 +278,12 @@ impl<'b> GramReceiver<'b> {
 
     /// Contiguous bytes the next unit needs (at least 1 while input is expected).
     pub fn want(&self) -> usize {
+        self.need().max(1)
+    }
+
+    /// Bytes the next unit needs whole (payload: any amount from 1; none
+    /// once the summary arrived).
+    fn need(&self) -> usize {
         match self.step {
             Step::Header => FRAME_HEADER_LEN,
             Step::Body(fh) => fh.length as usize,
@@ -377,12 +294,11 @@ impl<'b> GramReceiver<'b> {
             Step::RepairTable(head) => head.table_len(),
             Step::Finishing | Step::Done => 0,
         }
-        .max(1)
     }
 
     /// What the core waits for (for error messages).
     pub fn awaiting(&self) -> &'static str {
-        self.awaiting
+        self.timing.awaiting
     }
 
     /// Whether the report has been queued: nothing more to read.
@@ -391,6 +307,7 @@ impl<'b> GramReceiver<'b> {
     }
 
     /// Bytes to send to the peer, if any; call [`Self::transmitted`] once sent.
+    #[must_use]
     pub fn poll_transmit(&self) -> Option<&[u8]> {
         (!self.out.is_empty()).then_some(&self.out[..])
     }
@@ -401,13 +318,15 @@ impl<'b> GramReceiver<'b> {
     }
 
     /// The next event for the host.
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<GramReceiverEvent> {
         self.events.pop_front()
     }
 
     /// When [`Self::handle_timeout`] must run if no input arrives.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        (!matches!(self.step, Step::Finishing | Step::Done)).then(|| self.clock.deadline())
+        (!matches!(self.step, Step::Finishing | Step::Done)).then(|| self.timing.deadline())
     }
 
     /// The deadline passed: a silent or trickling peer loses its session.
@@ -420,17 +339,12 @@ impl<'b> GramReceiver<'b> {
 
     /// The error for a peer that let the current deadline pass.
     pub fn timed_out(&self) -> SessionError {
-        SessionError::TimedOut {
-            what: Timeout::Idle {
-                during: self.awaiting,
-                after: self.awaiting_for,
-            },
-        }
+        self.timing.timed_out()
     }
 
     /// Wire bytes of the session so far, both directions.
     pub fn wire_bytes(&self) -> u64 {
-        self.wire_in + self.wire_out
+        self.stats.wire_bytes()
     }
 
     /// Consumes what it can of `input` (bytes that arrived, in order) and
@@ -444,125 +358,111 @@ impl<'b> GramReceiver<'b> {
         input: &[u8],
         sink: &mut dyn GramSink,
     ) -> Result<usize, SessionError> {
-        if !self.hello_begun && !input.is_empty() {
-            // HELLO has begun: from its first byte it has the handshake
-            // timeout (once: later bytes do not move it), so a peer
-            // trickling bytes cannot hold the slot.
-            self.hello_begun = true;
-            self.set_deadline(now, "HELLO", self.handshake_timeout);
+        if !input.is_empty() {
+            self.timing.input(now);
         }
         let mut used = 0;
         loop {
-            let rest = &input[used..];
-            let n = match self.step {
-                Step::Header => {
-                    if rest.len() < FRAME_HEADER_LEN {
-                        break;
-                    }
-                    let fh = FrameHeader::parse(rest).map_err(SessionError::malformed("frame header"))?;
-                    let first_after_handshake = self.session.is_some() && self.started.is_none();
-                    self.begin_frame(fh)?;
-                    used += FRAME_HEADER_LEN;
-                    self.wire_in += FRAME_HEADER_LEN as u64;
-                    if first_after_handshake {
-                        // Steady state starts with the first frame after the
-                        // handshake: setup, the handshake and the sender's
-                        // time to build its first gram are outside the window.
-                        self.started = Some(now);
-                        self.next_log = self.log_interval.map(|i| now + i);
-                        self.events.push_back(GramReceiverEvent::Started);
-                        break;
-                    }
-                    continue;
-                }
-                Step::Body(fh) => {
-                    let len = fh.length as usize;
-                    if rest.len() < len {
-                        break;
-                    }
-                    self.control(now, fh, &rest[..len])?;
-                    len
-                }
-                Step::GramHeader(fh) => {
-                    if rest.len() < GRAM_HEADER_LEN {
-                        break;
-                    }
-                    let gh = GramHeader::parse(&rest[..GRAM_HEADER_LEN])
-                        .map_err(SessionError::malformed("gram header"))?;
-                    gh.check_body_len(fh.length)
-                        .map_err(SessionError::malformed("gram header"))?;
-                    self.check_gram(&gh)?;
-                    self.step = Step::Table(gh);
-                    GRAM_HEADER_LEN
-                }
-                Step::Table(gh) => {
-                    let len = gh.table_len as usize;
-                    if rest.len() < len {
-                        break;
-                    }
-                    let table = &rest[..len];
-                    sink.gram(&gh, table)
-                        .map_err(|e| SessionError::transport("recording grams", e))?;
-                    if gh.payload_len == 0 {
-                        self.execute(&gh, table)?;
-                        self.end_frame(now);
-                    } else {
-                        self.prepare_payload(&gh, table)?;
-                        self.step = Step::Payload {
-                            gram: gh,
-                            desc: 0,
-                            at: 0,
-                        };
-                    }
-                    len
-                }
-                Step::Payload { gram, desc, at } => {
-                    if rest.is_empty() {
-                        break;
-                    }
-                    self.payload(now, gram, desc, at, rest)
-                }
-                Step::RepairHead(fh) => {
-                    if rest.len() < CORRECTION_HEAD_LEN {
-                        break;
-                    }
-                    self.repair_head(fh, &rest[..CORRECTION_HEAD_LEN])?;
-                    CORRECTION_HEAD_LEN
-                }
-                Step::RepairTable(head) => {
-                    let len = head.table_len();
-                    if rest.len() < len {
-                        break;
-                    }
-                    self.repair_table(now, head, &rest[..len])?;
-                    len
-                }
-                Step::RepairPayload { range, at, write } => {
-                    if rest.is_empty() {
-                        break;
-                    }
-                    self.repair_payload(now, range, at, write, rest)
-                }
-                Step::Finishing | Step::Done => break,
+            let (n, stop) = match self.unit(now, &input[used..], sink)? {
+                Took::Wait => break,
+                Took::Used(n) => (n, false),
+                Took::UsedStop(n) => (n, true),
             };
             used += n;
-            self.wire_in += n as u64;
-            if matches!(self.step, Step::Finishing) {
+            self.stats.wire_in += n as u64;
+            if stop || matches!(self.step, Step::Finishing) {
                 break;
             }
         }
         let rest = &input[used..];
         match self.step {
-            Step::Header => self.clock.arrived_of(rest),
+            Step::Header => self.timing.between_frames(rest),
             Step::Finishing | Step::Done => {}
-            _ => {
-                let (at, whole) = self.frame_at;
-                self.clock
-                    .arrived((self.wire_in - at + rest.len() as u64).min(whole));
-            }
+            _ => self.timing.inside_frame(self.stats.wire_in, rest.len()),
         }
         self.progress(now);
         Ok(used)
+    }
+
+    /// Takes the next unit ([`Self::want`]) from the front of `rest`, if
+    /// it is all there (payload: any amount).
+    fn unit(&mut self, now: Instant, rest: &[u8], sink: &mut dyn GramSink) -> Result<Took, SessionError> {
+        if matches!(self.step, Step::Finishing | Step::Done) || rest.len() < self.need() {
+            return Ok(Took::Wait);
+        }
+        let n = match self.step {
+            Step::Header => return self.frame_header(now, rest),
+            Step::Body(fh) => {
+                let len = fh.length as usize;
+                self.control(now, fh, &rest[..len])?;
+                len
+            }
+            Step::GramHeader(fh) => {
+                let gh = GramHeader::parse(&rest[..GRAM_HEADER_LEN])
+                    .map_err(SessionError::malformed("gram header"))?;
+                gh.check_body_len(fh.length)
+                    .map_err(SessionError::malformed("gram header"))?;
+                self.check_gram(&gh)?;
+                self.step = Step::Table(gh);
+                GRAM_HEADER_LEN
+            }
+            Step::Table(gh) => self.table(now, gh, &rest[..gh.table_len as usize], sink)?,
+            Step::Payload { gram, desc, at } => self.payload(now, gram, desc, at, rest),
+            Step::RepairHead(fh) => {
+                self.repair_head(fh, &rest[..CORRECTION_HEAD_LEN])?;
+                CORRECTION_HEAD_LEN
+            }
+            Step::RepairTable(head) => {
+                let len = head.table_len();
+                self.repair_table(now, head, &rest[..len])?;
+                len
+            }
+            Step::RepairPayload { range, at, write } => self.repair_payload(now, range, at, write, rest),
+            Step::Finishing | Step::Done => return Ok(Took::Wait),
+        };
+        Ok(Took::Used(n))
+    }
+
+    /// A frame header: its frame begins. The first frame after the
+    /// handshake starts the steady state, which the host must see at once.
+    fn frame_header(&mut self, now: Instant, rest: &[u8]) -> Result<Took, SessionError> {
+        let fh = FrameHeader::parse(rest).map_err(SessionError::malformed("frame header"))?;
+        let first_after_handshake = self.session.is_some() && self.stats.started.is_none();
+        self.begin_frame(fh)?;
+        if !first_after_handshake {
+            return Ok(Took::Used(FRAME_HEADER_LEN));
+        }
+        // Steady state starts with the first frame after the handshake:
+        // setup, the handshake and the sender's time to build its first
+        // gram are outside the window.
+        self.stats.start(now);
+        self.events.push_back(GramReceiverEvent::Started);
+        Ok(Took::UsedStop(FRAME_HEADER_LEN))
+    }
+
+    /// A gram's descriptor table, whole: recorded, then executed (no
+    /// payload) or checked before its slab streams in.
+    fn table(
+        &mut self,
+        now: Instant,
+        gh: GramHeader,
+        table: &[u8],
+        sink: &mut dyn GramSink,
+    ) -> Result<usize, SessionError> {
+        sink.gram(&gh, table)
+            .map_err(|e| SessionError::transport("recording grams", e))?;
+        if gh.payload_len == 0 {
+            self.execute(&gh, table)?;
+            self.end_frame(now);
+        } else {
+            self.prepare_payload(&gh, table)?;
+            self.step = Step::Payload {
+                gram: gh,
+                desc: 0,
+                at: 0,
+            };
+        }
+        Ok(table.len())
     }
 
     /// The outcome, once [`Self::finish`] ran.
@@ -575,16 +475,17 @@ impl<'b> GramReceiver<'b> {
     /// memory. Queues the report; the session is over.
     pub fn finish(&mut self, now: Instant, usage: Usage, max_rss_bytes: u64) -> &GramReceiverOutcome {
         let elapsed = self
+            .stats
             .started
             .map(|s| now.saturating_duration_since(s))
             .unwrap_or_default();
         let summary = self.summary.unwrap_or_default();
         let report_frame_len = self.report_frame_len();
-        let r = &mut self.report;
+        let r = &mut self.stats.report;
         r.elapsed_ns = elapsed.as_nanos() as u64;
         // Both directions of the whole session: everything read (HELLO
         // included) plus what this side writes (HELLO_ACK, NAKs, report).
-        r.wire_bytes = self.wire_in + self.wire_out + report_frame_len;
+        r.wire_bytes = self.stats.wire_in + self.stats.wire_out + report_frame_len;
         r.user_us = usage.user_us;
         r.sys_us = usage.sys_us;
         r.nvcsw = usage.nvcsw;
@@ -595,11 +496,11 @@ impl<'b> GramReceiver<'b> {
             && summary.effective_bytes == r.effective_bytes
             && summary.e2e_digest == r.e2e_digest;
         // Every mismatch repaired (none without the corrections plane).
-        let repaired = self.book.as_ref().map_or(0, |b| b.report.repaired_grams);
+        let repaired = self.repairs.book.as_ref().map_or(0, |b| b.report.repaired_grams);
         r.integrity_ok = u8::from(r.mismatched_grams == repaired && counts_match);
-        let corrections = self.book.as_ref().map(|b| b.report);
+        let corrections = self.repairs.book.as_ref().map(|b| b.report);
         let mut body = [0u8; REPORT_LEN + CORRECTIONS_REPORT_LEN];
-        body[..REPORT_LEN].copy_from_slice(&self.report.emit());
+        body[..REPORT_LEN].copy_from_slice(&self.stats.report.emit());
         let len = match &corrections {
             Some(c) => {
                 body[REPORT_LEN..].copy_from_slice(&c.emit());
@@ -613,10 +514,10 @@ impl<'b> GramReceiver<'b> {
             FLAG_COMPLETE_REPORT,
             &body[..len],
         );
-        self.wire_out += report_frame_len;
+        self.stats.wire_out += report_frame_len;
         self.step = Step::Done;
         let outcome = GramReceiverOutcome {
-            report: self.report,
+            report: self.stats.report,
             mode: self.session.as_ref().map_or(Mode::Payload, |s| s.mode),
             integrity: self.session.as_ref().map_or(IntegrityAlg::None, |s| s.integrity),
             summary,
@@ -627,7 +528,10 @@ impl<'b> GramReceiver<'b> {
     }
 
     fn begin_frame(&mut self, fh: FrameHeader) -> Result<(), SessionError> {
-        self.frame_at = (self.wire_in, (FRAME_HEADER_LEN as u64) + u64::from(fh.length));
+        self.timing.begin_frame(
+            self.stats.wire_in,
+            (FRAME_HEADER_LEN as u64) + u64::from(fh.length),
+        );
         match (fh.frame_type, self.session.is_some()) {
             (FrameType::Hello, false) => {
                 self.check_capacity(fh, "HELLO")?;
@@ -646,24 +550,12 @@ impl<'b> GramReceiver<'b> {
                 }
                 // A big gram may take a while at a modest rate: its bytes
                 // earn time as they arrive (the clock), its length none.
-                self.awaiting = "GRAM";
+                self.timing.awaiting = "GRAM";
                 self.step = Step::GramHeader(fh);
             }
-            (FrameType::Repair, true) if self.book.as_ref().is_some_and(NakBook::repairs) => {
-                if fh.flags != 0 {
-                    return Err(Violation::from(GramViolation::CorrectionFlags {
-                        frame: "REPAIR",
-                        flags: fh.flags,
-                    })
-                    .into());
-                }
-                if (fh.length as usize) < CORRECTION_HEAD_LEN {
-                    return Err(SessionError::Malformed {
-                        context: "REPAIR",
-                        error: pfs_wire::WireError::Truncated,
-                    });
-                }
-                self.awaiting = "REPAIR";
+            (FrameType::Repair, true) if self.repairs.repairs() => {
+                check_repair_header(fh)?;
+                self.timing.awaiting = "REPAIR";
                 self.step = Step::RepairHead(fh);
             }
             (FrameType::Complete, true) if fh.flags & FLAG_COMPLETE_REPORT == 0 && !self.completed => {
@@ -705,16 +597,10 @@ impl<'b> GramReceiver<'b> {
         Ok(())
     }
 
-    fn set_deadline(&mut self, now: Instant, awaiting: &'static str, after: Duration) {
-        self.clock.next_frame(now, after);
-        self.awaiting = awaiting;
-        self.awaiting_for = after;
-    }
-
     /// A frame is complete: the next one has the idle timeout to arrive.
     fn end_frame(&mut self, now: Instant) {
         self.step = Step::Header;
-        self.set_deadline(now, "frame", self.idle_timeout);
+        self.timing.next_frame(now);
     }
 
     fn control(&mut self, now: Instant, fh: FrameHeader, body: &[u8]) -> Result<(), SessionError> {
@@ -727,12 +613,12 @@ impl<'b> GramReceiver<'b> {
             FrameType::Complete => {
                 self.summary = Some(SenderSummary::parse(body).map_err(SessionError::malformed("COMPLETE"))?);
                 self.completed = true;
-                if self.book.as_ref().is_none_or(NakBook::is_settled) {
+                if self.repairs.is_settled() {
                     self.summarize();
                 } else {
                     // The report waits for the REPAIRs of the NAKs unanswered.
                     self.end_frame(now);
-                    self.awaiting = "REPAIR";
+                    self.timing.awaiting = "REPAIR";
                 }
             }
             FrameType::Error => return Err(crate::framing::refusal(body)),
@@ -767,15 +653,7 @@ impl<'b> GramReceiver<'b> {
                 .blob
                 .writer
                 .is_some_and(|w| w.len() == self.blob.data.len() as u64);
-            let repair = self.repair && writable && integrity != IntegrityAlg::None;
-            interval = self.integrity_sample.unwrap_or(hello.sample_interval).max(1);
-            flags = ACK_CORRECTIONS | if repair { ACK_REPAIR } else { 0 };
-            self.book = Some(NakBook::new(
-                interval,
-                repair,
-                self.max_nak_grams,
-                self.max_repair_bytes,
-            ));
+            (flags, interval) = self.repairs.negotiate(hello.sample_interval, writable, integrity);
         }
         let mut ack = Vec::with_capacity(64);
         HelloAck {
@@ -795,23 +673,9 @@ impl<'b> GramReceiver<'b> {
         .emit(&mut ack);
         let before = self.out.len();
         put_frame(&mut self.out, FrameType::HelloAck, 0, &ack);
-        self.wire_out += (self.out.len() - before) as u64;
-        self.digest = Digest::new(integrity);
-        self.descs = Vec::with_capacity(limits.max_desc_count.min(1 << 16) as usize);
-        let setup = &self.blob.setup;
-        self.report = Report {
-            first_mismatch_seq: NO_MISMATCH,
-            mode: mode as u8,
-            encoding: mode.encoding() as u8,
-            integrity: integrity as u8,
-            backing: self.blob.backing.code(),
-            page_size: self.blob.page_size,
-            setup_map_ns: secs_ns(setup.map_s),
-            setup_prefault_ns: secs_ns(setup.prefault_s),
-            setup_fill_ns: secs_ns(setup.fill_s),
-            setup_fingerprint_ns: secs_ns(setup.fingerprint_s),
-            ..Report::default()
-        };
+        self.stats.wire_out += (self.out.len() - before) as u64;
+        self.check.negotiated(integrity, limits.max_desc_count);
+        self.stats.report = first_report(&self.blob, mode, integrity);
         self.session = Some(Negotiated {
             mode,
             integrity,
@@ -844,10 +708,10 @@ impl<'b> GramReceiver<'b> {
         let s = self.negotiated()?;
         let seq = gh.seq;
         let limits = &self.limits;
-        let violation = if seq != self.next_seq {
+        let violation = if seq != self.stats.next_seq {
             GramViolation::Sequence {
                 got: seq,
-                expected: self.next_seq,
+                expected: self.stats.next_seq,
             }
         } else if gh.encoding != s.mode.encoding() || gh.integrity != s.integrity {
             GramViolation::NotNegotiated {
@@ -887,18 +751,17 @@ impl<'b> GramReceiver<'b> {
         Violation::from(GramViolation::Descriptor { seq, error }).into()
     }
 
-    /// Whether gram `seq` is checked (every gram without the corrections plane).
-    fn checks(&self, seq: u64) -> bool {
-        self.book.as_ref().is_none_or(|b| b.checks(seq))
-    }
-
     /// Offset-only and arithmetic grams: execute the table over this blob
     /// (an unchecked gram: bounds only, no byte read).
     fn execute(&mut self, gh: &GramHeader, table: &[u8]) -> Result<(), SessionError> {
         let limits = self.negotiated()?.gram_limits;
-        let checked = self.checks(gh.seq);
+        let checked = self.repairs.checks(gh.seq);
         let descs = DescIter::new(table, gh.encoding, gh.desc_count);
-        let digest = if checked { &mut self.digest } else { &mut self.skip };
+        let digest = if checked {
+            &mut self.check.digest
+        } else {
+            &mut self.check.skip
+        };
         let out = execute_gram(self.blob.data, descs, digest, limits)
             .map_err(|e| Self::descriptor_violation(gh.seq, e))?;
         if let Some(exec) = self.exec.as_mut() {
@@ -915,7 +778,7 @@ impl<'b> GramReceiver<'b> {
         if checked {
             value = out.digest;
             mismatch = out.digest != gh.integrity_value;
-            if let Some(book) = self.book.as_mut() {
+            if let Some(book) = self.repairs.book.as_mut() {
                 book.checked(out.effective_bytes);
                 if mismatch && book.can_nak(gh.desc_count, out.effective_bytes) {
                     book.push(
@@ -924,7 +787,7 @@ impl<'b> GramReceiver<'b> {
                         DescIter::new(table, gh.encoding, gh.desc_count).flatten(),
                     );
                     value = gh.integrity_value;
-                    self.wire_out += book.flush(&mut self.out);
+                    self.stats.wire_out += book.flush(&mut self.out);
                 }
             }
         }
@@ -937,13 +800,7 @@ impl<'b> GramReceiver<'b> {
     fn prepare_payload(&mut self, gh: &GramHeader, table: &[u8]) -> Result<(), SessionError> {
         let limits = self.negotiated()?.gram_limits;
         let seq = gh.seq;
-        self.descs.clear();
-        self.digest.reset();
-        self.differs = false;
-        self.checking = self.checks(seq);
-        self.local.clear();
-        self.local_at.clear();
-        self.local_lost = false;
+        self.check.begin_payload(self.repairs.checks(seq));
         let mut effective = 0u64;
         for (i, d) in DescIter::new(table, gh.encoding, gh.desc_count).enumerate() {
             let d = d.map_err(|e| Self::descriptor_violation(seq, e.into()))?;
@@ -960,7 +817,7 @@ impl<'b> GramReceiver<'b> {
                 })
                 .into());
             }
-            self.descs.push(d);
+            self.check.descs.push(d);
         }
         if effective < u64::from(gh.payload_len) {
             return Err(Violation::from(GramViolation::PayloadLeftOver {
@@ -975,26 +832,16 @@ impl<'b> GramReceiver<'b> {
     /// Takes slab bytes for descriptor `desc` onwards; returns bytes used.
     fn payload(&mut self, now: Instant, gh: GramHeader, mut desc: usize, mut at: u32, input: &[u8]) -> usize {
         let mut used = 0;
-        let repairs = self.book.as_ref().is_some_and(NakBook::repairs);
-        while used < input.len() && desc < self.descs.len() {
-            let d = self.descs[desc];
+        let repairs = self.repairs.repairs();
+        while used < input.len() && desc < self.check.descs.len() {
+            let d = self.check.descs[desc];
             let k = ((d.len - at) as usize).min(input.len() - used);
-            if self.checking {
+            if self.check.checking {
                 let chunk = &input[used..used + k];
                 // In bounds: checked against this blob in prepare_payload.
                 let start = d.offset as usize + at as usize;
-                if chunk != &self.blob.data[start..start + k] {
-                    self.differs = true;
-                    // Held until the digest tells whether the slab is the
-                    // sender's bytes (then they repair the blob).
-                    if repairs && self.local.len() + k <= MAX_LOCAL_REPAIR {
-                        self.local.extend_from_slice(chunk);
-                        self.local_at.push((start, k));
-                    } else {
-                        self.local_lost = true;
-                    }
-                }
-                self.digest.update(chunk);
+                self.check
+                    .slab(chunk, &self.blob.data[start..start + k], start, repairs);
             }
             used += k;
             at += k as u32;
@@ -1003,26 +850,26 @@ impl<'b> GramReceiver<'b> {
                 at = 0;
             }
         }
-        if desc < self.descs.len() {
+        if desc < self.check.descs.len() {
             self.step = Step::Payload { gram: gh, desc, at };
             return used;
         }
         if let Some(exec) = self.exec.as_mut() {
-            for d in &self.descs {
+            for d in &self.check.descs {
                 exec.update(&self.blob.data[d.offset as usize..d.offset as usize + d.len as usize]);
             }
         }
         let effective = u64::from(gh.payload_len);
-        let count = self.descs.len() as u32;
-        if self.checking {
-            let (digest, differs) = (self.digest.value(), self.differs);
+        let count = self.check.descs.len() as u32;
+        if self.check.checking {
+            let (digest, differs) = (self.check.digest.value(), self.check.differs);
             // A payload that differs from this blob is a mismatch even when
             // the sender's digest agrees with the bytes that arrived.
             let mismatch = digest != gh.integrity_value || differs;
-            if let Some(book) = self.book.as_mut() {
+            if let Some(book) = self.repairs.book.as_mut() {
                 book.checked(effective);
             }
-            if differs && digest == gh.integrity_value && !self.local_lost {
+            if differs && digest == gh.integrity_value && self.check.holds_all() {
                 self.repair_from_slab(effective, gh.integrity_value);
             }
             self.account(&gh, digest, effective, count, mismatch);
@@ -1037,24 +884,15 @@ impl<'b> GramReceiver<'b> {
     /// this blob, so the blob is what is wrong: write the differing pieces
     /// and check the gram's ranges again (wire.md §13.6; no NAK needed).
     fn repair_from_slab(&mut self, effective: u64, value: u64) {
-        let (Some(book), Some(writer)) = (self.book.as_mut(), self.blob.writer) else {
+        let (Some(book), Some(writer)) = (self.repairs.book.as_mut(), self.blob.writer) else {
             return;
         };
         if !book.take_budget(effective) {
             return;
         }
-        let mut at = 0;
-        let mut written = true;
-        for &(start, len) in &self.local_at {
-            written &= writer.write(start as u64, &self.local[at..at + len]).is_ok();
-            at += len;
-        }
-        self.digest.reset();
-        for d in &self.descs {
-            self.digest
-                .update(&self.blob.data[d.offset as usize..d.offset as usize + d.len as usize]);
-        }
-        if written && self.digest.value() == value {
+        let written = self.check.write_held(writer);
+        let digest = self.check.digest_of(self.blob.data);
+        if written && digest == value {
             book.repaired_locally(effective);
         }
     }
@@ -1063,7 +901,7 @@ impl<'b> GramReceiver<'b> {
     /// ranges' count and length.
     fn repair_head(&mut self, fh: FrameHeader, bytes: &[u8]) -> Result<(), SessionError> {
         let head = CorrectionHead::parse(bytes).map_err(SessionError::malformed("REPAIR"))?;
-        let nak = self.book.as_ref().and_then(NakBook::oldest_sent);
+        let nak = self.repairs.book.as_ref().and_then(NakBook::oldest_sent);
         let Some(nak) = nak.filter(|n| n.seq == head.seq) else {
             return Err(Violation::from(GramViolation::RepairUnasked {
                 seq: head.seq,
@@ -1088,7 +926,7 @@ impl<'b> GramReceiver<'b> {
     /// only if the sender's digest is still the gram's (else its blob
     /// changed since, and the gram stays a mismatch).
     fn repair_table(&mut self, now: Instant, head: CorrectionHead, table: &[u8]) -> Result<(), SessionError> {
-        let Some(nak) = self.book.as_ref().and_then(NakBook::oldest_sent) else {
+        let Some(nak) = self.repairs.book.as_ref().and_then(NakBook::oldest_sent) else {
             return Err(Violation::from(GramViolation::RepairUnasked {
                 seq: head.seq,
                 expected: None,
@@ -1099,9 +937,9 @@ impl<'b> GramReceiver<'b> {
             return Err(Violation::from(GramViolation::RepairRanges { seq: head.seq }).into());
         }
         let write = head.digest == nak.value && self.blob.writer.is_some();
-        self.descs.clear();
-        self.descs.extend(nak.ranges());
-        self.repair_failed = !write;
+        self.check.descs.clear();
+        self.check.descs.extend(nak.ranges());
+        self.repairs.failed = !write;
         self.repair_payload(now, 0, 0, write, &[]);
         Ok(())
     }
@@ -1121,11 +959,11 @@ impl<'b> GramReceiver<'b> {
         let mut used = 0;
         loop {
             // Zero-length ranges take no bytes.
-            while self.descs.get(range).is_some_and(|d| d.len == at) {
+            while self.check.descs.get(range).is_some_and(|d| d.len == at) {
                 range += 1;
                 at = 0;
             }
-            let Some(d) = self.descs.get(range).copied() else {
+            let Some(d) = self.check.descs.get(range).copied() else {
                 break;
             };
             if used == input.len() {
@@ -1140,7 +978,7 @@ impl<'b> GramReceiver<'b> {
                     .blob
                     .writer
                     .is_some_and(|w| w.write(start as u64, chunk).is_ok());
-                self.repair_failed |= !ok;
+                self.repairs.failed |= !ok;
             }
             used += k;
             at += k as u32;
@@ -1153,71 +991,81 @@ impl<'b> GramReceiver<'b> {
     /// NAK, let the next ones out, and end the session if COMPLETE came.
     fn finish_repair(&mut self, now: Instant) {
         // Some: repair_head let this REPAIR in only as the oldest NAK's answer.
-        let value = self.book.as_ref().and_then(NakBook::oldest_sent).map(|n| n.value);
+        let value = self
+            .repairs
+            .book
+            .as_ref()
+            .and_then(NakBook::oldest_sent)
+            .map(|n| n.value);
         let mut repaired = false;
-        if let (Some(value), false) = (value, self.repair_failed) {
-            self.digest.reset();
-            for d in &self.descs {
-                // In bounds: the gram's descriptors were checked against
-                // this blob when it was executed.
-                if let Some(bytes) = self
-                    .blob
-                    .data
-                    .get(d.offset as usize..d.offset as usize + d.len as usize)
-                {
-                    self.digest.update(bytes);
-                }
-            }
-            repaired = self.digest.value() == value;
+        if let (Some(value), false) = (value, self.repairs.failed) {
+            // In bounds: the gram's descriptors were checked against this
+            // blob when it was executed.
+            repaired = self.check.digest_of(self.blob.data) == value;
         }
-        if let Some(book) = self.book.as_mut() {
+        if let Some(book) = self.repairs.book.as_mut() {
             book.answered(repaired);
-            self.wire_out += book.flush(&mut self.out);
+            self.stats.wire_out += book.flush(&mut self.out);
         }
         self.end_frame(now);
         if self.completed {
-            if self.book.as_ref().is_none_or(NakBook::is_settled) {
+            if self.repairs.is_settled() {
                 self.summarize();
             } else {
-                self.awaiting = "REPAIR";
+                self.timing.awaiting = "REPAIR";
             }
         }
     }
 
     fn account(&mut self, gh: &GramHeader, value: u64, effective: u64, count: u32, mismatch: bool) {
-        let seq = gh.seq;
-        let r = &mut self.report;
-        if mismatch {
-            r.mismatched_grams += 1;
-            if r.first_mismatch_seq == NO_MISMATCH {
-                r.first_mismatch_seq = seq;
-            }
-        }
-        r.e2e_digest = e2e_chain(r.e2e_digest, seq, value);
-        r.grams += 1;
-        r.descriptors += u64::from(count);
-        r.effective_bytes += effective;
-        r.payload_bytes += u64::from(gh.payload_len);
-        self.next_seq += 1;
+        self.stats.account(gh, value, effective, count, mismatch);
     }
 
     fn progress(&mut self, now: Instant) {
-        let (Some(at), Some(interval), Some(started)) = (self.next_log, self.log_interval, self.started)
-        else {
-            return;
-        };
-        if now < at || matches!(self.step, Step::Finishing | Step::Done) {
+        if matches!(self.step, Step::Finishing | Step::Done) {
             return;
         }
-        self.events.push_back(GramReceiverEvent::Progress(GramProgress {
-            grams: self.report.grams,
-            effective_bytes: self.report.effective_bytes,
-            wire_bytes: self.wire_bytes(),
-            elapsed: now - started,
-            planned_bytes: self.session.as_ref().map_or(0, |s| s.planned_bytes),
-        }));
-        self.next_log = Some(now + interval);
+        let planned = self.session.as_ref().map_or(0, |s| s.planned_bytes);
+        if let Some(p) = self.stats.progress(now, planned) {
+            self.events.push_back(GramReceiverEvent::Progress(p));
+        }
     }
+}
+
+/// The report of a session just negotiated: what it runs on, no gram yet.
+fn first_report(blob: &BlobView<'_>, mode: Mode, integrity: IntegrityAlg) -> Report {
+    let setup = &blob.setup;
+    Report {
+        first_mismatch_seq: NO_MISMATCH,
+        mode: mode as u8,
+        encoding: mode.encoding() as u8,
+        integrity: integrity as u8,
+        backing: blob.backing.code(),
+        page_size: blob.page_size,
+        setup_map_ns: secs_ns(setup.map_s),
+        setup_prefault_ns: secs_ns(setup.prefault_s),
+        setup_fill_ns: secs_ns(setup.fill_s),
+        setup_fingerprint_ns: secs_ns(setup.fingerprint_s),
+        ..Report::default()
+    }
+}
+
+/// A REPAIR's frame header: no flags, room for its head.
+fn check_repair_header(fh: FrameHeader) -> Result<(), SessionError> {
+    if fh.flags != 0 {
+        return Err(Violation::from(GramViolation::CorrectionFlags {
+            frame: "REPAIR",
+            flags: fh.flags,
+        })
+        .into());
+    }
+    if (fh.length as usize) < CORRECTION_HEAD_LEN {
+        return Err(SessionError::Malformed {
+            context: "REPAIR",
+            error: pfs_wire::WireError::Truncated,
+        });
+    }
+    Ok(())
 }
 
 fn check_hello(

@@ -13,19 +13,26 @@
 //! answers each NAK, between grams or after COMPLETE, with a REPAIR read
 //! from its blob the same way as a payload slab.
 
+mod build;
+mod repair;
+mod stats;
+
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use pfs_exec::execute::resolve;
-use pfs_exec::{e2e_chain, Digest, Schedule, ScheduleSpec};
-use pfs_wire::corrections::{parse_report, CorrectionHead, CorrectionsReport, CORRECTION_HEAD_LEN};
+use pfs_exec::{Digest, Schedule, ScheduleSpec};
+use pfs_wire::corrections::{parse_report, CorrectionsReport};
 use pfs_wire::frame::FLAG_COMPLETE_REPORT;
 use pfs_wire::hello::{ACK_CORRECTIONS, ACK_REPAIR, HELLO_CORRECTIONS};
 use pfs_wire::{
-    put_frame, Descriptor, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode, Report,
-    SenderSummary, TableWriter, FRAME_HEADER_LEN, GRAM_FLAG_PAYLOAD, GRAM_HEADER_LEN,
+    put_frame, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode, Report,
+    SenderSummary, FRAME_HEADER_LEN, GRAM_FLAG_PAYLOAD, GRAM_HEADER_LEN,
 };
 
+use self::build::{add_range, GramBuild};
+use self::repair::Repairing;
+use self::stats::SendStats;
 use super::corrections::{is_checked, RepairBook};
 use super::{GramProgress, GramViolation};
 use crate::error::{LimitExceeded, LocalError, Timeout, Violation};
@@ -120,44 +127,39 @@ struct Granted {
     interval: u16,
 }
 
-/// One sending session, sans I/O.
+/// One sending session, sans I/O, made of named parts: the `GramBuild`
+/// buffers of the next gram, the `Repairing` side of the corrections
+/// plane and the `SendStats` counters.
+///
+/// # Call contract
+/// The host (see [`super::send_session`]) loops: [`Self::poll_transmit`]
+/// with `now`, sending each [`Transmit`] whole before the next call; when
+/// [`Self::reads_between_writes`], it feeds what has arrived to
+/// [`Self::handle_input`] without waiting; when it returns `None` and
+/// [`Self::wants_input`], it reads (at most until [`Self::poll_timeout`]),
+/// feeds the bytes to [`Self::handle_input`] (it consumes whole frames;
+/// [`Self::want`] says how many bytes the next one needs) and calls
+/// [`Self::handle_timeout`]. It drains [`Self::poll_event`] after each
+/// call; once [`Self::is_done`], [`Self::outcome`].
 #[derive(Debug)]
 pub struct GramSender<'b> {
     blob: BlobView<'b>,
     cfg: GramSenderConfig,
     schedule: Schedule,
     state: State,
+    /// A control frame to send.
     out: Vec<u8>,
     granted: Option<Granted>,
+    /// The digest of grams and REPAIRs (the session's algorithm).
     digest: Digest,
-    /// The current schedule batch and how much of it has been sent.
-    descs: Vec<Descriptor>,
-    first: usize,
-    table: TableWriter,
-    ranges: Vec<(usize, usize)>,
-    frame_header: [u8; FRAME_HEADER_LEN],
-    gram_header: [u8; GRAM_HEADER_LEN],
-    budget: u64,
-    summary: SenderSummary,
-    table_bytes: u64,
-    wire_bytes: u64,
-    seq: u64,
+    build: GramBuild,
+    repair: Repairing,
+    stats: SendStats,
+    /// When the awaited reply is late.
     deadline: Option<Instant>,
-    started: Option<Instant>,
-    elapsed: Duration,
-    next_log: Option<Instant>,
     events: VecDeque<GramSenderEvent>,
     report: Option<Report>,
     corrections: Option<CorrectionsReport>,
-    /// Sessions where REPAIR was granted: what was sent, what is owed.
-    book: Option<RepairBook>,
-    /// The REPAIR being sent: its frame header, head, ranges and blob ranges.
-    repair_frame_header: [u8; FRAME_HEADER_LEN],
-    repair_head: [u8; CORRECTION_HEAD_LEN],
-    repair_table: Vec<u8>,
-    repair_ranges: Vec<(usize, usize)>,
-    repairs_sent: u64,
-    repair_bytes_sent: u64,
 }
 
 impl<'b> GramSender<'b> {
@@ -172,6 +174,11 @@ impl<'b> GramSender<'b> {
             .into());
         }
         let per_gram = cfg.spec.desc_per_gram as usize;
+        let budget = if cfg.mode.carries_payload() {
+            cfg.payload_budget.max(1)
+        } else {
+            u64::MAX
+        };
         Ok(Self {
             blob,
             schedule,
@@ -179,35 +186,13 @@ impl<'b> GramSender<'b> {
             out: Vec::with_capacity(256),
             granted: None,
             digest: Digest::new(cfg.integrity),
-            descs: Vec::with_capacity(per_gram),
-            first: 0,
-            table: TableWriter::new(cfg.mode.encoding(), per_gram),
-            ranges: Vec::with_capacity(per_gram),
-            frame_header: [0; FRAME_HEADER_LEN],
-            gram_header: [0; GRAM_HEADER_LEN],
-            budget: if cfg.mode.carries_payload() {
-                cfg.payload_budget.max(1)
-            } else {
-                u64::MAX
-            },
-            summary: SenderSummary::default(),
-            table_bytes: 0,
-            wire_bytes: 0,
-            seq: 0,
+            build: GramBuild::new(cfg.mode.encoding(), per_gram, budget),
+            repair: Repairing::default(),
+            stats: SendStats::default(),
             deadline: None,
-            started: None,
-            elapsed: Duration::ZERO,
-            next_log: None,
             events: VecDeque::with_capacity(4),
             report: None,
             corrections: None,
-            book: None,
-            repair_frame_header: [0; FRAME_HEADER_LEN],
-            repair_head: [0; CORRECTION_HEAD_LEN],
-            repair_table: Vec::new(),
-            repair_ranges: Vec::new(),
-            repairs_sent: 0,
-            repair_bytes_sent: 0,
             cfg: cfg.clone(),
         })
     }
@@ -225,7 +210,7 @@ impl<'b> GramSender<'b> {
     /// Whether the host should take what has arrived between its writes
     /// (without waiting): the receiver may be sending NAKs.
     pub fn reads_between_writes(&self) -> bool {
-        self.state == State::Sending && self.book.is_some()
+        self.state == State::Sending && self.repair.granted()
     }
 
     /// Whether the report arrived.
@@ -234,6 +219,7 @@ impl<'b> GramSender<'b> {
     }
 
     /// When [`Self::handle_timeout`] must run if no reply arrives.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.deadline
     }
@@ -260,6 +246,7 @@ impl<'b> GramSender<'b> {
     }
 
     /// The next event for the host.
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<GramSenderEvent> {
         self.events.pop_front()
     }
@@ -271,6 +258,7 @@ impl<'b> GramSender<'b> {
 
     /// What to send next, or `None` while a reply is awaited or at the end.
     /// Each transmit must be sent whole before the next call.
+    #[must_use = "what to send next is lost unless it is sent"]
     pub fn poll_transmit(&mut self, now: Instant) -> Result<Option<Transmit<'_>>, SessionError> {
         self.out.clear();
         match self.state {
@@ -292,19 +280,15 @@ impl<'b> GramSender<'b> {
                     self.progress(now);
                     return Ok(Some(Transmit::Gram {
                         what: "GRAM",
-                        frame_header: &self.frame_header,
-                        gram_header: &self.gram_header,
-                        table: self.table.as_bytes(),
+                        frame_header: &self.build.frame_header,
+                        gram_header: &self.build.gram_header,
+                        table: self.build.table.as_bytes(),
                         blob: self.blob.data,
-                        ranges: &self.ranges,
+                        ranges: &self.build.ranges,
                     }));
                 }
-                self.elapsed = self
-                    .started
-                    .map(|s| now.saturating_duration_since(s))
-                    .unwrap_or_default();
-                self.summary.wire_bytes_sent = self.wire_bytes;
-                put_frame(&mut self.out, FrameType::Complete, 0, &self.summary.emit());
+                self.stats.stop(now);
+                put_frame(&mut self.out, FrameType::Complete, 0, &self.stats.summary.emit());
                 self.state = State::AwaitReport;
                 self.deadline = Some(now + self.cfg.reply_timeout);
                 self.events.push_back(GramSenderEvent::Sent);
@@ -329,59 +313,21 @@ impl<'b> GramSender<'b> {
     fn repair_transmit(&self) -> Transmit<'_> {
         Transmit::Gram {
             what: "REPAIR",
-            frame_header: &self.repair_frame_header,
-            gram_header: &self.repair_head,
-            table: &self.repair_table,
+            frame_header: &self.repair.frame_header,
+            gram_header: &self.repair.head,
+            table: &self.repair.table,
             blob: self.blob.data,
-            ranges: &self.repair_ranges,
+            ranges: &self.repair.ranges,
         }
     }
 
     /// Builds the REPAIR for the oldest NAK owed, if any: its ranges read
     /// from this blob, their digest.
     fn next_repair(&mut self) -> Result<bool, SessionError> {
-        let Some(book) = self.book.as_mut() else {
+        let Some(len) = self.repair.next(self.blob.data, &mut self.digest)? else {
             return Ok(false);
         };
-        let Some(owed) = book.next_owed() else {
-            return Ok(false);
-        };
-        // Accepted NAKs parse (RepairBook::accept checked them).
-        let Some(nak) = owed.nak() else {
-            book.paid();
-            return self.next_repair();
-        };
-        self.digest.reset();
-        self.repair_ranges.clear();
-        for (i, d) in nak.ranges.iter().enumerate() {
-            // The ranges are a gram's this side sent (RepairBook::accept).
-            self.digest.update(resolve(self.blob.data, d, i as u32)?);
-            let (s, e) = (d.offset as usize, d.offset as usize + d.len as usize);
-            match self.repair_ranges.last_mut() {
-                Some(last) if last.1 == s => last.1 = e,
-                _ if s == e => {}
-                _ => self.repair_ranges.push((s, e)),
-            }
-        }
-        let head = CorrectionHead {
-            digest: self.digest.value(),
-            ..nak.head
-        };
-        self.repair_table.clear();
-        self.repair_table.extend_from_slice(nak.ranges.as_bytes());
-        let length = u32::try_from(head.repair_body_len())
-            .map_err(|_| LocalError::FrameTooLarge { what: "REPAIR" })?;
-        self.repair_frame_header = FrameHeader {
-            frame_type: FrameType::Repair,
-            flags: 0,
-            length,
-        }
-        .emit();
-        self.repair_head = head.emit();
-        book.paid();
-        self.wire_bytes += FRAME_HEADER_LEN as u64 + u64::from(length);
-        self.repairs_sent += 1;
-        self.repair_bytes_sent += head.bytes;
+        self.stats.wire_bytes += len;
         Ok(true)
     }
 
@@ -409,59 +355,22 @@ impl<'b> GramSender<'b> {
                 })
                 .into());
             }
-            let Some(book) = self.book.as_mut() else {
+            let Some(book) = self.repair.book.as_mut() else {
                 return Err(unexpected("no NAK (REPAIR was not granted)"));
             };
-            book.accept(body, self.seq)?;
+            book.accept(body, self.stats.seq)?;
             return Ok(frame.len);
         }
         match self.state {
-            State::AwaitAck if header.frame_type == FrameType::HelloAck => {
-                let ack = HelloAck::parse(body).map_err(SessionError::malformed("HELLO_ACK"))?;
-                self.check_ack(&ack)?;
-                let corrections = ack.flags & ACK_CORRECTIONS != 0;
-                let interval = if corrections {
-                    ack.sample_interval.max(1)
-                } else {
-                    1
-                };
-                self.granted = Some(Granted {
-                    max_table_len: ack.max_table_len,
-                    backing: ack.backing,
-                    corrections,
-                    interval,
-                });
-                if ack.flags & ACK_REPAIR != 0 && !self.cfg.mode.carries_payload() {
-                    // Payload mode repairs from its slab: no NAK comes.
-                    let planned = self.cfg.spec.planned_grams().unwrap_or(0);
-                    self.book = Some(RepairBook::new(self.cfg.mode.encoding(), interval, planned));
-                }
-                self.state = State::Sending;
-                self.deadline = None;
-                self.started = Some(now);
-                self.next_log = self.cfg.log_interval.map(|i| now + i);
-                self.events.push_back(GramSenderEvent::Started);
-            }
+            State::AwaitAck if header.frame_type == FrameType::HelloAck => self.hello_ack(now, body)?,
             State::AwaitAck => return Err(unexpected("HELLO_ACK")),
             State::AwaitReport
                 if header.frame_type == FrameType::Complete && header.flags & FLAG_COMPLETE_REPORT != 0 =>
             {
-                if self.book.as_ref().is_some_and(|b| !b.is_settled()) {
+                if !self.repair.is_settled() {
                     return Err(unexpected("a REPAIR owed before the report"));
                 }
-                let (report, corrections) =
-                    parse_report(body).map_err(SessionError::malformed("COMPLETE report"))?;
-                if corrections.is_some() != self.granted.is_some_and(|g| g.corrections) {
-                    return Err(SessionError::Malformed {
-                        context: "COMPLETE report",
-                        error: pfs_wire::WireError::LengthMismatch,
-                    });
-                }
-                self.report = Some(report);
-                self.corrections = corrections;
-                self.state = State::Done;
-                self.deadline = None;
-                self.events.push_back(GramSenderEvent::Finished);
+                self.final_report(body)?;
             }
             State::AwaitReport => return Err(unexpected("the receiver's report")),
             // Only an ERROR (or a NAK, above) is meaningful while sending.
@@ -470,18 +379,64 @@ impl<'b> GramSender<'b> {
         Ok(frame.len)
     }
 
+    /// HELLO_ACK: what the receiver grants; the steady state starts.
+    fn hello_ack(&mut self, now: Instant, body: &[u8]) -> Result<(), SessionError> {
+        let ack = HelloAck::parse(body).map_err(SessionError::malformed("HELLO_ACK"))?;
+        self.check_ack(&ack)?;
+        let corrections = ack.flags & ACK_CORRECTIONS != 0;
+        let interval = if corrections {
+            ack.sample_interval.max(1)
+        } else {
+            1
+        };
+        self.granted = Some(Granted {
+            max_table_len: ack.max_table_len,
+            backing: ack.backing,
+            corrections,
+            interval,
+        });
+        if ack.flags & ACK_REPAIR != 0 && !self.cfg.mode.carries_payload() {
+            // Payload mode repairs from its slab: no NAK comes.
+            let planned = self.cfg.spec.planned_grams().unwrap_or(0);
+            self.repair.book = Some(RepairBook::new(self.cfg.mode.encoding(), interval, planned));
+        }
+        self.state = State::Sending;
+        self.deadline = None;
+        self.stats.start(now, self.cfg.log_interval);
+        self.events.push_back(GramSenderEvent::Started);
+        Ok(())
+    }
+
+    /// The receiver's report (with its corrections block when the plane
+    /// was granted): the session is over.
+    fn final_report(&mut self, body: &[u8]) -> Result<(), SessionError> {
+        let (report, corrections) = parse_report(body).map_err(SessionError::malformed("COMPLETE report"))?;
+        if corrections.is_some() != self.granted.is_some_and(|g| g.corrections) {
+            return Err(SessionError::Malformed {
+                context: "COMPLETE report",
+                error: pfs_wire::WireError::LengthMismatch,
+            });
+        }
+        self.report = Some(report);
+        self.corrections = corrections;
+        self.state = State::Done;
+        self.deadline = None;
+        self.events.push_back(GramSenderEvent::Finished);
+        Ok(())
+    }
+
     /// The finished session; `usage` is the host's CPU over the steady state.
     pub fn outcome(&self, usage: Usage) -> Option<GramSenderOutcome> {
         Some(GramSenderOutcome {
             report: self.report?,
-            summary: self.summary,
-            table_bytes: self.table_bytes,
+            summary: self.stats.summary,
+            table_bytes: self.stats.table_bytes,
             sender_usage: usage,
-            sender_elapsed: self.elapsed,
+            sender_elapsed: self.stats.elapsed,
             receiver_backing: self.granted.map_or(0, |g| g.backing),
             corrections: self.corrections,
-            repairs_sent: self.repairs_sent,
-            repair_bytes_sent: self.repair_bytes_sent,
+            repairs_sent: self.repair.sent,
+            repair_bytes_sent: self.repair.bytes_sent,
         })
     }
 
@@ -515,7 +470,7 @@ impl<'b> GramSender<'b> {
         }
         .emit(&mut body);
         put_frame(&mut self.out, FrameType::Hello, 0, &body);
-        self.wire_bytes += self.out.len() as u64;
+        self.stats.wire_bytes += self.out.len() as u64;
     }
 
     fn check_ack(&self, ack: &HelloAck<'_>) -> Result<(), SessionError> {
@@ -553,63 +508,58 @@ impl<'b> GramSender<'b> {
     /// Builds the next gram into the reusable buffers; `false` at the end
     /// of the schedule.
     fn next_gram(&mut self) -> Result<bool, SessionError> {
-        if self.first == self.descs.len() {
-            if !self.schedule.next_gram(&mut self.descs) {
+        let b = &mut self.build;
+        if b.batch_done() {
+            if !self.schedule.next_gram(&mut b.descs) {
                 return Ok(false);
             }
-            self.first = 0;
-            if self.descs.is_empty() {
+            b.first = 0;
+            if b.descs.is_empty() {
                 return self.next_gram();
             }
         }
-        // In payload mode a schedule batch is cut into cache-sized grams:
-        // the digest pass leaves each range in L2 just before the kernel
-        // copies it, which roughly halves the copy's cost.
-        let first = self.first;
-        let mut last = first + 1;
-        let mut bytes = u64::from(self.descs[first].len);
-        while last < self.descs.len() && bytes + u64::from(self.descs[last].len) <= self.budget {
-            bytes += u64::from(self.descs[last].len);
-            last += 1;
-        }
-        self.first = last;
+        let (first, last) = b.cut();
         let payload = self.cfg.mode.carries_payload();
         // Unchecked grams (wire §13.2) carry 0: their bytes are not hashed.
-        let checked = is_checked(self.seq, self.granted.map_or(1, |g| g.interval));
-        self.table.clear();
-        self.ranges.clear();
+        let checked = is_checked(self.stats.seq, self.granted.map_or(1, |g| g.interval));
+        b.table.clear();
+        b.ranges.clear();
         self.digest.reset();
-        for (i, &d) in self.descs[first..last].iter().enumerate() {
+        for (i, &d) in b.descs[first..last].iter().enumerate() {
             let bytes = resolve(self.blob.data, d, i as u32)?;
             if checked {
                 self.digest.update(bytes);
             }
-            self.table.push(d).map_err(|error| LocalError::Encode {
+            b.table.push(d).map_err(|error| LocalError::Encode {
                 offset: d.offset,
                 len: d.len,
                 error,
             })?;
             if payload {
-                let (s, e) = (d.offset as usize, d.offset as usize + d.len as usize);
-                match self.ranges.last_mut() {
-                    Some(last) if last.1 == s => last.1 = e,
-                    _ => self.ranges.push((s, e)),
-                }
+                add_range(&mut b.ranges, d);
             }
         }
-        let payload_len = if payload { self.table.total_len() } else { 0 };
+        let payload_len = if payload { b.table.total_len() } else { 0 };
         let payload_len =
             u32::try_from(payload_len).map_err(|_| LocalError::FrameTooLarge { what: "gram payload" })?;
         let value = if checked { self.digest.value() } else { 0 };
-        if let (true, Some(book)) = (checked, self.book.as_mut()) {
-            book.record(self.seq, self.table.as_bytes());
+        if let (true, Some(book)) = (checked, self.repair.book.as_mut()) {
+            book.record(self.stats.seq, b.table.as_bytes());
         }
+        self.seal_gram(payload_len, value)?;
+        Ok(true)
+    }
+
+    /// The gram built: its headers (within the table size HELLO_ACK
+    /// granted), and its counts. `value`: its digest (0 if unchecked).
+    fn seal_gram(&mut self, payload_len: u32, value: u64) -> Result<(), SessionError> {
+        let b = &mut self.build;
         let gh = GramHeader {
-            seq: self.seq,
-            desc_count: self.table.count(),
-            table_len: self.table.as_bytes().len() as u32,
+            seq: self.stats.seq,
+            desc_count: b.table.count(),
+            table_len: b.table.as_bytes().len() as u32,
             payload_len,
-            encoding: self.table.encoding(),
+            encoding: b.table.encoding(),
             integrity: self.cfg.integrity,
             flags: if payload_len > 0 { GRAM_FLAG_PAYLOAD } else { 0 },
             integrity_value: value,
@@ -625,41 +575,25 @@ impl<'b> GramSender<'b> {
             .into());
         }
         let length = u32::try_from(gh.body_len()).map_err(|_| LocalError::FrameTooLarge { what: "gram" })?;
-        self.frame_header = FrameHeader {
+        b.frame_header = FrameHeader {
             frame_type: FrameType::Gram,
             flags: 0,
             length,
         }
         .emit();
-        self.gram_header = gh.emit();
-        let table_len = self.table.as_bytes().len() as u64;
-        self.wire_bytes += (FRAME_HEADER_LEN + GRAM_HEADER_LEN) as u64 + table_len + u64::from(payload_len);
-        self.table_bytes += table_len;
-        let s = &mut self.summary;
-        s.grams += 1;
-        s.descriptors += u64::from(self.table.count());
-        s.effective_bytes += self.table.total_len();
-        s.payload_bytes += u64::from(payload_len);
-        s.e2e_digest = e2e_chain(s.e2e_digest, self.seq, value);
-        self.seq += 1;
-        Ok(true)
+        b.gram_header = gh.emit();
+        let table_len = b.table.as_bytes().len() as u64;
+        let wire = (FRAME_HEADER_LEN + GRAM_HEADER_LEN) as u64 + table_len + u64::from(payload_len);
+        let (count, effective) = (b.table.count(), b.table.total_len());
+        self.stats
+            .gram(count, effective, payload_len, value, table_len, wire);
+        Ok(())
     }
 
     fn progress(&mut self, now: Instant) {
-        let (Some(at), Some(interval), Some(started)) = (self.next_log, self.cfg.log_interval, self.started)
-        else {
-            return;
-        };
-        if now < at {
-            return;
+        let planned = self.cfg.spec.planned_bytes().unwrap_or(0);
+        if let Some(p) = self.stats.progress(now, self.cfg.log_interval, planned) {
+            self.events.push_back(GramSenderEvent::Progress(p));
         }
-        self.events.push_back(GramSenderEvent::Progress(GramProgress {
-            grams: self.summary.grams,
-            effective_bytes: self.summary.effective_bytes,
-            wire_bytes: self.wire_bytes,
-            elapsed: now - started,
-            planned_bytes: self.cfg.spec.planned_bytes().unwrap_or(0),
-        }));
-        self.next_log = Some(now + interval);
     }
 }
