@@ -2,6 +2,11 @@
 //! build it; `--pfs` may stand anywhere on the command line.
 
 use std::process::Command;
+use std::sync::Mutex;
+
+/// Held while a test copies an executable or starts a process: a copy still
+/// open for writing when another thread forks makes its exec fail (ETXTBSY).
+static SPAWN: Mutex<()> = Mutex::new(());
 
 /// A copy of `pfs-bench` alone in a directory, with nothing on PATH.
 fn alone() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -13,6 +18,7 @@ fn alone() -> (tempfile::TempDir, std::path::PathBuf) {
 
 #[test]
 fn without_pfs_it_names_the_build_command() {
+    let _spawn = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
     let (dir, exe) = alone();
     let out = Command::new(&exe)
         .arg("exec")
@@ -27,9 +33,10 @@ fn without_pfs_it_names_the_build_command() {
 
 #[test]
 fn a_pfs_path_that_is_not_there_is_an_error() {
-    let (dir, exe) = alone();
+    let _spawn = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("temporary directory");
     let missing = dir.path().join("no-such-pfs");
-    let out = Command::new(&exe)
+    let out = Command::new(env!("CARGO_BIN_EXE_pfs-bench"))
         .args(["--pfs".as_ref(), missing.as_os_str(), "exec".as_ref()])
         .output()
         .expect("run pfs-bench");
@@ -40,6 +47,7 @@ fn a_pfs_path_that_is_not_there_is_an_error() {
 
 #[test]
 fn help_lists_the_pfs_option_and_every_study() {
+    let _spawn = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
     let out = Command::new(env!("CARGO_BIN_EXE_pfs-bench"))
         .arg("--help")
         .output()

@@ -3,12 +3,18 @@
 //! async runtime, certificate generator or plotting library.
 
 use std::process::Command;
+use std::sync::Mutex;
+
+/// Held while a test copies an executable or starts a process: a copy still
+/// open for writing when another thread forks makes its exec fail (ETXTBSY).
+static SPAWN: Mutex<()> = Mutex::new(());
 
 /// Crates that belong to the harness (`pfs-bench`) and must not reach `pfs`.
 const HARNESS_ONLY: [&str; 5] = ["pfs-bench", "quinn", "tokio", "rcgen", "plotters"];
 
 /// The package names in pfs-cli's normal dependency graph (`cargo tree -e normal`).
 fn normal_graph() -> Vec<String> {
+    let _spawn = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let out = Command::new(cargo)
@@ -62,6 +68,7 @@ fn the_manifest_names_no_harness() {
 /// `pfs bench` runs the `pfs-bench` program; without it, it says how to build it.
 #[test]
 fn bench_without_the_harness_says_how_to_build_it() {
+    let _spawn = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("temporary directory");
     let pfs = dir.path().join("pfs");
     std::fs::copy(env!("CARGO_BIN_EXE_pfs"), &pfs).expect("copy pfs");
