@@ -1,52 +1,13 @@
-//! The command-line grammar of the studies (clap derive): `pfs bench`'s own
-//! flags, its study subcommands, the value enums they share with other `pfs`
-//! commands, and the size and number parsers. `pfs-cli` flattens these into
-//! its grammar unchanged, so `--help` reads the same wherever they are defined.
+//! The command-line grammar of the studies (clap derive): `pfs-bench`'s own
+//! flags (also reached as `pfs bench`), its study subcommands, the value
+//! enums they share with `pfs` commands, and the size and number parsers
+//! the study arguments use.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-/// Access pattern on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PatternArg {
-    /// Uniformly random aligned ranges.
-    Random,
-    /// Back-to-back ranges (arithmetic encoding: ~4 bytes per descriptor).
-    Sequential,
-    /// max-len blocks at stride 2 × max-len.
-    Strided,
-}
-
-impl PatternArg {
-    /// The generator pattern.
-    pub fn pattern(self) -> pfs_exec::Pattern {
-        match self {
-            Self::Random => pfs_exec::Pattern::Random,
-            Self::Sequential => pfs_exec::Pattern::Sequential,
-            Self::Strided => pfs_exec::Pattern::Strided,
-        }
-    }
-}
-
-/// Descriptor table encoding on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum EncodingArg {
-    /// 12-byte descriptors (offset-mode).
-    Absolute,
-    /// Delta/varint descriptors decoded inside the kernel loop (arithmetic-mode).
-    Arith,
-}
-
-impl EncodingArg {
-    /// The wire encoding.
-    pub fn encoding(self) -> pfs_wire::Encoding {
-        match self {
-            Self::Absolute => pfs_wire::Encoding::Absolute,
-            Self::Arith => pfs_wire::Encoding::Arithmetic,
-        }
-    }
-}
+pub use packetfs::parse::{EncodingArg, PatternArg};
 
 /// `pfs bench`
 #[derive(Debug, Args)]
@@ -149,72 +110,21 @@ pub enum BenchStudy {
     QuicPeer(crate::suite::quic::QuicPeerArgs),
 }
 
-/// Parses `0x…` hex or decimal.
+// The parsers are packetfs's (typed errors); the studies' own value
+// parsers build on them with `?` into `String`, which clap prints as is.
+
+/// Parses `0x…` hex or decimal ([`packetfs::parse::parse_u64`]).
 pub fn parse_u64(s: &str) -> Result<u64, String> {
-    let s = s.trim().replace('_', "");
-    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => s.parse::<u64>(),
-    };
-    r.map_err(|e| format!("{s:?} is not a number: {e}"))
+    packetfs::parse::parse_u64(s).map_err(|e| e.to_string())
 }
 
-/// Parses a size: `4096`, `64K`, `1G`, `1GiB` (binary), `1GB`, `500MB` (decimal).
+/// Parses a size: `4096`, `64K`, `1G`, `1GiB` (binary), `1GB`, `500MB`
+/// (decimal) ([`packetfs::parse::parse_size`]).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim().replace('_', "");
-    let digits_end = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits_end);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (examples: 4096, 64K, 1G, 500MB)"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?} in {s:?} (use K, M, G, T, KB, MB, GB, TB)"
-            ))
-        }
-    };
-    let bytes = value * mult;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("{s:?} is out of range"));
-    }
-    Ok(bytes.round() as u64)
+    packetfs::parse::parse_size(s).map_err(|e| e.to_string())
 }
 
-/// A size that must fit in 32 bits.
+/// A size that must fit in 32 bits ([`packetfs::parse::parse_size_u32`]).
 pub fn parse_size_u32(s: &str) -> Result<u32, String> {
-    let v = parse_size(s)?;
-    u32::try_from(v).map_err(|_| format!("{s:?} exceeds 4 GiB - 1"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64K"), Ok(65536));
-        assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
-        assert_eq!(parse_size("1.5M"), Ok(1_572_864));
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("abc").is_err());
-        assert_eq!(parse_size_u32("256K"), Ok(262_144));
-        assert!(parse_size_u32("8G").is_err());
-        assert_eq!(parse_u64("0x5eed"), Ok(0x5eed));
-        assert_eq!(parse_u64("42"), Ok(42));
-    }
+    packetfs::parse::parse_size_u32(s).map_err(|e| e.to_string())
 }

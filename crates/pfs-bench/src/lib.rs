@@ -1,26 +1,28 @@
-//! `pfs-bench`: the labelled PacketFS studies behind `pfs bench …`, their
-//! reports and plots, and the child-process machinery they run on.
+//! `pfs-bench`: the labelled PacketFS studies, their reports and plots, and
+//! the child-process machinery they run on — the library behind the
+//! `pfs-bench` program (`src/main.rs`; `pfs bench …` runs that program).
 //!
 //! Every study runs on one machine in one run and reports ratios against a
 //! named baseline measured by the same harness (see the design brief's
-//! measurement rules). The `pfs` binary drives it: it parses the command line
-//! (the grammar is [`args`]) and calls [`run`] with a [`Binary`] naming
-//! itself, because most studies start that binary again as child processes
-//! (`pfs serve`, `pfs send`, `pfs bench ipc-peer`, `pfs bench quic-peer`).
+//! measurement rules). The program parses the command line (the grammar is
+//! [`args`]) and calls [`run`] with a [`Binary`] naming the `pfs` binary the
+//! studies drive: most of them start it as child processes (`pfs serve`,
+//! `pfs send`, `pfs bench ipc-peer`, `pfs bench quic-peer`).
 //!
 //! Map:
-//! - studies: [`suite`] (`pfs bench`, with its files row group in
+//! - studies: [`suite`] (the main table, with its files row group in
 //!   `suite::files`), [`exec`], [`ipc`], [`io_primitives`], [`mount`];
 //! - output: [`report`] (the one header, table and CSV/Markdown/JSON
 //!   rendering every study uses), [`plot`] (PNG charts), [`labels`] (row
-//!   labels), [`sysinfo`] (host facts for headers);
+//!   labels), [`sysinfo`] (host facts for headers) — the last two are
+//!   `packetfs`'s;
 //! - processes: [`child`] (child guards, free ports, readiness waits,
 //!   process CPU), [`scratch`] (scratch directories), [`cleanup`] (undo on
-//!   Ctrl-C, shared with `pfs send`/`serve` through [`peer`]);
+//!   Ctrl-C);
 //! - [`emulink`]: the emulated link (delay, loss, rate without netem) that
-//!   `pfs bench --link` runs the suite's network rows over;
-//! - [`peer`]: the in-process sender (blob, target, one session) that the
-//!   suite's PFS rows and `pfs send` share.
+//!   `pfs-bench --link` runs the suite's network rows over;
+//! - [`peer`]: the in-process sender (blob, target, one session) of the
+//!   suite's PFS rows: `packetfs`'s, the code `pfs send` runs.
 
 use std::path::PathBuf;
 
@@ -31,14 +33,14 @@ pub mod emulink;
 pub mod exec;
 pub mod io_primitives;
 pub mod ipc;
-pub mod labels;
 pub mod mount;
 pub mod peer;
 pub mod plot;
 pub mod report;
 pub mod scratch;
 pub mod suite;
-pub mod sysinfo;
+
+pub use packetfs::{labels, sysinfo};
 
 /// The `pfs` binary a study drives, and how it names itself in report headers.
 #[derive(Debug, Clone)]

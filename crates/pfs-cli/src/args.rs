@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-pub use pfs_bench::args::{parse_size, parse_size_u32, parse_u64, BenchArgs, EncodingArg, PatternArg};
+pub use packetfs::blob::BlobArgs;
+pub use packetfs::keys::{ClientAuthArgs, ServerAuthArgs};
+pub use packetfs::parse::{parse_size, parse_size_u32, parse_u64, EncodingArg, PatternArg};
 
 const ABOUT: &str = "PacketFS: ship references (offset, length) into a blob both peers hold, not bytes.";
 
@@ -35,6 +37,14 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `pfs bench …`: the `pfs-bench` program's arguments, passed on unread.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Its flags and study (`pfs bench --help` lists them).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// Subcommands.
@@ -93,10 +103,9 @@ OK, with repaired_grams / repaired_bytes in the report (exit 3 only for a mismat
 Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, user:FILE.so[:PREFIX]")]
     Exec(ExecArgs),
     /// Run the benchmark suite on loopback: conventional baselines and every PFS mode, one table.
-    #[command(after_help = "Examples:
-  pfs bench                       # quick suite (~1 minute), table on stdout
-  pfs bench --out bench-out       # also CSV, JSON and Markdown in bench-out/
-  pfs bench --json                # machine-readable")]
+    ///
+    /// Runs the `pfs-bench` program (`cargo build --release -p pfs-bench`); `pfs bench --help` is its help.
+    #[command(disable_help_flag = true)]
     Bench(BenchArgs),
     /// Create a static key pair (x25519, for Noise): the private key to FILE (0600), the public line to FILE.pub.
     #[command(after_help = "Examples:
@@ -264,38 +273,6 @@ pub enum BlobCommand {
         #[arg(long)]
         json: bool,
     },
-}
-
-/// Where the blob comes from and how it is set up.
-#[derive(Debug, Clone, Args)]
-pub struct BlobArgs {
-    /// hugetlbfs mount to back the blob with (checked with statfs; falls back to THP with a warning).
-    #[arg(long, value_name = "DIR")]
-    pub huge_dir: Option<PathBuf>,
-    /// Name of a persistent blob (reused if it exists with the same size and seed).
-    #[arg(long, value_name = "NAME")]
-    pub blob_name: Option<String>,
-    /// Blob size.
-    #[arg(long, default_value = "1G", value_parser = parse_size)]
-    pub size: u64,
-    /// Fill seed: peers with the same size and seed hold the same bytes.
-    #[arg(long, default_value = "0x5eed", value_parser = parse_u64)]
-    pub seed: u64,
-    /// Fill from this file instead of the seeded generator.
-    #[arg(long, value_name = "PATH", conflicts_with = "no_fill")]
-    pub fill_file: Option<PathBuf>,
-    /// Do not prefault the mapping (pages fault in during the run instead).
-    #[arg(long)]
-    pub no_prefault: bool,
-    /// Do not fill (use a named blob's existing bytes, or zeros).
-    #[arg(long)]
-    pub no_fill: bool,
-    /// Keep a named blob this command created after it exits.
-    #[arg(long)]
-    pub blob_keep: bool,
-    /// Setup threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    pub setup_threads: usize,
 }
 
 /// Transfer mode on the command line.
@@ -641,69 +618,6 @@ impl TransportArgs {
             ..pfs_transport::UdpConfig::default()
         }
     }
-}
-
-/// A sender's keys: who it is, which server key it accepts, the cipher.
-#[derive(Debug, Clone, Args)]
-pub struct ClientAuthArgs {
-    /// Our private key (default: $XDG_CONFIG_HOME/pfs/identity or ~/.config/pfs/identity;
-    /// `pfs keygen` makes one). Giving it asks for a protected session.
-    #[arg(long, value_name = "FILE")]
-    pub identity: Option<PathBuf>,
-    /// The server's public key: `pfs-x25519 BASE64`, the bare base64, or a file holding the line
-    /// (its identity.pub). Asks for a protected session; any other server key is refused.
-    #[arg(long, value_name = "KEY")]
-    pub server_key: Option<String>,
-    /// Pinned server keys, one `ADDRESS pfs-x25519 BASE64` a line (default: known_hosts beside
-    /// the default identity). An address listed here gets a protected session.
-    #[arg(long, value_name = "FILE")]
-    pub known_hosts: Option<PathBuf>,
-    /// Record cipher [default: aes-256-gcm where the CPU has AES-NI, else chacha20-poly1305].
-    /// Giving it asks for a protected session.
-    #[arg(long, value_name = "CIPHER", value_parser = ["aes-256-gcm", "chacha20-poly1305"])]
-    pub cipher: Option<String>,
-    /// Pre-shared key file (base64 of 32 bytes), if the server requires one.
-    #[arg(long, value_name = "FILE")]
-    pub psk_file: Option<PathBuf>,
-    /// Session keys rotate after 2^N bytes in each direction (16–40) [default: 32]. Giving it
-    /// asks for a protected session.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(16..=40))]
-    pub rotate_log2: Option<u8>,
-    /// Send in clear, unauthenticated, to a non-loopback address (never the default).
-    #[arg(long, conflicts_with_all = ["server_key", "identity", "psk_file", "cipher", "rotate_log2"])]
-    pub insecure_no_auth: bool,
-}
-
-/// A server's keys and who it admits.
-#[derive(Debug, Clone, Args)]
-pub struct ServerAuthArgs {
-    /// This server's private key (default: $XDG_CONFIG_HOME/pfs/identity or
-    /// ~/.config/pfs/identity, used if present). Needed for protected sessions.
-    #[arg(long, value_name = "FILE")]
-    pub identity: Option<PathBuf>,
-    /// Client keys admitted, one a line with their rights:
-    /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-exec] [group=NAME] [# comment]`.
-    /// With it every connection must authenticate.
-    #[arg(long, value_name = "FILE")]
-    pub authorized_keys: Option<PathBuf>,
-    /// Serve plain (unauthenticated, unencrypted) sessions on a non-loopback address, or on a
-    /// loopback TCP port to every local user (without it a plain loopback TCP server admits only
-    /// its own user and root, as Unix sockets and shared memory do).
-    #[arg(long, conflicts_with = "authorized_keys")]
-    pub insecure_no_auth: bool,
-    /// Pre-shared key file (base64 of 32 bytes) every client must also hold.
-    #[arg(long, value_name = "FILE")]
-    pub psk_file: Option<PathBuf>,
-    /// Connections being admitted (handshake not finished) at once, counted apart from
-    /// --max-clients. Past it one is dropped: from the address whose connections failed
-    /// admission most often, then the one with the most connections being admitted, a silent one
-    /// first, then the oldest; addresses that completed a handshake before go last.
-    #[arg(long, value_name = "N", default_value_t = 64)]
-    pub max_admitting: usize,
-    /// Seconds a connection has for its handshake, counted from the accept (for its first
-    /// bytes: at least 60, since a plain sender connects and then sets up its blob).
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    pub handshake_timeout: f64,
 }
 
 /// How much the server logs.

@@ -53,6 +53,14 @@ pub fn of_secure(e: &pfs_auth::SecureError) -> i32 {
 
 /// Maps an error to its exit code.
 pub fn classify(e: &anyhow::Error) -> i32 {
+    if let Some(p) = e.downcast_ref::<packetfs::Error>() {
+        return match p {
+            packetfs::Error::Blob(_) => FAILURE,
+            packetfs::Error::Transport(_) => TRANSPORT,
+            packetfs::Error::Secure(s) => of_secure(s),
+            packetfs::Error::Session(s) => of_session(s),
+        };
+    }
     if e.downcast_ref::<crate::config::ConfigError>().is_some() {
         return USAGE;
     }
@@ -71,22 +79,9 @@ pub fn classify(e: &anyhow::Error) -> i32 {
     }
 }
 
-/// An error and its causes on one line, each cause once: many error types
-/// already print their source in their own message, so a cause whose text
-/// ends the line so far is not repeated.
+/// An error and its causes on one line, each cause once ([`packetfs::report::error_line`]).
 pub fn describe(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if line.ends_with(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
+    packetfs::report::error_line(e.as_ref())
 }
 
 #[cfg(test)]

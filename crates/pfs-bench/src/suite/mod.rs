@@ -488,7 +488,10 @@ fn run_handshakes(
     let mut unfinished = Vec::new();
     for _ in 0..count {
         let t0 = Instant::now();
-        match target.connect_as(Some(sec), pfs_auth::Service::Blob) {
+        match target
+            .connect_as(Some(sec), pfs_auth::Service::Blob)
+            .map_err(crate::peer::lift)
+        {
             Ok(conn) => {
                 times.push(t0.elapsed().as_secs_f64());
                 drop(conn);
@@ -1024,6 +1027,7 @@ impl Bench {
                 None => send_once(&target, &view, &cfg).map_err(link::SendError::Failed),
                 Some(sec) => target
                     .connect_as(Some(sec), pfs_auth::Service::Blob)
+                    .map_err(crate::peer::lift)
                     .and_then(|t| send_on(t, &view, &cfg))
                     .map_err(link::SendError::Failed),
             },

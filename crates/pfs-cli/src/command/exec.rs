@@ -4,38 +4,18 @@
 
 use std::time::Instant;
 
-use anyhow::Context;
 use pfs_exec::kernel::{Kernel, KernelId, Output};
 use pfs_exec::shard::{self, Prepared, ShardConfig};
-use pfs_exec::Schedule;
 
 use crate::args::ExecArgs;
-use pfs_bench::labels;
-use pfs_bench::peer::parse_user_kernel;
-use pfs_bench::sysinfo;
+use packetfs::exec::parse_user_kernel;
+use packetfs::report::exec_output_text;
+use packetfs::{labels, sysinfo};
 
 use crate::exit;
 
 use super::open_blob;
 use super::send::schedule_spec;
-
-/// Human form of a kernel result.
-pub fn output_text(o: &Output) -> String {
-    match o {
-        Output::U64(v) => format!("{v:#018x} ({v})"),
-        Output::Histogram(h) => {
-            let total: u64 = h.iter().sum();
-            let (top, n) = h
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, n)| **n)
-                .map(|(b, n)| (b, *n))
-                .unwrap_or((0, 0));
-            format!("{total} bytes; most frequent byte {top:#04x} ({n} times)")
-        }
-        Output::Bytes { bytes, xxh3 } => format!("{bytes} bytes, xxh3 chain {xxh3:#018x}"),
-    }
-}
 
 fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Result<i32> {
     if args.pthreads > 1 {
@@ -75,7 +55,7 @@ fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Re
             labels::pcpu(encoding),
             path.display()
         );
-        println!("  result         {}", output_text(&Output::U64(value)));
+        println!("  result         {}", exec_output_text(&Output::U64(value)));
         println!("  elapsed        {secs:.3} s → {rate:.1} MB/s");
     }
     Ok(exit::OK)
@@ -83,24 +63,12 @@ fn run_user(args: &ExecArgs, path: &std::path::Path, prefix: &str) -> anyhow::Re
 
 /// The schedule to run: recorded grams (`--gram-file`) or the seeded generator.
 fn prepare(args: &ExecArgs, blob_len: u64) -> anyhow::Result<(Prepared, String)> {
-    let encoding = args.encoding.encoding();
-    match &args.gram_file {
-        Some(path) => {
-            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            let (prepared, grams) = Prepared::from_gram_file(&bytes, encoding, blob_len)
-                .with_context(|| format!("preparing {}", path.display()))?;
-            Ok((
-                prepared,
-                format!("{grams} recorded grams from {}", path.display()),
-            ))
-        }
-        None => {
-            let spec = schedule_spec(&args.schedule, blob_len);
-            let prepared = Prepared::from_schedule(Schedule::new(spec)?, encoding, blob_len)
-                .context("preparing the schedule")?;
-            Ok((prepared, format!("{} pattern", spec.pattern.name())))
-        }
-    }
+    let spec = schedule_spec(&args.schedule, blob_len);
+    Ok(packetfs::exec::prepare(
+        args.gram_file.as_deref(),
+        spec,
+        args.encoding.encoding(),
+    )?)
 }
 
 pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
@@ -162,7 +130,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
             id.name(),
             encoding.name()
         );
-        println!("  result         {}", output_text(&report.output));
+        println!("  result         {}", exec_output_text(&report.output));
         println!(
             "  effective      {:.1} MB in {} descriptors ({:.2} table bytes/descriptor, {} chunks)",
             eff as f64 / 1e6,

@@ -1,7 +1,8 @@
 //! One module per subcommand, plus the blob setup they share. `pfs bench`
-//! is dispatched to the pfs-bench crate.
+//! runs the `pfs-bench` program.
 
 mod auth;
+mod bench;
 mod blob;
 mod exec;
 mod keygen;
@@ -16,12 +17,9 @@ mod shutdown;
 
 use std::time::Duration;
 
-use anyhow::Context;
-use pfs_bench::peer::OpenedBlob;
-use pfs_blob::{BlobConfig, Fill};
+use packetfs::blob::OpenedBlob;
 
 use crate::args::{BlobArgs, Cli, Command};
-use crate::exit;
 
 pub use mount::classify as mount_exit_code;
 
@@ -35,46 +33,13 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve(args) => serve::run(args),
         Command::Mount(args) => mount::run(&args),
         Command::Umount(args) => mount::umount(&args),
-        Command::Bench(args) => {
-            // The studies start this binary again (`pfs serve`, `pfs send`,
-            // `pfs bench ipc-peer`): they are told once where it is.
-            let pfs = pfs_bench::Binary {
-                path: std::env::current_exe().context("cannot locate the pfs binary")?,
-                version: env!("CARGO_PKG_VERSION").into(),
-                git_revision: env!("PFS_GIT_REV").into(),
-            };
-            Ok(match pfs_bench::run(args, &pfs)? {
-                pfs_bench::Outcome::Passed => exit::OK,
-                pfs_bench::Outcome::Failed => exit::FAILURE,
-            })
-        }
-    }
-}
-
-/// Blob options from the command line.
-pub fn blob_config(args: &BlobArgs) -> BlobConfig {
-    let fill = if args.no_fill {
-        Fill::None
-    } else if let Some(path) = &args.fill_file {
-        Fill::File(path.clone())
-    } else {
-        Fill::Seed(args.seed)
-    };
-    BlobConfig {
-        name: args.blob_name.clone(),
-        size: args.size,
-        fill,
-        huge_dir: args.huge_dir.clone(),
-        prefault: !args.no_prefault,
-        keep: args.blob_keep,
-        threads: args.setup_threads,
-        ..BlobConfig::default()
+        Command::Bench(args) => bench::run(&args),
     }
 }
 
 /// Maps, prefaults, fills and fingerprints the blob; prints warnings and the setup line on stderr.
-pub fn open_blob(args: &BlobArgs, quiet: bool) -> anyhow::Result<OpenedBlob> {
-    pfs_bench::peer::open_blob(&blob_config(args), quiet)
+pub fn open_blob(args: &BlobArgs, quiet: bool) -> Result<OpenedBlob, packetfs::Error> {
+    packetfs::blob::open_blob(&args.config(), quiet)
 }
 
 /// `--log-interval` seconds as a duration. Without the option, progress is

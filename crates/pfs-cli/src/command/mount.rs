@@ -139,7 +139,7 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
         // time, and mounts of one server are what share most chunks.
         None => pfs_files::default_cache_dir()?
             .join("mount")
-            .join(cache_name(&addr)),
+            .join(packetfs::mount::cache_name(&addr)),
     };
     let cfg = MountConfig {
         dir: dir.clone().into_bytes(),
@@ -159,7 +159,7 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     // The same server, the same keys: a restarted server is found again.
     let reconnect: pfs_mount::Connector = Box::new(move || {
         to.connect_as(security.as_ref(), pfs_auth::Service::Mount)
-            .map_err(|e| exit::describe(&e).into())
+            .map_err(|e| exit::describe(&e.into()).into())
     });
     let session = pfs_mount::open_with(t, &cfg, Some(reconnect)).map_err(anyhow::Error::new)?;
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
@@ -184,7 +184,7 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     let waiter = std::thread::spawn(move || {
         for sig in signals.forever() {
             tracing::info!("signal {sig}: unmounting {}", target.display());
-            match unmount(&target, true) {
+            match packetfs::mount::unmount(&target, true) {
                 Ok(()) => break,
                 Err(e) => eprintln!(
                     "pfs: unmounting {}: {e:#} (another signal tries again)",
@@ -244,60 +244,9 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     Ok(exit::OK)
 }
 
-/// A directory name for a server address.
-fn cache_name(addr: &str) -> String {
-    addr.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 pub fn umount(args: &UmountArgs) -> anyhow::Result<i32> {
-    unmount(&args.mountpoint, args.lazy)?;
+    packetfs::mount::unmount(&args.mountpoint, args.lazy)?;
     Ok(exit::OK)
-}
-
-/// Unmounts as root with umount2(2), else through `fusermount3 -u` (or
-/// `fusermount -u`), the setuid helper FUSE provides to users.
-fn unmount(path: &Path, lazy: bool) -> anyhow::Result<()> {
-    if rustix::process::geteuid().is_root() {
-        let flags = if lazy {
-            rustix::mount::UnmountFlags::DETACH
-        } else {
-            rustix::mount::UnmountFlags::empty()
-        };
-        return rustix::mount::unmount(path, flags).map_err(|e| {
-            let hint = if e == rustix::io::Errno::BUSY {
-                " (files are open there; --lazy detaches it now)"
-            } else {
-                ""
-            };
-            anyhow::anyhow!("umount {}: {e}{hint}", path.display())
-        });
-    }
-    let mut last = None;
-    for helper in ["fusermount3", "fusermount"] {
-        let mut cmd = std::process::Command::new(helper);
-        cmd.arg("-u");
-        if lazy {
-            cmd.arg("-z");
-        }
-        match cmd.arg(path).status() {
-            Ok(s) if s.success() => return Ok(()),
-            Ok(s) => bail!("{helper} -u {} failed ({s})", path.display()),
-            Err(e) => last = Some(e),
-        }
-    }
-    bail!(
-        "unmounting {} needs root or fusermount3 (apt install fuse3): {}",
-        path.display(),
-        last.map_or_else(String::new, |e| e.to_string())
-    )
 }
 
 /// Exit code of a mount that did not start.

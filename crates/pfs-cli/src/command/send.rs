@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use pfs_bench::labels;
-use pfs_bench::peer::{send_on, sender_config, Target};
+use packetfs::gram::{send_on, sender_config, Target};
+use packetfs::labels;
 use pfs_exec::{ScheduleSpec, Total};
-use pfs_session::{GramSenderOutcome, SessionError, SessionStats};
+use pfs_session::{SessionError, SessionStats};
 use pfs_sys::pin_current_thread;
 
 use crate::args::{ScheduleArgs, SendArgs, TransportArg, TransportArgs};
@@ -32,88 +32,6 @@ pub fn schedule_spec(s: &ScheduleArgs, blob_len: u64) -> ScheduleSpec {
         },
         blob_len,
     }
-}
-
-/// The UDP connection's line in `pfs send`'s text output.
-pub fn udp_line(u: &pfs_transport::udp::UdpReport) -> String {
-    let s = &u.stats;
-    format!(
-        "  udp            {} datagrams of ≤ {} B sent ({:.3} MB), {} received; stream resent {:.3} MB \
-         ({} packets lost, {} of them spurious, {} probe timeouts, {} congested round trips); srtt {}, bandwidth estimate {:.1} Mbit/s; \
-         GSO {}, GRO {}; datagrams {}, {} unauthenticated dropped, {} ICMP unreachable hints",
-        s.packets_sent,
-        u.datagram,
-        s.bytes_sent as f64 / 1e6,
-        s.packets_received,
-        s.stream_bytes_resent as f64 / 1e6,
-        s.packets_lost,
-        s.packets_spurious,
-        s.probe_timeouts,
-        s.congested_rounds,
-        u.srtt.map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3)),
-        u.bandwidth as f64 * 8.0 / 1e6,
-        if u.gso { "on" } else { "off" },
-        if u.gro { "on" } else { "off" },
-        if u.tagged { "tagged" } else { "untagged" },
-        s.unauthenticated,
-        s.unreachable_hints,
-    )
-}
-
-/// The UDP connection's counters as JSON.
-pub fn udp_json(u: &pfs_transport::udp::UdpReport) -> serde_json::Value {
-    let s = &u.stats;
-    serde_json::json!({
-        "datagram_bytes": u.datagram,
-        "packets_sent": s.packets_sent,
-        "packets_received": s.packets_received,
-        "bytes_sent": s.bytes_sent,
-        "bytes_received": s.bytes_received,
-        "stream_bytes_sent": s.stream_bytes_sent,
-        "stream_bytes_resent": s.stream_bytes_resent,
-        "packets_lost": s.packets_lost,
-        "packets_spurious": s.packets_spurious,
-        "probe_timeouts": s.probe_timeouts,
-        "congested_rounds": s.congested_rounds,
-        "acks_sent": s.acks_sent,
-        "stream_bytes_duplicate": s.stream_bytes_duplicate,
-        "packets_ignored": s.packets_ignored,
-        "srtt_s": u.srtt.map(|d| d.as_secs_f64()),
-        "bandwidth_bytes_per_s": u.bandwidth,
-        "gso": u.gso,
-        "gro": u.gro,
-        "tagged": u.tagged,
-        "unauthenticated": s.unauthenticated,
-        "unreachable_hints": s.unreachable_hints,
-    })
-}
-
-/// JSON document printed by `pfs send --json`.
-pub fn outcome_json(
-    stats: &SessionStats,
-    out: &GramSenderOutcome,
-    pattern: &str,
-    udp: Option<&pfs_transport::udp::UdpReport>,
-) -> serde_json::Value {
-    let descs = out.summary.descriptors.max(1);
-    serde_json::json!({
-        "udp": udp.map(udp_json),
-        "receiver": stats,
-        "sender": {
-            "grams": out.summary.grams,
-            "descriptors": out.summary.descriptors,
-            "effective_bytes": out.summary.effective_bytes,
-            "wire_bytes_sent": out.summary.wire_bytes_sent,
-            "table_bytes": out.table_bytes,
-            "table_bytes_per_descriptor": out.table_bytes as f64 / descs as f64,
-            "elapsed_s": out.sender_elapsed.as_secs_f64(),
-            "user_s": out.sender_usage.user_us as f64 / 1e6,
-            "sys_s": out.sender_usage.sys_us as f64 / 1e6,
-            "pattern": pattern,
-            "repairs_sent": out.repairs_sent,
-            "repair_bytes_sent": out.repair_bytes_sent,
-        },
-    })
 }
 
 /// The target named on the command line.
@@ -175,7 +93,12 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     if args.run.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&outcome_json(&stats, &out, spec.pattern.name(), udp.as_ref()))?
+            serde_json::to_string_pretty(&packetfs::report::outcome_json(
+                &stats,
+                &out,
+                spec.pattern.name(),
+                udp.as_ref()
+            ))?
         );
     } else {
         println!("{}", stats.human());
@@ -190,7 +113,7 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
             spec.pattern.name(),
         );
         if let Some(u) = &udp {
-            println!("{}", udp_line(u));
+            println!("{}", packetfs::report::udp_line(u));
         }
     }
     if !stats.ok() {
@@ -204,10 +127,10 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
 /// `CORRECTIONS` flag: its `hello_flags` were reserved, so it answers
 /// ERROR BAD_FRAME about HELLO's reserved field (a §13 receiver never
 /// refuses a HELLO this sender encoded).
-fn refused_corrections(e: &anyhow::Error) -> bool {
+fn refused_corrections(e: &packetfs::Error) -> bool {
     matches!(
-        e.downcast_ref::<SessionError>(),
-        Some(SessionError::Refused { code, message })
+        e,
+        packetfs::Error::Session(SessionError::Refused { code, message })
             if *code == pfs_wire::ErrorCode::BadFrame as u16 && message.contains("HELLO") && message.contains("reserved")
     )
 }

@@ -13,8 +13,8 @@ use pfs_transport::{AnyListener, Listener, ShmListener, TcpConfig, TcpListener, 
 use crate::args::{ServeArgs, TransportArg};
 use crate::exit;
 
-use pfs_bench::labels;
-use pfs_bench::peer::progress_line;
+use packetfs::gram::progress_line;
+use packetfs::labels;
 
 use super::{interval, log, open_blob, shutdown};
 
@@ -244,7 +244,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             let exec_line = outcome.exec_output.as_ref().map(|o| {
                 (
                     args.exec.clone().unwrap_or_default(),
-                    super::exec::output_text(o),
+                    packetfs::report::exec_output_text(o),
                     serde_json::to_value(o).ok(),
                 )
             });

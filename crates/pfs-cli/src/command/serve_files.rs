@@ -149,7 +149,7 @@ fn received(
     };
     log::session_end(client, traffic, &did);
     if json {
-        let mut v = super::send_files::report_json(r);
+        let mut v = packetfs::report::files_report_json(r);
         v["event"] = "files_report".into();
         v["peer"] = peer.to_string().into();
         v["dry_run"] = outcome.dry_run.into();

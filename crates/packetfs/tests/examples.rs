@@ -1,0 +1,77 @@
+//! Every example's main logic, run as a test: the examples under
+//! `examples/` stay compiling and working (each takes a second or two).
+
+#[path = "../examples/gram_loopback.rs"]
+#[allow(dead_code)]
+mod gram_loopback;
+
+#[path = "../examples/files_tree.rs"]
+#[allow(dead_code)]
+mod files_tree;
+
+#[path = "../examples/same_host_ring.rs"]
+#[allow(dead_code)]
+mod same_host_ring;
+
+#[path = "../examples/keys.rs"]
+#[allow(dead_code)]
+mod keys;
+
+#[test]
+fn gram_send_and_serve_over_loopback() {
+    let stats = gram_loopback::run().expect("session");
+    assert!(stats.ok(), "{}", stats.human());
+}
+
+#[test]
+fn a_tree_sent_twice_moves_its_data_once() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let (first, second) = files_tree::run(scratch.path()).expect("sends");
+    assert_eq!(first.written, 2, "{first:?}");
+    assert!(first.wire_bytes > 1_000_000, "{first:?}");
+    // The second send finds every file unchanged: almost nothing travels.
+    assert_eq!(second.written, 0, "{second:?}");
+    assert!(second.wire_bytes < 100_000, "{second:?}");
+    let copy = std::fs::read(scratch.path().join("dest/tree/sub/b.txt")).expect("copy");
+    assert_eq!(copy, b"hello, packetfs\n");
+}
+
+#[test]
+fn ring_echo() {
+    let dir = tempfile::tempdir().expect("scratch");
+    let replies = same_host_ring::run(&dir.path().join("echo.sock"), 3).expect("echo");
+    assert_eq!(replies, [&b"message 0"[..], b"message 1", b"message 2"]);
+}
+
+#[test]
+fn keys_generated_authorized_and_pinned() {
+    let dir = tempfile::tempdir().expect("scratch");
+    let trust = keys::run(dir.path()).expect("keys");
+    assert!(trust.server_known);
+    let rights = trust.client_rights.expect("the client's key is authorized");
+    assert!(rights.starts_with("dir=backups group=key-"), "{rights}");
+}
+
+/// The README's Library section runs exactly these examples.
+#[test]
+fn the_readme_names_every_example() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("examples/")
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_suffix(".rs")
+                .map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, ["files_tree", "gram_loopback", "keys", "same_host_ring"]);
+    for name in &names {
+        let cmd = format!("cargo run -p packetfs --example {name}");
+        assert!(readme.contains(&cmd), "README.md lacks `{cmd}`");
+    }
+}
