@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 pub use pfs_mount::{
     open, open_with, MountConfig, MountError, ReadError, Session, DEFAULT_MAX_ENTRIES, STATS_XATTR,
 };
-pub use pfs_session::{serve_mount, MountServerOutcome, MountServerConfig};
+pub use pfs_session::{serve_mount, MountServerConfig, MountServerOutcome};
 
 /// Why a mount point could not be unmounted.
 #[derive(Debug, thiserror::Error)]
