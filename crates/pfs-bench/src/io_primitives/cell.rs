@@ -84,9 +84,10 @@ impl CellSpec {
     }
 }
 
-/// One measured cell: a row of the table, CSV and JSON.
+/// One measured method and size (a cell of the study's grid): a row of
+/// the table, CSV and JSON.
 #[derive(Debug, Clone, Serialize)]
-pub struct Cell {
+pub struct Measured {
     /// `a1` … `a4`.
     pub method: &'static str,
     /// Long method name.
@@ -151,9 +152,9 @@ pub struct Cell {
     pub notes: String,
 }
 
-impl Cell {
+impl Measured {
     fn new(spec: &CellSpec) -> Self {
-        Cell {
+        Measured {
             method: spec.method.key(),
             label: spec.method.label(),
             msg_size: spec.size,
@@ -210,7 +211,7 @@ impl Cell {
             nodelay: true,
             timeout: Duration::from_secs(1),
         };
-        Cell::new(&spec).failed(why.into())
+        Measured::new(&spec).failed(why.into())
     }
 
     /// Whether the cell produced numbers.
@@ -399,8 +400,8 @@ type SenderJoin = thread::Result<(io::Result<Sent>, Side)>;
 type ReceiverJoin = thread::Result<(io::Result<(Received, Instant)>, Side)>;
 
 /// Runs one cell; never panics, never hangs longer than the socket timeouts.
-pub fn run_cell(spec: &CellSpec) -> Cell {
-    let cell = Cell::new(spec);
+pub fn run_cell(spec: &CellSpec) -> Measured {
+    let cell = Measured::new(spec);
     let mut pairs = Vec::with_capacity(spec.threads);
     for _ in 0..spec.threads {
         match connect_pair(spec) {
@@ -458,12 +459,12 @@ pub fn run_cell(spec: &CellSpec) -> Cell {
 }
 
 fn summarize(
-    mut cell: Cell,
+    mut cell: Measured,
     spec: &CellSpec,
     t0: Instant,
     sent: Vec<SenderJoin>,
     received: Vec<ReceiverJoin>,
-) -> Cell {
+) -> Measured {
     let mut errors = Vec::new();
     let mut sides = Vec::new();
     let mut tx_total = Sent::default();

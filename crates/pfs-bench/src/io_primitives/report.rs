@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::cell::Cell;
+use super::cell::Measured;
 use super::SendMethod;
 use crate::plot::{self, Series};
 use crate::report::Method as _;
@@ -20,7 +20,7 @@ thread, not a round trip; CPU and context switches from getrusage(RUSAGE_THREAD)
 /// The A4/A1 ratio the design sets as a target.
 pub const TARGET_RATIO: f64 = 10.0;
 
-/// The study's part of its report header (after the [`crate::report::Host`] facts).
+/// The study's part of its report header (after the [`crate::report::Machine`] facts).
 #[derive(Debug, Clone, Serialize)]
 pub struct IoSettings {
     /// Pinning policy.
@@ -109,7 +109,7 @@ pub fn report(h: &Header) -> Report {
 
 /// The whole report: the header lines, the cells (the footer below them),
 /// and the headline ratios and wall time in JSON.
-pub fn finish(report: Report, cells: &[Cell], ratios: &[Headline], wall_s: f64) -> Report {
+pub fn finish(report: Report, cells: &[Measured], ratios: &[Headline], wall_s: f64) -> Report {
     let footer = footer_text(cells, ratios, wall_s);
     report
         .section(Section::new("cells", view(cells), data(cells)).noted(footer.trim_matches('\n')))
@@ -141,7 +141,7 @@ pub fn table_head() -> String {
     Table::new(&VIEW).text_head().trim_end().to_string()
 }
 
-fn notes(c: &Cell) -> String {
+fn notes(c: &Measured) -> String {
     let mut n = Vec::new();
     if let Some(failed) = c.status.note() {
         n.push(failed);
@@ -161,12 +161,12 @@ fn notes(c: &Cell) -> String {
 }
 
 /// One line of the terminal table, for printing cells as they finish.
-pub fn view_line(c: &Cell) -> String {
+pub fn view_line(c: &Measured) -> String {
     Table::new(&VIEW).text_row(&view_row(c)).trim_end().to_string()
 }
 
 /// The terminal table of every cell.
-pub fn view(cells: &[Cell]) -> Table {
+pub fn view(cells: &[Measured]) -> Table {
     let mut t = Table::new(&VIEW);
     for c in cells {
         t.push(view_row(c));
@@ -175,7 +175,7 @@ pub fn view(cells: &[Cell]) -> Table {
 }
 
 /// A failed cell shows `—` for every number and its status in the notes.
-fn view_row(c: &Cell) -> Vec<Shown> {
+fn view_row(c: &Measured) -> Vec<Shown> {
     let ok = c.ok();
     let num = |v: f64, d: usize| if ok { Shown::Num(v, d) } else { Shown::Missing };
     let text = |v: String| if ok { Shown::Text(v) } else { Shown::Missing };
@@ -201,7 +201,7 @@ fn view_row(c: &Cell) -> Vec<Shown> {
 }
 
 /// The size the headline ratio is taken at: 64 B when measured, else the smallest size.
-fn headline_size(cells: &[Cell]) -> Option<usize> {
+fn headline_size(cells: &[Measured]) -> Option<usize> {
     if cells.iter().any(|c| c.msg_size == 64) {
         Some(64)
     } else {
@@ -210,7 +210,7 @@ fn headline_size(cells: &[Cell]) -> Option<usize> {
 }
 
 /// A4 / A1 at the headline size, for every thread count where both ran.
-pub fn ratios(cells: &[Cell]) -> Vec<Headline> {
+pub fn ratios(cells: &[Measured]) -> Vec<Headline> {
     let Some(size) = headline_size(cells) else {
         return Vec::new();
     };
@@ -241,7 +241,7 @@ pub fn ratios(cells: &[Cell]) -> Vec<Headline> {
 }
 
 /// Definitions, the headline ratio and zerocopy findings, after the table.
-pub fn footer_text(cells: &[Cell], ratios: &[Headline], wall_s: f64) -> String {
+pub fn footer_text(cells: &[Measured], ratios: &[Headline], wall_s: f64) -> String {
     let mut s = format!("\n{UNITS}.\n");
     if let Some(r0) = ratios.first() {
         let _ = writeln!(
@@ -317,7 +317,7 @@ const DATA: [&str; 30] = [
 
 /// Every field of every cell (CSV, JSON); a failed cell has no figures
 /// (empty, `null`), only its plan, status and reason.
-pub fn data(cells: &[Cell]) -> Table {
+pub fn data(cells: &[Measured]) -> Table {
     let columns: Vec<Column> = DATA.iter().map(|t| Column::text(t, 0)).collect();
     let mut t = Table::new(&columns);
     for c in cells {
@@ -374,10 +374,10 @@ pub struct Plots {
 
 /// One series per method of `y(cell)` against `x(cell)` over the cells `keep` selects.
 fn series_per_method(
-    cells: &[Cell],
-    keep: impl Fn(&Cell) -> bool,
-    x: impl Fn(&Cell) -> f64,
-    y: impl Fn(&Cell) -> f64,
+    cells: &[Measured],
+    keep: impl Fn(&Measured) -> bool,
+    x: impl Fn(&Measured) -> f64,
+    y: impl Fn(&Measured) -> f64,
 ) -> Vec<Series> {
     SendMethod::ALL
         .iter()
@@ -399,7 +399,7 @@ fn series_per_method(
 /// Throughput and CPU per byte vs message size at threads = 1 (the cleanest
 /// per-primitive comparison on a 2-core machine; the smallest thread count
 /// when 1 was not run), and latency vs threads at 64 B (or the smallest size).
-pub fn plots(dir: &Path, cells: &[Cell]) -> Plots {
+pub fn plots(dir: &Path, cells: &[Measured]) -> Plots {
     let mut out = Plots::default();
     let Some(t_plot) = cells.iter().map(|c| c.threads).min() else {
         return out;
@@ -475,7 +475,7 @@ mod tests {
     #[test]
     fn a_cell_that_did_not_run_has_no_figure_in_any_format() {
         let h = Header {
-            host: crate::report::Host {
+            machine: crate::report::Machine {
                 tool: "pfs 0.1.0".into(),
                 git_revision: "abc1234".into(),
                 kernel: "6.1".into(),
@@ -494,7 +494,7 @@ mod tests {
                 units: UNITS.into(),
             },
         };
-        let cells = vec![Cell::failed_for_test(SendMethod::A3, "no zerocopy here")];
+        let cells = vec![Measured::failed_for_test(SendMethod::A3, "no zerocopy here")];
         let r = finish(report(&h), &cells, &ratios(&cells), 1.0);
         crate::report::check_not_run_row(&r, "a3");
         let j = r.json();

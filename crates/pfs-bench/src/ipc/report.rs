@@ -22,7 +22,7 @@ calibrated TSC frequency; Mmsg/s = 10^6 messages per second, back to back (serve
 send calls); idle CPU = server CPU time (getrusage user + system) ÷ wall time while it waits for a message that \
 does not come; vs unix = unix-epoll one-way mean ÷ this row's (above 1: faster)";
 
-/// The study's part of its report header (after the [`crate::report::Host`] facts).
+/// The study's part of its report header (after the [`crate::report::Machine`] facts).
 #[derive(Debug, Clone, Serialize)]
 pub struct IpcSettings {
     /// The clock.
@@ -353,7 +353,7 @@ pub fn data(header: &Header, rows: &[Row]) -> Table {
             );
             m.insert("tsc_invariant".into(), header.study.clock.invariant.into());
             m.insert("pinning".into(), header.study.pinning.clone().into());
-            m.insert("git_revision".into(), header.host.git_revision.clone().into());
+            m.insert("git_revision".into(), header.machine.git_revision.clone().into());
         }
         t.push(COLUMNS.iter().map(|c| Cell::from(&v[*c])).collect());
     }
@@ -444,7 +444,7 @@ mod tests {
     #[test]
     fn a_row_that_did_not_run_has_no_figure_in_any_format() {
         let h = Header {
-            host: crate::report::Host {
+            machine: crate::report::Machine {
                 tool: "pfs 0.1.0".into(),
                 git_revision: "abc1234".into(),
                 kernel: "6.1".into(),

@@ -498,7 +498,7 @@ mod tests {
             notes: String::new(),
         });
         let h = MountHeader {
-            host: crate::report::Host {
+            machine: crate::report::Machine {
                 tool: "pfs 0.1.0".into(),
                 git_revision: "abc1234".into(),
                 kernel: "6.1".into(),

@@ -1,4 +1,4 @@
-//! The report of every study: one [`Header`] (host and build facts, then the
+//! The report of every study: one [`Header`] (machine and build facts, then the
 //! study's own settings) and [`Table`]s rendered as a terminal table, CSV,
 //! Markdown and JSON, plus the one [`csv_escape`]. A study runs its plan into
 //! rows, puts them into a [`Report`] (its header lines, one [`Section`] per
@@ -22,7 +22,7 @@ use crate::{sysinfo, Binary};
 
 /// What every header starts with: the build and the machine.
 #[derive(Debug, Clone, Serialize)]
-pub struct Host {
+pub struct Machine {
     /// `pfs <version>`.
     pub tool: String,
     /// Git revision of the build.
@@ -35,8 +35,8 @@ pub struct Host {
     pub cores: usize,
 }
 
-impl Host {
-    /// Reads the host facts; names the build after `pfs`.
+impl Machine {
+    /// Reads the machine facts; names the build after `pfs`.
     pub fn probe(pfs: &Binary) -> Self {
         Self {
             tool: format!("pfs {}", pfs.version),
@@ -48,23 +48,23 @@ impl Host {
     }
 }
 
-/// The header of a study's report: [`Host`] facts, then the study's settings
+/// The header of a study's report: [`Machine`] facts, then the study's settings
 /// `S`, serialized as one flat JSON object (keys as they always were).
 #[derive(Debug, Clone, Serialize)]
 pub struct Header<S> {
     /// Build and machine.
     #[serde(flatten)]
-    pub host: Host,
+    pub machine: Machine,
     /// The study's own settings and context.
     #[serde(flatten)]
     pub study: S,
 }
 
 impl<S> Header<S> {
-    /// A header for this host and build.
+    /// A header for this machine and build.
     pub fn new(pfs: &Binary, study: S) -> Self {
         Self {
-            host: Host::probe(pfs),
+            machine: Machine::probe(pfs),
             study,
         }
     }
@@ -382,7 +382,7 @@ impl Section {
     }
 }
 
-/// A study's report: its header (host facts, the study's settings as lines
+/// A study's report: its header (machine facts, the study's settings as lines
 /// for reading and as JSON fields for machines), its sections and the
 /// fields its JSON document carries besides them. The one path every study
 /// renders through: [`Report::text`], [`Report::markdown`], [`Section`]
@@ -393,10 +393,10 @@ pub struct Report {
     /// `pfs bench files` …: how the first line names the study.
     pub title: String,
     /// Build and machine (`None`: a study that reports none, `pfs bench exec`).
-    pub host: Option<Host>,
-    /// The header as JSON (host facts and the study's settings; `null`: none).
+    pub machine: Option<Machine>,
+    /// The header as JSON (machine facts and the study's settings; `null`: none).
     pub header: serde_json::Value,
-    /// The study's settings, one line each, after the host line.
+    /// The study's settings, one line each, after the machine line.
     pub lines: Vec<String>,
     /// The tables, in order.
     pub sections: Vec<Section>,
@@ -409,7 +409,7 @@ impl Report {
     pub fn new<S: Serialize>(title: impl Into<String>, header: &Header<S>) -> Self {
         Self {
             title: title.into(),
-            host: Some(header.host.clone()),
+            machine: Some(header.machine.clone()),
             header: serde_json::to_value(header).unwrap_or_default(),
             lines: Vec::new(),
             sections: Vec::new(),
@@ -417,11 +417,11 @@ impl Report {
         }
     }
 
-    /// A report without host facts or header: `title` is its whole first line.
+    /// A report without machine facts or header: `title` is its whole first line.
     pub fn plain(title: impl Into<String>) -> Self {
         Self {
             title: title.into(),
-            host: None,
+            machine: None,
             header: serde_json::Value::Null,
             lines: Vec::new(),
             sections: Vec::new(),
@@ -454,7 +454,7 @@ impl Report {
     /// The header block of the terminal report, with a blank line after it
     /// (studies that print rows as they run print this first).
     pub fn text_header(&self) -> String {
-        let mut s = match &self.host {
+        let mut s = match &self.machine {
             Some(h) => format!(
                 "{} — {} · kernel {} · {} · {} cores\n",
                 self.title, h.git_revision, h.kernel, h.cpu_model, h.cores
@@ -489,7 +489,7 @@ impl Report {
 
     /// The Markdown report: header lines, then each section.
     pub fn markdown(&self) -> String {
-        let mut s = match &self.host {
+        let mut s = match &self.machine {
             Some(h) => format!(
                 "Revision `{}` · {} cores · {} · kernel {}  \n",
                 h.git_revision, h.cores, h.cpu_model, h.kernel

@@ -1222,7 +1222,7 @@ pub fn run(args: BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
             .collect();
         let title = format!(
             "pfs bench ({}, {} cores, {})",
-            header.host.git_revision, header.host.cores, header.study.path
+            header.machine.git_revision, header.machine.cores, header.study.path
         );
         match suite_bars(&bars, &title, &dir.join("bench.png")) {
             Ok(()) => eprintln!("pfs bench: wrote bench.png"),

@@ -100,7 +100,7 @@ impl Row {
     }
 }
 
-/// The suite's part of its report header (after the [`crate::report::Host`] facts).
+/// The suite's part of its report header (after the [`crate::report::Machine`] facts).
 #[derive(Debug, Clone, Serialize)]
 pub struct SuiteSettings {
     /// The bracketed THP mode.

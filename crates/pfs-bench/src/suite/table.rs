@@ -204,7 +204,7 @@ pub(crate) mod tests {
     /// A suite header for tests.
     pub(crate) fn test_header(link: Option<crate::suite::link::LinkHeader>) -> SuiteHeader {
         SuiteHeader {
-            host: crate::report::Host {
+            machine: crate::report::Machine {
                 tool: "pfs 0.1.0".into(),
                 git_revision: "abc1234".into(),
                 kernel: "6.1".into(),

@@ -1017,7 +1017,7 @@ fn run_pass(pass: &mut Pass<'_>, jobs: &[(Case, Tool)], src: &Sources, storage: 
     }
 }
 
-/// The files study's part of its report header (after the [`crate::report::Host`] facts).
+/// The files study's part of its report header (after the [`crate::report::Machine`] facts).
 #[derive(Debug, Serialize)]
 pub struct FilesSettings {
     /// Large version A's directory.
@@ -1762,7 +1762,7 @@ mod tests {
             skipped,
         ];
         let header = FilesHeader {
-            host: crate::report::Host {
+            machine: crate::report::Machine {
                 tool: "pfs 0.1.0".into(),
                 git_revision: "abc1234".into(),
                 kernel: "6.1".into(),
