@@ -138,11 +138,22 @@ impl Target {
     /// handshake for `service` over it (docs/wire.md §11).
     ///
     /// ```no_run
-    /// use packetfs::keys::{ClientSecurity, Service};
+    /// use std::time::Duration;
+    /// use packetfs::keys::{Cipher, ClientSecurity, Identity, Pin, Service};
+    /// // In practice the server's key comes from its `pfs-x25519 …` line
+    /// // (`keys::parse_server_key`) or from `known_hosts` (`Pin::KnownHosts`).
+    /// let server_key = Identity::generate()?.public();
+    /// let security = ClientSecurity {
+    ///     identity: Identity::generate()?,
+    ///     pin: Pin::Key(server_key),
+    ///     psk: None,
+    ///     cipher: Cipher::preferred(),
+    ///     rotate_log2: 32,
+    ///     timeout: Duration::from_secs(10),
+    /// };
     /// let t = packetfs::gram::Target::Tcp { addr: "10.0.0.2:7878".into(), sock_buf: 0 };
-    /// # fn security() -> ClientSecurity { unimplemented!() }
-    /// let conn = t.connect_as(Some(&security()), Service::Blob)?;
-    /// # Ok::<(), packetfs::Error>(())
+    /// let conn = t.connect_as(Some(&security), Service::Blob)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn connect_as(
         &self,
