@@ -1321,7 +1321,14 @@ mod tests {
         let t0 = Instant::now();
         let events = std::sync::Arc::default();
         let recorder = Recorder(std::sync::Arc::clone(&events));
+        // tracing caches each callsite's interest. With one dispatcher alive
+        // it asks the registering thread's own default, so another test's
+        // thread registering "udp connection ended" now would cache "never"
+        // for everyone. A second dispatcher makes it ask every dispatcher.
+        let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
         tracing::subscriber::with_default(recorder, || {
+            // Callsites registered before this recorder existed.
+            tracing::callsite::rebuild_interest_cache();
             let (mut client, _server) = pair(cfg, t0);
             client.write(&[1; 1000]);
             let _ = drain(&mut client, t0);
