@@ -138,11 +138,12 @@ pub fn serve<C: Channel>(ch: &mut C, method: &str, n: u64) -> anyhow::Result<Ser
     }
     let last = sys::ticks();
     put(&mut msg, sys::ticks(), n, STREAM_DONE);
-    ch.send(&msg)?;
-
     // Idle: the client sends nothing for a while; wait the method's way.
+    // The window opens before STREAM_DONE leaves, so it holds the client's
+    // whole pause even when this thread is descheduled right after the send.
     let cpu0 = cpu_s();
     let w0 = Instant::now();
+    ch.send(&msg)?;
     ch.recv(&mut msg)?;
     let idle_wall_s = w0.elapsed().as_secs_f64();
     let idle_cpu_s = cpu_s() - cpu0;
