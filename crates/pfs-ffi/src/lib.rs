@@ -1,0 +1,25 @@
+//! The C interface of [`packetfs`]: what a C (or any FFI) program links
+//! against, as `libpfs_ffi.so`, with the header `include/packetfs.h` that
+//! cbindgen generates from this crate (`tests/header.rs` keeps the committed
+//! header equal to cbindgen's output).
+//!
+//! Conventions, the same for every function:
+//! - Handles are opaque pointers (`PfsBlob *`); a handle is freed once, by
+//!   its `*_close` function, and never used after.
+//! - Functions that can fail return an [`PfsStatus`] (`PFS_STATUS_OK` = 0).
+//!   On failure, [`pfs_last_error`] gives the message for this thread.
+//! - Nothing panics across the boundary: a panic inside is caught and
+//!   reported as `PFS_STATUS_INTERNAL`.
+//! - Pointers returned into a blob stay valid until the blob is closed.
+//!
+//! Modules: [`error`] owns the status codes and the per-thread last error;
+//! [`blob`] the blob functions.
+
+pub mod blob;
+pub mod error;
+
+pub use blob::{
+    pfs_blob_close, pfs_blob_data, pfs_blob_data_mut, pfs_blob_fingerprint, pfs_blob_len, pfs_blob_open,
+    pfs_blob_options_default, PfsBlob, PfsBlobOptions,
+};
+pub use error::{pfs_last_error, pfs_version, PfsStatus};
