@@ -64,8 +64,14 @@ fn is_name(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
+/// A label's name and value.
+type Label = (String, String);
+
+/// A sample: its name, labels and value.
+type Sample = (String, Vec<Label>, f64);
+
 /// Parses `{k="v",…}` at the start of `s`: the labels and the rest.
-fn labels(s: &str) -> (Vec<(String, String)>, &str) {
+fn labels(s: &str) -> (Vec<Label>, &str) {
     let Some(mut rest) = s.strip_prefix('{') else {
         return (Vec::new(), s);
     };
@@ -102,7 +108,7 @@ fn labels(s: &str) -> (Vec<(String, String)>, &str) {
 /// TYPE per family before its samples, sample names of that family,
 /// label syntax, float values; a histogram's buckets cumulative, ending
 /// at `+Inf` equal to its `_count`. Returns the samples.
-fn check_exposition(text: &str) -> Vec<(String, Vec<(String, String)>, f64)> {
+fn check_exposition(text: &str) -> Vec<Sample> {
     assert!(text.ends_with('\n'), "the text ends with a newline");
     let mut types: HashMap<String, String> = HashMap::new();
     let mut current: Option<(String, String)> = None;
@@ -157,7 +163,7 @@ fn check_exposition(text: &str) -> Vec<(String, Vec<(String, String)>, f64)> {
         samples.push((name.to_string(), labels, value));
     }
     // Histograms: cumulative buckets per label set, +Inf last, = _count.
-    let mut last: HashMap<Vec<(String, String)>, f64> = HashMap::new();
+    let mut last: HashMap<Vec<Label>, f64> = HashMap::new();
     for (name, labels, v) in &samples {
         if let Some(base) = name.strip_suffix("_bucket") {
             let key: Vec<_> = labels.iter().filter(|(k, _)| k != "le").cloned().collect();
