@@ -435,3 +435,81 @@ fn the_grammar_check_refuses_bad_lines() {
         assert!(r.is_err(), "accepted {bad:?}");
     }
 }
+
+/// Refusals and failures through a real server: a second client while
+/// the one slot is held is refused BUSY (and `max_clients` counted as
+/// hit), a client sending garbage fails as a protocol error.
+#[test]
+fn refusals_and_failures_are_counted_by_kind() {
+    let blob = common::blob_bytes(4, BLOB_LEN);
+    let metrics = Arc::new(Metrics::new("t"));
+    let ep = Endpoint::bind("127.0.0.1:0", metrics.clone(), EndpointConfig::default()).unwrap();
+    let at = ep.local_addr();
+    let listener = TcpListener::bind("127.0.0.1:0", TcpConfig::default()).unwrap();
+    let addr = listener.socket_addr().unwrap().to_string();
+    let cfg = ServerConfig {
+        max_clients: 1,
+        max_sessions: Some(2),
+        metrics: Some(metrics.clone()),
+        ..ServerConfig::default()
+    };
+    std::thread::scope(|s| {
+        let server = s.spawn(|| serve(&listener, &view(&blob), &cfg, &Default::default(), &|_| {}));
+        let (paused, on_pause) = channel();
+        let (go_on, resume) = channel();
+        let sender = s.spawn(|| {
+            let inner = TcpTransport::connect(&addr, &TcpConfig::default()).unwrap();
+            let mut t = Gate {
+                inner,
+                writes: 0,
+                after: 3,
+                paused,
+                resume,
+                written: 0,
+            };
+            send_session(&mut t, &view(&blob), &sender_cfg(), &mut |_| {})
+        });
+        on_pause
+            .recv_timeout(GUARD)
+            .expect("the sender pauses mid-transfer");
+        // The one slot is held: a second client is told BUSY.
+        let mut second = TcpStream::connect(&addr).unwrap();
+        second.set_read_timeout(Some(GUARD)).unwrap();
+        second
+            .write_all(&common::hello_frame(Mode::Offset, BLOB_LEN as u64, [7; 32]))
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = second.read_to_end(&mut answer);
+        assert!(!answer.is_empty(), "the busy client is told why");
+        let busy = scrape(at);
+        assert_eq!(value(&busy, "pfs_refusals_total{kind=\"busy\"}"), 1.0);
+        assert_eq!(value(&busy, "pfs_limits_hit_total{limit=\"max_clients\"}"), 1.0);
+        assert_eq!(value(&busy, "pfs_sessions_active{service=\"blob\"}"), 1.0);
+        go_on.send(()).unwrap();
+        sender.join().unwrap().expect("the first session completes");
+        // Garbage where a HELLO belongs.
+        let mut bad = TcpStream::connect(&addr).unwrap();
+        bad.set_read_timeout(Some(GUARD)).unwrap();
+        bad.write_all(&[0xff; 64]).unwrap();
+        let _ = bad.shutdown(std::net::Shutdown::Write);
+        let _ = bad.read_to_end(&mut Vec::new());
+        assert_eq!(server.join().unwrap(), (1, 1));
+    });
+    let text = scrape(at);
+    assert_eq!(
+        value(&text, "pfs_sessions_total{service=\"blob\",outcome=\"ok\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&text, "pfs_sessions_total{service=\"blob\",outcome=\"failed\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &text,
+            "pfs_session_errors_total{service=\"blob\",kind=\"protocol\"}"
+        ),
+        1.0
+    );
+    assert_eq!(value(&text, "pfs_connections_accepted_total"), 3.0);
+}
