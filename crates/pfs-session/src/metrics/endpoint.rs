@@ -248,7 +248,30 @@ fn answer(mut conn: TcpStream, buf: &mut [u8], metrics: &Metrics, cfg: &Endpoint
     }
     let _ = conn.write_all(out.as_bytes());
     let _ = conn.shutdown(Shutdown::Write);
+    // Closing with unread bytes would reset the connection, and the peer
+    // could lose the answer: after a refusal (a 431 above all, whose
+    // request was not read whole) take what it still sends, a bounded
+    // amount by the same deadline. A scrape's peer reads its answer and
+    // closes; the worker does not wait for it.
+    let mut left = if status.starts_with("200") {
+        0
+    } else {
+        LINGER_BYTES
+    };
+    while left > 0 {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        if wait.is_zero() || conn.set_read_timeout(Some(wait)).is_err() {
+            break;
+        }
+        match conn.read(&mut buf[..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
 }
+
+/// Most bytes read and dropped after an answer, before closing.
+const LINGER_BYTES: usize = 64 << 10;
 
 /// The status, body and whether only the head is sent, for a request head.
 fn route(head: &[u8], metrics: &Metrics) -> (&'static str, String, bool) {
