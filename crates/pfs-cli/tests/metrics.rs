@@ -146,6 +146,18 @@ fn no_metrics_listener_without_the_flag() {
     drop(server);
 }
 
+/// An address that is not IP:PORT is a usage error, before anything starts.
+#[test]
+fn a_metrics_address_without_a_port_is_a_usage_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cmd = pfs(tmp.path());
+    cmd.args(["serve", "--metrics-listen", "localhost", "--dest"])
+        .arg(tmp.path().join("dest"));
+    let out = run(cmd);
+    out.expect_code(2, "pfs serve --metrics-listen localhost");
+    assert!(out.stderr.contains("--metrics-listen"), "{}", out.stderr);
+}
+
 #[test]
 fn a_metrics_address_in_use_is_a_clear_error() {
     let tmp = tempfile::tempdir().expect("tempdir");

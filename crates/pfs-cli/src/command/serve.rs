@@ -74,7 +74,11 @@ pub fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
 pub fn listen(args: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<(AnyListener, Option<Endpoint>)> {
     let listener = bind_listener(args)?;
     let endpoint = match (&args.metrics_listen, &cfg.metrics) {
-        (Some(addr), Some(m)) => Some(Endpoint::bind(addr, m.clone(), EndpointConfig::default())?),
+        (Some(addr), Some(m)) => Some(Endpoint::bind(
+            &addr.to_string(),
+            m.clone(),
+            EndpointConfig::default(),
+        )?),
         _ => None,
     };
     if let Some(e) = &endpoint {
