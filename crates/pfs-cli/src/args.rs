@@ -745,6 +745,11 @@ pub struct ServeArgs {
     /// mounts do not hold --max-clients slots; the mount connects again when a read needs it.
     #[arg(long, value_name = "SECS", default_value_t = 300.0, requires = "dest")]
     pub mount_idle_timeout: f64,
+    /// Serve Prometheus metrics at http://IP:PORT/metrics (sessions, bytes, refusals, errors,
+    /// durations, limits hit). Off by default. Unauthenticated: bind it to loopback or a private
+    /// address. Example: --metrics-listen 127.0.0.1:9187
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Logs.
     #[command(flatten)]
     pub log: LogArgs,

@@ -58,6 +58,7 @@ struct ServeFile {
     fsync: Option<bool>,
     shutdown_grace: Option<Number>,
     mount_idle_timeout: Option<Number>,
+    metrics_listen: Option<String>,
     log_level: Option<String>,
     log_format: Option<String>,
     huge_dir: Option<PathBuf>,

@@ -11,6 +11,8 @@
 //! - [`framing`]: what both share: whole frames from bytes, ERROR frames,
 //!   the drivers' receive buffer.
 //! - [`server`]: the accept loop, one thread per session.
+//! - [`metrics`]: what a server did, as Prometheus text, and the endpoint
+//!   that serves it.
 //!
 //! The blob is passed in as bytes plus its identity ([`BlobView`]), so
 //! tests run sessions over plain `Vec`s, and the cores run with no socket.
@@ -20,6 +22,7 @@ mod error;
 pub mod files;
 pub mod framing;
 pub mod gram;
+pub mod metrics;
 pub mod mount;
 pub mod places;
 pub mod server;

@@ -32,6 +32,7 @@ use crate::admitting::{Admitting, Source, Ticket};
 use crate::error::{Timeout, Violation};
 use crate::files::{receive_files, FilesReceiverConfig, FilesReceiverOutcome};
 use crate::gram::{receive_session, GramProgress, GramReceiverConfig, GramReceiverOutcome};
+use crate::metrics::{Flow, Limit, LiveSession, Metrics, Refusal};
 use crate::mount::{serve_mount, MountServerConfig, MountServerOutcome};
 use crate::slots::{Full, Slot, Slots};
 use crate::{BlobView, SessionError};
@@ -101,6 +102,9 @@ pub struct ServerConfig {
     pub max_sessions: Option<u64>,
     /// Pin session threads to this CPU.
     pub pin_cpu: Option<usize>,
+    /// Where the server counts what it does (`crate::metrics`); `None`:
+    /// nothing is counted.
+    pub metrics: Option<Arc<Metrics>>,
     /// Who may connect.
     pub admission: Admission,
     /// Tells the server to stop (shared with whoever handles the signals).
@@ -157,6 +161,7 @@ impl Default for ServerConfig {
             first_bytes_timeout: DEFAULT_FIRST_BYTES_TIMEOUT,
             max_sessions: None,
             pin_cpu: None,
+            metrics: None,
             admission: Admission::default(),
             shutdown: Arc::default(),
         }
@@ -284,7 +289,7 @@ pub fn serve<L: Listener>(
         service: Service::Blob,
         runs_kernels: receiver.exec.is_some(),
     };
-    serve_loop(listener, cfg, offer, on_event, &|conn, client| {
+    serve_loop(listener, cfg, offer, on_event, &|conn, client, _| {
         let peer = client.addr.as_str();
         let mut progress = |p: &GramProgress| on_event(ServerEvent::Progress { peer, progress: p });
         // The HELLO's time counts from its first byte, read at admission.
@@ -347,8 +352,8 @@ pub fn serve_files<L: Listener>(
         service: Service::Files,
         runs_kernels: false,
     };
-    serve_loop(listener, cfg, offer, on_event, &|conn, client| {
-        files_or_mount(conn, client, place, files_cfg, mount_cfg)
+    serve_loop(listener, cfg, offer, on_event, &|conn, client, live| {
+        files_or_mount(conn, (client, live), place, files_cfg, mount_cfg)
     })
 }
 
@@ -356,12 +361,13 @@ pub fn serve_files<L: Listener>(
 /// session it runs, in the client's place.
 fn files_or_mount(
     conn: &mut dyn Transport,
-    client: &Client,
+    (client, live): (&Client, &LiveSession),
     place: &PlaceFn<'_>,
     files_cfg: &FilesReceiverConfig,
     mount_cfg: &MountServerConfig,
 ) -> Result<FilesSessionOutcome, SessionError> {
     let (head, service) = first_service(conn, client, mount_cfg.hello_timeout)?;
+    live.set_service(service);
     let here = place(client).map_err(|e| {
         refuse(conn, ErrorCode::Internal, &e.to_string());
         SessionError::Local(crate::LocalError::Place(e))
@@ -506,8 +512,31 @@ struct Offer {
     runs_kernels: bool,
 }
 
-/// Runs one session on an admitted connection.
-type SessionFn<'a, O> = dyn Fn(&mut dyn Transport, &Client) -> Result<O, SessionError> + Sync + 'a;
+/// Runs one session on an admitted connection (its metrics told its
+/// service once known).
+type SessionFn<'a, O> =
+    dyn Fn(&mut dyn Transport, &Client, &LiveSession) -> Result<O, SessionError> + Sync + 'a;
+
+/// The bytes a completed session reconstructed, executed over or served,
+/// for its metrics.
+trait Effective {
+    fn effective_bytes(&self) -> u64;
+}
+
+impl Effective for GramReceiverOutcome {
+    fn effective_bytes(&self) -> u64 {
+        self.report.effective_bytes
+    }
+}
+
+impl Effective for FilesSessionOutcome {
+    fn effective_bytes(&self) -> u64 {
+        match self {
+            Self::Received(r) => r.report.effective_bytes,
+            Self::Served(m) => m.bytes,
+        }
+    }
+}
 
 /// The accept loop shared by both kinds of server: each connection is
 /// admitted on its own thread, then runs `session` if one of
@@ -516,7 +545,7 @@ type SessionFn<'a, O> = dyn Fn(&mut dyn Transport, &Client) -> Result<O, Session
 /// outcome is reported as [`ServerEvent::Finished`], its error as
 /// [`ServerEvent::Failed`]. Ends at `max_sessions` or on a shutdown, once
 /// every session has ended.
-fn serve_loop<L: Listener, O>(
+fn serve_loop<L: Listener, O: Effective>(
     listener: &L,
     cfg: &ServerConfig,
     offer: Offer,
@@ -565,7 +594,7 @@ struct Arrival<C> {
     ticket: Ticket,
 }
 
-impl<'a, O> Server<'a, O> {
+impl<'a, O: Effective> Server<'a, O> {
     fn new(
         cfg: &'a ServerConfig,
         offer: Offer,
@@ -618,6 +647,7 @@ impl<'a, O> Server<'a, O> {
             match accepted {
                 Ok(conn) => return Some(conn),
                 Err(error) => {
+                    self.count(|m| m.accept_failed());
                     (self.on_event)(ServerEvent::AcceptFailed { error: &error });
                     // Out of descriptors or memory: give the system a moment.
                     // A refused peer (another user's, on a Unix socket) is no
@@ -634,6 +664,7 @@ impl<'a, O> Server<'a, O> {
     fn arrive<C: Transport>(&self, conn: C) -> Arrival<C> {
         let accepted_at = Instant::now();
         let peer = conn.peer();
+        self.count(|m| m.accepted());
         (self.on_event)(ServerEvent::Accepted { peer: &peer });
         let source = Source::of(&peer);
         let ticket = lock(&self.admitting).enter(source, self.cfg.max_admitting);
@@ -659,10 +690,12 @@ impl<'a, O> Server<'a, O> {
             ticket,
         } = arrival;
         let mut decided = Decided(&self.undecided, false);
-        let mut conn = match Cuttable::new(conn, self.shutdown) {
+        let flow = Arc::new(Flow::default());
+        let mut conn = match Cuttable::new(conn, self.shutdown, flow.clone()) {
             Ok(c) => c,
             Err(e) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
+                self.count(|m| m.refused(Refusal::Closed, None));
                 lock(&self.admitting).leave(ticket.id);
                 decided.done();
                 let reason = format!("setting up the connection: {e}");
@@ -687,15 +720,27 @@ impl<'a, O> Server<'a, O> {
         }
         (self.on_event)(ServerEvent::Admitted { client: &client });
         let t0 = Instant::now();
-        let result = (self.session)(&mut *transport, &client);
+        let service = client
+            .service
+            .or((self.offer.service == Service::Blob).then_some(Service::Blob));
+        let live = self
+            .cfg
+            .metrics
+            .as_ref()
+            .map_or_else(LiveSession::default, |m| m.start(service, flow.clone()));
+        let result = (self.session)(&mut *transport, &client, &live);
         // The wrappers above the connection are done with it: its
         // counters are final.
         drop(transport);
         let traffic = Traffic {
             elapsed: t0.elapsed(),
-            bytes_in: conn.bytes_in,
-            bytes_out: conn.bytes_out,
+            bytes_in: flow.bytes_in(),
+            bytes_out: flow.bytes_out(),
         };
+        if let Some(m) = &self.cfg.metrics {
+            let at_end = (traffic.elapsed, self.shutdown.is_cut());
+            m.end(live, self.offer.service, &result, O::effective_bytes, at_end);
+        }
         self.finished(result, &peer, &client, traffic);
     }
 
@@ -721,6 +766,12 @@ impl<'a, O> Server<'a, O> {
                 admitting.fail(source);
                 drop(admitting);
                 self.failed.fetch_add(1, Ordering::Relaxed);
+                // A shutdown cancels admissions as a full set drops one.
+                let kind = match reason.kind {
+                    Refusal::Dropped if self.shutdown.is_stopping() => Refusal::Shutdown,
+                    kind => kind,
+                };
+                self.count(|m| m.refused(kind, None));
                 decided.done();
                 (self.on_event)(ServerEvent::Denied {
                     peer,
@@ -753,8 +804,18 @@ impl<'a, O> Server<'a, O> {
         };
         let reason = match slot {
             Ok(slot) if !self.shutdown.is_stopping() => return Some(slot),
-            Err(full) if !self.shutdown.is_stopping() => busy_reason(full),
-            _ => "server shutting down; retry later".to_string(),
+            Err(full) if !self.shutdown.is_stopping() => {
+                let limit = match full {
+                    Full::Server(_) => Limit::MaxClients,
+                    Full::Key(_) => Limit::MaxPerKey,
+                };
+                self.count(|m| m.refused(Refusal::Busy, Some(limit)));
+                busy_reason(full)
+            }
+            _ => {
+                self.count(|m| m.refused(Refusal::Shutdown, None));
+                "server shutting down; retry later".to_string()
+            }
         };
         refuse(transport, ErrorCode::Busy, &reason);
         self.started.fetch_sub(1, Ordering::AcqRel);
@@ -764,6 +825,13 @@ impl<'a, O> Server<'a, O> {
             reason: &reason,
         });
         None
+    }
+
+    /// Counts in the metrics, if any.
+    fn count(&self, f: impl FnOnce(&Metrics)) {
+        if let Some(m) = &self.cfg.metrics {
+            f(m);
+        }
     }
 
     /// Counts and reports how the session of `client` ended.
@@ -826,6 +894,8 @@ fn lock(admitting: &Mutex<Admitting>) -> std::sync::MutexGuard<'_, Admitting> {
 struct DenyReason {
     key: Option<PublicKey>,
     text: String,
+    /// How the metrics count it.
+    kind: Refusal,
 }
 
 impl DenyReason {
@@ -833,7 +903,12 @@ impl DenyReason {
         Self {
             key,
             text: text.into(),
+            kind: Refusal::Auth,
         }
+    }
+
+    fn kind(self, kind: Refusal) -> Self {
+        Self { kind, ..self }
     }
 }
 
@@ -860,7 +935,9 @@ fn admit<'c, C: Transport>(
     let cancel = &*ticket.cancel;
     let first_by = accepted_at + cfg.first_bytes_timeout;
     let (head, first_byte) = pfs_auth::read_head_by(&mut *conn, first_by, HEAD_REST_TIMEOUT, cancel)
-        .map_err(|e| DenyReason::new(None, format!("before its first bytes: {e}")))?;
+        .map_err(|e| {
+            DenyReason::new(None, format!("before its first bytes: {e}")).kind(Refusal::of_secure(&e))
+        })?;
     // Paired with the Acquire load of the admission set's eviction choice.
     ticket.started.store(true, Ordering::Release);
     if !pfs_auth::is_handshake(&head) {
@@ -910,11 +987,12 @@ fn admit_keyed<'c, C: Transport>(
     let deadline = accepted_at + sec.timeout;
     // A handshake it cannot finish, `accept_by` answers with a plain ERROR.
     let pending = pfs_auth::accept_by(&mut *conn, head, sec, deadline, cancel).map_err(|e| {
+        let kind = Refusal::of_secure(&e);
         let text = match e {
             SecureError::TimedOut(..) => format!("handshake: {e}"),
             other => format!("handshake failed: {other}"),
         };
-        DenyReason::new(None, text)
+        DenyReason::new(None, text).kind(kind)
     })?;
     let key = pending.peer();
     let proposal = pending.proposal();
@@ -935,7 +1013,7 @@ fn admit_keyed<'c, C: Transport>(
     }
     let st = pending
         .admit()
-        .map_err(|e| DenyReason::new(Some(key), format!("sending the verdict: {e}")))?;
+        .map_err(|e| DenyReason::new(Some(key), format!("sending the verdict: {e}")).kind(Refusal::Closed))?;
     let client = Client {
         addr: peer.to_string(),
         key: Some(key),
@@ -1012,19 +1090,18 @@ struct Cuttable<'s, T> {
     shutdown: &'s Shutdown,
     /// The read timeout the caller asked for.
     timeout: Option<Duration>,
-    bytes_in: u64,
-    bytes_out: u64,
+    /// The bytes it carried, as its `Traffic` and the metrics see them.
+    flow: Arc<Flow>,
 }
 
 impl<'s, T: Transport> Cuttable<'s, T> {
-    fn new(mut inner: T, shutdown: &'s Shutdown) -> io::Result<Self> {
+    fn new(mut inner: T, shutdown: &'s Shutdown, flow: Arc<Flow>) -> io::Result<Self> {
         inner.set_read_timeout(Some(CUT_POLL))?;
         Ok(Self {
             inner,
             shutdown,
             timeout: None,
-            bytes_in: 0,
-            bytes_out: 0,
+            flow,
         })
     }
 
@@ -1058,7 +1135,7 @@ impl<T: Transport> Transport for Cuttable<'_, T> {
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         self.check()?;
         let n = self.inner.write_vectored(bufs)?;
-        self.bytes_out += n as u64;
+        self.flow.add_out(n);
         Ok(n)
     }
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -1069,7 +1146,7 @@ impl<T: Transport> Transport for Cuttable<'_, T> {
             self.check()?;
             match self.inner.read(buf) {
                 Ok(n) => {
-                    self.bytes_in += n as u64;
+                    self.flow.add_in(n);
                     return Ok(n);
                 }
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
@@ -1089,7 +1166,7 @@ impl<T: Transport> Transport for Cuttable<'_, T> {
     fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         self.check()?;
         let n = self.inner.read_ready(buf)?;
-        self.bytes_in += n.unwrap_or(0) as u64;
+        self.flow.add_in(n.unwrap_or(0));
         Ok(n)
     }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {

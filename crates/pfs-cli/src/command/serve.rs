@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use pfs_session::metrics::{Endpoint, EndpointConfig, Metrics};
 use pfs_session::{
     serve, GramReceiverConfig, GramReceiverOutcome, Limits, ServerConfig, ServerEvent, SessionStats,
 };
@@ -59,22 +60,40 @@ pub fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             .max(std::time::Duration::from_secs_f64(args.auth.handshake_timeout)),
         max_sessions: if args.once { Some(1) } else { args.max_sessions },
         pin_cpu: args.run.pin,
+        metrics: args
+            .metrics_listen
+            .as_ref()
+            .map(|_| Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")))),
         admission,
         shutdown: Arc::default(),
     })
 }
 
-/// Binds the listener, prints its address, and from then on stops the
-/// server on SIGTERM or SIGINT.
-pub fn listen(args: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<AnyListener> {
+/// Binds the listener (and the metrics endpoint, kept until dropped),
+/// prints its address, and from then on stops the server on SIGTERM or SIGINT.
+pub fn listen(args: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<(AnyListener, Option<Endpoint>)> {
     let listener = bind_listener(args)?;
+    let endpoint = match (&args.metrics_listen, &cfg.metrics) {
+        (Some(addr), Some(m)) => Some(Endpoint::bind(
+            &addr.to_string(),
+            m.clone(),
+            EndpointConfig::default(),
+        )?),
+        _ => None,
+    };
+    if let Some(e) = &endpoint {
+        let at = e.local_addr();
+        tracing::info!(
+            "metrics at http://{at}/metrics (unauthenticated: keep it on loopback or a private address)"
+        );
+    }
     shutdown::watch(
         &listener,
         cfg.shutdown.clone(),
         shutdown::grace(args.shutdown_grace)?,
     )?;
     announce(&listener, args.run.json);
-    Ok(listener)
+    Ok((listener, endpoint))
 }
 
 /// The server's last log line; a stop by signal is a graceful end.
@@ -274,7 +293,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             }
         }
     };
-    let listener = listen(&args, &cfg)?;
+    let (listener, _metrics) = listen(&args, &cfg)?;
     let (ok, failed) = serve(&listener, &opened.view(), &cfg, &receiver, &on_event);
     finished(&cfg, ok, failed);
     // With --once the exit status is that session's result.

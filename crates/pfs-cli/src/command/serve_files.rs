@@ -66,7 +66,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     } else {
         tracing::info!("{h}; destination {}", dest_dir.display());
     }
-    let listener = listen(args, &cfg)?;
+    let (listener, _metrics) = listen(args, &cfg)?;
     let places = FilesPlaces::new(keeping, shared);
     let files_cfg = FilesReceiverConfig {
         fsync_files: args.fsync,
