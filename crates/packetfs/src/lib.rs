@@ -22,6 +22,7 @@
 //! | [`keys`] | identities, `authorized_keys`, `known_hosts`, protected sessions |
 //! | [`ring`] | same-host shared-memory rings between processes |
 //! | [`exec`] | pCPU kernels over descriptor schedules |
+//! | [`stream`] | streaming mode: [`stream::Publication`] and [`stream::Subscription`] of an application's own grams |
 //! | [`report`] | a session's outcome as text and JSON, as `pfs` prints it |
 //! | [`labels`], [`sysinfo`], [`parse`], [`interrupt`] | row labels, host facts, size parsing, Ctrl-C cleanup |
 //!
@@ -76,6 +77,7 @@ pub mod parse;
 pub mod report;
 pub mod ring;
 pub mod shutdown;
+pub mod stream;
 pub mod sysinfo;
 
 pub use error::Error;

@@ -175,6 +175,8 @@ impl PublisherLink {
             let want = FRAME_HEADER_LEN;
             match self.recv.read_ready_from(&mut *self.t, want) {
                 Ok(None) => break,
+                // The subscriber closes after its final APPLIED.
+                Ok(Some(0)) if self.core.is_done() => break,
                 Ok(Some(0)) => {
                     return Err(SessionError::PeerClosed {
                         during: "the stream (the subscriber closed)",
