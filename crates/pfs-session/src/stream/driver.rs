@@ -21,12 +21,8 @@ fn write_parts(t: &mut dyn Transport, tx: &Transmit<'_>, after: Duration) -> Res
         return Ok(());
     };
     let mut iov = (*parts).map(IoSlice::new);
-    write_all_before(t, &mut iov, now() + after, now).map_err(|source| {
-        StreamError::from(SessionError::Transport {
-            during: *what,
-            source,
-        })
-    })?;
+    write_all_before(t, &mut iov, now() + after, now)
+        .map_err(|source| StreamError::from(SessionError::Transport { during: what, source }))?;
     Ok(())
 }
 

@@ -44,7 +44,10 @@ fn error_code(control: &[u8]) -> u16 {
 
 /// What the test host saw: per gram, its seq and resolved entries.
 #[derive(Default)]
-struct Seen(Vec<(u64, Vec<(char, u64, Vec<u8>)>)>);
+struct Seen(Vec<(u64, Vec<SeenEntry>)>);
+
+/// An entry as the host saw it: `r`, `w` or `m`, offset, bytes.
+type SeenEntry = (char, u64, Vec<u8>);
 
 impl StreamHost for Seen {
     fn gram(&mut self, g: &mut GramEntries<'_>) {
@@ -84,14 +87,14 @@ impl Pair {
             wire: Vec::new(),
             now,
         };
-        pair.to_subscriber().unwrap();
-        pair.to_publisher().unwrap();
+        pair.deliver().unwrap();
+        pair.answer().unwrap();
         assert!(pair.p.accepted().is_some());
         pair
     }
 
     /// Publisher's pending bytes into the subscriber.
-    fn to_subscriber(&mut self) -> Result<(), StreamError> {
+    fn deliver(&mut self) -> Result<(), StreamError> {
         self.drain();
         let wire = std::mem::take(&mut self.wire);
         for (t, flags, body) in frames(&wire) {
@@ -110,7 +113,7 @@ impl Pair {
     }
 
     /// Subscriber's pending bytes into the publisher.
-    fn to_publisher(&mut self) -> Result<(), StreamError> {
+    fn answer(&mut self) -> Result<(), StreamError> {
         let wire = self.s.control().to_vec();
         self.s.transmitted(self.now);
         for (t, flags, body) in frames(&wire) {
@@ -159,7 +162,7 @@ fn every_kind_executes_in_table_order() {
         .unwrap();
     assert_eq!(sent, Offer::Sent { seq: 0 });
     let before = pair.sub_blob[96..112].to_vec();
-    pair.to_subscriber().unwrap();
+    pair.deliver().unwrap();
     let (seq, es) = &pair.seen.0[0];
     assert_eq!(*seq, 0);
     // The first reference saw the old bytes, the last one the written ones.
@@ -171,7 +174,7 @@ fn every_kind_executes_in_table_order() {
     // The publisher's digest over its blob (already written) counts the
     // first reference's bytes as new: that one gram mismatches, and says so.
     assert_eq!(pair.s.report().mismatched, 1);
-    pair.to_publisher().unwrap();
+    pair.answer().unwrap();
     assert_eq!(pair.p.applied(), 1);
 }
 
@@ -187,14 +190,14 @@ fn matching_digests_and_the_end() {
             })
             .unwrap();
         assert_eq!(o, Offer::Sent { seq: i });
-        pair.to_subscriber().unwrap();
+        pair.deliver().unwrap();
     }
     pair.p.finish();
-    pair.to_subscriber().unwrap();
+    pair.deliver().unwrap();
     assert!(pair.s.is_ended());
     let last = frames(pair.s.control()).pop().unwrap();
     assert_eq!((last.0, last.1), (FrameType::Applied, FLAG_FINAL));
-    pair.to_publisher().unwrap();
+    pair.answer().unwrap();
     assert!(pair.p.is_done());
     let r = pair.p.report();
     assert!(r.digests_matched, "{r:?}");
@@ -228,8 +231,8 @@ fn a_full_window_is_back_pressure_and_keeps_nothing() {
     let mut called = false;
     assert_eq!(pair.offer(|_| called = true).unwrap(), Offer::BackPressure);
     assert!(!called, "a full window does not build");
-    pair.to_subscriber().unwrap();
-    pair.to_publisher().unwrap();
+    pair.deliver().unwrap();
+    pair.answer().unwrap();
     assert_eq!(pair.p.applied(), 2);
     assert_eq!(
         pair.offer(|g| {
@@ -238,7 +241,7 @@ fn a_full_window_is_back_pressure_and_keeps_nothing() {
         .unwrap(),
         Offer::Sent { seq: 2 }
     );
-    pair.to_subscriber().unwrap();
+    pair.deliver().unwrap();
     let msgs: Vec<_> = pair.seen.0.iter().map(|(_, es)| es[0].2.clone()).collect();
     assert_eq!(
         msgs,
@@ -340,7 +343,7 @@ fn claims_write_in_place() {
         })
         .unwrap();
     assert_eq!(o, Offer::Sent { seq: 0 });
-    pair.to_subscriber().unwrap();
+    pair.deliver().unwrap();
     assert_eq!(&pair.sub_blob[10..14], b"PFS!");
     assert_eq!(pair.seen.0[0].1.len(), 2);
     assert_eq!(pair.s.report().mismatched, 0);
@@ -397,7 +400,7 @@ fn sgram(seq: u64, enc: Encoding, integrity: IntegrityAlg, entries: &[(EntryKind
 
 fn feed(
     s: &mut Subscriber,
-    blob: &mut Vec<u8>,
+    blob: &mut [u8],
     t: FrameType,
     body: &[u8],
     now: Instant,
@@ -632,8 +635,8 @@ fn silence_ends_both_sides_and_keepalives_keep_them() {
     assert_eq!(frames(pair.s.control())[0].0, FrameType::Applied);
     pair.now = t1;
     pair.p.transmitted(t1);
-    pair.to_subscriber().unwrap();
-    pair.to_publisher().unwrap();
+    pair.deliver().unwrap();
+    pair.answer().unwrap();
     assert!(!pair.s.is_ended());
     // Nothing heard for 3 intervals after that: both give up.
     let t2 = t1 + Duration::from_millis(3000);
