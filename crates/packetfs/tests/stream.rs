@@ -381,3 +381,160 @@ fn a_different_blob_is_refused_on_both_sides() {
         assert!(matches!(err, StreamError::Violation(_)), "{err}");
     });
 }
+
+#[test]
+fn a_protected_stream_carries_every_kind() {
+    use packetfs::gram::Target;
+    use packetfs::keys::{Cipher, ClientSecurity, Identity, Pin, ServerSecurity};
+    let server_key = Identity::generate().unwrap();
+    let client_key = Identity::generate().unwrap();
+    let tcp = TcpListener::bind("127.0.0.1:0", TcpConfig::default()).unwrap();
+    let target = Target::Tcp {
+        addr: tcp.local_addr(),
+        sock_buf: 0,
+    };
+    let primary = blob();
+    let mut replica = blob();
+    let writer = primary.blob.writer();
+    let view = primary.view();
+    let server_sec = ServerSecurity {
+        identity: server_key.clone(),
+        psk: None,
+        timeout: Duration::from_secs(10),
+        record_timeout: Duration::from_secs(30),
+    };
+    let (got, _) = std::thread::scope(|s| {
+        let replica = &mut replica;
+        let server_sec = &server_sec;
+        let tcp = &tcp;
+        let sub = s.spawn(move || {
+            let mut conn = tcp.accept().unwrap();
+            let mut head = [0u8; 8];
+            let mut have = 0;
+            while have < head.len() {
+                have += conn.read(&mut head[have..]).unwrap();
+            }
+            let pending =
+                packetfs::keys::accept(conn, head, server_sec, &Default::default()).expect("handshake");
+            let secure = pending.admit().expect("admit");
+            subscribe(Box::new(secure), replica, SubscriptionConfig::default())
+        });
+        let sec = ClientSecurity {
+            identity: client_key,
+            pin: Pin::Key(server_key.public()),
+            psk: None,
+            cipher: Cipher::ChaCha20Poly1305,
+            rotate_log2: 20,
+            timeout: Duration::from_secs(10),
+        };
+        let mut p = Publication::connect_as(&target, &view, PublicationConfig::default(), Some(&sec))
+            .expect("connect");
+        writer.write(10, b"written").unwrap();
+        let o = p
+            .offer(|g| {
+                g.write(10, b"written").reference(10, 7).message(b"sealed");
+            })
+            .unwrap();
+        assert_eq!(o, Offer::Sent { seq: 0 });
+        let report = p.close().unwrap();
+        assert!(report.digests_matched, "{report:?}");
+        sub.join().unwrap().expect("subscription")
+    });
+    assert_eq!(got.messages, [b"sealed".to_vec()]);
+    assert_eq!(got.references, [b"written".to_vec()]);
+    assert_eq!(replica.blob.as_slice(), primary.blob.as_slice());
+}
+
+/// A hostile publisher on a raw connection: each bad frame is refused
+/// with its ERROR code, the subscription ends with the violation, and the
+/// replica's bytes are as they were.
+#[test]
+fn hostile_publishers_are_refused_and_the_blob_is_unchanged() {
+    use packetfs::wire::stream::{EntryKind, EntryTables, StreamAccept, StreamHello};
+    use packetfs::wire::{put_frame, ErrorCode, ErrorFrame, Frame, FrameType, IntegrityAlg};
+    let sgram = |entries: &[(EntryKind, u64, u32)], slab: &[u8]| {
+        let mut t = EntryTables::default();
+        for &(k, o, l) in entries {
+            t.push(k, o, l).unwrap();
+        }
+        let enc = t.smaller().0;
+        let mut body = t.header(0, enc, IntegrityAlg::Xxh3, 0).emit().to_vec();
+        body.extend_from_slice(t.table(enc));
+        body.extend_from_slice(slab);
+        let mut f = Vec::new();
+        put_frame(&mut f, FrameType::Sgram, 0, &body);
+        f
+    };
+    let cases: Vec<(&str, Vec<u8>, ErrorCode)> = vec![
+        (
+            "write then out of bounds",
+            sgram(
+                &[(EntryKind::Write, 0, 4), (EntryKind::Reference, LEN - 1, 2)],
+                b"EVIL",
+            ),
+            ErrorCode::OutOfBounds,
+        ),
+        (
+            "oversized",
+            sgram(&[(EntryKind::Message, 0, 5 << 20)], &vec![0; 5 << 20]),
+            ErrorCode::Limit,
+        ),
+        ("garbage", vec![0x5a; 64], ErrorCode::BadFrame),
+        (
+            "a subscriber's frame from the publisher",
+            {
+                let mut f = Vec::new();
+                put_frame(&mut f, FrameType::StreamAccept, 0, &[0; 48]);
+                f
+            },
+            ErrorCode::Protocol,
+        ),
+    ];
+    let truth = blob();
+    for (name, frame, code) in cases {
+        let (mut raw, sub_conn) = UnixTransport::pair().unwrap();
+        let mut replica = blob();
+        let err = std::thread::scope(|s| {
+            let replica = &mut replica;
+            let sub = s.spawn(move || subscribe(Box::new(sub_conn), replica, SubscriptionConfig::default()));
+            let fp = truth.blob.fingerprint();
+            let hello = StreamHello {
+                blob_len: LEN,
+                region_size: fp.region_size,
+                integrity: IntegrityAlg::Xxh3,
+                stream_index: 0,
+                stream_count: 1,
+                keepalive_ms: 1000,
+                session_nonce: 9,
+                fingerprint: fp.root,
+            };
+            let mut out = Vec::new();
+            put_frame(&mut out, FrameType::StreamHello, 0, &hello.emit());
+            raw.write_all(&out).unwrap();
+            // The frame may be refused before all of it is written.
+            let _ = raw.write_all(&frame);
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                match raw.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let (accept, used) = Frame::parse(&got).expect("STREAM_ACCEPT");
+            assert_eq!(accept.header.frame_type, FrameType::StreamAccept, "{name}");
+            StreamAccept::parse(accept.body).expect("accept body");
+            let (error, _) = Frame::parse(&got[used..])
+                .unwrap_or_else(|e| panic!("{name}: ERROR {e} after {} bytes", got.len()));
+            assert_eq!(error.header.frame_type, FrameType::Error, "{name}");
+            assert_eq!(ErrorFrame::parse(error.body).unwrap().code, code as u16, "{name}");
+            sub.join().unwrap().unwrap_err()
+        });
+        assert!(matches!(err, StreamError::Violation(_)), "{name}: {err}");
+        assert_eq!(
+            replica.blob.as_slice(),
+            truth.blob.as_slice(),
+            "{name}: blob changed"
+        );
+    }
+}

@@ -55,7 +55,7 @@ fn read_once(
 }
 
 /// The next whole frame at the front of `filled`: its header and length.
-fn whole_frame(filled: &[u8]) -> Result<Option<(FrameHeader, usize)>, StreamError> {
+fn whole_frame(filled: &[u8]) -> Result<Option<(FrameHeader, usize)>, StreamViolation> {
     if filled.len() < FRAME_HEADER_LEN {
         return Ok(None);
     }
@@ -151,7 +151,7 @@ impl PublisherLink {
 
     fn take_frames(&mut self) -> Result<(), StreamError> {
         loop {
-            let next = whole_frame(self.recv.filled());
+            let next = whole_frame(self.recv.filled()).map_err(|v| self.core.refuse(v));
             let (h, len) = match self.guard(next)? {
                 Some(f) => f,
                 None => return Ok(()),
@@ -390,13 +390,14 @@ impl SubscriberLink {
         loop {
             let filled = self.recv.filled();
             if filled.len() >= FRAME_HEADER_LEN {
-                let h = FrameHeader::parse(filled).map_err(StreamViolation::decode("frame header"));
-                let r = h
-                    .map_err(StreamError::from)
-                    .and_then(|h| self.core.check_header(&h));
+                let r = match FrameHeader::parse(filled) {
+                    Ok(h) => self.core.check_header(&h),
+                    Err(e) => Err(self.core.refuse(StreamViolation::decode("frame header")(e))),
+                };
                 self.guard(r)?;
             }
-            let (h, len) = match whole_frame(self.recv.filled())? {
+            let next = whole_frame(self.recv.filled()).map_err(|v| self.core.refuse(v));
+            let (h, len) = match self.guard(next)? {
                 Some(f) => f,
                 None => return Ok((grams, false)),
             };

@@ -379,6 +379,14 @@ impl Publisher {
         r
     }
 
+    /// Refuses the subscriber for what the driver found (a frame header
+    /// that does not decode): queues the ERROR frame and ends.
+    pub fn refuse(&mut self, v: StreamViolation) -> StreamError {
+        crate::framing::put_error_frame(&mut self.control, v.code(), &v.to_string());
+        self.phase = Phase::Done;
+        v.into()
+    }
+
     fn on_frame(&mut self, header: FrameHeader, body: &[u8]) -> Result<(), StreamError> {
         match (self.phase, header.frame_type) {
             (_, FrameType::Error) => {

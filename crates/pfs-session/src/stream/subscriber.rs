@@ -197,6 +197,14 @@ impl Subscriber {
         Ok(())
     }
 
+    /// Refuses the publisher for what the driver found (a frame header
+    /// that does not decode): queues the ERROR frame and ends.
+    pub fn refuse(&mut self, v: StreamViolation) -> StreamError {
+        put_error_frame(&mut self.control, v.code(), &v.to_string());
+        self.phase = Phase::Ended;
+        v.into()
+    }
+
     fn on_violation<T>(&mut self, r: Result<T, StreamError>) -> Result<T, StreamError> {
         if let Err(StreamError::Violation(v)) = &r {
             put_error_frame(&mut self.control, v.code(), &v.to_string());
