@@ -203,7 +203,13 @@ impl PublisherLink {
         blob: &[u8],
         build: impl FnOnce(&mut GramWriter<'_>),
     ) -> Result<Offer, StreamError> {
-        self.poll()?;
+        // Read the subscriber's frames only when they matter now (the
+        // window is full, or a deadline is due): no syscall per gram
+        // otherwise.
+        let due = self.core.poll_timeout().is_some_and(|t| now() >= t);
+        if due || !self.core.has_room() {
+            self.poll()?;
+        }
         let room = self.core.has_room();
         let mut g = self.core.gram(blob);
         if room {
