@@ -538,3 +538,54 @@ fn hostile_publishers_are_refused_and_the_blob_is_unchanged() {
         );
     }
 }
+
+/// A publisher that trickles a frame one byte at a time is silent: only
+/// whole frames count, so the subscription ends within its bound.
+#[test]
+fn a_trickling_publisher_is_silent() {
+    use packetfs::wire::stream::StreamHello;
+    use packetfs::wire::{put_frame, FrameType, IntegrityAlg};
+    let (mut raw, sub_conn) = UnixTransport::pair().unwrap();
+    let mut replica = blob();
+    let fp = replica.blob.fingerprint().clone();
+    let hello = StreamHello {
+        blob_len: LEN,
+        region_size: fp.region_size,
+        integrity: IntegrityAlg::Xxh3,
+        stream_index: 0,
+        stream_count: 1,
+        keepalive_ms: 50,
+        session_nonce: 1,
+        fingerprint: fp.root,
+    };
+    let mut out = Vec::new();
+    put_frame(&mut out, FrameType::StreamHello, 0, &hello.emit());
+    raw.write_all(&out).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let err = std::thread::scope(|s| {
+        let stop = &stop;
+        s.spawn(move || {
+            let mut frame = Vec::new();
+            put_frame(&mut frame, FrameType::StreamEnd, 0, &[0; 48]);
+            for b in frame.iter().cycle() {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) || raw.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let r = subscribe(Box::new(sub_conn), &mut replica, fast_sub());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r.unwrap_err()
+    });
+    assert!(
+        matches!(
+            err,
+            StreamError::Silent {
+                peer: "publisher",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

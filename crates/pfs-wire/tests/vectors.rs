@@ -1654,12 +1654,12 @@ fn stream_accept() -> stream::StreamAccept {
 }
 
 /// The entries of both SGRAM vectors: a reference, a write, a message, and
-/// a reference that sees the write.
-const SGRAM_ENTRIES: [(stream::EntryKind, u64, &[u8]); 4] = [
-    (stream::EntryKind::Reference, 0, &[]),
-    (stream::EntryKind::Write, 100, b"PFS!"),
-    (stream::EntryKind::Message, 0, b"hi"),
-    (stream::EntryKind::Reference, 100, &[]),
+/// a reference that sees the write: (kind, offset, len, slab bytes).
+const SGRAM_ENTRIES: [(stream::EntryKind, u64, u32, &[u8]); 4] = [
+    (stream::EntryKind::Reference, 0, 16, &[]),
+    (stream::EntryKind::Write, 100, 4, b"PFS!"),
+    (stream::EntryKind::Message, 0, 2, b"hi"),
+    (stream::EntryKind::Reference, 100, 4, &[]),
 ];
 
 /// The effective bytes of the SGRAM vectors over the example blob.
@@ -1673,12 +1673,7 @@ fn sgram_effective() -> Vec<u8> {
 fn sgram_body(seq: u64, encoding: Encoding) -> Vec<u8> {
     let mut t = stream::EntryTables::default();
     let mut slab = Vec::new();
-    for (kind, offset, bytes) in SGRAM_ENTRIES {
-        let len = if kind == stream::EntryKind::Reference {
-            [16, 4][usize::from(offset == 100)]
-        } else {
-            bytes.len() as u32
-        };
+    for (kind, offset, len, bytes) in SGRAM_ENTRIES {
         t.push(kind, offset, len).unwrap();
         slab.extend_from_slice(bytes);
     }
@@ -1806,9 +1801,9 @@ fn stream_vectors() {
                 let mut effective = Vec::new();
                 let mut cursor = 0;
                 let mut table = Vec::new();
-                for (e, (kind, offset, _)) in g.entries().zip(SGRAM_ENTRIES) {
+                for (e, (kind, offset, len, _)) in g.entries().zip(SGRAM_ENTRIES) {
                     let e = e.unwrap();
-                    assert_eq!((e.kind, e.offset), (kind, offset), "vector {name}");
+                    assert_eq!((e.kind, e.offset, e.len), (kind, offset, len), "vector {name}");
                     stream::emit_entry(&mut table, g.header.encoding, &mut cursor, &e);
                     let range = e.offset as usize..e.offset as usize + e.len as usize;
                     match e.kind {
