@@ -33,7 +33,8 @@
 //! Runnable examples (`cargo run -p packetfs --example <name>`):
 //! `gram_loopback` (send and serve in one process), `files_tree` (a tree
 //! into a receiver directory), `same_host_ring` (an echo over the rings),
-//! `keys` (generate a key pair, authorize it).
+//! `keys` (generate a key pair, authorize it), `stream_replicate` (a replica
+//! follows a primary's region over a streaming session).
 //!
 //! A gram session over loopback TCP, both peers in one process:
 //!
