@@ -280,6 +280,16 @@ impl<'a> Subscription<'a> {
         region_size: u32,
         cfg: SubscriptionConfig,
     ) -> Result<Self, Error> {
+        Ok(Self::open(conn, blob, fingerprint, region_size, cfg)?)
+    }
+
+    fn open(
+        conn: Box<dyn Transport>,
+        blob: &'a mut [u8],
+        fingerprint: [u8; 32],
+        region_size: u32,
+        cfg: SubscriptionConfig,
+    ) -> Result<Self, StreamError> {
         let core = SubscriberConfig {
             max_gram_body: cfg.max_gram_body,
             max_entries: cfg.max_entries,
@@ -324,4 +334,51 @@ impl<'a> Subscription<'a> {
     pub fn report(&self) -> SubscriberReport {
         self.link.report()
     }
+}
+
+/// How one publisher's session at a [`serve`] loop ended.
+#[derive(Debug)]
+pub struct Served {
+    /// The publisher's address, as the transport prints it.
+    pub peer: String,
+    /// Its figures, or why it ended (refused, silent, closed …).
+    pub outcome: Result<SubscriberReport, StreamError>,
+}
+
+/// A subscriber's blob as [`serve`] takes it: its bytes and identity.
+#[derive(Debug)]
+pub struct ServedBlob<'a> {
+    /// The bytes grams execute over.
+    pub data: &'a mut [u8],
+    /// Its fingerprint root.
+    pub fingerprint: [u8; 32],
+    /// Its fingerprint region size.
+    pub region_size: u32,
+}
+
+/// Subscribes to the publishers that connect to `listener`, one at a
+/// time, over the same blob, until `max_sessions` have ended (`None`:
+/// forever). A publisher that is refused (a hostile gram, another blob)
+/// or goes silent ends only its own session, the blob as its last good
+/// gram left it; `on_end` hears how each one ended. One at a time keeps
+/// the blob's writers in order; a publisher holds the loop no longer than
+/// the handshake timeout plus its silence bound when it stops sending.
+pub fn serve<L: pfs_transport::Listener>(
+    listener: &L,
+    blob: ServedBlob<'_>,
+    cfg: SubscriptionConfig,
+    max_sessions: Option<u64>,
+    handler: &mut dyn StreamHost,
+    on_end: &mut dyn FnMut(Served),
+) -> std::io::Result<()> {
+    let mut ended = 0;
+    while max_sessions.is_none_or(|m| ended < m) {
+        let conn = listener.accept()?;
+        let peer = conn.peer();
+        let outcome = Subscription::open(Box::new(conn), blob.data, blob.fingerprint, blob.region_size, cfg)
+            .and_then(|mut sub| sub.run(handler));
+        on_end(Served { peer, outcome });
+        ended += 1;
+    }
+    Ok(())
 }

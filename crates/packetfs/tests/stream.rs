@@ -589,3 +589,87 @@ fn a_trickling_publisher_is_silent() {
         "{err}"
     );
 }
+
+/// A served blob: a hostile publisher is refused and ends only its own
+/// session; the next publisher is served over the same, unchanged blob.
+#[test]
+fn a_refused_publisher_leaves_the_server_serving_others() {
+    use packetfs::stream::{serve, Served, ServedBlob};
+    use packetfs::wire::stream::{EntryKind, EntryTables, StreamHello};
+    use packetfs::wire::{put_frame, FrameType, IntegrityAlg};
+    let tcp = TcpListener::bind("127.0.0.1:0", TcpConfig::default()).unwrap();
+    let addr = tcp.local_addr();
+    let primary = blob();
+    let view = primary.view();
+    let mut replica = blob();
+    let fp = replica.blob.fingerprint().clone();
+    let mut ends: Vec<Served> = Vec::new();
+    let mut messages = Vec::new();
+    std::thread::scope(|s| {
+        let replica = &mut replica;
+        let (ends, messages, tcp, fp) = (&mut ends, &mut messages, &tcp, &fp);
+        let server = s.spawn(move || {
+            let mut handler = |g: &mut GramEntries<'_>| {
+                while let Some(e) = g.next_entry() {
+                    if let Entry::Message(m) = e {
+                        messages.push(m.to_vec());
+                    }
+                }
+            };
+            serve(
+                tcp,
+                ServedBlob {
+                    data: replica.blob.as_mut_slice(),
+                    fingerprint: fp.root,
+                    region_size: fp.region_size,
+                },
+                SubscriptionConfig::default(),
+                Some(2),
+                &mut handler,
+                &mut |e| ends.push(e),
+            )
+        });
+        // A hostile publisher: a write, then a reference past the end.
+        let mut raw = TcpTransport::connect(&addr, &TcpConfig::default()).unwrap();
+        let hello = StreamHello {
+            blob_len: LEN,
+            region_size: fp.region_size,
+            integrity: IntegrityAlg::Xxh3,
+            stream_index: 0,
+            stream_count: 1,
+            keepalive_ms: 1000,
+            session_nonce: 2,
+            fingerprint: fp.root,
+        };
+        let mut t = EntryTables::default();
+        t.push(EntryKind::Write, 0, 4).unwrap();
+        t.push(EntryKind::Reference, LEN, 1).unwrap();
+        let mut body = t.header(0, t.smaller().0, IntegrityAlg::Xxh3, 0).emit().to_vec();
+        body.extend_from_slice(t.smaller().1);
+        body.extend_from_slice(b"EVIL");
+        let mut out = Vec::new();
+        put_frame(&mut out, FrameType::StreamHello, 0, &hello.emit());
+        put_frame(&mut out, FrameType::Sgram, 0, &body);
+        raw.write_all(&out).unwrap();
+        let mut buf = [0u8; 4096];
+        while matches!(raw.read(&mut buf), Ok(n) if n > 0) {}
+        // A good publisher after it.
+        let target = packetfs::gram::Target::Tcp { addr, sock_buf: 0 };
+        let mut p = Publication::connect(&target, &view, PublicationConfig::default()).expect("connect");
+        let _ = p.offer(|g| {
+            g.message(b"next");
+        });
+        assert!(p.close().unwrap().digests_matched);
+        server.join().unwrap().unwrap();
+    });
+    assert_eq!(ends.len(), 2);
+    let refused = ends[0].outcome.as_ref().unwrap_err();
+    assert!(refused.to_string().contains("OUT_OF_BOUNDS"), "{refused}");
+    assert_eq!(ends[1].outcome.as_ref().unwrap().grams, 1);
+    assert_eq!(messages, [b"next".to_vec()]);
+    assert_eq!(
+        replica.blob.as_slice(),
+        primary.blob.as_slice(),
+        "the refused write left no trace"
+    );
+}
