@@ -12,18 +12,31 @@ use super::{
     GramWriter, Offer, Polled, Publisher, PublisherConfig, PublisherReport, StreamBlob, StreamError,
     StreamHost, StreamViolation, Subscriber, SubscriberConfig, SubscriberReport,
 };
-use crate::framing::{is_timeout, now, write_all_before, ReadTimeout, RecvBuf, Transmit};
+use crate::framing::{is_timeout, now, ReadTimeout, RecvBuf, Transmit};
 use crate::{SessionError, Timeout};
 
-/// Writes `parts` before `deadline`, as one vectored write where it can.
-fn write_parts(t: &mut dyn Transport, tx: &Transmit<'_>, after: Duration) -> Result<(), StreamError> {
+/// Writes `parts` whole, as one vectored write where it can. The
+/// transport's write timeout (set once per link, [`set_write_bound`])
+/// bounds each call: no clock or socket option per gram.
+fn write_parts(t: &mut dyn Transport, tx: &Transmit<'_>) -> Result<(), StreamError> {
     let Transmit::Parts { parts, what } = tx else {
         return Ok(());
     };
     let mut iov = (*parts).map(IoSlice::new);
-    write_all_before(t, &mut iov, now() + after, now)
+    t.write_all_vectored(&mut iov)
         .map_err(|source| StreamError::from(SessionError::Transport { during: what, source }))?;
     Ok(())
+}
+
+/// How long one write call may wait for the peer: before the handshake,
+/// its timeout; after it, the peer's silence bound.
+fn set_write_bound(t: &mut dyn Transport, after: Duration) -> Result<(), StreamError> {
+    t.set_write_timeout(Some(after)).map_err(|source| {
+        StreamError::from(SessionError::Transport {
+            during: "setting the write timeout",
+            source,
+        })
+    })
 }
 
 /// Reads once, waiting until `deadline` at most: `Ok(false)` when nothing
@@ -70,8 +83,6 @@ pub struct PublisherLink {
     core: Publisher,
     recv: RecvBuf,
     read_timeout: ReadTimeout,
-    /// How long one write may wait for the subscriber: its silence bound.
-    write_after: Duration,
 }
 
 impl std::fmt::Debug for PublisherLink {
@@ -95,8 +106,8 @@ impl PublisherLink {
             core: Publisher::new(cfg, blob, start),
             recv: RecvBuf::new(FRAME_HEADER_LEN + pfs_wire::frame::MAX_CONTROL_BODY as usize),
             read_timeout: ReadTimeout::default(),
-            write_after: handshake,
         };
+        set_write_bound(&mut *link.t, handshake)?;
         link.flush()?;
         let deadline = start + handshake;
         while link.core.accepted().is_none() {
@@ -118,7 +129,7 @@ impl PublisherLink {
             link.take_frames()?;
         }
         if let Some(a) = link.core.accepted() {
-            link.write_after = super::silence_after(a.keepalive_ms);
+            set_write_bound(&mut *link.t, super::silence_after(a.keepalive_ms))?;
         }
         Ok(link)
     }
@@ -135,7 +146,7 @@ impl PublisherLink {
 
     fn flush(&mut self) -> Result<(), StreamError> {
         while let Some(tx) = self.core.poll_transmit() {
-            write_parts(&mut *self.t, &tx, self.write_after)?;
+            write_parts(&mut *self.t, &tx)?;
             self.core.transmitted(now());
         }
         Ok(())
@@ -299,7 +310,6 @@ pub struct SubscriberLink {
     core: Subscriber,
     recv: RecvBuf,
     read_timeout: ReadTimeout,
-    write_after: Duration,
 }
 
 impl std::fmt::Debug for SubscriberLink {
@@ -328,8 +338,8 @@ impl SubscriberLink {
             core: Subscriber::new(cfg, blob, start),
             recv: RecvBuf::new(FRAME_HEADER_LEN + cfg.max_gram_body as usize),
             read_timeout: ReadTimeout::default(),
-            write_after: handshake,
         };
+        set_write_bound(&mut *link.t, handshake)?;
         let deadline = start + handshake;
         while link.core.hello().is_none() {
             if !read_once(
@@ -351,7 +361,7 @@ impl SubscriberLink {
         }
         link.flush()?;
         if let Some(h) = link.core.hello() {
-            link.write_after = super::silence_after(h.keepalive_ms);
+            set_write_bound(&mut *link.t, super::silence_after(h.keepalive_ms))?;
         }
         Ok(link)
     }
@@ -372,7 +382,7 @@ impl SubscriberLink {
                 parts: [self.core.control(), &[], &[]],
                 what: "APPLIED",
             };
-            write_parts(&mut *self.t, &tx, self.write_after)?;
+            write_parts(&mut *self.t, &tx)?;
             self.core.transmitted(now());
         }
         Ok(())
