@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use packetfs::blob::{open_blob, study_blob, Fingerprint};
 use packetfs::gram::Target;
-use packetfs::stream::{Offer, Publication, PublicationConfig, Subscription, SubscriptionConfig};
+use packetfs::stream::{
+    Offer, Publication, PublicationConfig, SubscriberBlob, Subscription, SubscriptionConfig,
+};
 use packetfs::transport::{TcpConfig, TcpListener};
 
 /// What a replication run did.
@@ -40,7 +42,6 @@ pub fn run(size: u64, changes: u64) -> Result<Outcome, Box<dyn std::error::Error
         addr: listener.socket_addr()?.to_string(),
         sock_buf: 0,
     };
-    let fp = replica.blob.fingerprint().clone();
     std::thread::scope(|s| {
         let replica = &mut replica;
         let follower = s.spawn(
@@ -49,9 +50,7 @@ pub fn run(size: u64, changes: u64) -> Result<Outcome, Box<dyn std::error::Error
                 let conn = listener.accept()?;
                 let mut sub = Subscription::accept(
                     Box::new(conn),
-                    replica.blob.as_mut_slice(),
-                    fp.root,
-                    fp.region_size,
+                    SubscriberBlob::of(&mut replica.blob),
                     SubscriptionConfig::default(),
                 )?;
                 // Replication needs no handler: the writes are applied as each

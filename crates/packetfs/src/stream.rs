@@ -28,7 +28,7 @@
 //!
 //! ```
 //! use packetfs::blob::{open_blob, study_blob};
-//! use packetfs::stream::{Entry, Offer, Publication, PublicationConfig, Subscription, SubscriptionConfig};
+//! use packetfs::stream::{Entry, Offer, Publication, PublicationConfig, SubscriberBlob, Subscription, SubscriptionConfig};
 //! use packetfs::gram::Target;
 //! use packetfs::transport::{Listener, TcpConfig, TcpListener};
 //!
@@ -36,13 +36,11 @@
 //! let mut replica = open_blob(&study_blob(1 << 20, 7, None), true)?;
 //! let listener = TcpListener::bind("127.0.0.1:0", TcpConfig::default())?;
 //! let target = Target::Tcp { addr: listener.socket_addr()?.to_string(), sock_buf: 0 };
-//! let fp = replica.blob.fingerprint();
-//! let (fingerprint, region_size) = (fp.root, fp.region_size);
 //! std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //!     let sub = s.spawn(move || -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
 //!         let conn = Box::new(listener.accept()?);
-//!         let blob = replica.blob.as_mut_slice();
-//!         let mut sub = Subscription::accept(conn, blob, fingerprint, region_size, SubscriptionConfig::default())?;
+//!         let blob = SubscriberBlob::of(&mut replica.blob);
+//!         let mut sub = Subscription::accept(conn, blob, SubscriptionConfig::default())?;
 //!         let mut got = Vec::new();
 //!         sub.run(&mut |g: &mut packetfs::stream::GramEntries<'_>| {
 //!             while let Some(e) = g.next_entry() {
@@ -217,6 +215,33 @@ impl<'a> Publication<'a> {
     }
 }
 
+/// A subscriber's blob: the bytes grams execute over (writes land there)
+/// and the identity STREAM_HELLO is checked against.
+#[derive(Debug)]
+pub struct SubscriberBlob<'a> {
+    /// The bytes.
+    pub data: &'a mut [u8],
+    /// Its fingerprint root.
+    pub fingerprint: [u8; 32],
+    /// Its fingerprint region size.
+    pub region_size: u32,
+}
+
+impl<'a> SubscriberBlob<'a> {
+    /// A mapped blob (its fingerprint as computed when it was opened).
+    pub fn of(blob: &'a mut crate::blob::Blob) -> Self {
+        let (fingerprint, region_size) = {
+            let f = blob.fingerprint();
+            (f.root, f.region_size)
+        };
+        Self {
+            data: blob.as_mut_slice(),
+            fingerprint,
+            region_size,
+        }
+    }
+}
+
 /// How a subscription runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SubscriptionConfig {
@@ -270,24 +295,19 @@ impl std::fmt::Debug for Subscription<'_> {
 
 impl<'a> Subscription<'a> {
     /// Takes the publisher on `conn` (already protected, if it is): reads
-    /// its STREAM_HELLO, checks it against this blob (`blob` with its
-    /// `fingerprint` and fingerprint `region_size`) and accepts it, or
+    /// its STREAM_HELLO, checks it against `blob` and accepts it, or
     /// refuses it (ERROR `BLOB_MISMATCH` …) and fails.
     pub fn accept(
         conn: Box<dyn Transport>,
-        blob: &'a mut [u8],
-        fingerprint: [u8; 32],
-        region_size: u32,
+        blob: SubscriberBlob<'a>,
         cfg: SubscriptionConfig,
     ) -> Result<Self, Error> {
-        Ok(Self::open(conn, blob, fingerprint, region_size, cfg)?)
+        Ok(Self::open(conn, blob, cfg)?)
     }
 
     fn open(
         conn: Box<dyn Transport>,
-        blob: &'a mut [u8],
-        fingerprint: [u8; 32],
-        region_size: u32,
+        blob: SubscriberBlob<'a>,
         cfg: SubscriptionConfig,
     ) -> Result<Self, StreamError> {
         let core = SubscriberConfig {
@@ -299,12 +319,15 @@ impl<'a> Subscription<'a> {
             keepalive: cfg.keepalive,
         };
         let id = StreamBlob {
-            len: blob.len() as u64,
-            region_size,
-            fingerprint,
+            len: blob.data.len() as u64,
+            region_size: blob.region_size,
+            fingerprint: blob.fingerprint,
         };
         let link = SubscriberLink::accept(conn, core, id, cfg.handshake_timeout)?;
-        Ok(Self { link, blob })
+        Ok(Self {
+            link,
+            blob: blob.data,
+        })
     }
 
     /// Waits up to `timeout` for grams and executes each that arrived, in
@@ -345,17 +368,6 @@ pub struct Served {
     pub outcome: Result<SubscriberReport, StreamError>,
 }
 
-/// A subscriber's blob as [`serve`] takes it: its bytes and identity.
-#[derive(Debug)]
-pub struct ServedBlob<'a> {
-    /// The bytes grams execute over.
-    pub data: &'a mut [u8],
-    /// Its fingerprint root.
-    pub fingerprint: [u8; 32],
-    /// Its fingerprint region size.
-    pub region_size: u32,
-}
-
 /// Subscribes to the publishers that connect to `listener`, one at a
 /// time, over the same blob, until `max_sessions` have ended (`None`:
 /// forever). A publisher that is refused (a hostile gram, another blob)
@@ -365,7 +377,7 @@ pub struct ServedBlob<'a> {
 /// the handshake timeout plus its silence bound when it stops sending.
 pub fn serve<L: pfs_transport::Listener>(
     listener: &L,
-    blob: ServedBlob<'_>,
+    blob: SubscriberBlob<'_>,
     cfg: SubscriptionConfig,
     max_sessions: Option<u64>,
     handler: &mut dyn StreamHost,
@@ -375,8 +387,11 @@ pub fn serve<L: pfs_transport::Listener>(
     while max_sessions.is_none_or(|m| ended < m) {
         let conn = listener.accept()?;
         let peer = conn.peer();
-        let outcome = Subscription::open(Box::new(conn), blob.data, blob.fingerprint, blob.region_size, cfg)
-            .and_then(|mut sub| sub.run(handler));
+        let again = SubscriberBlob {
+            data: &mut *blob.data,
+            ..blob
+        };
+        let outcome = Subscription::open(Box::new(conn), again, cfg).and_then(|mut sub| sub.run(handler));
         on_end(Served { peer, outcome });
         ended += 1;
     }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use packetfs::blob::{open_blob, study_blob, OpenedBlob};
 use packetfs::stream::{
-    Entry, GramEntries, Offer, Publication, PublicationConfig, StreamError, Subscription, SubscriptionConfig,
+    Entry, GramEntries, Offer, Publication, PublicationConfig, StreamError, SubscriberBlob, Subscription,
+    SubscriptionConfig,
 };
 use packetfs::transport::{
     Listener, ShmConfig, ShmListener, ShmTransport, TcpConfig, TcpListener, TcpTransport, Transport,
@@ -82,9 +83,8 @@ fn subscribe(
     replica: &mut OpenedBlob,
     cfg: SubscriptionConfig,
 ) -> Result<(Got, packetfs::stream::SubscriberReport), StreamError> {
-    let fp = replica.blob.fingerprint().clone();
-    let mut sub = Subscription::accept(conn, replica.blob.as_mut_slice(), fp.root, fp.region_size, cfg)
-        .map_err(|e| match e {
+    let mut sub =
+        Subscription::accept(conn, SubscriberBlob::of(&mut replica.blob), cfg).map_err(|e| match e {
             packetfs::Error::Stream(s) => s,
             other => panic!("{other}"),
         })?;
@@ -168,15 +168,8 @@ fn a_slow_subscriber_loses_nothing_and_the_publisher_sees_back_pressure() {
     let got = std::thread::scope(|s| {
         let replica = &mut replica;
         let sub = s.spawn(move || {
-            let fp = replica.blob.fingerprint().clone();
-            let mut sub = Subscription::accept(
-                sub_conn,
-                replica.blob.as_mut_slice(),
-                fp.root,
-                fp.region_size,
-                cfg,
-            )
-            .expect("accept");
+            let mut sub =
+                Subscription::accept(sub_conn, SubscriberBlob::of(&mut replica.blob), cfg).expect("accept");
             let mut got = Vec::new();
             sub.run(&mut |g: &mut GramEntries<'_>| {
                 if g.seq() == 0 {
@@ -261,15 +254,7 @@ fn a_subscriber_that_dies_or_hangs_ends_the_publication() {
     std::thread::scope(|s| {
         let replica = &mut replica;
         let sub = s.spawn(move || {
-            let fp = replica.blob.fingerprint().clone();
-            Subscription::accept(
-                sub_conn,
-                replica.blob.as_mut_slice(),
-                fp.root,
-                fp.region_size,
-                fast_sub(),
-            )
-            .map(drop)
+            Subscription::accept(sub_conn, SubscriberBlob::of(&mut replica.blob), fast_sub()).map(drop)
         });
         let mut p = Publication::on(pub_conn, &view, fast()).expect("connect");
         sub.join().unwrap().expect("accept");
@@ -290,14 +275,7 @@ fn a_subscriber_that_dies_or_hangs_ends_the_publication() {
     std::thread::scope(|s| {
         let replica = &mut replica;
         s.spawn(move || {
-            let fp = replica.blob.fingerprint().clone();
-            let sub = Subscription::accept(
-                sub_conn,
-                replica.blob.as_mut_slice(),
-                fp.root,
-                fp.region_size,
-                fast_sub(),
-            );
+            let sub = Subscription::accept(sub_conn, SubscriberBlob::of(&mut replica.blob), fast_sub());
             hold.recv().unwrap();
             drop(sub);
         });
@@ -594,7 +572,7 @@ fn a_trickling_publisher_is_silent() {
 /// session; the next publisher is served over the same, unchanged blob.
 #[test]
 fn a_refused_publisher_leaves_the_server_serving_others() {
-    use packetfs::stream::{serve, Served, ServedBlob};
+    use packetfs::stream::{serve, Served};
     use packetfs::wire::stream::{EntryKind, EntryTables, StreamHello};
     use packetfs::wire::{put_frame, FrameType, IntegrityAlg};
     let tcp = TcpListener::bind("127.0.0.1:0", TcpConfig::default()).unwrap();
@@ -618,11 +596,7 @@ fn a_refused_publisher_leaves_the_server_serving_others() {
             };
             serve(
                 tcp,
-                ServedBlob {
-                    data: replica.blob.as_mut_slice(),
-                    fingerprint: fp.root,
-                    region_size: fp.region_size,
-                },
+                SubscriberBlob::of(&mut replica.blob),
                 SubscriptionConfig::default(),
                 Some(2),
                 &mut handler,
