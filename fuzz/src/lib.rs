@@ -37,6 +37,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("mount", mount),
     ("datagram", datagram),
     ("corrections", corrections),
+    ("stream", stream),
 ];
 
 /// Bytes at the start of a stream: the frame header alone, then the whole
@@ -99,6 +100,15 @@ pub fn frame_header(data: &[u8]) {
         FrameType::Recipe => mount_body(4, frame.body),
         FrameType::Fetch => mount_body(5, frame.body),
         FrameType::Data => mount_body(6, frame.body),
+        FrameType::StreamHello => stream_body(0, frame.body),
+        FrameType::StreamAccept => stream_body(1, frame.body),
+        FrameType::Applied => stream_body(2, frame.body),
+        FrameType::Sgram => stream_body(3, frame.body),
+        FrameType::StreamEnd => {
+            if let Ok(s) = SenderSummary::parse(frame.body) {
+                assert_eq!(s.emit()[..], *frame.body, "STREAM_END re-encode");
+            }
+        }
         FrameType::Batch => {
             if let Ok((raw, z)) = pfs_wire::files::parse_batch(frame.body) {
                 let mut out = pfs_wire::files::batch_head(raw).to_vec();
@@ -584,6 +594,54 @@ fn corrections_body(which: u8, body: &[u8]) {
                 }
                 assert_eq!(out, body, "report re-encode");
             }
+        }
+    }
+}
+
+/// A streaming-session body (docs/wire.md §15), the first byte choosing
+/// which: decodes without panicking, and whatever decodes re-encodes to
+/// the same bytes (an SGRAM: its header, every entry, its slab).
+pub fn stream(data: &[u8]) {
+    if let Some((&which, body)) = data.split_first() {
+        stream_body(which % 4, body);
+    }
+}
+
+/// One streaming-session body: 0 STREAM_HELLO, 1 STREAM_ACCEPT, 2 APPLIED,
+/// 3 SGRAM.
+fn stream_body(which: u8, body: &[u8]) {
+    use pfs_wire::stream::{emit_entry, Applied, StreamAccept, StreamGram, StreamHello};
+    match which {
+        0 => {
+            if let Ok(h) = StreamHello::parse(body) {
+                assert_eq!(h.emit()[..], *body, "STREAM_HELLO re-encode");
+            }
+        }
+        1 => {
+            if let Ok(a) = StreamAccept::parse(body) {
+                assert_eq!(a.emit()[..], *body, "STREAM_ACCEPT re-encode");
+            }
+        }
+        2 => {
+            if let Ok(a) = Applied::parse(body) {
+                assert_eq!(a.emit()[..], *body, "APPLIED re-encode");
+            }
+        }
+        _ => {
+            let Ok(g) = StreamGram::parse(body) else {
+                return;
+            };
+            let mut out = g.header.emit().to_vec();
+            let mut slab = Vec::new();
+            let mut cursor = 0;
+            for e in g.entries() {
+                let Ok(e) = e else { return };
+                assert_eq!(e.slab.len(), if e.kind.has_slab() { e.len as usize } else { 0 });
+                emit_entry(&mut out, g.header.encoding, &mut cursor, &e);
+                slab.extend_from_slice(e.slab);
+            }
+            out.extend_from_slice(&slab);
+            assert_eq!(out, body, "SGRAM re-encode");
         }
     }
 }

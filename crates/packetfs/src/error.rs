@@ -18,4 +18,7 @@ pub enum Error {
     /// The session ended in an error (refused, timed out, malformed …).
     #[error(transparent)]
     Session(#[from] pfs_session::SessionError),
+    /// A streaming session could not open (refused, timed out …).
+    #[error(transparent)]
+    Stream(#[from] pfs_session::stream::StreamError),
 }

@@ -22,6 +22,7 @@
 //! | [`keys`] | identities, `authorized_keys`, `known_hosts`, protected sessions |
 //! | [`ring`] | same-host shared-memory rings between processes |
 //! | [`exec`] | pCPU kernels over descriptor schedules |
+//! | [`stream`] | streaming mode: [`stream::Publication`] and [`stream::Subscription`] of an application's own grams |
 //! | [`report`] | a session's outcome as text and JSON, as `pfs` prints it |
 //! | [`labels`], [`sysinfo`], [`parse`], [`interrupt`] | row labels, host facts, size parsing, Ctrl-C cleanup |
 //!
@@ -32,7 +33,8 @@
 //! Runnable examples (`cargo run -p packetfs --example <name>`):
 //! `gram_loopback` (send and serve in one process), `files_tree` (a tree
 //! into a receiver directory), `same_host_ring` (an echo over the rings),
-//! `keys` (generate a key pair, authorize it).
+//! `keys` (generate a key pair, authorize it), `stream_replicate` (a replica
+//! follows a primary's region over a streaming session).
 //!
 //! A gram session over loopback TCP, both peers in one process:
 //!
@@ -76,6 +78,7 @@ pub mod parse;
 pub mod report;
 pub mod ring;
 pub mod shutdown;
+pub mod stream;
 pub mod sysinfo;
 
 pub use error::Error;

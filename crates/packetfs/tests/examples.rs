@@ -17,6 +17,10 @@ mod same_host_ring;
 #[allow(dead_code)]
 mod keys;
 
+#[path = "../examples/stream_replicate.rs"]
+#[allow(dead_code)]
+mod stream_replicate;
+
 #[test]
 fn gram_send_and_serve_over_loopback() {
     let stats = gram_loopback::run().expect("session");
@@ -52,6 +56,16 @@ fn keys_generated_authorized_and_pinned() {
     assert!(rights.starts_with("dir=backups group=key-"), "{rights}");
 }
 
+#[test]
+fn a_replica_follows_its_primary() {
+    let o = stream_replicate::run(4 << 20, 200).expect("replication");
+    assert!(o.fingerprints_equal && o.digests_matched, "{o:?}");
+    assert_eq!(o.grams, 200);
+    // Each change costs its bytes plus about 70 bytes of frame, gram
+    // header and entry, and the handshake.
+    assert!(o.wire_bytes < o.bytes_changed + 200 * 80 + 200, "{o:?}");
+}
+
 /// The README's Library section runs exactly these examples.
 #[test]
 fn the_readme_names_every_example() {
@@ -69,7 +83,16 @@ fn the_readme_names_every_example() {
         })
         .collect();
     names.sort();
-    assert_eq!(names, ["files_tree", "gram_loopback", "keys", "same_host_ring"]);
+    assert_eq!(
+        names,
+        [
+            "files_tree",
+            "gram_loopback",
+            "keys",
+            "same_host_ring",
+            "stream_replicate"
+        ]
+    );
     for name in &names {
         let cmd = format!("cargo run -p packetfs --example {name}");
         assert!(readme.contains(&cmd), "README.md lacks `{cmd}`");

@@ -59,6 +59,8 @@ pub fn classify(e: &anyhow::Error) -> i32 {
             packetfs::Error::Transport(_) => TRANSPORT,
             packetfs::Error::Secure(s) => of_secure(s),
             packetfs::Error::Session(s) => of_session(s),
+            packetfs::Error::Stream(packetfs::stream::StreamError::Session(s)) => of_session(s),
+            packetfs::Error::Stream(_) => FAILURE,
         };
     }
     if e.downcast_ref::<crate::config::ConfigError>().is_some() {

@@ -196,6 +196,8 @@ const CORES: &[(&str, &str)] = &[
     ("pfs-session", "GramSender"),
     ("pfs-session", "GramReceiver"),
     ("pfs-session", "MountServer"),
+    ("pfs-session", "Publisher"),
+    ("pfs-session", "Subscriber"),
     ("pfs-transport", "Connection"),
     ("pfs-mount", "Requests"),
     ("pfs-mount", "Opening"),

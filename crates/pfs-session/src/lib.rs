@@ -13,6 +13,8 @@
 //! - [`server`]: the accept loop, one thread per session.
 //! - [`metrics`]: what a server did, as Prometheus text, and the endpoint
 //!   that serves it.
+//! - [`stream`]: streaming sessions: an application's own grams,
+//!   published and subscribed (sans-I/O cores plus blocking drivers).
 //!
 //! The blob is passed in as bytes plus its identity ([`BlobView`]), so
 //! tests run sessions over plain `Vec`s, and the cores run with no socket.
@@ -28,6 +30,7 @@ pub mod places;
 pub mod server;
 mod slots;
 pub mod stats;
+pub mod stream;
 
 pub use error::{code_name, LimitExceeded, LocalError, SessionError, Timeout, Violation};
 pub use gram::{

@@ -104,6 +104,16 @@ pub enum FrameType {
     Fetch = 29,
     /// Mount: the chunks a FETCH asked for, in order.
     Data = 30,
+    /// Stream: the publisher opens a streaming session (docs/wire.md §15).
+    StreamHello = 31,
+    /// Stream: the subscriber takes it, with its limits, window and rights.
+    StreamAccept = 32,
+    /// Stream: an application's gram of references, writes and messages.
+    Sgram = 33,
+    /// Stream: how far the subscriber has executed, and its window; its keepalive.
+    Applied = 34,
+    /// Stream: the publisher's summary at the end, or (flag KEEPALIVE) so far.
+    StreamEnd = 35,
 }
 
 impl FrameType {
@@ -140,6 +150,11 @@ impl FrameType {
             28 => Self::Recipe,
             29 => Self::Fetch,
             30 => Self::Data,
+            31 => Self::StreamHello,
+            32 => Self::StreamAccept,
+            33 => Self::Sgram,
+            34 => Self::Applied,
+            35 => Self::StreamEnd,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -149,7 +164,7 @@ impl FrameType {
     pub fn is_bulk(self) -> bool {
         matches!(
             self,
-            Self::Gram | Self::Chunks | Self::Repair | Self::Batch | Self::Data
+            Self::Gram | Self::Chunks | Self::Repair | Self::Batch | Self::Data | Self::Sgram
         )
     }
 
@@ -186,6 +201,11 @@ impl FrameType {
             Self::Recipe => "RECIPE",
             Self::Fetch => "FETCH",
             Self::Data => "DATA",
+            Self::StreamHello => "STREAM_HELLO",
+            Self::StreamAccept => "STREAM_ACCEPT",
+            Self::Sgram => "SGRAM",
+            Self::Applied => "APPLIED",
+            Self::StreamEnd => "STREAM_END",
         }
     }
 }
@@ -238,6 +258,8 @@ impl FrameHeader {
             | FrameType::Deleted => crate::files::FLAG_LAST,
             FrameType::FilesEnd => crate::files::FLAG_FILES_REPORT,
             FrameType::List | FrameType::Recipe | FrameType::Data => crate::mount::FLAG_LAST,
+            FrameType::StreamEnd => crate::stream::FLAG_KEEPALIVE,
+            FrameType::Applied => crate::stream::FLAG_FINAL,
             _ => 0,
         };
         if flags & !allowed_flags != 0 {

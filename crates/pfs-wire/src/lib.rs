@@ -5,7 +5,8 @@
 //! codecs ([`desc`], [`varint`]), the control frames ([`hello`],
 //! [`control`]), the corrections plane of blob sessions ([`corrections`]:
 //! gram NAK and REPAIR, the report's corrections block) and the
-//! files-session frames ([`files`], one file per frame group). No sockets, no clocks, no allocation on the decode path.
+//! files-session frames ([`files`], one file per frame group), the
+//! streaming-session frames ([`stream`]). No sockets, no clocks, no allocation on the decode path.
 //! Every decoder takes untrusted `&[u8]`, checks lengths before reading, and
 //! returns a typed [`WireError`] instead of panicking. The byte-level spec,
 //! with test vectors, is `docs/wire.md`; the vectors are checked by
@@ -29,6 +30,7 @@ pub mod gram;
 pub mod hello;
 mod layout;
 pub mod mount;
+pub mod stream;
 pub mod varint;
 
 pub use control::{ErrorCode, ErrorFrame, Report, SenderSummary};
@@ -136,7 +138,7 @@ pub fn put_frame(out: &mut Vec<u8>, frame_type: FrameType, flags: u16, body: &[u
 mod tests {
     use proptest::prelude::*;
 
-    use crate::{control, corrections, files, frame, gram, hello};
+    use crate::{control, corrections, files, frame, gram, hello, stream};
 
     proptest! {
         /// Every body decoder takes any bytes, short or long, without
@@ -167,6 +169,10 @@ mod tests {
             let _ = files::parse_probe(b).map(|(_, it)| it.count());
             let _ = files::parse_probe_reply(b);
             let _ = files::parse_nak(b).map(Iterator::count);
+            let _ = stream::StreamHello::parse(b);
+            let _ = stream::StreamAccept::parse(b);
+            let _ = stream::Applied::parse(b);
+            let _ = stream::StreamGram::parse(b).map(|g| g.entries().count());
         }
     }
 }

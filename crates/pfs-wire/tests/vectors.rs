@@ -25,6 +25,7 @@ use pfs_wire::gram::{Gram, GramHeader, GRAM_FLAG_PAYLOAD};
 use pfs_wire::hello::{Hello, HelloAck};
 use pfs_wire::hello::{ACK_CORRECTIONS, ACK_REPAIR, HELLO_CORRECTIONS};
 use pfs_wire::mount;
+use pfs_wire::stream;
 use pfs_wire::varint::{get_varint, put_varint, zigzag_decode, zigzag_encode};
 use pfs_wire::{put_frame, IntegrityAlg, Mode, WireError};
 
@@ -728,6 +729,19 @@ const INVALID: &[(&str, As, WireError)] = &[
         As::Frame,
         WireError::LengthMismatch,
     ),
+    ("invalid-sgram-kind", As::Frame, WireError::BadFlags),
+    (
+        "invalid-sgram-message-offset",
+        As::Frame,
+        WireError::ReservedNonZero,
+    ),
+    ("invalid-sgram-slab-left", As::Frame, WireError::LengthMismatch),
+    ("invalid-stream-hello-index", As::Frame, WireError::LengthMismatch),
+    (
+        "invalid-stream-accept-window",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
 ];
 
 /// The full decode path of docs/wire.md §9 for one frame.
@@ -785,6 +799,13 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
             let (_, mut entries) = mount::parse_data(frame.body)?;
             entries.try_for_each(|e| e.map(drop))
         }
+        FrameType::StreamHello => stream::StreamHello::parse(frame.body).map(drop),
+        FrameType::StreamAccept => stream::StreamAccept::parse(frame.body).map(drop),
+        FrameType::Sgram => stream::StreamGram::parse(frame.body)?
+            .entries()
+            .try_for_each(|e| e.map(drop)),
+        FrameType::Applied => stream::Applied::parse(frame.body).map(drop),
+        FrameType::StreamEnd => stream::StreamEnd::parse(frame.body).map(drop),
     }
 }
 
@@ -1131,6 +1152,7 @@ fn vector_names_match_the_document() {
     expected.extend(["mount-hello", "mount-accept", "mount-list", "mount-recipe-ask"]);
     expected.extend(["mount-recipe", "mount-recipe-gone", "mount-fetch", "mount-data"]);
     expected.extend(UDP_VECTORS);
+    expected.extend(STREAM_VECTORS);
     expected.extend([
         "hello-corrections",
         "hello-ack-corrections",
@@ -1581,4 +1603,226 @@ fn corrections_vectors() {
     // As a files-session frame the same NAK bytes are not a whole number
     // of hashes: a body is read by its session's protocol.
     assert!(parse_nak(bytes("gram-nak").get(FRAME_HEADER_LEN..).unwrap()).is_err());
+}
+
+// ---------------------------------------------------------------------------
+// Streaming sessions (docs/wire.md §15.9)
+
+const STREAM_VECTORS: [&str; 8] = [
+    "stream-hello",
+    "stream-accept",
+    "sgram-absolute",
+    "sgram-arithmetic",
+    "applied",
+    "applied-final",
+    "stream-end",
+    "stream-end-keepalive",
+];
+
+const STREAM_NONCE: u64 = 0x0102_0304_0506_0708;
+/// The chain (§6.2, XXH3) of the two SGRAMs' digests, as
+/// `pfs_exec::integrity::e2e_chain` computes it (checked by pfs-session's
+/// stream tests, since this crate has no XXH3).
+const STREAM_E2E: u64 = 0xc4ec_4d94_3dd0_4ed8;
+/// The chain after the first SGRAM only.
+const STREAM_E2E_FIRST: u64 = 0x41aa_c0a8_5e4e_cf8c;
+
+fn stream_hello() -> stream::StreamHello {
+    stream::StreamHello {
+        blob_len: EXAMPLE_BLOB_LEN,
+        region_size: 65536,
+        integrity: IntegrityAlg::Fnv1a,
+        stream_index: 0,
+        stream_count: 1,
+        keepalive_ms: 1000,
+        session_nonce: STREAM_NONCE,
+        fingerprint: [0x11; 32],
+    }
+}
+
+fn stream_accept() -> stream::StreamAccept {
+    stream::StreamAccept {
+        max_gram_body: 1 << 20,
+        max_entries: 65536,
+        window_grams: 64,
+        rights: stream::RIGHT_WRITE | stream::RIGHT_MESSAGE,
+        window_bytes: 64 << 20,
+        blob_len: EXAMPLE_BLOB_LEN,
+        session_nonce: STREAM_NONCE,
+        keepalive_ms: 1000,
+    }
+}
+
+/// The entries of both SGRAM vectors: a reference, a write, a message, and
+/// a reference that sees the write: (kind, offset, len, slab bytes).
+const SGRAM_ENTRIES: [(stream::EntryKind, u64, u32, &[u8]); 4] = [
+    (stream::EntryKind::Reference, 0, 16, &[]),
+    (stream::EntryKind::Write, 100, 4, b"PFS!"),
+    (stream::EntryKind::Message, 0, 2, b"hi"),
+    (stream::EntryKind::Reference, 100, 4, &[]),
+];
+
+/// The effective bytes of the SGRAM vectors over the example blob.
+fn sgram_effective() -> Vec<u8> {
+    let blob = example_blob();
+    let mut out = blob[..16].to_vec();
+    out.extend_from_slice(b"PFS!hiPFS!");
+    out
+}
+
+fn sgram_body(seq: u64, encoding: Encoding) -> Vec<u8> {
+    let mut t = stream::EntryTables::default();
+    let mut slab = Vec::new();
+    for (kind, offset, len, bytes) in SGRAM_ENTRIES {
+        t.push(kind, offset, len).unwrap();
+        slab.extend_from_slice(bytes);
+    }
+    let value = fnv1a(&sgram_effective());
+    let mut body = t
+        .header(seq, encoding, IntegrityAlg::Fnv1a, value)
+        .emit()
+        .to_vec();
+    body.extend_from_slice(t.table(encoding));
+    body.extend_from_slice(&slab);
+    body
+}
+
+fn stream_applied() -> stream::Applied {
+    stream::Applied {
+        applied: 2,
+        e2e_digest: STREAM_E2E,
+        mismatched: 0,
+        window_bytes: 64 << 20,
+        window_grams: 64,
+    }
+}
+
+fn stream_end(grams: u64) -> SenderSummary {
+    let sgram_frames: u64 = [
+        sgram_body(0, Encoding::Absolute),
+        sgram_body(1, Encoding::Arithmetic),
+    ]
+    .iter()
+    .take(grams as usize)
+    .map(|b| 16 + b.len() as u64)
+    .sum();
+    SenderSummary {
+        grams,
+        descriptors: 4 * grams,
+        effective_bytes: 26 * grams,
+        e2e_digest: if grams == 2 { STREAM_E2E } else { STREAM_E2E_FIRST },
+        wire_bytes_sent: 16 + 80 + sgram_frames,
+        payload_bytes: 6 * grams,
+    }
+}
+
+/// The frames the §15.9 vectors hold, built by the codec.
+fn stream_frames() -> Vec<(&'static str, Vec<u8>)> {
+    let f = |t, flags, body: &[u8]| frame_bytes(t, flags, body);
+    vec![
+        (
+            "stream-hello",
+            f(FrameType::StreamHello, 0, &stream_hello().emit()),
+        ),
+        (
+            "stream-accept",
+            f(FrameType::StreamAccept, 0, &stream_accept().emit()),
+        ),
+        (
+            "sgram-absolute",
+            f(FrameType::Sgram, 0, &sgram_body(0, Encoding::Absolute)),
+        ),
+        (
+            "sgram-arithmetic",
+            f(FrameType::Sgram, 0, &sgram_body(1, Encoding::Arithmetic)),
+        ),
+        ("applied", f(FrameType::Applied, 0, &stream_applied().emit())),
+        (
+            "applied-final",
+            f(FrameType::Applied, stream::FLAG_FINAL, &stream_applied().emit()),
+        ),
+        ("stream-end", f(FrameType::StreamEnd, 0, &stream_end(2).emit())),
+        (
+            "stream-end-keepalive",
+            f(
+                FrameType::StreamEnd,
+                stream::FLAG_KEEPALIVE,
+                &stream_end(1).emit(),
+            ),
+        ),
+    ]
+}
+
+fn hex_lines(b: &[u8]) -> String {
+    let hex = |s: &[u8]| s.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let h = &b[..16];
+    let mut out = format!(
+        "{} {} {} {} {} {}\n",
+        hex(&h[..4]),
+        hex(&h[4..5]),
+        hex(&h[5..6]),
+        hex(&h[6..8]),
+        hex(&h[8..12]),
+        hex(&h[12..16])
+    );
+    for line in b[16..].chunks(24) {
+        out.push_str(&hex(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn stream_vectors() {
+    for (name, built) in stream_frames() {
+        if std::env::var_os("PFS_PRINT_VECTORS").is_some() {
+            println!("#### vector: {name}\n```hex\n{}```\n", hex_lines(&built));
+            continue;
+        }
+        assert_eq!(bytes(name), &built[..], "vector {name}: the codec's bytes");
+        let frame = whole_frame(name, bytes(name));
+        match frame.header.frame_type {
+            FrameType::StreamHello => assert_eq!(stream::StreamHello::parse(frame.body), Ok(stream_hello())),
+            FrameType::StreamAccept => {
+                assert_eq!(stream::StreamAccept::parse(frame.body), Ok(stream_accept()))
+            }
+            FrameType::Applied => assert_eq!(stream::Applied::parse(frame.body), Ok(stream_applied())),
+            FrameType::StreamEnd => {
+                let grams = if frame.header.flags & stream::FLAG_KEEPALIVE != 0 {
+                    1
+                } else {
+                    2
+                };
+                assert_eq!(stream::StreamEnd::parse(frame.body), Ok(stream_end(grams)));
+            }
+            FrameType::Sgram => {
+                let g = stream::StreamGram::parse(frame.body).unwrap();
+                let mut blob = example_blob();
+                let mut effective = Vec::new();
+                let mut cursor = 0;
+                let mut table = Vec::new();
+                for (e, (kind, offset, len, _)) in g.entries().zip(SGRAM_ENTRIES) {
+                    let e = e.unwrap();
+                    assert_eq!((e.kind, e.offset, e.len), (kind, offset, len), "vector {name}");
+                    stream::emit_entry(&mut table, g.header.encoding, &mut cursor, &e);
+                    let range = e.offset as usize..e.offset as usize + e.len as usize;
+                    match e.kind {
+                        stream::EntryKind::Reference => effective.extend_from_slice(&blob[range]),
+                        stream::EntryKind::Write => {
+                            blob[range].copy_from_slice(e.slab);
+                            effective.extend_from_slice(e.slab);
+                        }
+                        stream::EntryKind::Message => effective.extend_from_slice(e.slab),
+                    }
+                }
+                assert_eq!(table, g.table, "vector {name}: table re-encode");
+                assert_eq!(
+                    fnv1a(&effective),
+                    g.header.integrity_value,
+                    "vector {name}: digest"
+                );
+            }
+            other => panic!("vector {name}: {other:?}"),
+        }
+    }
 }
