@@ -104,6 +104,16 @@ pub enum FrameType {
     Fetch = 29,
     /// Mount: the chunks a FETCH asked for, in order.
     Data = 30,
+    /// Catch-up: the replica's nonce, block size and limits (§16).
+    CatchupBegin = 36,
+    /// Catch-up: a run of the source's region hashes.
+    CatchupRegions = 37,
+    /// Catch-up: a run of the replica's block hashes in a differing region.
+    CatchupHashes = 38,
+    /// Catch-up: a run of blocks whose hashes differed, with their bytes.
+    CatchupBlocks = 39,
+    /// Catch-up: one side's counts and fingerprint root; grams follow.
+    CatchupEnd = 40,
 }
 
 impl FrameType {
@@ -140,6 +150,11 @@ impl FrameType {
             28 => Self::Recipe,
             29 => Self::Fetch,
             30 => Self::Data,
+            36 => Self::CatchupBegin,
+            37 => Self::CatchupRegions,
+            38 => Self::CatchupHashes,
+            39 => Self::CatchupBlocks,
+            40 => Self::CatchupEnd,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -149,7 +164,7 @@ impl FrameType {
     pub fn is_bulk(self) -> bool {
         matches!(
             self,
-            Self::Gram | Self::Chunks | Self::Repair | Self::Batch | Self::Data
+            Self::Gram | Self::Chunks | Self::Repair | Self::Batch | Self::Data | Self::CatchupBlocks
         )
     }
 
@@ -186,6 +201,11 @@ impl FrameType {
             Self::Recipe => "RECIPE",
             Self::Fetch => "FETCH",
             Self::Data => "DATA",
+            Self::CatchupBegin => "CATCHUP_BEGIN",
+            Self::CatchupRegions => "CATCHUP_REGIONS",
+            Self::CatchupHashes => "CATCHUP_HASHES",
+            Self::CatchupBlocks => "CATCHUP_BLOCKS",
+            Self::CatchupEnd => "CATCHUP_END",
         }
     }
 }
@@ -238,6 +258,9 @@ impl FrameHeader {
             | FrameType::Deleted => crate::files::FLAG_LAST,
             FrameType::FilesEnd => crate::files::FLAG_FILES_REPORT,
             FrameType::List | FrameType::Recipe | FrameType::Data => crate::mount::FLAG_LAST,
+            FrameType::CatchupRegions | FrameType::CatchupHashes | FrameType::CatchupBlocks => {
+                crate::catchup::FLAG_LAST
+            }
             _ => 0,
         };
         if flags & !allowed_flags != 0 {
