@@ -607,9 +607,7 @@ pub fn catchup(data: &[u8]) {
 /// One catch-up body (docs/wire.md §16) of kind `which` (0 BEGIN, 1
 /// REGIONS, 2 HASHES, 3 BLOCKS, 4 END).
 fn catchup_body(which: u8, body: &[u8]) {
-    use pfs_wire::catchup::{
-        blocks_len, BlockHashes, CatchupBegin, CatchupBlocks, CatchupEnd, RegionHashes,
-    };
+    use pfs_wire::catchup::{blocks_len, BlockHashes, CatchupBegin, CatchupBlocks, CatchupEnd, RegionHashes};
     match which {
         0 => {
             if let Ok(b) = CatchupBegin::parse(body) {
@@ -635,7 +633,11 @@ fn catchup_body(which: u8, body: &[u8]) {
         3 => {
             let (bs, len) = (4096, 1 << 20);
             if let Ok(b) = CatchupBlocks::parse(body, bs, len) {
-                assert_eq!(Ok(b.bytes.len() as u64), blocks_len(b.head, bs, len), "BLOCKS length");
+                assert_eq!(
+                    Ok(b.bytes.len() as u64),
+                    blocks_len(b.head, bs, len),
+                    "BLOCKS length"
+                );
                 let mut out = b.head.emit().to_vec();
                 out.extend_from_slice(b.bytes);
                 assert_eq!(out, body, "CATCHUP_BLOCKS re-encode");

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use pfs_exec::kernel::Output;
-use pfs_session::files::{DeletedKind, FilesSenderOutcome, LocalPrepare};
 use pfs_session::catchup::CatchUpStats;
+use pfs_session::files::{DeletedKind, FilesSenderOutcome, LocalPrepare};
 use pfs_session::{GramSenderOutcome, SessionStats};
 
 /// The UDP connection's line in `pfs send`'s text output.

@@ -460,7 +460,10 @@ mod tests {
         assert!(!w.read && w.files && w.blob && w.exec && w.catch_up);
         let nc = AuthorizedKeys::parse(&format!("{k} no-catch-up\n")).unwrap();
         assert!(!nc.rights(&k).unwrap().catch_up);
-        assert_eq!(nc.rights(&k).unwrap().describe().split(' ').next(), Some("no-catch-up"));
+        assert_eq!(
+            nc.rights(&k).unwrap().describe().split(' ').next(),
+            Some("no-catch-up")
+        );
         assert_eq!(
             w.describe(),
             format!("dir=pub no-read group={}", default_group(&k))

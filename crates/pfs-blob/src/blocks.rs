@@ -63,7 +63,7 @@ impl BlockKey {
 /// least [`MIN_BLOCK_SIZE`], dividing the region size (so each block lies
 /// in one region).
 pub fn block_size_ok(block_size: u32, region_size: u32) -> bool {
-    block_size.is_power_of_two() && block_size >= MIN_BLOCK_SIZE && region_size % block_size == 0
+    block_size.is_power_of_two() && block_size >= MIN_BLOCK_SIZE && region_size.is_multiple_of(block_size)
 }
 
 #[cfg(test)]

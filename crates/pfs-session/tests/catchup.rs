@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use pfs_blob::{Blob, BlobConfig, Fill};
 use pfs_exec::{Pattern, ScheduleSpec, Total};
 use pfs_session::catchup::{
-    catch_up_replica, catch_up_source, BlobReplica, CatchUpConfig, CatchUpReplica, CatchUpSource, CatchUpStats,
-    ReplicaHost,
+    catch_up_replica, catch_up_source, BlobReplica, CatchUpConfig, CatchUpReplica, CatchUpSource,
+    CatchUpStats, ReplicaHost,
 };
 use pfs_session::framing::RecvBuf;
 use pfs_session::gram::{GramReceiverConfig, GramSenderConfig};
@@ -108,7 +108,10 @@ fn run(
     source: &Blob,
     replica: &Blob,
     cut: Option<u64>,
-) -> (Result<CatchUpStats, SessionError>, Result<CatchUpStats, SessionError>) {
+) -> (
+    Result<CatchUpStats, SessionError>,
+    Result<CatchUpStats, SessionError>,
+) {
     let (a, b) = UnixTransport::pair().expect("socket pair");
     let fp = source.fingerprint();
     std::thread::scope(|s| {
@@ -132,7 +135,10 @@ fn run(
 }
 
 fn assert_same(source: &Blob, replica: &Blob) {
-    assert!(source.as_slice() == replica.as_slice(), "the replica's bytes are the source's");
+    assert!(
+        source.as_slice() == replica.as_slice(),
+        "the replica's bytes are the source's"
+    );
     assert_eq!(replica.fingerprint().root, source.fingerprint().root);
     assert_eq!(
         replica.recompute_fingerprint(1).root,
@@ -165,9 +171,16 @@ fn from_an_older_copy_only_the_changed_blocks_move() {
     assert_eq!(s.blocks_moved, changed_blocks.len() as u64);
     assert_eq!(r.blocks_moved, changed_blocks.len() as u64);
     assert_eq!(r.regions_differing, 4, "blocks 200 and 201 share a region");
-    assert_eq!(r.blocks_compared, 4 * 16, "block hashes only in differing regions");
+    assert_eq!(
+        r.blocks_compared,
+        4 * 16,
+        "block hashes only in differing regions"
+    );
     // Region hashes (64 × 32 B), 64 block hashes, 5 blocks and a few heads.
-    assert!(r.wire_bytes < 5 * u64::from(BLOCK) + 64 * 32 + 64 * 16 + 2048, "{r:?}");
+    assert!(
+        r.wire_bytes < 5 * u64::from(BLOCK) + 64 * 32 + 64 * 16 + 2048,
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -181,7 +194,10 @@ fn from_another_seed_and_again_moves_nothing() {
     // The same roots now: a second run compares region hashes only.
     let (s, r) = run(&source, &replica, None);
     let (s, r) = (s.expect("source"), r.expect("replica"));
-    assert_eq!((s.blocks_moved, r.blocks_compared, r.regions_differing), (0, 0, 0));
+    assert_eq!(
+        (s.blocks_moved, r.blocks_compared, r.regions_differing),
+        (0, 0, 0)
+    );
     assert_same(&source, &replica);
 }
 
@@ -195,12 +211,20 @@ fn cut_midway_then_resumed_moves_only_what_still_differs() {
     assert!(matches!(err, SessionError::PeerClosed { .. }), "{err}");
     // The regions the cut attempt rewrote were hashed again from content.
     assert_eq!(replica.recompute_fingerprint(1).root, replica.fingerprint().root);
-    let first = replica.as_slice().iter().zip(source.as_slice()).filter(|(a, b)| a == b).count();
+    let first = replica
+        .as_slice()
+        .iter()
+        .zip(source.as_slice())
+        .filter(|(a, b)| a == b)
+        .count();
     assert!(first as u64 > LEN / 4, "the first attempt moved part of the blob");
     let (s, r) = run(&source, &replica, None);
     let (s, r) = (s.expect("source"), r.expect("replica"));
     assert_same(&source, &replica);
-    assert!(s.bytes_moved < LEN * 3 / 4, "only what still differed moved: {s:?}");
+    assert!(
+        s.bytes_moved < LEN * 3 / 4,
+        "only what still differed moved: {s:?}"
+    );
     assert!(r.regions_differing < 64, "{r:?}");
 }
 
@@ -227,7 +251,10 @@ fn a_named_blob_keeps_its_caught_up_fingerprint() {
     }
     // Reopened: the stored fingerprint is the caught-up one, and the blob
     // no longer claims the seed it was filled from.
-    assert!(Blob::open_or_create(&named(Fill::Seed(6))).is_err(), "not seed 6's bytes any more");
+    assert!(
+        Blob::open_or_create(&named(Fill::Seed(6))).is_err(),
+        "not seed 6's bytes any more"
+    );
     let (again, setup) = Blob::open_or_create(&named(Fill::None)).expect("reopen");
     assert!(setup.reused_existing);
     assert_eq!(again.fingerprint().root, source.fingerprint().root);
@@ -306,7 +333,10 @@ fn replica_at_regions() -> (CatchUpReplica, Mem, Vec<[u8; 32]>) {
     let mut core = CatchUpReplica::new(1, 2, fp.root, &cfg(), Instant::now());
     let begin = core.poll_transmit(&host).expect("BEGIN").to_vec();
     assert_eq!(begin[5], FrameType::CatchupBegin as u8);
-    assert!(core.poll_transmit(&host).is_none(), "nothing is asked before region hashes");
+    assert!(
+        core.poll_transmit(&host).is_none(),
+        "nothing is asked before region hashes"
+    );
     (core, host, fp.regions)
 }
 
@@ -324,19 +354,25 @@ fn code(e: &SessionError) -> ErrorCode {
 fn replica_refuses_region_hashes_out_of_order_or_past_the_end() {
     let (mut core, mut host, regions) = replica_at_regions();
     let f = regions_frame(1, &regions[1..3], false);
-    let e = core.handle_input(Instant::now(), &f, &mut host).expect_err("starts at 1");
+    let e = core
+        .handle_input(Instant::now(), &f, &mut host)
+        .expect_err("starts at 1");
     assert_eq!(code(&e), ErrorCode::Protocol, "{e}");
 
     let (mut core, mut host, regions) = replica_at_regions();
     let mut past = regions.clone();
     past.push([0; 32]);
     let f = regions_frame(0, &past, true);
-    let e = core.handle_input(Instant::now(), &f, &mut host).expect_err("65 regions");
+    let e = core
+        .handle_input(Instant::now(), &f, &mut host)
+        .expect_err("65 regions");
     assert_eq!(code(&e), ErrorCode::OutOfBounds, "{e}");
 
     let (mut core, mut host, regions) = replica_at_regions();
     let f = regions_frame(0, &regions[..10], true);
-    let e = core.handle_input(Instant::now(), &f, &mut host).expect_err("LAST at 10 of 64");
+    let e = core
+        .handle_input(Instant::now(), &f, &mut host)
+        .expect_err("LAST at 10 of 64");
     assert_eq!(code(&e), ErrorCode::Protocol, "{e}");
 }
 
@@ -346,7 +382,10 @@ fn replica_asking() -> (CatchUpReplica, Mem) {
     let (mut core, mut host, regions) = replica_at_regions();
     let f = regions_frame(0, &regions, true);
     assert_eq!(core.handle_input(Instant::now(), &f, &mut host).unwrap(), f.len());
-    assert_eq!(host.invalidated, 64, "every region marked before a block can arrive");
+    assert_eq!(
+        host.invalidated, 64,
+        "every region marked before a block can arrive"
+    );
     let asked = core.poll_transmit(&host).expect("a HASHES run").to_vec();
     let run = BlockHashes::parse(&asked[16..]).expect("HASHES");
     assert_eq!((run.head.first, run.head.count), (0, 16));
@@ -357,10 +396,26 @@ fn replica_asking() -> (CatchUpReplica, Mem) {
 fn replica_refuses_hostile_blocks_and_leaves_its_blob() {
     let block = vec![7u8; BLOCK as usize];
     let cases: Vec<(&str, Vec<u8>, ErrorCode)> = vec![
-        ("outside the blob", blocks_frame(1024, 1, &block, true), ErrorCode::OutOfBounds),
-        ("outside the run asked", blocks_frame(16, 1, &block, true), ErrorCode::Protocol),
-        ("wrong byte count", blocks_frame(0, 2, &block, true), ErrorCode::BadFrame),
-        ("empty without LAST", blocks_frame(3, 0, &[], false), ErrorCode::Protocol),
+        (
+            "outside the blob",
+            blocks_frame(1024, 1, &block, true),
+            ErrorCode::OutOfBounds,
+        ),
+        (
+            "outside the run asked",
+            blocks_frame(16, 1, &block, true),
+            ErrorCode::Protocol,
+        ),
+        (
+            "wrong byte count",
+            blocks_frame(0, 2, &block, true),
+            ErrorCode::BadFrame,
+        ),
+        (
+            "empty without LAST",
+            blocks_frame(3, 0, &[], false),
+            ErrorCode::Protocol,
+        ),
         (
             "over max_blocks_body",
             blocks_frame(0, 16, &vec![1; 16 * BLOCK as usize], false),
@@ -397,7 +452,9 @@ fn replica_takes_blocks_in_order_then_refuses_going_back() {
     assert_eq!(core.handle_input(Instant::now(), &f, &mut host).unwrap(), f.len());
     assert_eq!(&host.data[4 * BLOCK as usize..5 * BLOCK as usize], &block[..]);
     let back = blocks_frame(2, 1, &block, false);
-    let e = core.handle_input(Instant::now(), &back, &mut host).expect_err("before the cursor");
+    let e = core
+        .handle_input(Instant::now(), &back, &mut host)
+        .expect_err("before the cursor");
     assert_eq!(code(&e), ErrorCode::Protocol, "{e}");
 }
 
@@ -424,13 +481,18 @@ fn source_refuses_bad_begin_and_hashes_outside() {
         (BLOCK, 63, ErrorCode::BlobMismatch),
     ] {
         let mut src = CatchUpSource::new(&data, &fp, 1, &cfg(), Instant::now());
-        let e = src.handle_input(Instant::now(), &begin(bs, regions)).expect_err("bad BEGIN");
+        let e = src
+            .handle_input(Instant::now(), &begin(bs, regions))
+            .expect_err("bad BEGIN");
         assert_eq!(code(&e), want, "{e}");
     }
     let mut src = CatchUpSource::new(&data, &fp, 1, &cfg(), Instant::now());
     src.handle_input(Instant::now(), &begin(BLOCK, 64)).unwrap();
     while src.poll_transmit(Instant::now()).is_some() {}
-    for (first, count, want) in [(1020u64, 8u32, ErrorCode::OutOfBounds), (14, 4, ErrorCode::OutOfBounds)] {
+    for (first, count, want) in [
+        (1020u64, 8u32, ErrorCode::OutOfBounds),
+        (14, 4, ErrorCode::OutOfBounds),
+    ] {
         let mut body = Vec::new();
         let hashes = vec![[0u8; 16]; count as usize];
         BlockHashes::emit(first, hashes.iter(), &mut body);
@@ -444,7 +506,9 @@ fn source_refuses_bad_begin_and_hashes_outside() {
     let mut body = Vec::new();
     BlockHashes::emit(0, std::iter::empty(), &mut body);
     let f = frame(FrameType::CatchupHashes, 0, &body);
-    let e = src.handle_input(Instant::now(), &f).expect_err("empty without LAST");
+    let e = src
+        .handle_input(Instant::now(), &f)
+        .expect_err("empty without LAST");
     assert_eq!(code(&e), ErrorCode::Protocol, "{e}");
 }
 
@@ -521,7 +585,10 @@ fn gram_session_catches_up_then_every_gram_matches() {
     assert_eq!(s.report.integrity_ok, 1);
     assert_eq!(s.report.mismatched_grams, 0);
     assert_eq!(s.report.grams, 20);
-    let (sc, rc) = (s.catch_up.expect("sender catch-up"), r.catch_up.expect("receiver catch-up"));
+    let (sc, rc) = (
+        s.catch_up.expect("sender catch-up"),
+        r.catch_up.expect("receiver catch-up"),
+    );
     assert_eq!(sc.bytes_moved, rc.bytes_moved);
     assert!(sc.bytes_moved > 0);
     // Equal blobs now: the next session needs no catch-up.
@@ -580,10 +647,14 @@ fn a_hostile_source_ends_its_session_and_the_receiver_serves_the_next() {
     }
     .emit(&mut hello);
     a.write_all(&frame(FrameType::Hello, 0, &hello)).unwrap();
-    a.write_all(&blocks_frame(0, 1, &[9; BLOCK as usize], true)).unwrap();
+    a.write_all(&blocks_frame(0, 1, &[9; BLOCK as usize], true))
+        .unwrap();
     let e = receive_session(&mut b, &view(&receiver), &rcfg, &mut |_| {}).expect_err("hostile");
     assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
-    assert_eq!(receiver.recompute_fingerprint(1).root, receiver.fingerprint().root);
+    assert_eq!(
+        receiver.recompute_fingerprint(1).root,
+        receiver.fingerprint().root
+    );
     drop((a, b));
     let (s, r) = session(&good, &receiver, true, true);
     s.expect("sender");

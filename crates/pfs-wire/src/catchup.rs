@@ -354,11 +354,23 @@ mod tests {
         assert_eq!(RegionHashes::parse(&empty), Err(WireError::LengthMismatch));
         let mut last = Vec::new();
         BlockHashes::emit(0, std::iter::empty::<&[u8; 16]>(), &mut last);
-        assert!(BlockHashes::parse(&last).is_ok(), "an empty HASHES run ends the asking");
-        let mut big = RunHead { first: 0, count: MAX_BLOCK_HASHES + 1 }.emit().to_vec();
+        assert!(
+            BlockHashes::parse(&last).is_ok(),
+            "an empty HASHES run ends the asking"
+        );
+        let mut big = RunHead {
+            first: 0,
+            count: MAX_BLOCK_HASHES + 1,
+        }
+        .emit()
+        .to_vec();
         big.resize(RUN_HEAD_LEN + 16 * (MAX_BLOCK_HASHES as usize + 1), 0);
         assert_eq!(BlockHashes::parse(&big), Err(WireError::TooLarge));
-        let wrap = RunHead { first: u64::MAX, count: 1 }.emit();
+        let wrap = RunHead {
+            first: u64::MAX,
+            count: 1,
+        }
+        .emit();
         let mut wrap = wrap.to_vec();
         wrap.extend_from_slice(&[0; 16]);
         assert_eq!(BlockHashes::parse(&wrap), Err(WireError::DescriptorOverflow));
@@ -371,9 +383,15 @@ mod tests {
         // A 10000-byte blob in 4096-byte blocks: block 2 is 1808 bytes.
         let b = CatchupBlocks::parse(&body, 4096, 10_000).unwrap();
         assert_eq!(b.bytes.len(), 1808);
-        assert_eq!(CatchupBlocks::parse(&body[..100], 4096, 10_000), Err(WireError::LengthMismatch));
+        assert_eq!(
+            CatchupBlocks::parse(&body[..100], 4096, 10_000),
+            Err(WireError::LengthMismatch)
+        );
         let out = RunHead { first: 3, count: 1 }.emit();
-        assert_eq!(CatchupBlocks::parse(&out, 4096, 10_000), Err(WireError::DescriptorOverflow));
+        assert_eq!(
+            CatchupBlocks::parse(&out, 4096, 10_000),
+            Err(WireError::DescriptorOverflow)
+        );
     }
 
     #[test]

@@ -28,7 +28,11 @@ fn vectors() -> BTreeMap<String, (String, Vec<u8>)> {
         if !(name.starts_with("catchup-") || name.starts_with("invalid-catchup-")) {
             continue;
         }
-        let desc = lines.by_ref().find(|l| !l.trim().is_empty()).expect("description").to_string();
+        let desc = lines
+            .by_ref()
+            .find(|l| !l.trim().is_empty())
+            .expect("description")
+            .to_string();
         assert_eq!(lines.next().map(str::trim), Some("```hex"), "vector {name}");
         let mut hex = String::new();
         for l in lines.by_ref() {
@@ -41,14 +45,19 @@ fn vectors() -> BTreeMap<String, (String, Vec<u8>)> {
             .step_by(2)
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
             .collect();
-        assert!(out.insert(name.to_string(), (desc, bytes)).is_none(), "{name} twice");
+        assert!(
+            out.insert(name.to_string(), (desc, bytes)).is_none(),
+            "{name} twice"
+        );
     }
     out
 }
 
 fn frame(name: &str) -> (Frame<'static>, &'static [u8]) {
     let v: &'static BTreeMap<_, _> = Box::leak(Box::new(vectors()));
-    let (_, bytes) = v.get(name).unwrap_or_else(|| panic!("docs/wire.md has no vector {name}"));
+    let (_, bytes) = v
+        .get(name)
+        .unwrap_or_else(|| panic!("docs/wire.md has no vector {name}"));
     let (f, used) = Frame::parse(bytes).unwrap_or_else(|e| panic!("{name}: {e:?}"));
     assert_eq!(used, bytes.len(), "{name}: bytes after the frame");
     (f, bytes)
@@ -73,14 +82,20 @@ fn hello_and_ack_with_catch_up() {
     let (f, b) = frame("catchup-hello");
     let h = Hello::parse(f.body).unwrap();
     assert_eq!(h.flags, HELLO_CATCH_UP);
-    assert_eq!((h.session_nonce, h.region_size, h.blob_len), (NONCE, 65536, 1 << 20));
+    assert_eq!(
+        (h.session_nonce, h.region_size, h.blob_len),
+        (NONCE, 65536, 1 << 20)
+    );
     let mut body = Vec::new();
     h.emit(&mut body);
     assert_eq!(reframe(FrameType::Hello, 0, &body), b);
 
     let (f, b) = frame("catchup-hello-ack");
     let a = HelloAck::parse(f.body).unwrap();
-    assert_eq!((a.flags, a.sample_interval, a.session_nonce), (ACK_CATCH_UP, 0, NONCE));
+    assert_eq!(
+        (a.flags, a.sample_interval, a.session_nonce),
+        (ACK_CATCH_UP, 0, NONCE)
+    );
     let mut body = Vec::new();
     a.emit(&mut body);
     assert_eq!(reframe(FrameType::HelloAck, 0, &body), b);
@@ -106,7 +121,10 @@ fn begin_regions_end() {
     assert_eq!(f.header.flags, FLAG_LAST);
     let r = RegionHashes::parse(f.body).unwrap();
     assert_eq!(r.head, RunHead { first: 14, count: 2 });
-    let want: Vec<[u8; 32]> = vec![std::array::from_fn(|i| i as u8), std::array::from_fn(|i| 32 + i as u8)];
+    let want: Vec<[u8; 32]> = vec![
+        std::array::from_fn(|i| i as u8),
+        std::array::from_fn(|i| 32 + i as u8),
+    ];
     assert_eq!(r.hashes().copied().collect::<Vec<_>>(), want);
     let mut body = Vec::new();
     RegionHashes::emit(14, want.iter(), &mut body);
@@ -174,7 +192,10 @@ fn invalid_vectors_fail_with_their_error() {
     let all = vectors();
     for (name, want) in cases {
         let (desc, _) = &all[name];
-        assert!(desc.contains(&format!("`{want:?}`")), "{name}: the description names {want:?}");
+        assert!(
+            desc.contains(&format!("`{want:?}`")),
+            "{name}: the description names {want:?}"
+        );
         let (f, _) = frame(name);
         let got = match f.header.frame_type {
             FrameType::CatchupBegin => CatchupBegin::parse(f.body).map(drop),

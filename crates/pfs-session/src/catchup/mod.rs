@@ -108,7 +108,9 @@ pub enum CatchUpViolation {
         region_size: u32,
     },
     /// A BLOCKS limit below one block.
-    #[error("the replica accepts CATCHUP_BLOCKS bodies of {max} bytes, less than one {block_size}-byte block")]
+    #[error(
+        "the replica accepts CATCHUP_BLOCKS bodies of {max} bytes, less than one {block_size}-byte block"
+    )]
     BlocksBodyLimit {
         /// Its limit.
         max: u32,
@@ -156,7 +158,9 @@ pub enum CatchUpViolation {
         end: u64,
     },
     /// An empty run of block hashes without `LAST`, or `LAST` on a non-empty one.
-    #[error("CATCHUP_HASHES of {count} blocks with LAST={last}: only an empty run ends the asking, and it must")]
+    #[error(
+        "CATCHUP_HASHES of {count} blocks with LAST={last}: only an empty run ends the asking, and it must"
+    )]
     HashesLast {
         /// Blocks in the run.
         count: u32,
@@ -197,7 +201,11 @@ pub enum CatchUpViolation {
         what: &'static str,
     },
     /// After the catch-up the replica's root is still not the source's.
-    #[error("after catch-up the replica's blob fingerprint is {}, the source's {}", crate::short_hex(replica), crate::short_hex(wanted))]
+    #[error(
+        "after catch-up the replica's blob fingerprint is {}, the source's {}",
+        crate::short_hex(replica),
+        crate::short_hex(wanted)
+    )]
     RootMismatch {
         /// The replica's root after the catch-up.
         replica: [u8; 32],

@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use pfs_blob::{BlockKey, BLOCK_HASH_LEN};
 use pfs_wire::catchup::{
-    BlockHashes, CatchupBegin, CatchupBlocks, CatchupEnd, RegionHashes, RunHead, FLAG_LAST,
-    MAX_BLOCK_HASHES, RUN_HEAD_LEN,
+    BlockHashes, CatchupBegin, CatchupBlocks, CatchupEnd, RegionHashes, RunHead, FLAG_LAST, MAX_BLOCK_HASHES,
+    RUN_HEAD_LEN,
 };
 use pfs_wire::{put_frame, FrameHeader, FrameType, WireError, FRAME_HEADER_LEN};
 
@@ -98,7 +98,13 @@ impl CatchUpReplica {
     /// A catch-up of a session whose HELLO carried `sender_nonce` and the
     /// fingerprint root `target`; `replica_nonce` is this side's random
     /// nonce. The host's blob is `blob_len` bytes.
-    pub fn new(sender_nonce: u64, replica_nonce: u64, target: [u8; 32], cfg: &CatchUpConfig, now: Instant) -> Self {
+    pub fn new(
+        sender_nonce: u64,
+        replica_nonce: u64,
+        target: [u8; 32],
+        cfg: &CatchUpConfig,
+        now: Instant,
+    ) -> Self {
         Self {
             cfg: *cfg,
             nonce: replica_nonce,
@@ -108,7 +114,9 @@ impl CatchUpReplica {
             next_region: Some(0),
             asking: Asking::default(),
             rewritten: Vec::new(),
-            out: Vec::with_capacity(RUN_HEAD_LEN + FRAME_HEADER_LEN + MAX_BLOCK_HASHES as usize * BLOCK_HASH_LEN),
+            out: Vec::with_capacity(
+                RUN_HEAD_LEN + FRAME_HEADER_LEN + MAX_BLOCK_HASHES as usize * BLOCK_HASH_LEN,
+            ),
             stats: CatchUpStats::default(),
             deadline: now + cfg.idle_timeout,
         }
@@ -236,7 +244,13 @@ impl CatchUpReplica {
             }
             .emit(),
         );
-        self.out.extend_from_slice(&RunHead { first: next, count: count as u32 }.emit());
+        self.out.extend_from_slice(
+            &RunHead {
+                first: next,
+                count: count as u32,
+            }
+            .emit(),
+        );
         for b in next..next + count {
             let from = (b * bs) as usize;
             let to = ((b + 1) * bs).min(len) as usize;
@@ -340,14 +354,14 @@ impl CatchUpReplica {
         let len = host.data().len() as u64;
         let blocks = CatchupBlocks::parse(body, bs, len).map_err(|error| -> SessionError {
             match error {
-            WireError::DescriptorOverflow => {
-                let (first, count) = RunHead::parse(body).map_or((0, 0), |h| (h.first, h.count));
-                Violation::from(CatchUpViolation::BlocksOutside { first, count }).into()
-            }
-            error => SessionError::Malformed {
-                context: "CATCHUP_BLOCKS",
-                error,
-            },
+                WireError::DescriptorOverflow => {
+                    let (first, count) = RunHead::parse(body).map_or((0, 0), |h| (h.first, h.count));
+                    Violation::from(CatchUpViolation::BlocksOutside { first, count }).into()
+                }
+                error => SessionError::Malformed {
+                    context: "CATCHUP_BLOCKS",
+                    error,
+                },
             }
         })?;
         let (first, count) = (blocks.head.first, blocks.head.count);

@@ -80,7 +80,13 @@ pub struct CatchUpSource<'b> {
 impl<'b> CatchUpSource<'b> {
     /// A catch-up of `data` (whose fingerprint is `fp`) in the session whose
     /// HELLO carried `sender_nonce`, starting at `now`.
-    pub fn new(data: &'b [u8], fp: &'b Fingerprint, sender_nonce: u64, cfg: &CatchUpConfig, now: Instant) -> Self {
+    pub fn new(
+        data: &'b [u8],
+        fp: &'b Fingerprint,
+        sender_nonce: u64,
+        cfg: &CatchUpConfig,
+        now: Instant,
+    ) -> Self {
         Self {
             data,
             fp,
@@ -249,7 +255,13 @@ impl<'b> CatchUpSource<'b> {
         let (fh, body) = (frame.header, frame.body);
         self.stats.wire_bytes += frame.len as u64;
         self.deadline = Some(now + self.cfg.idle_timeout);
-        let unexpected = |expected| -> SessionError { Violation::UnexpectedFrame { expected, got: fh.frame_type }.into() };
+        let unexpected = |expected| -> SessionError {
+            Violation::UnexpectedFrame {
+                expected,
+                got: fh.frame_type,
+            }
+            .into()
+        };
         match (self.state, fh.frame_type) {
             (_, FrameType::Error) => return Err(refusal(body)),
             (State::AwaitBegin, FrameType::CatchupBegin) => self.begin(body)?,
@@ -341,7 +353,7 @@ impl<'b> CatchUpSource<'b> {
         if end > len.div_ceil(bs) || first / per_region != (end - 1) / per_region {
             return Err(Violation::from(CatchUpViolation::HashesOutside { first, end }).into());
         }
-        if first % per_region == 0 {
+        if first.is_multiple_of(per_region) {
             // A replica asks about a region from its first block on.
             self.stats.regions_differing += 1;
         }
@@ -351,7 +363,9 @@ impl<'b> CatchUpSource<'b> {
             let b = first + i as u64;
             let from = (b * bs) as usize;
             let to = ((b + 1) * bs).min(len) as usize;
-            self.answer.differs.push(p.key.hash(&self.data[from..to]) != *theirs);
+            self.answer
+                .differs
+                .push(p.key.hash(&self.data[from..to]) != *theirs);
         }
         self.stats.blocks_compared += u64::from(run.head.count);
         self.answer.cursor = Some(0);

@@ -12,7 +12,9 @@ use super::host::GramSink;
 use super::receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramReceiverOutcome};
 use super::sender::{GramSender, GramSenderConfig, GramSenderEvent, GramSenderOutcome};
 use super::{GramProgress, HelloRejection};
-use crate::catchup::{catch_up_replica, catch_up_source, BlobReplica, CatchUpConfig, CatchUpProgress, CatchUpStats};
+use crate::catchup::{
+    catch_up_replica, catch_up_source, BlobReplica, CatchUpConfig, CatchUpProgress, CatchUpStats,
+};
 use crate::error::LocalError;
 use crate::framing::{is_timeout, now, send_error, tell_receiver, write_reply, ReadTimeout, RecvBuf};
 use crate::{BlobView, SessionError};
@@ -76,8 +78,15 @@ fn send<T: Transport + ?Sized>(
                         log_interval: cfg.log_interval,
                         ..CatchUpConfig::default()
                     };
-                    let stats =
-                        catch_up_source(t, &mut buf, blob.data, &fp, cfg.session_nonce, &catch_up, on_catch_up)?;
+                    let stats = catch_up_source(
+                        t,
+                        &mut buf,
+                        blob.data,
+                        &fp,
+                        cfg.session_nonce,
+                        &catch_up,
+                        on_catch_up,
+                    )?;
                     t.set_read_timeout(Some(cfg.reply_timeout))
                         .map_err(|e| SessionError::transport("setup", e))?;
                     core.caught_up(now(), stats);

@@ -689,7 +689,13 @@ impl<'b> GramReceiver<'b> {
     }
 
     fn accept(&mut self, hello: &Hello<'_>) -> Result<(), SessionError> {
-        let catch_up = check_hello(hello, &self.blob, &self.limits, self.exec.is_some(), self.catch_up.allowed)?;
+        let catch_up = check_hello(
+            hello,
+            &self.blob,
+            &self.limits,
+            self.exec.is_some(),
+            self.catch_up.allowed,
+        )?;
         let limits = self.limits;
         let (mode, integrity) = (hello.mode, hello.integrity);
         // The corrections plane, only with a sender that speaks it (an

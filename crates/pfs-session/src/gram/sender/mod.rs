@@ -484,8 +484,11 @@ impl<'b> GramSender<'b> {
             encoding: self.cfg.mode.encoding(),
             integrity: self.cfg.integrity,
             auth_method: 0,
-            flags: if self.cfg.corrections { HELLO_CORRECTIONS } else { 0 }
-                | if self.cfg.catch_up { HELLO_CATCH_UP } else { 0 },
+            flags: if self.cfg.corrections {
+                HELLO_CORRECTIONS
+            } else {
+                0
+            } | if self.cfg.catch_up { HELLO_CATCH_UP } else { 0 },
             sample_interval: if self.cfg.corrections {
                 self.cfg.integrity_sample
             } else {
