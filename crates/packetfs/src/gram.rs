@@ -6,6 +6,17 @@
 //! session), then [`send_on`] with a [`GramSenderConfig`] from
 //! [`sender_config`]. A receiver: [`receive_session`] on one accepted
 //! connection, or [`serve`] for a listener's every connection.
+//!
+//! **Catch-up** (docs/wire.md §16): with [`GramSenderConfig::catch_up`]
+//! set and a receiver that allows it (`GramReceiverConfig::catch_up`), a
+//! receiver whose blob differs is first brought to the sender's bytes. The
+//! two halves are also callable on their own, after any handshake that
+//! agreed on a catch-up (a streaming publication's, say):
+//! [`catch_up_source`] (this side holds the bytes: its blob and
+//! fingerprint) and [`catch_up_replica`] (this side is brought up to date:
+//! a [`ReplicaHost`], e.g. [`BlobReplica`] over a mapped blob, and the
+//! source's fingerprint root), each over a blocking transport and the
+//! session's receive buffer.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
