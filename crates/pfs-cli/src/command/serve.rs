@@ -239,6 +239,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 ..log::Did::default()
             };
             log::session_end(client, &traffic, &did);
+            if let Some(c) = &outcome.catch_up {
+                tracing::info!("{peer}:{}", packetfs::report::catch_up_line(c));
+            }
             if let Ok(mut st) = last_status.lock() {
                 *st = if stats.ok() { exit::OK } else { exit::INTEGRITY };
             }
