@@ -445,6 +445,26 @@ fn replica_refuses_hostile_blocks_and_leaves_its_blob() {
 }
 
 #[test]
+fn a_source_that_trickles_a_frame_loses_the_catch_up_at_its_deadline() {
+    let (mut core, mut host) = replica_asking();
+    let t0 = Instant::now();
+    let f = blocks_frame(4, 1, &[7u8; BLOCK as usize], false);
+    // Half a frame, a byte at a time: nothing is taken, the deadline stays.
+    for n in 1..f.len() / 2 {
+        assert_eq!(
+            core.handle_input(t0 + Duration::from_secs(n as u64), &f[..n], &mut host)
+                .unwrap(),
+            0
+        );
+    }
+    let deadline = core.poll_timeout().expect("a deadline while running");
+    assert!(deadline <= t0 + cfg().idle_timeout, "partial frames earn no time");
+    let e = core.handle_timeout(deadline).expect_err("past the deadline");
+    assert!(matches!(e, SessionError::TimedOut { .. }), "{e}");
+    assert!(host.data.iter().all(|&b| b == 0), "nothing written");
+}
+
+#[test]
 fn replica_takes_blocks_in_order_then_refuses_going_back() {
     let (mut core, mut host) = replica_asking();
     let block = vec![7u8; BLOCK as usize];
