@@ -240,7 +240,7 @@ pub enum HelloRejection {
     },
     /// The fingerprints differ, the sender offered catch-up, and this
     /// receiver does not allow it.
-    #[error("blob fingerprint differs: sender {}, receiver {}, and this receiver does not allow catch-up into its blob (start it with `pfs serve --allow-catch-up`, or give both sides the same --seed)", crate::short_hex(sender), crate::short_hex(receiver))]
+    #[error("blob fingerprint differs: sender {}, receiver {}, and this receiver does not allow catch-up into its blob for this sender (it needs `pfs serve --allow-catch-up`, and no `no-catch-up` on the key's authorized_keys line; or give both sides the same --seed)", crate::short_hex(sender), crate::short_hex(receiver))]
     CatchUpRefused {
         /// The sender's root.
         sender: [u8; 32],
