@@ -38,6 +38,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("datagram", datagram),
     ("corrections", corrections),
     ("stream", stream),
+    ("catchup", catchup),
 ];
 
 /// Bytes at the start of a stream: the frame header alone, then the whole
@@ -109,6 +110,11 @@ pub fn frame_header(data: &[u8]) {
                 assert_eq!(s.emit()[..], *frame.body, "STREAM_END re-encode");
             }
         }
+        FrameType::CatchupBegin => catchup_body(0, frame.body),
+        FrameType::CatchupRegions => catchup_body(1, frame.body),
+        FrameType::CatchupHashes => catchup_body(2, frame.body),
+        FrameType::CatchupBlocks => catchup_body(3, frame.body),
+        FrameType::CatchupEnd => catchup_body(4, frame.body),
         FrameType::Batch => {
             if let Ok((raw, z)) = pfs_wire::files::parse_batch(frame.body) {
                 let mut out = pfs_wire::files::batch_head(raw).to_vec();
@@ -642,6 +648,63 @@ fn stream_body(which: u8, body: &[u8]) {
             }
             out.extend_from_slice(&slab);
             assert_eq!(out, body, "SGRAM re-encode");
+        }
+    }
+}
+
+/// Input: first byte selects a blob catch-up body (docs/wire.md §16):
+/// CATCHUP_BEGIN, REGIONS, HASHES, BLOCKS (of a 1 MiB blob in 4 KiB
+/// blocks) or END; the rest is that body. Decoding never panics, counts
+/// agree with lengths, and whatever decodes re-encodes to the same bytes.
+pub fn catchup(data: &[u8]) {
+    if let Some((&which, body)) = data.split_first() {
+        catchup_body(which % 5, body);
+    }
+}
+
+/// One catch-up body (docs/wire.md §16) of kind `which` (0 BEGIN, 1
+/// REGIONS, 2 HASHES, 3 BLOCKS, 4 END).
+fn catchup_body(which: u8, body: &[u8]) {
+    use pfs_wire::catchup::{blocks_len, BlockHashes, CatchupBegin, CatchupBlocks, CatchupEnd, RegionHashes};
+    match which {
+        0 => {
+            if let Ok(b) = CatchupBegin::parse(body) {
+                assert_eq!(&b.emit()[..], body, "CATCHUP_BEGIN re-encode");
+            }
+        }
+        1 => {
+            if let Ok(r) = RegionHashes::parse(body) {
+                assert_eq!(r.hashes().len(), r.head.count as usize);
+                let mut out = Vec::new();
+                RegionHashes::emit(r.head.first, r.hashes(), &mut out);
+                assert_eq!(out, body, "CATCHUP_REGIONS re-encode");
+            }
+        }
+        2 => {
+            if let Ok(r) = BlockHashes::parse(body) {
+                assert_eq!(r.hashes().len(), r.head.count as usize);
+                let mut out = Vec::new();
+                BlockHashes::emit(r.head.first, r.hashes(), &mut out);
+                assert_eq!(out, body, "CATCHUP_HASHES re-encode");
+            }
+        }
+        3 => {
+            let (bs, len) = (4096, 1 << 20);
+            if let Ok(b) = CatchupBlocks::parse(body, bs, len) {
+                assert_eq!(
+                    Ok(b.bytes.len() as u64),
+                    blocks_len(b.head, bs, len),
+                    "BLOCKS length"
+                );
+                let mut out = b.head.emit().to_vec();
+                out.extend_from_slice(b.bytes);
+                assert_eq!(out, body, "CATCHUP_BLOCKS re-encode");
+            }
+        }
+        _ => {
+            if let Ok(e) = CatchupEnd::parse(body) {
+                assert_eq!(&e.emit()[..], body, "CATCHUP_END re-encode");
+            }
         }
     }
 }

@@ -101,6 +101,7 @@ impl OpenedBlob {
                 fingerprint_s: self.setup.fingerprint_s,
             },
             writer: Some(self.blob.writer()),
+            live: Some(&self.blob),
         }
     }
 

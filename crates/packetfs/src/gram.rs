@@ -6,11 +6,25 @@
 //! session), then [`send_on`] with a [`GramSenderConfig`] from
 //! [`sender_config`]. A receiver: [`receive_session`] on one accepted
 //! connection, or [`serve`] for a listener's every connection.
+//!
+//! **Catch-up** (docs/wire.md §16): with [`GramSenderConfig::catch_up`]
+//! set and a receiver that allows it (`GramReceiverConfig::catch_up`), a
+//! receiver whose blob differs is first brought to the sender's bytes. The
+//! two halves are also callable on their own, after any handshake that
+//! agreed on a catch-up (a streaming publication's, say):
+//! [`catch_up_source`] (this side holds the bytes: its blob and
+//! fingerprint) and [`catch_up_replica`] (this side is brought up to date:
+//! a [`ReplicaHost`], e.g. [`BlobReplica`] over a mapped blob, and the
+//! source's fingerprint root), each over a blocking transport and the
+//! session's receive buffer.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use pfs_exec::{Pattern, ScheduleSpec, Total};
+pub use pfs_session::catchup::{
+    catch_up_replica, catch_up_source, BlobReplica, CatchUpConfig, CatchUpProgress, CatchUpStats, ReplicaHost,
+};
 pub use pfs_session::gram::GramProgress;
 pub use pfs_session::{
     receive_session, send_session, serve, GramReceiverConfig, GramReceiverOutcome, GramSenderConfig,
@@ -46,6 +60,26 @@ pub fn progress_line(who: &str, grams: u64, eff: u64, wire: u64, elapsed: Durati
     )
 }
 
+/// Progress line of a catch-up (`pfs send --catch-up`), on stderr.
+///
+/// ```
+/// use packetfs::gram::{catch_up_progress_line, CatchUpProgress, CatchUpStats};
+/// let p = CatchUpProgress { stats: CatchUpStats { regions: 512, blocks_moved: 3, bytes_moved: 49152, ..Default::default() }, regions_total: 1024 };
+/// assert!(catch_up_progress_line(&p).starts_with("catch-up:  50.0% of region hashes compared"));
+/// ```
+pub fn catch_up_progress_line(p: &CatchUpProgress) -> String {
+    let s = &p.stats;
+    format!(
+        "catch-up: {:5.1}% of region hashes compared, {} differ; {} of {} blocks compared sent ({:.1} MB), {:.3} MB wire",
+        s.regions as f64 * 100.0 / p.regions_total.max(1) as f64,
+        s.regions_differing,
+        s.blocks_moved,
+        s.blocks_compared,
+        s.bytes_moved as f64 / 1e6,
+        s.wire_bytes as f64 / 1e6,
+    )
+}
+
 /// Sender settings with the defaults the CLI uses: corrections on, every
 /// gram checked, a two-minute reply timeout, a fresh session nonce.
 ///
@@ -73,6 +107,7 @@ pub fn sender_config(
         payload_budget,
         corrections: true,
         integrity_sample: 1,
+        catch_up: false,
         session_nonce: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -217,6 +252,7 @@ pub fn send_on(
             )
         );
     };
-    let out = send_session(&mut *t, view, cfg, &mut progress)?;
+    let mut catching_up = |p: &CatchUpProgress| eprintln!("{}", catch_up_progress_line(p));
+    let out = pfs_session::gram::send_session_with(&mut *t, view, cfg, &mut progress, &mut catching_up)?;
     Ok((out, kind, t.udp_report()))
 }

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use pfs_exec::kernel::Output;
+use pfs_session::catchup::CatchUpStats;
 use pfs_session::files::{DeletedKind, FilesSenderOutcome, LocalPrepare};
 use pfs_session::{GramSenderOutcome, SessionStats};
 
@@ -88,7 +89,41 @@ pub fn outcome_json(
             "repairs_sent": out.repairs_sent,
             "repair_bytes_sent": out.repair_bytes_sent,
         },
+        "catch_up": out.catch_up.as_ref().map(catch_up_json),
     })
+}
+
+/// The `catch_up` object of `pfs send --json` (null without a catch-up).
+pub fn catch_up_json(c: &CatchUpStats) -> serde_json::Value {
+    serde_json::json!({
+        "regions": c.regions,
+        "regions_differing": c.regions_differing,
+        "blocks_compared": c.blocks_compared,
+        "blocks_sent": c.blocks_moved,
+        "bytes_sent": c.bytes_moved,
+        "wire_bytes": c.wire_bytes,
+        "elapsed_s": c.elapsed_ns as f64 / 1e9,
+    })
+}
+
+/// One line about a catch-up, for `pfs send`'s report.
+///
+/// ```
+/// let c = packetfs::gram::CatchUpStats { regions: 4, regions_differing: 1, blocks_compared: 4,
+///     blocks_moved: 2, bytes_moved: 32768, wire_bytes: 33000, elapsed_ns: 1_000_000, ..Default::default() };
+/// assert!(packetfs::report::catch_up_line(&c).starts_with("  catch-up       1 of 4 regions differed"));
+/// ```
+pub fn catch_up_line(c: &CatchUpStats) -> String {
+    format!(
+        "  catch-up       {} of {} regions differed: {} of {} blocks compared were sent, {:.3} MB in {:.3} MB wire, {:.3} s",
+        c.regions_differing,
+        c.regions,
+        c.blocks_moved,
+        c.blocks_compared,
+        mb(c.bytes_moved),
+        mb(c.wire_bytes),
+        c.elapsed_ns as f64 / 1e9
+    )
 }
 
 fn mb(b: u64) -> f64 {

@@ -24,6 +24,9 @@ pub struct Rights {
     pub read: bool,
     /// May have the server run its `--exec` kernel over its grams.
     pub exec: bool,
+    /// May bring the server's blob to its own bytes by catch-up (docs/wire.md
+    /// §16), on a server started with `--allow-catch-up`.
+    pub catch_up: bool,
     /// The chunk-sharing group: a key references and sees only chunks
     /// stored by keys of its group. Defaults to one group per key.
     pub group: String,
@@ -39,6 +42,7 @@ impl Rights {
             files: true,
             read: true,
             exec: true,
+            catch_up: true,
             group: default_group(key),
         }
     }
@@ -54,6 +58,7 @@ impl Rights {
             (self.files, "no-files"),
             (self.read, "no-read"),
             (self.exec, "no-exec"),
+            (self.catch_up, "no-catch-up"),
         ] {
             if !allowed {
                 parts.push(name.to_string());
@@ -94,7 +99,7 @@ impl AuthorizedKeys {
 
     /// Parses the text of an `authorized_keys` file: one key a line,
     /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-read]
-    /// [no-exec] [group=NAME] [comment]` (a `.pub` line as `pfs keygen` writes it is
+    /// [no-exec] [no-catch-up] [group=NAME] [comment]` (a `.pub` line as `pfs keygen` writes it is
     /// a valid line); `#` starts a comment anywhere, blank lines are skipped.
     /// Errors carry the 1-based line number.
     pub fn parse(text: &str) -> Result<Self, (usize, LineProblem)> {
@@ -183,7 +188,7 @@ pub enum LineProblem {
         name: String,
     },
     /// An option this file does not know.
-    #[error("unknown option {word:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-read, no-exec)")]
+    #[error("unknown option {word:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-read, no-exec, no-catch-up)")]
     UnknownOption {
         /// The word given.
         word: String,
@@ -243,6 +248,7 @@ fn apply_option(rights: &mut Rights, word: &str) -> Result<(), LineProblem> {
         None if word == "no-files" => rights.files = false,
         None if word == "no-read" => rights.read = false,
         None if word == "no-exec" => rights.exec = false,
+        None if word == "no-catch-up" => rights.catch_up = false,
         _ => {
             return Err(LineProblem::UnknownOption {
                 word: word.to_string(),
@@ -451,7 +457,13 @@ mod tests {
         let text = format!("{k} dir=pub no-read # writer\n{r} no-files no-blob group=readers\n");
         let keys = AuthorizedKeys::parse(&text).unwrap();
         let w = keys.rights(&k).unwrap();
-        assert!(!w.read && w.files && w.blob && w.exec);
+        assert!(!w.read && w.files && w.blob && w.exec && w.catch_up);
+        let nc = AuthorizedKeys::parse(&format!("{k} no-catch-up\n")).unwrap();
+        assert!(!nc.rights(&k).unwrap().catch_up);
+        assert_eq!(
+            nc.rights(&k).unwrap().describe().split(' ').next(),
+            Some("no-catch-up")
+        );
         assert_eq!(
             w.describe(),
             format!("dir=pub no-read group={}", default_group(&k))

@@ -12,6 +12,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use memmap2::{Advice, MmapMut};
@@ -30,6 +31,10 @@ use crate::named::{
     NameLock,
 };
 use crate::DEFAULT_REGION_SIZE;
+
+/// The fill label of a named blob whose bytes a catch-up rewrote: no
+/// longer a seed's or a file's (reopen it with `Fill::None`).
+pub const CAUGHT_UP_FILL: &str = "catch-up";
 
 /// Where the initial content of a new blob comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,7 +130,11 @@ pub struct Blob {
     /// Serializes repair writes ([`Blob::writer`]).
     repair: std::sync::Mutex<()>,
     backing: BackingReport,
-    fingerprint: Fingerprint,
+    /// The current identity: replaced (never edited in place) when a
+    /// catch-up rewrites regions, so a reader's snapshot stays whole.
+    fingerprint: RwLock<Arc<Fingerprint>>,
+    /// Held by the one catch-up writing into this blob at a time.
+    catch_up: Mutex<()>,
     name: Option<String>,
     path: Option<PathBuf>,
     meta_dir: Option<PathBuf>,
@@ -141,7 +150,7 @@ impl std::fmt::Debug for Blob {
             .field("name", &self.name)
             .field("path", &self.path)
             .field("backing", &self.backing.kind)
-            .field("root", &self.fingerprint.short())
+            .field("root", &self.fingerprint().short())
             .finish_non_exhaustive()
     }
 }
@@ -229,14 +238,77 @@ impl Blob {
 
     /// Identity computed at fill time, or loaded from a reused blob's
     /// metadata (not recomputed: bit rot is caught by per-gram integrity and
-    /// by [`crate::verify`]).
-    pub fn fingerprint(&self) -> &Fingerprint {
-        &self.fingerprint
+    /// by [`crate::verify`]); after a catch-up, the regions it rewrote are
+    /// hashed again ([`Blob::rehash_regions`]). A snapshot: a later
+    /// catch-up replaces it, it never changes under the caller.
+    pub fn fingerprint(&self) -> Arc<Fingerprint> {
+        Arc::clone(&self.fingerprint.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Hash the current content again (0 threads = all cores).
     pub fn recompute_fingerprint(&self, threads: usize) -> Fingerprint {
-        Fingerprint::compute(&self.map, self.fingerprint.region_size, threads)
+        Fingerprint::compute(&self.map, self.fingerprint().region_size, threads)
+    }
+
+    /// The right to write this blob by catch-up, if no other catch-up holds
+    /// it: two catch-ups from senders with different bytes would otherwise
+    /// interleave their writes.
+    pub fn try_catch_up(&self) -> Option<MutexGuard<'_, ()>> {
+        match self.catch_up.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Marks `regions` as unknown before a catch-up writes into them: their
+    /// hashes become all zeros (no content hashes to that), in memory and,
+    /// for a named blob, in its stored metadata, so that a process killed
+    /// midway never leaves a stored hash that claims bytes the region no
+    /// longer holds. [`Blob::rehash_regions`] puts real hashes back.
+    pub fn invalidate_regions(&self, regions: &[usize]) -> Result<Arc<Fingerprint>, BlobError> {
+        self.update_regions(regions, |_| [0; 32])
+    }
+
+    /// Hashes `regions` again from the current content (after a catch-up
+    /// wrote them), updates the root, and stores the result with a named
+    /// blob's metadata (whose fill becomes `catch-up`: the bytes are no
+    /// longer the seed's). Returns the new fingerprint.
+    pub fn rehash_regions(&self, regions: &[usize]) -> Result<Arc<Fingerprint>, BlobError> {
+        let rs = self.fingerprint().region_size as usize;
+        self.update_regions(regions, |i| {
+            let start = i.saturating_mul(rs).min(self.map.len());
+            let end = start.saturating_add(rs).min(self.map.len());
+            *blake3::hash(&self.map[start..end]).as_bytes()
+        })
+    }
+
+    fn update_regions(
+        &self,
+        regions: &[usize],
+        hash: impl Fn(usize) -> [u8; 32],
+    ) -> Result<Arc<Fingerprint>, BlobError> {
+        let mut slot = self.fingerprint.write().unwrap_or_else(PoisonError::into_inner);
+        let mut hashes = slot.regions.clone();
+        for &i in regions {
+            if let Some(h) = hashes.get_mut(i) {
+                *h = hash(i);
+            }
+        }
+        let fp = Arc::new(Fingerprint::from_regions(slot.region_size, slot.blob_len, hashes));
+        if let (Some(dir), Some(name)) = (&self.meta_dir, &self.name) {
+            if let Some(found) = find_meta(&Dirs::new(Some(dir)), name)? {
+                let meta = BlobMeta {
+                    fill: CAUGHT_UP_FILL.to_owned(),
+                    seed: None,
+                    root_hex: fp.root_hex(),
+                    ..found.meta
+                };
+                write_meta(dir, &meta, &fp)?;
+            }
+        }
+        *slot = Arc::clone(&fp);
+        Ok(fp)
     }
 
     /// File of a named blob.
@@ -432,7 +504,8 @@ fn create_anon(opts: &BlobConfig) -> Result<(Blob, SetupReport), BlobError> {
         map: mapped.map,
         repair: std::sync::Mutex::new(()),
         backing,
-        fingerprint,
+        fingerprint: RwLock::new(Arc::new(fingerprint)),
+        catch_up: Mutex::new(()),
         name: None,
         path: None,
         meta_dir: None,
@@ -571,7 +644,8 @@ fn reuse_named(meta: BlobMeta, meta_dir: &Path, opts: &BlobConfig) -> Result<(Bl
         map: mapped.map,
         repair: std::sync::Mutex::new(()),
         backing,
-        fingerprint,
+        fingerprint: RwLock::new(Arc::new(fingerprint)),
+        catch_up: Mutex::new(()),
         name: Some(name),
         path: Some(meta.path),
         meta_dir: Some(meta_dir.to_path_buf()),
@@ -677,7 +751,8 @@ fn create_named(name: &str, opts: &BlobConfig, dirs: &Dirs) -> Result<(Blob, Set
         map: mapped.map,
         repair: std::sync::Mutex::new(()),
         backing,
-        fingerprint,
+        fingerprint: RwLock::new(Arc::new(fingerprint)),
+        catch_up: Mutex::new(()),
         name: Some(name.to_owned()),
         path: Some(meta.path),
         meta_dir: Some(meta_dir),

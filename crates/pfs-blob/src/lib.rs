@@ -6,7 +6,9 @@
 //! - backing selection and reporting ([`BackingReport`]): hugetlbfs, transparent
 //!   huge pages or base pages, reporting what was *obtained*;
 //! - the deterministic generator both peers fill from ([`fill_seeded`]);
-//! - blob identity ([`Fingerprint`]): per-region BLAKE3 and a root;
+//! - blob identity ([`Fingerprint`]): per-region BLAKE3 and a root, updated
+//!   when a catch-up rewrites regions ([`Blob::rehash_regions`]);
+//! - the finer, per-session keyed block hashes of catch-up ([`BlockKey`]);
 //! - named blobs shared between processes and their metadata
 //!   ([`info`], [`verify`], [`list`], [`remove`]);
 //! - repairs: rewriting ranges while sessions read the blob ([`BlobWriter`]).
@@ -21,6 +23,7 @@
 
 mod backing;
 mod blob;
+mod blocks;
 mod error;
 mod fill;
 mod fingerprint;
@@ -28,7 +31,8 @@ mod map;
 mod named;
 
 pub use backing::{hugetlbfs_page_size, BackingKind, BackingReport};
-pub use blob::{Blob, BlobConfig, Fill, SetupReport};
+pub use blob::{Blob, BlobConfig, Fill, SetupReport, CAUGHT_UP_FILL};
+pub use blocks::{block_size_ok, BlockKey, BLOCK_HASH_LEN, DEFAULT_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use error::{BlobError, BlobShape, FingerprintMismatch, MetaProblem};
 pub use fill::{fill_seeded, fill_seeded_word};
 pub use fingerprint::Fingerprint;

@@ -381,6 +381,10 @@ pub struct SendArgs {
     /// overrides); the report says how many grams and bytes were checked.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub integrity_sample: u16,
+    /// If the receiver's blob differs (other seed, older copy, empty), first bring it to this blob's bytes, moving only
+    /// the blocks that differ (it must allow it: pfs serve --allow-catch-up). E.g. pfs send --catch-up --blob-name a --no-fill HOST:7878
+    #[arg(long)]
+    pub catch_up: bool,
     /// Schedule.
     #[command(flatten)]
     pub schedule: ScheduleArgs,
@@ -714,6 +718,10 @@ pub struct ServeArgs {
     /// Most bytes one session may repair (rewrite in the blob); mismatches past it are counted.
     #[arg(long, default_value = "1G", value_parser = parse_size, conflicts_with = "no_repair")]
     pub max_repair_bytes: u64,
+    /// Let `pfs send --catch-up` rewrite this blob to the sender's bytes when they differ (one sender at a time; with
+    /// --blob-name the bytes persist and a killed catch-up resumes). E.g. pfs serve --allow-catch-up --blob-name b --no-fill
+    #[arg(long)]
+    pub allow_catch_up: bool,
     /// Also keep every received chunk in this content store (blob file + chunk index; created
     /// if absent, reused across restarts) and deduplicate against it: a chunk history, at the
     /// cost of a second copy on disk. Without it, files are deduplicated against --dest's own.

@@ -146,6 +146,7 @@ fn main() {
         page_size: 4096,
         setup: Default::default(),
         writer: None,
+        live: None,
     };
     let stop = AtomicBool::new(false);
     let flooded = AtomicU64::new(0);
@@ -297,5 +298,6 @@ fn sender_cfg() -> pfs_session::GramSenderConfig {
         payload_budget: pfs_session::DEFAULT_PAYLOAD_BUDGET,
         corrections: true,
         integrity_sample: 1,
+        catch_up: false,
     }
 }

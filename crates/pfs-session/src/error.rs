@@ -10,6 +10,7 @@ use std::time::Duration;
 use pfs_exec::ExecError;
 use pfs_wire::{ErrorCode, FrameType, WireError};
 
+use crate::catchup::CatchUpViolation;
 use crate::files::FilesViolation;
 use crate::gram::{GramViolation, HelloRejection};
 use crate::mount::MountViolation;
@@ -128,6 +129,9 @@ pub enum Violation {
     /// A mount-protocol violation.
     #[error(transparent)]
     Mount(#[from] MountViolation),
+    /// A catch-up violation (docs/wire.md §16).
+    #[error(transparent)]
+    CatchUp(#[from] CatchUpViolation),
     /// The client's key lacks the right its first frame needs (`no-files`
     /// for FILES_HELLO, `no-read` for MOUNT_HELLO); the server reports it
     /// as a refused admission.
@@ -144,6 +148,7 @@ impl Violation {
             Self::Gram(v) => v.code(),
             Self::Files(v) => v.code(),
             Self::Mount(v) => v.code(),
+            Self::CatchUp(v) => v.code(),
             Self::Unauthorized(_) => ErrorCode::Auth,
         }
     }
@@ -263,6 +268,15 @@ pub enum LocalError {
     /// The files layer failed (walk, chunking, destination).
     #[error(transparent)]
     Files(#[from] pfs_files::FilesError),
+    /// Catch-up was offered without the mapped blob whose region hashes it sends.
+    #[error("catch-up needs the mapped blob (its region hashes), and this session has only its bytes")]
+    CatchUpNeedsBlob,
+    /// This side's blob could not record a catch-up (its metadata).
+    #[error("blob: {0}")]
+    Blob(#[from] pfs_blob::BlobError),
+    /// A catch-up write into this side's blob was refused.
+    #[error("blob write: {0}")]
+    BlobWrite(#[from] pfs_blob::BlobWriteError),
     /// zstd failed on this side's own bytes (a context, or compressing).
     #[error("zstd: {what}: {source}")]
     Zstd {

@@ -8,6 +8,9 @@
 //!   receiver's store).
 //! - [`mount`]: the server side of mount (read) sessions: a tree's
 //!   listing, recipes and chunks, to `pfs mount`.
+//! - [`catchup`]: blob catch-up (docs/wire.md §16): a replica brought to
+//!   the source's bytes before grams flow; [`catchup::catch_up_source`] and
+//!   [`catchup::catch_up_replica`] also serve other sessions' handshakes.
 //! - [`framing`]: what both share: whole frames from bytes, ERROR frames,
 //!   the drivers' receive buffer.
 //! - [`server`]: the accept loop, one thread per session.
@@ -20,6 +23,7 @@
 //! tests run sessions over plain `Vec`s, and the cores run with no socket.
 
 mod admitting;
+pub mod catchup;
 mod error;
 pub mod files;
 pub mod framing;
@@ -116,6 +120,19 @@ pub struct BlobView<'a> {
     /// bytes than `data` would make every repair fail its check, never
     /// succeed wrongly.
     pub writer: Option<pfs_blob::BlobWriter<'a>>,
+    /// The mapped blob itself, for catch-up (wire §16): its current region
+    /// hashes (a sender's source, a receiver's comparison) and, on a
+    /// receiver, the fingerprint a catch-up updates. `None`: no catch-up,
+    /// and `fingerprint` is the identity.
+    pub live: Option<&'a pfs_blob::Blob>,
+}
+
+impl BlobView<'_> {
+    /// The current fingerprint root: the live blob's (a catch-up may have
+    /// changed it since the view was made), else `fingerprint`.
+    pub fn root(&self) -> [u8; 32] {
+        self.live.map_or(self.fingerprint, |b| b.fingerprint().root)
+    }
 }
 
 /// Short hex of a fingerprint root, for messages.

@@ -295,6 +295,9 @@ pub fn serve<L: Listener>(
         // The HELLO's time counts from its first byte, read at admission.
         let receiver = GramReceiverConfig {
             handshake_timeout: left_of(receiver.handshake_timeout, client.hello_from),
+            // A key without the right is refused a catch-up like any sender
+            // whose blob differs (`no-catch-up` in authorized_keys).
+            catch_up: receiver.catch_up && client.rights.catch_up,
             ..receiver.clone()
         };
         receive_session(conn, blob, &receiver, &mut progress)
@@ -1060,6 +1063,7 @@ fn plain_rights() -> Rights {
         files: true,
         read: true,
         exec: true,
+        catch_up: true,
         group: String::new(),
     }
 }

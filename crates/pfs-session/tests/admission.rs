@@ -46,6 +46,7 @@ fn sender_cfg(mode: Mode) -> GramSenderConfig {
         payload_budget: pfs_session::DEFAULT_PAYLOAD_BUDGET,
         corrections: true,
         integrity_sample: 1,
+        catch_up: false,
     }
 }
 

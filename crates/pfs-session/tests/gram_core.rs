@@ -49,6 +49,7 @@ fn sender_cfg(mode: Mode, integrity: IntegrityAlg, grams: u64) -> GramSenderConf
         payload_budget: 8192,
         corrections: true,
         integrity_sample: 1,
+        catch_up: false,
     }
 }
 

@@ -86,6 +86,7 @@ fn sender_cfg(mode: Mode, grams: u64) -> GramSenderConfig {
         payload_budget: u64::MAX,
         corrections: true,
         integrity_sample: 1,
+        catch_up: false,
     }
 }
 

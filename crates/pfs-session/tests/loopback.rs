@@ -48,6 +48,7 @@ fn sender_cfg(mode: Mode, integrity: IntegrityAlg, spec: ScheduleSpec) -> GramSe
         payload_budget: pfs_session::DEFAULT_PAYLOAD_BUDGET,
         corrections: true,
         integrity_sample: 1,
+        catch_up: false,
     }
 }
 

@@ -114,6 +114,16 @@ pub enum FrameType {
     Applied = 34,
     /// Stream: the publisher's summary at the end, or (flag KEEPALIVE) so far.
     StreamEnd = 35,
+    /// Catch-up: the replica's nonce, block size and limits (§16).
+    CatchupBegin = 36,
+    /// Catch-up: a run of the source's region hashes.
+    CatchupRegions = 37,
+    /// Catch-up: a run of the replica's block hashes in a differing region.
+    CatchupHashes = 38,
+    /// Catch-up: a run of blocks whose hashes differed, with their bytes.
+    CatchupBlocks = 39,
+    /// Catch-up: one side's counts and fingerprint root; grams follow.
+    CatchupEnd = 40,
 }
 
 impl FrameType {
@@ -155,6 +165,11 @@ impl FrameType {
             33 => Self::Sgram,
             34 => Self::Applied,
             35 => Self::StreamEnd,
+            36 => Self::CatchupBegin,
+            37 => Self::CatchupRegions,
+            38 => Self::CatchupHashes,
+            39 => Self::CatchupBlocks,
+            40 => Self::CatchupEnd,
             other => return Err(WireError::UnknownFrameType(other)),
         })
     }
@@ -164,7 +179,7 @@ impl FrameType {
     pub fn is_bulk(self) -> bool {
         matches!(
             self,
-            Self::Gram | Self::Chunks | Self::Repair | Self::Batch | Self::Data | Self::Sgram
+            Self::Gram | Self::Chunks | Self::Repair | Self::Batch | Self::Data | Self::Sgram | Self::CatchupBlocks
         )
     }
 
@@ -206,6 +221,11 @@ impl FrameType {
             Self::Sgram => "SGRAM",
             Self::Applied => "APPLIED",
             Self::StreamEnd => "STREAM_END",
+            Self::CatchupBegin => "CATCHUP_BEGIN",
+            Self::CatchupRegions => "CATCHUP_REGIONS",
+            Self::CatchupHashes => "CATCHUP_HASHES",
+            Self::CatchupBlocks => "CATCHUP_BLOCKS",
+            Self::CatchupEnd => "CATCHUP_END",
         }
     }
 }
@@ -260,6 +280,9 @@ impl FrameHeader {
             FrameType::List | FrameType::Recipe | FrameType::Data => crate::mount::FLAG_LAST,
             FrameType::StreamEnd => crate::stream::FLAG_KEEPALIVE,
             FrameType::Applied => crate::stream::FLAG_FINAL,
+            FrameType::CatchupRegions | FrameType::CatchupHashes | FrameType::CatchupBlocks => {
+                crate::catchup::FLAG_LAST
+            }
             _ => 0,
         };
         if flags & !allowed_flags != 0 {

@@ -22,6 +22,12 @@ pub const MAX_AUTH_LEN: usize = 1024;
 /// gram NAKs, reads the report's corrections block, and `sample_interval`
 /// is its ask.
 pub const HELLO_CORRECTIONS: u16 = 0x0001;
+/// HELLO flag: the sender can bring the receiver's blob to its bytes
+/// (catch-up, `docs/wire.md` §16) when their fingerprints differ.
+pub const HELLO_CATCH_UP: u16 = 0x0002;
+/// HELLO_ACK flag: the fingerprints differ and the receiver takes the
+/// catch-up (only in answer to [`HELLO_CATCH_UP`]); CATCHUP_BEGIN follows.
+pub const ACK_CATCH_UP: u16 = 0x0004;
 /// HELLO_ACK flag: the receiver speaks the corrections plane (only in
 /// answer to [`HELLO_CORRECTIONS`]); `sample_interval` is the session's.
 pub const ACK_CORRECTIONS: u16 = 0x0001;
@@ -42,7 +48,8 @@ mod field {
         pub const ENCODING: Field = Field::new(1, 1);
         pub const INTEGRITY: Field = Field::new(2, 1);
         pub const AUTH_METHOD: Field = Field::new(3, 1);
-        /// `hello_flags`: [`crate::hello::HELLO_CORRECTIONS`].
+        /// `hello_flags`: [`crate::hello::HELLO_CORRECTIONS`],
+        /// [`crate::hello::HELLO_CATCH_UP`].
         pub const FLAGS: Field = Field::new(4, 2);
         pub const AUTH_LEN: Field = Field::new(6, 2);
         pub const MAX_DESC_PER_GRAM: Field = Field::new(8, 4);
@@ -130,7 +137,7 @@ pub struct Hello<'a> {
     pub integrity: IntegrityAlg,
     /// Authentication method (0 = none).
     pub auth_method: u8,
-    /// `hello_flags`: [`HELLO_CORRECTIONS`] or 0.
+    /// `hello_flags`: [`HELLO_CORRECTIONS`], [`HELLO_CATCH_UP`].
     pub flags: u16,
     /// With [`HELLO_CORRECTIONS`]: check one gram in this many, as the
     /// sender asks (0 or 1: every gram). 0 without the flag.
@@ -164,7 +171,7 @@ impl<'a> Hello<'a> {
         let sample_interval = b.u16(f::SAMPLE_INTERVAL);
         // Undefined flag bits, and a sampling interval without the flag
         // that gives it meaning, were reserved before §13 and still are.
-        if flags & !HELLO_CORRECTIONS != 0
+        if flags & !(HELLO_CORRECTIONS | HELLO_CATCH_UP) != 0
             || (flags & HELLO_CORRECTIONS == 0 && sample_interval != 0)
             || !b.is_zero(f::RESERVED_30)
             || !b.is_zero(f::RESERVED_88)
@@ -241,7 +248,8 @@ pub struct HelloAck<'a> {
     pub backing: u8,
     /// Authentication method (0 = none).
     pub auth_method: u8,
-    /// [`ACK_CORRECTIONS`], [`ACK_REPAIR`]; 0 unless HELLO had [`HELLO_CORRECTIONS`].
+    /// [`ACK_CORRECTIONS`], [`ACK_REPAIR`] (only in answer to
+    /// [`HELLO_CORRECTIONS`]), [`ACK_CATCH_UP`] (to [`HELLO_CATCH_UP`]).
     pub flags: u16,
     /// With [`ACK_CORRECTIONS`]: the session checks grams whose `seq` is a
     /// multiple of this (0 or 1: every gram). 0 without the flag.
@@ -259,7 +267,7 @@ impl<'a> HelloAck<'a> {
         let b = Reader::<HELLO_ACK_FIXED_LEN>::new(body)?;
         let flags = b.u16(f::FLAGS);
         let sample_interval = b.u16(f::SAMPLE_INTERVAL);
-        if flags & !(ACK_CORRECTIONS | ACK_REPAIR) != 0
+        if flags & !(ACK_CORRECTIONS | ACK_REPAIR | ACK_CATCH_UP) != 0
             || (flags & ACK_CORRECTIONS == 0 && sample_interval != 0)
         {
             return Err(WireError::ReservedNonZero);
@@ -355,7 +363,7 @@ mod tests {
         bad[90] = 1;
         assert_eq!(Hello::parse(&bad), Err(WireError::ReservedNonZero));
         let mut bad = body.clone();
-        bad[4] = 2;
+        bad[4] = 4;
         assert_eq!(
             Hello::parse(&bad),
             Err(WireError::ReservedNonZero),
@@ -420,7 +428,7 @@ mod tests {
         bad[38] = 1;
         assert_eq!(HelloAck::parse(&bad), Err(WireError::ReservedNonZero));
         let mut bad = body.clone();
-        bad[36] = 4;
+        bad[36] = 8;
         assert_eq!(HelloAck::parse(&bad), Err(WireError::ReservedNonZero));
         let mut bad = body;
         bad[36] = ACK_REPAIR as u8;

@@ -4,8 +4,9 @@
 //! envelope ([`frame`]), the gram header and view ([`gram`]), the descriptor
 //! codecs ([`desc`], [`varint`]), the control frames ([`hello`],
 //! [`control`]), the corrections plane of blob sessions ([`corrections`]:
-//! gram NAK and REPAIR, the report's corrections block) and the
-//! files-session frames ([`files`], one file per frame group), the
+//! gram NAK and REPAIR, the report's corrections block), blob catch-up
+//! ([`catchup`]: region and block hashes, the blocks that differ), the
+//! files-session frames ([`files`], one file per frame group) and the
 //! streaming-session frames ([`stream`]). No sockets, no clocks, no allocation on the decode path.
 //! Every decoder takes untrusted `&[u8]`, checks lengths before reading, and
 //! returns a typed [`WireError`] instead of panicking. The byte-level spec,
@@ -19,6 +20,7 @@
 //! a table covers its structure exactly, and the bounds-checked reader and
 //! the writer built on it.
 
+pub mod catchup;
 pub mod control;
 pub mod corrections;
 pub mod datagram;

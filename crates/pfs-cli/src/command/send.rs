@@ -73,6 +73,7 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     let mut cfg = sender_config(mode, args.integrity.alg(), spec, args.schedule.gram_payload_max);
     cfg.log_interval = log;
     cfg.integrity_sample = args.integrity_sample;
+    cfg.catch_up = args.catch_up;
     let (out, kind, udp) = match send_on(conn, &opened.view(), &cfg) {
         Err(e) if refused_corrections(&e) => {
             // A receiver from before the corrections plane (wire §13.1)
@@ -102,6 +103,9 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
         );
     } else {
         println!("{}", stats.human());
+        if let Some(c) = &out.catch_up {
+            println!("{}", packetfs::report::catch_up_line(c));
+        }
         let descs = out.summary.descriptors.max(1);
         println!(
             "  sender         {:.3} s, user {:.3} s, sys {:.3} s; descriptor table {:.2} bytes/descriptor ({} encoding, {} pattern)",

@@ -198,7 +198,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         let actual = opened.blob.recompute_fingerprint(args.blob.setup_threads);
         let recorded = opened.blob.fingerprint();
         if actual.root != recorded.root {
-            let ranges = actual.diff(recorded).unwrap_or_default();
+            let ranges = actual.diff(&recorded).unwrap_or_default();
             anyhow::bail!(
                 "--verify-blob: the blob's bytes differ from its recorded fingerprint in {} range(s), first {:?}; \
                  refusing to serve (recreate it, or serve without --verify-blob to let per-gram integrity report it)",
@@ -221,6 +221,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         repair: !args.no_repair,
         integrity_sample: args.integrity_sample,
         max_repair_bytes: args.max_repair_bytes,
+        catch_up: args.allow_catch_up,
         ..GramReceiverConfig::default()
     };
     let cfg = server_config(&args)?;
@@ -257,6 +258,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 ..log::Did::default()
             };
             log::session_end(client, &traffic, &did);
+            if let Some(c) = &outcome.catch_up {
+                tracing::info!("{peer}:{}", packetfs::report::catch_up_line(c));
+            }
             if let Ok(mut st) = last_status.lock() {
                 *st = if stats.ok() { exit::OK } else { exit::INTEGRITY };
             }

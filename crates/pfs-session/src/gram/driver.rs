@@ -11,7 +11,10 @@ use pfs_wire::{FrameHeader, FrameType, GramHeader};
 use super::host::GramSink;
 use super::receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramReceiverOutcome};
 use super::sender::{GramSender, GramSenderConfig, GramSenderEvent, GramSenderOutcome};
-use super::GramProgress;
+use super::{GramProgress, HelloRejection};
+use crate::catchup::{
+    catch_up_replica, catch_up_source, BlobReplica, CatchUpConfig, CatchUpProgress, CatchUpStats,
+};
 use crate::error::LocalError;
 use crate::framing::{is_timeout, now, send_error, tell_receiver, write_reply, ReadTimeout, RecvBuf};
 use crate::{BlobView, SessionError};
@@ -24,7 +27,19 @@ pub fn send_session<T: Transport + ?Sized>(
     cfg: &GramSenderConfig,
     on_progress: &mut dyn FnMut(&GramProgress),
 ) -> Result<GramSenderOutcome, SessionError> {
-    let result = send(t, blob, cfg, on_progress);
+    send_session_with(t, blob, cfg, on_progress, &mut |_| {})
+}
+
+/// [`send_session`], with the progress of a catch-up (`cfg.catch_up`, wire
+/// §16) reported to `on_catch_up` every `cfg.log_interval`.
+pub fn send_session_with<T: Transport + ?Sized>(
+    t: &mut T,
+    blob: &BlobView<'_>,
+    cfg: &GramSenderConfig,
+    on_progress: &mut dyn FnMut(&GramProgress),
+    on_catch_up: &mut dyn FnMut(&CatchUpProgress),
+) -> Result<GramSenderOutcome, SessionError> {
+    let result = send(t, blob, cfg, on_progress, on_catch_up);
     tell_receiver(t, result)
 }
 
@@ -33,6 +48,7 @@ fn send<T: Transport + ?Sized>(
     blob: &BlobView<'_>,
     cfg: &GramSenderConfig,
     on_progress: &mut dyn FnMut(&GramProgress),
+    on_catch_up: &mut dyn FnMut(&CatchUpProgress),
 ) -> Result<GramSenderOutcome, SessionError> {
     let mut core = GramSender::new(*blob, cfg)?;
     let mut buf = RecvBuf::new(core.buffer_capacity());
@@ -54,6 +70,27 @@ fn send<T: Transport + ?Sized>(
         }
         while let Some(event) = core.poll_event() {
             match event {
+                GramSenderEvent::CatchUp => {
+                    let live = blob.live.ok_or(LocalError::CatchUpNeedsBlob)?;
+                    let fp = live.fingerprint();
+                    let catch_up = CatchUpConfig {
+                        idle_timeout: cfg.reply_timeout,
+                        log_interval: cfg.log_interval,
+                        ..CatchUpConfig::default()
+                    };
+                    let stats = catch_up_source(
+                        t,
+                        &mut buf,
+                        blob.data,
+                        &fp,
+                        cfg.session_nonce,
+                        &catch_up,
+                        on_catch_up,
+                    )?;
+                    t.set_read_timeout(Some(cfg.reply_timeout))
+                        .map_err(|e| SessionError::transport("setup", e))?;
+                    core.caught_up(now(), stats);
+                }
                 GramSenderEvent::Started => usage0 = thread_usage().plus(&t.helper_usage()),
                 GramSenderEvent::Progress(p) => on_progress(&p),
                 GramSenderEvent::Sent => usage = thread_usage().plus(&t.helper_usage()).since(&usage0),
@@ -219,6 +256,33 @@ impl GramSink for GramRecorder {
     }
 }
 
+/// The receiver's catch-up (wire §16) into `live`, one at a time per blob.
+fn replicate<T: Transport + ?Sized>(
+    t: &mut T,
+    buf: &mut RecvBuf,
+    cfg: &GramReceiverConfig,
+    live: Option<&pfs_blob::Blob>,
+    nonce: u64,
+    target: [u8; 32],
+) -> Result<CatchUpStats, SessionError> {
+    // The core takes a catch-up only with a live blob; without one it is
+    // refused like any other sender whose blob differs.
+    let live = live.ok_or(SessionError::Rejected(HelloRejection::CatchUpRefused {
+        sender: target,
+        receiver: [0; 32],
+    }))?;
+    let Some(_writing) = live.try_catch_up() else {
+        return Err(HelloRejection::CatchUpBusy.into());
+    };
+    let mut host = BlobReplica::new(live);
+    let catch_up = CatchUpConfig {
+        idle_timeout: cfg.idle_timeout,
+        write_timeout: cfg.write_timeout,
+        ..cfg.catch_up_cfg
+    };
+    catch_up_replica(t, buf, &mut host, nonce, target, &catch_up, &mut |_| {})
+}
+
 /// Runs one receiving session on an accepted connection. On a protocol
 /// violation the peer gets an ERROR frame and the error is returned.
 pub fn receive_session<T: Transport + ?Sized>(
@@ -228,7 +292,7 @@ pub fn receive_session<T: Transport + ?Sized>(
     on_progress: &mut dyn FnMut(&GramProgress),
 ) -> Result<GramReceiverOutcome, SessionError> {
     let mut core = GramReceiver::new(*blob, cfg, now());
-    match receive(t, &mut core, cfg, on_progress) {
+    match receive(t, &mut core, cfg, blob.live, on_progress) {
         Ok(o) => Ok(o),
         Err(e) => {
             // The ERROR frame too: a peer that does not read cannot hold us.
@@ -249,6 +313,7 @@ fn receive<T: Transport + ?Sized>(
     t: &mut T,
     core: &mut GramReceiver<'_>,
     cfg: &GramReceiverConfig,
+    live: Option<&pfs_blob::Blob>,
     on_progress: &mut dyn FnMut(&GramProgress),
 ) -> Result<GramReceiverOutcome, SessionError> {
     let mut buf = RecvBuf::new(core.buffer_capacity());
@@ -279,6 +344,12 @@ fn receive<T: Transport + ?Sized>(
                     if let Some(dir) = &cfg.record_dir {
                         recorder = GramRecorder::open(dir, nonce)?;
                     }
+                }
+                GramReceiverEvent::CatchUp { nonce, target } => {
+                    let stats = replicate(t, &mut buf, cfg, live, nonce, target)?;
+                    core.caught_up(now(), stats);
+                    // The catch-up moved the transport's read timeout.
+                    read_timeout = ReadTimeout::default();
                 }
                 GramReceiverEvent::Started => usage0 = thread_usage().plus(&t.helper_usage()),
                 GramReceiverEvent::Progress(p) => on_progress(&p),

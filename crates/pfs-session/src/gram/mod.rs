@@ -19,7 +19,7 @@ pub mod sender;
 
 use pfs_wire::{Encoding, ErrorCode, IntegrityAlg, Mode};
 
-pub use driver::{receive_session, send_session, GramRecorder};
+pub use driver::{receive_session, send_session, send_session_with, GramRecorder};
 pub use host::{Discard, GramSink};
 pub use receiver::{GramReceiver, GramReceiverConfig, GramReceiverEvent, GramReceiverOutcome};
 pub use sender::{GramSender, GramSenderConfig, GramSenderEvent, GramSenderOutcome, DEFAULT_PAYLOAD_BUDGET};
@@ -227,7 +227,7 @@ pub enum HelloRejection {
         receiver: u64,
     },
     /// Blob fingerprints differ.
-    #[error("blob fingerprint differs: sender {} (region {sender_region} B), receiver {} (region {receiver_region} B); the peers do not hold the same bytes (check --seed / --blob-name, or `pfs blob verify`)", crate::short_hex(sender), crate::short_hex(receiver))]
+    #[error("blob fingerprint differs: sender {} (region {sender_region} B), receiver {} (region {receiver_region} B); the peers do not hold the same bytes (check --seed / --blob-name, or `pfs blob verify`; `pfs send --catch-up` brings a receiver started with --allow-catch-up to the sender's bytes)", crate::short_hex(sender), crate::short_hex(receiver))]
     Fingerprint {
         /// The sender's root.
         sender: [u8; 32],
@@ -238,6 +238,18 @@ pub enum HelloRejection {
         /// Its region size.
         receiver_region: u32,
     },
+    /// The fingerprints differ, the sender offered catch-up, and this
+    /// receiver does not allow it.
+    #[error("blob fingerprint differs: sender {}, receiver {}, and this receiver does not allow catch-up into its blob for this sender (it needs `pfs serve --allow-catch-up`, and no `no-catch-up` on the key's authorized_keys line; or give both sides the same --seed)", crate::short_hex(sender), crate::short_hex(receiver))]
+    CatchUpRefused {
+        /// The sender's root.
+        sender: [u8; 32],
+        /// This blob's root.
+        receiver: [u8; 32],
+    },
+    /// Another catch-up is writing this blob.
+    #[error("another catch-up is writing this receiver's blob; try again when it is done")]
+    CatchUpBusy,
     /// More descriptors per gram than allowed.
     #[error("{asked} descriptors per gram exceeds this receiver's limit of {limit}")]
     DescPerGram {
@@ -270,7 +282,10 @@ impl HelloRejection {
         match self {
             Self::NothingToExecute { .. } | Self::Encoding { .. } => ErrorCode::Unsupported,
             Self::AuthData { .. } | Self::AuthMethod { .. } => ErrorCode::Auth,
-            Self::BlobSize { .. } | Self::Fingerprint { .. } => ErrorCode::BlobMismatch,
+            Self::BlobSize { .. } | Self::Fingerprint { .. } | Self::CatchUpRefused { .. } => {
+                ErrorCode::BlobMismatch
+            }
+            Self::CatchUpBusy => ErrorCode::Busy,
             Self::DescPerGram { .. } | Self::DescLen { .. } => ErrorCode::Limit,
             Self::Record { .. } => ErrorCode::Internal,
         }

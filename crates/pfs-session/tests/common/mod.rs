@@ -38,6 +38,7 @@ pub fn view(data: &[u8]) -> BlobView<'_> {
         page_size: 4096,
         setup: Default::default(),
         writer: None,
+        live: None,
     }
 }
 

@@ -33,7 +33,7 @@ use pfs_exec::{execute_gram, GramLimits};
 use pfs_wire::control::{NO_MISMATCH, REPORT_LEN, SENDER_SUMMARY_LEN};
 use pfs_wire::corrections::{CorrectionHead, CorrectionsReport, CORRECTIONS_REPORT_LEN, CORRECTION_HEAD_LEN};
 use pfs_wire::frame::FLAG_COMPLETE_REPORT;
-use pfs_wire::hello::HELLO_CORRECTIONS;
+use pfs_wire::hello::{ACK_CATCH_UP, HELLO_CATCH_UP, HELLO_CORRECTIONS};
 use pfs_wire::{
     put_frame, DescIter, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode, Report,
     SenderSummary, FRAME_HEADER_LEN, GRAM_HEADER_LEN,
@@ -54,6 +54,7 @@ use self::stats::Stats;
 use self::timing::Timing;
 use super::corrections::{NakBook, DEFAULT_MAX_NAK_GRAMS, DEFAULT_MAX_REPAIR_BYTES};
 use super::{GramProgress, GramViolation, HelloRejection};
+use crate::catchup::{CatchUpConfig, CatchUpStats};
 use crate::error::Violation;
 use crate::framing::DEFAULT_WRITE_TIMEOUT;
 use crate::{BlobView, Limits, SessionError};
@@ -96,6 +97,12 @@ pub struct GramReceiverConfig {
     pub max_nak_grams: u32,
     /// Most bytes one session may repair; a mismatch beyond it is counted.
     pub max_repair_bytes: u64,
+    /// Let a sender whose blob differs bring this one to its bytes
+    /// (catch-up, wire §16) when it offers to; needs the view's `live`
+    /// blob. `false`: such a sender is refused with BLOB_MISMATCH.
+    pub catch_up: bool,
+    /// The catch-up's block size and limits.
+    pub catch_up_cfg: CatchUpConfig,
 }
 
 impl Default for GramReceiverConfig {
@@ -113,6 +120,8 @@ impl Default for GramReceiverConfig {
             integrity_sample: None,
             max_nak_grams: DEFAULT_MAX_NAK_GRAMS,
             max_repair_bytes: DEFAULT_MAX_REPAIR_BYTES,
+            catch_up: false,
+            catch_up_cfg: CatchUpConfig::default(),
         }
     }
 }
@@ -133,6 +142,8 @@ pub struct GramReceiverOutcome {
     /// The report's corrections block, when the session negotiated the
     /// corrections plane.
     pub corrections: Option<CorrectionsReport>,
+    /// What the catch-up before the grams moved, when there was one.
+    pub catch_up: Option<CatchUpStats>,
 }
 
 /// What the receiver core asks of its host.
@@ -143,6 +154,16 @@ pub enum GramReceiverEvent {
     Accepted {
         /// The sender's session nonce.
         nonce: u64,
+    },
+    /// HELLO was accepted with a catch-up (HELLO_ACK has `CATCH_UP`): once
+    /// HELLO_ACK is written, the host runs
+    /// [`crate::catchup::catch_up_replica`] towards `target`, then calls
+    /// [`GramReceiver::caught_up`].
+    CatchUp {
+        /// The sender's session nonce.
+        nonce: u64,
+        /// The sender's fingerprint root: this blob's at the end.
+        target: [u8; 32],
     },
     /// The first frame after the handshake arrived: steady state starts
     /// now (the host samples its CPU counters).
@@ -238,6 +259,16 @@ pub struct GramReceiver<'b> {
     outcome: Option<GramReceiverOutcome>,
     /// The sender's COMPLETE arrived while NAKs were unanswered.
     completed: bool,
+    /// Catch-up: allowed (`Some`), and what it moved once done.
+    catch_up: CatchUpPart,
+}
+
+/// The receiver's part in catch-up: whether it may take one, and what the
+/// one before the grams moved.
+#[derive(Debug, Clone, Copy, Default)]
+struct CatchUpPart {
+    allowed: bool,
+    done: Option<CatchUpStats>,
 }
 
 impl<'b> GramReceiver<'b> {
@@ -258,7 +289,19 @@ impl<'b> GramReceiver<'b> {
             summary: None,
             outcome: None,
             completed: false,
+            catch_up: CatchUpPart {
+                allowed: cfg.catch_up && blob.live.is_some(),
+                done: None,
+            },
         }
+    }
+
+    /// The catch-up [`GramReceiverEvent::CatchUp`] asked for is done (the
+    /// blob's root is the sender's): grams may come, the next within the
+    /// idle timeout of `now`.
+    pub fn caught_up(&mut self, now: Instant, stats: CatchUpStats) {
+        self.catch_up.done = Some(stats);
+        self.timing.next_frame(now);
     }
 
     /// Size of the COMPLETE(REPORT) frame this side sends last.
@@ -395,6 +438,10 @@ impl<'b> GramReceiver<'b> {
             Step::Body(fh) => {
                 let len = fh.length as usize;
                 self.control(now, fh, &rest[..len])?;
+                if matches!(self.events.back(), Some(GramReceiverEvent::CatchUp { .. })) {
+                    // The host runs the catch-up before anything else is read.
+                    return Ok(Took::UsedStop(len));
+                }
                 len
             }
             Step::GramHeader(fh) => {
@@ -523,6 +570,7 @@ impl<'b> GramReceiver<'b> {
             summary,
             exec_output: self.exec.take().map(SessionExec::finish),
             corrections,
+            catch_up: self.catch_up.done,
         };
         self.outcome.insert(outcome)
     }
@@ -641,7 +689,13 @@ impl<'b> GramReceiver<'b> {
     }
 
     fn accept(&mut self, hello: &Hello<'_>) -> Result<(), SessionError> {
-        check_hello(hello, &self.blob, &self.limits, self.exec.is_some())?;
+        let catch_up = check_hello(
+            hello,
+            &self.blob,
+            &self.limits,
+            self.exec.is_some(),
+            self.catch_up.allowed,
+        )?;
         let limits = self.limits;
         let (mode, integrity) = (hello.mode, hello.integrity);
         // The corrections plane, only with a sender that speaks it (an
@@ -654,6 +708,9 @@ impl<'b> GramReceiver<'b> {
                 .writer
                 .is_some_and(|w| w.len() == self.blob.data.len() as u64);
             (flags, interval) = self.repairs.negotiate(hello.sample_interval, writable, integrity);
+        }
+        if catch_up {
+            flags |= ACK_CATCH_UP;
         }
         let mut ack = Vec::with_capacity(64);
         HelloAck {
@@ -688,6 +745,12 @@ impl<'b> GramReceiver<'b> {
         self.events.push_back(GramReceiverEvent::Accepted {
             nonce: hello.session_nonce,
         });
+        if catch_up {
+            self.events.push_back(GramReceiverEvent::CatchUp {
+                nonce: hello.session_nonce,
+                target: hello.fingerprint,
+            });
+        }
         Ok(())
     }
 
@@ -1068,12 +1131,19 @@ fn check_repair_header(fh: FrameHeader) -> Result<(), SessionError> {
     Ok(())
 }
 
+/// Checks HELLO against this receiver; `Ok(true)`: the fingerprints
+/// differ and a catch-up (offered by the sender, `catch_up` allowed here)
+/// will bring this blob to the sender's.
 fn check_hello(
     hello: &Hello<'_>,
     blob: &BlobView<'_>,
     limits: &Limits,
     has_exec: bool,
-) -> Result<(), SessionError> {
+    catch_up: bool,
+) -> Result<bool, SessionError> {
+    let root = blob.root();
+    let differs = hello.fingerprint != root;
+    let offered = hello.flags & HELLO_CATCH_UP != 0;
     let rejection = if hello.integrity == IntegrityAlg::None && !hello.mode.carries_payload() && !has_exec {
         HelloRejection::NothingToExecute { mode: hello.mode }
     } else if hello.auth_method == 0 && !hello.auth.is_empty() {
@@ -1094,12 +1164,17 @@ fn check_hello(
             sender: hello.blob_len,
             receiver: blob.data.len() as u64,
         }
-    } else if hello.region_size != blob.region_size || hello.fingerprint != blob.fingerprint {
+    } else if hello.region_size != blob.region_size || (differs && !offered) {
         HelloRejection::Fingerprint {
             sender: hello.fingerprint,
             sender_region: hello.region_size,
-            receiver: blob.fingerprint,
+            receiver: root,
             receiver_region: blob.region_size,
+        }
+    } else if differs && !catch_up {
+        HelloRejection::CatchUpRefused {
+            sender: hello.fingerprint,
+            receiver: root,
         }
     } else if hello.max_desc_per_gram > limits.max_desc_count {
         HelloRejection::DescPerGram {
@@ -1112,7 +1187,7 @@ fn check_hello(
             limit: limits.max_desc_len,
         }
     } else {
-        return Ok(());
+        return Ok(differs);
     };
     Err(rejection.into())
 }

@@ -24,7 +24,7 @@ use pfs_exec::execute::resolve;
 use pfs_exec::{Digest, Schedule, ScheduleSpec};
 use pfs_wire::corrections::{parse_report, CorrectionsReport};
 use pfs_wire::frame::FLAG_COMPLETE_REPORT;
-use pfs_wire::hello::{ACK_CORRECTIONS, ACK_REPAIR, HELLO_CORRECTIONS};
+use pfs_wire::hello::{ACK_CATCH_UP, ACK_CORRECTIONS, ACK_REPAIR, HELLO_CATCH_UP, HELLO_CORRECTIONS};
 use pfs_wire::{
     put_frame, FrameHeader, FrameType, GramHeader, Hello, HelloAck, IntegrityAlg, Mode, Report,
     SenderSummary, FRAME_HEADER_LEN, GRAM_FLAG_PAYLOAD, GRAM_HEADER_LEN,
@@ -35,6 +35,7 @@ use self::repair::Repairing;
 use self::stats::SendStats;
 use super::corrections::{is_checked, RepairBook};
 use super::{GramProgress, GramViolation};
+use crate::catchup::CatchUpStats;
 use crate::error::{LimitExceeded, LocalError, Timeout, Violation};
 use crate::framing::{frame_want, refusal, split_frame, Transmit};
 use crate::{BlobView, SessionError};
@@ -65,6 +66,10 @@ pub struct GramSenderConfig {
     /// Ask the receiver to check one gram in this many (0 or 1: every
     /// gram); it decides. Needs `corrections`.
     pub integrity_sample: u16,
+    /// Offer catch-up (wire §16): a receiver whose blob differs and that
+    /// allows it is brought to this blob's bytes before the grams. Needs
+    /// the blob view's `live` blob (its region hashes).
+    pub catch_up: bool,
 }
 
 /// Default payload bytes per gram: half of a typical 2 MiB L2, so the
@@ -92,12 +97,19 @@ pub struct GramSenderOutcome {
     pub repairs_sent: u64,
     /// Payload bytes of those REPAIRs.
     pub repair_bytes_sent: u64,
+    /// What the catch-up before the grams moved, when there was one.
+    pub catch_up: Option<CatchUpStats>,
 }
 
 /// What the sender core tells its host.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum GramSenderEvent {
-    /// HELLO_ACK accepted: steady state starts (the host samples its CPU counters).
+    /// HELLO_ACK took a catch-up (wire §16): the host runs
+    /// [`crate::catchup::catch_up_source`], then calls
+    /// [`GramSender::caught_up`].
+    CatchUp,
+    /// HELLO_ACK accepted (or the catch-up done): steady state starts (the
+    /// host samples its CPU counters).
     Started,
     /// Periodic progress.
     Progress(GramProgress),
@@ -111,6 +123,8 @@ pub enum GramSenderEvent {
 enum State {
     Hello,
     AwaitAck,
+    /// The host runs the catch-up; grams wait.
+    CatchingUp,
     Sending,
     AwaitReport,
     Done,
@@ -160,6 +174,7 @@ pub struct GramSender<'b> {
     events: VecDeque<GramSenderEvent>,
     report: Option<Report>,
     corrections: Option<CorrectionsReport>,
+    catch_up: Option<CatchUpStats>,
 }
 
 impl<'b> GramSender<'b> {
@@ -193,6 +208,7 @@ impl<'b> GramSender<'b> {
             events: VecDeque::with_capacity(4),
             report: None,
             corrections: None,
+            catch_up: None,
             cfg: cfg.clone(),
         })
     }
@@ -305,7 +321,7 @@ impl<'b> GramSender<'b> {
                 }
                 Ok(None)
             }
-            State::AwaitAck | State::Done => Ok(None),
+            State::AwaitAck | State::CatchingUp | State::Done => Ok(None),
         }
     }
 
@@ -374,7 +390,9 @@ impl<'b> GramSender<'b> {
             }
             State::AwaitReport => return Err(unexpected("the receiver's report")),
             // Only an ERROR (or a NAK, above) is meaningful while sending.
-            State::Hello | State::Sending | State::Done => return Err(unexpected("no frame while sending")),
+            State::Hello | State::CatchingUp | State::Sending | State::Done => {
+                return Err(unexpected("no frame while sending"))
+            }
         }
         Ok(frame.len)
     }
@@ -400,11 +418,28 @@ impl<'b> GramSender<'b> {
             let planned = self.cfg.spec.planned_grams().unwrap_or(0);
             self.repair.book = Some(RepairBook::new(self.cfg.mode.encoding(), interval, planned));
         }
-        self.state = State::Sending;
         self.deadline = None;
+        if ack.flags & ACK_CATCH_UP != 0 {
+            self.state = State::CatchingUp;
+            self.events.push_back(GramSenderEvent::CatchUp);
+            return Ok(());
+        }
+        self.state = State::Sending;
         self.stats.start(now, self.cfg.log_interval);
         self.events.push_back(GramSenderEvent::Started);
         Ok(())
+    }
+
+    /// The catch-up [`GramSenderEvent::CatchUp`] asked for is done: the
+    /// receiver's blob is this one's; the grams start at `now`.
+    pub fn caught_up(&mut self, now: Instant, stats: CatchUpStats) {
+        if self.state != State::CatchingUp {
+            return;
+        }
+        self.catch_up = Some(stats);
+        self.state = State::Sending;
+        self.stats.start(now, self.cfg.log_interval);
+        self.events.push_back(GramSenderEvent::Started);
     }
 
     /// The receiver's report (with its corrections block when the plane
@@ -437,6 +472,7 @@ impl<'b> GramSender<'b> {
             corrections: self.corrections,
             repairs_sent: self.repair.sent,
             repair_bytes_sent: self.repair.bytes_sent,
+            catch_up: self.catch_up,
         })
     }
 
@@ -452,7 +488,7 @@ impl<'b> GramSender<'b> {
                 HELLO_CORRECTIONS
             } else {
                 0
-            },
+            } | if self.cfg.catch_up { HELLO_CATCH_UP } else { 0 },
             sample_interval: if self.cfg.corrections {
                 self.cfg.integrity_sample
             } else {
@@ -474,9 +510,16 @@ impl<'b> GramSender<'b> {
     }
 
     fn check_ack(&self, ack: &HelloAck<'_>) -> Result<(), SessionError> {
-        if ack.flags != 0 && !self.cfg.corrections {
+        if ack.flags & !ACK_CATCH_UP != 0 && !self.cfg.corrections {
             return Err(Violation::UnexpectedFrame {
                 expected: "a HELLO_ACK without corrections flags (none were offered)",
+                got: FrameType::HelloAck,
+            }
+            .into());
+        }
+        if ack.flags & ACK_CATCH_UP != 0 && !self.cfg.catch_up {
+            return Err(Violation::UnexpectedFrame {
+                expected: "a HELLO_ACK without CATCH_UP (catch-up was not offered)",
                 got: FrameType::HelloAck,
             }
             .into());
