@@ -21,6 +21,7 @@ pub fn lift(e: packetfs::Error) -> anyhow::Error {
         packetfs::Error::Transport(t) => t.into(),
         packetfs::Error::Secure(s) => s.into(),
         packetfs::Error::Session(s) => s.into(),
+        packetfs::Error::Stream(s) => s.into(),
     }
 }
 

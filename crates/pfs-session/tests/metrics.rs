@@ -240,6 +240,7 @@ fn sender_cfg() -> GramSenderConfig {
         payload_budget: pfs_session::DEFAULT_PAYLOAD_BUDGET,
         corrections: true,
         integrity_sample: 1,
+        catch_up: false,
     }
 }
 

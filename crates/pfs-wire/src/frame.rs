@@ -179,7 +179,13 @@ impl FrameType {
     pub fn is_bulk(self) -> bool {
         matches!(
             self,
-            Self::Gram | Self::Chunks | Self::Repair | Self::Batch | Self::Data | Self::Sgram | Self::CatchupBlocks
+            Self::Gram
+                | Self::Chunks
+                | Self::Repair
+                | Self::Batch
+                | Self::Data
+                | Self::Sgram
+                | Self::CatchupBlocks
         )
     }
 
