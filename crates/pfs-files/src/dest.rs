@@ -842,7 +842,12 @@ impl DestRoot {
     /// (its mtime set if it differs); anything else at `rel` but a
     /// directory is atomically replaced by a new link, made in `.pfs/tmp`
     /// with its mtime and renamed into place.
-    pub fn create_symlink(&self, rel: &RelPath, target: &[u8], mtime_ns: i128) -> Result<Symlinked, FilesError> {
+    pub fn create_symlink(
+        &self,
+        rel: &RelPath,
+        target: &[u8],
+        mtime_ns: i128,
+    ) -> Result<Symlinked, FilesError> {
         check_symlink_target(target).map_err(|source| path_err(rel, source))?;
         let times = mtime_only(mtime_ns).map_err(|e| dest_err("set mtime of symlink", rel, e))?;
         let dir = self.parent_dir(rel)?;
@@ -859,12 +864,13 @@ impl DestRoot {
             let tmp_name = temp_name();
             match rfs::symlinkat(target, tmp_dir, tmp_name.as_slice()) {
                 Ok(()) => {
-                    let placed = rfs::utimensat(tmp_dir, tmp_name.as_slice(), &times, AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(|e| dest_err("set mtime of symlink", rel, e))
-                        .and_then(|()| {
-                            rfs::renameat(tmp_dir, tmp_name.as_slice(), &dir, name)
-                                .map_err(|e| rename_err("rename symlink into place at", rel, e))
-                        });
+                    let placed =
+                        rfs::utimensat(tmp_dir, tmp_name.as_slice(), &times, AtFlags::SYMLINK_NOFOLLOW)
+                            .map_err(|e| dest_err("set mtime of symlink", rel, e))
+                            .and_then(|()| {
+                                rfs::renameat(tmp_dir, tmp_name.as_slice(), &dir, name)
+                                    .map_err(|e| rename_err("rename symlink into place at", rel, e))
+                            });
                     if placed.is_err() {
                         let _ = rfs::unlinkat(tmp_dir, tmp_name.as_slice(), AtFlags::empty());
                     }

@@ -285,12 +285,21 @@ mod tests {
     #[test]
     fn symlink_targets_are_stored_verbatim() {
         let long_component = vec![b'x'; 300];
-        for t in [&b"/etc/passwd"[..], b"../../../x", b"nowhere", &long_component, &[b'a'; MAX_PATH]] {
+        for t in [
+            &b"/etc/passwd"[..],
+            b"../../../x",
+            b"nowhere",
+            &long_component,
+            &[b'a'; MAX_PATH],
+        ] {
             assert_eq!(check_symlink_target(t), Ok(()), "{}", t.escape_ascii());
         }
         assert_eq!(check_symlink_target(b""), Err(PathError::Empty));
         assert_eq!(check_symlink_target(b"a\0b"), Err(PathError::Nul));
-        assert_eq!(check_symlink_target(&[b'a'; MAX_PATH + 1]), Err(PathError::TooLong));
+        assert_eq!(
+            check_symlink_target(&[b'a'; MAX_PATH + 1]),
+            Err(PathError::TooLong)
+        );
     }
 
     #[test]
@@ -314,7 +323,12 @@ mod tests {
             ("top/l", b"sub//.///x", true),
         ];
         for (link, target, safe) in cases {
-            assert_eq!(symlink_is_safe(&rp(link), target), safe, "{link} -> {}", target.escape_ascii());
+            assert_eq!(
+                symlink_is_safe(&rp(link), target),
+                safe,
+                "{link} -> {}",
+                target.escape_ascii()
+            );
         }
     }
 

@@ -153,6 +153,7 @@ impl Fixture {
                 bwlimit: None,
                 preserve: Default::default(),
                 stream_min: None,
+                top_mtime_ns: None,
             };
             let mut items = items.clone();
             let (received, sent) = self.session(|p| {

@@ -692,7 +692,11 @@ const INVALID: &[(&str, As, WireError)] = &[
         WireError::LengthMismatch,
     ),
     ("invalid-files-file-attrs-order", As::Frame, WireError::BadFlags),
-    ("invalid-files-end-top-short", As::Frame, WireError::LengthMismatch),
+    (
+        "invalid-files-end-top-short",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
     (
         "invalid-files-file-streamed-hash",
         As::Frame,
@@ -1078,7 +1082,9 @@ fn conventions_vectors() {
     assert_eq!(out, body, "files-file-linked re-encode");
 
     let body = files_frame("files-end-top", FrameType::FilesEnd, 0);
-    let t = pfs_wire::files::TopMtime::parse_end(&body).unwrap().expect("a top mtime");
+    let t = pfs_wire::files::TopMtime::parse_end(&body)
+        .unwrap()
+        .expect("a top mtime");
     assert_eq!((t.mtime_sec, t.mtime_nsec), (1_700_000_000, 500));
     assert_eq!(t.emit(), &body[..], "files-end-top re-encode");
 
@@ -1161,7 +1167,12 @@ fn vector_names_match_the_document() {
         "files-file-linked",
         "files-accept-occupied",
     ]);
-    expected.extend(["files-delete", "files-deleted", "files-deleted-skipped", "files-end-top"]);
+    expected.extend([
+        "files-delete",
+        "files-deleted",
+        "files-deleted-skipped",
+        "files-end-top",
+    ]);
     expected.extend(["mount-hello", "mount-accept", "mount-list", "mount-recipe-ask"]);
     expected.extend(["mount-recipe", "mount-recipe-gone", "mount-fetch", "mount-data"]);
     expected.extend(UDP_VECTORS);

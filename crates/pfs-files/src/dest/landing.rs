@@ -205,7 +205,12 @@ impl<'d> Landing<'d> {
 
     /// Makes `rel` the symlink `target` with mtime `mtime_ns`, or keeps
     /// the same link there ([`DestRoot::create_symlink`]).
-    pub fn make_symlink(&self, rel: &RelPath, target: &[u8], mtime_ns: i128) -> Result<Symlinked, FilesError> {
+    pub fn make_symlink(
+        &self,
+        rel: &RelPath,
+        target: &[u8],
+        mtime_ns: i128,
+    ) -> Result<Symlinked, FilesError> {
         self.root.create_symlink(rel, target, mtime_ns)
     }
 

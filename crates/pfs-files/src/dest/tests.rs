@@ -161,35 +161,67 @@ fn symlinks_are_stored_verbatim_and_never_written_through() {
         for (j, (link, target)) in targets.into_iter().enumerate() {
             let link = rp(&format!("{d}/{link}"));
             let mtime = 1_600_000_000_000_000_000 + j as i128 * 1_000_000_007;
-            assert_eq!(root.create_symlink(&link, target, mtime).unwrap(), Symlinked::Made);
+            assert_eq!(
+                root.create_symlink(&link, target, mtime).unwrap(),
+                Symlinked::Made
+            );
             let at = fx.dest.join(link.as_path());
             assert_eq!(fs::read_link(&at).unwrap().as_os_str().as_encoded_bytes(), target);
             let m = fs::symlink_metadata(&at).unwrap();
-            assert_eq!(i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()), mtime);
+            assert_eq!(
+                i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+                mtime
+            );
             // The same link again is kept: same inode; a new mtime is set on it.
-            assert_eq!(root.create_symlink(&link, target, mtime + 1).unwrap(), Symlinked::Kept);
+            assert_eq!(
+                root.create_symlink(&link, target, mtime + 1).unwrap(),
+                Symlinked::Kept
+            );
             let again = fs::symlink_metadata(&at).unwrap();
             assert_eq!((again.ino(), again.mtime_nsec()), (m.ino(), m.mtime_nsec() + 1));
         }
         // Another target replaces the link.
         let l = rp(&format!("{d}/a/b/rel"));
         assert_eq!(root.create_symlink(&l, b"other", 0).unwrap(), Symlinked::Made);
-        assert_eq!(fs::read_link(fx.dest.join(l.as_path())).unwrap(), Path::new("other"));
+        assert_eq!(
+            fs::read_link(fx.dest.join(l.as_path())).unwrap(),
+            Path::new("other")
+        );
         // A link to a directory outside is never written through.
         let out = rp(&format!("{d}/a/b/out"));
         assert!(is_not_a_dir(root.create_temp(&out.join(b"x").unwrap())));
-        assert!(is_not_a_dir(root.create_dir_all(&out.join(b"sub").unwrap(), 0o755)));
-        assert!(is_not_a_dir(root.create_symlink(&out.join(b"l").unwrap(), b"x", 0)));
+        assert!(is_not_a_dir(
+            root.create_dir_all(&out.join(b"sub").unwrap(), 0o755)
+        ));
+        assert!(is_not_a_dir(root.create_symlink(
+            &out.join(b"l").unwrap(),
+            b"x",
+            0
+        )));
         assert!(fx.outside_is_empty());
         // What symlinkat itself refuses.
         for (target, want) in [(&b""[..], PathError::Empty), (b"x\0", PathError::Nul)] {
-            let e = root.create_symlink(&rp(&format!("{d}/bad")), target, 0).unwrap_err();
-            assert!(matches!(e, FilesError::Path { source, .. } if source == want), "{e}");
+            let e = root
+                .create_symlink(&rp(&format!("{d}/bad")), target, 0)
+                .unwrap_err();
+            assert!(
+                matches!(e, FilesError::Path { source, .. } if source == want),
+                "{e}"
+            );
         }
         let e = root
             .create_symlink(&rp(&format!("{d}/bad")), &[b'a'; 4096], 0)
             .unwrap_err();
-        assert!(matches!(e, FilesError::Path { source: PathError::TooLong, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                FilesError::Path {
+                    source: PathError::TooLong,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert!(fs::symlink_metadata(fx.dest.join(format!("{d}/bad"))).is_err());
     }
 }

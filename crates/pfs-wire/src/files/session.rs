@@ -349,7 +349,8 @@ impl TopMtime {
     pub fn emit(&self) -> [u8; TOP_MTIME_LEN] {
         use field::top as f;
         let mut w = Writer::<TOP_MTIME_LEN>::new();
-        w.i64(f::MTIME_SEC, self.mtime_sec).u32(f::MTIME_NSEC, self.mtime_nsec);
+        w.i64(f::MTIME_SEC, self.mtime_sec)
+            .u32(f::MTIME_NSEC, self.mtime_nsec);
         w.finish()
     }
 
