@@ -11,8 +11,8 @@ use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary};
 use pfs_wire::desc::{encode_table, DescIter, Encoding};
 use pfs_wire::files::{
     emit_entry_head, parse_chunks, parse_index, parse_index_request, parse_nak, tag, ChunkData, ChunksHeader,
-    FileDone, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck,
-    TopMtime, FLAG_FILES_REPORT,
+    FileDone, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck, TopMtime,
+    FLAG_FILES_REPORT,
 };
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
 use pfs_wire::gram::{Gram, GRAM_HEADER_LEN};
