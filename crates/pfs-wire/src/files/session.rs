@@ -382,7 +382,7 @@ pub struct FilesReport<'a> {
     pub files_failed: u64,
     /// Directories created or present.
     pub dirs: u64,
-    /// Symlinks created.
+    /// Symlinks in place: made, or kept (the same link was there).
     pub symlinks: u64,
     /// Entries removed because the sender's tree lacks them (DELETE; in a
     /// dry run, that would be removed).
