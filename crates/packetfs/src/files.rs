@@ -48,6 +48,7 @@ pub fn sender_config(params: &ChunkParams) -> FilesSenderConfig {
         bwlimit: None,
         preserve: Default::default(),
         stream_min: Some(pfs_session::files::DEFAULT_STREAM_MIN),
+        top_mtime_ns: None,
     }
 }
 

@@ -443,6 +443,10 @@ pub struct FileSendArgs {
     /// than the mode at the receiver, named users/groups only with -o/-g to a root receiver.
     #[arg(short = 'A', long, requires = "paths")]
     pub acls: bool,
+    /// Skip symlinks whose target is absolute or climbs out of the destination, as rsync's
+    /// --safe-links (each is listed; skipped is not failed). By default links are copied as they are.
+    #[arg(long, requires = "paths")]
+    pub safe_links: bool,
     /// Skip paths matching this glob (repeatable; without `/` it matches any file name, like rsync).
     #[arg(long, value_name = "PATTERN", requires = "paths")]
     pub exclude: Vec<String>,

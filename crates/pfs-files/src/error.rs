@@ -36,10 +36,6 @@ pub enum PathError {
     /// The whole path is longer than 4095 bytes (PATH_MAX - 1).
     #[error("path is longer than 4095 bytes")]
     TooLong,
-    /// A symlink target that is absolute or whose resolution could leave the
-    /// destination root; see the symlink policy in [`crate::dest`].
-    #[error("symlink target is absolute or points outside the destination; the link was not created")]
-    SymlinkEscapes,
     /// A component of the destination path is a symlink, or something that is
     /// not a directory stands where a directory is needed. Remove it from the
     /// destination if it should be replaced.

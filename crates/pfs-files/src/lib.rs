@@ -63,12 +63,12 @@ pub use chunk::{
     QuickDigest, Recipe, FILE_HASH_CONTEXT,
 };
 pub use dest::{
-    check_symlink_target, may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat,
-    LandError, Landing, Linked, ParkedTemp, Placement, Removed, StatCache, StateRepair, TempFile, STATE_DIR,
+    may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat, LandError, Landing, Linked,
+    ParkedTemp, Placement, Removed, StatCache, StateRepair, Symlinked, TempFile, STATE_DIR,
 };
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};
-pub use path::RelPath;
+pub use path::{check_symlink_target, symlink_is_safe, RelPath};
 pub use walk::{
     scan, scan_with, Entry, EntryMeta, Excludes, Scan, SkipReason, Skipped, WalkConfig, WalkKind,
 };

@@ -1093,6 +1093,7 @@ mod pair {
             bwlimit: None,
             preserve: Default::default(),
             stream_min: None,
+            top_mtime_ns: None,
         }
     }
 

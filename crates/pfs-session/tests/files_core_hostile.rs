@@ -83,6 +83,7 @@ fn config() -> FilesSenderConfig {
         bwlimit: None,
         preserve: Default::default(),
         stream_min: None,
+        top_mtime_ns: None,
     }
 }
 

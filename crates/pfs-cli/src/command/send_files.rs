@@ -54,6 +54,8 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         unreadable: failed_at_scan,
         mut cache,
         contents,
+        top_mtime_ns,
+        unsafe_links,
         elapsed: scan_time,
     } = scan_items(&ScanConfig {
         paths: &args.paths,
@@ -67,9 +69,18 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
                 acls: f.acls,
             },
         },
+        safe_links: f.safe_links,
     })?;
     for w in &warnings {
         eprintln!("pfs: warning: {w}");
+    }
+    // rsync's wording; skipped by choice, so neither a warning nor a failure.
+    for (path, target) in &unsafe_links {
+        eprintln!(
+            "pfs: ignoring unsafe symlink {} -> {} (--safe-links)",
+            path.display(),
+            String::from_utf8_lossy(target)
+        );
     }
     // An empty DIR/ with --delete empties the destination, as rsync does.
     if items.is_empty() && !(contents && f.delete) {
@@ -102,6 +113,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             group: f.group || f.archive,
             hard_links: f.hard_links,
         },
+        top_mtime_ns,
         ..packetfs::files::sender_config(&params)
     };
     let show = super::progress::choose(f.progress, json, args.run.log_interval)?;
@@ -140,6 +152,11 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     if json {
         let mut v = files_json(&out, kind, &prep, &remote_dir);
         v["bwlimit_bytes_per_s"] = serde_json::json!(bwlimit);
+        v["sender"]["symlinks_unsafe_skipped"] = serde_json::json!(unsafe_links.len());
+        v["sender"]["symlinks_unsafe"] = serde_json::json!(unsafe_links
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect::<Vec<_>>());
         v["deleted"] = serde_json::json!(out.deletion.as_ref().map(|d| serde_json::json!({
             "status": d.status.reason(), "count": d.count,
             "entries": d.entries.iter().map(deleted_name).collect::<Vec<_>>() })));
@@ -151,6 +168,9 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             .flat_map(|d| &d.entries)
             .for_each(|e| println!("deleting {}", deleted_name(e)));
         print!("{}", files_human(&out, kind, &prep, f.stats));
+        if f.safe_links {
+            println!("unsafe symlinks skipped (--safe-links): {}", unsafe_links.len());
+        }
     }
     if !out.messages.is_empty() {
         for line in out.messages.lines() {

@@ -17,8 +17,8 @@
 use std::time::Instant;
 
 use pfs_wire::files::{
-    parse_nak, FileDone, FileDrop, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, ACCEPT_OCCUPIED,
-    FLAG_FILES_REPORT, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN,
+    parse_nak, FileDone, FileDrop, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, TopMtime,
+    ACCEPT_OCCUPIED, FLAG_FILES_REPORT, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -602,7 +602,10 @@ impl<'a> FilesSender<'a> {
             .deletion
             .request(self.cfg.delete.as_ref(), self.unreadable, &mut self.out);
         self.warnings.extend(warning);
-        self.out.control(FrameType::FilesEnd, 0, &[]);
+        match self.cfg.top_mtime_ns.and_then(TopMtime::from_ns) {
+            Some(top) => self.out.control(FrameType::FilesEnd, 0, &top.emit()),
+            None => self.out.control(FrameType::FilesEnd, 0, &[]),
+        }
         self.phase = Phase::Report;
         Ok(())
     }

@@ -155,6 +155,10 @@ pub struct FilesSenderConfig {
     /// STREAMED, chunked while they are sent (`None`: every file is chunked
     /// before its FILE). Never in a dry run or with `checksum`.
     pub stream_min: Option<u64>,
+    /// The mtime (ns since the epoch) of the directory whose contents are
+    /// sent (`DIR/`), for the receiver to set on the remote directory
+    /// itself (FILES_END, docs/wire.md §10.9); `None` sends none.
+    pub top_mtime_ns: Option<i128>,
 }
 
 /// Default [`FilesSenderConfig::stream_min`]: two chunking windows, so
