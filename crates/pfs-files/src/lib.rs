@@ -15,6 +15,7 @@
 //! - [`manifest`]: the receiver's record of the files it wrote, so content
 //!   it already holds is not rewritten;
 //! - [`xattr`]: which extended attributes travel, and reading them;
+//! - [`escape`]: names in human output, control characters escaped as rsync does;
 //! - [`error`]: typed errors.
 //!
 //! ```no_run
@@ -50,6 +51,7 @@ pub mod cache;
 pub mod chunk;
 pub mod dest;
 pub mod error;
+pub mod escape;
 pub mod manifest;
 pub mod path;
 pub mod walk;
@@ -66,6 +68,7 @@ pub use dest::{
     check_symlink_target, may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat,
     LandError, Landing, Linked, ParkedTemp, Placement, Removed, StatCache, StateRepair, TempFile, STATE_DIR,
 };
+pub use escape::{escape, escape_path, Escaped};
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
 pub use manifest::{Manifest, Written};
 pub use path::RelPath;

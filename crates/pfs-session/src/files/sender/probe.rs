@@ -27,18 +27,19 @@ pub(super) struct Probe {
 }
 
 impl Probe {
-    /// The items to hash whole before asking, given the store's
-    /// `generation`: with a store that holds anything, the files not yet
-    /// chunked; with an empty store (whose destination is `OCCUPIED`)
-    /// every file, chunked or not (a recipe is of no use against an empty
-    /// index, and the receiver indexes the older versions of the files it
-    /// lacks). Files already hashed are not hashed again.
-    pub(super) fn to_hash(items: &[FilesItem], generation: u64) -> Vec<usize> {
-        let asked = match generation {
-            0 => (0..items.len())
+    /// The items to hash whole before asking: with `all` (a store that
+    /// holds nothing, whose destination is `OCCUPIED`; or a send that lists
+    /// what travels, [`crate::files::FilesSenderConfig::probe_all`]) every
+    /// file, chunked or not (a recipe is of no use against an empty index,
+    /// and the receiver indexes the older versions of the files it lacks);
+    /// otherwise the files not yet chunked. Files already hashed are not
+    /// hashed again.
+    pub(super) fn to_hash(items: &[FilesItem], all: bool) -> Vec<usize> {
+        let asked = match all {
+            true => (0..items.len())
                 .filter(|&i| items[i].is_file() && !items[i].held)
                 .collect(),
-            _ => unchunked(items),
+            false => unchunked(items),
         };
         asked.into_iter().filter(|&i| items[i].digest.is_none()).collect()
     }
@@ -221,8 +222,16 @@ mod tests {
         assert!(!Probe::default().queue(&items, &mut out));
         assert!(out.is_empty());
         items[1].digest = Some((100, [0; 16]));
-        assert_eq!(Probe::to_hash(&items, 0), [0, 2]);
+        assert_eq!(Probe::to_hash(&items, true), [0, 2]);
         items[2].held = true;
-        assert_eq!(Probe::to_hash(&items, 0), [0]);
+        assert_eq!(Probe::to_hash(&items, true), [0]);
+    }
+
+    #[test]
+    fn a_send_that_lists_asks_about_files_with_a_cached_recipe_too() {
+        let mut items: Vec<FilesItem> = (0..2).map(|i| file_item(&format!("f{i}"), 100)).collect();
+        items[0].recipe = Some(super::super::tests::recipe(&[[1; 32]]));
+        assert_eq!(Probe::to_hash(&items, false), [1]);
+        assert_eq!(Probe::to_hash(&items, true), [0, 1]);
     }
 }
