@@ -76,13 +76,17 @@ fn items(out: &Out) -> Vec<&str> {
         .collect()
 }
 
-/// Every entry beneath `root` with its content (files) or target (links).
+/// Every entry beneath `root` with its content (files) or target (links),
+/// but the receiver's own state (`.pfs`: a probe may add index records).
 fn snapshot(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
     let mut todo = vec![root.to_path_buf()];
     while let Some(dir) = todo.pop() {
         for e in fs::read_dir(&dir).expect("read_dir") {
             let p = e.expect("entry").path();
+            if p.file_name() == Some(".pfs".as_ref()) {
+                continue;
+            }
             let m = fs::symlink_metadata(&p).expect("lstat");
             let what = if m.is_dir() {
                 todo.push(p.clone());

@@ -114,7 +114,10 @@ pub enum FilesError {
     /// The file changed size or mtime while it was being read; its recipe would
     /// not describe one consistent version. Retry, or exclude files that are
     /// being written to.
-    #[error("{} changed while it was being read; retry, or exclude files that are being written", crate::escape_path(path))]
+    #[error(
+        "{} changed while it was being read; retry, or exclude files that are being written",
+        crate::escape_path(path)
+    )]
     Changed {
         /// The file.
         path: PathBuf,
@@ -129,7 +132,10 @@ pub enum FilesError {
     },
 
     /// A root given to the scanner has no usable name (such as `/`).
-    #[error("{}: cannot send a root without a name; name a directory below it", crate::escape_path(path))]
+    #[error(
+        "{}: cannot send a root without a name; name a directory below it",
+        crate::escape_path(path)
+    )]
     UnnamedRoot {
         /// The root as given.
         path: PathBuf,
@@ -217,7 +223,10 @@ pub enum CacheWarning {
         kind: &'static str,
     },
     /// A pfs cache written by another format version.
-    #[error("ignoring cache {}: format version {found}, this pfs reads {expected}", crate::escape_path(path))]
+    #[error(
+        "ignoring cache {}: format version {found}, this pfs reads {expected}",
+        crate::escape_path(path)
+    )]
     Version {
         /// The cache file.
         path: PathBuf,
@@ -227,7 +236,10 @@ pub enum CacheWarning {
         expected: u32,
     },
     /// Truncated, checksum mismatch, or inconsistent content.
-    #[error("ignoring cache {}: corrupt ({detail}); it will be rebuilt", crate::escape_path(path))]
+    #[error(
+        "ignoring cache {}: corrupt ({detail}); it will be rebuilt",
+        crate::escape_path(path)
+    )]
     Corrupt {
         /// The cache file.
         path: PathBuf,

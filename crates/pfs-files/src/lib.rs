@@ -68,8 +68,8 @@ pub use dest::{
     check_symlink_target, may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat,
     LandError, Landing, Linked, ParkedTemp, Placement, Removed, StatCache, StateRepair, TempFile, STATE_DIR,
 };
-pub use escape::{escape, escape_path, Escaped};
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
+pub use escape::{escape, escape_path, Escaped};
 pub use manifest::{Manifest, Written};
 pub use path::RelPath;
 pub use walk::{

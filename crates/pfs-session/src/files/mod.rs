@@ -33,10 +33,10 @@ pub use sender::{
     FilesSenderEvent, FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource, MeterRate, MeterReading,
     PreserveConfig, ScanConfig, Scanned, SendPhase, Unreadable,
 };
+pub use sender::{itemize, ItemKind, ItemText, ItemizeConfig, Itemized};
 pub use sender::{
     plan_chunk, save_recipes, scan_items, ChunkStream, Streamed, Unsendable, DEFAULT_STREAM_MIN, STREAM_AHEAD,
 };
-pub use sender::{itemize, ItemKind, ItemText, Itemized, ItemizeConfig};
 
 /// Largest CHUNKS/REPAIR body a receiver accepts by default.
 pub const DEFAULT_MAX_CHUNKS_BODY: u32 = 8 << 20;

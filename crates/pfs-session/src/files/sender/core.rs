@@ -870,7 +870,10 @@ fn leave_out(items: &mut Vec<FilesItem>, failed: Unreadable, warnings: &mut Vec<
     let mut count = failed.len() as u64;
     let mut gone_paths = std::collections::HashSet::new();
     for (i, why) in failed {
-        warnings.push(format!("skipping {}: {why}", pfs_files::escape_path(&items[i].entry.abs)));
+        warnings.push(format!(
+            "skipping {}: {why}",
+            pfs_files::escape_path(&items[i].entry.abs)
+        ));
         gone[i] = true;
         gone_paths.insert(items[i].entry.rel.clone());
     }

@@ -28,9 +28,9 @@ use std::fmt;
 
 use pfs_files::{escape, WalkKind, XattrScope};
 
-use super::{DeletedKind, FilesItem, FilesSenderOutcome, PreserveConfig};
 #[cfg(doc)]
 use super::FilesSenderConfig;
+use super::{DeletedKind, FilesItem, FilesSenderOutcome, PreserveConfig};
 
 /// What a send carries besides content, mode and mtime: decides which
 /// letters can change (`?`) and which cannot (`.`).

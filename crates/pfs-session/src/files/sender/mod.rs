@@ -51,8 +51,8 @@ use pfs_sys::Usage;
 
 pub use self::core::{FilesSender, FilesSenderEvent, MAX_INDEX_BATCH};
 pub use driver::send_files;
-pub use itemize::{itemize, ItemKind, ItemText, Itemized, ItemizeConfig};
 pub use host::{FilesPrepare, FilesSource, Streamed, Unreadable, Unsendable};
+pub use itemize::{itemize, ItemKind, ItemText, ItemizeConfig, Itemized};
 pub use local::{ChunkAhead, ChunkStream, LocalPrepare, LocalSource, STREAM_AHEAD};
 pub use meter::{FilesMeter, MeterRate, MeterReading, SendPhase};
 pub use pfs_wire::files::{DeleteStatus, DeletedKind};
