@@ -411,8 +411,8 @@ pub struct FileSendArgs {
     /// List what would travel (names; with -i the changes) and how (descriptors, literal bytes); send no data.
     #[arg(short = 'n', long, requires = "paths")]
     pub dry_run: bool,
-    /// One line per entry that travels or changes, as rsync's `YXcstpoguax NAME` (`?`: the receiver
-    /// does not say; README "Itemized changes"); `items` in --json.
+    /// One line per entry that travels or changes, as rsync's `YXcstpoguax NAME`; `?` marks what the
+    /// sender cannot know (the README lists which letters pfs knows); `items` in --json.
     #[arg(short = 'i', long, requires = "paths")]
     pub itemize_changes: bool,
     /// Remove, in each directory sent, what the source lacks, as rsync's --delete (`--exclude`d
