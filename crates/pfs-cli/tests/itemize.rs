@@ -224,6 +224,9 @@ fn a_name_with_a_newline_is_escaped_in_every_human_line() {
     write(&d.dest.join("stale\ndeleting important.txt"), b"stale");
     write(&d.dest.join(format!("dir/{evil}")), b"in the way");
     fs::create_dir_all(d.tree.join(format!("dir/{evil}/inner"))).expect("mkdir");
+    // A socket (never sent: the sender warns, naming it).
+    let _sock = std::os::unix::net::UnixListener::bind(d.tree.join("sock\ndeleting important.txt"))
+        .expect("bind a socket in the tree");
     let server = serve(&d, &[]);
 
     let forged = |text: &str| text.lines().any(|l| l.starts_with("deleting important.txt"));
@@ -234,6 +237,11 @@ fn a_name_with_a_newline_is_escaped_in_every_human_line() {
             out.stdout.contains(r"stale\#012deleting important.txt"),
             "{extra:?}: {}",
             out.stdout
+        );
+        assert!(
+            out.stderr.contains(r"sock\#012deleting important.txt: "),
+            "{extra:?}: {}",
+            out.stderr
         );
         assert!(!forged(&out.stdout) && !forged(&out.stderr), "{extra:?}: {out:?}");
     }
