@@ -8,9 +8,10 @@
 //!   with [`FilesSenderConfig::probe_all`] every file is asked about, so a
 //!   file it holds, same content, is no item); `h` a hard link (`-H`,
 //!   `=> TARGET`); `c` a symlink (the receiver sets every link again);
-//!   for a directory `c` only when it is new, else `?` (created, or only
-//!   its mode and mtime set: the receiver does not say); `*deleting` an
-//!   entry `--delete` removed (or would).
+//!   for a directory `c` when it is new, `.` when it is known to exist
+//!   there (the receiver holds a file beneath it), else `?` (created, or
+//!   only its mode and mtime set: the receiver does not say); `*deleting`
+//!   an entry `--delete` removed (or would).
 //! - `X`: `f` file, `d` directory, `L` symlink (pfs sends nothing else).
 //! - `cstpoguax`: all `+` when the receiver said it holds nothing (a first
 //!   send: every entry is new, [`FilesSenderOutcome::receiver_empty`]);
@@ -24,6 +25,7 @@
 //! Names are printed escaped ([`pfs_files::escape`]); [`Itemized`] keeps
 //! the real bytes for JSON.
 
+use std::collections::HashSet;
 use std::fmt;
 
 use pfs_files::{escape, WalkKind, XattrScope};
@@ -118,9 +120,19 @@ impl fmt::Display for ItemText<'_> {
 /// files the receiver holds — then what `--delete` removed. See the
 /// module doc for what each letter says.
 pub fn itemize(items: &[FilesItem], out: &FilesSenderOutcome, cfg: &ItemizeConfig) -> Vec<Itemized> {
+    // A file the receiver holds is there, so are the directories above it.
+    let mut there: HashSet<&[u8]> = HashSet::new();
+    for item in items.iter().filter(|i| i.held) {
+        let rel = item.entry.rel.as_bytes();
+        let slashes = rel.iter().enumerate().filter(|(_, &b)| b == b'/');
+        there.extend(slashes.map(|(i, _)| &rel[..i]));
+    }
     let mut list: Vec<Itemized> = items
         .iter()
-        .filter_map(|item| entry_item(item, out.receiver_empty, cfg))
+        .filter_map(|item| {
+            let known = there.contains(item.entry.rel.as_bytes());
+            entry_item(item, out.receiver_empty, known, cfg)
+        })
         .collect();
     let deleted = out.deletion.iter().flat_map(|d| &d.entries);
     list.extend(deleted.map(|(kind, path)| Itemized {
@@ -141,7 +153,9 @@ fn may(carried: bool) -> char {
     }
 }
 
-fn entry_item(item: &FilesItem, new: bool, cfg: &ItemizeConfig) -> Option<Itemized> {
+/// The item of one entry: `new` when the receiver holds nothing, `there`
+/// when it is a directory known to exist at the receiver.
+fn entry_item(item: &FilesItem, new: bool, there: bool, cfg: &ItemizeConfig) -> Option<Itemized> {
     let e = &item.entry;
     let (kind, target) = match (&e.kind, &item.hard_link) {
         (WalkKind::File { .. }, Some(t)) => (ItemKind::HardLink, Some(t.as_bytes().to_vec())),
@@ -164,7 +178,7 @@ fn entry_item(item: &FilesItem, new: bool, cfg: &ItemizeConfig) -> Option<Itemiz
         }
         ItemKind::File => format!(">f????{o}{g}.{a}{x}"),
         ItemKind::HardLink => format!("hf????{o}{g}.{a}{x}"),
-        ItemKind::Dir => format!("?d..??{o}{g}.{a}{x}"),
+        ItemKind::Dir => format!("{}d..??{o}{g}.{a}{x}", if there { '.' } else { '?' }),
         _ => format!("cL?.?.{o}{g}..."),
     };
     Some(Itemized {
@@ -270,7 +284,7 @@ mod tests {
         assert_eq!(
             lines(&list, true),
             [
-                "?d..??..... t/",
+                ".d..??..... t/",
                 ">f????..... t/a",
                 "hf????..... t/b => t/a",
                 "cL?.?...... t/ln -> ../elsewhere",
@@ -303,6 +317,9 @@ mod tests {
         };
         let list = itemize(&tree()[..2], &outcome(false, &[]), &cfg);
         assert_eq!(lines(&list, true), ["?d..????.?? t/", ">f??????.?? t/a"]);
+        // Known to be there: a file beneath it is held.
+        let list = itemize(&tree()[..4], &outcome(false, &[]), &cfg);
+        assert_eq!(lines(&list, true)[0], ".d..????.?? t/");
     }
 
     #[test]
