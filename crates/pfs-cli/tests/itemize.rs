@@ -113,6 +113,7 @@ fn an_itemized_dry_run_lists_what_would_travel_and_changes_nothing() {
     write(&d.tree.join("changed.txt"), b"version one");
     write(&d.tree.join("keep.txt"), b"kept as it is");
     write(&d.tree.join("old.txt"), b"to be deleted");
+    write(&d.tree.join("sub/kept.txt"), b"kept too");
     let server = serve(&d, &[]);
     // A first send: the receiver holds nothing, every entry is new.
     let first = send(&d, &server.addr, &["-i"]);
@@ -122,7 +123,9 @@ fn an_itemized_dry_run_lists_what_would_travel_and_changes_nothing() {
         [
             ">f+++++++++ changed.txt",
             ">f+++++++++ keep.txt",
-            ">f+++++++++ old.txt"
+            ">f+++++++++ old.txt",
+            "cd+++++++++ sub/",
+            ">f+++++++++ sub/kept.txt",
         ],
         "{}",
         first.stdout
@@ -144,6 +147,7 @@ fn an_itemized_dry_run_lists_what_would_travel_and_changes_nothing() {
         "cL?.?...... link -> keep.txt",
         ">f????..... new.txt",
         "?d..??..... newdir/",
+        ".d..??..... sub/",
         "*deleting   old.txt",
     ];
     assert_eq!(items(&out), want, "{}", out.stdout);
@@ -160,6 +164,7 @@ fn an_itemized_dry_run_lists_what_would_travel_and_changes_nothing() {
             "link -> keep.txt",
             "new.txt",
             "newdir/",
+            "sub/",
             "deleting old.txt"
         ],
         "{}",
@@ -181,7 +186,7 @@ fn an_itemized_dry_run_lists_what_would_travel_and_changes_nothing() {
             )
         })
         .collect();
-    let paths = ["changed.txt", "link", "new.txt", "newdir", "old.txt"];
+    let paths = ["changed.txt", "link", "new.txt", "newdir", "sub", "old.txt"];
     let changes = want.map(|l| l.split_once(' ').unwrap().0);
     let expect: Vec<(String, String)> = changes
         .iter()
@@ -193,7 +198,7 @@ fn an_itemized_dry_run_lists_what_would_travel_and_changes_nothing() {
     assert_eq!(snapshot(&d.dest), before, "a dry run changed the destination");
 
     // The real send: the same items, then a re-send lists only what the
-    // receiver always sets again (the directory and the link).
+    // receiver always sets again (directories and the link).
     let out = send(&d, &server.addr, &["-i", "--delete"]);
     out.expect_code(0, "itemized send");
     assert_eq!(items(&out), want, "{}", out.stdout);
@@ -206,7 +211,11 @@ fn an_itemized_dry_run_lists_what_would_travel_and_changes_nothing() {
     again.expect_code(0, "itemized re-send");
     assert_eq!(
         items(&again),
-        ["cL?.?...... link -> keep.txt", "?d..??..... newdir/"],
+        [
+            "cL?.?...... link -> keep.txt",
+            "?d..??..... newdir/",
+            ".d..??..... sub/"
+        ],
         "{}",
         again.stdout
     );
