@@ -114,14 +114,17 @@ fn an_itemized_dry_run_lists_what_would_travel_and_changes_nothing() {
     write(&d.tree.join("keep.txt"), b"kept as it is");
     write(&d.tree.join("old.txt"), b"to be deleted");
     write(&d.tree.join("sub/kept.txt"), b"kept too");
+    write(&d.tree.join("empty"), b"");
     let server = serve(&d, &[]);
-    // A first send: the receiver holds nothing, every entry is new.
+    // A first send: the receiver holds nothing, every entry is new. Later,
+    // files it holds (the empty one too) are not listed.
     let first = send(&d, &server.addr, &["-i"]);
     first.expect_code(0, "first send");
     assert_eq!(
         items(&first),
         [
             ">f+++++++++ changed.txt",
+            ">f+++++++++ empty",
             ">f+++++++++ keep.txt",
             ">f+++++++++ old.txt",
             "cd+++++++++ sub/",

@@ -477,7 +477,7 @@ impl<'a> FilesSender<'a> {
             let todo = Probe::to_hash(self.items, generation == 0 || self.cfg.probe_all);
             let failed = src.digest(self.items, &todo);
             self.leave_out(failed);
-            if self.probe.queue(self.items, &mut self.out) {
+            if self.probe.queue(self.items, &mut self.out, self.cfg.probe_all) {
                 self.phase = Phase::ProbeReply;
                 return;
             }

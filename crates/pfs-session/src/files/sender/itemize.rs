@@ -5,8 +5,8 @@
 //! The receiver reports counts, not what it changed per entry, so an item
 //! is the sender's knowledge, and a letter pfs cannot know is `?`:
 //! - `Y`: `>` a file whose content travels (the receiver does not hold it:
-//!   with [`FilesSenderConfig::probe_all`] every file is asked about, so a
-//!   file it holds, same content, is no item); `h` a hard link (`-H`,
+//!   with [`FilesSenderConfig::probe_all`] every file is asked about,
+//!   empty ones too, so a file it holds as it is is no item); `h` a hard link (`-H`,
 //!   `=> TARGET`); `c` a symlink (the receiver sets every link again);
 //!   for a directory `c` when it is new, `.` when it is known to exist
 //!   there (the receiver holds a file beneath it), else `?` (created, or
@@ -21,6 +21,9 @@
 //!   attributes with `-X` — and `.` where this send cannot change it: what
 //!   is not carried, a directory's checksum and size, `u` (pfs sets no
 //!   access or creation time).
+//!
+//! After a real send, the receiver's counts settle one case: when it wrote
+//! no file, no file travelled (see `settle`).
 //!
 //! Names are printed escaped ([`pfs_files::escape`]); [`Itemized`] keeps
 //! the real bytes for JSON.
@@ -122,7 +125,7 @@ impl fmt::Display for ItemText<'_> {
 pub fn itemize(items: &[FilesItem], out: &FilesSenderOutcome, cfg: &ItemizeConfig) -> Vec<Itemized> {
     // A file the receiver holds is there, so are the directories above it.
     let mut there: HashSet<&[u8]> = HashSet::new();
-    for item in items.iter().filter(|i| i.held) {
+    for item in items.iter().filter(|i| i.there) {
         let rel = item.entry.rel.as_bytes();
         let slashes = rel.iter().enumerate().filter(|(_, &b)| b == b'/');
         there.extend(slashes.map(|(i, _)| &rel[..i]));
@@ -134,6 +137,9 @@ pub fn itemize(items: &[FilesItem], out: &FilesSenderOutcome, cfg: &ItemizeConfi
             entry_item(item, out.receiver_empty, known, cfg)
         })
         .collect();
+    if let Some(r) = &out.report {
+        settle(&mut list, r.files_written, r.files_metadata_only);
+    }
     let deleted = out.deletion.iter().flat_map(|d| &d.entries);
     list.extend(deleted.map(|(kind, path)| Itemized {
         change: "*deleting".into(),
@@ -142,6 +148,29 @@ pub fn itemize(items: &[FilesItem], out: &FilesSenderOutcome, cfg: &ItemizeConfi
         target: None,
     }));
     list
+}
+
+/// After a real send, what the receiver's counts settle: when it wrote no
+/// file (`written` 0: no content, no hard link), the files listed as
+/// travelling were unchanged there (or failed, and are named in the
+/// report's messages): no item, or with `metadata_only` files, content
+/// and size the same (`.f..??`).
+fn settle(list: &mut Vec<Itemized>, written: u64, metadata_only: u64) {
+    if written > 0 {
+        return;
+    }
+    let is_file = |i: &Itemized| matches!(i.kind, ItemKind::File | ItemKind::HardLink);
+    if metadata_only == 0 {
+        list.retain(|i| !is_file(i));
+        return;
+    }
+    for item in list.iter_mut().filter(|i| is_file(i)) {
+        let mut c: Vec<char> = item.change.chars().collect();
+        c[0] = '.';
+        c[2] = '.';
+        c[3] = '.';
+        item.change = c.into_iter().collect();
+    }
 }
 
 /// `?` when the attribute may change at the receiver, else `.`.
@@ -159,7 +188,7 @@ fn entry_item(item: &FilesItem, new: bool, there: bool, cfg: &ItemizeConfig) -> 
     let e = &item.entry;
     let (kind, target) = match (&e.kind, &item.hard_link) {
         (WalkKind::File { .. }, Some(t)) => (ItemKind::HardLink, Some(t.as_bytes().to_vec())),
-        (WalkKind::File { .. }, None) if item.held => return None,
+        (WalkKind::File { .. }, None) if item.there => return None,
         (WalkKind::File { .. }, None) => (ItemKind::File, None),
         (WalkKind::Dir, _) => (ItemKind::Dir, None),
         (WalkKind::Symlink { target }, _) => (ItemKind::Symlink, Some(target.clone())),
@@ -251,7 +280,7 @@ mod tests {
 
     fn tree() -> Vec<FilesItem> {
         let mut held = file_item("t/same.txt", 3);
-        held.held = true;
+        (held.held, held.there) = (true, true);
         let mut linked = file_item("t/b", 3);
         linked.hard_link = Some(RelPath::parse(b"t/a").expect("path"));
         vec![
@@ -303,6 +332,32 @@ mod tests {
                 "deleting t/gone/",
             ]
         );
+    }
+
+    #[test]
+    fn a_send_that_wrote_no_file_lists_none_as_travelling() {
+        let report = |written, metadata_only| pfs_wire::files::FilesReport {
+            files_written: written,
+            files_metadata_only: metadata_only,
+            ..Default::default()
+        };
+        let mut out = outcome(false, &[]);
+        out.report = Some(report(0, 0));
+        let list = itemize(&tree(), &out, &ItemizeConfig::default());
+        assert_eq!(
+            lines(&list, true),
+            [".d..??..... t/", "cL?.?...... t/ln -> ../elsewhere"]
+        );
+        out.report = Some(report(0, 2));
+        let list = itemize(&tree(), &out, &ItemizeConfig::default());
+        assert_eq!(
+            lines(&list, true)[1..3],
+            [".f..??..... t/a", ".f..??..... t/b => t/a"]
+        );
+        // Something was written: which, the receiver does not say.
+        out.report = Some(report(1, 0));
+        let list = itemize(&tree(), &out, &ItemizeConfig::default());
+        assert_eq!(lines(&list, true)[1], ">f????..... t/a");
     }
 
     #[test]

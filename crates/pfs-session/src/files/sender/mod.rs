@@ -71,6 +71,10 @@ pub struct FilesItem {
     pub digest: Option<(u64, pfs_files::QuickDigest)>,
     /// The receiver said it holds this file: FILE with HELD, no CHUNKS.
     pub held: bool,
+    /// The receiver said (PROBE) it holds this file as it is: `held`, or
+    /// an empty file (sent as usual: HELD needs content), which a listing
+    /// leaves out ([`itemize`]).
+    pub there: bool,
     /// A hard link to the earlier item at this path (`-H`): FILE with
     /// LINKED, never read.
     pub hard_link: Option<pfs_files::RelPath>,
@@ -90,6 +94,7 @@ impl FilesItem {
             recipe,
             digest: None,
             held: false,
+            there: false,
             hard_link: None,
             streamed: false,
             pending: false,

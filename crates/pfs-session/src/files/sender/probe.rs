@@ -50,10 +50,12 @@ impl Probe {
     }
 
     /// PROBE frames for the files hashed whole, in control BATCH frames;
-    /// false if there are none.
-    pub(super) fn queue(&mut self, items: &[FilesItem], out: &mut Outbox) -> bool {
+    /// false if there are none. Empty files only with `empty` (a send that
+    /// lists what travels): the answer tells the listing, not the stream (a
+    /// HELD file has content).
+    pub(super) fn queue(&mut self, items: &[FilesItem], out: &mut Outbox, empty: bool) -> bool {
         let asked: Vec<usize> = (0..items.len())
-            .filter(|&i| items[i].is_file() && items[i].digest.is_some_and(|(n, _)| n > 0))
+            .filter(|&i| items[i].is_file() && items[i].digest.is_some_and(|(n, _)| n > 0 || empty))
             .collect();
         if asked.is_empty() {
             return false;
@@ -110,7 +112,9 @@ impl Probe {
             .into());
         }
         for j in 0..count {
-            items[self.asked[next + j]].held = bits[j / 8] & (1 << (j % 8)) != 0;
+            let it = &mut items[self.asked[next + j]];
+            it.there = bits[j / 8] & (1 << (j % 8)) != 0;
+            it.held = it.there && it.digest.is_some_and(|(n, _)| n > 0);
         }
         self.next += count;
         if flags & FLAG_LAST == 0 {
@@ -168,7 +172,7 @@ mod tests {
         items.push(super::super::tests::dir_item("d"));
         let mut out = Outbox::new(None, None).expect("outbox");
         let mut p = Probe::default();
-        assert!(p.queue(&items, &mut out));
+        assert!(p.queue(&items, &mut out, false));
         assert!(!out.is_empty(), "the PROBE frames are ready");
         (p, items)
     }
@@ -183,6 +187,25 @@ mod tests {
         let held: Vec<bool> = items.iter().map(|i| i.held).collect();
         assert_eq!(held, [false, true, true, false]);
         assert_eq!(p.probed(), 3);
+    }
+
+    #[test]
+    fn an_empty_file_is_asked_about_only_for_a_listing_and_never_held() {
+        let mut items = vec![file_item("empty", 0), file_item("full", 5)];
+        items[0].digest = Some((0, [2; 16]));
+        items[1].digest = Some((5, [3; 16]));
+        let mut out = Outbox::new(None, None).expect("outbox");
+        let mut p = Probe::default();
+        assert!(p.queue(&items, &mut out, false));
+        assert!(p.asked == [1]);
+        let mut p = Probe::default();
+        assert!(p.queue(&items, &mut out, true));
+        assert!(p.asked == [0, 1]);
+        assert!(p
+            .reply(FLAG_LAST, &reply_body(0, 2, &[0b11]), &mut items)
+            .expect("reply"));
+        let seen: Vec<(bool, bool)> = items.iter().map(|i| (i.there, i.held)).collect();
+        assert_eq!(seen, [(true, false), (true, true)]);
     }
 
     #[test]
@@ -219,7 +242,7 @@ mod tests {
     fn nothing_to_ask_without_digests_and_hashed_files_are_not_hashed_again() {
         let mut items: Vec<FilesItem> = (0..3).map(|i| file_item(&format!("f{i}"), 100)).collect();
         let mut out = Outbox::new(None, None).expect("outbox");
-        assert!(!Probe::default().queue(&items, &mut out));
+        assert!(!Probe::default().queue(&items, &mut out, false));
         assert!(out.is_empty());
         items[1].digest = Some((100, [0; 16]));
         assert_eq!(Probe::to_hash(&items, true), [0, 2]);
