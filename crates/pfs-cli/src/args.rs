@@ -66,7 +66,7 @@ pub enum Command {
     #[command(after_help = "Examples:
   pfs send ./dataset --to 10.0.0.2:7878                   # files: only chunks the receiver lacks travel
   pfs send a.img b/ --to 10.0.0.2:7878:backups --stats    # into backups/ under the receiver's --dest
-  pfs send ./src --to 127.0.0.1:7878 --dry-run --exclude target --exclude '*.o'
+  pfs send ./src --to 127.0.0.1:7878 -n -i --exclude target --exclude '*.o'   # itemized dry run
   pfs send ./logs --to 127.0.0.1:7878 --compress --json
   pfs send --to 127.0.0.1:7878 --mode offset --bytes 16G
   pfs send --to 127.0.0.1:7878 --mode arith --pattern sequential --integrity fnv1a --json
@@ -408,9 +408,13 @@ pub struct FileSendArgs {
     /// zstd level for --compress.
     #[arg(long, default_value_t = 3, requires = "compress")]
     pub compress_level: i32,
-    /// Show what would travel as descriptors and as literal bytes; send no data.
-    #[arg(long, requires = "paths")]
+    /// List what would travel (names; with -i the changes) and how (descriptors, literal bytes); send no data.
+    #[arg(short = 'n', long, requires = "paths")]
     pub dry_run: bool,
+    /// One line per entry that travels or changes, as rsync's `YXcstpoguax NAME`; `?` marks what the
+    /// sender cannot know (the README lists which letters pfs knows); `items` in --json.
+    #[arg(short = 'i', long, requires = "paths")]
+    pub itemize_changes: bool,
     /// Remove, in each directory sent, what the source lacks, as rsync's --delete (`--exclude`d
     /// names stay; nothing if any entry failed). `pfs send site/ --to h:7878:www --delete`.
     #[arg(long, requires = "paths")]

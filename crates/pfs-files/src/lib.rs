@@ -15,6 +15,7 @@
 //! - [`manifest`]: the receiver's record of the files it wrote, so content
 //!   it already holds is not rewritten;
 //! - [`xattr`]: which extended attributes travel, and reading them;
+//! - [`escape`]: names in human output, control characters escaped as rsync does;
 //! - [`error`]: typed errors.
 //!
 //! ```no_run
@@ -50,6 +51,7 @@ pub mod cache;
 pub mod chunk;
 pub mod dest;
 pub mod error;
+pub mod escape;
 pub mod manifest;
 pub mod path;
 pub mod walk;
@@ -67,6 +69,7 @@ pub use dest::{
     ParkedTemp, Placement, Removed, StatCache, StateRepair, Symlinked, TempFile, STATE_DIR,
 };
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
+pub use escape::{escape, escape_path, Escaped};
 pub use manifest::{Manifest, Written};
 pub use path::{check_symlink_target, symlink_is_safe, RelPath};
 pub use walk::{

@@ -181,9 +181,10 @@ impl PartialOrd for RelPath {
 }
 
 impl fmt::Display for RelPath {
-    /// Lossy UTF-8, for messages.
+    /// For messages: control characters and invalid UTF-8 escaped
+    /// ([`crate::escape`]), so a name never forges a line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&String::from_utf8_lossy(&self.0), f)
+        fmt::Display::fmt(&crate::escape(&self.0), f)
     }
 }
 

@@ -492,7 +492,7 @@ fn root_name(given: &Path, abs: &Path) -> Result<RelPath, FilesError> {
         path: given.to_path_buf(),
     })?;
     RelPath::parse(name.as_bytes()).map_err(|source| FilesError::Path {
-        path: given.display().to_string(),
+        path: crate::escape_path(given).to_string(),
         source,
     })
 }

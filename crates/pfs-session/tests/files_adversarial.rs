@@ -148,6 +148,7 @@ impl Fixture {
                 reply_timeout: TIMEOUT,
                 session_nonce: 7,
                 probe: true,
+                probe_all: false,
                 delete: None,
                 checksum: false,
                 bwlimit: None,

@@ -131,6 +131,7 @@ fn files_changed_after_the_plan_fail_alone_over_the_real_stack() {
         reply_timeout: TIMEOUT,
         session_nonce: 11,
         probe: false,
+        probe_all: false,
         delete: None,
         checksum: false,
         bwlimit: None,

@@ -1088,6 +1088,7 @@ mod pair {
             reply_timeout: Duration::from_secs(30),
             session_nonce: 9,
             probe,
+            probe_all: false,
             delete: None,
             checksum: false,
             bwlimit: None,

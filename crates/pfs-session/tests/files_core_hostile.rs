@@ -78,6 +78,7 @@ fn config() -> FilesSenderConfig {
         reply_timeout: Duration::from_secs(30),
         session_nonce: 9,
         probe: true,
+        probe_all: false,
         delete: None,
         checksum: false,
         bwlimit: None,

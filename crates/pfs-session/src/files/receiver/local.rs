@@ -71,7 +71,7 @@ impl std::fmt::Display for Holding {
             f,
             "{} {} (id {}, generation {}, {} chunks",
             self.kind,
-            self.path.display(),
+            pfs_files::escape_path(&self.path),
             self.id,
             self.generation,
             self.chunks

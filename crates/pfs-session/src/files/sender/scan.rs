@@ -69,7 +69,7 @@ pub fn scan_items(cfg: &ScanConfig<'_>) -> Result<Scanned, FilesError> {
     let mut warnings: Vec<String> = tree
         .skipped
         .iter()
-        .map(|s| format!("skipping {}: {}", s.path.display(), s.reason))
+        .map(|s| format!("skipping {}: {}", pfs_files::escape_path(&s.path), s.reason))
         .collect();
     let unreadable = tree
         .skipped
