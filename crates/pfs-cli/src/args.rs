@@ -28,7 +28,8 @@ Examples:
   pfs keygen                                  # your key pair: ~/.config/pfs/identity{,.pub}
   pfs serve --listen 0.0.0.0:7878 --dest D --authorized-keys keys   # between hosts: keys required
   pfs send ./docs --to backup.example:7878 --server-key server.pub           # protected, server key pinned
-  pfs mount 127.0.0.1:7878 /mnt/pfs           # the server's tree, read lazily (pfs umount /mnt/pfs)";
+  pfs mount 127.0.0.1:7878 /mnt/pfs           # the server's tree, read lazily (pfs umount /mnt/pfs)
+  pfs sub --print & printf 'a\\nb\\n' | pfs pub --to 127.0.0.1:7879   # streaming: your own records as grams";
 
 /// The `pfs` command.
 #[derive(Debug, Parser)]
@@ -90,6 +91,31 @@ OK, with repaired_grams / repaired_bytes in the report (exit 3 only for a mismat
   pfs serve --dest /srv/pfs/files             # receive files (one copy; --store S adds a chunk history)
   pfs serve --config /etc/pfs/serve.toml --log-format json   # deployed: dist/pfs-serve.toml, dist/pfs-serve.service")]
     Serve(ServeArgs),
+    /// Publish records read from stdin or a file to a `pfs sub`, batched into stream grams.
+    #[command(after_help = "Examples:
+  printf 'a\\nb\\nc\\n' | pfs pub --to 127.0.0.1:7879 --size 64M     # three MESSAGE records, one per line
+  tail -f app.log | pfs pub --to 127.0.0.1:7879 --batch 256 --linger-ms 5
+  pfs pub --to 127.0.0.1:7879 --input events.bin --record-size 64 --json
+  pfs pub --to 127.0.0.1:7879 --input patch.bin --write-at 1M   # WRITE the file's bytes at 1 MiB (replication)
+  pfs pub --to sub.example:7879 --identity ~/.config/pfs/identity --server-key sub.pub
+
+Both sides hold the same blob (same --size and --seed, or the same --blob-name): a stream starts
+only on matching fingerprints. Records are batched, --batch a gram, a partial batch sent after
+--linger-ms without input and at the end; pfs pub exits once the subscriber applied every gram.")]
+    Pub(PubArgs),
+    /// Subscribe: take publishers (`pfs pub`, the library's Publication) one at a time, execute their grams.
+    #[command(after_help = "Examples:
+  pfs sub --listen 127.0.0.1:7879 --size 64M --print        # each message on its own line
+  pfs sub --listen 127.0.0.1:7879 --size 64M --count --once --json
+  pfs sub --listen 127.0.0.1:7879 --kernel crc32c           # a pCPU kernel over every REFERENCE
+  pfs sub --blob-name replica --no-fill --blob-keep         # a replica: WRITEs land in the named blob
+  pfs sub --listen 0.0.0.0:7879 --authorized-keys keys      # keys required; `stream=ref` or
+                                                            # `stream=message` on a key's line narrows it
+
+A publisher that breaks the rules (an entry outside the blob, a WRITE without the right, garbage)
+ends only its own session, the blob as its last good gram left it; the next one is served.
+The listening line and reports go to stderr with --print (stdout carries the messages).")]
+    Sub(SubArgs),
     /// Execute a kernel over a descriptor schedule on this host's blob (pCPU), on N pThreads.
     #[command(after_help = "Examples:
   pfs exec --kernel xxh3 --bytes 16G                      # one pThread, random schedule
@@ -507,6 +533,92 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub blob: BlobArgs,
     /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pfs pub`
+#[derive(Debug, Args)]
+pub struct PubArgs {
+    /// Subscriber address: host:port for tcp and udp, the socket path for unix and shm.
+    #[arg(long, value_name = "ADDR")]
+    pub to: String,
+    /// Read records from this file [default: stdin].
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Fixed-size binary records of N bytes (the last may be shorter) instead of one record a line.
+    #[arg(long, value_name = "N", value_parser = parse_size_u32)]
+    pub record_size: Option<u32>,
+    /// Records per gram (fewer when the subscriber's gram limits are reached first).
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch: u32,
+    /// Send a partial batch once no record has come for this many milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    pub linger_ms: u64,
+    /// Publish the records as WRITEs into the subscriber's blob at successive offsets from
+    /// OFFSET (lines keep their newline: the input's bytes land unchanged), not as MESSAGEs.
+    #[arg(long, value_name = "OFFSET", value_parser = parse_size)]
+    pub write_at: Option<u64>,
+    /// Integrity algorithm of every gram's digest.
+    #[arg(long, value_enum, default_value_t = IntegrityArg::Xxh3)]
+    pub integrity: IntegrityArg,
+    /// Longest to wait for the subscriber: for room in its window, and for its last APPLIED (seconds).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub timeout: f64,
+    /// Transport.
+    #[command(flatten)]
+    pub transport: TransportArgs,
+    /// Keys and encryption.
+    #[command(flatten)]
+    pub auth: ClientAuthArgs,
+    /// Blob (the same bytes as the subscriber's).
+    #[command(flatten)]
+    pub blob: BlobArgs,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pfs sub`
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("action").args(["print", "count", "kernel"]))]
+pub struct SubArgs {
+    /// Address to listen on: host:port for tcp and udp (loopback unless given), a socket path for
+    /// unix and shm [default: 127.0.0.1:7879].
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7879")]
+    pub listen: String,
+    /// Write every MESSAGE to stdout, one a line (reports then go to stderr).
+    #[arg(long, conflicts_with = "json")]
+    pub print: bool,
+    /// With --print: the messages' bytes only, no newline after each.
+    #[arg(long, requires = "print")]
+    pub raw: bool,
+    /// Count the entries of every kind and their bytes; in the report.
+    #[arg(long)]
+    pub count: bool,
+    /// Run this built-in read-only pCPU kernel over every REFERENCE entry (fnv1a64, xxh3,
+    /// crc32c, sum, count:B, histogram, gather); its result is in the report.
+    #[arg(long, value_name = "KERNEL")]
+    pub kernel: Option<String>,
+    /// Serve one publisher, then exit with its status.
+    #[arg(long, conflicts_with = "max_sessions")]
+    pub once: bool,
+    /// Exit after this many connections (publishers served, refused or denied).
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<u64>,
+    /// Most bytes of one gram taken (its frame body).
+    #[arg(long, default_value = "4M", value_parser = parse_size_u32)]
+    pub max_gram: u32,
+    /// Transport.
+    #[command(flatten)]
+    pub transport: TransportArgs,
+    /// Keys and admission (`stream=ref|message` on a key's line limits what it may send).
+    #[command(flatten)]
+    pub auth: ServerAuthArgs,
+    /// Blob.
+    #[command(flatten)]
+    pub blob: BlobArgs,
+    /// Print JSON on stdout, one object a line and event.
     #[arg(long)]
     pub json: bool,
 }

@@ -9,11 +9,13 @@ mod keygen;
 mod log;
 mod mount;
 mod progress;
+mod publish;
 mod send;
 mod send_files;
 mod serve;
 mod serve_files;
 mod shutdown;
+mod subscribe;
 
 use std::time::Duration;
 
@@ -30,6 +32,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Keygen(args) => keygen::run(&args),
         Command::Send(args) => send::run(args),
         Command::Exec(args) => exec::run(args),
+        Command::Pub(args) => publish::run(&args),
+        Command::Sub(args) => subscribe::run(&args),
         Command::Serve(args) => serve::run(args),
         Command::Mount(args) => mount::run(&args),
         Command::Umount(args) => mount::umount(&args),

@@ -1,0 +1,333 @@
+//! `pfs pub`: publish records read from stdin or a file to a subscriber
+//! (`pfs sub`, docs/wire.md §15), batched into stream grams, and report
+//! what the subscriber applied.
+//!
+//! A reader thread splits the input into records (lines, or fixed-size
+//! binary records) and hands them over a bounded channel; the main thread
+//! batches them into grams, sends a partial batch after `--linger-ms`
+//! without input, and keeps the stream alive (keepalives, APPLIED) while
+//! it waits.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use packetfs::stream::{GramWriter, Offer, Publication, PublicationConfig, PublisherReport};
+
+use crate::args::PubArgs;
+use crate::exit;
+
+use super::open_blob;
+use super::send::target;
+
+/// Bytes a gram's body takes beside its table and payload (header and
+/// rounding), and a table entry at most (absolute encoding).
+const GRAM_OVERHEAD: u64 = 256;
+const ENTRY_BYTES: u64 = 12;
+
+/// Longest the main thread waits for input before it polls the stream
+/// (keepalives, the subscriber's APPLIED): well under the keepalive.
+const POLL_EVERY: Duration = Duration::from_millis(200);
+
+/// How the input is split into records.
+#[derive(Debug, Clone, Copy)]
+enum Split {
+    /// One record a line; the newline is kept when `keep_newline`.
+    Lines { keep_newline: bool },
+    /// Records of this many bytes (the last may be shorter).
+    Fixed(usize),
+}
+
+/// Reads records from `input` and sends them on; an I/O error ends the
+/// stream of records with that error.
+fn read_records(mut input: Box<dyn Read + Send>, split: Split, tx: mpsc::SyncSender<std::io::Result<Vec<u8>>>) {
+    match split {
+        Split::Lines { keep_newline } => {
+            let mut r = BufReader::with_capacity(1 << 16, input);
+            loop {
+                let mut line = Vec::new();
+                match r.read_until(b'\n', &mut line) {
+                    Ok(0) => return,
+                    Ok(_) => {
+                        if !keep_newline && line.last() == Some(&b'\n') {
+                            line.pop();
+                        }
+                        if tx.send(Ok(line)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+        }
+        Split::Fixed(n) => loop {
+            let mut rec = vec![0u8; n];
+            let mut filled = 0;
+            while filled < n {
+                match input.read(&mut rec[filled..]) {
+                    Ok(0) => break,
+                    Ok(k) => filled += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+            if filled == 0 {
+                return;
+            }
+            rec.truncate(filled);
+            let last = filled < n;
+            if tx.send(Ok(rec)).is_err() || last {
+                return;
+            }
+        },
+    }
+}
+
+/// Records waiting to be sent as one gram.
+#[derive(Debug, Default)]
+struct Batch {
+    records: Vec<Vec<u8>>,
+    bytes: u64,
+    /// When the first record came: the batch goes out `linger` after it
+    /// at the latest.
+    since: Option<Instant>,
+}
+
+impl Batch {
+    fn push(&mut self, r: Vec<u8>) {
+        self.bytes += r.len() as u64;
+        self.since.get_or_insert_with(Instant::now);
+        self.records.push(r);
+    }
+
+    /// The body a gram of these records and one more of `len` bytes
+    /// would take at most.
+    fn body_with(&self, len: u64) -> u64 {
+        GRAM_OVERHEAD + (self.records.len() as u64 + 1) * ENTRY_BYTES + self.bytes + len
+    }
+
+    fn write(&self, g: &mut GramWriter<'_>, write_at: Option<u64>) {
+        let mut at = write_at;
+        for r in &self.records {
+            match at {
+                Some(off) => {
+                    g.write(off, r);
+                    at = Some(off + r.len() as u64);
+                }
+                None => {
+                    g.message(r);
+                }
+            }
+        }
+    }
+}
+
+/// What the publisher sent, beside the stream's own figures.
+#[derive(Debug, Default)]
+struct Sent {
+    records: u64,
+    /// The next WRITE's offset, with --write-at.
+    write_at: Option<u64>,
+}
+
+/// Sends `batch` as one gram (waiting up to `timeout` for room) and
+/// empties it.
+fn flush(
+    publication: &mut Publication<'_>,
+    batch: &mut Batch,
+    sent: &mut Sent,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    if batch.records.is_empty() {
+        return Ok(());
+    }
+    let at = sent.write_at;
+    match publication.offer_blocking(timeout, |g| batch.write(g, at))? {
+        Offer::Sent { .. } => {}
+        Offer::BackPressure => anyhow::bail!(
+            "the subscriber applied nothing for {timeout:?}: its window stayed full (see --timeout)"
+        ),
+    }
+    sent.records += batch.records.len() as u64;
+    sent.write_at = at.map(|off| off + batch.bytes);
+    *batch = Batch::default();
+    Ok(())
+}
+
+pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
+    args.transport.check()?;
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        anyhow::bail!("--timeout must be a positive number of seconds (got {})", args.timeout);
+    }
+    if args.record_size == Some(0) {
+        anyhow::bail!("--record-size must be at least 1 byte");
+    }
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let linger = Duration::from_millis(args.linger_ms);
+    let split = match args.record_size {
+        Some(n) => Split::Fixed(n as usize),
+        None => Split::Lines {
+            keep_newline: args.write_at.is_some(),
+        },
+    };
+    let input: Box<dyn Read + Send> = match &args.input {
+        Some(p) => Box::new(File::open(p).map_err(|e| anyhow::anyhow!("--input {}: {e}", p.display()))?),
+        None => Box::new(std::io::stdin()),
+    };
+    let security = super::auth::client_security(&args.auth, &args.to, args.transport.transport)?;
+    // The blob first: the subscriber gives a connection only its handshake
+    // timeout for STREAM_HELLO.
+    let opened = open_blob(&args.blob, true)?;
+    let view = opened.view();
+    let cfg = PublicationConfig {
+        integrity: args.integrity.alg(),
+        reply_timeout: timeout,
+        ..PublicationConfig::default()
+    };
+    let to = target(&args.to, &args.transport, 0);
+    let start = Instant::now();
+    let mut publication = Publication::connect_as(&to, &view, cfg, security.as_ref())?;
+    let accepted = publication
+        .accepted()
+        .ok_or_else(|| anyhow::anyhow!("the subscriber accepted the stream but sent no limits"))?;
+    let max_body = u64::from(accepted.max_gram_body);
+    let max_entries = accepted.max_entries.min(args.batch) as usize;
+
+    let (tx, rx) = mpsc::sync_channel(args.batch.clamp(64, 1 << 16) as usize);
+    std::thread::spawn(move || read_records(input, split, tx));
+    let mut sent = Sent {
+        write_at: args.write_at,
+        ..Sent::default()
+    };
+    publish(&mut publication, &rx, &mut sent, (max_body, max_entries), linger, timeout)?;
+    let transport = publication.transport();
+    let report = publication.close()?;
+    let elapsed = start.elapsed();
+    print_report(args, &report, &sent, transport, elapsed)?;
+    Ok(if report.digests_matched {
+        exit::OK
+    } else {
+        eprintln!(
+            "pfs: integrity MISMATCH: the subscriber's digests differ in {} gram(s)",
+            report.mismatched
+        );
+        exit::INTEGRITY
+    })
+}
+
+/// Takes records from `rx` until the input ends, sending a gram when the
+/// batch is full (records, the subscriber's `max_body` and entry limit) or
+/// has waited `linger`; polls the stream meanwhile.
+fn publish(
+    publication: &mut Publication<'_>,
+    rx: &Receiver<std::io::Result<Vec<u8>>>,
+    sent: &mut Sent,
+    (max_body, max_entries): (u64, usize),
+    linger: Duration,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let mut batch = Batch::default();
+    loop {
+        let wait = match batch.since {
+            Some(t) => linger.saturating_sub(t.elapsed()).min(POLL_EVERY),
+            None => POLL_EVERY,
+        };
+        match rx.recv_timeout(wait) {
+            Ok(rec) => {
+                let rec = rec.map_err(|e| anyhow::anyhow!("reading the input: {e}"))?;
+                if !batch.records.is_empty()
+                    && (batch.records.len() >= max_entries || batch.body_with(rec.len() as u64) > max_body)
+                {
+                    flush(publication, &mut batch, sent, timeout)?;
+                }
+                batch.push(rec);
+                if batch.records.len() >= max_entries {
+                    flush(publication, &mut batch, sent, timeout)?;
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if batch.since.is_some_and(|t| t.elapsed() >= linger) {
+                    flush(publication, &mut batch, sent, timeout)?;
+                }
+                // Keepalives and APPLIED while the input is quiet.
+                publication.poll().map_err(anyhow::Error::from)?;
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                return flush(publication, &mut batch, sent, timeout);
+            }
+        }
+    }
+}
+
+/// MB/s, decimal.
+fn rate(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes as f64 / secs / 1e6
+    } else {
+        0.0
+    }
+}
+
+fn print_report(
+    args: &PubArgs,
+    r: &PublisherReport,
+    sent: &Sent,
+    transport: &str,
+    elapsed: Duration,
+) -> anyhow::Result<()> {
+    let secs = elapsed.as_secs_f64();
+    let wire = r.wire_bytes_sent + r.wire_bytes_received;
+    let kind = if args.write_at.is_some() { "write" } else { "message" };
+    let integrity = if r.digests_matched { "OK" } else { "MISMATCH" };
+    if args.json {
+        let v = serde_json::json!({
+            "transport": transport,
+            "entries_as": kind,
+            "integrity_alg": args.integrity.alg().name(),
+            "integrity": integrity,
+            "publisher": {
+                "records": sent.records,
+                "grams": r.grams,
+                "entries": r.entries,
+                "effective_bytes": r.effective_bytes,
+                "payload_bytes": r.payload_bytes,
+                "wire_bytes": wire,
+                "wire_bytes_sent": r.wire_bytes_sent,
+                "wire_bytes_received": r.wire_bytes_received,
+                "wire_ratio": if r.effective_bytes > 0 { wire as f64 / r.effective_bytes as f64 } else { 0.0 },
+                "applied": r.applied,
+                "mismatched_grams": r.mismatched,
+                "back_pressure": r.back_pressure,
+                "elapsed_s": secs,
+                "effective_mb_s": rate(r.effective_bytes, secs),
+                "wire_mb_s": rate(wire, secs),
+                "records_per_s": if secs > 0.0 { sent.records as f64 / secs } else { 0.0 },
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "pfs pub: {} record(s) as {kind} entries in {} gram(s) over {transport}, applied {}; integrity {integrity}",
+            sent.records, r.grams, r.applied
+        );
+        println!(
+            "  effective      {} bytes, {:.3} MB/s; wire {} bytes ({} sent, {} received), {:.3} MB/s; {:.3} s, {:.0} records/s",
+            r.effective_bytes,
+            rate(r.effective_bytes, secs),
+            wire,
+            r.wire_bytes_sent,
+            r.wire_bytes_received,
+            rate(wire, secs),
+            secs,
+            if secs > 0.0 { sent.records as f64 / secs } else { 0.0 },
+        );
+    }
+    Ok(())
+}
