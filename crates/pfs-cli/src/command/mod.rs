@@ -46,6 +46,18 @@ pub fn open_blob(args: &BlobArgs, quiet: bool) -> Result<OpenedBlob, packetfs::E
     packetfs::blob::open_blob(&args.config(), quiet)
 }
 
+/// The fingerprint regions (of `region_size` bytes) that `len` bytes at
+/// `offset` touch: those a write makes stale.
+pub fn regions_touched(offset: u64, len: u64, region_size: u32) -> std::ops::Range<usize> {
+    let rs = u64::from(region_size.max(1));
+    if len == 0 {
+        return 0..0;
+    }
+    let first = offset / rs;
+    let last = (offset + len - 1) / rs;
+    first as usize..last as usize + 1
+}
+
 /// `--log-interval` seconds as a duration. Without the option, progress is
 /// printed every second when stderr is a terminal and stdout is not JSON.
 pub fn interval(secs: Option<f64>, json: bool) -> anyhow::Result<Option<Duration>> {

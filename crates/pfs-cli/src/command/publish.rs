@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use pfs_blob::BlobWriter;
 use packetfs::stream::{GramWriter, Offer, Publication, PublicationConfig, PublisherReport};
 
 use crate::args::PubArgs;
@@ -135,12 +136,17 @@ struct Sent {
     records: u64,
     /// The next WRITE's offset, with --write-at.
     write_at: Option<u64>,
+    /// The span this blob's own copy of the WRITEs covers: its regions are
+    /// hashed again at the end.
+    written: Option<(u64, u64)>,
 }
 
 /// Sends `batch` as one gram (waiting up to `timeout` for room) and
-/// empties it.
+/// empties it. Sent WRITEs go into this side's blob too (`own`): the two
+/// blobs stay equal, so later references and streams still match.
 fn flush(
     publication: &mut Publication<'_>,
+    own: &BlobWriter<'_>,
     batch: &mut Batch,
     sent: &mut Sent,
     timeout: Duration,
@@ -155,8 +161,18 @@ fn flush(
             "the subscriber applied nothing for {timeout:?}: its window stayed full (see --timeout)"
         ),
     }
+    if let Some(mut off) = at {
+        for r in &batch.records {
+            own.write(off, r)?;
+            off += r.len() as u64;
+        }
+    }
     sent.records += batch.records.len() as u64;
     sent.write_at = at.map(|off| off + batch.bytes);
+    if let Some(off) = at {
+        let (from, _) = sent.written.unwrap_or((off, off));
+        sent.written = Some((from, off + batch.bytes));
+    }
     *batch = Batch::default();
     Ok(())
 }
@@ -184,7 +200,7 @@ pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
     let security = super::auth::client_security(&args.auth, &args.to, args.transport.transport)?;
     // The blob first: the subscriber gives a connection only its handshake
     // timeout for STREAM_HELLO.
-    let opened = open_blob(&args.blob, true)?;
+    let opened = open_blob(&args.blob, false)?;
     let view = opened.view();
     let cfg = PublicationConfig {
         integrity: args.integrity.alg(),
@@ -206,7 +222,14 @@ pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
         write_at: args.write_at,
         ..Sent::default()
     };
-    publish(&mut publication, &rx, &mut sent, (max_body, max_entries), linger, timeout)?;
+    let own = opened.blob.writer();
+    let outcome = publish(&mut publication, &own, &rx, &mut sent, (max_body, max_entries), linger, timeout);
+    // What was written into this blob stays, sent or not: its record follows.
+    if let Some((from, to)) = sent.written {
+        let regions: Vec<usize> = super::regions_touched(from, to - from, view.region_size).collect();
+        opened.blob.rehash_regions(&regions)?;
+    }
+    outcome?;
     let transport = publication.transport();
     let report = publication.close()?;
     let elapsed = start.elapsed();
@@ -227,6 +250,7 @@ pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
 /// has waited `linger`; polls the stream meanwhile.
 fn publish(
     publication: &mut Publication<'_>,
+    own: &BlobWriter<'_>,
     rx: &Receiver<std::io::Result<Vec<u8>>>,
     sent: &mut Sent,
     (max_body, max_entries): (u64, usize),
@@ -245,22 +269,22 @@ fn publish(
                 if !batch.records.is_empty()
                     && (batch.records.len() >= max_entries || batch.body_with(rec.len() as u64) > max_body)
                 {
-                    flush(publication, &mut batch, sent, timeout)?;
+                    flush(publication, own, &mut batch, sent, timeout)?;
                 }
                 batch.push(rec);
                 if batch.records.len() >= max_entries {
-                    flush(publication, &mut batch, sent, timeout)?;
+                    flush(publication, own, &mut batch, sent, timeout)?;
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
                 if batch.since.is_some_and(|t| t.elapsed() >= linger) {
-                    flush(publication, &mut batch, sent, timeout)?;
+                    flush(publication, own, &mut batch, sent, timeout)?;
                 }
                 // Keepalives and APPLIED while the input is quiet.
                 publication.poll().map_err(anyhow::Error::from)?;
             }
             Err(RecvTimeoutError::Disconnected) => {
-                return flush(publication, &mut batch, sent, timeout);
+                return flush(publication, own, &mut batch, sent, timeout);
             }
         }
     }

@@ -64,12 +64,17 @@ struct Host {
     action: Action,
     counts: Counts,
     acc: Option<Acc>,
+    /// The blob's fingerprint region size, and the regions WRITEs touched:
+    /// hashed again after the session, so the blob's record (a named blob's
+    /// stored one too) follows its bytes.
+    region_size: u32,
+    written: std::collections::BTreeSet<usize>,
     /// Stdout is gone (the reader of `--print` went away).
     stdout_closed: bool,
 }
 
 impl Host {
-    fn new(action: Action) -> Self {
+    fn new(action: Action, region_size: u32) -> Self {
         let acc = match &action {
             Action::Kernel(k) => Some(k.acc()),
             _ => None,
@@ -78,6 +83,8 @@ impl Host {
             action,
             counts: Counts::default(),
             acc,
+            region_size,
+            written: Default::default(),
             stdout_closed: false,
         }
     }
@@ -90,31 +97,29 @@ impl Host {
         }
     }
 
-    fn print(&mut self, gram: &mut GramEntries<'_>, raw: bool) {
-        let mut out = std::io::stdout().lock();
-        let mut ok = true;
-        while let Some(e) = gram.next_entry() {
-            if let (Entry::Message(m), true) = (e, ok) {
-                ok = out.write_all(m).is_ok() && (raw || out.write_all(b"\n").is_ok());
-            }
-        }
-        if !(ok && out.flush().is_ok()) {
-            self.stdout_closed = true;
-        }
+    /// The regions WRITEs touched since the last call.
+    fn take_written(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.written).into_iter().collect()
     }
 }
 
 impl StreamHost for Host {
     fn gram(&mut self, gram: &mut GramEntries<'_>) {
-        match &self.action {
-            Action::Apply => {}
-            Action::Print { raw } => {
-                let raw = *raw;
-                self.print(gram, raw);
+        let mut out = matches!(self.action, Action::Print { .. }).then(|| std::io::stdout().lock());
+        let mut out_ok = true;
+        while let Some(e) = gram.next_entry() {
+            if let Entry::Write { offset, bytes } = e {
+                self.written
+                    .extend(super::regions_touched(offset, bytes.len() as u64, self.region_size));
             }
-            Action::Count => {
-                let c = &mut self.counts;
-                while let Some(e) = gram.next_entry() {
+            match (&self.action, e) {
+                (Action::Print { raw }, Entry::Message(m)) => {
+                    if let (Some(o), true) = (out.as_mut(), out_ok) {
+                        out_ok = o.write_all(m).is_ok() && (*raw || o.write_all(b"\n").is_ok());
+                    }
+                }
+                (Action::Count, e) => {
+                    let c = &mut self.counts;
                     match e {
                         Entry::Reference { bytes, .. } => {
                             c.references += 1;
@@ -130,15 +135,17 @@ impl StreamHost for Host {
                         }
                     }
                 }
-            }
-            Action::Kernel(k) => {
-                if let Some(acc) = self.acc.as_mut() {
-                    while let Some(e) = gram.next_entry() {
-                        if let Entry::Reference { bytes, .. } = e {
-                            k.update(acc, bytes);
-                        }
+                (Action::Kernel(k), Entry::Reference { bytes, .. }) => {
+                    if let Some(acc) = self.acc.as_mut() {
+                        k.update(acc, bytes);
                     }
                 }
+                _ => {}
+            }
+        }
+        if let Some(mut o) = out {
+            if !(out_ok && o.flush().is_ok()) {
+                self.stdout_closed = true;
             }
         }
     }
@@ -179,7 +186,7 @@ pub fn run(args: &SubArgs) -> anyhow::Result<i32> {
     };
     report.line(&listening_line(&listener, args.json, "pfs sub"));
     let max = if args.once { Some(1) } else { args.max_sessions };
-    let mut host = Host::new(action);
+    let mut host = Host::new(action, opened.blob.fingerprint().region_size);
     let mut last = exit::OK;
     let mut served = 0u64;
     while max.is_none_or(|m| served < m) && !host.stdout_closed {
@@ -205,6 +212,11 @@ pub fn run(args: &SubArgs) -> anyhow::Result<i32> {
         let t0 = Instant::now();
         let outcome = session(transport, SubscriberBlob::of(&mut opened.blob), sub_cfg, &mut host);
         let elapsed = t0.elapsed();
+        // Grams applied before a refusal stay applied: their regions too.
+        let written = host.take_written();
+        if !written.is_empty() {
+            opened.blob.rehash_regions(&written)?;
+        }
         last = match &outcome {
             Ok((r, kind)) => {
                 let exec = match (&host.action, host.acc.take()) {

@@ -1,0 +1,288 @@
+//! `pfs pub` and `pfs sub` (docs/wire.md §15) run as a user would: lines
+//! from stdin printed by the subscriber, records counted, `--write-at`
+//! replicating into a named blob, a `stream=ref` key refused its writes
+//! with the blob unchanged, and a garbage connection refused while the
+//! next publisher is served.
+
+mod common;
+use common::{collect, drain, run, wait_bounded, ChildGuard, Out, Server, CMD_TIMEOUT, LISTEN_TIMEOUT};
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Both sides' blob: small, the default seed.
+const SIZE: &str = "1M";
+
+fn pfs(args: &[&str], dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pfs"));
+    cmd.args(args)
+        .env("PFS_BLOB_DIR", dir)
+        .env("PFS_META_DIR", dir)
+        // No default identity or known_hosts from the machine.
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config"));
+    cmd
+}
+
+/// A `pfs sub` on a free loopback port, in JSON (listening line and
+/// reports on stdout).
+fn sub_json(extra: &[&str], dir: &Path) -> Server {
+    let mut args = vec!["sub", "--listen", "127.0.0.1:0", "--size", SIZE, "--json"];
+    args.extend_from_slice(extra);
+    Server::spawn(pfs(&args, dir))
+}
+
+/// `pfs pub --to addr` fed `input` on stdin.
+fn publish(addr: &str, input: &[u8], extra: &[&str], dir: &Path) -> Out {
+    let mut args = vec!["pub", "--to", addr, "--size", SIZE];
+    args.extend_from_slice(extra);
+    let mut cmd = pfs(&args, dir);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn pfs pub");
+    let mut stdin = child.stdin.take().expect("stdin pipe");
+    stdin.write_all(input).expect("write pfs pub's stdin");
+    drop(stdin);
+    collect(child, "pfs pub")
+}
+
+/// The JSON events a finished `pfs sub --json` printed, by name.
+fn events(out: &Out, name: &str) -> Vec<serde_json::Value> {
+    out.stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == name)
+        .collect()
+}
+
+fn blob_file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("pfs-{name}.blob"))
+}
+
+fn read_at(path: &Path, offset: usize, len: usize) -> Vec<u8> {
+    let all = std::fs::read(path).expect("read the blob file");
+    all[offset..offset + len].to_vec()
+}
+
+#[test]
+fn lines_from_stdin_are_printed_by_the_subscriber() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    // With --print, stdout carries only the messages: the listening line
+    // is on stderr.
+    let mut cmd = pfs(
+        &["sub", "--listen", "127.0.0.1:0", "--size", SIZE, "--print", "--once"],
+        dir,
+    );
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn pfs sub");
+    let stdout = drain(child.stdout.take().expect("stdout pipe"));
+    let (tx, stderr_lines) = mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr pipe");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut guard = ChildGuard(Some(child));
+    let mut seen = Vec::new();
+    let addr = loop {
+        let line = stderr_lines
+            .recv_timeout(LISTEN_TIMEOUT)
+            .unwrap_or_else(|e| panic!("no listening line from pfs sub ({e}): {seen:?}"));
+        if let Some(a) = line.strip_prefix("pfs sub: listening on ") {
+            break a.split(' ').next().expect("address").to_string();
+        }
+        seen.push(line);
+    };
+
+    let out = publish(&addr, b"a\nb\nc\n", &[], dir);
+    out.expect_code(0, "pfs pub");
+    assert!(
+        out.stdout
+            .contains("3 record(s) as message entries in 1 gram(s) over TCP, applied 1; integrity OK"),
+        "{}",
+        out.stdout
+    );
+
+    let mut child = guard.0.take().expect("pfs sub");
+    let status = wait_bounded(&mut child, CMD_TIMEOUT).expect("pfs sub --once exits");
+    let printed = stdout.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+    let rest: Vec<String> = stderr_lines.try_iter().collect();
+    assert_eq!(status.code(), Some(0), "pfs sub: {rest:?}");
+    assert_eq!(printed, "a\nb\nc\n", "stderr: {rest:?}");
+    assert!(
+        rest.iter().any(|l| l.contains("3 entries") && l.ends_with("integrity OK")),
+        "{rest:?}"
+    );
+}
+
+#[test]
+fn count_json_counts_records_and_bytes_on_both_sides() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let sub = sub_json(&["--count", "--once"], dir);
+    // Two records a gram: 2 grams for 3 records.
+    let out = publish(&sub.addr, b"a\nbb\nccc\n", &["--batch", "2", "--json"], dir);
+    out.expect_code(0, "pfs pub --json");
+    let v = out.json("pfs pub --json");
+    assert_eq!(v["transport"], "TCP", "{v:#}");
+    assert_eq!(v["integrity"], "OK", "{v:#}");
+    assert_eq!(v["entries_as"], "message", "{v:#}");
+    let p = &v["publisher"];
+    assert_eq!(p["records"], 3, "{v:#}");
+    assert_eq!(p["grams"], 2, "{v:#}");
+    assert_eq!(p["applied"], 2, "{v:#}");
+    assert_eq!(p["effective_bytes"], 6, "{v:#}");
+    let wire = p["wire_bytes"].as_u64().expect("wire_bytes");
+    assert_eq!(
+        wire,
+        p["wire_bytes_sent"].as_u64().unwrap() + p["wire_bytes_received"].as_u64().unwrap(),
+        "{v:#}"
+    );
+    assert!(wire > 6, "{v:#}");
+    for rate in ["elapsed_s", "effective_mb_s", "wire_mb_s", "records_per_s"] {
+        assert!(p[rate].as_f64().is_some(), "{rate}: {v:#}");
+    }
+
+    let done = sub.finish();
+    done.expect_code(0, "pfs sub --once");
+    let reports = events(&done, "report");
+    assert_eq!(reports.len(), 1, "{}", done.stdout);
+    let r = &reports[0];
+    assert_eq!(r["stats"]["grams"], 2, "{r:#}");
+    assert_eq!(r["stats"]["integrity"], "OK", "{r:#}");
+    assert_eq!(r["stats"]["transport"], "TCP", "{r:#}");
+    let c = &r["count"];
+    assert_eq!((c["messages"].as_u64(), c["message_bytes"].as_u64()), (Some(3), Some(6)), "{r:#}");
+    assert_eq!((c["writes"].as_u64(), c["references"].as_u64()), (Some(0), Some(0)), "{r:#}");
+}
+
+#[test]
+fn write_at_replicates_records_into_the_named_blob() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let sub = sub_json(&["--once", "--blob-name", "replica", "--blob-keep"], dir);
+    let before = read_at(&blob_file(dir, "replica"), 0, 1 << 20);
+    // Fixed-size binary records, the last one short: the file's bytes
+    // land unchanged at 64 KiB.
+    let record: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(7) ^ 0xa5).collect();
+    let input = dir.join("records.bin");
+    std::fs::write(&input, &record).expect("write the input");
+    let out = run(pfs(
+        &[
+            "pub", "--to", &sub.addr, "--size", SIZE, "--input", input.to_str().unwrap(), "--record-size",
+            "16", "--write-at", "64K", "--json",
+        ],
+        dir,
+    ));
+    out.expect_code(0, "pfs pub --write-at");
+    let v = out.json("pfs pub --write-at");
+    assert_eq!(v["entries_as"], "write", "{v:#}");
+    assert_eq!(v["publisher"]["records"], 3, "{v:#}");
+    let done = sub.finish();
+    done.expect_code(0, "pfs sub --once");
+    assert_eq!(events(&done, "report")[0]["stats"]["written_bytes"], 40, "{}", done.stdout);
+
+    let after = read_at(&blob_file(dir, "replica"), 0, 1 << 20);
+    assert_eq!(&after[64 << 10..(64 << 10) + 40], &record[..]);
+    // Nothing else changed.
+    assert_eq!(&after[..64 << 10], &before[..64 << 10]);
+    assert_eq!(&after[(64 << 10) + 40..], &before[(64 << 10) + 40..]);
+    // The blob's record follows its bytes: it verifies.
+    run(pfs(&["blob", "verify", "--blob-name", "replica"], dir)).expect_code(0, "pfs blob verify");
+}
+
+/// A key pair written by `pfs keygen`; returns the private key's path.
+fn keygen(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let mut cmd = pfs(&["keygen", "-f"], dir);
+    cmd.arg(&path);
+    run(cmd).expect_code(0, "pfs keygen");
+    path
+}
+
+#[test]
+fn a_reference_only_key_is_refused_its_writes_and_the_blob_is_unchanged() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let sub_key = keygen(dir, "sub");
+    let pub_key = keygen(dir, "publisher");
+    let line = std::fs::read_to_string(dir.join("publisher.pub")).expect("publisher.pub");
+    let keys = dir.join("authorized_keys");
+    std::fs::write(&keys, format!("{} stream=ref\n", line.trim())).expect("authorized_keys");
+
+    let sub = sub_json(
+        &[
+            "--max-sessions", "2", "--blob-name", "guarded", "--blob-keep", "--count", "--authorized-keys",
+            keys.to_str().unwrap(), "--identity", sub_key.to_str().unwrap(),
+        ],
+        dir,
+    );
+    let before = read_at(&blob_file(dir, "guarded"), 0, 1 << 20);
+    let server_key = dir.join("sub.pub");
+    let as_key = [
+        "--identity",
+        pub_key.to_str().unwrap(),
+        "--server-key",
+        server_key.to_str().unwrap(),
+    ];
+    let mut write = as_key.to_vec();
+    write.extend(["--write-at", "0"]);
+    let out = publish(&sub.addr, b"overwrite\n", &write, dir);
+    out.expect_code(4, "pfs pub --write-at with a stream=ref key");
+    assert!(
+        out.stderr
+            .contains("cannot publish this gram: the subscriber does not let this publisher send write entries"),
+        "{}",
+        out.stderr
+    );
+    // The same key may not send messages either; references it may, but
+    // pfs pub sends none: its messages are refused the same way.
+    let out = publish(&sub.addr, b"hello\n", &as_key, dir);
+    out.expect_code(4, "pfs pub (messages) with a stream=ref key");
+    assert!(
+        out.stderr.contains("does not let this publisher send message entries"),
+        "{}",
+        out.stderr
+    );
+    let done = sub.finish();
+    let failed = events(&done, "session_failed");
+    assert_eq!(failed.len(), 2, "{}", done.stdout);
+    assert_eq!(events(&done, "report").len(), 0, "{}", done.stdout);
+    assert_eq!(read_at(&blob_file(dir, "guarded"), 0, 1 << 20), before, "the blob changed");
+}
+
+#[test]
+fn garbage_is_refused_and_the_next_publisher_is_served() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let sub = sub_json(&["--max-sessions", "2", "--count"], dir);
+    {
+        let mut s = std::net::TcpStream::connect(&sub.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        s.write_all(&[0x5a; 96]).expect("write garbage");
+        // The subscriber answers (an ERROR frame) and closes.
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+    }
+    let out = publish(&sub.addr, b"after\n", &[], dir);
+    out.expect_code(0, "pfs pub after the garbage");
+    let done = sub.finish();
+    done.expect_code(0, "pfs sub: its last session succeeded");
+    let failed = events(&done, "session_failed");
+    assert_eq!(failed.len(), 1, "{}", done.stdout);
+    let error = failed[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("refused peer"), "{error}");
+    let reports = events(&done, "report");
+    assert_eq!(reports.len(), 1, "{}", done.stdout);
+    assert_eq!(reports[0]["count"]["message_bytes"], 5, "{}", done.stdout);
+}
