@@ -587,7 +587,10 @@ mod tests {
         assert!(rm.stream.messages() && !rm.stream.writes());
         assert!(rw.stream.messages() && rw.stream.writes());
         assert_eq!(rr.describe().split(' ').next(), Some("stream=ref"));
-        assert_eq!(rm.describe().split(' ').take(2).collect::<Vec<_>>(), ["no-exec", "stream=message"]);
+        assert_eq!(
+            rm.describe().split(' ').take(2).collect::<Vec<_>>(),
+            ["no-exec", "stream=message"]
+        );
         assert!(!rw.describe().contains("stream="));
         let bad = AuthorizedKeys::parse(&format!("{r} stream=all\n")).unwrap_err();
         assert_eq!(bad.1, LineProblem::Stream { level: "all".into() });

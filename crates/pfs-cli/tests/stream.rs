@@ -75,7 +75,15 @@ fn lines_from_stdin_are_printed_by_the_subscriber() {
     // With --print, stdout carries only the messages: the listening line
     // is on stderr.
     let mut cmd = pfs(
-        &["sub", "--listen", "127.0.0.1:0", "--size", SIZE, "--print", "--once"],
+        &[
+            "sub",
+            "--listen",
+            "127.0.0.1:0",
+            "--size",
+            SIZE,
+            "--print",
+            "--once",
+        ],
         dir,
     );
     cmd.stdin(Stdio::null())
@@ -120,7 +128,8 @@ fn lines_from_stdin_are_printed_by_the_subscriber() {
     assert_eq!(status.code(), Some(0), "pfs sub: {rest:?}");
     assert_eq!(printed, "a\nb\nc\n", "stderr: {rest:?}");
     assert!(
-        rest.iter().any(|l| l.contains("3 entries") && l.ends_with("integrity OK")),
+        rest.iter()
+            .any(|l| l.contains("3 entries") && l.ends_with("integrity OK")),
         "{rest:?}"
     );
 }
@@ -162,8 +171,16 @@ fn count_json_counts_records_and_bytes_on_both_sides() {
     assert_eq!(r["stats"]["integrity"], "OK", "{r:#}");
     assert_eq!(r["stats"]["transport"], "TCP", "{r:#}");
     let c = &r["count"];
-    assert_eq!((c["messages"].as_u64(), c["message_bytes"].as_u64()), (Some(3), Some(6)), "{r:#}");
-    assert_eq!((c["writes"].as_u64(), c["references"].as_u64()), (Some(0), Some(0)), "{r:#}");
+    assert_eq!(
+        (c["messages"].as_u64(), c["message_bytes"].as_u64()),
+        (Some(3), Some(6)),
+        "{r:#}"
+    );
+    assert_eq!(
+        (c["writes"].as_u64(), c["references"].as_u64()),
+        (Some(0), Some(0)),
+        "{r:#}"
+    );
 }
 
 #[test]
@@ -179,8 +196,18 @@ fn write_at_replicates_records_into_the_named_blob() {
     std::fs::write(&input, &record).expect("write the input");
     let out = run(pfs(
         &[
-            "pub", "--to", &sub.addr, "--size", SIZE, "--input", input.to_str().unwrap(), "--record-size",
-            "16", "--write-at", "64K", "--json",
+            "pub",
+            "--to",
+            &sub.addr,
+            "--size",
+            SIZE,
+            "--input",
+            input.to_str().unwrap(),
+            "--record-size",
+            "16",
+            "--write-at",
+            "64K",
+            "--json",
         ],
         dir,
     ));
@@ -190,7 +217,12 @@ fn write_at_replicates_records_into_the_named_blob() {
     assert_eq!(v["publisher"]["records"], 3, "{v:#}");
     let done = sub.finish();
     done.expect_code(0, "pfs sub --once");
-    assert_eq!(events(&done, "report")[0]["stats"]["written_bytes"], 40, "{}", done.stdout);
+    assert_eq!(
+        events(&done, "report")[0]["stats"]["written_bytes"],
+        40,
+        "{}",
+        done.stdout
+    );
 
     let after = read_at(&blob_file(dir, "replica"), 0, 1 << 20);
     assert_eq!(&after[64 << 10..(64 << 10) + 40], &record[..]);
@@ -222,8 +254,16 @@ fn a_reference_only_key_is_refused_its_writes_and_the_blob_is_unchanged() {
 
     let sub = sub_json(
         &[
-            "--max-sessions", "2", "--blob-name", "guarded", "--blob-keep", "--count", "--authorized-keys",
-            keys.to_str().unwrap(), "--identity", sub_key.to_str().unwrap(),
+            "--max-sessions",
+            "2",
+            "--blob-name",
+            "guarded",
+            "--blob-keep",
+            "--count",
+            "--authorized-keys",
+            keys.to_str().unwrap(),
+            "--identity",
+            sub_key.to_str().unwrap(),
         ],
         dir,
     );
@@ -240,8 +280,9 @@ fn a_reference_only_key_is_refused_its_writes_and_the_blob_is_unchanged() {
     let out = publish(&sub.addr, b"overwrite\n", &write, dir);
     out.expect_code(4, "pfs pub --write-at with a stream=ref key");
     assert!(
-        out.stderr
-            .contains("cannot publish this gram: the subscriber does not let this publisher send write entries"),
+        out.stderr.contains(
+            "cannot publish this gram: the subscriber does not let this publisher send write entries"
+        ),
         "{}",
         out.stderr
     );
@@ -250,7 +291,8 @@ fn a_reference_only_key_is_refused_its_writes_and_the_blob_is_unchanged() {
     let out = publish(&sub.addr, b"hello\n", &as_key, dir);
     out.expect_code(4, "pfs pub (messages) with a stream=ref key");
     assert!(
-        out.stderr.contains("does not let this publisher send message entries"),
+        out.stderr
+            .contains("does not let this publisher send message entries"),
         "{}",
         out.stderr
     );
@@ -258,7 +300,11 @@ fn a_reference_only_key_is_refused_its_writes_and_the_blob_is_unchanged() {
     let failed = events(&done, "session_failed");
     assert_eq!(failed.len(), 2, "{}", done.stdout);
     assert_eq!(events(&done, "report").len(), 0, "{}", done.stdout);
-    assert_eq!(read_at(&blob_file(dir, "guarded"), 0, 1 << 20), before, "the blob changed");
+    assert_eq!(
+        read_at(&blob_file(dir, "guarded"), 0, 1 << 20),
+        before,
+        "the blob changed"
+    );
 }
 
 #[test]
@@ -268,7 +314,8 @@ fn garbage_is_refused_and_the_next_publisher_is_served() {
     let sub = sub_json(&["--max-sessions", "2", "--count"], dir);
     {
         let mut s = std::net::TcpStream::connect(&sub.addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
         s.write_all(&[0x5a; 96]).expect("write garbage");
         // The subscriber answers (an ERROR frame) and closes.
         let mut answer = Vec::new();

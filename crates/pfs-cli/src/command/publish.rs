@@ -13,8 +13,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use pfs_blob::BlobWriter;
 use packetfs::stream::{GramWriter, Offer, Publication, PublicationConfig, PublisherReport};
+use pfs_blob::BlobWriter;
 
 use crate::args::PubArgs;
 use crate::exit;
@@ -42,7 +42,11 @@ enum Split {
 
 /// Reads records from `input` and sends them on; an I/O error ends the
 /// stream of records with that error.
-fn read_records(mut input: Box<dyn Read + Send>, split: Split, tx: mpsc::SyncSender<std::io::Result<Vec<u8>>>) {
+fn read_records(
+    mut input: Box<dyn Read + Send>,
+    split: Split,
+    tx: mpsc::SyncSender<std::io::Result<Vec<u8>>>,
+) {
     match split {
         Split::Lines { keep_newline } => {
             let mut r = BufReader::with_capacity(1 << 16, input);
@@ -180,7 +184,10 @@ fn flush(
 pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
     args.transport.check()?;
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        anyhow::bail!("--timeout must be a positive number of seconds (got {})", args.timeout);
+        anyhow::bail!(
+            "--timeout must be a positive number of seconds (got {})",
+            args.timeout
+        );
     }
     if args.record_size == Some(0) {
         anyhow::bail!("--record-size must be at least 1 byte");
@@ -223,7 +230,15 @@ pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
         ..Sent::default()
     };
     let own = opened.blob.writer();
-    let outcome = publish(&mut publication, &own, &rx, &mut sent, (max_body, max_entries), linger, timeout);
+    let outcome = publish(
+        &mut publication,
+        &own,
+        &rx,
+        &mut sent,
+        (max_body, max_entries),
+        linger,
+        timeout,
+    );
     // What was written into this blob stays, sent or not: its record follows.
     if let Some((from, to)) = sent.written {
         let regions: Vec<usize> = super::regions_touched(from, to - from, view.region_size).collect();
@@ -308,7 +323,11 @@ fn print_report(
 ) -> anyhow::Result<()> {
     let secs = elapsed.as_secs_f64();
     let wire = r.wire_bytes_sent + r.wire_bytes_received;
-    let kind = if args.write_at.is_some() { "write" } else { "message" };
+    let kind = if args.write_at.is_some() {
+        "write"
+    } else {
+        "message"
+    };
     let integrity = if r.digests_matched { "OK" } else { "MISMATCH" };
     if args.json {
         let v = serde_json::json!({

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use packetfs::keys::StreamRights;
 use packetfs::stream::{
-    Entry, GramEntries, StreamHost, SubscriberBlob, SubscriberReport, Subscription,
-    SubscriptionConfig, RIGHT_MESSAGE, RIGHT_WRITE,
+    Entry, GramEntries, StreamHost, SubscriberBlob, SubscriberReport, Subscription, SubscriptionConfig,
+    RIGHT_MESSAGE, RIGHT_WRITE,
 };
 use pfs_exec::kernel::{Acc, Kernel, KernelId, Output};
 use pfs_session::{admit_one, Client, ServerConfig};
@@ -109,8 +109,11 @@ impl StreamHost for Host {
         let mut out_ok = true;
         while let Some(e) = gram.next_entry() {
             if let Entry::Write { offset, bytes } = e {
-                self.written
-                    .extend(super::regions_touched(offset, bytes.len() as u64, self.region_size));
+                self.written.extend(super::regions_touched(
+                    offset,
+                    bytes.len() as u64,
+                    self.region_size,
+                ));
             }
             match (&self.action, e) {
                 (Action::Print { raw }, Entry::Message(m)) => {
@@ -210,7 +213,12 @@ pub fn run(args: &SubArgs) -> anyhow::Result<i32> {
         };
         host.reset();
         let t0 = Instant::now();
-        let outcome = session(transport, SubscriberBlob::of(&mut opened.blob), sub_cfg, &mut host);
+        let outcome = session(
+            transport,
+            SubscriberBlob::of(&mut opened.blob),
+            sub_cfg,
+            &mut host,
+        );
         let elapsed = t0.elapsed();
         // Grams applied before a refusal stay applied: their regions too.
         let written = host.take_written();
@@ -273,7 +281,8 @@ impl Report {
         let key = d.key.map_or_else(|| "-".to_string(), |k| k.fingerprint());
         if self.json {
             self.line(
-                &serde_json::json!({"event": "denied", "peer": peer, "key": key, "reason": d.reason}).to_string(),
+                &serde_json::json!({"event": "denied", "peer": peer, "key": key, "reason": d.reason})
+                    .to_string(),
             );
         } else {
             self.line(&format!("pfs sub: {peer} (key {key}) denied: {}", d.reason));
@@ -352,7 +361,10 @@ impl Report {
                 ));
             }
             if let Some((o, k)) = exec {
-                self.line(&format!("  exec {k:<9} {}", packetfs::report::exec_output_text(o)));
+                self.line(&format!(
+                    "  exec {k:<9} {}",
+                    packetfs::report::exec_output_text(o)
+                ));
             }
         }
     }
