@@ -97,6 +97,7 @@ OK, with repaired_grams / repaired_bytes in the report (exit 3 only for a mismat
   tail -f app.log | pfs pub --to 127.0.0.1:7879 --batch 256 --linger-ms 5
   pfs pub --to 127.0.0.1:7879 --input events.bin --record-size 64 --json
   pfs pub --to 127.0.0.1:7879 --input patch.bin --write-at 1M   # WRITE the file's bytes at 1 MiB (replication)
+  printf '0 4K\\n1M 64K\\n' | pfs pub --to 127.0.0.1:7879 --refs   # REFERENCEs (pfs sub --kernel computes over them)
   pfs pub --to sub.example:7879 --identity ~/.config/pfs/identity --server-key sub.pub
 
 Both sides hold the same blob (same --size and --seed, or the same --blob-name): a stream starts
@@ -559,6 +560,10 @@ pub struct PubArgs {
     /// OFFSET (lines keep their newline: the input's bytes land unchanged), not as MESSAGEs.
     #[arg(long, value_name = "OFFSET", value_parser = parse_size)]
     pub write_at: Option<u64>,
+    /// Each input line is `OFFSET LEN` (sizes as K/M/G): published as a REFERENCE to those bytes
+    /// of the blob both sides hold (what `pfs sub --kernel` computes over), not as a MESSAGE.
+    #[arg(long, conflicts_with_all = ["write_at", "record_size"])]
+    pub refs: bool,
     /// Integrity algorithm of every gram's digest.
     #[arg(long, value_enum, default_value_t = IntegrityArg::Xxh3)]
     pub integrity: IntegrityArg,

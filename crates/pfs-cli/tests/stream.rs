@@ -255,7 +255,7 @@ fn a_reference_only_key_is_refused_its_writes_and_the_blob_is_unchanged() {
     let sub = sub_json(
         &[
             "--max-sessions",
-            "2",
+            "3",
             "--blob-name",
             "guarded",
             "--blob-keep",
@@ -296,10 +296,18 @@ fn a_reference_only_key_is_refused_its_writes_and_the_blob_is_unchanged() {
         "{}",
         out.stderr
     );
+    // References it may send.
+    let mut refs = as_key.to_vec();
+    refs.push("--refs");
+    publish(&sub.addr, b"0 4K\n", &refs, dir).expect_code(0, "pfs pub --refs with a stream=ref key");
     let done = sub.finish();
+    done.expect_code(0, "pfs sub: its last publisher succeeded");
     let failed = events(&done, "session_failed");
     assert_eq!(failed.len(), 2, "{}", done.stdout);
-    assert_eq!(events(&done, "report").len(), 0, "{}", done.stdout);
+    let reports = events(&done, "report");
+    assert_eq!(reports.len(), 1, "{}", done.stdout);
+    assert_eq!(reports[0]["stream_rights"], "ref", "{}", done.stdout);
+    assert_eq!(reports[0]["count"]["reference_bytes"], 4096, "{}", done.stdout);
     assert_eq!(
         read_at(&blob_file(dir, "guarded"), 0, 1 << 20),
         before,
@@ -332,4 +340,40 @@ fn garbage_is_refused_and_the_next_publisher_is_served() {
     let reports = events(&done, "report");
     assert_eq!(reports.len(), 1, "{}", done.stdout);
     assert_eq!(reports[0]["count"]["message_bytes"], 5, "{}", done.stdout);
+}
+
+#[test]
+fn a_kernel_computes_over_the_references_a_publisher_sends() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let sub = sub_json(
+        &["--once", "--kernel", "sum", "--blob-name", "held", "--blob-keep"],
+        dir,
+    );
+    let out = publish(&sub.addr, b"0 4K\n8K 4K\n", &["--refs", "--json"], dir);
+    out.expect_code(0, "pfs pub --refs");
+    let v = out.json("pfs pub --refs");
+    assert_eq!(v["entries_as"], "reference", "{v:#}");
+    assert_eq!(v["publisher"]["effective_bytes"], 8192, "{v:#}");
+    let done = sub.finish();
+    done.expect_code(0, "pfs sub --kernel sum");
+    let r = &events(&done, "report")[0];
+    assert_eq!(r["exec"]["kernel"], "sum", "{r:#}");
+    // The wrapping sum of the little-endian u64 words both ranges hold.
+    let blob = std::fs::read(blob_file(dir, "held")).expect("read the blob");
+    let want = [0..4096usize, 8192..12288]
+        .into_iter()
+        .flat_map(|range| {
+            blob[range]
+                .chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+                .collect::<Vec<_>>()
+        })
+        .fold(0u64, u64::wrapping_add);
+    assert_eq!(r["exec"]["output"]["U64"].as_u64(), Some(want), "{r:#}");
+    assert_eq!(
+        r["stats"]["wire_bytes"].as_u64().map(|w| w < 8192),
+        Some(true),
+        "{r:#}"
+    );
 }

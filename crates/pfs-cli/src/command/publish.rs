@@ -95,10 +95,35 @@ fn read_records(
     }
 }
 
+/// One record, as it will travel.
+#[derive(Debug)]
+enum Rec {
+    /// Bytes: a MESSAGE, or a WRITE with --write-at.
+    Bytes(Vec<u8>),
+    /// A REFERENCE (`--refs`): `len` bytes at `offset` of the blob.
+    Ref { offset: u64, len: u32 },
+}
+
+/// Parses `--refs` line `n`: `OFFSET LEN`, sizes as the options take them.
+fn parse_ref(line: &[u8], n: u64) -> anyhow::Result<Rec> {
+    let text = std::str::from_utf8(line).unwrap_or("");
+    let mut words = text.split_whitespace();
+    let parsed = match (words.next(), words.next(), words.next()) {
+        (Some(o), Some(l), None) => crate::args::parse_size(o)
+            .ok()
+            .zip(crate::args::parse_size_u32(l).ok()),
+        _ => None,
+    };
+    match parsed {
+        Some((offset, len)) => Ok(Rec::Ref { offset, len }),
+        None => anyhow::bail!("--refs: input line {n} is not `OFFSET LEN`: {text:?}"),
+    }
+}
+
 /// Records waiting to be sent as one gram.
 #[derive(Debug, Default)]
 struct Batch {
-    records: Vec<Vec<u8>>,
+    records: Vec<Rec>,
     bytes: u64,
     /// When the first record came: the batch goes out `linger` after it
     /// at the latest.
@@ -106,8 +131,10 @@ struct Batch {
 }
 
 impl Batch {
-    fn push(&mut self, r: Vec<u8>) {
-        self.bytes += r.len() as u64;
+    fn push(&mut self, r: Rec) {
+        if let Rec::Bytes(b) = &r {
+            self.bytes += b.len() as u64;
+        }
         self.since.get_or_insert_with(Instant::now);
         self.records.push(r);
     }
@@ -121,13 +148,16 @@ impl Batch {
     fn write(&self, g: &mut GramWriter<'_>, write_at: Option<u64>) {
         let mut at = write_at;
         for r in &self.records {
-            match at {
-                Some(off) => {
-                    g.write(off, r);
-                    at = Some(off + r.len() as u64);
+            match (r, at) {
+                (Rec::Ref { offset, len }, _) => {
+                    g.reference(*offset, *len);
                 }
-                None => {
-                    g.message(r);
+                (Rec::Bytes(b), Some(off)) => {
+                    g.write(off, b);
+                    at = Some(off + b.len() as u64);
+                }
+                (Rec::Bytes(b), None) => {
+                    g.message(b);
                 }
             }
         }
@@ -167,8 +197,10 @@ fn flush(
     }
     if let Some(mut off) = at {
         for r in &batch.records {
-            own.write(off, r)?;
-            off += r.len() as u64;
+            if let Rec::Bytes(b) = r {
+                own.write(off, b)?;
+                off += b.len() as u64;
+            }
         }
     }
     sent.records += batch.records.len() as u64;
@@ -233,6 +265,7 @@ pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
     let outcome = publish(
         &mut publication,
         &own,
+        args.refs,
         &rx,
         &mut sent,
         (max_body, max_entries),
@@ -266,6 +299,7 @@ pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
 fn publish(
     publication: &mut Publication<'_>,
     own: &BlobWriter<'_>,
+    refs: bool,
     rx: &Receiver<std::io::Result<Vec<u8>>>,
     sent: &mut Sent,
     (max_body, max_entries): (u64, usize),
@@ -273,6 +307,7 @@ fn publish(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let mut batch = Batch::default();
+    let mut line = 0;
     loop {
         let wait = match batch.since {
             Some(t) => linger.saturating_sub(t.elapsed()).min(POLL_EVERY),
@@ -281,8 +316,18 @@ fn publish(
         match rx.recv_timeout(wait) {
             Ok(rec) => {
                 let rec = rec.map_err(|e| anyhow::anyhow!("reading the input: {e}"))?;
+                line += 1;
+                let rec = if refs {
+                    parse_ref(&rec, line)?
+                } else {
+                    Rec::Bytes(rec)
+                };
+                let slab = match &rec {
+                    Rec::Bytes(b) => b.len() as u64,
+                    Rec::Ref { .. } => 0,
+                };
                 if !batch.records.is_empty()
-                    && (batch.records.len() >= max_entries || batch.body_with(rec.len() as u64) > max_body)
+                    && (batch.records.len() >= max_entries || batch.body_with(slab) > max_body)
                 {
                     flush(publication, own, &mut batch, sent, timeout)?;
                 }
@@ -323,10 +368,10 @@ fn print_report(
 ) -> anyhow::Result<()> {
     let secs = elapsed.as_secs_f64();
     let wire = r.wire_bytes_sent + r.wire_bytes_received;
-    let kind = if args.write_at.is_some() {
-        "write"
-    } else {
-        "message"
+    let kind = match (args.refs, args.write_at) {
+        (true, _) => "reference",
+        (false, Some(_)) => "write",
+        (false, None) => "message",
     };
     let integrity = if r.digests_matched { "OK" } else { "MISMATCH" };
     if args.json {
