@@ -262,16 +262,14 @@ pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
         ..Sent::default()
     };
     let own = opened.blob.writer();
-    let outcome = publish(
-        &mut publication,
-        &own,
-        args.refs,
-        &rx,
-        &mut sent,
-        (max_body, max_entries),
+    let pace = Pace {
+        refs: args.refs,
+        max_body,
+        max_entries,
         linger,
         timeout,
-    );
+    };
+    let outcome = publish(&mut publication, &own, &rx, &mut sent, &pace);
     // What was written into this blob stays, sent or not: its record follows.
     if let Some((from, to)) = sent.written {
         let regions: Vec<usize> = super::regions_touched(from, to - from, view.region_size).collect();
@@ -293,19 +291,38 @@ pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
     })
 }
 
+/// How records become grams.
+#[derive(Debug)]
+struct Pace {
+    /// Lines are `OFFSET LEN` references.
+    refs: bool,
+    /// The subscriber's largest gram body, and most entries a gram (its
+    /// limit, or --batch if smaller).
+    max_body: u64,
+    max_entries: usize,
+    /// A partial batch goes out after this without input.
+    linger: Duration,
+    /// Longest wait for room in the subscriber's window.
+    timeout: Duration,
+}
+
 /// Takes records from `rx` until the input ends, sending a gram when the
 /// batch is full (records, the subscriber's `max_body` and entry limit) or
 /// has waited `linger`; polls the stream meanwhile.
 fn publish(
     publication: &mut Publication<'_>,
     own: &BlobWriter<'_>,
-    refs: bool,
     rx: &Receiver<std::io::Result<Vec<u8>>>,
     sent: &mut Sent,
-    (max_body, max_entries): (u64, usize),
-    linger: Duration,
-    timeout: Duration,
+    pace: &Pace,
 ) -> anyhow::Result<()> {
+    let Pace {
+        refs,
+        max_body,
+        max_entries,
+        linger,
+        timeout,
+    } = *pace;
     let mut batch = Batch::default();
     let mut line = 0;
     loop {
