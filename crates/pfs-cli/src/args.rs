@@ -5,8 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use packetfs::blob::BlobArgs;
+pub use packetfs::endpoint::{TransportArg, TransportArgs};
 pub use packetfs::keys::{ClientAuthArgs, ServerAuthArgs};
 pub use packetfs::parse::{parse_size, parse_size_u32, parse_u64, EncodingArg, PatternArg};
+pub use packetfs::pubsub::{PubArgs, SubArgs};
 
 const ABOUT: &str = "PacketFS: ship references (offset, length) into a blob both peers hold, not bytes.";
 
@@ -92,31 +94,19 @@ OK, with repaired_grams / repaired_bytes in the report (exit 3 only for a mismat
   pfs serve --config /etc/pfs/serve.toml --log-format json   # deployed: dist/pfs-serve.toml, dist/pfs-serve.service")]
     Serve(ServeArgs),
     /// Publish records read from stdin or a file to a `pfs sub`, batched into stream grams.
-    #[command(after_help = "Examples:
-  printf 'a\\nb\\nc\\n' | pfs pub --to 127.0.0.1:7879 --size 64M     # three MESSAGE records, one per line
-  tail -f app.log | pfs pub --to 127.0.0.1:7879 --batch 256 --linger-ms 5
-  pfs pub --to 127.0.0.1:7879 --input events.bin --record-size 64 --json
-  pfs pub --to 127.0.0.1:7879 --input patch.bin --write-at 1M   # WRITE the file's bytes at 1 MiB (replication)
-  printf '0 4K\\n1M 64K\\n' | pfs pub --to 127.0.0.1:7879 --refs   # REFERENCEs (pfs sub --kernel computes over them)
-  pfs pub --to sub.example:7879 --identity ~/.config/pfs/identity --server-key sub.pub
-
-Both sides hold the same blob (same --size and --seed, or the same --blob-name): a stream starts
-only on matching fingerprints. Records are batched, --batch a gram, a partial batch sent after
---linger-ms without input and at the end; pfs pub exits once the subscriber applied every gram.")]
-    Pub(PubArgs),
+    Pub {
+        #[command(flatten)]
+        args: PubArgs,
+        #[command(flatten)]
+        transport: TransportArgs,
+    },
     /// Subscribe: take publishers (`pfs pub`, the library's Publication) one at a time, execute their grams.
-    #[command(after_help = "Examples:
-  pfs sub --listen 127.0.0.1:7879 --size 64M --print        # each message on its own line
-  pfs sub --listen 127.0.0.1:7879 --size 64M --count --once --json
-  pfs sub --listen 127.0.0.1:7879 --kernel crc32c           # a pCPU kernel over every REFERENCE
-  pfs sub --blob-name replica --no-fill --blob-keep         # a replica: WRITEs land in the named blob
-  pfs sub --listen 0.0.0.0:7879 --authorized-keys keys      # keys required; `stream=ref` or
-                                                            # `stream=message` on a key's line narrows it
-
-A publisher that breaks the rules (an entry outside the blob, a WRITE without the right, garbage)
-ends only its own session, the blob as its last good gram left it; the next one is served.
-The listening line and reports go to stderr with --print (stdout carries the messages).")]
-    Sub(SubArgs),
+    Sub {
+        #[command(flatten)]
+        args: SubArgs,
+        #[command(flatten)]
+        transport: TransportArgs,
+    },
     /// Execute a kernel over a descriptor schedule on this host's blob (pCPU), on N pThreads.
     #[command(after_help = "Examples:
   pfs exec --kernel xxh3 --bytes 16G                      # one pThread, random schedule
@@ -538,96 +528,6 @@ pub struct ExecArgs {
     pub json: bool,
 }
 
-/// `pfs pub`
-#[derive(Debug, Args)]
-pub struct PubArgs {
-    /// Subscriber address: host:port for tcp and udp, the socket path for unix and shm.
-    #[arg(long, value_name = "ADDR")]
-    pub to: String,
-    /// Read records from this file [default: stdin].
-    #[arg(long, value_name = "FILE")]
-    pub input: Option<PathBuf>,
-    /// Fixed-size binary records of N bytes (the last may be shorter) instead of one record a line.
-    #[arg(long, value_name = "N", value_parser = parse_size_u32)]
-    pub record_size: Option<u32>,
-    /// Records per gram (fewer when the subscriber's gram limits are reached first).
-    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
-    pub batch: u32,
-    /// Send a partial batch once no record has come for this many milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 10)]
-    pub linger_ms: u64,
-    /// Publish the records as WRITEs into the subscriber's blob at successive offsets from
-    /// OFFSET (lines keep their newline: the input's bytes land unchanged), not as MESSAGEs.
-    #[arg(long, value_name = "OFFSET", value_parser = parse_size)]
-    pub write_at: Option<u64>,
-    /// Each input line is `OFFSET LEN` (sizes as K/M/G): published as a REFERENCE to those bytes
-    /// of the blob both sides hold (what `pfs sub --kernel` computes over), not as a MESSAGE.
-    #[arg(long, conflicts_with_all = ["write_at", "record_size"])]
-    pub refs: bool,
-    /// Integrity algorithm of every gram's digest.
-    #[arg(long, value_enum, default_value_t = IntegrityArg::Xxh3)]
-    pub integrity: IntegrityArg,
-    /// Longest to wait for the subscriber: for room in its window, and for its last APPLIED (seconds).
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
-    pub timeout: f64,
-    /// Transport.
-    #[command(flatten)]
-    pub transport: TransportArgs,
-    /// Keys and encryption.
-    #[command(flatten)]
-    pub auth: ClientAuthArgs,
-    /// Blob (the same bytes as the subscriber's).
-    #[command(flatten)]
-    pub blob: BlobArgs,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `pfs sub`
-#[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("action").args(["print", "count", "kernel"]))]
-pub struct SubArgs {
-    /// Address to listen on: host:port for tcp and udp (loopback unless given), a socket path for
-    /// unix and shm [default: 127.0.0.1:7879].
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7879")]
-    pub listen: String,
-    /// Write every MESSAGE to stdout, one a line (reports then go to stderr).
-    #[arg(long, conflicts_with = "json")]
-    pub print: bool,
-    /// With --print: the messages' bytes only, no newline after each.
-    #[arg(long, requires = "print")]
-    pub raw: bool,
-    /// Count the entries of every kind and their bytes; in the report.
-    #[arg(long)]
-    pub count: bool,
-    /// Run this built-in read-only pCPU kernel over every REFERENCE entry (fnv1a64, xxh3,
-    /// crc32c, sum, count:B, histogram, gather); its result is in the report.
-    #[arg(long, value_name = "KERNEL")]
-    pub kernel: Option<String>,
-    /// Serve one publisher, then exit with its status.
-    #[arg(long, conflicts_with = "max_sessions")]
-    pub once: bool,
-    /// Exit after this many connections (publishers served, refused or denied).
-    #[arg(long, value_name = "N")]
-    pub max_sessions: Option<u64>,
-    /// Most bytes of one gram taken (its frame body).
-    #[arg(long, default_value = "4M", value_parser = parse_size_u32)]
-    pub max_gram: u32,
-    /// Transport.
-    #[command(flatten)]
-    pub transport: TransportArgs,
-    /// Keys and admission (`stream=ref|message` on a key's line limits what it may send).
-    #[command(flatten)]
-    pub auth: ServerAuthArgs,
-    /// Blob.
-    #[command(flatten)]
-    pub blob: BlobArgs,
-    /// Print JSON on stdout, one object a line and event.
-    #[arg(long)]
-    pub json: bool,
-}
-
 /// Options of a running session, shared by `send` and `serve`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -643,102 +543,6 @@ pub struct RunArgs {
     /// Print JSON on stdout (`serve`: one JSON object per line and event).
     #[arg(long)]
     pub json: bool,
-}
-
-/// Which transport carries the frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TransportArg {
-    /// TCP (address `host:port`).
-    Tcp,
-    /// Unix stream socket, same host (address: a socket path).
-    Unix,
-    /// Shared-memory rings, same host (address: the rendezvous socket path).
-    Shm,
-    /// UDP datagrams (address `host:port`): a reliable stream with selective ACKs, every gap
-    /// NAKed at once, and paced, rate-based congestion control — for long or lossy links.
-    Udp,
-}
-
-impl TransportArg {
-    /// Whether peers may be on other hosts (TCP, UDP): keys are then required off loopback.
-    pub fn is_network(self) -> bool {
-        matches!(self, Self::Tcp | Self::Udp)
-    }
-}
-
-/// How an idle side of a shared-memory connection waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShmWaitArg {
-    /// Busy-spin: lowest latency, one core at 100 % per waiting side.
-    Spin,
-    /// Spin, then yield the CPU.
-    Yield,
-    /// Spin, then sleep on a futex in shared memory (idle CPU ≈ 0).
-    Futex,
-}
-
-/// Transport selection, shared by `send` and `serve`.
-#[derive(Debug, Clone, Args)]
-pub struct TransportArgs {
-    /// Transport: tcp or udp, or for same-host peers unix or shm (shared-memory rings).
-    #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
-    pub transport: TransportArg,
-    /// udp: the path's MTU in bytes (576–65535); datagrams are this less the IP and UDP
-    /// headers [default: 1500]. Both sides use the smaller of their two values.
-    #[arg(long, value_name = "BYTES")]
-    pub mtu: Option<u32>,
-    /// shm: how an idle side waits.
-    #[arg(long, value_enum, default_value_t = ShmWaitArg::Futex)]
-    pub shm_wait: ShmWaitArg,
-    /// shm (serve): bytes of each direction's ring (a power of two, 4K … 1G).
-    #[arg(long, default_value = "4M", value_parser = parse_size)]
-    pub shm_ring: u64,
-}
-
-impl TransportArgs {
-    /// The shared-memory settings.
-    pub fn shm(&self) -> pfs_transport::ShmConfig {
-        pfs_transport::ShmConfig {
-            ring_bytes: usize::try_from(self.shm_ring).unwrap_or(usize::MAX),
-            wait: match self.shm_wait {
-                ShmWaitArg::Spin => pfs_ipc::WaitStrategy::Spin,
-                ShmWaitArg::Yield => pfs_ipc::WaitStrategy::SpinYield,
-                ShmWaitArg::Futex => pfs_ipc::WaitStrategy::SpinFutex,
-            },
-        }
-    }
-
-    /// Flags that only apply to shm, given with another transport: an error
-    /// rather than a silently ignored setting.
-    pub fn check(&self) -> anyhow::Result<()> {
-        let shm_flags_changed = self.shm_wait != ShmWaitArg::Futex || self.shm_ring != 4 << 20;
-        if self.transport != TransportArg::Shm && shm_flags_changed {
-            anyhow::bail!("--shm-wait and --shm-ring apply only with --transport shm");
-        }
-        if let Some(mtu) = self.mtu {
-            if self.transport != TransportArg::Udp {
-                anyhow::bail!("--mtu applies only with --transport udp");
-            }
-            if !(576..=65535).contains(&mtu) {
-                anyhow::bail!("--mtu {mtu}: give 576 … 65535 bytes");
-            }
-        }
-        Ok(())
-    }
-
-    /// The UDP settings for a peer at `addr` (IPv6 headers are 20 bytes longer).
-    pub fn udp(&self, addr: &str) -> pfs_transport::UdpConfig {
-        let mtu = self.mtu.unwrap_or(1500);
-        let headers = if addr.starts_with('[') { 48 } else { 28 };
-        let datagram = mtu.saturating_sub(headers).clamp(
-            u32::from(pfs_wire::datagram::MIN_DATAGRAM),
-            u32::from(pfs_wire::datagram::MAX_DATAGRAM),
-        );
-        pfs_transport::UdpConfig {
-            max_datagram: datagram as u16,
-            ..pfs_transport::UdpConfig::default()
-        }
-    }
 }
 
 /// How much the server logs.

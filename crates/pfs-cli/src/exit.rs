@@ -85,8 +85,10 @@ pub fn classify(e: &anyhow::Error) -> i32 {
     if let Some(p) = e.downcast_ref::<packetfs::Error>() {
         return of_packetfs(p);
     }
-    if let Some(s) = e.downcast_ref::<packetfs::stream::StreamError>() {
-        return of_stream(s);
+    match e.downcast_ref::<packetfs::pubsub::PubSubError>() {
+        Some(packetfs::pubsub::PubSubError::Lib(p)) => return of_packetfs(p),
+        Some(packetfs::pubsub::PubSubError::Stream(s)) => return of_stream(s),
+        _ => {}
     }
     if e.downcast_ref::<crate::config::ConfigError>().is_some() {
         return USAGE;

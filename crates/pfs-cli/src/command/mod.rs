@@ -9,13 +9,12 @@ mod keygen;
 mod log;
 mod mount;
 mod progress;
-mod publish;
+mod pubsub;
 mod send;
 mod send_files;
 mod serve;
 mod serve_files;
 mod shutdown;
-mod subscribe;
 
 use std::time::Duration;
 
@@ -32,8 +31,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Keygen(args) => keygen::run(&args),
         Command::Send(args) => send::run(args),
         Command::Exec(args) => exec::run(args),
-        Command::Pub(args) => publish::run(&args),
-        Command::Sub(args) => subscribe::run(&args),
+        Command::Pub { args, transport } => pubsub::publish(&args, &transport),
+        Command::Sub { args, transport } => pubsub::subscribe(&args, &transport),
         Command::Serve(args) => serve::run(args),
         Command::Mount(args) => mount::run(&args),
         Command::Umount(args) => mount::umount(&args),
@@ -44,18 +43,6 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 /// Maps, prefaults, fills and fingerprints the blob; prints warnings and the setup line on stderr.
 pub fn open_blob(args: &BlobArgs, quiet: bool) -> Result<OpenedBlob, packetfs::Error> {
     packetfs::blob::open_blob(&args.config(), quiet)
-}
-
-/// The fingerprint regions (of `region_size` bytes) that `len` bytes at
-/// `offset` touch: those a write makes stale.
-pub fn regions_touched(offset: u64, len: u64, region_size: u32) -> std::ops::Range<usize> {
-    let rs = u64::from(region_size.max(1));
-    if len == 0 {
-        return 0..0;
-    }
-    let first = offset / rs;
-    let last = (offset + len - 1) / rs;
-    first as usize..last as usize + 1
 }
 
 /// `--log-interval` seconds as a duration. Without the option, progress is

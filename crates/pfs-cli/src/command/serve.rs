@@ -9,9 +9,9 @@ use pfs_session::metrics::{Endpoint, EndpointConfig, Metrics};
 use pfs_session::{
     serve, GramReceiverConfig, GramReceiverOutcome, Limits, ServerConfig, ServerEvent, SessionStats,
 };
-use pfs_transport::{AnyListener, Listener, ShmListener, TcpConfig, TcpListener, UnixListener};
+use pfs_transport::{AnyListener, Listener};
 
-use crate::args::{ServeArgs, ServerAuthArgs, TransportArg, TransportArgs};
+use crate::args::{ServeArgs, TransportArg};
 use crate::exit;
 
 use packetfs::gram::progress_line;
@@ -108,36 +108,14 @@ pub fn finished(cfg: &ServerConfig, ok: u64, failed: u64) {
 
 /// Binds the listener `--transport` and `--listen` name.
 pub fn bind_listener(args: &ServeArgs) -> anyhow::Result<AnyListener> {
-    bind(&listen_addr(args), &args.transport, args.run.sock_buf, &args.auth)
-}
-
-/// Binds a listener on `listen` over `transport`; a plain loopback TCP
-/// port admits only this user's peers unless the keys say otherwise.
-pub fn bind(
-    listen: &str,
-    transport: &TransportArgs,
-    sock_buf: u64,
-    auth: &ServerAuthArgs,
-) -> anyhow::Result<AnyListener> {
-    Ok(match transport.transport {
-        TransportArg::Tcp => {
-            let tcp = TcpConfig {
-                socket_buffer: sock_buf as usize,
-                ..TcpConfig::default()
-            };
-            let listener = TcpListener::bind(listen, tcp)?;
-            if super::auth::local_users_only(auth, listen) {
-                AnyListener::Tcp(listener.same_user_only())
-            } else {
-                AnyListener::Tcp(listener)
-            }
-        }
-        TransportArg::Unix => AnyListener::Unix(UnixListener::bind(Path::new(listen))?),
-        TransportArg::Shm => AnyListener::Shm(ShmListener::bind(Path::new(listen), &transport.shm())?),
-        TransportArg::Udp => {
-            AnyListener::Udp(pfs_transport::UdpListener::bind(listen, transport.udp(listen))?)
-        }
-    })
+    let listen = listen_addr(args);
+    let local = super::auth::local_users_only(&args.auth, &listen);
+    Ok(packetfs::endpoint::bind(
+        &listen,
+        &args.transport,
+        args.run.sock_buf,
+        local,
+    )?)
 }
 
 /// Prints the listening line (the address a sender needs) on stdout.

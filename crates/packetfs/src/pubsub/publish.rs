@@ -1,26 +1,198 @@
-//! `pfs pub`: publish records read from stdin or a file to a subscriber
-//! (`pfs sub`, docs/wire.md §15), batched into stream grams, and report
-//! what the subscriber applied.
+//! [`publish`]: records from a reader thread, batched into grams.
 //!
 //! A reader thread splits the input into records (lines, or fixed-size
-//! binary records) and hands them over a bounded channel; the main thread
-//! batches them into grams, sends a partial batch after `--linger-ms`
-//! without input, and keeps the stream alive (keepalives, APPLIED) while
-//! it waits.
+//! binary records) and hands them over a bounded channel; the calling
+//! thread batches them into grams, sends a partial batch after
+//! `--linger-ms` without input, and keeps the stream alive (keepalives,
+//! APPLIED) while it waits.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use packetfs::stream::{GramWriter, Offer, Publication, PublicationConfig, PublisherReport};
 use pfs_blob::BlobWriter;
 
-use crate::args::PubArgs;
-use crate::exit;
+use super::{rate, regions_touched, PubArgs, PubSubError};
+use crate::blob::open_blob;
+use crate::gram::Target;
+use crate::keys::ClientSecurity;
+use crate::parse::{parse_size, parse_size_u32};
+use crate::stream::{GramWriter, Offer, Publication, PublicationConfig, PublisherReport};
 
-use super::open_blob;
-use super::send::target;
+/// What a publisher sent and the subscriber applied.
+#[derive(Debug, Clone)]
+pub struct Published {
+    /// The stream's figures (the subscriber's APPLIED, digests).
+    pub report: PublisherReport,
+    /// Records read and sent.
+    pub records: u64,
+    /// What they travelled as: `message`, `write` or `reference`.
+    pub entries_as: &'static str,
+    /// The transport's label.
+    pub transport: &'static str,
+    /// From connecting to the last APPLIED.
+    pub elapsed: Duration,
+}
+
+/// Publishes the records of `args.input` (stdin without it) to the
+/// subscriber at `target` (protected with `security`), and waits until it
+/// applied them all.
+pub fn publish(
+    args: &PubArgs,
+    target: &Target,
+    security: Option<&ClientSecurity>,
+) -> Result<Published, PubSubError> {
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        return Err(PubSubError::Seconds {
+            option: "--timeout",
+            got: args.timeout,
+        });
+    }
+    if args.record_size == Some(0) {
+        return Err(PubSubError::EmptyRecords);
+    }
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let split = match args.record_size {
+        Some(n) => Split::Fixed(n as usize),
+        None => Split::Lines {
+            keep_newline: args.write_at.is_some(),
+        },
+    };
+    let input: Box<dyn Read + Send> = match &args.input {
+        Some(p) => Box::new(File::open(p).map_err(|source| PubSubError::Input {
+            path: p.clone(),
+            source,
+        })?),
+        None => Box::new(std::io::stdin()),
+    };
+    // The blob first: the subscriber gives a connection only its handshake
+    // timeout for STREAM_HELLO.
+    let opened = open_blob(&args.blob.config(), false)?;
+    let view = opened.view();
+    let cfg = PublicationConfig {
+        reply_timeout: timeout,
+        ..PublicationConfig::default()
+    };
+    let start = Instant::now();
+    let mut publication = Publication::connect_as(target, &view, cfg, security)?;
+    // Set once STREAM_ACCEPT is in, which `connect_as` waited for.
+    let (max_body, max_entries) = publication.accepted().map_or((u64::MAX, args.batch), |a| {
+        (u64::from(a.max_gram_body), a.max_entries)
+    });
+
+    let (tx, rx) = mpsc::sync_channel(args.batch.clamp(64, 1 << 16) as usize);
+    std::thread::spawn(move || read_records(input, split, tx));
+    let mut sent = Sent {
+        write_at: args.write_at,
+        ..Sent::default()
+    };
+    let own = opened.blob.writer();
+    let pace = Pace {
+        refs: args.refs,
+        max_body,
+        max_entries: max_entries.min(args.batch) as usize,
+        linger: Duration::from_millis(args.linger_ms),
+        timeout,
+    };
+    let outcome = pump(&mut publication, &own, &rx, &mut sent, &pace);
+    // What was written into this blob stays, sent or not: its record follows.
+    if let Some((from, to)) = sent.written {
+        let regions: Vec<usize> = regions_touched(from, to - from, view.region_size).collect();
+        opened.blob.rehash_regions(&regions)?;
+    }
+    outcome?;
+    let transport = publication.transport();
+    let report = publication.close()?;
+    Ok(Published {
+        report,
+        records: sent.records,
+        entries_as: match (args.refs, args.write_at) {
+            (true, _) => "reference",
+            (false, Some(_)) => "write",
+            (false, None) => "message",
+        },
+        transport,
+        elapsed: start.elapsed(),
+    })
+}
+
+impl Published {
+    /// Records a second.
+    fn records_per_s(&self) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 {
+            self.records as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    /// Bytes the connection carried both ways.
+    fn wire_bytes(&self) -> u64 {
+        self.report.wire_bytes_sent + self.report.wire_bytes_received
+    }
+
+    /// `OK`, or `MISMATCH` when a digest differed at the subscriber.
+    pub fn integrity(&self) -> &'static str {
+        if self.report.digests_matched {
+            "OK"
+        } else {
+            "MISMATCH"
+        }
+    }
+
+    /// `pfs pub --json`: effective bytes beside wire bytes, as `pfs send --json`.
+    pub fn json(&self) -> serde_json::Value {
+        let (r, secs, wire) = (&self.report, self.elapsed.as_secs_f64(), self.wire_bytes());
+        serde_json::json!({
+            "transport": self.transport,
+            "entries_as": self.entries_as,
+            "integrity_alg": crate::stream::IntegrityAlg::Xxh3.name(),
+            "integrity": self.integrity(),
+            "publisher": {
+                "records": self.records,
+                "grams": r.grams,
+                "entries": r.entries,
+                "effective_bytes": r.effective_bytes,
+                "payload_bytes": r.payload_bytes,
+                "wire_bytes": wire,
+                "wire_bytes_sent": r.wire_bytes_sent,
+                "wire_bytes_received": r.wire_bytes_received,
+                "wire_ratio": if r.effective_bytes > 0 { wire as f64 / r.effective_bytes as f64 } else { 0.0 },
+                "applied": r.applied,
+                "mismatched_grams": r.mismatched,
+                "back_pressure": r.back_pressure,
+                "elapsed_s": secs,
+                "effective_mb_s": rate(r.effective_bytes, secs),
+                "wire_mb_s": rate(wire, secs),
+                "records_per_s": self.records_per_s(),
+            },
+        })
+    }
+
+    /// `pfs pub`'s summary, two lines.
+    pub fn text(&self) -> String {
+        let (r, secs, wire) = (&self.report, self.elapsed.as_secs_f64(), self.wire_bytes());
+        format!(
+            "pfs pub: {} record(s) as {} entries in {} gram(s) over {}, applied {}; integrity {}\n  \
+             effective      {} bytes, {:.3} MB/s; wire {wire} bytes ({} sent, {} received), {:.3} MB/s; \
+             {secs:.3} s, {:.0} records/s",
+            self.records,
+            self.entries_as,
+            r.grams,
+            self.transport,
+            r.applied,
+            self.integrity(),
+            r.effective_bytes,
+            rate(r.effective_bytes, secs),
+            r.wire_bytes_sent,
+            r.wire_bytes_received,
+            rate(wire, secs),
+            self.records_per_s(),
+        )
+    }
+}
 
 /// Bytes a gram's body takes beside its table and payload (header and
 /// rounding), and a table entry at most (absolute encoding).
@@ -105,19 +277,19 @@ enum Rec {
 }
 
 /// Parses `--refs` line `n`: `OFFSET LEN`, sizes as the options take them.
-fn parse_ref(line: &[u8], n: u64) -> anyhow::Result<Rec> {
+fn parse_ref(line: &[u8], n: u64) -> Result<Rec, PubSubError> {
     let text = std::str::from_utf8(line).unwrap_or("");
     let mut words = text.split_whitespace();
     let parsed = match (words.next(), words.next(), words.next()) {
-        (Some(o), Some(l), None) => crate::args::parse_size(o)
-            .ok()
-            .zip(crate::args::parse_size_u32(l).ok()),
+        (Some(o), Some(l), None) => parse_size(o).ok().zip(parse_size_u32(l).ok()),
         _ => None,
     };
-    match parsed {
-        Some((offset, len)) => Ok(Rec::Ref { offset, len }),
-        None => anyhow::bail!("--refs: input line {n} is not `OFFSET LEN`: {text:?}"),
-    }
+    parsed
+        .map(|(offset, len)| Rec::Ref { offset, len })
+        .ok_or_else(|| PubSubError::BadRef {
+            line: n,
+            text: text.to_string(),
+        })
 }
 
 /// Records waiting to be sent as one gram.
@@ -184,16 +356,14 @@ fn flush(
     batch: &mut Batch,
     sent: &mut Sent,
     timeout: Duration,
-) -> anyhow::Result<()> {
+) -> Result<(), PubSubError> {
     if batch.records.is_empty() {
         return Ok(());
     }
     let at = sent.write_at;
     match publication.offer_blocking(timeout, |g| batch.write(g, at))? {
         Offer::Sent { .. } => {}
-        Offer::BackPressure => anyhow::bail!(
-            "the subscriber applied nothing for {timeout:?}: its window stayed full (see --timeout)"
-        ),
+        Offer::BackPressure => return Err(PubSubError::Stalled(timeout)),
     }
     if let Some(mut off) = at {
         for r in &batch.records {
@@ -211,84 +381,6 @@ fn flush(
     }
     *batch = Batch::default();
     Ok(())
-}
-
-pub fn run(args: &PubArgs) -> anyhow::Result<i32> {
-    args.transport.check()?;
-    if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        anyhow::bail!(
-            "--timeout must be a positive number of seconds (got {})",
-            args.timeout
-        );
-    }
-    if args.record_size == Some(0) {
-        anyhow::bail!("--record-size must be at least 1 byte");
-    }
-    let timeout = Duration::from_secs_f64(args.timeout);
-    let linger = Duration::from_millis(args.linger_ms);
-    let split = match args.record_size {
-        Some(n) => Split::Fixed(n as usize),
-        None => Split::Lines {
-            keep_newline: args.write_at.is_some(),
-        },
-    };
-    let input: Box<dyn Read + Send> = match &args.input {
-        Some(p) => Box::new(File::open(p).map_err(|e| anyhow::anyhow!("--input {}: {e}", p.display()))?),
-        None => Box::new(std::io::stdin()),
-    };
-    let security = super::auth::client_security(&args.auth, &args.to, args.transport.transport)?;
-    // The blob first: the subscriber gives a connection only its handshake
-    // timeout for STREAM_HELLO.
-    let opened = open_blob(&args.blob, false)?;
-    let view = opened.view();
-    let cfg = PublicationConfig {
-        integrity: args.integrity.alg(),
-        reply_timeout: timeout,
-        ..PublicationConfig::default()
-    };
-    let to = target(&args.to, &args.transport, 0);
-    let start = Instant::now();
-    let mut publication = Publication::connect_as(&to, &view, cfg, security.as_ref())?;
-    let accepted = publication
-        .accepted()
-        .ok_or_else(|| anyhow::anyhow!("the subscriber accepted the stream but sent no limits"))?;
-    let max_body = u64::from(accepted.max_gram_body);
-    let max_entries = accepted.max_entries.min(args.batch) as usize;
-
-    let (tx, rx) = mpsc::sync_channel(args.batch.clamp(64, 1 << 16) as usize);
-    std::thread::spawn(move || read_records(input, split, tx));
-    let mut sent = Sent {
-        write_at: args.write_at,
-        ..Sent::default()
-    };
-    let own = opened.blob.writer();
-    let pace = Pace {
-        refs: args.refs,
-        max_body,
-        max_entries,
-        linger,
-        timeout,
-    };
-    let outcome = publish(&mut publication, &own, &rx, &mut sent, &pace);
-    // What was written into this blob stays, sent or not: its record follows.
-    if let Some((from, to)) = sent.written {
-        let regions: Vec<usize> = super::regions_touched(from, to - from, view.region_size).collect();
-        opened.blob.rehash_regions(&regions)?;
-    }
-    outcome?;
-    let transport = publication.transport();
-    let report = publication.close()?;
-    let elapsed = start.elapsed();
-    print_report(args, &report, &sent, transport, elapsed)?;
-    Ok(if report.digests_matched {
-        exit::OK
-    } else {
-        eprintln!(
-            "pfs: integrity MISMATCH: the subscriber's digests differ in {} gram(s)",
-            report.mismatched
-        );
-        exit::INTEGRITY
-    })
 }
 
 /// How records become grams.
@@ -309,13 +401,13 @@ struct Pace {
 /// Takes records from `rx` until the input ends, sending a gram when the
 /// batch is full (records, the subscriber's `max_body` and entry limit) or
 /// has waited `linger`; polls the stream meanwhile.
-fn publish(
+fn pump(
     publication: &mut Publication<'_>,
     own: &BlobWriter<'_>,
     rx: &Receiver<std::io::Result<Vec<u8>>>,
     sent: &mut Sent,
     pace: &Pace,
-) -> anyhow::Result<()> {
+) -> Result<(), PubSubError> {
     let Pace {
         refs,
         max_body,
@@ -332,7 +424,7 @@ fn publish(
         };
         match rx.recv_timeout(wait) {
             Ok(rec) => {
-                let rec = rec.map_err(|e| anyhow::anyhow!("reading the input: {e}"))?;
+                let rec = rec.map_err(PubSubError::Read)?;
                 line += 1;
                 let rec = if refs {
                     parse_ref(&rec, line)?
@@ -358,81 +450,11 @@ fn publish(
                     flush(publication, own, &mut batch, sent, timeout)?;
                 }
                 // Keepalives and APPLIED while the input is quiet.
-                publication.poll().map_err(anyhow::Error::from)?;
+                publication.poll()?;
             }
             Err(RecvTimeoutError::Disconnected) => {
                 return flush(publication, own, &mut batch, sent, timeout);
             }
         }
     }
-}
-
-/// MB/s, decimal.
-fn rate(bytes: u64, secs: f64) -> f64 {
-    if secs > 0.0 {
-        bytes as f64 / secs / 1e6
-    } else {
-        0.0
-    }
-}
-
-fn print_report(
-    args: &PubArgs,
-    r: &PublisherReport,
-    sent: &Sent,
-    transport: &str,
-    elapsed: Duration,
-) -> anyhow::Result<()> {
-    let secs = elapsed.as_secs_f64();
-    let wire = r.wire_bytes_sent + r.wire_bytes_received;
-    let kind = match (args.refs, args.write_at) {
-        (true, _) => "reference",
-        (false, Some(_)) => "write",
-        (false, None) => "message",
-    };
-    let integrity = if r.digests_matched { "OK" } else { "MISMATCH" };
-    if args.json {
-        let v = serde_json::json!({
-            "transport": transport,
-            "entries_as": kind,
-            "integrity_alg": args.integrity.alg().name(),
-            "integrity": integrity,
-            "publisher": {
-                "records": sent.records,
-                "grams": r.grams,
-                "entries": r.entries,
-                "effective_bytes": r.effective_bytes,
-                "payload_bytes": r.payload_bytes,
-                "wire_bytes": wire,
-                "wire_bytes_sent": r.wire_bytes_sent,
-                "wire_bytes_received": r.wire_bytes_received,
-                "wire_ratio": if r.effective_bytes > 0 { wire as f64 / r.effective_bytes as f64 } else { 0.0 },
-                "applied": r.applied,
-                "mismatched_grams": r.mismatched,
-                "back_pressure": r.back_pressure,
-                "elapsed_s": secs,
-                "effective_mb_s": rate(r.effective_bytes, secs),
-                "wire_mb_s": rate(wire, secs),
-                "records_per_s": if secs > 0.0 { sent.records as f64 / secs } else { 0.0 },
-            },
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        println!(
-            "pfs pub: {} record(s) as {kind} entries in {} gram(s) over {transport}, applied {}; integrity {integrity}",
-            sent.records, r.grams, r.applied
-        );
-        println!(
-            "  effective      {} bytes, {:.3} MB/s; wire {} bytes ({} sent, {} received), {:.3} MB/s; {:.3} s, {:.0} records/s",
-            r.effective_bytes,
-            rate(r.effective_bytes, secs),
-            wire,
-            r.wire_bytes_sent,
-            r.wire_bytes_received,
-            rate(wire, secs),
-            secs,
-            if secs > 0.0 { sent.records as f64 / secs } else { 0.0 },
-        );
-    }
-    Ok(())
 }
