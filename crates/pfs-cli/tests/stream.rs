@@ -27,10 +27,13 @@ fn pfs(args: &[&str], dir: &Path) -> Command {
     cmd
 }
 
-/// A `pfs sub` on a free loopback port, in JSON (listening line and
-/// reports on stdout).
+/// A `pfs sub` (on a free loopback port unless `extra` says `--listen`),
+/// in JSON (listening line and reports on stdout).
 fn sub_json(extra: &[&str], dir: &Path) -> Server {
-    let mut args = vec!["sub", "--listen", "127.0.0.1:0", "--size", SIZE, "--json"];
+    let mut args = vec!["sub", "--size", SIZE, "--json"];
+    if !extra.contains(&"--listen") {
+        args.extend(["--listen", "127.0.0.1:0"]);
+    }
     args.extend_from_slice(extra);
     Server::spawn(pfs(&args, dir))
 }
@@ -376,4 +379,25 @@ fn a_kernel_computes_over_the_references_a_publisher_sends() {
         Some(true),
         "{r:#}"
     );
+}
+
+#[test]
+fn records_travel_over_a_unix_socket_too() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let sock = dir.join("sub.sock");
+    let sock = sock.to_str().expect("utf-8 path");
+    let sub = sub_json(
+        &["--once", "--count", "--transport", "unix", "--listen", sock],
+        dir,
+    );
+    assert_eq!(sub.addr, sock);
+    let out = publish(sock, b"one\ntwo\n", &["--transport", "unix", "--json"], dir);
+    out.expect_code(0, "pfs pub --transport unix");
+    assert_eq!(out.json("pfs pub")["transport"], "UNIX");
+    let done = sub.finish();
+    done.expect_code(0, "pfs sub --transport unix");
+    let r = &events(&done, "report")[0];
+    assert_eq!(r["stats"]["transport"], "UNIX", "{r:#}");
+    assert_eq!(r["count"]["messages"], 2, "{r:#}");
 }
