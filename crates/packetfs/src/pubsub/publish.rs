@@ -195,11 +195,12 @@ impl Published {
 }
 
 /// Bytes a gram's body takes beside its table and payload (header and
-/// rounding), and a table entry at most (absolute encoding).
+/// rounding), at most.
 const GRAM_OVERHEAD: u64 = 256;
-const ENTRY_BYTES: u64 = 12;
+/// Bytes a table entry takes at most (absolute encoding, docs/wire.md §15).
+const ENTRY_BYTES: u64 = pfs_wire::stream::ABSOLUTE_ENTRY_LEN as u64;
 
-/// Longest the main thread waits for input before it polls the stream
+/// Longest the publishing thread waits for input before it polls the stream
 /// (keepalives, the subscriber's APPLIED): well under the keepalive.
 const POLL_EVERY: Duration = Duration::from_millis(200);
 
