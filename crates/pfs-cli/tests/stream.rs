@@ -401,3 +401,108 @@ fn records_travel_over_a_unix_socket_too() {
     assert_eq!(r["stats"]["transport"], "UNIX", "{r:#}");
     assert_eq!(r["count"]["messages"], 2, "{r:#}");
 }
+
+/// Reads one frame from `t`: its type and body.
+fn read_frame(t: &mut dyn packetfs::transport::Transport) -> (pfs_wire::FrameType, Vec<u8>) {
+    let mut head = [0u8; pfs_wire::FRAME_HEADER_LEN];
+    t.read_exact(&mut head).expect("a frame header");
+    let h = pfs_wire::FrameHeader::parse(&head).expect("a valid frame header");
+    let mut body = vec![0u8; h.length as usize];
+    t.read_exact(&mut body).expect("a frame body");
+    (h.frame_type, body)
+}
+
+#[test]
+fn a_write_sent_anyway_by_a_reference_only_key_is_refused_by_the_subscriber() {
+    use pfs_wire::stream::{EntryKind, EntryTables, StreamHello};
+    use pfs_wire::{put_frame, Encoding, FrameType, IntegrityAlg};
+
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let sub_key = keygen(dir, "sub");
+    let pub_key = keygen(dir, "hostile");
+    let line = std::fs::read_to_string(dir.join("hostile.pub")).expect("hostile.pub");
+    let keys = dir.join("authorized_keys");
+    std::fs::write(&keys, format!("{} stream=ref\n", line.trim())).expect("authorized_keys");
+    let sub = sub_json(
+        &[
+            "--once",
+            "--blob-name",
+            "guarded",
+            "--blob-keep",
+            "--authorized-keys",
+            keys.to_str().unwrap(),
+            "--identity",
+            sub_key.to_str().unwrap(),
+        ],
+        dir,
+    );
+    let before = read_at(&blob_file(dir, "guarded"), 0, 1 << 20);
+
+    // A publisher that ignores the rights STREAM_ACCEPT grants: raw frames
+    // over a protected connection as the stream=ref key.
+    let auth = packetfs::keys::ClientAuthArgs {
+        identity: Some(pub_key),
+        server_key: Some(dir.join("sub.pub").display().to_string()),
+        known_hosts: Some(dir.join("known_hosts")),
+        ..Default::default()
+    };
+    let security = packetfs::keys::client_security(&auth, &sub.addr, true).expect("client security");
+    let target = packetfs::gram::Target::Tcp {
+        addr: sub.addr.clone(),
+        sock_buf: 0,
+    };
+    let mut t = target
+        .connect_as(security.as_ref(), packetfs::keys::Service::Blob)
+        .expect("admitted");
+    let ours =
+        packetfs::blob::open_blob(&packetfs::blob::study_blob(1 << 20, 0x5eed, None), true).expect("blob");
+    let view = ours.view();
+    let hello = StreamHello {
+        blob_len: 1 << 20,
+        region_size: view.region_size,
+        integrity: IntegrityAlg::None,
+        stream_index: 0,
+        stream_count: 1,
+        keepalive_ms: 1000,
+        session_nonce: 7,
+        fingerprint: view.fingerprint,
+    };
+    let mut out = Vec::new();
+    put_frame(&mut out, FrameType::StreamHello, 0, &hello.emit());
+    t.write_all(&out).expect("STREAM_HELLO");
+    let (kind, accept) = read_frame(&mut *t);
+    assert_eq!(kind, FrameType::StreamAccept);
+    let granted = pfs_wire::stream::StreamAccept::parse(&accept).expect("STREAM_ACCEPT");
+    assert_eq!(granted.rights, 0, "stream=ref grants neither writes nor messages");
+
+    let mut tables = EntryTables::default();
+    tables.push(EntryKind::Write, 4096, 8).expect("entry");
+    let mut body = tables
+        .header(0, Encoding::Absolute, IntegrityAlg::None, 0)
+        .emit()
+        .to_vec();
+    body.extend_from_slice(tables.table(Encoding::Absolute));
+    body.extend_from_slice(b"OVERRIDE");
+    out.clear();
+    put_frame(&mut out, FrameType::Sgram, 0, &body);
+    t.write_all(&out).expect("SGRAM");
+    let (kind, _) = read_frame(&mut *t);
+    assert_eq!(kind, FrameType::Error, "the subscriber answers with an ERROR");
+    drop(t);
+
+    let done = sub.finish();
+    done.expect_code(4, "pfs sub --once: its publisher was refused");
+    let failed = events(&done, "session_failed");
+    assert_eq!(failed.len(), 1, "{}", done.stdout);
+    let error = failed[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("refused peer (AUTH): SGRAM seq 0: write entry without the right to send it"),
+        "{error}"
+    );
+    assert_eq!(
+        read_at(&blob_file(dir, "guarded"), 0, 1 << 20),
+        before,
+        "the blob changed"
+    );
+}
