@@ -22,6 +22,7 @@
 //! | [`keys`] | identities, `authorized_keys`, `known_hosts`, protected sessions |
 //! | [`ring`] | same-host shared-memory rings between processes |
 //! | [`exec`] | pCPU kernels over descriptor schedules |
+//! | [`endpoint`] | `tcp:…`, `unix:…`, `shm:…`, `udp:…` strings: connect or listen |
 //! | [`stream`] | streaming mode: [`stream::Publication`] and [`stream::Subscription`] of an application's own grams |
 //! | [`report`] | a session's outcome as text and JSON, as `pfs` prints it |
 //! | [`labels`], [`sysinfo`], [`parse`], [`interrupt`] | row labels, host facts, size parsing, Ctrl-C cleanup |
@@ -66,6 +67,7 @@
 //! ```
 
 pub mod blob;
+pub mod endpoint;
 mod error;
 pub mod exec;
 pub mod files;
