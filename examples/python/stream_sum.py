@@ -53,7 +53,8 @@ def bench(mib):
     ours = packetfs.Blob(size=size, seed=42)
     theirs = packetfs.Blob(size=size, seed=42)
     listener = packetfs.Listener("tcp:127.0.0.1:0")
-    sub = threading.Thread(target=lambda: listener.accept(theirs).run(None))
+    seen = []  # the callback takes each gram (and its views), as a real subscriber would
+    sub = threading.Thread(target=lambda: listener.accept(theirs).run(lambda gram: seen.append(gram.seq)))
     sub.start()
     pub = packetfs.Publication(listener.endpoint, ours)
     mine = memoryview(ours)
