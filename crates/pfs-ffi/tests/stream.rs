@@ -24,12 +24,8 @@ fn blob() -> *mut PfsBlob {
     o.seed = 9;
     let mut b = ptr::null_mut();
     // SAFETY: valid options and out pointer.
-    assert_eq!(
-        unsafe { pfs_blob_open(&o, &mut b) },
-        PfsStatus::Ok,
-        "{}",
-        last_error()
-    );
+    let st = unsafe { pfs_blob_open(&o, &mut b) };
+    assert_eq!(st, PfsStatus::Ok, "{}", last_error());
     b
 }
 
@@ -70,10 +66,8 @@ fn a_full_window_is_back_pressure_and_nothing_is_lost() {
     let (pub_blob, sub_blob) = (blob(), blob());
     let mut l = ptr::null_mut();
     // SAFETY: a NUL-terminated string and a writable out pointer.
-    assert_eq!(
-        unsafe { pfs_listener_bind(c"tcp:127.0.0.1:0".as_ptr(), &mut l) },
-        PfsStatus::Ok
-    );
+    let st = unsafe { pfs_listener_bind(c"tcp:127.0.0.1:0".as_ptr(), &mut l) };
+    assert_eq!(st, PfsStatus::Ok);
     let (go, wait) = mpsc::channel::<()>();
     let (l_addr, b_addr) = (l as usize, sub_blob as usize);
     let subscriber = std::thread::spawn(move || {
@@ -116,10 +110,8 @@ fn a_full_window_is_back_pressure_and_nothing_is_lost() {
     };
     let bad = PfsEntry { kind: 9, ..entry };
     // SAFETY: a live publication and one entry.
-    assert_eq!(
-        unsafe { pfs_publication_offer(p, &bad, 1, ptr::null_mut()) },
-        PfsStatus::InvalidArgument
-    );
+    let st = unsafe { pfs_publication_offer(p, &bad, 1, ptr::null_mut()) };
+    assert_eq!(st, PfsStatus::InvalidArgument);
     assert!(last_error().contains("kind 9"), "{}", last_error());
     let mut sent = 0u64;
     loop {
@@ -143,18 +135,12 @@ fn a_full_window_is_back_pressure_and_nothing_is_lost() {
         sent += 1;
     }
     // SAFETY: a live publication.
-    assert_eq!(
-        unsafe { pfs_publication_wait_applied(p, sent - 1, 10_000) },
-        PfsStatus::Ok
-    );
+    let st = unsafe { pfs_publication_wait_applied(p, sent - 1, 10_000) };
+    assert_eq!(st, PfsStatus::Ok);
     let mut report = PfsPublicationReport::default();
     // SAFETY: a live publication, closed once; a writable report.
-    assert_eq!(
-        unsafe { pfs_publication_close(p, &mut report) },
-        PfsStatus::Ok,
-        "{}",
-        last_error()
-    );
+    let st = unsafe { pfs_publication_close(p, &mut report) };
+    assert_eq!(st, PfsStatus::Ok, "{}", last_error());
     let (seqs, bytes, grams) = subscriber.join().unwrap();
     assert_eq!(seqs, (0..sent).collect::<Vec<_>>());
     assert_eq!(bytes, 100 * sent);
