@@ -39,11 +39,17 @@ pub enum Endpoint {
 #[derive(Debug, thiserror::Error)]
 pub enum EndpointError {
     /// No `kind:` prefix of the four known.
-    #[error("endpoint {0:?} must start with tcp:, unix:, shm: or udp: (e.g. tcp:127.0.0.1:7878)")]
-    Kind(String),
+    #[error("endpoint {given:?} must start with tcp:, unix:, shm: or udp: (e.g. tcp:127.0.0.1:7878)")]
+    Kind {
+        /// The endpoint as given.
+        given: String,
+    },
     /// The prefix is followed by nothing.
-    #[error("endpoint {0:?} has no address after its kind")]
-    Empty(String),
+    #[error("endpoint {given:?} has no address after its kind")]
+    Empty {
+        /// The endpoint as given.
+        given: String,
+    },
     /// Binding the listener failed.
     #[error(transparent)]
     Listen(#[from] pfs_transport::TransportError),
@@ -53,16 +59,18 @@ impl FromStr for Endpoint {
     type Err = EndpointError;
 
     fn from_str(s: &str) -> Result<Self, EndpointError> {
-        let (kind, addr) = s.split_once(':').ok_or_else(|| EndpointError::Kind(s.into()))?;
+        let (kind, addr) = s
+            .split_once(':')
+            .ok_or_else(|| EndpointError::Kind { given: s.into() })?;
         if addr.is_empty() {
-            return Err(EndpointError::Empty(s.into()));
+            return Err(EndpointError::Empty { given: s.into() });
         }
         Ok(match kind {
             "tcp" => Self::Tcp(addr.into()),
             "unix" => Self::Unix(addr.into()),
             "shm" => Self::Shm(addr.into()),
             "udp" => Self::Udp(addr.into()),
-            _ => return Err(EndpointError::Kind(s.into())),
+            _ => return Err(EndpointError::Kind { given: s.into() }),
         })
     }
 }
@@ -143,12 +151,15 @@ mod tests {
     fn bad_endpoints_say_what_is_wrong() {
         assert!(matches!(
             "127.0.0.1:7878".parse::<Endpoint>(),
-            Err(EndpointError::Kind(_))
+            Err(EndpointError::Kind { .. })
         ));
         assert!(matches!(
             "http:x".parse::<Endpoint>(),
-            Err(EndpointError::Kind(_))
+            Err(EndpointError::Kind { .. })
         ));
-        assert!(matches!("tcp:".parse::<Endpoint>(), Err(EndpointError::Empty(_))));
+        assert!(matches!(
+            "tcp:".parse::<Endpoint>(),
+            Err(EndpointError::Empty { .. })
+        ));
     }
 }
