@@ -39,6 +39,14 @@ class StreamTest(unittest.TestCase):
         sub.start()
         return ours, theirs, listener, sub
 
+    def assert_stream_ends(self, pub, seq):
+        """The subscriber executed `seq` and then ended the stream: waiting
+        for it, or closing, raises StreamError (which one depends on when
+        the end is heard)."""
+        with self.assertRaises(packetfs.StreamError):
+            pub.wait_applied(seq, 10)
+            pub.close()
+
     def finish(self, sub):
         sub.join(30)
         self.assertFalse(sub.is_alive(), "the subscriber did not end")
@@ -170,9 +178,8 @@ class StreamTest(unittest.TestCase):
         t = threading.Thread(target=subscribe, daemon=True)
         t.start()
         pub = packetfs.Publication(listener.endpoint, ours, timeout=1)
-        self.assertTrue(pub.wait_applied(pub.offer([("message", b"hello")], timeout=10), 10))
-        with self.assertRaises(packetfs.StreamError):
-            pub.close()  # the subscriber stopped answering: no final APPLIED within 1 s
+        # The subscriber stops answering: no final APPLIED within 1 s.
+        self.assert_stream_ends(pub, pub.offer([("message", b"hello")], timeout=10))
         t.join(30)
         self.assertIn("kept past the callback", str(outcome["error"]))
         self.assertEqual(bytes(kept[0]), b"ello")  # still readable: never freed
@@ -196,9 +203,8 @@ class StreamTest(unittest.TestCase):
         t = threading.Thread(target=subscribe, daemon=True)
         t.start()
         pub = packetfs.Publication(listener.endpoint, ours, timeout=5)
-        self.assertTrue(pub.wait_applied(pub.offer([("reference", 0, 1)], timeout=10), 10))
-        with self.assertRaises(packetfs.StreamError):
-            pub.close()  # the subscription ended: its connection closed
+        # The subscription ends: its connection closes.
+        self.assert_stream_ends(pub, pub.offer([("reference", 0, 1)], timeout=10))
         t.join(30)
         self.assertEqual(outcome["error"].args, ("boom",))
 
