@@ -23,6 +23,7 @@
 //! | [`keys`] | identities, `authorized_keys`, `known_hosts`, protected sessions |
 //! | [`ring`] | same-host shared-memory rings between processes |
 //! | [`exec`] | pCPU kernels over descriptor schedules |
+//! | [`endpoint`] | `tcp:…`, `unix:…`, `shm:…`, `udp:…` strings: connect or listen |
 //! | [`stream`] | streaming mode: [`stream::Publication`] and [`stream::Subscription`] of an application's own grams |
 //! | [`pubsub`] | `pfs pub` / `pfs sub`: records from a reader published as stream grams; publishers served one at a time |
 //! | [`report`] | a session's outcome as text and JSON, as `pfs` prints it |

@@ -12,6 +12,23 @@
 #include <stdlib.h>
 
 /**
+ * [`PfsEntry::kind`]: `len` bytes at `offset` that both blobs hold.
+ */
+#define PFS_ENTRY_REFERENCE 0
+
+/**
+ * [`PfsEntry::kind`]: `len` bytes at `data`, written into the
+ * subscriber's blob at `offset`.
+ */
+#define PFS_ENTRY_WRITE 1
+
+/**
+ * [`PfsEntry::kind`]: `len` bytes at `data` for the subscriber's code
+ * (`offset` is 0).
+ */
+#define PFS_ENTRY_MESSAGE 2
+
+/**
  * What a function returned. `PFS_STATUS_OK` (0) is success; every other
  * value comes with a message from [`pfs_last_error`].
  */
@@ -37,6 +54,24 @@ enum PfsStatus
    */
   PFS_STATUS_IO = 3,
   /**
+   * The subscriber's window is full: nothing was sent; offer again
+   * after it applied more.
+   */
+  PFS_STATUS_BACK_PRESSURE = 4,
+  /**
+   * What was waited for did not happen in time.
+   */
+  PFS_STATUS_TIMED_OUT = 5,
+  /**
+   * The publisher ended the stream (a normal end, not a failure).
+   */
+  PFS_STATUS_ENDED = 6,
+  /**
+   * The streaming session failed: refused, silent, disconnected; the
+   * handle can only be closed.
+   */
+  PFS_STATUS_STREAM = 7,
+  /**
    * A bug inside the library (a caught panic); the message says where.
    */
   PFS_STATUS_INTERNAL = 99,
@@ -54,6 +89,24 @@ typedef int32_t PfsStatus;
  * [`pfs_blob_close`].
  */
 typedef struct PfsBlob PfsBlob;
+
+/**
+ * A bound listener. Opaque: made by [`pfs_listener_bind`], freed by
+ * [`pfs_listener_close`].
+ */
+typedef struct PfsListener PfsListener;
+
+/**
+ * A publication. Opaque: made by [`pfs_publication_connect`], freed by
+ * [`pfs_publication_close`].
+ */
+typedef struct PfsPublication PfsPublication;
+
+/**
+ * A subscription. Opaque: made by [`pfs_subscription_accept`] or
+ * [`pfs_subscription_listen_accept`], freed by [`pfs_subscription_close`].
+ */
+typedef struct PfsSubscription PfsSubscription;
 
 /**
  * How [`pfs_blob_open`] sets up a blob. Start from
@@ -83,6 +136,169 @@ typedef struct {
    */
   uint8_t keep;
 } PfsBlobOptions;
+
+/**
+ * How a publication runs. Start from [`pfs_publication_options_default`].
+ */
+typedef struct {
+  /**
+   * Non-zero: a per-gram XXH3 digest the subscriber checks; 0: none.
+   */
+  uint8_t integrity;
+  /**
+   * A frame at least this often when idle; the subscriber gives up
+   * after 3 × this of silence.
+   */
+  uint32_t keepalive_ms;
+  /**
+   * How long to wait for the subscriber's accept, and at close for its
+   * last applied position.
+   */
+  uint32_t reply_timeout_ms;
+} PfsPublicationOptions;
+
+/**
+ * How a subscription runs. Start from [`pfs_subscription_options_default`].
+ */
+typedef struct {
+  /**
+   * Largest gram body taken, bytes.
+   */
+  uint32_t max_gram_body;
+  /**
+   * Most entries per gram.
+   */
+  uint32_t max_entries;
+  /**
+   * Most grams the publisher may have sent and not yet seen applied.
+   */
+  uint32_t window_grams;
+  /**
+   * Most gram bytes in flight.
+   */
+  uint64_t window_bytes;
+  /**
+   * Non-zero: the publisher may write into the blob.
+   */
+  uint8_t allow_write;
+  /**
+   * Non-zero: the publisher may send messages.
+   */
+  uint8_t allow_message;
+  /**
+   * Keepalive interval; the publisher gives up after 3 × this of silence.
+   */
+  uint32_t keepalive_ms;
+  /**
+   * How long the publisher's hello may take.
+   */
+  uint32_t handshake_timeout_ms;
+} PfsSubscriptionOptions;
+
+/**
+ * One entry of a gram: what a publisher offers, and what a subscriber's
+ * callback receives. For a subscriber `data` always points at the bytes:
+ * into its blob for references and writes (as the blob now holds them),
+ * into the received frame for messages; valid only during the callback.
+ * For a publisher `data` is read for writes and messages and ignored for
+ * references.
+ */
+typedef struct {
+  /**
+   * `PFS_ENTRY_REFERENCE`, `PFS_ENTRY_WRITE` or `PFS_ENTRY_MESSAGE`.
+   */
+  uint32_t kind;
+  /**
+   * Length in bytes.
+   */
+  uint32_t len;
+  /**
+   * Offset in the blob (references and writes).
+   */
+  uint64_t offset;
+  /**
+   * The bytes (see above).
+   */
+  const uint8_t *data;
+} PfsEntry;
+
+/**
+ * What a publication sent, filled in by [`pfs_publication_close`].
+ */
+typedef struct {
+  /**
+   * Grams sent.
+   */
+  uint64_t grams;
+  /**
+   * Entries sent.
+   */
+  uint64_t entries;
+  /**
+   * Referenced, written and message bytes.
+   */
+  uint64_t effective_bytes;
+  /**
+   * Write and message bytes carried.
+   */
+  uint64_t payload_bytes;
+  /**
+   * Bytes written to the transport.
+   */
+  uint64_t wire_bytes_sent;
+  /**
+   * Grams the subscriber applied.
+   */
+  uint64_t applied;
+  /**
+   * Times an offer met a full window.
+   */
+  uint64_t back_pressure;
+  /**
+   * 1 if every digest matched.
+   */
+  uint8_t digests_matched;
+} PfsPublicationReport;
+
+/**
+ * Called once per gram, in order, with its entries (`n` of them): `data`
+ * of each is valid only until the callback returns.
+ */
+typedef void (*PfsGramCallback)(void *user_data, uint64_t seq, const PfsEntry *entries, size_t n);
+
+/**
+ * What a subscription executed, filled in by [`pfs_subscription_close`].
+ */
+typedef struct {
+  /**
+   * Grams executed.
+   */
+  uint64_t grams;
+  /**
+   * Entries executed.
+   */
+  uint64_t entries;
+  /**
+   * Referenced, written and message bytes.
+   */
+  uint64_t effective_bytes;
+  /**
+   * Bytes written into the blob.
+   */
+  uint64_t written_bytes;
+  /**
+   * Message bytes handed to the callback.
+   */
+  uint64_t message_bytes;
+  /**
+   * Bytes read from the transport.
+   */
+  uint64_t wire_bytes;
+  /**
+   * 1 if every digest matched.
+   */
+  uint8_t digests_matched;
+} PfsSubscriptionReport;
 
 #ifdef __cplusplus
 extern "C" {
@@ -161,6 +377,176 @@ const char *pfs_last_error(void);
  * The library's version, e.g. `"0.1.0"` (static storage).
  */
 const char *pfs_version(void);
+
+/**
+ * Defaults: integrity on, 1 s keepalive, 30 s reply timeout.
+ */
+PfsPublicationOptions pfs_publication_options_default(void);
+
+/**
+ * Defaults: 4 MiB grams, 64 grams / 16 MiB in flight, writes and
+ * messages allowed, 1 s keepalive, 10 s handshake.
+ */
+PfsSubscriptionOptions pfs_subscription_options_default(void);
+
+/**
+ * Connects to the subscriber at `target` (`"tcp:127.0.0.1:7878"`,
+ * `"unix:/path"`, `"shm:/path"`, `"udp:host:port"`) and opens a stream
+ * over `blob` (its length and fingerprint must equal the subscriber's);
+ * stores the handle in `*out`. `options` may be NULL (defaults).
+ *
+ * # Safety
+ * `target` is a NUL-terminated string; `blob` a live handle from
+ * `pfs_blob_open` that stays open until the publication is closed;
+ * `options` NULL or a valid struct; `out` writable.
+ */
+PfsStatus pfs_publication_connect(const char *target,
+                                  const PfsBlob *blob,
+                                  const PfsPublicationOptions *options,
+                                  PfsPublication **out);
+
+/**
+ * Sends one gram of `entries[..n]`, in order, and stores its sequence
+ * number in `*seq` (if not NULL). Never waits for the subscriber:
+ * `PFS_STATUS_BACK_PRESSURE` when its window is full (nothing sent; wait
+ * with [`pfs_publication_wait_applied`] and offer again).
+ * `PFS_STATUS_INVALID_ARGUMENT` for a gram that cannot be sent (outside
+ * the blob, a right not granted, too large): nothing sent, the stream goes on.
+ *
+ * # Safety
+ * `publication` is a live handle; `entries` points to `n` entries whose
+ * `data` points to `len` readable bytes (writes, messages); `seq` is NULL
+ * or writable.
+ */
+PfsStatus pfs_publication_offer(PfsPublication *publication,
+                                const PfsEntry *entries,
+                                size_t n,
+                                uint64_t *seq);
+
+/**
+ * [`pfs_publication_offer`], waiting up to `timeout_ms` for room in the
+ * subscriber's window; `PFS_STATUS_BACK_PRESSURE` if none came.
+ *
+ * # Safety
+ * As [`pfs_publication_offer`].
+ */
+PfsStatus pfs_publication_offer_blocking(PfsPublication *publication,
+                                         const PfsEntry *entries,
+                                         size_t n,
+                                         uint32_t timeout_ms,
+                                         uint64_t *seq);
+
+/**
+ * The applied position as last heard: the subscriber executed every gram
+ * whose `seq` is below it. 0 for NULL.
+ *
+ * # Safety
+ * `publication` is NULL or a live handle.
+ */
+uint64_t pfs_publication_applied(const PfsPublication *publication);
+
+/**
+ * Waits up to `timeout_ms` for the subscriber to have executed gram
+ * `seq`: `PFS_STATUS_OK`, or `PFS_STATUS_TIMED_OUT` if it has not yet.
+ *
+ * # Safety
+ * `publication` is a live handle.
+ */
+PfsStatus pfs_publication_wait_applied(PfsPublication *publication,
+                                       uint64_t seq,
+                                       uint32_t timeout_ms);
+
+/**
+ * Ends the stream, waits for the subscriber to have executed every gram,
+ * fills `*report` (if not NULL) and frees the handle — also on failure.
+ *
+ * # Safety
+ * `publication` is NULL or a live handle, not used again; `report` is
+ * NULL or writable.
+ */
+PfsStatus pfs_publication_close(PfsPublication *publication, PfsPublicationReport *report);
+
+/**
+ * Binds a listener at `addr` (`"tcp:127.0.0.1:0"` lets the system pick a
+ * port; [`pfs_listener_endpoint`] says which) and stores it in `*out`.
+ *
+ * # Safety
+ * `addr` is a NUL-terminated string; `out` is writable.
+ */
+PfsStatus pfs_listener_bind(const char *addr, PfsListener **out);
+
+/**
+ * The endpoint the listener is bound to (`"tcp:127.0.0.1:40123"`), to give
+ * to a publisher; valid until the listener is closed. "" for NULL.
+ *
+ * # Safety
+ * `listener` is NULL or a live handle.
+ */
+const char *pfs_listener_endpoint(const PfsListener *listener);
+
+/**
+ * Closes the listener (subscriptions it accepted go on). NULL is ignored.
+ *
+ * # Safety
+ * `listener` is NULL or a live handle, not used again.
+ */
+void pfs_listener_close(PfsListener *listener);
+
+/**
+ * Accepts the next publisher on `listener`, checks its hello against
+ * `blob` and stores the subscription in `*out`. Blocks until a publisher
+ * connects. `options` may be NULL (defaults).
+ *
+ * # Safety
+ * `listener` a live handle; `blob` a live handle that stays open until
+ * the subscription is closed and is not written by anyone else meanwhile;
+ * `options` NULL or valid; `out` writable.
+ */
+PfsStatus pfs_subscription_accept(const PfsListener *listener,
+                                  PfsBlob *blob,
+                                  const PfsSubscriptionOptions *options,
+                                  PfsSubscription **out);
+
+/**
+ * Binds `addr`, accepts one publisher there and closes the listener: the
+ * one-call form of [`pfs_listener_bind`] + [`pfs_subscription_accept`]
+ * for a fixed address.
+ *
+ * # Safety
+ * As [`pfs_subscription_accept`]; `addr` is a NUL-terminated string.
+ */
+PfsStatus pfs_subscription_listen_accept(const char *addr,
+                                         PfsBlob *blob,
+                                         const PfsSubscriptionOptions *options,
+                                         PfsSubscription **out);
+
+/**
+ * Waits up to `timeout_ms` for grams and executes each that arrived, in
+ * order, calling `callback(user_data, seq, entries, n)` once per gram
+ * (NULL: execute without a callback); stores the number executed in
+ * `*grams` (if not NULL). `PFS_STATUS_OK` (perhaps 0 grams, on timeout),
+ * `PFS_STATUS_ENDED` once the publisher closed the stream, or
+ * `PFS_STATUS_STREAM` when it failed (refused, silent, disconnected).
+ *
+ * # Safety
+ * `subscription` a live handle; `callback` NULL or a function that does
+ * not unwind and does not keep `entries` or their `data` past its return.
+ */
+PfsStatus pfs_subscription_poll(PfsSubscription *subscription,
+                                PfsGramCallback callback,
+                                void *user_data,
+                                uint32_t timeout_ms,
+                                uint64_t *grams);
+
+/**
+ * Fills `*report` (if not NULL) with what the subscription executed and
+ * frees the handle. NULL is ignored.
+ *
+ * # Safety
+ * `subscription` is NULL or a live handle, not used again; `report` NULL
+ * or writable.
+ */
+void pfs_subscription_close(PfsSubscription *subscription, PfsSubscriptionReport *report);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -23,6 +23,11 @@ impl PfsBlob {
     pub fn opened(&self) -> &OpenedBlob {
         &self.opened
     }
+
+    /// The blob inside, to write (a subscription's writes land there).
+    pub(crate) fn opened_mut(&mut self) -> &mut OpenedBlob {
+        &mut self.opened
+    }
 }
 
 /// How [`pfs_blob_open`] sets up a blob. Start from

@@ -23,6 +23,16 @@ pub enum PfsStatus {
     Blob = 2,
     /// An I/O or network error.
     Io = 3,
+    /// The subscriber's window is full: nothing was sent; offer again
+    /// after it applied more.
+    BackPressure = 4,
+    /// What was waited for did not happen in time.
+    TimedOut = 5,
+    /// The publisher ended the stream (a normal end, not a failure).
+    Ended = 6,
+    /// The streaming session failed: refused, silent, disconnected; the
+    /// handle can only be closed.
+    Stream = 7,
     /// A bug inside the library (a caught panic); the message says where.
     Internal = 99,
 }

@@ -25,6 +25,18 @@ pub struct Blob {
     opened: OpenedBlob,
 }
 
+impl Blob {
+    /// The blob inside (for the streaming classes).
+    pub(crate) fn opened(&self) -> &OpenedBlob {
+        &self.opened
+    }
+
+    /// The blob inside, to write (a subscription's writes land there).
+    pub(crate) fn opened_mut(&mut self) -> &mut OpenedBlob {
+        &mut self.opened
+    }
+}
+
 #[pymethods]
 impl Blob {
     /// Blob(size=64 MiB, seed=0x5eed, name=None, fill=True, keep=False)
