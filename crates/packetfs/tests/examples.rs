@@ -90,7 +90,8 @@ fn the_readme_names_every_example() {
             "gram_loopback",
             "keys",
             "same_host_ring",
-            "stream_replicate"
+            "stream_replicate",
+            "stream_throughput"
         ]
     );
     for name in &names {
