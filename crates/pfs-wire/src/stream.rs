@@ -46,6 +46,13 @@ pub const FLAG_KEEPALIVE: u16 = 0x0001;
 /// Flag on APPLIED: the subscriber's answer to STREAM_END, its last frame.
 pub const FLAG_FINAL: u16 = 0x0001;
 
+/// STREAM_HELLO flag: the publisher can act as catch-up source (§16) when
+/// the fingerprints differ.
+pub const HELLO_CATCH_UP: u8 = 0x01;
+/// STREAM_ACCEPT flag, only in answer to [`HELLO_CATCH_UP`]: the roots
+/// differ and the subscriber takes the catch-up; CATCHUP_BEGIN follows.
+pub const ACCEPT_CATCH_UP: u8 = 0x01;
+
 /// STREAM_ACCEPT right: the publisher may send WRITE entries.
 pub const RIGHT_WRITE: u8 = 0x01;
 /// STREAM_ACCEPT right: the publisher may send MESSAGE entries.
@@ -93,7 +100,8 @@ mod field {
         pub const MAX_ENTRIES: Field = Field::new(4, 4);
         pub const WINDOW_GRAMS: Field = Field::new(8, 4);
         pub const RIGHTS: Field = Field::new(12, 1);
-        pub const RESERVED_A: Field = Field::new(13, 3);
+        pub const FLAGS: Field = Field::new(13, 1);
+        pub const RESERVED_A: Field = Field::new(14, 2);
         pub const WINDOW_BYTES: Field = Field::new(16, 8);
         pub const BLOB_LEN: Field = Field::new(24, 8);
         pub const NONCE: Field = Field::new(32, 8);
@@ -105,6 +113,7 @@ mod field {
                 MAX_ENTRIES,
                 WINDOW_GRAMS,
                 RIGHTS,
+                FLAGS,
                 RESERVED_A,
                 WINDOW_BYTES,
                 BLOB_LEN,
@@ -158,6 +167,8 @@ pub struct StreamHello {
     pub session_nonce: u64,
     /// Fingerprint root of the publisher's blob.
     pub fingerprint: [u8; 32],
+    /// The publisher offers catch-up ([`HELLO_CATCH_UP`], §16).
+    pub catch_up: bool,
 }
 
 impl StreamHello {
@@ -165,7 +176,8 @@ impl StreamHello {
     pub fn parse(body: &[u8]) -> Result<Self, WireError> {
         use field::hello as f;
         let b = Reader::<STREAM_HELLO_LEN>::exact(body)?;
-        if b.u8(f::FLAGS) != 0 {
+        let flags = b.u8(f::FLAGS);
+        if flags & !HELLO_CATCH_UP != 0 {
             return Err(WireError::BadFlags);
         }
         if !b.is_zero(f::RESERVED_A) || !b.is_zero(f::RESERVED_B) {
@@ -185,6 +197,7 @@ impl StreamHello {
             keepalive_ms: b.u32(f::KEEPALIVE_MS),
             session_nonce: b.u64(f::NONCE),
             fingerprint: b.array(f::FINGERPRINT),
+            catch_up: flags & HELLO_CATCH_UP != 0,
         })
     }
 
@@ -195,6 +208,7 @@ impl StreamHello {
         w.u64(f::BLOB_LEN, self.blob_len)
             .u32(f::REGION_SIZE, self.region_size)
             .u8(f::INTEGRITY, self.integrity as u8)
+            .u8(f::FLAGS, if self.catch_up { HELLO_CATCH_UP } else { 0 })
             .u16(f::STREAM_INDEX, self.stream_index)
             .u16(f::STREAM_COUNT, self.stream_count)
             .u32(f::KEEPALIVE_MS, self.keepalive_ms)
@@ -225,6 +239,8 @@ pub struct StreamAccept {
     pub session_nonce: u64,
     /// The subscriber sends a frame at least this often (ms, > 0).
     pub keepalive_ms: u32,
+    /// The subscriber takes the catch-up offered ([`ACCEPT_CATCH_UP`], §16).
+    pub catch_up: bool,
 }
 
 impl StreamAccept {
@@ -233,7 +249,8 @@ impl StreamAccept {
         use field::accept as f;
         let b = Reader::<STREAM_ACCEPT_LEN>::exact(body)?;
         let rights = b.u8(f::RIGHTS);
-        if rights & !RIGHTS_DEFINED != 0 {
+        let flags = b.u8(f::FLAGS);
+        if rights & !RIGHTS_DEFINED != 0 || flags & !ACCEPT_CATCH_UP != 0 {
             return Err(WireError::BadFlags);
         }
         if !b.is_zero(f::RESERVED_A) || !b.is_zero(f::RESERVED_B) {
@@ -248,6 +265,7 @@ impl StreamAccept {
             blob_len: b.u64(f::BLOB_LEN),
             session_nonce: b.u64(f::NONCE),
             keepalive_ms: b.u32(f::KEEPALIVE_MS),
+            catch_up: flags & ACCEPT_CATCH_UP != 0,
         };
         let largest_frame = crate::FRAME_HEADER_LEN as u64 + u64::from(a.max_gram_body);
         if (a.max_gram_body as usize) < GRAM_HEADER_LEN
@@ -268,6 +286,7 @@ impl StreamAccept {
             .u32(f::MAX_ENTRIES, self.max_entries)
             .u32(f::WINDOW_GRAMS, self.window_grams)
             .u8(f::RIGHTS, self.rights)
+            .u8(f::FLAGS, if self.catch_up { ACCEPT_CATCH_UP } else { 0 })
             .u64(f::WINDOW_BYTES, self.window_bytes)
             .u64(f::BLOB_LEN, self.blob_len)
             .u64(f::NONCE, self.session_nonce)
@@ -806,8 +825,15 @@ mod tests {
             keepalive_ms: 1000,
             session_nonce: 7,
             fingerprint: [9; 32],
+            catch_up: false,
         };
         assert_eq!(StreamHello::parse(&h.emit()), Ok(h));
+        let offer = StreamHello { catch_up: true, ..h };
+        assert_eq!(offer.emit()[13], HELLO_CATCH_UP);
+        assert_eq!(StreamHello::parse(&offer.emit()), Ok(offer));
+        let mut flags = h.emit();
+        flags[13] = 2;
+        assert_eq!(StreamHello::parse(&flags), Err(WireError::BadFlags));
         let bad = StreamHello { stream_index: 1, ..h }.emit();
         assert_eq!(StreamHello::parse(&bad), Err(WireError::LengthMismatch));
         let a = StreamAccept {
@@ -819,8 +845,15 @@ mod tests {
             blob_len: 1 << 20,
             session_nonce: 7,
             keepalive_ms: 1000,
+            catch_up: false,
         };
         assert_eq!(StreamAccept::parse(&a.emit()), Ok(a));
+        let taken = StreamAccept { catch_up: true, ..a };
+        assert_eq!(taken.emit()[13], ACCEPT_CATCH_UP);
+        assert_eq!(StreamAccept::parse(&taken.emit()), Ok(taken));
+        let mut flags = a.emit();
+        flags[13] = 2;
+        assert_eq!(StreamAccept::parse(&flags), Err(WireError::BadFlags));
         let small = StreamAccept {
             window_bytes: 1 << 20,
             ..a

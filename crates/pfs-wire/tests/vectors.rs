@@ -1637,9 +1637,11 @@ fn corrections_vectors() {
 // ---------------------------------------------------------------------------
 // Streaming sessions (docs/wire.md §15.9)
 
-const STREAM_VECTORS: [&str; 8] = [
+const STREAM_VECTORS: [&str; 10] = [
     "stream-hello",
     "stream-accept",
+    "stream-hello-catch-up",
+    "stream-accept-catch-up",
     "sgram-absolute",
     "sgram-arithmetic",
     "applied",
@@ -1665,6 +1667,7 @@ fn stream_hello() -> stream::StreamHello {
         stream_count: 1,
         keepalive_ms: 1000,
         session_nonce: STREAM_NONCE,
+        catch_up: false,
         fingerprint: [0x11; 32],
     }
 }
@@ -1678,7 +1681,24 @@ fn stream_accept() -> stream::StreamAccept {
         window_bytes: 64 << 20,
         blob_len: EXAMPLE_BLOB_LEN,
         session_nonce: STREAM_NONCE,
+        catch_up: false,
         keepalive_ms: 1000,
+    }
+}
+
+/// STREAM_HELLO of the vectors, offering catch-up (§16) or not.
+fn stream_hello_catch_up(catch_up: bool) -> stream::StreamHello {
+    stream::StreamHello {
+        catch_up,
+        ..stream_hello()
+    }
+}
+
+/// STREAM_ACCEPT of the vectors, taking the catch-up or not.
+fn stream_accept_catch_up(catch_up: bool) -> stream::StreamAccept {
+    stream::StreamAccept {
+        catch_up,
+        ..stream_accept()
     }
 }
 
@@ -1758,6 +1778,14 @@ fn stream_frames() -> Vec<(&'static str, Vec<u8>)> {
             f(FrameType::StreamAccept, 0, &stream_accept().emit()),
         ),
         (
+            "stream-hello-catch-up",
+            f(FrameType::StreamHello, 0, &stream_hello_catch_up(true).emit()),
+        ),
+        (
+            "stream-accept-catch-up",
+            f(FrameType::StreamAccept, 0, &stream_accept_catch_up(true).emit()),
+        ),
+        (
             "sgram-absolute",
             f(FrameType::Sgram, 0, &sgram_body(0, Encoding::Absolute)),
         ),
@@ -1811,10 +1839,14 @@ fn stream_vectors() {
         assert_eq!(bytes(name), &built[..], "vector {name}: the codec's bytes");
         let frame = whole_frame(name, bytes(name));
         match frame.header.frame_type {
-            FrameType::StreamHello => assert_eq!(stream::StreamHello::parse(frame.body), Ok(stream_hello())),
-            FrameType::StreamAccept => {
-                assert_eq!(stream::StreamAccept::parse(frame.body), Ok(stream_accept()))
-            }
+            FrameType::StreamHello => assert_eq!(
+                stream::StreamHello::parse(frame.body),
+                Ok(stream_hello_catch_up(name.ends_with("catch-up")))
+            ),
+            FrameType::StreamAccept => assert_eq!(
+                stream::StreamAccept::parse(frame.body),
+                Ok(stream_accept_catch_up(name.ends_with("catch-up")))
+            ),
             FrameType::Applied => assert_eq!(stream::Applied::parse(frame.body), Ok(stream_applied())),
             FrameType::StreamEnd => {
                 let grams = if frame.header.flags & stream::FLAG_KEEPALIVE != 0 {
