@@ -62,7 +62,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pfs_blob::Fingerprint;
 
 pub use pfs_session::stream::{
     Claim, GramEntries, GramWriter, Offer, Polled, PublishError, PublisherReport, ResolvedEntry as Entry,
@@ -71,11 +74,15 @@ pub use pfs_session::stream::{
 pub use pfs_wire::stream::{RIGHT_MESSAGE, RIGHT_WRITE};
 pub use pfs_wire::IntegrityAlg;
 
-use pfs_session::stream::{PublisherConfig, PublisherLink, StreamBlob, SubscriberConfig, SubscriberLink};
-use pfs_session::BlobView;
+use pfs_session::catchup::{CatchUpConfig, CatchUpProgress, SliceReplica};
+use pfs_session::stream::{
+    PublisherConfig, PublisherLink, ReplicaCatchUp, SourceCatchUp, StreamBlob, SubscriberConfig,
+    SubscriberLink,
+};
+use pfs_session::{BlobView, LocalError, SessionError};
 use pfs_transport::Transport;
 
-use crate::gram::Target;
+use crate::gram::{catch_up_progress_line, Target};
 use crate::Error;
 
 /// How a publication runs.
@@ -89,6 +96,12 @@ pub struct PublicationConfig {
     /// How long to wait for the subscriber's STREAM_ACCEPT, and for its
     /// final APPLIED at `close`.
     pub reply_timeout: Duration,
+    /// Offer catch-up (`docs/wire.md` §15.10): a subscriber whose blob
+    /// differs and that allows it is brought to this blob's bytes before
+    /// the first gram. Needs the view's mapped blob (`BlobView::live`).
+    pub catch_up: bool,
+    /// A catch-up progress line on stderr this often (`None`: none).
+    pub log_interval: Option<Duration>,
 }
 
 impl Default for PublicationConfig {
@@ -97,6 +110,8 @@ impl Default for PublicationConfig {
             integrity: IntegrityAlg::Xxh3,
             keepalive: Duration::from_secs(1),
             reply_timeout: Duration::from_secs(30),
+            catch_up: false,
+            log_interval: None,
         }
     }
 }
@@ -151,7 +166,23 @@ impl<'a> Publication<'a> {
             session_nonce: nonce(),
             ..PublisherConfig::default()
         };
-        let link = PublisherLink::open(conn, &core, StreamBlob::of(view), cfg.reply_timeout)?;
+        let fp = match (cfg.catch_up, view.live) {
+            (true, Some(live)) => Some(live.fingerprint()),
+            (true, None) => return Err(SessionError::from(LocalError::CatchUpNeedsBlob).into()),
+            (false, _) => None,
+        };
+        let mut progress = |p: &CatchUpProgress| eprintln!("{}", catch_up_progress_line(p));
+        let source = fp.as_deref().map(|fingerprint| SourceCatchUp {
+            data: view.data,
+            fingerprint,
+            cfg: CatchUpConfig {
+                idle_timeout: cfg.reply_timeout,
+                log_interval: cfg.log_interval,
+                ..CatchUpConfig::default()
+            },
+            on_progress: &mut progress,
+        });
+        let link = PublisherLink::open(conn, &core, StreamBlob::of(view), cfg.reply_timeout, source)?;
         Ok(Self {
             link,
             blob: view.data,
@@ -225,19 +256,30 @@ pub struct SubscriberBlob<'a> {
     pub fingerprint: [u8; 32],
     /// Its fingerprint region size.
     pub region_size: u32,
+    /// Its region hashes, which a catch-up compares (`None`: hashed from
+    /// `data` when a catch-up is allowed).
+    pub regions: Option<Arc<Fingerprint>>,
 }
 
 impl<'a> SubscriberBlob<'a> {
     /// A mapped blob (its fingerprint as computed when it was opened).
     pub fn of(blob: &'a mut crate::blob::Blob) -> Self {
-        let (fingerprint, region_size) = {
-            let f = blob.fingerprint();
-            (f.root, f.region_size)
-        };
+        let fp = blob.fingerprint();
         Self {
             data: blob.as_mut_slice(),
-            fingerprint,
-            region_size,
+            fingerprint: fp.root,
+            region_size: fp.region_size,
+            regions: Some(fp),
+        }
+    }
+
+    /// The fingerprint the catch-up host starts from.
+    fn full_fingerprint(&self) -> Fingerprint {
+        match &self.regions {
+            Some(fp) if fp.root == self.fingerprint && fp.blob_len == self.data.len() as u64 => {
+                (**fp).clone()
+            }
+            _ => Fingerprint::compute(self.data, self.region_size.max(1), 0),
         }
     }
 }
@@ -260,6 +302,11 @@ pub struct SubscriptionConfig {
     pub keepalive: Duration,
     /// How long the publisher's STREAM_HELLO may take.
     pub handshake_timeout: Duration,
+    /// Take the catch-up a publisher offers when the blobs differ
+    /// (`docs/wire.md` §15.10): the catch-up **writes into this blob**.
+    pub allow_catch_up: bool,
+    /// A catch-up progress line on stderr this often (`None`: none).
+    pub log_interval: Option<Duration>,
 }
 
 impl Default for SubscriptionConfig {
@@ -273,6 +320,8 @@ impl Default for SubscriptionConfig {
             rights: core.rights,
             keepalive: core.keepalive,
             handshake_timeout: Duration::from_secs(10),
+            allow_catch_up: false,
+            log_interval: None,
         }
     }
 }
@@ -282,6 +331,7 @@ impl Default for SubscriptionConfig {
 pub struct Subscription<'a> {
     link: SubscriberLink<'a>,
     blob: &'a mut [u8],
+    caught_up: Option<Fingerprint>,
 }
 
 impl std::fmt::Debug for Subscription<'_> {
@@ -303,13 +353,16 @@ impl<'a> Subscription<'a> {
         blob: SubscriberBlob<'a>,
         cfg: SubscriptionConfig,
     ) -> Result<Self, Error> {
-        Ok(Self::open(conn, blob, cfg)?)
+        Ok(Self::open(conn, blob, cfg, &mut None)?)
     }
 
+    /// Opens the session; `caught_up` gets the blob's fingerprint as a
+    /// catch-up left it, even one that ended early (the next one resumes).
     fn open(
         conn: Box<dyn Transport + 'a>,
         blob: SubscriberBlob<'a>,
         cfg: SubscriptionConfig,
+        caught_up: &mut Option<Fingerprint>,
     ) -> Result<Self, StreamError> {
         let core = SubscriberConfig {
             max_gram_body: cfg.max_gram_body,
@@ -318,17 +371,50 @@ impl<'a> Subscription<'a> {
             window_bytes: cfg.window_bytes,
             rights: cfg.rights,
             keepalive: cfg.keepalive,
+            allow_catch_up: cfg.allow_catch_up,
         };
         let id = StreamBlob {
             len: blob.data.len() as u64,
             region_size: blob.region_size,
             fingerprint: blob.fingerprint,
         };
-        let link = SubscriberLink::accept(conn, core, id, cfg.handshake_timeout)?;
+        if !cfg.allow_catch_up {
+            let link = SubscriberLink::accept(conn, core, id, cfg.handshake_timeout, None)?;
+            return Ok(Self {
+                link,
+                blob: blob.data,
+                caught_up: None,
+            });
+        }
+        let fp = blob.full_fingerprint();
+        let mut host = SliceReplica::new(&mut *blob.data, fp);
+        let mut progress = |p: &CatchUpProgress| eprintln!("{}", catch_up_progress_line(p));
+        let replica = ReplicaCatchUp {
+            host: &mut host,
+            cfg: CatchUpConfig {
+                idle_timeout: cfg.handshake_timeout.max(cfg.keepalive * 3),
+                log_interval: cfg.log_interval,
+                ..CatchUpConfig::default()
+            },
+            on_progress: &mut progress,
+        };
+        let link = SubscriberLink::accept(conn, core, id, cfg.handshake_timeout, Some(replica));
+        let fp = host.fingerprint().clone();
+        let ran = fp.root != blob.fingerprint;
+        if ran {
+            *caught_up = Some(fp.clone());
+        }
         Ok(Self {
-            link,
+            link: link?,
             blob: blob.data,
+            caught_up: ran.then_some(fp),
         })
+    }
+
+    /// The blob's fingerprint after the catch-up this session ran, if any
+    /// (the mapped blob's own record still holds the old one).
+    pub fn caught_up(&self) -> Option<&Fingerprint> {
+        self.caught_up.as_ref()
     }
 
     /// Waits up to `timeout` for grams and executes each that arrived, in
@@ -385,14 +471,24 @@ pub fn serve<L: pfs_transport::Listener>(
     on_end: &mut dyn FnMut(Served),
 ) -> std::io::Result<()> {
     let mut ended = 0;
+    let mut blob = blob;
     while max_sessions.is_none_or(|m| ended < m) {
         let conn = listener.accept()?;
         let peer = conn.peer();
         let again = SubscriberBlob {
             data: &mut *blob.data,
+            regions: blob.regions.clone(),
             ..blob
         };
-        let outcome = Subscription::open(Box::new(conn), again, cfg).and_then(|mut sub| sub.run(handler));
+        // A catch-up (finished or not) changed the blob: the next session
+        // starts from the fingerprint it left.
+        let mut caught_up = None;
+        let outcome = Subscription::open(Box::new(conn), again, cfg, &mut caught_up)
+            .and_then(|mut sub| sub.run(handler));
+        if let Some(fp) = caught_up {
+            blob.fingerprint = fp.root;
+            blob.regions = Some(Arc::new(fp));
+        }
         on_end(Served { peer, outcome });
         ended += 1;
     }

@@ -484,6 +484,7 @@ fn hostile_publishers_are_refused_and_the_blob_is_unchanged() {
                 stream_count: 1,
                 keepalive_ms: 1000,
                 session_nonce: 9,
+                catch_up: false,
                 fingerprint: fp.root,
             };
             let mut out = Vec::new();
@@ -534,6 +535,7 @@ fn a_trickling_publisher_is_silent() {
         stream_count: 1,
         keepalive_ms: 50,
         session_nonce: 1,
+        catch_up: false,
         fingerprint: fp.root,
     };
     let mut out = Vec::new();
@@ -613,6 +615,7 @@ fn a_refused_publisher_leaves_the_server_serving_others() {
             stream_count: 1,
             keepalive_ms: 1000,
             session_nonce: 2,
+            catch_up: false,
             fingerprint: fp.root,
         };
         let mut t = EntryTables::default();

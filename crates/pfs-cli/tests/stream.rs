@@ -466,6 +466,7 @@ fn a_write_sent_anyway_by_a_reference_only_key_is_refused_by_the_subscriber() {
         stream_count: 1,
         keepalive_ms: 1000,
         session_nonce: 7,
+        catch_up: false,
         fingerprint: view.fingerprint,
     };
     let mut out = Vec::new();

@@ -323,6 +323,8 @@ pub unsafe extern "C" fn pfs_publication_connect(
         },
         keepalive: ms(o.keepalive_ms),
         reply_timeout: ms(o.reply_timeout_ms),
+        // Catch-up (wire §15.10) is not in the C options yet.
+        ..PublicationConfig::default()
     };
     guard(
         move || match Publication::connect(&endpoint.target(), &view, cfg) {
@@ -610,6 +612,8 @@ fn subscription_config(o: &PfsSubscriptionOptions) -> SubscriptionConfig {
         rights,
         keepalive: ms(o.keepalive_ms),
         handshake_timeout: ms(o.handshake_timeout_ms),
+        // Catch-up (wire §15.10) is not in the C options yet.
+        ..SubscriptionConfig::default()
     }
 }
 

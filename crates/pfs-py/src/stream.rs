@@ -239,6 +239,8 @@ impl Publication {
             },
             keepalive: secs(keepalive)?,
             reply_timeout: secs(timeout)?,
+            // Catch-up (wire §15.10) is not in the Python options yet.
+            ..PublicationConfig::default()
         };
         let opened: *const packetfs::blob::OpenedBlob = blob.borrow().opened();
         // SAFETY: the Blob object lives on Python's heap and does not move;

@@ -74,3 +74,72 @@ impl ReplicaHost for BlobReplica<'_> {
         Ok(self.fp.root)
     }
 }
+
+/// The host over a plain mutable slice and a fingerprint kept in memory
+/// only (a stream subscriber's blob, which it holds as `&mut [u8]`):
+/// invalidated and rehashed regions change [`SliceReplica::fingerprint`],
+/// which the caller keeps for its next session; no stored metadata
+/// follows.
+#[derive(Debug)]
+pub struct SliceReplica<'a> {
+    data: &'a mut [u8],
+    fp: Fingerprint,
+}
+
+impl<'a> SliceReplica<'a> {
+    /// The host of `data`, whose region hashes are `fp`'s.
+    pub fn new(data: &'a mut [u8], fp: Fingerprint) -> Self {
+        Self { data, fp }
+    }
+
+    /// The fingerprint as the catch-up left it.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.fp
+    }
+
+    fn update(&mut self, regions: &[usize], hash: impl Fn(&[u8]) -> [u8; 32]) -> [u8; 32] {
+        let rs = self.fp.region_size as usize;
+        let mut hashes = std::mem::take(&mut self.fp.regions);
+        for &i in regions {
+            let start = i.saturating_mul(rs).min(self.data.len());
+            let end = start.saturating_add(rs).min(self.data.len());
+            if let Some(h) = hashes.get_mut(i) {
+                *h = hash(&self.data[start..end]);
+            }
+        }
+        self.fp = Fingerprint::from_regions(self.fp.region_size, self.fp.blob_len, hashes);
+        self.fp.root
+    }
+}
+
+impl ReplicaHost for SliceReplica<'_> {
+    fn data(&self) -> &[u8] {
+        self.data
+    }
+
+    fn region_size(&self) -> u32 {
+        self.fp.region_size
+    }
+
+    fn region_hash(&self, i: usize) -> [u8; 32] {
+        self.fp.regions.get(i).copied().unwrap_or([0; 32])
+    }
+
+    fn invalidate(&mut self, regions: &[usize]) -> Result<(), LocalError> {
+        // All zeros: no content hashes to that (wire §16.6).
+        self.update(regions, |_| [0; 32]);
+        Ok(())
+    }
+
+    fn write(&mut self, offset: u64, bytes: &[u8]) -> Result<(), LocalError> {
+        // The core checked the range against this blob.
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.data.len());
+        let end = start.saturating_add(bytes.len()).min(self.data.len());
+        self.data[start..end].copy_from_slice(&bytes[..end - start]);
+        Ok(())
+    }
+
+    fn rehash(&mut self, regions: &[usize]) -> Result<[u8; 32], LocalError> {
+        Ok(self.update(regions, |b| *blake3::hash(b).as_bytes()))
+    }
+}

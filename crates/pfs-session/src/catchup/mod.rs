@@ -29,7 +29,7 @@ use std::time::Duration;
 use pfs_wire::ErrorCode;
 
 pub use driver::{catch_up_replica, catch_up_source};
-pub use host::{BlobReplica, ReplicaHost};
+pub use host::{BlobReplica, ReplicaHost, SliceReplica};
 pub use replica::CatchUpReplica;
 pub use source::CatchUpSource;
 

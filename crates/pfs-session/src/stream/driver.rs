@@ -12,7 +12,8 @@ use super::{
     GramWriter, Offer, Polled, Publisher, PublisherConfig, PublisherReport, StreamBlob, StreamError,
     StreamHost, StreamViolation, Subscriber, SubscriberConfig, SubscriberReport,
 };
-use crate::framing::{is_timeout, now, ReadTimeout, RecvBuf, Transmit};
+use crate::catchup::{catch_up_replica, catch_up_source, CatchUpConfig, CatchUpProgress, ReplicaHost};
+use crate::framing::{is_timeout, now, send_error, ReadTimeout, RecvBuf, Transmit};
 use crate::{SessionError, Timeout};
 
 /// Writes `parts` whole, as one vectored write where it can. The
@@ -77,6 +78,69 @@ fn whole_frame(filled: &[u8]) -> Result<Option<(FrameHeader, usize)>, StreamViol
     Ok((filled.len() >= len).then_some((h, len)))
 }
 
+/// The source side of the catch-up a publisher offers (wire §15.10): its
+/// blob's bytes and fingerprint (region hashes), the catch-up's settings
+/// and its progress callback (every `cfg.log_interval`).
+pub struct SourceCatchUp<'a> {
+    /// The publisher's blob.
+    pub data: &'a [u8],
+    /// Its fingerprint, region hashes included.
+    pub fingerprint: &'a pfs_blob::Fingerprint,
+    /// Timeouts and the progress interval.
+    pub cfg: CatchUpConfig,
+    /// Hears the progress.
+    pub on_progress: &'a mut dyn FnMut(&CatchUpProgress),
+}
+
+impl std::fmt::Debug for SourceCatchUp<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceCatchUp")
+            .field("blob_len", &self.data.len())
+            .field("root", &crate::short_hex(&self.fingerprint.root))
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+/// The replica side of a catch-up a subscriber allows (wire §15.10): its
+/// blob as a [`ReplicaHost`], the catch-up's settings and its progress
+/// callback.
+pub struct ReplicaCatchUp<'a> {
+    /// The subscriber's blob.
+    pub host: &'a mut dyn ReplicaHost,
+    /// Block size, limits, timeouts, the progress interval.
+    pub cfg: CatchUpConfig,
+    /// Hears the progress.
+    pub on_progress: &'a mut dyn FnMut(&CatchUpProgress),
+}
+
+impl std::fmt::Debug for ReplicaCatchUp<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaCatchUp")
+            .field("blob_len", &self.host.data().len())
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+/// Runs a catch-up side over `t`; on an error the peer hears why (best
+/// effort, as a gram session's driver does).
+fn catch_up_on(
+    t: &mut dyn Transport,
+    during: Duration,
+    run: impl FnOnce(&mut dyn Transport) -> Result<crate::catchup::CatchUpStats, SessionError>,
+) -> Result<crate::catchup::CatchUpStats, StreamError> {
+    // Catch-up frames may wait for the peer's hashing: its own idle bound,
+    // not the handshake's, bounds each write.
+    set_write_bound(t, during)?;
+    run(t).map_err(|e| {
+        if e.tell_peer() {
+            send_error(t, &e);
+        }
+        StreamError::from(e)
+    })
+}
+
 /// A publisher's connection: the core over a transport.
 pub struct PublisherLink {
     t: Box<dyn Transport>,
@@ -93,17 +157,25 @@ impl std::fmt::Debug for PublisherLink {
 
 impl PublisherLink {
     /// Sends STREAM_HELLO on `t` and waits (up to `handshake`) for the
-    /// subscriber's STREAM_ACCEPT.
+    /// subscriber's STREAM_ACCEPT. With `catch_up`, STREAM_HELLO offers it
+    /// (whatever `cfg.catch_up` says) and, when the subscriber takes it,
+    /// the subscriber's blob is brought to `blob`'s bytes before this
+    /// returns.
     pub fn open(
         t: Box<dyn Transport>,
         cfg: &PublisherConfig,
         blob: StreamBlob,
         handshake: Duration,
+        catch_up: Option<SourceCatchUp<'_>>,
     ) -> Result<Self, StreamError> {
         let start = now();
+        let cfg = PublisherConfig {
+            catch_up: catch_up.is_some(),
+            ..*cfg
+        };
         let mut link = Self {
             t,
-            core: Publisher::new(cfg, blob, start),
+            core: Publisher::new(&cfg, blob, start),
             recv: RecvBuf::new(FRAME_HEADER_LEN + pfs_wire::frame::MAX_CONTROL_BODY as usize),
             read_timeout: ReadTimeout::default(),
         };
@@ -127,6 +199,16 @@ impl PublisherLink {
                 .into());
             }
             link.take_frames()?;
+        }
+        if let (true, Some(c)) = (link.core.catching_up(), catch_up) {
+            let nonce = cfg.session_nonce;
+            let buf = &mut link.recv;
+            let stats = catch_up_on(&mut *link.t, c.cfg.idle_timeout, |t| {
+                catch_up_source(t, buf, c.data, c.fingerprint, nonce, &c.cfg, c.on_progress)
+            })?;
+            link.core.caught_up(now(), stats);
+            // The catch-up moved the transport's read timeout.
+            link.read_timeout = ReadTimeout::default();
         }
         if let Some(a) = link.core.accepted() {
             set_write_bound(&mut *link.t, super::silence_after(a.keepalive_ms))?;
@@ -161,7 +243,8 @@ impl PublisherLink {
     }
 
     fn take_frames(&mut self) -> Result<(), StreamError> {
-        loop {
+        // Catch-up frames that follow STREAM_ACCEPT are the catch-up's.
+        while !self.core.catching_up() {
             let next = whole_frame(self.recv.filled()).map_err(|v| self.core.refuse(v));
             let (h, len) = match self.guard(next)? {
                 Some(f) => f,
@@ -173,6 +256,7 @@ impl PublisherLink {
             self.recv.consume(len);
             self.guard(r)?;
         }
+        Ok(())
     }
 
     /// Takes what the subscriber sent without waiting, runs the deadlines,
@@ -326,14 +410,22 @@ fn no_grams(_: &mut super::GramEntries<'_>) {}
 
 impl<'c> SubscriberLink<'c> {
     /// Reads STREAM_HELLO from `t` (within `handshake`), checks it against
-    /// `blob` and answers STREAM_ACCEPT, or ERROR and fails.
+    /// `blob` and answers STREAM_ACCEPT, or ERROR and fails. With
+    /// `catch_up` (and only then, whatever `cfg.allow_catch_up` says) a
+    /// publisher whose fingerprint differs and that offers catch-up brings
+    /// the blob to its bytes before this returns.
     pub fn accept(
         t: Box<dyn Transport + 'c>,
         cfg: SubscriberConfig,
         blob: StreamBlob,
         handshake: Duration,
+        catch_up: Option<ReplicaCatchUp<'_>>,
     ) -> Result<Self, StreamError> {
         let start = now();
+        let cfg = SubscriberConfig {
+            allow_catch_up: catch_up.is_some(),
+            ..cfg
+        };
         let mut link = Self {
             t,
             core: Subscriber::new(cfg, blob, start),
@@ -361,6 +453,24 @@ impl<'c> SubscriberLink<'c> {
             link.take_frames(&mut [], &mut no_grams)?;
         }
         link.flush()?;
+        if let (Some(h), Some(c)) = (link.core.hello().copied(), catch_up) {
+            if link.core.catching_up() {
+                let buf = &mut link.recv;
+                let stats = catch_up_on(&mut *link.t, c.cfg.idle_timeout, |t| {
+                    catch_up_replica(
+                        t,
+                        buf,
+                        c.host,
+                        h.session_nonce,
+                        h.fingerprint,
+                        &c.cfg,
+                        c.on_progress,
+                    )
+                })?;
+                link.core.caught_up(now(), stats);
+                link.read_timeout = ReadTimeout::default();
+            }
+        }
         if let Some(h) = link.core.hello() {
             set_write_bound(&mut *link.t, super::silence_after(h.keepalive_ms))?;
         }

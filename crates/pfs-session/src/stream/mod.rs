@@ -28,7 +28,7 @@ use pfs_wire::{ErrorCode, FrameType, WireError};
 
 use crate::SessionError;
 
-pub use driver::{PublisherLink, SubscriberLink};
+pub use driver::{PublisherLink, ReplicaCatchUp, SourceCatchUp, SubscriberLink};
 pub use host::{GramEntries, ResolvedEntry, StreamHost};
 pub use publisher::{Claim, GramWriter, Offer, Publisher, PublisherConfig, PublisherReport};
 pub use subscriber::{Polled, Subscriber, SubscriberConfig, SubscriberReport};
@@ -220,6 +220,18 @@ pub enum StreamViolation {
         /// The bound it broke.
         bound: u64,
     },
+    /// The fingerprints differ, the publisher offered catch-up, and this
+    /// subscriber does not take it.
+    #[error("blobs differ: fingerprint (publisher {publisher}, subscriber {subscriber}), and this subscriber does not allow catch-up into its blob (it needs `pfs sub --allow-catch-up` / SubscriptionConfig::allow_catch_up, and no `no-catch-up` on the publisher key's authorized_keys line)")]
+    CatchUpRefused {
+        /// The publisher's root, short hex.
+        publisher: String,
+        /// The subscriber's root, short hex.
+        subscriber: String,
+    },
+    /// STREAM_ACCEPT takes a catch-up STREAM_HELLO did not offer.
+    #[error("STREAM_ACCEPT takes a catch-up the publisher did not offer")]
+    CatchUpUnasked,
     /// STREAM_ACCEPT does not echo STREAM_HELLO's nonce.
     #[error("STREAM_ACCEPT echoes nonce {got:#x}, not {sent:#x}")]
     Nonce {
@@ -234,7 +246,8 @@ impl StreamViolation {
     /// The ERROR code that tells the peer (`docs/wire.md` §15.7).
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::BlobMismatch { .. } => ErrorCode::BlobMismatch,
+            Self::BlobMismatch { .. } | Self::CatchUpRefused { .. } => ErrorCode::BlobMismatch,
+            Self::CatchUpUnasked => ErrorCode::Protocol,
             Self::Decode {
                 error: WireError::UnsupportedVersion(_),
                 ..

@@ -13,6 +13,7 @@ use pfs_wire::stream::{
 use pfs_wire::{put_frame, FrameHeader, FrameType, IntegrityAlg, FRAME_HEADER_LEN, GRAM_HEADER_LEN};
 
 use super::{keepalive_ms, silence_after, PublishError, StreamBlob, StreamError, StreamViolation, Timers};
+use crate::catchup::CatchUpStats;
 use crate::framing::{refusal, Transmit};
 
 /// How a publisher opens its session.
@@ -28,6 +29,9 @@ pub struct PublisherConfig {
     pub stream_index: u16,
     /// Streams in the publication (1 unsharded).
     pub stream_count: u16,
+    /// Offer catch-up (STREAM_HELLO `CATCH_UP`, wire §15.10): the driver
+    /// runs the source side when the subscriber takes it.
+    pub catch_up: bool,
 }
 
 impl Default for PublisherConfig {
@@ -38,6 +42,7 @@ impl Default for PublisherConfig {
             session_nonce: 1,
             stream_index: 0,
             stream_count: 1,
+            catch_up: false,
         }
     }
 }
@@ -79,11 +84,17 @@ pub struct PublisherReport {
     pub digests_matched: bool,
     /// Times `offer` met a full window.
     pub back_pressure: u64,
+    /// What the catch-up before the stream moved (wire §15.10), when there
+    /// was one; its frames are not in the wire counts above.
+    pub catch_up: Option<CatchUpStats>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     AwaitAccept,
+    /// STREAM_ACCEPT took the catch-up: the driver runs it, then
+    /// [`Publisher::caught_up`].
+    CatchingUp,
     Streaming,
     Ending,
     Done,
@@ -145,6 +156,7 @@ pub struct Publisher {
     control: Vec<u8>,
     final_applied: Option<Applied>,
     back_pressure: u64,
+    catch_up: Option<CatchUpStats>,
 }
 
 impl Publisher {
@@ -158,6 +170,7 @@ impl Publisher {
             stream_count: cfg.stream_count.max(1),
             keepalive_ms: keepalive_ms(cfg.keepalive),
             session_nonce: cfg.session_nonce,
+            catch_up: cfg.catch_up,
             fingerprint: blob.fingerprint,
         };
         let mut control = Vec::with_capacity(256);
@@ -189,7 +202,24 @@ impl Publisher {
             control,
             final_applied: None,
             back_pressure: 0,
+            catch_up: None,
         }
+    }
+
+    /// Whether the subscriber took the catch-up and the driver must run it
+    /// (as source) before the stream starts.
+    pub fn catching_up(&self) -> bool {
+        self.phase == Phase::CatchingUp
+    }
+
+    /// The catch-up ended with equal roots: the stream starts, its
+    /// keepalive and silence deadlines counted from `now`.
+    pub fn caught_up(&mut self, now: Instant, stats: CatchUpStats) {
+        if self.phase == Phase::CatchingUp {
+            self.phase = Phase::Streaming;
+        }
+        self.timers = Timers::new(now);
+        self.catch_up = Some(stats);
     }
 
     /// The subscriber's STREAM_ACCEPT, once it arrived.
@@ -410,13 +440,20 @@ impl Publisher {
                     }
                     .into());
                 }
+                if a.catch_up && !self.hello.catch_up {
+                    return Err(StreamViolation::CatchUpUnasked.into());
+                }
                 self.flight.latest = Applied {
                     window_bytes: a.window_bytes,
                     window_grams: a.window_grams,
                     ..Applied::default()
                 };
                 self.accept = Some(a);
-                self.phase = Phase::Streaming;
+                self.phase = if a.catch_up {
+                    Phase::CatchingUp
+                } else {
+                    Phase::Streaming
+                };
                 Ok(())
             }
             (Phase::Streaming | Phase::Ending, FrameType::Applied) => {
@@ -518,6 +555,7 @@ impl Publisher {
             mismatched: self.flight.latest.mismatched,
             digests_matched: f.is_some_and(|f| f.mismatched == 0 && f.e2e_digest == self.totals.e2e_digest),
             back_pressure: self.back_pressure,
+            catch_up: self.catch_up,
         }
     }
 }

@@ -14,6 +14,7 @@ use pfs_wire::{put_frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
 
 use super::host::GramEntries;
 use super::{keepalive_ms, silence_after, StreamBlob, StreamError, StreamHost, StreamViolation, Timers};
+use crate::catchup::CatchUpStats;
 use crate::framing::{put_error_frame, refusal};
 
 /// A subscriber's limits, window and the rights it grants.
@@ -31,6 +32,10 @@ pub struct SubscriberConfig {
     pub rights: u8,
     /// Send a frame at least this often when idle.
     pub keepalive: Duration,
+    /// Take a catch-up the publisher offers when the fingerprints differ
+    /// (STREAM_ACCEPT `CATCH_UP`, wire §15.10); the driver runs the
+    /// replica side.
+    pub allow_catch_up: bool,
 }
 
 impl Default for SubscriberConfig {
@@ -42,6 +47,7 @@ impl Default for SubscriberConfig {
             window_bytes: 16 << 20,
             rights: RIGHT_WRITE | RIGHT_MESSAGE,
             keepalive: Duration::from_secs(1),
+            allow_catch_up: false,
         }
     }
 }
@@ -67,6 +73,9 @@ pub struct SubscriberReport {
     pub wire_bytes: u64,
     /// Whether the publisher ended the stream and its end-to-end digest matched ours.
     pub digests_matched: bool,
+    /// What the catch-up before the stream moved (wire §15.10), when there
+    /// was one; its frames are not in `wire_bytes`.
+    pub catch_up: Option<CatchUpStats>,
 }
 
 /// What one step of a subscription did.
@@ -118,6 +127,8 @@ pub struct Subscriber {
     timers: Timers,
     control: Vec<u8>,
     end: Option<StreamEnd>,
+    /// STREAM_ACCEPT took a catch-up the driver has not run yet.
+    catching_up: bool,
 }
 
 impl Subscriber {
@@ -133,6 +144,7 @@ impl Subscriber {
             digest: Digest::new(pfs_wire::IntegrityAlg::None),
             timers: Timers::new(now),
             control: Vec::with_capacity(256),
+            catching_up: false,
             end: None,
         }
     }
@@ -304,7 +316,15 @@ impl Subscriber {
             )
             .into());
         }
-        if h.fingerprint != self.blob.fingerprint {
+        let catch_up = h.fingerprint != self.blob.fingerprint && h.catch_up && self.cfg.allow_catch_up;
+        if h.fingerprint != self.blob.fingerprint && h.catch_up && !catch_up {
+            return Err(StreamViolation::CatchUpRefused {
+                publisher: crate::short_hex(&h.fingerprint),
+                subscriber: crate::short_hex(&self.blob.fingerprint),
+            }
+            .into());
+        }
+        if h.fingerprint != self.blob.fingerprint && !catch_up {
             return Err(mismatch(
                 "fingerprint",
                 crate::short_hex(&h.fingerprint),
@@ -322,6 +342,7 @@ impl Subscriber {
             blob_len: self.blob.len,
             session_nonce: h.session_nonce,
             keepalive_ms: keepalive_ms(self.cfg.keepalive),
+            catch_up,
         };
         self.cfg.window_bytes = accept.window_bytes;
         self.cfg.window_grams = accept.window_grams;
@@ -329,7 +350,26 @@ impl Subscriber {
         self.digest = Digest::new(h.integrity);
         self.hello = Some(h);
         self.phase = Phase::Streaming;
+        self.catching_up = catch_up;
         Ok(())
+    }
+
+    /// Whether STREAM_ACCEPT took a catch-up: once it is written, the
+    /// driver runs the replica side towards STREAM_HELLO's fingerprint,
+    /// then calls [`Subscriber::caught_up`].
+    pub fn catching_up(&self) -> bool {
+        self.catching_up
+    }
+
+    /// The catch-up ended with this blob's root equal to the publisher's:
+    /// grams may flow, the deadlines counted from `now`.
+    pub fn caught_up(&mut self, now: Instant, stats: CatchUpStats) {
+        if let Some(h) = self.hello {
+            self.blob.fingerprint = h.fingerprint;
+        }
+        self.catching_up = false;
+        self.timers = Timers::new(now);
+        self.report.catch_up = Some(stats);
     }
 
     /// Checks the whole gram, then executes it.

@@ -368,6 +368,7 @@ fn subscriber(rights: u8) -> (Subscriber, Vec<u8>, Instant) {
         stream_count: 1,
         keepalive_ms: 1000,
         session_nonce: 5,
+        catch_up: false,
         fingerprint: [7; 32],
     };
     let h = pfs_wire::FrameHeader {
