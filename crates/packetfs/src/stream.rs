@@ -358,7 +358,7 @@ impl<'a> Subscription<'a> {
 
     /// Opens the session; `caught_up` gets the blob's fingerprint as a
     /// catch-up left it, even one that ended early (the next one resumes).
-    fn open(
+    pub(crate) fn open(
         conn: Box<dyn Transport + 'a>,
         blob: SubscriberBlob<'a>,
         cfg: SubscriptionConfig,

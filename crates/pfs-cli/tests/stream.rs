@@ -507,3 +507,88 @@ fn a_write_sent_anyway_by_a_reference_only_key_is_refused_by_the_subscriber() {
         "the blob changed"
     );
 }
+
+#[test]
+fn pub_catch_up_brings_an_allowing_sub_to_its_bytes_and_is_refused_otherwise() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let primary = ["--blob-name", "primary", "--blob-keep"];
+    let mut catch_up = primary.to_vec();
+    catch_up.extend(["--catch-up", "--json"]);
+
+    // Without --allow-catch-up the refusal names the flag.
+    let sub = sub_json(&["--once", "--seed", "7"], dir);
+    let out = publish(&sub.addr, b"hi\n", &catch_up, dir);
+    assert_ne!(
+        out.code(),
+        Some(0),
+        "pfs pub --catch-up to a sub without --allow-catch-up"
+    );
+    assert!(out.stderr.contains("--allow-catch-up"), "{}", out.stderr);
+    sub.finish();
+
+    // A key with `no-catch-up` may not, whatever the flag says.
+    let sub_key = keygen(dir, "sub");
+    let pub_key = keygen(dir, "publisher");
+    let line = std::fs::read_to_string(dir.join("publisher.pub")).expect("publisher.pub");
+    let keys = dir.join("authorized_keys");
+    std::fs::write(&keys, format!("{} no-catch-up\n", line.trim())).expect("authorized_keys");
+    let (keys, sub_key) = (keys.to_str().unwrap(), sub_key.to_str().unwrap());
+    let guarded = [
+        "--once",
+        "--seed",
+        "7",
+        "--allow-catch-up",
+        "--authorized-keys",
+        keys,
+        "--identity",
+        sub_key,
+    ];
+    let sub = sub_json(&guarded, dir);
+    let server_key = dir.join("sub.pub");
+    let mut as_key = catch_up.clone();
+    as_key.extend([
+        "--identity",
+        pub_key.to_str().unwrap(),
+        "--server-key",
+        server_key.to_str().unwrap(),
+    ]);
+    let out = publish(&sub.addr, b"hi\n", &as_key, dir);
+    assert_ne!(out.code(), Some(0), "pfs pub --catch-up with a no-catch-up key");
+    assert!(out.stderr.contains("no-catch-up"), "{}", out.stderr);
+    sub.finish();
+
+    // Allowed: not offered, the blobs' mismatch as before; offered, the
+    // subscriber's named blob becomes the publisher's, then takes the grams.
+    let sub = sub_json(
+        &[
+            "--max-sessions",
+            "2",
+            "--seed",
+            "7",
+            "--allow-catch-up",
+            "--blob-name",
+            "behind",
+            "--blob-keep",
+        ],
+        dir,
+    );
+    let out = publish(&sub.addr, b"hi\n", &primary, dir);
+    assert_ne!(out.code(), Some(0), "pfs pub without --catch-up");
+    assert!(out.stderr.contains("fingerprint"), "{}", out.stderr);
+    let out = publish(&sub.addr, b"hi\n", &catch_up, dir);
+    out.expect_code(0, "pfs pub --catch-up");
+    let v = out.json("pfs pub --catch-up --json");
+    assert_eq!(v["catch_up"]["bytes_sent"], 1 << 20, "{v:#}");
+    assert_eq!(v["publisher"]["applied"], 1, "{v:#}");
+    let done = sub.finish();
+    done.expect_code(0, "pfs sub --allow-catch-up");
+    let reports = events(&done, "report");
+    assert_eq!(reports[0]["catch_up"]["bytes_sent"], 1 << 20, "{}", done.stdout);
+    assert!(
+        std::fs::read(blob_file(dir, "behind")).unwrap() == std::fs::read(blob_file(dir, "primary")).unwrap(),
+        "the subscriber's blob is the publisher's"
+    );
+    // Its record follows its bytes.
+    run(pfs(&["blob", "verify", "--blob-name", "behind"], dir)).expect_code(0, "pfs blob verify");
+}

@@ -84,6 +84,10 @@ pub struct PubArgs {
     /// of the blob both sides hold (what `pfs sub --kernel` computes over), not as a MESSAGE.
     #[cfg_attr(feature = "clap", arg(long, conflicts_with_all = ["write_at", "record_size"]))]
     pub refs: bool,
+    /// When the subscriber's blob differs (same size), bring it to this blob's bytes before the
+    /// stream, moving only the blocks that differ (it needs `pfs sub --allow-catch-up`).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub catch_up: bool,
     /// Longest to wait for the subscriber: for room in its window, and for its last APPLIED (seconds).
     #[cfg_attr(feature = "clap", arg(long, value_name = "SECS", default_value_t = 30.0))]
     pub timeout: f64,
@@ -131,6 +135,10 @@ pub struct SubArgs {
     /// Exit after this many connections (publishers served, refused or denied), with the last one's status.
     #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
     pub max_sessions: Option<u64>,
+    /// Let a publisher whose blob differs (`pfs pub --catch-up`) bring this blob to its bytes
+    /// before its stream; writes into this blob. A key with `no-catch-up` may not.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub allow_catch_up: bool,
     /// Most bytes of one gram taken (its frame body).
     #[cfg_attr(feature = "clap", arg(long, default_value = "4M", value_parser = crate::parse::parse_size_u32))]
     pub max_gram: u32,

@@ -72,6 +72,8 @@ pub fn publish(
     let view = opened.view();
     let cfg = PublicationConfig {
         reply_timeout: timeout,
+        catch_up: args.catch_up,
+        log_interval: Some(Duration::from_secs(1)),
         ..PublicationConfig::default()
     };
     let start = Instant::now();
@@ -168,6 +170,7 @@ impl Published {
                 "wire_mb_s": rate(wire, secs),
                 "records_per_s": self.records_per_s(),
             },
+            "catch_up": r.catch_up.as_ref().map(crate::report::catch_up_json),
         })
     }
 
@@ -190,7 +193,11 @@ impl Published {
             r.wire_bytes_received,
             rate(wire, secs),
             self.records_per_s(),
-        )
+        ) + &r
+            .catch_up
+            .as_ref()
+            .map(|c| format!("\n{}", crate::report::catch_up_line(c)))
+            .unwrap_or_default()
     }
 }
 

@@ -267,6 +267,7 @@ fn finished_line(
                 "wire_mb_s": rate(r.wire_bytes, secs),
             },
             "count": counts.map(Counts::json),
+            "catch_up": r.catch_up.as_ref().map(crate::report::catch_up_json),
             "exec": exec.map(|(k, o)| serde_json::json!({"kernel": k, "output": o})),
         })
         .to_string();
@@ -283,6 +284,9 @@ fn finished_line(
         r.wire_bytes,
         rate(r.effective_bytes, secs),
     );
+    if let Some(c) = &r.catch_up {
+        text += &format!("\n{}", crate::report::catch_up_line(c));
+    }
     if let Some(c) = counts {
         text += &format!(
             "\n  count          {} reference(s) {} bytes, {} write(s) {} bytes, {} message(s) {} bytes",
@@ -305,6 +309,7 @@ pub struct Subscriber {
     handshake: Duration,
     max_gram: u32,
     max_sessions: Option<u64>,
+    allow_catch_up: bool,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -356,6 +361,7 @@ impl Subscriber {
             handshake,
             max_gram: args.max_gram,
             max_sessions: if args.once { Some(1) } else { args.max_sessions },
+            allow_catch_up: args.allow_catch_up,
         })
     }
 
@@ -388,15 +394,24 @@ impl Subscriber {
                 max_gram_body: self.max_gram,
                 rights: wire_rights(client.rights.stream),
                 handshake_timeout: self.handshake,
+                // As `pfs serve`: the flag, and no `no-catch-up` on the key.
+                allow_catch_up: self.allow_catch_up && client.rights.catch_up,
+                log_interval: Some(Duration::from_secs(1)),
                 ..SubscriptionConfig::default()
             };
             self.host.reset();
             let t0 = Instant::now();
             let blob = SubscriberBlob::of(&mut self.opened.blob);
-            let outcome = session(transport, blob, cfg, &mut self.host);
+            let mut caught_up = None;
+            let outcome = session(transport, blob, cfg, &mut self.host, &mut caught_up);
             let elapsed = t0.elapsed();
-            // Grams applied before a refusal stay applied: their regions too.
-            let written = self.host.take_written();
+            // Grams applied before a refusal stay applied: their regions too;
+            // and so do the regions a catch-up rewrote, finished or not.
+            let mut written = self.host.take_written();
+            if let Some(fp) = caught_up {
+                let old = self.opened.blob.fingerprint();
+                written.extend((0..fp.regions.len()).filter(|&i| old.regions.get(i) != fp.regions.get(i)));
+            }
             if !written.is_empty() {
                 self.opened.blob.rehash_regions(&written)?;
             }
@@ -431,8 +446,9 @@ fn session<'a>(
     blob: SubscriberBlob<'a>,
     cfg: SubscriptionConfig,
     host: &mut Host,
+    caught_up: &mut Option<crate::blob::Fingerprint>,
 ) -> Result<(SubscriberReport, &'static str), crate::Error> {
-    let mut sub = Subscription::accept(conn, blob, cfg)?;
+    let mut sub = Subscription::open(conn, blob, cfg, caught_up)?;
     let kind = sub.transport();
     let r = sub.run(host)?;
     Ok((r, kind))
