@@ -90,6 +90,7 @@ fn the_readme_names_every_example() {
             "gram_loopback",
             "keys",
             "same_host_ring",
+            "stream_catchup",
             "stream_replicate",
             "stream_throughput"
         ]
