@@ -80,7 +80,11 @@ fn main() -> Result<(), Error> {
         c.bytes_moved,
         c.wire_bytes,
         c.wire_bytes as f64 / differing as f64,
-        if (c.wire_bytes as f64) <= budget { "within" } else { "OVER" },
+        if (c.wire_bytes as f64) <= budget {
+            "within"
+        } else {
+            "OVER"
+        },
         c.regions_differing,
         c.regions,
         catch_up_s,
