@@ -667,3 +667,93 @@ fn the_spec_vectors_e2e_chain() {
     let e = pfs_exec::integrity::e2e_chain(first, 1, v);
     assert_eq!(e, 0xc4ec_4d94_3dd0_4ed8, "{e:#018x}");
 }
+
+/// A STREAM_HELLO for [`id`]'s shape with another root, offering catch-up
+/// or not, fed to a subscriber that allows it or not.
+fn hello_of_another_blob(offer: bool, allow: bool) -> (Subscriber, Result<Polled, StreamError>) {
+    let now = Instant::now();
+    let cfg = SubscriberConfig {
+        allow_catch_up: allow,
+        ..SubscriberConfig::default()
+    };
+    let mut s = Subscriber::new(cfg, id(), now);
+    let hello = StreamHello {
+        blob_len: BLOB as u64,
+        region_size: 4096,
+        integrity: IntegrityAlg::Fnv1a,
+        stream_index: 0,
+        stream_count: 1,
+        keepalive_ms: 1000,
+        session_nonce: 5,
+        catch_up: offer,
+        fingerprint: [8; 32],
+    };
+    let h = pfs_wire::FrameHeader {
+        frame_type: FrameType::StreamHello,
+        flags: 0,
+        length: 80,
+    };
+    let r = s.handle_frame(h, &hello.emit(), &mut blob(), &mut Seen::default(), now);
+    (s, r)
+}
+
+#[test]
+fn a_differing_subscriber_takes_an_offered_catch_up_only_when_it_allows_it() {
+    let (s, r) = hello_of_another_blob(true, true);
+    assert_eq!(r.expect("accepted"), Polled::Grams(0));
+    assert!(s.catching_up());
+    let fs = frames(s.control());
+    assert_eq!(fs[0].0, FrameType::StreamAccept);
+    assert!(pfs_wire::stream::StreamAccept::parse(&fs[0].2).unwrap().catch_up);
+
+    let (s, r) = hello_of_another_blob(true, false);
+    let err = r.expect_err("refused").to_string();
+    assert!(err.contains("--allow-catch-up"), "{err}");
+    assert_eq!(error_code(s.control()), ErrorCode::BlobMismatch as u16);
+
+    let (s, r) = hello_of_another_blob(false, true);
+    assert!(matches!(
+        r,
+        Err(StreamError::Violation(StreamViolation::BlobMismatch { .. }))
+    ));
+    assert!(!s.catching_up());
+}
+
+#[test]
+fn a_publisher_refuses_a_catch_up_it_did_not_offer() {
+    let now = Instant::now();
+    let mut p = Publisher::new(&PublisherConfig::default(), id(), now);
+    let accept = pfs_wire::stream::StreamAccept {
+        max_gram_body: 4096,
+        max_entries: 8,
+        window_grams: 4,
+        rights: RIGHT_WRITE,
+        window_bytes: 1 << 20,
+        blob_len: BLOB as u64,
+        session_nonce: PublisherConfig::default().session_nonce,
+        keepalive_ms: 1000,
+        catch_up: true,
+    };
+    let h = pfs_wire::FrameHeader {
+        frame_type: FrameType::StreamAccept,
+        flags: 0,
+        length: 48,
+    };
+    let r = p.handle_frame(h, &accept.emit(), now);
+    assert!(
+        matches!(r, Err(StreamError::Violation(StreamViolation::CatchUpUnasked))),
+        "{r:?}"
+    );
+
+    // Offered: the publisher waits for the catch-up, then streams.
+    let cfg = PublisherConfig {
+        catch_up: true,
+        ..PublisherConfig::default()
+    };
+    let mut p = Publisher::new(&cfg, id(), now);
+    p.handle_frame(h, &accept.emit(), now).expect("taken");
+    assert!(p.catching_up());
+    p.caught_up(now, crate::catchup::CatchUpStats::default());
+    assert!(!p.catching_up());
+    assert_eq!(p.report().catch_up, Some(crate::catchup::CatchUpStats::default()));
+}
