@@ -22,6 +22,17 @@
 //! other for 3 × the other's keepalive interval ends the session
 //! ([`StreamError::Silent`]); a closed connection ends it at once.
 //!
+//! **Catch-up** (`docs/wire.md` §15.10): a subscriber whose blob differs
+//! (same length and region size) refuses the stream, unless the
+//! publication offers catch-up ([`PublicationConfig::catch_up`], which
+//! needs the view's mapped blob) and the subscription allows it
+//! ([`SubscriptionConfig::allow_catch_up`]): the subscriber's blob is then
+//! brought to the publisher's bytes on the same connection, moving only the
+//! blocks that differ, before the first gram. Both reports carry what moved
+//! (`catch_up`); [`Subscription::caught_up`] gives the blob's new
+//! fingerprint, which [`serve`] carries to its next session (also after a
+//! catch-up that ended early, so the next one resumes).
+//!
 //! Over TCP, Unix sockets, shared memory and UDP ([`Target`]), plain or
 //! protected ([`Publication::connect_as`]; the subscriber's side runs
 //! `keys::accept` first, as gram servers do).
