@@ -113,7 +113,7 @@ Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, u
   pfs keygen -f /etc/pfs/server.key -C server-a
   pfs keygen -f ./id --force --json           # replace an existing key; print JSON
 
-The public line (pfs-x25519 BASE64 [comment]) is what the other side lists in
+The public line (pfs-x25519 BASE64 [# comment]) is what the other side lists in
 its authorized keys (pfs serve --authorized-keys) or known hosts (pfs send,
 pfs mount: --server-key, known_hosts).")]
     Keygen(KeygenArgs),
@@ -786,7 +786,7 @@ pub struct KeygenArgs {
     /// Private key file (default: $XDG_CONFIG_HOME/pfs/identity or ~/.config/pfs/identity).
     #[arg(short = 'f', long = "file")]
     pub file: Option<std::path::PathBuf>,
-    /// Comment appended to the public line (e.g. user@host).
+    /// Comment appended to the public line after a `#` (e.g. user@host).
     #[arg(short = 'C', long, default_value = "")]
     pub comment: String,
     /// Replace an existing key pair.
