@@ -30,13 +30,30 @@ Examples:
   pfs send ./docs --to backup.example:7878 --server-key server.pub           # protected, server key pinned
   pfs mount 127.0.0.1:7878 /mnt/pfs           # the server's tree, read lazily (pfs umount /mnt/pfs)";
 
+/// The version line: `pfs VERSION (GIT_REV)`, the revision `git describe`
+/// gave at build time (`unknown` outside a checkout).
+pub const VERSION_LINE: &str = concat!("pfs ", env!("CARGO_PKG_VERSION"), " (", env!("PFS_GIT_REV"), ")");
+
 /// The `pfs` command.
 #[derive(Debug, Parser)]
-#[command(name = "pfs", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("PFS_GIT_REV"), ")"), about = ABOUT, after_help = AFTER_HELP)]
+#[command(
+    name = "pfs",
+    about = ABOUT,
+    after_help = AFTER_HELP,
+    disable_version_flag = true,
+    subcommand_required = false,
+    arg_required_else_help = true
+)]
 pub struct Cli {
+    /// Print the version (`pfs VERSION (GIT_REV)`) and exit.
+    #[arg(short = 'V', long)]
+    pub version: bool,
+    /// With --version: print `{"name":"pfs","version":…,"commit":…}` instead.
+    #[arg(long, requires = "version")]
+    pub json: bool,
     /// What to do.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 /// `pfs bench …`: the `pfs-bench` program's arguments, passed on unread.

@@ -162,7 +162,7 @@ fn parse(file_flags: &[OsString], cli: &[OsString]) -> Result<ServeArgs, clap::E
     let cmd = Cli::command().mut_subcommand("serve", |c| c.args_override_self(true));
     let matches = cmd.try_get_matches_from(argv)?;
     match Cli::from_arg_matches(&matches)?.command {
-        Command::Serve(args) => Ok(args),
+        Some(Command::Serve(args)) => Ok(args),
         _ => unreachable!("parsed as pfs serve"),
     }
 }

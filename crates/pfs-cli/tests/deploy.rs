@@ -222,6 +222,13 @@ fn signal_on_an_idle_server_exits_zero() {
         signal(&server, sig);
         let out = server.finish();
         out.expect_code(0, &format!("pfs serve after {sig:?}"));
+        // The first log line names the build.
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(&format!("pfs {} (", env!("CARGO_PKG_VERSION"))) && first.contains("starting"),
+            "{}",
+            out.stderr
+        );
         assert!(
             out.stderr.contains("stopped: 0 session(s) completed, 0 failed"),
             "{}",

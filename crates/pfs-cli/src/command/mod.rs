@@ -25,7 +25,10 @@ pub use mount::classify as mount_exit_code;
 
 /// Runs the parsed command; returns the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
-    match cli.command {
+    let Some(command) = cli.command else {
+        return version(cli.version, cli.json);
+    };
+    match command {
         Command::Blob(cmd) => blob::run(cmd),
         Command::Keygen(args) => keygen::run(&args),
         Command::Send(args) => send::run(args),
@@ -35,6 +38,27 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Umount(args) => mount::umount(&args),
         Command::Bench(args) => bench::run(&args),
     }
+}
+
+/// `pfs --version [--json]`. Without a subcommand clap leaves only
+/// `--version` (`--json` requires it, no argument at all prints help).
+fn version(asked: bool, json: bool) -> anyhow::Result<i32> {
+    use clap::CommandFactory;
+    if !asked {
+        Cli::command().print_help()?;
+        return Ok(crate::exit::USAGE);
+    }
+    if json {
+        let commit = env!("PFS_GIT_REV");
+        let mut v = serde_json::json!({"name": "pfs", "version": env!("CARGO_PKG_VERSION")});
+        if commit != "unknown" {
+            v["commit"] = commit.into();
+        }
+        println!("{v}");
+    } else {
+        println!("{}", crate::args::VERSION_LINE);
+    }
+    Ok(crate::exit::OK)
 }
 
 /// Maps, prefaults, fills and fingerprints the blob; prints warnings and the setup line on stderr.

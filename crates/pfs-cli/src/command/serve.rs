@@ -171,6 +171,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         None => args,
     };
     log::init(&args.log);
+    // The first line: which build is running (what to quote in a bug report).
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        commit = env!("PFS_GIT_REV"),
+        "{} starting",
+        crate::args::VERSION_LINE
+    );
     shutdown::grace(args.shutdown_grace)?;
     args.transport.check()?;
     if args.dest.is_some() {

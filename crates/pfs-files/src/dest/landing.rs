@@ -245,7 +245,7 @@ impl<'d> Landing<'d> {
         }
         let temp = self
             .root
-            .create_temp_cached(&mut self.stat_cache, f.rel, f.mode)?;
+            .create_temp_cached(&mut self.stat_cache, f.rel)?;
         self.open.insert(no, temp);
         Ok(Placement::Rebuild)
     }
