@@ -63,7 +63,9 @@ pub fn classify(e: &anyhow::Error) -> i32 {
             packetfs::Error::Stream(_) => FAILURE,
         };
     }
-    if e.downcast_ref::<crate::config::ConfigError>().is_some() {
+    if e.downcast_ref::<crate::config::ConfigError>().is_some()
+        || e.downcast_ref::<packetfs::files::TargetError>().is_some()
+    {
         return USAGE;
     }
     if let Some(s) = e.downcast_ref::<pfs_auth::SecureError>() {

@@ -26,6 +26,8 @@ const READY_ENV: &str = "PFS_MOUNT_DAEMON";
 
 pub fn run(args: &MountArgs) -> anyhow::Result<i32> {
     args.transport.check()?;
+    // An address mistake is a usage error here, before any process starts.
+    split_target("SOURCE", &args.source, args.transport.transport)?;
     if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout <= 3600.0) {
         bail!(
             "--timeout must be between 0 and 3600 seconds, not {}",
@@ -132,7 +134,7 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     // Started by `pfs mount` without -f: its standard output is gone after
     // the ready line.
     let daemon = ready.0;
-    let (addr, dir) = split_target(&args.source, args.transport.transport);
+    let (addr, dir) = split_target("SOURCE", &args.source, args.transport.transport)?;
     let cache_dir = match &args.cache {
         Some(d) => d.clone(),
         // One cache per server by default: a cache serves one mount at a
