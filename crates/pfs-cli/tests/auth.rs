@@ -737,3 +737,63 @@ fn a_key_cannot_touch_the_state_of_a_key_nested_in_its_directory() {
     assert!(fs::symlink_metadata(state.join("tmp")).unwrap().is_dir());
     assert!(files_under(&b).is_empty(), "{:?}", files_under(&b));
 }
+
+/// Sends `sig` to a running `pfs serve`.
+fn signal(server: &Server, sig: rustix::process::Signal) {
+    let child = server.guard.0.as_ref().expect("server child");
+    rustix::process::kill_process(rustix::process::Pid::from_child(child), sig).expect("signal pfs serve");
+}
+
+/// SIGHUP reloads `authorized_keys` without a restart: a key added is
+/// admitted, a key removed is refused, a file that does not parse keeps the
+/// set in use (and says so). The server runs on throughout.
+#[test]
+fn sighup_reloads_authorized_keys_and_a_bad_file_keeps_the_old_set() {
+    use rustix::process::Signal;
+    let s = setup();
+    let ak = s.authorized(&[public_line(&s.alice)]);
+    let mut server = s.serve(&ak, 100);
+    let addr = server.addr.clone();
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(8, "bob before he is listed");
+
+    // Bob added.
+    s.authorized(&[public_line(&s.alice), public_line(&s.bob)]);
+    signal(&server, Signal::HUP);
+    assert_eq!(server.wait_event("reloaded")["keys"], 2);
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(0, "bob once listed");
+
+    // Alice removed.
+    s.authorized(&[public_line(&s.bob)]);
+    signal(&server, Signal::HUP);
+    assert_eq!(server.wait_event("reloaded")["keys"], 1);
+    let alice = s.send(&addr, Some(&s.alice), Some(&s.server_id), &[]);
+    alice.expect_code(8, "alice once removed");
+    assert!(alice.stderr.contains("not authorized"), "{}", alice.stderr);
+
+    // A file that does not parse: the set in use stays.
+    s.authorized(&[public_line(&s.bob), "pfs-x25519 not-a-key".to_string()]);
+    signal(&server, Signal::HUP);
+    let failed = server.wait_event("reload_failed");
+    assert_eq!(failed["keys"], 1, "{failed}");
+    assert!(
+        failed["error"].as_str().unwrap_or_default().contains(":2:"),
+        "{failed}"
+    );
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(0, "bob after a bad reload");
+    s.send(&addr, Some(&s.alice), Some(&s.server_id), &[])
+        .expect_code(8, "alice after a bad reload");
+
+    signal(&server, Signal::TERM);
+    let out = server.finish();
+    out.expect_code(0, "pfs serve after SIGHUPs and SIGTERM");
+    for line in [
+        "reloaded: 2 keys",
+        "reloaded: 1 keys",
+        "reload failed, keeping the 1 keys in use",
+    ] {
+        assert!(out.stderr.contains(line), "no {line:?} in:\n{}", out.stderr);
+    }
+}

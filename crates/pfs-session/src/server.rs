@@ -45,9 +45,10 @@ pub struct Admission {
     /// This server's identity: protected sessions are possible. `None`:
     /// only plain connections.
     pub security: Option<ServerSecurity>,
-    /// Client keys and their rights. `None`: any key that completes the
-    /// handshake may do everything (an open server that still encrypts).
-    pub authorized: Option<AuthorizedKeys>,
+    /// Client keys and their rights, replaceable while the server runs
+    /// (a reload). `None`: any key that completes the handshake may do
+    /// everything (an open server that still encrypts).
+    pub authorized: Option<KeyRing>,
     /// Plain (unauthenticated, unencrypted) connections are served. Off
     /// whenever `authorized` is set.
     pub allow_plain: bool,
@@ -60,6 +61,40 @@ impl Default for Admission {
             authorized: None,
             allow_plain: true,
         }
+    }
+}
+
+/// The `authorized_keys` a server admits by, which a reload replaces
+/// while it runs ([`KeyRing::replace`]). Each admission looks its key up in
+/// the set current at that moment and copies the key's rights into its
+/// [`Client`]: a session keeps the rights it was admitted with, whatever
+/// reloads follow, and only new sessions see a new set.
+#[derive(Debug, Clone)]
+pub struct KeyRing(Arc<Mutex<Arc<AuthorizedKeys>>>);
+
+impl KeyRing {
+    /// A ring holding `keys`.
+    pub fn new(keys: AuthorizedKeys) -> Self {
+        Self(Arc::new(Mutex::new(Arc::new(keys))))
+    }
+
+    /// The set admissions use now.
+    pub fn current(&self) -> Arc<AuthorizedKeys> {
+        // A poisoned lock still holds a whole set: the swap below cannot
+        // leave half of one.
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Makes `keys` the set for admissions from now on; returns the old one.
+    pub fn replace(&self, keys: AuthorizedKeys) -> Arc<AuthorizedKeys> {
+        let new = Arc::new(keys);
+        std::mem::replace(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()), new)
+    }
+}
+
+impl From<AuthorizedKeys> for KeyRing {
+    fn from(keys: AuthorizedKeys) -> Self {
+        Self::new(keys)
     }
 }
 
@@ -1002,7 +1037,7 @@ fn admit_keyed<'c, C: Transport>(
     let rights = match &policy.authorized {
         // An open server: every key may do everything, in the shared group.
         None => plain_rights(),
-        Some(keys) => match keys.rights(&key) {
+        Some(ring) => match ring.current().rights(&key) {
             Some(r) => r.clone(),
             None => {
                 let _ = pending.refuse(GENERIC_REFUSAL);

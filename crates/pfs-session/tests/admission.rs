@@ -191,7 +191,7 @@ fn keyed(k: &Keys, authorized: bool) -> Admission {
                 k.client.public().line("client"),
                 k.other.public().line("other")
             );
-            AuthorizedKeys::parse(&lines).unwrap()
+            AuthorizedKeys::parse(&lines).unwrap().into()
         }),
         allow_plain: !authorized,
     }
@@ -505,7 +505,7 @@ fn a_key_that_cannot_serve_its_proposal_is_refused_at_the_verdict() {
         k.client.public().line("client"),
         k.other.public()
     );
-    admission.authorized = Some(AuthorizedKeys::parse(&lines).unwrap());
+    admission.authorized = Some(AuthorizedKeys::parse(&lines).unwrap().into());
     let cfg = ServerConfig {
         max_sessions: Some(3),
         admission,

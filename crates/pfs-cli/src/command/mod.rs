@@ -9,6 +9,7 @@ mod keygen;
 mod log;
 mod mount;
 mod progress;
+mod reload;
 mod send;
 mod send_files;
 mod serve;

@@ -70,7 +70,8 @@ pub fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
 }
 
 /// Binds the listener (and the metrics endpoint, kept until dropped),
-/// prints its address, and from then on stops the server on SIGTERM or SIGINT.
+/// prints its address, and from then on stops the server on SIGTERM or
+/// SIGINT and reloads its `authorized_keys` on SIGHUP.
 pub fn listen(args: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<(AnyListener, Option<Endpoint>)> {
     let listener = bind_listener(args)?;
     let endpoint = match (&args.metrics_listen, &cfg.metrics) {
@@ -92,6 +93,7 @@ pub fn listen(args: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<(AnyListen
         cfg.shutdown.clone(),
         shutdown::grace(args.shutdown_grace)?,
     )?;
+    super::reload::watch(args, cfg.admission.authorized.clone())?;
     announce(&listener, args.run.json);
     Ok((listener, endpoint))
 }
