@@ -138,6 +138,7 @@ fn config_file_serves_like_its_flags() {
         assert_eq!(l["files_written"], 1, "{l}");
         assert_eq!(l["files_unchanged"], 0, "{l}");
         assert_eq!(l["files_failed"], 0, "{l}");
+        assert_eq!(l["files_deleted"], 0, "{l}");
         assert_eq!(l["effective_bytes"], data.len() as u64, "{l}");
         assert!(l["wire_bytes"].as_u64().is_some_and(|w| w > 0), "{l}");
         assert!(l["bytes_in"].as_u64().is_some_and(|w| w > 0), "{l}");
@@ -152,6 +153,52 @@ fn config_file_serves_like_its_flags() {
     }
     assert_eq!(reports[0].0, 1, "{reports:?}");
     assert_eq!(reports[0], reports[1], "flags and file gave different reports");
+}
+
+/// A send with `--delete` that removes an entry: the session's log line
+/// counts it (`files_deleted`), as the human result line does.
+#[test]
+fn deletions_are_in_the_session_log_line() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path();
+    let (src, dest) = (home.join("src"), home.join("dest"));
+    fs::create_dir_all(&src).expect("mkdir src");
+    fs::create_dir_all(&dest).expect("mkdir dest");
+    fs::write(src.join("keep.txt"), b"kept\n").expect("write source");
+    fs::write(dest.join("stale.txt"), b"only at the destination\n").expect("write stale");
+    let mut cmd = pfs(home);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-sessions",
+        "1",
+        "--log-format",
+        "json",
+        "--dest",
+    ])
+    .arg(&dest);
+    let server = Server::spawn(cmd);
+    let mut send = pfs(home);
+    send.arg("send")
+        .arg(format!("{}/", src.display()))
+        .args([
+            "--to",
+            &server.addr,
+            "--delete",
+            "--progress",
+            "never",
+            "--cache-dir",
+        ])
+        .arg(home.join("cache"));
+    run(send).expect_code(0, "pfs send --delete");
+    let out = server.finish();
+    out.expect_code(0, "pfs serve --max-sessions 1");
+    assert!(!dest.join("stale.txt").exists(), "stale.txt not deleted");
+    let lines = session_lines(&out);
+    assert_eq!(lines.len(), 1, "one session line:\n{}", out.stderr);
+    assert_eq!(lines[0]["files_deleted"], 1, "{}", lines[0]);
+    assert!(out.stdout.contains(", 1 deleted;"), "{}", out.stdout);
 }
 
 /// An unknown key is refused with its name and line, before anything starts.

@@ -40,8 +40,8 @@ pub fn init(args: &LogArgs) {
 pub struct Did<'a> {
     /// `files`, `mount` or `blob`.
     pub service: &'a str,
-    /// Files sessions: files written, unchanged, failed.
-    pub files: Option<(u64, u64, u64)>,
+    /// Files sessions: what the report counts.
+    pub files: Option<FilesDid>,
     /// Blob sessions: `payload`, `offset` or `arith`.
     pub mode: Option<&'a str>,
     /// Bytes reconstructed or executed over.
@@ -52,15 +52,31 @@ pub struct Did<'a> {
     pub failure: Option<String>,
 }
 
+/// What a files session did to the destination's entries.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FilesDid {
+    /// Files written (new or changed content).
+    pub written: u64,
+    /// Files left as they were.
+    pub unchanged: u64,
+    /// Entries that failed.
+    pub failed: u64,
+    /// Entries deleted (`pfs send --delete`).
+    pub deleted: u64,
+}
+
 /// The line a session ends with: who (key fingerprint, `-` for a plain
 /// connection), from where, what, how much, how long, and how it ended.
 /// A failed session has no report: its wire bytes are what its connection
 /// carried before it ended.
 pub fn session_end(client: &Client, traffic: &Traffic, did: &Did<'_>) {
-    let (written, unchanged, failed) = match did.files {
-        Some((w, u, f)) => (Some(w), Some(u), Some(f)),
-        None => (None, None, None),
-    };
+    let f = did.files;
+    let (written, unchanged, failed, deleted) = (
+        f.map(|f| f.written),
+        f.map(|f| f.unchanged),
+        f.map(|f| f.failed),
+        f.map(|f| f.deleted),
+    );
     let wire = match did.failure {
         None => did.wire_bytes,
         Some(_) => traffic.bytes_in + traffic.bytes_out,
@@ -81,6 +97,7 @@ pub fn session_end(client: &Client, traffic: &Traffic, did: &Did<'_>) {
                 files_written = written,
                 files_unchanged = unchanged,
                 files_failed = failed,
+                files_deleted = deleted,
                 effective_bytes = did.effective_bytes,
                 wire_bytes = wire,
                 bytes_in = traffic.bytes_in,
