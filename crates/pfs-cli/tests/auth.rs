@@ -797,3 +797,45 @@ fn sighup_reloads_authorized_keys_and_a_bad_file_keeps_the_old_set() {
         assert!(out.stderr.contains(line), "no {line:?} in:\n{}", out.stderr);
     }
 }
+
+/// A server-side failure reaches the client naming the problem, not the
+/// server's absolute paths (the server's log keeps them): here the key's
+/// group index cannot be opened, a file standing where its directory goes.
+#[test]
+fn server_failures_reach_the_client_without_the_servers_paths() {
+    let s = setup();
+    let mut kg = pfs();
+    kg.args(["keygen", "--json", "--force", "-f"]).arg(&s.alice);
+    let fingerprint = run(kg).json("keygen")["fingerprint"]
+        .as_str()
+        .expect("fingerprint")
+        .to_string();
+    let group = format!("key-{}", fingerprint.trim_start_matches("blake3:"));
+    let groups = s.dest.join(".pfs/groups");
+    fs::create_dir_all(&groups).unwrap();
+    fs::write(groups.join(&group), b"in the way\n").unwrap();
+    let ak = s.authorized(&[format!("dir=backups/alice {}", public_line(&s.alice))]);
+    let server = s.serve_keeping(&ak, 1, false);
+    let addr = server.addr.clone();
+    let out = s.send(&addr, Some(&s.alice), Some(&s.server_id), &[]);
+    out.expect_code(4, "a send whose place cannot be opened");
+    let dest = s.dest.display().to_string();
+    assert!(out.stderr.contains("not a directory"), "{}", out.stderr);
+    assert!(out.stderr.contains(&group), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains(&dest),
+        "the server's path reached the client: {}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains(&*s.tmp.path().to_string_lossy()),
+        "{}",
+        out.stderr
+    );
+    let served = server.finish();
+    assert!(
+        served.stderr.contains(&dest),
+        "the server's log keeps the path: {}",
+        served.stderr
+    );
+}

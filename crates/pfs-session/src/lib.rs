@@ -30,6 +30,7 @@ pub mod framing;
 pub mod gram;
 pub mod metrics;
 pub mod mount;
+pub mod peer_text;
 pub mod places;
 pub mod server;
 mod slots;

@@ -407,7 +407,12 @@ fn files_or_mount(
     let (head, service) = first_service(conn, client, mount_cfg.hello_timeout)?;
     live.set_service(service);
     let here = place(client).map_err(|e| {
-        refuse(conn, ErrorCode::Internal, &e.to_string());
+        // The peer learns what failed, not where on this host.
+        refuse(
+            conn,
+            ErrorCode::Internal,
+            &crate::peer_text::for_peer(&e.to_string(), None),
+        );
         SessionError::Local(crate::LocalError::Place(e))
     })?;
     // The header read here is read again by the session.

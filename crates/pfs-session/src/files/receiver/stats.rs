@@ -46,8 +46,10 @@ impl Stats {
     /// A line for the report beyond the per-entry failures, within the
     /// report's text limit.
     pub(super) fn note(&mut self, line: &str) {
+        // The report goes to the peer: no absolute path of this host.
+        let line = crate::peer_text::for_peer(line, None);
         if self.messages.len() + line.len() <= MAX_REPORT_TEXT {
-            self.messages.push_str(line);
+            self.messages.push_str(&line);
         }
     }
 }
