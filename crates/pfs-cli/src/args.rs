@@ -16,7 +16,8 @@ Rates are decimal MB/s (10^6 bytes per second).
 
 Exit codes: 0 ok · 1 failure · 2 usage · 3 integrity MISMATCH · 4 refused by peer (pfs serve --once: the peer was refused) · 5 transport failure ·
 6 partial transfer (entries not written, unreadable or changed while sent; listed) · 7 the peer broke the protocol ·
-8 authentication failed (server key unknown or changed, our key refused, keys required)
+8 authentication failed (server key unknown or changed, our key refused, keys required) ·
+9 the server shut down mid-session (\"the server is shutting down; run again to resume\")
 
 Examples:
   pfs bench                                   # loopback suite: iperf3 + all PFS modes, one table

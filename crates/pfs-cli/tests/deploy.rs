@@ -414,3 +414,61 @@ fn sigterm_cuts_a_paused_files_session_cleanly() {
     // Stdout keeps its event objects: the cut session is a session_failed.
     assert!(out.stdout.contains("\"session_failed\""), "{}", out.stdout);
 }
+
+/// A server shutdown that cuts a transfer reaches the client as what it
+/// is: "the server is shutting down; run again to resume", exit 9 — not a
+/// `Broken pipe`. Running the send again against the server back up
+/// completes it. The sender is slowed by `--bwlimit` so that the cut (no
+/// grace period) meets it mid-file; the wait for its temporary file is a
+/// hang guard, not a timing assertion.
+#[test]
+fn a_shutdown_mid_transfer_tells_the_client_to_run_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path();
+    let dest = home.join("dest");
+    let data = random_bytes(9, 2 << 20);
+    let src = home.join("big.bin");
+    fs::write(&src, &data).expect("write source");
+    let serve = || {
+        let mut cmd = pfs(home);
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--shutdown-grace",
+            "0",
+            "--dest",
+        ])
+        .arg(&dest);
+        Server::spawn(cmd)
+    };
+    let server = serve();
+    let mut sender = send_file(home, &src, &server.addr);
+    sender
+        .args(["--bwlimit", "256K"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = sender.spawn().expect("spawn pfs send");
+    let deadline = Instant::now() + HANG_GUARD;
+    while temps_in(&dest).is_empty() {
+        assert!(Instant::now() < deadline, "no temporary file appeared");
+        thread::sleep(Duration::from_millis(20));
+    }
+    signal(&server, rustix::process::Signal::TERM);
+    server.finish().expect_code(0, "pfs serve after SIGTERM");
+    let out = common::collect(child, "pfs send cut by the shutdown");
+    out.expect_code(9, "pfs send whose server shut down");
+    assert!(
+        out.stderr
+            .contains("the server is shutting down; run again to resume"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("Broken pipe"), "{}", out.stderr);
+
+    // Run again: it completes.
+    let server = serve();
+    run(send_file(home, &src, &server.addr)).expect_code(0, "pfs send again");
+    assert_eq!(fs::read(dest.join("big.bin")).expect("landed"), data);
+}

@@ -734,7 +734,8 @@ impl<'a, O: Effective> Server<'a, O> {
         } = arrival;
         let mut decided = Decided(&self.undecided, false);
         let flow = Arc::new(Flow::default());
-        let mut conn = match Cuttable::new(conn, self.shutdown, flow.clone()) {
+        let farewell_ok = Arc::new(AtomicBool::new(false));
+        let mut conn = match Cuttable::new(conn, self.shutdown, flow.clone(), farewell_ok.clone()) {
             Ok(c) => c,
             Err(e) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
@@ -772,6 +773,11 @@ impl<'a, O: Effective> Server<'a, O> {
             .as_ref()
             .map_or_else(LiveSession::default, |m| m.start(service, flow.clone()));
         let result = (self.session)(&mut *transport, &client, &live);
+        if result.is_err() && self.shutdown.is_cut() {
+            // Paired with the Acquire load in Cuttable's writes.
+            farewell_ok.store(true, Ordering::Release);
+            farewell(&mut *transport);
+        }
         // The wrappers above the connection are done with it: its
         // counters are final.
         drop(transport);
@@ -1126,12 +1132,33 @@ fn refuse<T: Transport + ?Sized>(conn: &mut T, code: ErrorCode, msg: &str) {
     let _ = conn.shutdown_write();
 }
 
+/// What a client is told when the server's shutdown cut its session.
+pub const SHUTTING_DOWN_MESSAGE: &str = "the server is shutting down; run again to resume";
+
+/// Longest the farewell may wait on a peer that does not read.
+const FAREWELL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Tells the peer of a session the shutdown cut why it ended: ERROR
+/// `SHUTTING_DOWN` on the session's own channel (sealed in a protected
+/// session), best effort and bounded, then our side is closed. A peer that
+/// was sending meets it when its next write fails and it reads what came.
+fn farewell(t: &mut dyn Transport) {
+    let _ = t.set_write_timeout(Some(FAREWELL_TIMEOUT));
+    let mut frame = Vec::new();
+    crate::framing::put_error_frame(&mut frame, ErrorCode::ShuttingDown, SHUTTING_DOWN_MESSAGE);
+    let _ = t.write_all(&frame);
+    let _ = t.shutdown_write();
+}
+
 /// A connection a [`Shutdown`] can cut, counting the bytes it carries.
 /// Reads wait at most [`CUT_POLL`] at a time, so the flag is seen; a
 /// caller's own read timeout is kept, give or take one poll.
 struct Cuttable<'s, T> {
     inner: T,
     shutdown: &'s Shutdown,
+    /// Set once the session has ended after a cut: writes pass again, for
+    /// the one ERROR `SHUTTING_DOWN` that tells the peer ([`farewell`]).
+    farewell: Arc<AtomicBool>,
     /// The read timeout the caller asked for.
     timeout: Option<Duration>,
     /// The bytes it carried, as its `Traffic` and the metrics see them.
@@ -1139,11 +1166,17 @@ struct Cuttable<'s, T> {
 }
 
 impl<'s, T: Transport> Cuttable<'s, T> {
-    fn new(mut inner: T, shutdown: &'s Shutdown, flow: Arc<Flow>) -> io::Result<Self> {
+    fn new(
+        mut inner: T,
+        shutdown: &'s Shutdown,
+        flow: Arc<Flow>,
+        farewell: Arc<AtomicBool>,
+    ) -> io::Result<Self> {
         inner.set_read_timeout(Some(CUT_POLL))?;
         Ok(Self {
             inner,
             shutdown,
+            farewell,
             timeout: None,
             flow,
         })
@@ -1177,7 +1210,10 @@ impl<T: Transport> Transport for Cuttable<'_, T> {
         self.inner.peer()
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.check()?;
+        // Paired with the Release store in `connection`, after the session ended.
+        if !self.farewell.load(Ordering::Acquire) {
+            self.check()?;
+        }
         let n = self.inner.write_vectored(bufs)?;
         self.flow.add_out(n);
         Ok(n)
