@@ -143,6 +143,15 @@ pub fn parse_target(to: &str, network: bool) -> Result<(String, String), TargetE
     Ok((addr.to_string(), dir.trim_end_matches('/').to_string()))
 }
 
+/// [`parse_target`] for a blob session: `HOST:PORT` (or a socket path),
+/// with no remote directory.
+pub fn parse_blob_target(to: &str, network: bool) -> Result<String, TargetError> {
+    match parse_target(to, network)? {
+        (addr, dir) if dir.is_empty() => Ok(addr),
+        _ => Err(TargetError::DirWithoutFiles { to: to.to_string() }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

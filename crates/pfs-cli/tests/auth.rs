@@ -193,14 +193,12 @@ fn a_confined_key_cannot_write_outside_its_directory() {
     s.send(&format!("{addr}:b"), Some(&s.alice), key, &[])
         .expect_code(0, "into a/b");
     assert!(s.dest.join("a/b/data.bin").is_file());
-    // An absolute remote directory is taken beneath the key's root too.
-    s.send(&format!("{addr}:/etc"), Some(&s.alice), key, &[])
-        .expect_code(0, "absolute");
-    assert!(
-        s.dest.join("a/etc/data.bin").is_file(),
-        "{:?}",
-        files_under(&s.dest)
-    );
+    // An absolute remote directory is refused as a usage error (it would
+    // not be where it says), before anything connects.
+    let abs = s.send(&format!("{addr}:/etc"), Some(&s.alice), key, &[]);
+    abs.expect_code(2, "absolute");
+    assert!(abs.stderr.contains("is absolute"), "{}", abs.stderr);
+    assert!(!s.dest.join("a/etc").exists(), "{:?}", files_under(&s.dest));
     for (target, what) in [
         (format!("{addr}:../b"), "parent"),
         (format!("{addr}:escape"), "symlink"),

@@ -54,9 +54,9 @@ fn keygen_writes_a_private_and_a_public_file_and_prints_the_public_line() {
     assert!(v["fingerprint"].as_str().unwrap().starts_with("blake3:"));
 }
 
-/// The README's recipe: `echo "dir=backups/laptop no-exec $(cat client.pub)"
-/// >> authorized_keys`. The comment `-C` wrote is after a `#`, so the line
-/// parses with the options in front and keeps them.
+/// The README's recipe, `echo "dir=backups/laptop no-exec $(cat
+/// client.pub)" >> authorized_keys`: the comment `-C` wrote is after a
+/// `#`, so the line parses with the options in front and keeps them.
 #[test]
 fn keygen_comment_lets_the_readme_recipe_put_options_in_front() {
     let dir = tempfile::tempdir().unwrap();

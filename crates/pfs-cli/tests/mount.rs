@@ -368,7 +368,7 @@ fn daemon_of(at: &Path) -> Option<i32> {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let cmdline = fs::read(e.path().join("cmdline")).ok()?;
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let ours = args.iter().any(|a| *a == b"--foreground") && args.iter().any(|a| *a == want);
+        let ours = args.contains(&&b"--foreground"[..]) && args.contains(&want);
         ours.then_some(pid)
     })
 }

@@ -50,12 +50,11 @@ fn version(asked: bool, json: bool) -> anyhow::Result<i32> {
         return Ok(crate::exit::USAGE);
     }
     if json {
-        let commit = env!("PFS_GIT_REV");
-        let mut v = serde_json::json!({"name": "pfs", "version": env!("CARGO_PKG_VERSION")});
-        if commit != "unknown" {
-            v["commit"] = commit.into();
-        }
-        println!("{v}");
+        let commit = Some(env!("PFS_GIT_REV")).filter(|c| *c != "unknown");
+        println!(
+            "{}",
+            packetfs::report::version_json("pfs", env!("CARGO_PKG_VERSION"), commit)
+        );
     } else {
         println!("{}", crate::args::VERSION_LINE);
     }

@@ -7,23 +7,19 @@
 //! waited for by `PFS_MOUNT_DAEMON` in its environment and answers with
 //! one line on its standard output, a pipe the parent reads.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use packetfs::mount::{Readiness, Stopper};
 use pfs_mount::{MountConfig, MountError, ProtoError};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 
 use crate::args::{MountArgs, UmountArgs};
 use crate::exit;
 
 use super::send::target;
 use super::send_files::split_target;
-
-const READY_ENV: &str = "PFS_MOUNT_DAEMON";
 
 pub fn run(args: &MountArgs) -> anyhow::Result<i32> {
     args.transport.check()?;
@@ -65,7 +61,7 @@ fn background(args: &MountArgs) -> anyhow::Result<i32> {
     };
     let mut child = std::process::Command::new(exe)
         .args(&argv)
-        .env(READY_ENV, "1")
+        .env(packetfs::mount::READY_ENV, "1")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(log)
@@ -91,28 +87,6 @@ fn background(args: &MountArgs) -> anyhow::Result<i32> {
         None => eprintln!("pfs: error: the mount process ended before the mount was up ({status})"),
     }
     Ok(if code == 0 { exit::FAILURE } else { code })
-}
-
-/// Tells a waiting `pfs mount` how it went, on the standard output it
-/// reads (a plain foreground run has no one waiting).
-struct Readiness(bool);
-
-impl Readiness {
-    fn from_env() -> Self {
-        let waited_for = std::env::var_os(READY_ENV).is_some();
-        std::env::remove_var(READY_ENV);
-        Self(waited_for)
-    }
-
-    /// One line, once; nothing is written to the standard output after it
-    /// (the reader is gone).
-    fn say(&mut self, word: &str) {
-        if std::mem::take(&mut self.0) {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(word.as_bytes());
-            let _ = out.flush();
-        }
-    }
 }
 
 fn foreground(args: &MountArgs) -> anyhow::Result<i32> {
@@ -177,29 +151,17 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
         }
         None => None,
     };
-    // A signal unmounts (installed before the mount exists, so no signal
-    // can leave a dead mount behind); an unmount from outside ends the
-    // session too. See `Stopping` for how the process is sure to end.
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("installing the signal handlers")?;
-    let handle = signals.handle();
-    let stopping = Arc::new(Stopping::new(mountpoint.clone()));
-    let waiter = {
-        let stopping = stopping.clone();
-        std::thread::spawn(move || {
-            for sig in signals.forever() {
-                stopping.signalled(sig);
-            }
-        })
-    };
+    // A signal unmounts; an unmount from outside ends the session too; the
+    // process then ends within a bound (packetfs::mount::Stopper).
+    let stopper = Stopper::install(mountpoint.clone()).context("installing the signal handlers")?;
     let bg = match session.mount(&mountpoint, &cfg) {
         Ok(bg) => bg,
         Err(e) => {
-            handle.close();
-            let _ = waiter.join();
+            stopper.unmounted();
             return Err(anyhow::Error::new(e));
         }
     };
-    stopping.mounted();
+    stopper.mounted();
     let tree = &session.shared().tree;
     let line = if args.json {
         serde_json::json!({ "event": "mounted", "source": args.source, "mountpoint": mountpoint.display().to_string(),
@@ -226,12 +188,7 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
         eprintln!("{line}");
     }
     let ended = bg.join();
-    handle.close();
-    let _ = waiter.join();
-    // Unmounted: the rest (the link, prefetch, the cache) ends within
-    // CLOSE_BOUND, or the process ends without it (the cache survives a
-    // kill; its lock goes with the process).
-    exit_after(CLOSE_BOUND, "the mount is gone but its link has not stopped");
+    stopper.unmounted();
     let report = session.close();
     if daemon {
         eprintln!("pfs: unmounted {}: {report}", mountpoint.display());
@@ -245,85 +202,6 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     }
     ended.context("the FUSE session ended with an error")?;
     Ok(exit::OK)
-}
-
-/// How long the mount process may take to end once a signal came or the
-/// mount is gone: an open file keeping a lazily unmounted mount alive, a
-/// link stuck connecting to an unreachable server. Past it, it exits.
-const CLOSE_BOUND: Duration = Duration::from_secs(5);
-
-/// Ends the process `bound` from now (a thread that sleeps, then exits 0):
-/// what was asked, an unmount or a signal, is done; the rest must not keep
-/// the process, and with it the cache lock, alive.
-fn exit_after(bound: Duration, why: &'static str) {
-    let spawned = std::thread::Builder::new()
-        .name("pfs-mount-exit".into())
-        .spawn(move || {
-            std::thread::sleep(bound);
-            tracing::warn!("{why} {bound:?} later: exiting");
-            std::process::exit(exit::OK);
-        });
-    if spawned.is_err() {
-        // No thread for the bound: end now rather than risk no end.
-        std::process::exit(exit::OK);
-    }
-}
-
-/// A mount process's way to the end when signalled. The first SIGINT,
-/// SIGTERM or SIGHUP unmounts lazily (open files keep working until
-/// closed; the mount ends then) — at once if the mount is up, else as
-/// soon as it is — and bounds what is left at [`CLOSE_BOUND`]; a second
-/// signal exits at once. Signals are handled until the process ends, so
-/// none is ever swallowed: before, the handler stopped at the first
-/// unmount, and a mount kept alive by an open file (or an unmount that
-/// failed because the mount was already gone while the link was still
-/// closing) ignored every later SIGTERM while holding the cache lock.
-struct Stopping {
-    at: std::path::PathBuf,
-    /// (the mount is up, a signal came).
-    state: Mutex<(bool, bool)>,
-}
-
-impl Stopping {
-    fn new(at: std::path::PathBuf) -> Self {
-        Self {
-            at,
-            state: Mutex::new((false, false)),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, (bool, bool)> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The mount is up: unmount now if a signal came before.
-    fn mounted(&self) {
-        let mut st = self.lock();
-        st.0 = true;
-        if st.1 {
-            self.unmount();
-        }
-    }
-
-    fn signalled(&self, sig: i32) {
-        let mut st = self.lock();
-        if std::mem::replace(&mut st.1, true) {
-            tracing::warn!("signal {sig} again: exiting now");
-            std::process::exit(exit::OK);
-        }
-        tracing::info!("signal {sig}: unmounting {}", self.at.display());
-        if st.0 {
-            self.unmount();
-        }
-        exit_after(CLOSE_BOUND, "still running after the signal");
-    }
-
-    fn unmount(&self) {
-        if let Err(e) = packetfs::mount::unmount(&self.at, true) {
-            // Already gone (unmounted from outside): the bound ends us.
-            tracing::warn!("unmounting {}: {e:#}", self.at.display());
-        }
-    }
 }
 
 pub fn umount(args: &UmountArgs) -> anyhow::Result<i32> {

@@ -9,7 +9,7 @@ use pfs_session::metrics::{Endpoint, EndpointConfig, Metrics};
 use pfs_session::{
     serve, GramReceiverConfig, GramReceiverOutcome, Limits, ServerConfig, ServerEvent, SessionStats,
 };
-use pfs_transport::{AnyListener, Listener, ShmListener, TcpConfig, TcpListener, UnixListener};
+use pfs_transport::{AnyListener, ShmListener, TcpConfig, TcpListener, UnixListener};
 
 use crate::args::{ServeArgs, TransportArg};
 use crate::exit;
@@ -135,23 +135,7 @@ pub fn bind_listener(args: &ServeArgs) -> anyhow::Result<AnyListener> {
 
 /// Prints the listening line (the address a sender needs) on stdout.
 pub fn announce(listener: &AnyListener, json: bool) {
-    let addr = match listener {
-        AnyListener::Tcp(l) => l
-            .socket_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| l.local_addr()),
-        AnyListener::Udp(l) => l.socket_addr().to_string(),
-        other => other.local_addr(),
-    };
-    let kind = listener.kind();
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "listening", "addr": addr, "transport": kind})
-        );
-    } else {
-        println!("pfs serve: listening on {addr} ({kind})");
-    }
+    println!("{}", packetfs::report::listening_line(listener, json));
 }
 
 /// Where a same-host server listens unless told: the user's runtime
