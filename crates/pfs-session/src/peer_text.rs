@@ -1,8 +1,9 @@
-//! Text a server sends its peer (ERROR messages, a files report's
-//! per-entry lines) names the problem, never the server's file system: a
-//! path beneath the peer's destination is shown relative to it (`.` for the
-//! destination itself), any other absolute path as [`HIDDEN`]. The server's
-//! own log keeps the full text of a session's error.
+//! Text a server sends its peer in an ERROR names the problem, never the
+//! server's file system: a path beneath the peer's destination is shown
+//! relative to it (`.` for the destination itself), any other absolute
+//! path as [`HIDDEN`]. The server's own log keeps the full text. (A files
+//! report's per-entry lines already name entries relative to the
+//! destination, and echo the sender's own words: they are left as they are.)
 
 use std::path::Path;
 
