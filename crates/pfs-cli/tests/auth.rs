@@ -837,3 +837,43 @@ fn server_failures_reach_the_client_without_the_servers_paths() {
         served.stderr
     );
 }
+
+/// With `--config`, SIGHUP reads the config file again: its
+/// `authorized_keys` path is the one reloaded, and any other setting it
+/// changed is named as applying at the next start.
+#[test]
+fn sighup_rereads_the_config_files_keys_path_and_names_what_it_does_not_reload() {
+    use rustix::process::Signal;
+    let s = setup();
+    let t = s.tmp.path();
+    fs::write(t.join("keys1"), public_line(&s.alice) + "\n").unwrap();
+    fs::write(t.join("keys2"), public_line(&s.alice) + "\n" + &public_line(&s.bob) + "\n").unwrap();
+    let conf = t.join("serve.toml");
+    let write_conf = |keys: &str, max_clients: u32| {
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\njson = true\ndest = \"dest\"\nidentity = \"server\"\n\
+             authorized_keys = \"{keys}\"\nmax_clients = {max_clients}\n"
+        );
+        fs::write(&conf, text).unwrap();
+    };
+    write_conf("keys1", 4);
+    let mut cmd = pfs();
+    cmd.arg("serve").arg("--config").arg(&conf);
+    let mut server = Server::spawn(cmd);
+    let addr = server.addr.clone();
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(8, "bob, not in keys1");
+    write_conf("keys2", 8);
+    signal(&server, Signal::HUP);
+    assert_eq!(server.wait_event("reloaded")["keys"], 2);
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(0, "bob, in keys2");
+    signal(&server, Signal::TERM);
+    let out = server.finish();
+    out.expect_code(0, "pfs serve --config after SIGHUP and SIGTERM");
+    assert!(
+        out.stderr.contains("max_clients changed; only authorized_keys is reloaded"),
+        "{}",
+        out.stderr
+    );
+}
