@@ -847,7 +847,11 @@ fn sighup_rereads_the_config_files_keys_path_and_names_what_it_does_not_reload()
     let s = setup();
     let t = s.tmp.path();
     fs::write(t.join("keys1"), public_line(&s.alice) + "\n").unwrap();
-    fs::write(t.join("keys2"), public_line(&s.alice) + "\n" + &public_line(&s.bob) + "\n").unwrap();
+    fs::write(
+        t.join("keys2"),
+        public_line(&s.alice) + "\n" + &public_line(&s.bob) + "\n",
+    )
+    .unwrap();
     let conf = t.join("serve.toml");
     let write_conf = |keys: &str, max_clients: u32| {
         let text = format!(
@@ -872,7 +876,8 @@ fn sighup_rereads_the_config_files_keys_path_and_names_what_it_does_not_reload()
     let out = server.finish();
     out.expect_code(0, "pfs serve --config after SIGHUP and SIGTERM");
     assert!(
-        out.stderr.contains("max_clients changed; only authorized_keys is reloaded"),
+        out.stderr
+            .contains("max_clients changed; only authorized_keys is reloaded"),
         "{}",
         out.stderr
     );

@@ -9,6 +9,7 @@ mod keygen;
 mod log;
 mod mount;
 mod progress;
+mod pubsub;
 mod reload;
 mod send;
 mod send_files;
@@ -27,13 +28,15 @@ pub use mount::classify as mount_exit_code;
 /// Runs the parsed command; returns the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let Some(command) = cli.command else {
-        return version(cli.version, cli.json);
+        return version(cli.json);
     };
     match command {
         Command::Blob(cmd) => blob::run(cmd),
         Command::Keygen(args) => keygen::run(&args),
         Command::Send(args) => send::run(args),
         Command::Exec(args) => exec::run(args),
+        Command::Pub { args, transport } => pubsub::publish(&args, &transport),
+        Command::Sub { args, transport } => pubsub::subscribe(&args, &transport),
         Command::Serve(args) => serve::run(args),
         Command::Mount(args) => mount::run(&args),
         Command::Umount(args) => mount::umount(&args),
@@ -41,22 +44,16 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// `pfs --version [--json]`. Without a subcommand clap leaves only
-/// `--version` (`--json` requires it, no argument at all prints help).
-fn version(asked: bool, json: bool) -> anyhow::Result<i32> {
-    use clap::CommandFactory;
-    if !asked {
-        Cli::command().print_help()?;
-        return Ok(crate::exit::USAGE);
-    }
-    if json {
-        let commit = Some(env!("PFS_GIT_REV")).filter(|c| *c != "unknown");
-        println!(
+/// `pfs --version [--json]`: clap leaves no subcommand only then (no
+/// argument at all prints help, `--json` requires `--version`).
+fn version(json: bool) -> anyhow::Result<i32> {
+    let commit = Some(env!("PFS_GIT_REV")).filter(|c| *c != "unknown");
+    match json {
+        true => println!(
             "{}",
             packetfs::report::version_json("pfs", env!("CARGO_PKG_VERSION"), commit)
-        );
-    } else {
-        println!("{}", crate::args::VERSION_LINE);
+        ),
+        false => println!("{}", crate::args::VERSION_LINE),
     }
     Ok(crate::exit::OK)
 }
