@@ -24,10 +24,15 @@ pub const PROTOCOL: i32 = 7;
 /// was refused, the handshake failed, or the server requires keys.
 pub const AUTH: i32 = 8;
 
+/// The server shut down during the session (ERROR `SHUTTING_DOWN`): what
+/// landed stays; running the command again resumes.
+pub const SHUTDOWN: i32 = 9;
+
 /// The exit code of a session that ended in `e`.
 pub fn of_session(e: &SessionError) -> i32 {
     match e {
         SessionError::Refused { code, .. } if *code == pfs_wire::ErrorCode::Auth as u16 => AUTH,
+        SessionError::Refused { code, .. } if *code == pfs_wire::ErrorCode::ShuttingDown as u16 => SHUTDOWN,
         SessionError::Refused { .. } | SessionError::Rejected(_) | SessionError::Limit(_) => REFUSED,
         SessionError::Transport { .. } | SessionError::PeerClosed { .. } | SessionError::TimedOut { .. } => {
             TRANSPORT
@@ -90,7 +95,9 @@ pub fn classify(e: &anyhow::Error) -> i32 {
         Some(packetfs::pubsub::PubSubError::Stream(s)) => return of_stream(s),
         _ => {}
     }
-    if e.downcast_ref::<crate::config::ConfigError>().is_some() {
+    if e.downcast_ref::<crate::config::ConfigError>().is_some()
+        || e.downcast_ref::<packetfs::files::TargetError>().is_some()
+    {
         return USAGE;
     }
     if let Some(s) = e.downcast_ref::<pfs_auth::SecureError>() {

@@ -255,9 +255,7 @@ impl<'d> Landing<'d> {
                 return Ok(Placement::SameContent);
             }
         }
-        let temp = self
-            .root
-            .create_temp_cached(&mut self.stat_cache, f.rel, f.mode)?;
+        let temp = self.root.create_temp_cached(&mut self.stat_cache, f.rel)?;
         self.open.insert(no, temp);
         Ok(Placement::Rebuild)
     }
