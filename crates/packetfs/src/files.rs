@@ -47,6 +47,7 @@ pub fn sender_config(params: &ChunkParams) -> FilesSenderConfig {
         checksum: false,
         bwlimit: None,
         preserve: Default::default(),
+        sparse: true,
         stream_min: Some(pfs_session::files::DEFAULT_STREAM_MIN),
     }
 }

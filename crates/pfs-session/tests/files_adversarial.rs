@@ -152,6 +152,7 @@ impl Fixture {
                 checksum: false,
                 bwlimit: None,
                 preserve: Default::default(),
+                sparse: true,
                 stream_min: None,
             };
             let mut items = items.clone();

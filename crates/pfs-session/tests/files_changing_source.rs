@@ -135,6 +135,7 @@ fn files_changed_after_the_plan_fail_alone_over_the_real_stack() {
         checksum: false,
         bwlimit: None,
         preserve: Default::default(),
+        sparse: true,
         stream_min: None,
     };
     let store_cfg = StoreConfig {

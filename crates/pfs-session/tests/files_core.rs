@@ -1092,6 +1092,7 @@ mod pair {
             checksum: false,
             bwlimit: None,
             preserve: Default::default(),
+            sparse: true,
             stream_min: None,
         }
     }

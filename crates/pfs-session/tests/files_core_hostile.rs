@@ -82,6 +82,7 @@ fn config() -> FilesSenderConfig {
         checksum: false,
         bwlimit: None,
         preserve: Default::default(),
+        sparse: true,
         stream_min: None,
     }
 }

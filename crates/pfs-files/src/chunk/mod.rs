@@ -49,6 +49,7 @@ use rayon::prelude::*;
 use crate::error::{ChunkParamsError, FilesError};
 use crate::walk::{Entry, WalkKind};
 
+pub(crate) use cdc::is_zero;
 use cdc::{Cutter, ZERO_FLAG};
 pub use file::{
     chunk_and_digest_open_file, chunk_file, chunk_file_streaming, chunk_open_file_streaming, digest_file,

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use pfs_wire::files::{
     parse_nak, FileDone, FileDrop, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, ACCEPT_OCCUPIED,
-    FLAG_FILES_REPORT, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN,
+    FLAG_FILES_REPORT, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN, HELLO_NO_SPARSE,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -153,7 +153,8 @@ impl<'a> FilesSender<'a> {
             flags: if cfg.dry_run { HELLO_DRY_RUN } else { 0 }
                 | if cfg.compress.is_some() { HELLO_COMPRESS } else { 0 }
                 | if cfg.delete.is_some() { HELLO_DELETE } else { 0 }
-                | if cfg.checksum { HELLO_CHECKSUM } else { 0 },
+                | if cfg.checksum { HELLO_CHECKSUM } else { 0 }
+                | if cfg.sparse { 0 } else { HELLO_NO_SPARSE },
             auth_method: 0,
             chunk_avg: cfg.chunk_avg,
             session_nonce: cfg.session_nonce,

@@ -155,6 +155,9 @@ pub struct FilesSenderConfig {
     /// STREAMED, chunked while they are sent (`None`: every file is chunked
     /// before its FILE). Never in a dry run or with `checksum`.
     pub stream_min: Option<u64>,
+    /// The receiver leaves runs of zeros as holes (the default; false is
+    /// `--no-sparse`: FILES_HELLO's `NO_SPARSE`, every byte written).
+    pub sparse: bool,
 }
 
 /// Default [`FilesSenderConfig::stream_min`]: two chunking windows, so
