@@ -564,3 +564,46 @@ fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {
         && meta.size() == size
         && i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()) == mtime_ns
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn zero_blocks_are_whole_aligned_blocks_merged_into_runs() {
+        let mut b = vec![0u8; 5 * SPARSE_BLOCK + 100];
+        b[8199] = 1;
+        // At file offset 100 the first aligned block starts at byte 3996.
+        let runs: Vec<_> = zero_blocks(&b, 100).collect();
+        assert_eq!(runs, [(3996, 8092), (12188, 20380)]);
+        assert_eq!(zero_blocks(&b[..SPARSE_BLOCK], 1).count(), 0);
+    }
+
+    #[test]
+    fn sparse_writes_leave_zero_blocks_unwritten_and_read_back_the_same() {
+        let f = tempfile::tempfile().expect("temporary file");
+        let data: Vec<u8> = (0..64u32).flat_map(|i| i.to_le_bytes()).collect();
+        let zeros = vec![0u8; 1 << 20];
+        let mut slices = [IoSlice::new(&data), IoSlice::new(&zeros), IoSlice::new(&data)];
+        let at = 7;
+        write_sparse_vectored_at(&f, &mut slices, at).expect("write");
+        let len = at + 2 * data.len() as u64 + zeros.len() as u64;
+        assert_eq!(f.metadata().expect("stat").len(), len);
+        let mut back = vec![1u8; len as usize];
+        f.read_exact_at(&mut back, 0).expect("read");
+        let mut want = vec![0u8; at as usize];
+        want.extend_from_slice(&data);
+        want.extend_from_slice(&zeros);
+        want.extend_from_slice(&data);
+        assert!(back == want);
+        // Two data blocks at most; the MiB of zeros between is a hole
+        // (where the filesystem keeps holes at all: tmpfs and ext4 do).
+        assert!(f.metadata().expect("stat").blocks() * 512 <= 64 << 10);
+
+        let g = tempfile::tempfile().expect("temporary file");
+        let mut slices = [IoSlice::new(&data), IoSlice::new(&zeros), IoSlice::new(&data)];
+        write_all_vectored_at(&g, &mut slices, at).expect("write");
+        assert!(g.metadata().expect("stat").blocks() * 512 >= 1 << 20);
+    }
+}
