@@ -565,7 +565,7 @@ fn sparse_file_lands_sparse_and_no_sparse_writes_zeros() {
 
 #[test]
 fn chmod_only_change_is_applied_without_bytes() {
-    for extra in [&[][..], &["-a"][..], &["-c"][..]] {
+    for extra in [&[][..], &["-a"][..], &["-c"][..], &["--no-cache"][..]] {
         let d = dirs();
         let path = d.src.join("secret.txt");
         write(&path, &random_bytes(41, 300_000));
