@@ -591,6 +591,15 @@ fn chmod_only_change_is_applied_without_bytes() {
         let v = good(&send(&[&path], &server.addr, &d.cache, extra), "no-op send");
         assert_eq!(num(&v, "/receiver/files_unchanged"), 1, "{extra:?}: {v:#}");
         assert_eq!(num(&v, "/receiver/files_metadata_only"), 0, "{extra:?}: {v:#}");
+
+        // An mtime-only change (`touch`) is metadata too: no literal byte.
+        set_mtime(&path, 1_700_000_100, 0);
+        let v = good(&send(&[&path], &server.addr, &d.cache, extra), "touch-only send");
+        let m = fs::metadata(&got).expect("stat");
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_700_000_100, 0), "{extra:?}");
+        assert_eq!(m.mode() & 0o7777, 0o600, "{extra:?}");
+        assert_eq!(num(&v, "/receiver/literal_bytes"), 0, "{extra:?}: {v:#}");
+        assert_same_content(&path, &got);
     }
 }
 
