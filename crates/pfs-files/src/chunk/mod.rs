@@ -36,7 +36,8 @@
 //! Holes are found with `SEEK_DATA`/`SEEK_HOLE` and zero-filled instead of
 //! read, and runs of zeros skip the gear hash and chunk hashing (see
 //! `cdc.rs`), so a mostly-empty multi-GiB file costs little more than the
-//! gear hash over its data. The recipe is the same as for the dense file.
+//! gear hash over its data. The recipe is the same as for the dense file;
+//! a receiver leaves its zero chunks as holes (see `dest::landing`).
 
 mod cdc;
 mod file;

@@ -2,8 +2,9 @@
 //! the filesystem work a files receiver decides on — answer probes, create
 //! directories and symlinks, place each regular file (leave it, set its
 //! metadata only, or rebuild it under a temporary name), write chunk bytes
-//! into it with `pwritev`, and finish it (file hash of its chunks, mode and mtime,
-//! rename into place, manifest record). The protocol decisions stay in the
+//! into it with `pwritev` (aligned 4 KiB blocks of zeros left as holes
+//! unless the session is `--no-sparse`), and finish it (file hash of its
+//! chunks, length, mode and mtime, rename into place, manifest record). The protocol decisions stay in the
 //! session's core; everything here goes through [`DestRoot`], so it never
 //! leaves the destination.
 
