@@ -564,6 +564,27 @@ fn sparse_file_lands_sparse_and_no_sparse_writes_zeros() {
 // a permission change alone
 
 #[test]
+#[ignore = "needs root (gives the file another owner)"]
+fn owner_only_change_is_applied_without_bytes() {
+    assert!(rustix::process::geteuid().is_root(), "needs root");
+    let d = dirs();
+    let path = d.src.join("owned.txt");
+    write(&path, &random_bytes(43, 100_000));
+    set_mtime(&path, 1_700_000_000, 0);
+    let server = serve(&d.store, &d.dest, &[]);
+    good(&send(&[&path], &server.addr, &d.cache, &["-a"]), "first send");
+    let got = d.dest.join("owned.txt");
+    assert_eq!(fs::metadata(&got).expect("stat").uid(), 0);
+
+    std::os::unix::fs::chown(&path, Some(4321), Some(4322)).expect("chown");
+    let v = good(&send(&[&path], &server.addr, &d.cache, &["-a"]), "chown-only send");
+    let m = fs::metadata(&got).expect("stat");
+    assert_eq!((m.uid(), m.gid()), (4321, 4322), "{v:#}");
+    assert_eq!(num(&v, "/receiver/files_written"), 0, "{v:#}");
+    assert_eq!(num(&v, "/receiver/literal_bytes"), 0, "{v:#}");
+}
+
+#[test]
 fn chmod_only_change_is_applied_without_bytes() {
     for extra in [&[][..], &["-a"][..], &["-c"][..], &["--no-cache"][..]] {
         let d = dirs();
