@@ -11,7 +11,7 @@ use pfs_wire::control::{ErrorCode, ErrorFrame, Report, SenderSummary};
 use pfs_wire::desc::{encode_table, DescIter, Encoding};
 use pfs_wire::files::{
     emit_entry_head, parse_chunks, parse_index, parse_index_request, parse_nak, tag, ChunkData, ChunksHeader,
-    FileDone, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck,
+    FileDone, FileDrop, FileEntry, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck, TopMtime,
     FLAG_FILES_REPORT,
 };
 use pfs_wire::frame::{Frame, FrameHeader, FrameType, FLAG_COMPLETE_REPORT, FRAME_HEADER_LEN};
@@ -93,7 +93,7 @@ pub fn frame_header(data: &[u8]) {
         FrameType::Delete => files_body(13, frame.body),
         FrameType::Deleted => files_body(14, frame.body),
         FrameType::FileDone => files_body(15, frame.body),
-        FrameType::FilesEnd => {}
+        FrameType::FilesEnd => files_body(16, frame.body),
         FrameType::MountHello => mount_body(0, frame.body),
         FrameType::MountAccept => mount_body(1, frame.body),
         FrameType::List => mount_body(2, frame.body),
@@ -349,6 +349,11 @@ fn files_body(which: u8, body: &[u8]) {
         15 => {
             if let Ok(d) = FileDone::parse(body) {
                 assert_eq!(d.emit()[..], *body, "FILE_DONE re-encode");
+            }
+        }
+        16 => {
+            if let Ok(Some(t)) = TopMtime::parse_end(body) {
+                assert_eq!(t.emit()[..], *body, "FILES_END top mtime re-encode");
             }
         }
         _ => {

@@ -33,6 +33,7 @@ pub fn send_tree(src: &Path, dest: &Path, store: &Path) -> Result<Sent, Box<dyn 
         params,
         reread: false,
         walk: WalkConfig::default(),
+        safe_links: false,
     })?;
     let store = Store::open(
         store,

@@ -12,10 +12,14 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use pfs_files::{ChunkParams, DestRoot, Excludes, FilesError, Manifest, RelPath, WalkConfig, XattrScope};
+pub use pfs_files::{
+    escape, escape_path, ChunkParams, DestRoot, Escaped, Excludes, FilesError, Manifest, RelPath, WalkConfig,
+    XattrScope,
+};
 pub use pfs_session::files::{
-    receive_files, scan_items, send_files, ChunkIndex, FilesItem, FilesProgress, FilesReceiverConfig,
-    FilesReceiverOutcome, FilesSenderConfig, FilesSenderOutcome, LocalPrepare, ScanConfig, Scanned,
+    itemize, receive_files, scan_items, send_files, ChunkIndex, DeletedKind, FilesItem, FilesProgress,
+    FilesReceiverConfig, FilesReceiverOutcome, FilesSenderConfig, FilesSenderOutcome, ItemKind,
+    ItemizeConfig, Itemized, LocalPrepare, ScanConfig, Scanned,
 };
 pub use pfs_session::{serve_files, FilesPlace, FilesPlaces, FilesSessionOutcome};
 pub use pfs_store::{Durability, Store, StoreConfig};
@@ -43,12 +47,14 @@ pub fn sender_config(params: &ChunkParams) -> FilesSenderConfig {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1),
         probe: true,
+        probe_all: false,
         delete: None,
         checksum: false,
         bwlimit: None,
         preserve: Default::default(),
         sparse: true,
         stream_min: Some(pfs_session::files::DEFAULT_STREAM_MIN),
+        top_mtime_ns: None,
     }
 }
 

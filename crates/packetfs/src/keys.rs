@@ -25,7 +25,7 @@ use pfs_session::Admission;
 pub use pfs_auth::{
     accept, connect, default_identity_path, default_known_hosts_path, known_hosts_line, parse_server_key,
     public_path, AuthError, AuthorizedKeys, Cipher, ClientSecurity, HostCheck, Identity, KnownHosts, Pin,
-    PublicKey, Rights, SecureError, SecureTransport, ServerSecurity, Service, SessionInfo,
+    PublicKey, Rights, SecureError, SecureTransport, ServerSecurity, Service, SessionInfo, StreamRights,
 };
 
 /// What a server listens on, as the admission rules see it.
@@ -128,7 +128,7 @@ pub struct ServerAuthArgs {
     #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
     pub identity: Option<PathBuf>,
     /// Client keys admitted, one a line with their rights:
-    /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-exec] [group=NAME] [# comment]`.
+    /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-exec] [stream=ref|message] [group=NAME] [# comment]`.
     /// With it every connection must authenticate.
     #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
     pub authorized_keys: Option<PathBuf>,

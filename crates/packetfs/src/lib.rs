@@ -16,6 +16,7 @@
 //! | module | what it gives |
 //! |---|---|
 //! | [`blob`] | open, fill, fingerprint a blob; the view a session uses |
+//! | [`endpoint`] | transport options (`TransportArgs`), the [`gram::Target`] they name, the listener they bind |
 //! | [`gram`] | gram sessions: [`gram::Target`], [`gram::send_on`], [`gram::receive_session`], [`gram::serve`] |
 //! | [`files`] | file and tree sends and receives, deduplicated by chunk |
 //! | [`mount`] | the mount client: a remote tree read lazily |
@@ -23,6 +24,7 @@
 //! | [`ring`] | same-host shared-memory rings between processes |
 //! | [`exec`] | pCPU kernels over descriptor schedules |
 //! | [`stream`] | streaming mode: [`stream::Publication`] and [`stream::Subscription`] of an application's own grams |
+//! | [`pubsub`] | `pfs pub` / `pfs sub`: records from a reader published as stream grams; publishers served one at a time |
 //! | [`report`] | a session's outcome as text and JSON, as `pfs` prints it |
 //! | [`labels`], [`sysinfo`], [`parse`], [`interrupt`] | row labels, host facts, size parsing, Ctrl-C cleanup |
 //!
@@ -66,6 +68,7 @@
 //! ```
 
 pub mod blob;
+pub mod endpoint;
 mod error;
 pub mod exec;
 pub mod files;
@@ -75,6 +78,7 @@ pub mod keys;
 pub mod labels;
 pub mod mount;
 pub mod parse;
+pub mod pubsub;
 pub mod report;
 pub mod ring;
 pub mod shutdown;

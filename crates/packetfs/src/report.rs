@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pfs_exec::kernel::Output;
 use pfs_session::catchup::CatchUpStats;
-use pfs_session::files::{DeletedKind, FilesSenderOutcome, LocalPrepare};
+use pfs_session::files::{DeletedKind, FilesSenderOutcome, ItemKind, Itemized, LocalPrepare};
 use pfs_session::{GramSenderOutcome, SessionStats};
 
 /// The UDP connection's line in `pfs send`'s text output.
@@ -147,9 +147,62 @@ pub fn saving(effective: u64, wire: u64) -> String {
     }
 }
 
-/// A removed entry as rsync names it: a directory with a trailing `/`.
+/// A removed entry as rsync names it: a directory with a trailing `/`
+/// (the real name, for JSON; human output escapes it: [`files_listing`]).
 pub fn deleted_name((kind, path): &(DeletedKind, String)) -> String {
     format!("{path}{}", if *kind == DeletedKind::Dir { "/" } else { "" })
+}
+
+/// The lines `pfs send PATH…` prints before its summary: with `itemize`
+/// (`-i`) every item of `list` as `YXcstpoguax NAME`; in a dry run without
+/// it the names alone (rsync's `-n -v`); otherwise only the `deleting NAME`
+/// lines. Names are escaped ([`pfs_files::escape`]).
+///
+/// ```
+/// use packetfs::report::files_listing;
+/// use packetfs::files::{DeletedKind, ItemKind, Itemized};
+/// let list = [
+///     Itemized { change: ">f+++++++++".into(), kind: ItemKind::File, path: b"a\nb".to_vec(), target: None },
+///     Itemized { change: "*deleting".into(), kind: ItemKind::Deleted(DeletedKind::Dir), path: b"old".to_vec(), target: None },
+/// ];
+/// assert_eq!(files_listing(&list, true, false), ">f+++++++++ a\\#012b\n*deleting   old/\n");
+/// assert_eq!(files_listing(&list, false, true), "a\\#012b\ndeleting old/\n");
+/// assert_eq!(files_listing(&list, false, false), "deleting old/\n");
+/// ```
+pub fn files_listing(list: &[Itemized], itemize: bool, dry_run: bool) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    for it in list {
+        if itemize || dry_run || matches!(it.kind, ItemKind::Deleted(_)) {
+            let _ = writeln!(s, "{}", it.text(itemize));
+        }
+    }
+    s
+}
+
+/// The items as JSON (`items` in `pfs send --json` with `-i` or
+/// `--dry-run`): `{"change", "kind", "path", "target"}` each, the real
+/// names (invalid UTF-8 replaced by U+FFFD, JSON holds only text).
+pub fn items_json(list: &[Itemized]) -> serde_json::Value {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let kind = |k: ItemKind| match k {
+        ItemKind::File => "file",
+        ItemKind::HardLink => "hard link",
+        ItemKind::Dir | ItemKind::Deleted(DeletedKind::Dir) => "dir",
+        ItemKind::Symlink | ItemKind::Deleted(DeletedKind::Symlink) => "symlink",
+        ItemKind::Deleted(DeletedKind::File) => "file",
+        ItemKind::Deleted(_) => "other",
+    };
+    list.iter()
+        .map(|it| {
+            serde_json::json!({
+                "change": it.change,
+                "kind": kind(it.kind),
+                "path": text(&it.path),
+                "target": it.target.as_deref().map(text),
+            })
+        })
+        .collect()
 }
 
 /// Where the sender's time went before and during the session.

@@ -280,7 +280,7 @@ impl Default for SubscriptionConfig {
 /// A subscriber: executes one publisher's grams over its own blob. See
 /// the module docs.
 pub struct Subscription<'a> {
-    link: SubscriberLink,
+    link: SubscriberLink<'a>,
     blob: &'a mut [u8],
 }
 
@@ -296,9 +296,10 @@ impl std::fmt::Debug for Subscription<'_> {
 impl<'a> Subscription<'a> {
     /// Takes the publisher on `conn` (already protected, if it is): reads
     /// its STREAM_HELLO, checks it against `blob` and accepts it, or
-    /// refuses it (ERROR `BLOB_MISMATCH` …) and fails.
+    /// refuses it (ERROR `BLOB_MISMATCH` …) and fails. `conn` may borrow
+    /// a connection held elsewhere (a server's admitted one) for `'a`.
     pub fn accept(
-        conn: Box<dyn Transport>,
+        conn: Box<dyn Transport + 'a>,
         blob: SubscriberBlob<'a>,
         cfg: SubscriptionConfig,
     ) -> Result<Self, Error> {
@@ -306,7 +307,7 @@ impl<'a> Subscription<'a> {
     }
 
     fn open(
-        conn: Box<dyn Transport>,
+        conn: Box<dyn Transport + 'a>,
         blob: SubscriberBlob<'a>,
         cfg: SubscriptionConfig,
     ) -> Result<Self, StreamError> {

@@ -35,6 +35,6 @@ pub use identity::{
 };
 pub use policy::{
     default_known_hosts_path, known_hosts_line, parse_server_key, AuthorizedKeys, HostCheck, KnownHosts,
-    LineProblem, Rights,
+    LineProblem, Rights, StreamRights,
 };
 pub use record::{Cipher, RecordError};

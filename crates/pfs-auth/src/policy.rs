@@ -27,6 +27,9 @@ pub struct Rights {
     /// May bring the server's blob to its own bytes by catch-up (docs/wire.md
     /// §16), on a server started with `--allow-catch-up`.
     pub catch_up: bool,
+    /// What it may send in a streaming session (docs/wire.md §15): the
+    /// rights a subscriber grants it in STREAM_ACCEPT.
+    pub stream: StreamRights,
     /// The chunk-sharing group: a key references and sees only chunks
     /// stored by keys of its group. Defaults to one group per key.
     pub group: String,
@@ -43,6 +46,7 @@ impl Rights {
             read: true,
             exec: true,
             catch_up: true,
+            stream: StreamRights::Write,
             group: default_group(key),
         }
     }
@@ -64,8 +68,54 @@ impl Rights {
                 parts.push(name.to_string());
             }
         }
+        if self.stream != StreamRights::Write {
+            parts.push(format!("stream={}", self.stream.name()));
+        }
         parts.push(format!("group={}", self.group));
         parts.join(" ")
+    }
+}
+
+/// What a key may send a subscriber in a streaming session, each level
+/// including the ones before it: `stream=ref`, `stream=message`,
+/// `stream=write` (the default) in `authorized_keys`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StreamRights {
+    /// REFERENCE entries only: offsets into the blob both sides hold.
+    Reference,
+    /// References and MESSAGE entries (bytes for the subscriber's code).
+    Message,
+    /// Also WRITE entries: bytes written into the subscriber's blob.
+    Write,
+}
+
+impl StreamRights {
+    /// Its name in `authorized_keys` (`ref`, `message`, `write`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Reference => "ref",
+            Self::Message => "message",
+            Self::Write => "write",
+        }
+    }
+
+    /// Whether it allows MESSAGE entries.
+    pub fn messages(self) -> bool {
+        self >= Self::Message
+    }
+
+    /// Whether it allows WRITE entries.
+    pub fn writes(self) -> bool {
+        self >= Self::Write
+    }
+
+    fn parse(word: &str) -> Option<Self> {
+        match word {
+            "ref" | "reference" => Some(Self::Reference),
+            "message" => Some(Self::Message),
+            "write" => Some(Self::Write),
+            _ => None,
+        }
     }
 }
 
@@ -99,7 +149,7 @@ impl AuthorizedKeys {
 
     /// Parses the text of an `authorized_keys` file: one key a line,
     /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-read]
-    /// [no-exec] [no-catch-up] [group=NAME] [comment]` (a `.pub` line as `pfs keygen` writes it is
+    /// [no-exec] [no-catch-up] [stream=ref|message|write] [group=NAME] [comment]` (a `.pub` line as `pfs keygen` writes it is
     /// a valid line); `#` starts a comment anywhere, blank lines are skipped.
     /// Errors carry the 1-based line number.
     pub fn parse(text: &str) -> Result<Self, (usize, LineProblem)> {
@@ -188,7 +238,7 @@ pub enum LineProblem {
         name: String,
     },
     /// An option this file does not know.
-    #[error("unknown option {word:?} (known: dir=PATH, group=NAME, no-blob, no-files, no-read, no-exec, no-catch-up)")]
+    #[error("unknown option {word:?} (known: dir=PATH, group=NAME, stream=ref|message|write, no-blob, no-files, no-read, no-exec, no-catch-up)")]
     UnknownOption {
         /// The word given.
         word: String,
@@ -206,6 +256,12 @@ pub enum LineProblem {
     Twice {
         /// The key's fingerprint.
         fingerprint: String,
+    },
+    /// A `stream=` level that is not one of the three.
+    #[error("stream={level}: give ref, message or write")]
+    Stream {
+        /// The level given.
+        level: String,
     },
     /// A `dir=` that is absolute.
     #[error("dir={dir}: must be relative to --dest")]
@@ -230,6 +286,11 @@ pub enum LineProblem {
 fn apply_option(rights: &mut Rights, word: &str) -> Result<(), LineProblem> {
     match word.split_once('=') {
         Some(("dir", path)) => rights.dir = confined_dir(path)?,
+        Some(("stream", level)) => {
+            rights.stream = StreamRights::parse(level).ok_or_else(|| LineProblem::Stream {
+                level: level.to_string(),
+            })?
+        }
         Some(("group", name)) => {
             let ok = !name.is_empty()
                 && name.len() <= 64
@@ -505,6 +566,35 @@ mod tests {
             .to_string()
             .contains("twice"));
         assert!(AuthorizedKeys::parse("ssh-ed25519 AAAA\n").is_err());
+    }
+
+    #[test]
+    fn stream_levels_grant_references_messages_or_writes() {
+        let (r, m, w) = (
+            Identity::generate().unwrap().public(),
+            Identity::generate().unwrap().public(),
+            Identity::generate().unwrap().public(),
+        );
+        let text = format!("{r} stream=ref\n{m} stream=message no-exec\n{w} # all\n");
+        let keys = AuthorizedKeys::parse(&text).unwrap();
+        let (rr, rm, rw) = (
+            keys.rights(&r).unwrap(),
+            keys.rights(&m).unwrap(),
+            keys.rights(&w).unwrap(),
+        );
+        assert_eq!(rr.stream, StreamRights::Reference);
+        assert!(!rr.stream.messages() && !rr.stream.writes());
+        assert!(rm.stream.messages() && !rm.stream.writes());
+        assert!(rw.stream.messages() && rw.stream.writes());
+        assert_eq!(rr.describe().split(' ').next(), Some("stream=ref"));
+        assert_eq!(
+            rm.describe().split(' ').take(2).collect::<Vec<_>>(),
+            ["no-exec", "stream=message"]
+        );
+        assert!(!rw.describe().contains("stream="));
+        let bad = AuthorizedKeys::parse(&format!("{r} stream=all\n")).unwrap_err();
+        assert_eq!(bad.1, LineProblem::Stream { level: "all".into() });
+        assert!(bad.1.to_string().contains("ref, message or write"), "{}", bad.1);
     }
 
     #[test]

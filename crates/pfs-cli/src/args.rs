@@ -5,8 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use packetfs::blob::BlobArgs;
+pub use packetfs::endpoint::{TransportArg, TransportArgs};
 pub use packetfs::keys::{ClientAuthArgs, ServerAuthArgs};
 pub use packetfs::parse::{parse_size, parse_size_u32, parse_u64, EncodingArg, PatternArg};
+pub use packetfs::pubsub::{PubArgs, SubArgs};
 
 const ABOUT: &str = "PacketFS: ship references (offset, length) into a blob both peers hold, not bytes.";
 
@@ -28,7 +30,8 @@ Examples:
   pfs keygen                                  # your key pair: ~/.config/pfs/identity{,.pub}
   pfs serve --listen 0.0.0.0:7878 --dest D --authorized-keys keys   # between hosts: keys required
   pfs send ./docs --to backup.example:7878 --server-key server.pub           # protected, server key pinned
-  pfs mount 127.0.0.1:7878 /mnt/pfs           # the server's tree, read lazily (pfs umount /mnt/pfs)";
+  pfs mount 127.0.0.1:7878 /mnt/pfs           # the server's tree, read lazily (pfs umount /mnt/pfs)
+  pfs sub --print & printf 'a\\nb\\n' | pfs pub --to 127.0.0.1:7879   # streaming: your own records as grams";
 
 /// The `pfs` command.
 #[derive(Debug, Parser)]
@@ -66,7 +69,7 @@ pub enum Command {
     #[command(after_help = "Examples:
   pfs send ./dataset --to 10.0.0.2:7878                   # files: only chunks the receiver lacks travel
   pfs send a.img b/ --to 10.0.0.2:7878:backups --stats    # into backups/ under the receiver's --dest
-  pfs send ./src --to 127.0.0.1:7878 --dry-run --exclude target --exclude '*.o'
+  pfs send ./src --to 127.0.0.1:7878 -n -i --exclude target --exclude '*.o'   # itemized dry run
   pfs send ./logs --to 127.0.0.1:7878 --compress --json
   pfs send --to 127.0.0.1:7878 --mode offset --bytes 16G
   pfs send --to 127.0.0.1:7878 --mode arith --pattern sequential --integrity fnv1a --json
@@ -90,6 +93,20 @@ OK, with repaired_grams / repaired_bytes in the report (exit 3 only for a mismat
   pfs serve --dest /srv/pfs/files             # receive files (one copy; --store S adds a chunk history)
   pfs serve --config /etc/pfs/serve.toml --log-format json   # deployed: dist/pfs-serve.toml, dist/pfs-serve.service")]
     Serve(ServeArgs),
+    /// Publish records read from stdin or a file to a `pfs sub`, batched into stream grams.
+    Pub {
+        #[command(flatten)]
+        args: PubArgs,
+        #[command(flatten)]
+        transport: TransportArgs,
+    },
+    /// Subscribe: take publishers (`pfs pub`, the library's Publication) one at a time, execute their grams.
+    Sub {
+        #[command(flatten)]
+        args: SubArgs,
+        #[command(flatten)]
+        transport: TransportArgs,
+    },
     /// Execute a kernel over a descriptor schedule on this host's blob (pCPU), on N pThreads.
     #[command(after_help = "Examples:
   pfs exec --kernel xxh3 --bytes 16G                      # one pThread, random schedule
@@ -408,9 +425,13 @@ pub struct FileSendArgs {
     /// zstd level for --compress.
     #[arg(long, default_value_t = 3, requires = "compress")]
     pub compress_level: i32,
-    /// Show what would travel as descriptors and as literal bytes; send no data.
-    #[arg(long, requires = "paths")]
+    /// List what would travel (names; with -i the changes) and how (descriptors, literal bytes); send no data.
+    #[arg(short = 'n', long, requires = "paths")]
     pub dry_run: bool,
+    /// One line per entry that travels or changes, as rsync's `YXcstpoguax NAME`; `?` marks what the
+    /// sender cannot know (the README lists which letters pfs knows); `items` in --json.
+    #[arg(short = 'i', long, requires = "paths")]
+    pub itemize_changes: bool,
     /// Remove, in each directory sent, what the source lacks, as rsync's --delete (`--exclude`d
     /// names stay; nothing if any entry failed). `pfs send site/ --to h:7878:www --delete`.
     #[arg(long, requires = "paths")]
@@ -447,6 +468,10 @@ pub struct FileSendArgs {
     /// than the mode at the receiver, named users/groups only with -o/-g to a root receiver.
     #[arg(short = 'A', long, requires = "paths")]
     pub acls: bool,
+    /// Skip symlinks whose target is absolute or climbs out of the destination, as rsync's
+    /// --safe-links (each is listed; skipped is not failed). By default links are copied as they are.
+    #[arg(long, requires = "paths")]
+    pub safe_links: bool,
     /// Skip paths matching this glob (repeatable; without `/` it matches any file name, like rsync).
     #[arg(long, value_name = "PATTERN", requires = "paths")]
     pub exclude: Vec<String>,
@@ -530,102 +555,6 @@ pub struct RunArgs {
     /// Print JSON on stdout (`serve`: one JSON object per line and event).
     #[arg(long)]
     pub json: bool,
-}
-
-/// Which transport carries the frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TransportArg {
-    /// TCP (address `host:port`).
-    Tcp,
-    /// Unix stream socket, same host (address: a socket path).
-    Unix,
-    /// Shared-memory rings, same host (address: the rendezvous socket path).
-    Shm,
-    /// UDP datagrams (address `host:port`): a reliable stream with selective ACKs, every gap
-    /// NAKed at once, and paced, rate-based congestion control — for long or lossy links.
-    Udp,
-}
-
-impl TransportArg {
-    /// Whether peers may be on other hosts (TCP, UDP): keys are then required off loopback.
-    pub fn is_network(self) -> bool {
-        matches!(self, Self::Tcp | Self::Udp)
-    }
-}
-
-/// How an idle side of a shared-memory connection waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShmWaitArg {
-    /// Busy-spin: lowest latency, one core at 100 % per waiting side.
-    Spin,
-    /// Spin, then yield the CPU.
-    Yield,
-    /// Spin, then sleep on a futex in shared memory (idle CPU ≈ 0).
-    Futex,
-}
-
-/// Transport selection, shared by `send` and `serve`.
-#[derive(Debug, Clone, Args)]
-pub struct TransportArgs {
-    /// Transport: tcp or udp, or for same-host peers unix or shm (shared-memory rings).
-    #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
-    pub transport: TransportArg,
-    /// udp: the path's MTU in bytes (576–65535); datagrams are this less the IP and UDP
-    /// headers [default: 1500]. Both sides use the smaller of their two values.
-    #[arg(long, value_name = "BYTES")]
-    pub mtu: Option<u32>,
-    /// shm: how an idle side waits.
-    #[arg(long, value_enum, default_value_t = ShmWaitArg::Futex)]
-    pub shm_wait: ShmWaitArg,
-    /// shm (serve): bytes of each direction's ring (a power of two, 4K … 1G).
-    #[arg(long, default_value = "4M", value_parser = parse_size)]
-    pub shm_ring: u64,
-}
-
-impl TransportArgs {
-    /// The shared-memory settings.
-    pub fn shm(&self) -> pfs_transport::ShmConfig {
-        pfs_transport::ShmConfig {
-            ring_bytes: usize::try_from(self.shm_ring).unwrap_or(usize::MAX),
-            wait: match self.shm_wait {
-                ShmWaitArg::Spin => pfs_ipc::WaitStrategy::Spin,
-                ShmWaitArg::Yield => pfs_ipc::WaitStrategy::SpinYield,
-                ShmWaitArg::Futex => pfs_ipc::WaitStrategy::SpinFutex,
-            },
-        }
-    }
-
-    /// Flags that only apply to shm, given with another transport: an error
-    /// rather than a silently ignored setting.
-    pub fn check(&self) -> anyhow::Result<()> {
-        let shm_flags_changed = self.shm_wait != ShmWaitArg::Futex || self.shm_ring != 4 << 20;
-        if self.transport != TransportArg::Shm && shm_flags_changed {
-            anyhow::bail!("--shm-wait and --shm-ring apply only with --transport shm");
-        }
-        if let Some(mtu) = self.mtu {
-            if self.transport != TransportArg::Udp {
-                anyhow::bail!("--mtu applies only with --transport udp");
-            }
-            if !(576..=65535).contains(&mtu) {
-                anyhow::bail!("--mtu {mtu}: give 576 … 65535 bytes");
-            }
-        }
-        Ok(())
-    }
-
-    /// The UDP settings for a peer at `addr` (IPv6 headers are 20 bytes longer).
-    pub fn udp(&self, addr: &str) -> pfs_transport::UdpConfig {
-        let mtu = self.mtu.unwrap_or(1500);
-        let headers = if addr.starts_with('[') { 48 } else { 28 };
-        let datagram = mtu.saturating_sub(headers).clamp(
-            u32::from(pfs_wire::datagram::MIN_DATAGRAM),
-            u32::from(pfs_wire::datagram::MAX_DATAGRAM),
-        );
-        pfs_transport::UdpConfig {
-            max_datagram: datagram as u16,
-            ..pfs_transport::UdpConfig::default()
-        }
-    }
 }
 
 /// How much the server logs.

@@ -50,6 +50,7 @@ struct ServeFile {
     record: Option<PathBuf>,
     verify_blob: Option<bool>,
     no_repair: Option<bool>,
+    allow_catch_up: Option<bool>,
     integrity_sample: Option<u64>,
     max_repair_bytes: Option<Number>,
     store: Option<PathBuf>,

@@ -51,17 +51,44 @@ pub fn of_secure(e: &pfs_auth::SecureError) -> i32 {
     }
 }
 
+/// The exit code of a stream session that ended in `e`, on either side:
+/// refused (a right the key lacks, another blob, a limit, an entry outside
+/// the blob) 4, a broken protocol 7, a silent peer 5.
+pub fn of_stream(e: &packetfs::stream::StreamError) -> i32 {
+    use packetfs::stream::{PublishError, StreamError as S};
+    use pfs_wire::ErrorCode;
+    match e {
+        S::Session(s) => of_session(s),
+        S::Violation(v) => match v.code() {
+            ErrorCode::BadFrame | ErrorCode::Protocol | ErrorCode::Version => PROTOCOL,
+            _ => REFUSED,
+        },
+        S::Silent { .. } | S::Ended => TRANSPORT,
+        S::Publish(PublishError::NoRight { .. }) => REFUSED,
+        S::Publish(_) => FAILURE,
+    }
+}
+
+/// The exit code of a library error.
+pub fn of_packetfs(e: &packetfs::Error) -> i32 {
+    match e {
+        packetfs::Error::Blob(_) => FAILURE,
+        packetfs::Error::Transport(_) => TRANSPORT,
+        packetfs::Error::Secure(s) => of_secure(s),
+        packetfs::Error::Session(s) => of_session(s),
+        packetfs::Error::Stream(s) => of_stream(s),
+    }
+}
+
 /// Maps an error to its exit code.
 pub fn classify(e: &anyhow::Error) -> i32 {
     if let Some(p) = e.downcast_ref::<packetfs::Error>() {
-        return match p {
-            packetfs::Error::Blob(_) => FAILURE,
-            packetfs::Error::Transport(_) => TRANSPORT,
-            packetfs::Error::Secure(s) => of_secure(s),
-            packetfs::Error::Session(s) => of_session(s),
-            packetfs::Error::Stream(packetfs::stream::StreamError::Session(s)) => of_session(s),
-            packetfs::Error::Stream(_) => FAILURE,
-        };
+        return of_packetfs(p);
+    }
+    match e.downcast_ref::<packetfs::pubsub::PubSubError>() {
+        Some(packetfs::pubsub::PubSubError::Lib(p)) => return of_packetfs(p),
+        Some(packetfs::pubsub::PubSubError::Stream(s)) => return of_stream(s),
+        _ => {}
     }
     if e.downcast_ref::<crate::config::ConfigError>().is_some() {
         return USAGE;

@@ -1,7 +1,8 @@
 //! rsync's conventions in `pfs send PATH… --to ADDR[:DIR]`, end to end
 //! against a `pfs serve --store --dest` on loopback: a trailing slash sends
 //! a directory's contents, `--delete`, the content check when size and
-//! mtime match, `--checksum`, hard links, owner and group, xattrs and ACLs.
+//! mtime match, `--checksum`, hard links, owner and group, xattrs and ACLs,
+//! symlinks as they are (`--safe-links`), the top directory's mtime.
 //!
 //! Every child is bounded (see `common`): senders run within
 //! `common::CMD_TIMEOUT`, servers are killed on drop, every wait on a
@@ -13,6 +14,7 @@ mod common;
 use common::{run, Out, Server};
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -352,8 +354,8 @@ fn nothing_is_deleted_when_an_entry_fails() {
     let server = serve(&d);
     good(&send(&d, &[&arg(&tree, true)], &server.addr, &[]), "first send");
     write(&d.dest.join("stale"), b"s");
-    // A symlink pointing out of the destination is refused by the receiver.
-    std::os::unix::fs::symlink("/etc/passwd", tree.join("escape")).unwrap();
+    // A `.pfs` inside the tree is refused by the receiver (a receiver's state).
+    write(&tree.join("sub/.pfs/x"), b"x");
     let out = send(&d, &[&arg(&tree, true)], &server.addr, &["--delete"]);
     out.expect_code(6, "a failed entry");
     let v = out.json("a failed entry");
@@ -365,6 +367,185 @@ fn nothing_is_deleted_when_an_entry_fails() {
         out.stderr
     );
     assert!(d.dest.join("stale").exists());
+}
+
+// ---------------------------------------------------------------------------
+// symlinks as they are, --safe-links, the top directory's mtime
+
+/// mtime of `p` itself (a link's own), in ns since the epoch.
+fn mtime_ns(p: &Path) -> i128 {
+    let m = fs::symlink_metadata(p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display()));
+    i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec())
+}
+
+/// Sets the mtime of `p` itself (never a link's target).
+fn set_own_mtime(p: &Path, secs: i64, nanos: i64) {
+    let t = rustix::fs::Timespec {
+        tv_sec: secs,
+        tv_nsec: nanos as _,
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: t,
+        last_modification: t,
+    };
+    rustix::fs::utimensat(rustix::fs::CWD, p, &times, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .unwrap_or_else(|e| panic!("set mtime of {}: {e}", p.display()));
+}
+
+/// A tree of links rsync copies as they are: absolute, out of the tree,
+/// dangling, a 300-byte target (one long component), beside an ordinary
+/// file and link; each link with an mtime of its own, the tree's top last.
+/// Returns (link path in the tree, target).
+fn tree_of_links(tree: &Path) -> Vec<(&'static str, Vec<u8>)> {
+    write(&tree.join("f"), b"file");
+    fs::create_dir_all(tree.join("d")).unwrap();
+    let links: Vec<(&str, Vec<u8>)> = vec![
+        ("abs", b"/etc/passwd".to_vec()),
+        ("d/out", b"../../../outside/secret".to_vec()),
+        ("dangling", b"not-there".to_vec()),
+        ("long", vec![b'x'; 300]),
+        ("ok", b"f".to_vec()),
+        ("d/up", b"../f".to_vec()),
+    ];
+    for (i, (l, t)) in links.iter().enumerate() {
+        let p = tree.join(l);
+        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(t), &p).unwrap();
+        set_own_mtime(&p, 1_600_000_000 + i as i64, 7 + i as i64);
+    }
+    set_own_mtime(&tree.join("d"), 1_500_000_000, 11);
+    set_own_mtime(tree, 1_400_000_000, 13);
+    links
+}
+
+#[test]
+fn symlinks_arrive_as_they_are_with_their_mtimes_and_delete_still_runs() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    let links = tree_of_links(&tree);
+    let server = serve(&d);
+    let to = format!("{}:site", server.addr);
+    let v = good(&send(&d, &[&arg(&tree, true)], &to, &["--delete"]), "first send");
+    assert_eq!(v["receiver"]["symlinks"], links.len(), "{v:#}");
+    let site = d.dest.join("site");
+    let mut inodes = Vec::new();
+    for (l, t) in &links {
+        let got = fs::read_link(site.join(l)).unwrap_or_else(|e| panic!("{l}: {e}"));
+        assert_eq!(got.as_os_str().as_bytes(), &t[..], "{l}");
+        assert_eq!(mtime_ns(&site.join(l)), mtime_ns(&tree.join(l)), "mtime of {l}");
+        inodes.push(fs::symlink_metadata(site.join(l)).unwrap().ino());
+    }
+    // Directories' mtimes, the top's too (sent as `tree/`).
+    assert_eq!(mtime_ns(&site.join("d")), mtime_ns(&tree.join("d")));
+    assert_eq!(mtime_ns(&site), mtime_ns(&tree));
+
+    // An extraneous file at the receiver goes; the unchanged links stay
+    // as they are (the same inodes), the top's mtime is set again after
+    // the removal changed it.
+    write(&site.join("extra.txt"), b"not in the source");
+    let v = good(&send(&d, &[&arg(&tree, true)], &to, &["--delete"]), "second send");
+    assert_eq!(deleted(&v), ["extra.txt"], "{v:#}");
+    assert!(!site.join("extra.txt").exists());
+    for ((l, _), ino) in links.iter().zip(&inodes) {
+        assert_eq!(
+            fs::symlink_metadata(site.join(l)).unwrap().ino(),
+            *ino,
+            "{l} recreated"
+        );
+    }
+    assert_eq!(mtime_ns(&site), mtime_ns(&tree));
+
+    // A link whose mtime alone changed keeps its inode and gets the mtime;
+    // one whose target changed is replaced.
+    set_own_mtime(&tree.join("abs"), 1_650_000_000, 0);
+    fs::remove_file(tree.join("dangling")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", tree.join("dangling")).unwrap();
+    good(&send(&d, &[&arg(&tree, true)], &to, &[]), "third send");
+    assert_eq!(fs::symlink_metadata(site.join("abs")).unwrap().ino(), inodes[0]);
+    assert_eq!(mtime_ns(&site.join("abs")), 1_650_000_000_000_000_000);
+    assert_eq!(
+        fs::read_link(site.join("dangling")).unwrap(),
+        Path::new("elsewhere")
+    );
+}
+
+#[test]
+fn safe_links_skips_links_that_leave_the_tree_and_is_no_failure() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    tree_of_links(&tree);
+    let server = serve(&d);
+    let to = format!("{}:site", server.addr);
+    write(&d.dest.join("site/extra.txt"), b"not in the source");
+    let out = send(&d, &[&arg(&tree, true)], &to, &["--delete", "--safe-links"]);
+    let v = good(&out, "--safe-links");
+    assert_eq!(v["sender"]["symlinks_unsafe_skipped"], 2, "{v:#}");
+    let named: Vec<&str> = v["sender"]["symlinks_unsafe"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(named.len(), 2, "{v:#}");
+    for (l, target) in [("abs", "/etc/passwd"), ("d/out", "../../../outside/secret")] {
+        let path = tree.join(l);
+        assert!(named.contains(&path.to_str().unwrap()), "{l} not listed: {v:#}");
+        let line = format!("ignoring unsafe symlink {} -> {target}", path.display());
+        assert!(
+            out.stderr.contains(&line),
+            "{l} not named on stderr: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(v["receiver"]["symlinks"], 4, "{v:#}");
+    let site = d.dest.join("site");
+    assert!(fs::symlink_metadata(site.join("abs")).is_err());
+    assert!(fs::symlink_metadata(site.join("d/out")).is_err());
+    for l in ["dangling", "long", "ok", "d/up"] {
+        assert!(fs::symlink_metadata(site.join(l)).unwrap().is_symlink(), "{l}");
+    }
+    // Skipped is not failed: --delete ran.
+    assert_eq!(deleted(&v), ["extra.txt"], "{v:#}");
+
+    // The summary line says so too.
+    let mut cmd = pfs();
+    cmd.arg("send")
+        .arg(arg(&tree, true))
+        .args(["--to", &to, "--progress", "never", "--safe-links", "--cache-dir"])
+        .arg(&d.cache);
+    let out = run(cmd);
+    out.expect_code(0, "--safe-links, human output");
+    assert!(
+        out.stdout.contains("unsafe symlinks skipped (--safe-links): 2"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn the_top_directory_gets_its_mtime_in_a_remote_dir_and_at_the_root() {
+    let d = dirs();
+    let tree = d.src.join("tree");
+    write(&tree.join("a/f"), b"f");
+    set_own_mtime(&tree.join("a"), 1_300_000_000, 5);
+    set_own_mtime(&tree, 1_200_000_000, 3);
+    let server = serve(&d);
+    good(
+        &send(&d, &[&arg(&tree, true)], &format!("{}:x/y", server.addr), &[]),
+        "into a remote directory",
+    );
+    assert_eq!(mtime_ns(&d.dest.join("x/y")), 1_200_000_000_000_000_003);
+    assert_eq!(mtime_ns(&d.dest.join("x/y/a")), 1_300_000_000_000_000_005);
+    good(
+        &send(&d, &[&arg(&tree, true)], &server.addr, &[]),
+        "into the root",
+    );
+    assert_eq!(mtime_ns(&d.dest), 1_200_000_000_000_000_003);
+    // Sent under its own name (no slash): that is an entry like any other.
+    good(
+        &send(&d, &[&arg(&tree, false)], &format!("{}:named", server.addr), &[]),
+        "under its name",
+    );
+    assert_eq!(mtime_ns(&d.dest.join("named/tree")), 1_200_000_000_000_000_003);
 }
 
 // ---------------------------------------------------------------------------

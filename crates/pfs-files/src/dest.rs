@@ -17,19 +17,19 @@
 //! redirect a write nor be written through. Renaming a file over an existing
 //! symlink replaces the link itself.
 //!
-//! # Symlink policy
-//! A symlink entry from a peer is created only if its target is relative and,
-//! read as a path from the link's own directory, cannot leave the root:
-//! after dropping empty and `.` components, `..` may appear only as a leading
-//! run, and no more times than the link's directory is deep. Targets like
-//! `../lib/x` (from `a/b/link`) pass; `/etc/passwd`, `../../x` (from
-//! `a/link`) and `sub/../../x` are refused with [`PathError::SymlinkEscapes`]
-//! and the caller skips the entry with a warning. Forbidding `..` after a
-//! normal component matters: the component before it may itself be a link,
-//! and `..` would then climb from wherever that link points. With the rule,
-//! links created by pfs resolve beneath the root as long as the destination
-//! contains no escaping links of its own. Use [`check_symlink_target`] to
-//! apply the same rule on the sending side.
+//! # Symlinks
+//! A symlink entry from a peer is stored as it came, as rsync does: its
+//! target verbatim (absolute, with `..`, dangling, components longer than
+//! 255 bytes; [`check_symlink_target`] refuses only an empty one, a NUL or
+//! more than 4095 bytes). Storing one is safe because the receiver never
+//! follows a link: every path it writes, reads or removes is resolved
+//! beneath the root without crossing a symlink, so a link from a peer (like
+//! one planted by anyone else) can neither redirect a write nor be written
+//! through — a later entry beneath it fails. The link's own mtime is set
+//! (`AT_SYMLINK_NOFOLLOW`) and a link already there with the same target is
+//! left in place ([`Symlinked::Kept`]), not recreated. A sender that wants
+//! only links inside its tree applies [`crate::path::symlink_is_safe`]
+//! (rsync's `--safe-links`).
 //!
 //! # The receiver's state directory and temporary files
 //! `.pfs` at the root of a destination ([`STATE_DIR`], mode 0700) belongs to
@@ -74,7 +74,7 @@ use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags, Tim
 use rustix::io::Errno;
 
 use crate::error::{FilesError, PathError};
-use crate::path::{RelPath, MAX_COMPONENT, MAX_PATH};
+use crate::path::{check_symlink_target, RelPath};
 
 pub mod delete;
 pub mod index;
@@ -549,6 +549,23 @@ impl DestRoot {
         .map_err(|e| dest_err("set mtime", rel, e))
     }
 
+    /// Sets only the mtime of the directory `rel`, or of the root itself
+    /// (`None`): a tree's top directory when its contents were sent (`DIR/`;
+    /// its mode is left as the receiver has it). Call after everything in
+    /// it was written and removed.
+    pub fn set_top_mtime(&self, rel: Option<&RelPath>, mtime_ns: i128) -> Result<(), FilesError> {
+        let at = || rel.map_or_else(|| PathBuf::from("."), |r| r.as_path().to_path_buf());
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+        let fd = match rel {
+            Some(r) => self.open_beneath(r.as_bytes(), flags, Mode::empty()),
+            None => rfs::openat(&self.root, ".", flags | OFlags::CLOEXEC, Mode::empty()),
+        }
+        .map_err(|e| FilesError::io("open directory", at(), e.into()))?;
+        mtime_only(mtime_ns)
+            .and_then(|times| rfs::futimens(&fd, &times))
+            .map_err(|e| FilesError::io("set mtime", at(), e.into()))
+    }
+
     /// Sets the mtime of the directory `rel` by name, through its parent
     /// in `cache` (no descriptor of its own opened): for a directory this
     /// session created whose mode needs no narrowing (see
@@ -820,21 +837,44 @@ impl DestRoot {
         Ok(Some(cache.put(key, dir)))
     }
 
-    /// Create (or atomically replace) the symlink `rel` pointing to `target`,
-    /// if the target passes the symlink policy (module docs); otherwise
-    /// [`PathError::SymlinkEscapes`] and nothing is created.
-    pub fn create_symlink(&self, rel: &RelPath, target: &[u8]) -> Result<(), FilesError> {
-        check_symlink_target(rel, target).map_err(|source| path_err(rel, source))?;
+    /// Makes `rel` the symlink `target` (verbatim, module docs) with the
+    /// mtime `mtime_ns`: a link already there with that target is kept
+    /// (its mtime set if it differs); anything else at `rel` but a
+    /// directory is atomically replaced by a new link, made in `.pfs/tmp`
+    /// with its mtime and renamed into place.
+    pub fn create_symlink(
+        &self,
+        rel: &RelPath,
+        target: &[u8],
+        mtime_ns: i128,
+    ) -> Result<Symlinked, FilesError> {
+        check_symlink_target(target).map_err(|source| path_err(rel, source))?;
+        let times = mtime_only(mtime_ns).map_err(|e| dest_err("set mtime of symlink", rel, e))?;
         let dir = self.parent_dir(rel)?;
+        let name = rel.file_name();
+        if let Some(st) = same_symlink(&dir, name, target) {
+            if i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec) != mtime_ns {
+                rfs::utimensat(&dir, name, &times, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|e| dest_err("set mtime of symlink", rel, e))?;
+            }
+            return Ok(Symlinked::Kept);
+        }
         let tmp_dir = self.tmp_dir()?;
         for _ in 0..16 {
             let tmp_name = temp_name();
             match rfs::symlinkat(target, tmp_dir, tmp_name.as_slice()) {
                 Ok(()) => {
-                    return rfs::renameat(tmp_dir, tmp_name.as_slice(), &dir, rel.file_name()).map_err(|e| {
+                    let placed =
+                        rfs::utimensat(tmp_dir, tmp_name.as_slice(), &times, AtFlags::SYMLINK_NOFOLLOW)
+                            .map_err(|e| dest_err("set mtime of symlink", rel, e))
+                            .and_then(|()| {
+                                rfs::renameat(tmp_dir, tmp_name.as_slice(), &dir, name)
+                                    .map_err(|e| rename_err("rename symlink into place at", rel, e))
+                            });
+                    if placed.is_err() {
                         let _ = rfs::unlinkat(tmp_dir, tmp_name.as_slice(), AtFlags::empty());
-                        rename_err("rename symlink into place at", rel, e)
-                    });
+                    }
+                    return placed.map(|()| Symlinked::Made);
                 }
                 Err(Errno::EXIST) => continue,
                 Err(e) => return Err(dest_err("create symlink", rel, e)),
@@ -1053,35 +1093,24 @@ impl Drop for TempFile {
     }
 }
 
-/// Apply the symlink policy of this module: may `link` (a path beneath the
-/// root) point to `target`?
-pub fn check_symlink_target(link: &RelPath, target: &[u8]) -> Result<(), PathError> {
-    if target.is_empty() || target[0] == b'/' {
-        return Err(PathError::SymlinkEscapes);
+/// What [`DestRoot::create_symlink`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Symlinked {
+    /// A link with the same target was there: kept, its mtime set if needed.
+    Kept,
+    /// A new link was made (replacing what was at its path).
+    Made,
+}
+
+/// The stat of the symlink `name` in `dir` if it is one and points to
+/// `target`; never follows it.
+fn same_symlink(dir: &OwnedFd, name: &[u8], target: &[u8]) -> Option<rfs::Stat> {
+    let st = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Symlink || st.st_size as u64 != target.len() as u64 {
+        return None;
     }
-    if target.contains(&0) {
-        return Err(PathError::Nul);
-    }
-    if target.len() > MAX_PATH {
-        return Err(PathError::TooLong);
-    }
-    // Directories between the link's own directory and the root.
-    let mut up = link.depth() - 1;
-    let mut descended = false;
-    for c in target.split(|&b| b == b'/') {
-        match c {
-            b"" | b"." => {}
-            b".." => {
-                if descended || up == 0 {
-                    return Err(PathError::SymlinkEscapes);
-                }
-                up -= 1;
-            }
-            _ if c.len() > MAX_COMPONENT => return Err(PathError::ComponentTooLong),
-            _ => descended = true,
-        }
-    }
-    Ok(())
+    let got = rfs::readlinkat(dir, name, Vec::with_capacity(target.len() + 1)).ok()?;
+    (got.as_bytes() == target).then_some(st)
 }
 
 /// `(st_dev, st_ino)`: which file a stat describes.

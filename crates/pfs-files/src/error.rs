@@ -36,10 +36,6 @@ pub enum PathError {
     /// The whole path is longer than 4095 bytes (PATH_MAX - 1).
     #[error("path is longer than 4095 bytes")]
     TooLong,
-    /// A symlink target that is absolute or whose resolution could leave the
-    /// destination root; see the symlink policy in [`crate::dest`].
-    #[error("symlink target is absolute or points outside the destination; the link was not created")]
-    SymlinkEscapes,
     /// A component of the destination path is a symlink, or something that is
     /// not a directory stands where a directory is needed. Remove it from the
     /// destination if it should be replaced.
@@ -75,7 +71,7 @@ pub struct ChunkParamsError {
 #[non_exhaustive]
 pub enum FilesError {
     /// A filesystem operation on a path failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {}: {source}", crate::escape_path(path))]
     Io {
         /// What was being done, e.g. "open", "read", "rename".
         op: &'static str,
@@ -89,7 +85,7 @@ pub enum FilesError {
     /// A path or symlink target was refused.
     #[error("{path}: {source}")]
     Path {
-        /// The offending path, lossily shown.
+        /// The offending path, escaped ([`crate::escape`]).
         path: String,
         /// Why it was refused.
         #[source]
@@ -100,7 +96,7 @@ pub enum FilesError {
     /// was not set.
     #[error("{path}: {source}")]
     Acl {
-        /// The entry, lossily shown.
+        /// The entry, escaped ([`crate::escape`]).
         path: String,
         /// What is wrong with it.
         #[source]
@@ -114,7 +110,10 @@ pub enum FilesError {
     /// The file changed size or mtime while it was being read; its recipe would
     /// not describe one consistent version. Retry, or exclude files that are
     /// being written to.
-    #[error("{path} changed while it was being read; retry, or exclude files that are being written")]
+    #[error(
+        "{} changed while it was being read; retry, or exclude files that are being written",
+        crate::escape_path(path)
+    )]
     Changed {
         /// The file.
         path: PathBuf,
@@ -122,14 +121,17 @@ pub enum FilesError {
 
     /// Streamed chunking stopped because its consumer went away (the file
     /// was given up on).
-    #[error("{path}: chunking stopped, nobody wanted the rest")]
+    #[error("{}: chunking stopped, nobody wanted the rest", crate::escape_path(path))]
     Stopped {
         /// The file.
         path: PathBuf,
     },
 
     /// A root given to the scanner has no usable name (such as `/`).
-    #[error("{path}: cannot send a root without a name; name a directory below it")]
+    #[error(
+        "{}: cannot send a root without a name; name a directory below it",
+        crate::escape_path(path)
+    )]
     UnnamedRoot {
         /// The root as given.
         path: PathBuf,
@@ -138,9 +140,9 @@ pub enum FilesError {
     /// Two roots have the same basename, or two roots given as their
     /// contents (a trailing slash) hold the same name: they would land on
     /// the same destination path.
-    #[error("two sources would both land at {name:?} and overwrite each other at the destination; send them separately")]
+    #[error("two sources would both land at \"{name}\" and overwrite each other at the destination; send them separately")]
     DuplicateRoot {
-        /// The shared basename, lossily shown.
+        /// The shared basename, escaped ([`crate::escape`]).
         name: String,
     },
 
@@ -163,7 +165,7 @@ pub enum FilesError {
     },
 
     /// A non-regular file was handed to the chunker.
-    #[error("{path} is not a regular file")]
+    #[error("{} is not a regular file", crate::escape_path(path))]
     NotAFile {
         /// The path.
         path: PathBuf,
@@ -200,7 +202,7 @@ impl FilesError {
 #[non_exhaustive]
 pub enum CacheWarning {
     /// The file could not be read.
-    #[error("ignoring cache {path}: {source}")]
+    #[error("ignoring cache {}: {source}", crate::escape_path(path))]
     Unreadable {
         /// The cache file.
         path: PathBuf,
@@ -209,7 +211,7 @@ pub enum CacheWarning {
         source: io::Error,
     },
     /// The file is not a pfs cache of this kind.
-    #[error("ignoring cache {path}: not a pfs {kind} cache")]
+    #[error("ignoring cache {}: not a pfs {kind} cache", crate::escape_path(path))]
     Foreign {
         /// The cache file.
         path: PathBuf,
@@ -217,7 +219,10 @@ pub enum CacheWarning {
         kind: &'static str,
     },
     /// A pfs cache written by another format version.
-    #[error("ignoring cache {path}: format version {found}, this pfs reads {expected}")]
+    #[error(
+        "ignoring cache {}: format version {found}, this pfs reads {expected}",
+        crate::escape_path(path)
+    )]
     Version {
         /// The cache file.
         path: PathBuf,
@@ -227,7 +232,10 @@ pub enum CacheWarning {
         expected: u32,
     },
     /// Truncated, checksum mismatch, or inconsistent content.
-    #[error("ignoring cache {path}: corrupt ({detail}); it will be rebuilt")]
+    #[error(
+        "ignoring cache {}: corrupt ({detail}); it will be rebuilt",
+        crate::escape_path(path)
+    )]
     Corrupt {
         /// The cache file.
         path: PathBuf,

@@ -15,6 +15,7 @@
 //! - [`manifest`]: the receiver's record of the files it wrote, so content
 //!   it already holds is not rewritten;
 //! - [`xattr`]: which extended attributes travel, and reading them;
+//! - [`escape`]: names in human output, control characters escaped as rsync does;
 //! - [`error`]: typed errors.
 //!
 //! ```no_run
@@ -50,6 +51,7 @@ pub mod cache;
 pub mod chunk;
 pub mod dest;
 pub mod error;
+pub mod escape;
 pub mod manifest;
 pub mod path;
 pub mod walk;
@@ -63,12 +65,13 @@ pub use chunk::{
     QuickDigest, Recipe, FILE_HASH_CONTEXT,
 };
 pub use dest::{
-    check_symlink_target, may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat,
-    LandError, Landing, Linked, ParkedTemp, Placement, Removed, StatCache, StateRepair, TempFile, STATE_DIR,
+    may_chown, set_file_times_and_mode, DestIndex, DestRoot, FileSpec, FileStat, LandError, Landing, Linked,
+    ParkedTemp, Placement, Removed, StatCache, StateRepair, Symlinked, TempFile, STATE_DIR,
 };
 pub use error::{CacheWarning, ChunkParamsError, FilesError, PathError};
+pub use escape::{escape, escape_path, Escaped};
 pub use manifest::{Manifest, Written};
-pub use path::RelPath;
+pub use path::{check_symlink_target, symlink_is_safe, RelPath};
 pub use walk::{
     scan, scan_with, Entry, EntryMeta, Excludes, Scan, SkipReason, Skipped, WalkConfig, WalkKind,
 };

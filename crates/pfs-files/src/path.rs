@@ -89,6 +89,53 @@ impl RelPath {
     }
 }
 
+/// Checks a symlink's target as the receiver stores it: verbatim, so only
+/// what `symlinkat` itself refuses is refused — empty, a NUL byte, longer
+/// than [`MAX_PATH`]. Absolute and `..` targets, long components and
+/// dangling targets pass: a link is stored, never followed (the receiver
+/// resolves every path it writes without crossing a symlink,
+/// [`crate::dest::DestRoot`]), and [`MAX_COMPONENT`] limits names, not the
+/// text of a target.
+pub fn check_symlink_target(target: &[u8]) -> Result<(), PathError> {
+    if target.is_empty() {
+        return Err(PathError::Empty);
+    }
+    if target.contains(&0) {
+        return Err(PathError::Nul);
+    }
+    if target.len() > MAX_PATH {
+        return Err(PathError::TooLong);
+    }
+    Ok(())
+}
+
+/// rsync's `--safe-links` rule: whether the symlink `link` (its path at the
+/// destination, as sent) pointing to `target` stays inside the destination
+/// directory when read from the link's own directory. An
+/// absolute target is unsafe; otherwise the components are walked from the
+/// link's depth, `..` going up and names going down (`.` and empty ones
+/// ignored), and the link is unsafe as soon as the walk climbs above the
+/// top. Like rsync's, the rule is lexical: a component that is itself a
+/// link is not resolved.
+pub fn symlink_is_safe(link: &RelPath, target: &[u8]) -> bool {
+    if target.first() == Some(&b'/') {
+        return false;
+    }
+    // Directories between the link's own directory and the top.
+    let mut depth = link.depth() - 1;
+    for c in target.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return false,
+            },
+            _ => depth += 1,
+        }
+    }
+    true
+}
+
 /// All the checks of [`RelPath::parse`].
 fn check(bytes: &[u8]) -> Result<(), PathError> {
     if bytes.is_empty() {
@@ -134,9 +181,10 @@ impl PartialOrd for RelPath {
 }
 
 impl fmt::Display for RelPath {
-    /// Lossy UTF-8, for messages.
+    /// For messages: control characters and invalid UTF-8 escaped
+    /// ([`crate::escape`]), so a name never forges a line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&String::from_utf8_lossy(&self.0), f)
+        fmt::Display::fmt(&crate::escape(&self.0), f)
     }
 }
 
@@ -233,6 +281,56 @@ mod tests {
         v.sort();
         let got: Vec<String> = v.iter().map(|p| p.to_string()).collect();
         assert_eq!(got, ["A", "a", "a/x", "a/x/y", "a.b", "b"]);
+    }
+
+    #[test]
+    fn symlink_targets_are_stored_verbatim() {
+        let long_component = vec![b'x'; 300];
+        for t in [
+            &b"/etc/passwd"[..],
+            b"../../../x",
+            b"nowhere",
+            &long_component,
+            &[b'a'; MAX_PATH],
+        ] {
+            assert_eq!(check_symlink_target(t), Ok(()), "{}", t.escape_ascii());
+        }
+        assert_eq!(check_symlink_target(b""), Err(PathError::Empty));
+        assert_eq!(check_symlink_target(b"a\0b"), Err(PathError::Nul));
+        assert_eq!(
+            check_symlink_target(&[b'a'; MAX_PATH + 1]),
+            Err(PathError::TooLong)
+        );
+    }
+
+    #[test]
+    fn safe_links_follow_rsyncs_rule() {
+        let rp = |s: &str| RelPath::try_from(s).unwrap();
+        let cases: [(&str, &[u8], bool); 13] = [
+            ("top/a/l", b"../x", true),
+            // Up to the destination the top lands in, as with rsync.
+            ("top/a/l", b"../../x", true),
+            ("top/a/l", b"../../../x", false),
+            ("top/l", b"x/y", true),
+            ("top/l", b"..", true),
+            ("l", b"..", false),
+            ("l", b"x", true),
+            ("l", b"../x", false),
+            ("top/l", b"/etc/passwd", false),
+            ("top/a/l", b"./.././x", true),
+            // Down, then up: lexically inside (rsync counts the same way).
+            ("top/l", b"sub/../x", true),
+            ("top/l", b"sub/../../../x", false),
+            ("top/l", b"sub//.///x", true),
+        ];
+        for (link, target, safe) in cases {
+            assert_eq!(
+                symlink_is_safe(&rp(link), target),
+                safe,
+                "{link} -> {}",
+                target.escape_ascii()
+            );
+        }
     }
 
     proptest! {

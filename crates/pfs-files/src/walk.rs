@@ -117,6 +117,9 @@ pub struct Scan {
     /// A directory root was given as its contents (a trailing slash): the
     /// destination directory itself is one of the tree's directories.
     pub contents: bool,
+    /// The mtime (ns since the epoch) of the first root given as its
+    /// contents, for the destination directory itself (rsync sets it).
+    pub contents_mtime_ns: Option<i128>,
 }
 
 /// Something the scan did not include.
@@ -251,6 +254,8 @@ pub fn scan_with(roots: &[PathBuf], excludes: &Excludes, cfg: &WalkConfig) -> Re
         let meta = fs::metadata(&abs).map_err(|e| FilesError::io("stat", root, e))?;
         if meta.is_dir() && means_contents(root) {
             scan.contents = true;
+            scan.contents_mtime_ns
+                .get_or_insert(i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()));
             list_dir(None, &abs, &mut tops, &mut scan);
             continue;
         }
@@ -487,7 +492,7 @@ fn root_name(given: &Path, abs: &Path) -> Result<RelPath, FilesError> {
         path: given.to_path_buf(),
     })?;
     RelPath::parse(name.as_bytes()).map_err(|source| FilesError::Path {
-        path: given.display().to_string(),
+        path: crate::escape_path(given).to_string(),
         source,
     })
 }

@@ -253,7 +253,7 @@ pub enum LocalError {
     #[error("{0}")]
     Place(crate::places::PlaceError),
     /// A local file or directory operation failed.
-    #[error("{what} {}: {source}", path.display())]
+    #[error("{what} {}: {source}", pfs_files::escape_path(path))]
     Io {
         /// What was being done.
         what: &'static str,

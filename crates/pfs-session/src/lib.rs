@@ -44,7 +44,8 @@ pub use gram::{
 pub use mount::{serve_mount, MountRecipes, MountServerConfig, MountServerOutcome};
 pub use places::{clean_temps, FilesPlaces, Keeping, PlaceError};
 pub use server::{
-    serve, serve_files, Admission, Client, FilesPlace, FilesSessionOutcome, ServerConfig, ServerEvent,
+    admit_one, serve, serve_files, Admission, Client, Denied, FilesPlace, FilesSessionOutcome, ServerConfig,
+    ServerEvent,
 };
 pub use stats::SessionStats;
 

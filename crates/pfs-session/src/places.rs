@@ -55,7 +55,7 @@ pub enum PlaceError {
         source: pfs_files::FilesError,
     },
     /// The `--store` directory could not be created.
-    #[error("--store {}: {source}", .dir.display())]
+    #[error("--store {}: {source}", pfs_files::escape_path(.dir))]
     StoreDir {
         /// The directory.
         dir: PathBuf,
@@ -82,7 +82,7 @@ pub enum PlaceError {
         source: pfs_store::StoreError,
     },
     /// A key's `dir=` is not a path beneath `--dest`.
-    #[error("dir={}: {source}", .dir.display())]
+    #[error("dir={}: {source}", pfs_files::escape_path(.dir))]
     DirPath {
         /// The `dir=`.
         dir: PathBuf,
@@ -90,7 +90,7 @@ pub enum PlaceError {
         source: pfs_files::PathError,
     },
     /// A key's `dir=` destination could not be opened.
-    #[error("dir={}: {source}", .dir.display())]
+    #[error("dir={}: {source}", pfs_files::escape_path(.dir))]
     Dir {
         /// The `dir=`.
         dir: PathBuf,
@@ -102,7 +102,7 @@ pub enum PlaceError {
 /// `dir=D: ` before a `dir=` destination's state error, nothing for `--dest`'s.
 fn dir_prefix(dir: &Option<PathBuf>) -> String {
     dir.as_ref()
-        .map_or(String::new(), |d| format!("dir={}: ", d.display()))
+        .map_or(String::new(), |d| format!("dir={}: ", pfs_files::escape_path(d)))
 }
 
 /// Where a files server keeps the chunks it holds.
@@ -355,7 +355,7 @@ impl FilesPlaces {
 /// Repairs `dest`'s state directory ([`DestRoot::repair_state_dir`]);
 /// what was repaired, for the log (`dir`: the `dir=` it is, if one).
 fn repair(dest: &DestRoot, dir: Option<&Path>) -> Result<Vec<String>, PlaceError> {
-    let shown = || dir.map_or(String::new(), |d| format!("dir={}: ", d.display()));
+    let shown = || dir.map_or(String::new(), |d| format!("dir={}: ", pfs_files::escape_path(d)));
     Ok(dest
         .repair_state_dir()
         .map_err(|source| PlaceError::State {

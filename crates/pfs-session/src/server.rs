@@ -893,6 +893,47 @@ fn lock(admitting: &Mutex<Admitting>) -> std::sync::MutexGuard<'_, Admitting> {
     admitting.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Why [`admit_one`] did not admit a connection (the client was told, as
+/// the serve loop tells it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Denied {
+    /// Its key, when the handshake got that far.
+    pub key: Option<PublicKey>,
+    /// Why.
+    pub reason: String,
+}
+
+/// Admits one connection accepted at `accepted_at` from `peer` to a server
+/// of blob sessions, as [`serve`] admits each of its own: its first bytes,
+/// the handshake and the key's rights under `cfg.admission` (a key needs
+/// `blob`, and `exec` when the server `runs_kernels` over its grams), or a
+/// plain connection where allowed. For a server that runs its sessions
+/// itself, one at a time (`pfs sub`); returns the connection to speak on
+/// (protected or plain) and who the client is.
+pub fn admit_one<'c, C: Transport>(
+    conn: &'c mut C,
+    peer: &str,
+    accepted_at: Instant,
+    cfg: &ServerConfig,
+    runs_kernels: bool,
+) -> Result<(Box<dyn Transport + 'c>, Client), Denied> {
+    let offer = Offer {
+        service: Service::Blob,
+        runs_kernels,
+    };
+    // Alone, never evicted: no other connection competes for admission.
+    let ticket = Ticket {
+        id: 0,
+        cancel: Arc::default(),
+        started: Arc::default(),
+    };
+    admit(conn, peer, accepted_at, cfg, offer, &ticket).map_err(|d| Denied {
+        key: d.key,
+        reason: d.text,
+    })
+}
+
 /// Why a connection was not admitted.
 struct DenyReason {
     key: Option<PublicKey>,
@@ -1064,6 +1105,7 @@ fn plain_rights() -> Rights {
         read: true,
         exec: true,
         catch_up: true,
+        stream: pfs_auth::StreamRights::Write,
         group: String::new(),
     }
 }

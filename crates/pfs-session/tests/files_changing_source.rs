@@ -131,12 +131,14 @@ fn files_changed_after_the_plan_fail_alone_over_the_real_stack() {
         reply_timeout: TIMEOUT,
         session_nonce: 11,
         probe: false,
+        probe_all: false,
         delete: None,
         checksum: false,
         bwlimit: None,
         preserve: Default::default(),
         sparse: true,
         stream_min: None,
+        top_mtime_ns: None,
     };
     let store_cfg = StoreConfig {
         capacity: 64 << 20,

@@ -1088,12 +1088,14 @@ mod pair {
             reply_timeout: Duration::from_secs(30),
             session_nonce: 9,
             probe,
+            probe_all: false,
             delete: None,
             checksum: false,
             bwlimit: None,
             preserve: Default::default(),
             sparse: true,
             stream_min: None,
+            top_mtime_ns: None,
         }
     }
 

@@ -693,6 +693,11 @@ const INVALID: &[(&str, As, WireError)] = &[
     ),
     ("invalid-files-file-attrs-order", As::Frame, WireError::BadFlags),
     (
+        "invalid-files-end-top-short",
+        As::Frame,
+        WireError::LengthMismatch,
+    ),
+    (
         "invalid-files-file-streamed-hash",
         As::Frame,
         WireError::LengthMismatch,
@@ -775,7 +780,7 @@ fn decode_frame(b: &[u8]) -> Result<(), WireError> {
         FrameType::FilesEnd if frame.header.flags & FLAG_FILES_REPORT != 0 => {
             FilesReport::parse(frame.body).map(drop)
         }
-        FrameType::FilesEnd => Ok(()),
+        FrameType::FilesEnd => pfs_wire::files::TopMtime::parse_end(frame.body).map(drop),
         FrameType::Batch => pfs_wire::files::parse_batch(frame.body).map(drop),
         FrameType::Probe => {
             let (_, mut entries) = pfs_wire::files::parse_probe(frame.body)?;
@@ -1083,6 +1088,13 @@ fn conventions_vectors() {
     f.emit(&mut out);
     assert_eq!(out, body, "files-file-linked re-encode");
 
+    let body = files_frame("files-end-top", FrameType::FilesEnd, 0);
+    let t = pfs_wire::files::TopMtime::parse_end(&body)
+        .unwrap()
+        .expect("a top mtime");
+    assert_eq!((t.mtime_sec, t.mtime_nsec), (1_700_000_000, 500));
+    assert_eq!(t.emit(), &body[..], "files-end-top re-encode");
+
     let body = files_frame("files-delete", FrameType::Delete, 0);
     let d = DeleteRequest::parse(&body).unwrap();
     assert!(d.root);
@@ -1163,7 +1175,12 @@ fn vector_names_match_the_document() {
         "files-file-linked",
         "files-accept-occupied",
     ]);
-    expected.extend(["files-delete", "files-deleted", "files-deleted-skipped"]);
+    expected.extend([
+        "files-delete",
+        "files-deleted",
+        "files-deleted-skipped",
+        "files-end-top",
+    ]);
     expected.extend(["mount-hello", "mount-accept", "mount-list", "mount-recipe-ask"]);
     expected.extend(["mount-recipe", "mount-recipe-gone", "mount-fetch", "mount-data"]);
     expected.extend(UDP_VECTORS);

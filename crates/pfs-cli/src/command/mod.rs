@@ -9,6 +9,7 @@ mod keygen;
 mod log;
 mod mount;
 mod progress;
+mod pubsub;
 mod send;
 mod send_files;
 mod serve;
@@ -30,6 +31,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Keygen(args) => keygen::run(&args),
         Command::Send(args) => send::run(args),
         Command::Exec(args) => exec::run(args),
+        Command::Pub { args, transport } => pubsub::publish(&args, &transport),
+        Command::Sub { args, transport } => pubsub::subscribe(&args, &transport),
         Command::Serve(args) => serve::run(args),
         Command::Mount(args) => mount::run(&args),
         Command::Umount(args) => mount::umount(&args),

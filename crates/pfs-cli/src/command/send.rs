@@ -1,15 +1,13 @@
 //! `pfs send`: run a seeded schedule against a receiver and print the
 //! receiver's authoritative report (plus the sender's own CPU beside it).
 
-use std::path::PathBuf;
-
-use packetfs::gram::{send_on, sender_config, Target};
+use packetfs::gram::{send_on, sender_config};
 use packetfs::labels;
 use pfs_exec::{ScheduleSpec, Total};
 use pfs_session::{SessionError, SessionStats};
 use pfs_sys::pin_current_thread;
 
-use crate::args::{ScheduleArgs, SendArgs, TransportArg, TransportArgs};
+use crate::args::{ScheduleArgs, SendArgs};
 use crate::exit;
 
 use super::{interval, open_blob};
@@ -34,21 +32,7 @@ pub fn schedule_spec(s: &ScheduleArgs, blob_len: u64) -> ScheduleSpec {
     }
 }
 
-/// The target named on the command line.
-pub fn target(to: &str, t: &TransportArgs, sock_buf: u64) -> Target {
-    match t.transport {
-        TransportArg::Tcp => Target::Tcp {
-            addr: to.to_string(),
-            sock_buf: sock_buf as usize,
-        },
-        TransportArg::Unix => Target::Unix(PathBuf::from(to)),
-        TransportArg::Shm => Target::Shm(PathBuf::from(to), t.shm()),
-        TransportArg::Udp => Target::Udp {
-            addr: to.to_string(),
-            cfg: t.udp(to),
-        },
-    }
-}
+pub use packetfs::endpoint::target;
 
 pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     args.transport.check()?;

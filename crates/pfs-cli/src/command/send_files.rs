@@ -9,7 +9,7 @@ use pfs_session::files::{
     LocalPrepare, ScanConfig, Scanned,
 };
 
-use packetfs::report::{deleted_name, files_human, files_json, FilesPrep};
+use packetfs::report::{deleted_name, files_human, files_json, files_listing, items_json, FilesPrep};
 
 use crate::args::{SendArgs, TransportArg};
 use crate::exit;
@@ -48,12 +48,18 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         (Some(d), false) => Some(d.join("recipes")),
         (None, false) => Some(RecipeCache::default_path()?),
     };
+    let xattrs = pfs_files::XattrScope {
+        user: f.xattrs,
+        acls: f.acls,
+    };
     let Scanned {
         mut items,
         warnings,
         unreadable: failed_at_scan,
         mut cache,
         contents,
+        top_mtime_ns,
+        unsafe_links,
         elapsed: scan_time,
     } = scan_items(&ScanConfig {
         paths: &args.paths,
@@ -61,15 +67,19 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         cache: recipes,
         params,
         reread: f.checksum,
-        walk: pfs_files::WalkConfig {
-            xattrs: pfs_files::XattrScope {
-                user: f.xattrs,
-                acls: f.acls,
-            },
-        },
+        walk: pfs_files::WalkConfig { xattrs },
+        safe_links: f.safe_links,
     })?;
     for w in &warnings {
         eprintln!("pfs: warning: {w}");
+    }
+    // rsync's wording; skipped by choice, so neither a warning nor a failure.
+    for (path, target) in &unsafe_links {
+        eprintln!(
+            "pfs: ignoring unsafe symlink {} -> {} (--safe-links)",
+            pfs_files::escape_path(path),
+            pfs_files::escape(target)
+        );
     }
     // An empty DIR/ with --delete empties the destination, as rsync does.
     if items.is_empty() && !(contents && f.delete) {
@@ -91,6 +101,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
         compress: f.compress.then_some(f.compress_level),
         index_cache_dir: cache_dir,
         probe: !f.no_probe,
+        probe_all: f.itemize_changes || f.dry_run,
         delete: (f.delete && failed_at_scan == 0).then(|| DeleteConfig {
             root: contents,
             protect: f.exclude.clone(),
@@ -103,6 +114,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             group: f.group || f.archive,
             hard_links: f.hard_links,
         },
+        top_mtime_ns,
         ..packetfs::files::sender_config(&params)
     };
     let show = super::progress::choose(f.progress, json, args.run.log_interval)?;
@@ -138,20 +150,31 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             d.status.reason()
         );
     }
+    let icfg = pfs_session::files::ItemizeConfig {
+        preserve: cfg.preserve,
+        xattrs,
+    };
+    let list = pfs_session::files::itemize(&items, &out, &icfg);
     if json {
         let mut v = files_json(&out, kind, &prep, &remote_dir);
         v["bwlimit_bytes_per_s"] = serde_json::json!(bwlimit);
+        v["sender"]["symlinks_unsafe_skipped"] = serde_json::json!(unsafe_links.len());
+        v["sender"]["symlinks_unsafe"] = serde_json::json!(unsafe_links
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect::<Vec<_>>());
+        v["items"] = serde_json::json!((f.itemize_changes || f.dry_run).then(|| items_json(&list)));
         v["deleted"] = serde_json::json!(out.deletion.as_ref().map(|d| serde_json::json!({
             "status": d.status.reason(), "count": d.count,
             "entries": d.entries.iter().map(deleted_name).collect::<Vec<_>>() })));
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        // rsync's `deleting PATH` lines (in a dry run, what would go).
-        out.deletion
-            .iter()
-            .flat_map(|d| &d.entries)
-            .for_each(|e| println!("deleting {}", deleted_name(e)));
+        // rsync's items (-i), names (-n) or `deleting PATH` lines.
+        print!("{}", files_listing(&list, f.itemize_changes, f.dry_run));
         print!("{}", files_human(&out, kind, &prep, f.stats));
+        if f.safe_links {
+            println!("unsafe symlinks skipped (--safe-links): {}", unsafe_links.len());
+        }
     }
     if !out.messages.is_empty() {
         for line in out.messages.lines() {

@@ -9,7 +9,7 @@ use pfs_session::metrics::{Endpoint, EndpointConfig, Metrics};
 use pfs_session::{
     serve, GramReceiverConfig, GramReceiverOutcome, Limits, ServerConfig, ServerEvent, SessionStats,
 };
-use pfs_transport::{AnyListener, Listener, ShmListener, TcpConfig, TcpListener, UnixListener};
+use pfs_transport::{AnyListener, Listener};
 
 use crate::args::{ServeArgs, TransportArg};
 use crate::exit;
@@ -109,30 +109,23 @@ pub fn finished(cfg: &ServerConfig, ok: u64, failed: u64) {
 /// Binds the listener `--transport` and `--listen` name.
 pub fn bind_listener(args: &ServeArgs) -> anyhow::Result<AnyListener> {
     let listen = listen_addr(args);
-    Ok(match args.transport.transport {
-        TransportArg::Tcp => {
-            let tcp = TcpConfig {
-                socket_buffer: args.run.sock_buf as usize,
-                ..TcpConfig::default()
-            };
-            let listener = TcpListener::bind(&listen, tcp)?;
-            if super::auth::local_users_only(&args.auth, &listen) {
-                AnyListener::Tcp(listener.same_user_only())
-            } else {
-                AnyListener::Tcp(listener)
-            }
-        }
-        TransportArg::Unix => AnyListener::Unix(UnixListener::bind(Path::new(&listen))?),
-        TransportArg::Shm => AnyListener::Shm(ShmListener::bind(Path::new(&listen), &args.transport.shm())?),
-        TransportArg::Udp => AnyListener::Udp(pfs_transport::UdpListener::bind(
-            &listen,
-            args.transport.udp(&listen),
-        )?),
-    })
+    let local = super::auth::local_users_only(&args.auth, &listen);
+    Ok(packetfs::endpoint::bind(
+        &listen,
+        &args.transport,
+        args.run.sock_buf,
+        local,
+    )?)
 }
 
 /// Prints the listening line (the address a sender needs) on stdout.
 pub fn announce(listener: &AnyListener, json: bool) {
+    emit(&listening_line(listener, json, "pfs serve"));
+}
+
+/// The listening line `who` prints: `WHO: listening on ADDR (KIND)`, or a
+/// JSON `listening` event.
+pub fn listening_line(listener: &AnyListener, json: bool, who: &str) -> String {
     let addr = match listener {
         AnyListener::Tcp(l) => l
             .socket_addr()
@@ -143,12 +136,9 @@ pub fn announce(listener: &AnyListener, json: bool) {
     };
     let kind = listener.kind();
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "listening", "addr": addr, "transport": kind})
-        );
+        serde_json::json!({"event": "listening", "addr": addr, "transport": kind}).to_string()
     } else {
-        println!("pfs serve: listening on {addr} ({kind})");
+        format!("{who}: listening on {addr} ({kind})")
     }
 }
 

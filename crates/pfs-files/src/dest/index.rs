@@ -271,7 +271,7 @@ impl DestIndex {
                 notes.push(format!(
                     "{}: {} bytes after the last good record were cut off (torn write or damage); \
                      the index gets a new id",
-                    path.display(),
+                    crate::escape_path(&path),
                     bytes.len() - HEADER_LEN - good
                 ));
                 rewrite = true;
@@ -281,7 +281,7 @@ impl DestIndex {
             rfs::renameat(&dir, INDEX_NAME, &dir, aside.as_str()).map_err(err("set aside"))?;
             notes.push(format!(
                 "{}: not a pfs destination index (bad header); kept as {aside}, starting a new index",
-                path.display()
+                crate::escape_path(&path)
             ));
             let fd = rfs::openat(
                 &dir,
@@ -298,7 +298,7 @@ impl DestIndex {
         if dead > live && inner.records.len() >= COMPACT_MIN_RECORDS {
             notes.push(format!(
                 "{}: {dead} records of replaced files dropped (compacted; the index gets a new id)",
-                path.display()
+                crate::escape_path(&path)
             ));
             rewrite = true;
         }

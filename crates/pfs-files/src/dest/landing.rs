@@ -14,7 +14,9 @@ use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use super::{set_file_times_and_mode, DestRoot, FileStat, ParkedTemp, StatCache, TempFile, PERM_MASK};
+use super::{
+    set_file_times_and_mode, DestRoot, FileStat, ParkedTemp, StatCache, Symlinked, TempFile, PERM_MASK,
+};
 use check::{By, Verdict};
 
 mod check;
@@ -223,9 +225,21 @@ impl<'d> Landing<'d> {
         self.root.set_dir_times_and_mode(rel, mtime_ns, mode)
     }
 
-    /// Creates the symlink `rel` (its target checked by the symlink policy).
-    pub fn make_symlink(&self, rel: &RelPath, target: &[u8]) -> Result<(), FilesError> {
-        self.root.create_symlink(rel, target)
+    /// Makes `rel` the symlink `target` with mtime `mtime_ns`, or keeps
+    /// the same link there ([`DestRoot::create_symlink`]).
+    pub fn make_symlink(
+        &self,
+        rel: &RelPath,
+        target: &[u8],
+        mtime_ns: i128,
+    ) -> Result<Symlinked, FilesError> {
+        self.root.create_symlink(rel, target, mtime_ns)
+    }
+
+    /// Sets the mtime of the session's top directory (`None`: the root),
+    /// whose contents were sent ([`DestRoot::set_top_mtime`]).
+    pub fn set_top_mtime(&self, rel: Option<&RelPath>, mtime_ns: i128) -> Result<(), FilesError> {
+        self.root.set_top_mtime(rel, mtime_ns)
     }
 
     /// Decides what to do with the regular file `f`, number `no`: leave

@@ -114,7 +114,7 @@ fn planted_symlink_is_never_followed() {
         assert!(is_not_a_dir(root.create_temp(&rp("real/evil2/x"))));
         assert!(is_not_a_dir(root.create_dir_all(&rp("evil/sub"), 0o755)));
         assert!(is_not_a_dir(root.create_dir_all(&rp("real/evil2"), 0o755)));
-        assert!(is_not_a_dir(root.create_symlink(&rp("evil/l"), b"x")));
+        assert!(is_not_a_dir(root.create_symlink(&rp("evil/l"), b"x", 0)));
         assert!(is_not_a_dir(root.set_dir_times_and_mode(&rp("evil"), 0, 0o777)));
         assert!(root.open_existing(&rp("evil")).unwrap().is_none());
         assert!(root.open_existing(&rp("evil/x")).unwrap().is_none());
@@ -143,62 +143,108 @@ fn root_itself_may_be_a_symlink() {
 }
 
 #[test]
-fn symlink_policy() {
+fn symlinks_are_stored_verbatim_and_never_written_through() {
     let fx = Fixture::new();
+    let long = vec![b'n'; 300];
+    let outside = fx.outside.as_os_str().as_encoded_bytes().to_vec();
     for (i, root) in fx.roots().into_iter().enumerate() {
         let d = format!("d{i}");
         root.create_dir_all(&rp(&format!("{d}/a/b")), 0o755).unwrap();
-        let ok: [(&str, &[u8]); 5] = [
-            ("a/b/l1", b"../x"),
-            ("a/b/l2", b"../../y"),
-            ("a/b/l3", b"./.././x"),
-            ("a/l4", b"b/c"),
-            ("a/l5", b"../a/./b/"),
+        let targets: [(&str, &[u8]); 6] = [
+            ("a/b/rel", b"../x"),
+            ("a/abs", b"/etc/passwd"),
+            ("a/up", b"../../../../x"),
+            ("a/mixed", b"sub/../../x"),
+            ("long", &long),
+            ("a/b/out", &outside),
         ];
-        for (link, target) in ok {
+        for (j, (link, target)) in targets.into_iter().enumerate() {
             let link = rp(&format!("{d}/{link}"));
-            root.create_symlink(&link, target).unwrap();
-            let got = fs::read_link(fx.dest.join(link.as_path())).unwrap();
-            assert_eq!(got.as_os_str().as_encoded_bytes(), target);
+            let mtime = 1_600_000_000_000_000_000 + j as i128 * 1_000_000_007;
+            assert_eq!(
+                root.create_symlink(&link, target, mtime).unwrap(),
+                Symlinked::Made
+            );
+            let at = fx.dest.join(link.as_path());
+            assert_eq!(fs::read_link(&at).unwrap().as_os_str().as_encoded_bytes(), target);
+            let m = fs::symlink_metadata(&at).unwrap();
+            assert_eq!(
+                i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+                mtime
+            );
+            // The same link again is kept: same inode; a new mtime is set on it.
+            assert_eq!(
+                root.create_symlink(&link, target, mtime + 1).unwrap(),
+                Symlinked::Kept
+            );
+            let again = fs::symlink_metadata(&at).unwrap();
+            assert_eq!((again.ino(), again.mtime_nsec()), (m.ino(), m.mtime_nsec() + 1));
         }
-        // Replacing an existing link.
-        let l1 = rp(&format!("{d}/a/b/l1"));
-        root.create_symlink(&l1, b"other").unwrap();
+        // Another target replaces the link.
+        let l = rp(&format!("{d}/a/b/rel"));
+        assert_eq!(root.create_symlink(&l, b"other", 0).unwrap(), Symlinked::Made);
         assert_eq!(
-            fs::read_link(fx.dest.join(l1.as_path())).unwrap(),
+            fs::read_link(fx.dest.join(l.as_path())).unwrap(),
             Path::new("other")
         );
-        let refused: [(&str, &[u8]); 6] = [
-            ("a/b/r1", b"../../../../x"),
-            ("a/r2", b"/etc/passwd"),
-            ("a/r3", b"sub/../../../x"),
-            ("a/r4", b"b/../x"),
-            ("r5", b"../.."),
-            ("a/r6", b""),
-        ];
-        for (link, target) in refused {
-            let link = rp(&format!("{d}/{link}"));
-            let e = root.create_symlink(&link, target).expect_err(&link.to_string());
+        // A link to a directory outside is never written through.
+        let out = rp(&format!("{d}/a/b/out"));
+        assert!(is_not_a_dir(root.create_temp(&out.join(b"x").unwrap())));
+        assert!(is_not_a_dir(
+            root.create_dir_all(&out.join(b"sub").unwrap(), 0o755)
+        ));
+        assert!(is_not_a_dir(root.create_symlink(
+            &out.join(b"l").unwrap(),
+            b"x",
+            0
+        )));
+        assert!(fx.outside_is_empty());
+        // What symlinkat itself refuses.
+        for (target, want) in [(&b""[..], PathError::Empty), (b"x\0", PathError::Nul)] {
+            let e = root
+                .create_symlink(&rp(&format!("{d}/bad")), target, 0)
+                .unwrap_err();
             assert!(
-                matches!(
-                    e,
-                    FilesError::Path {
-                        source: PathError::SymlinkEscapes,
-                        ..
-                    }
-                ),
-                "{link}: {e}"
+                matches!(e, FilesError::Path { source, .. } if source == want),
+                "{e}"
             );
-            assert!(fs::symlink_metadata(fx.dest.join(link.as_path())).is_err());
         }
+        let e = root
+            .create_symlink(&rp(&format!("{d}/bad")), &[b'a'; 4096], 0)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FilesError::Path {
+                    source: PathError::TooLong,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(fs::symlink_metadata(fx.dest.join(format!("{d}/bad"))).is_err());
     }
-    // Top-level links may not go up at all.
-    assert_eq!(
-        check_symlink_target(&rp("l"), b"../x"),
-        Err(PathError::SymlinkEscapes)
-    );
-    assert_eq!(check_symlink_target(&rp("l"), b"x/y"), Ok(()));
-    assert_eq!(check_symlink_target(&rp("l"), b"x\0"), Err(PathError::Nul));
+}
+
+#[test]
+fn top_mtime_is_set_on_the_root_or_a_directory() {
+    let fx = Fixture::new();
+    let root = DestRoot::open(&fx.dest).unwrap();
+    root.create_dir_all(&rp("sub"), 0o755).unwrap();
+    let t = 1_500_000_000_123_456_789;
+    root.set_top_mtime(None, t).unwrap();
+    root.set_top_mtime(Some(&rp("sub")), t + 1).unwrap();
+    let ns = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec())
+    };
+    assert_eq!(ns(&fx.dest), t);
+    assert_eq!(ns(&fx.dest.join("sub")), t + 1);
+    // Through a symlink: refused, nothing outside touched.
+    symlink(&fx.outside, fx.dest.join("via")).unwrap();
+    let before = ns(&fx.outside);
+    assert!(root.set_top_mtime(Some(&rp("via")), t).is_err());
+    assert_eq!(ns(&fx.outside), before);
 }
 
 #[test]

@@ -33,6 +33,7 @@ pub use sender::{
     FilesSenderEvent, FilesSenderOutcome, FilesSource, LocalPrepare, LocalSource, MeterRate, MeterReading,
     PreserveConfig, ScanConfig, Scanned, SendPhase, Unreadable,
 };
+pub use sender::{itemize, ItemKind, ItemText, ItemizeConfig, Itemized};
 pub use sender::{
     plan_chunk, save_recipes, scan_items, ChunkStream, Streamed, Unsendable, DEFAULT_STREAM_MIN, STREAM_AHEAD,
 };

@@ -304,15 +304,16 @@ impl PublisherLink {
     }
 }
 
-/// A subscriber's connection: the core over a transport.
-pub struct SubscriberLink {
-    t: Box<dyn Transport>,
+/// A subscriber's connection: the core over a transport (owned, or
+/// borrowed for `'c`: a connection a server admitted and still holds).
+pub struct SubscriberLink<'c> {
+    t: Box<dyn Transport + 'c>,
     core: Subscriber,
     recv: RecvBuf,
     read_timeout: ReadTimeout,
 }
 
-impl std::fmt::Debug for SubscriberLink {
+impl std::fmt::Debug for SubscriberLink<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SubscriberLink")
             .field("core", &self.core)
@@ -323,11 +324,11 @@ impl std::fmt::Debug for SubscriberLink {
 /// A host for frames that cannot be grams (before STREAM_HELLO).
 fn no_grams(_: &mut super::GramEntries<'_>) {}
 
-impl SubscriberLink {
+impl<'c> SubscriberLink<'c> {
     /// Reads STREAM_HELLO from `t` (within `handshake`), checks it against
     /// `blob` and answers STREAM_ACCEPT, or ERROR and fails.
     pub fn accept(
-        t: Box<dyn Transport>,
+        t: Box<dyn Transport + 'c>,
         cfg: SubscriberConfig,
         blob: StreamBlob,
         handshake: Duration,

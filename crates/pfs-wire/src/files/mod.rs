@@ -59,9 +59,9 @@ pub use probe::{
 };
 pub use repair::parse_nak;
 pub use session::{
-    FilesAccept, FilesHello, FilesReport, ACCEPT_OCCUPIED, FILES_ACCEPT_LEN, FILES_HELLO_FIXED_LEN,
+    FilesAccept, FilesHello, FilesReport, TopMtime, ACCEPT_OCCUPIED, FILES_ACCEPT_LEN, FILES_HELLO_FIXED_LEN,
     FILES_REPORT_FIXED_LEN, FLAG_FILES_REPORT, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN,
-    HELLO_NO_SPARSE, MAX_REMOTE_DIR_LEN, MAX_REPORT_TEXT,
+    HELLO_NO_SPARSE, MAX_REMOTE_DIR_LEN, MAX_REPORT_TEXT, TOP_MTIME_LEN,
 };
 
 /// Version of the files exchange carried in FILES_HELLO.

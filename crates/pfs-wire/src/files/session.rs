@@ -1,6 +1,6 @@
 //! The frames that open and close a files session: FILES_HELLO,
-//! FILES_ACCEPT and the receiver's FILES_END report (`docs/wire.md` §10.2,
-//! §10.3, §10.9). The sender's FILES_END is empty and needs no codec.
+//! FILES_ACCEPT, the sender's FILES_END ([`TopMtime`]) and the receiver's
+//! FILES_END report (`docs/wire.md` §10.2, §10.3, §10.9).
 
 use crate::hello::MAX_AUTH_LEN;
 use crate::layout::{tiles, Field, Reader, Writer};
@@ -36,6 +36,8 @@ pub const FILES_HELLO_FIXED_LEN: usize = 32;
 pub const FILES_ACCEPT_LEN: usize = 64;
 /// Fixed part of the FILES_END report.
 pub const FILES_REPORT_FIXED_LEN: usize = 160;
+/// Body of the sender's FILES_END when it carries [`TopMtime`].
+pub const TOP_MTIME_LEN: usize = 16;
 /// Longest remote directory in FILES_HELLO.
 pub const MAX_REMOTE_DIR_LEN: usize = 4095;
 /// Longest message list in a report.
@@ -74,6 +76,18 @@ mod field {
             ],
             LEN
         ));
+    }
+
+    /// The sender's FILES_END with the top directory's mtime.
+    pub mod top {
+        use super::{tiles, Field};
+        use crate::files::session::TOP_MTIME_LEN as LEN;
+
+        pub const MTIME_SEC: Field = Field::new(0, 8);
+        pub const MTIME_NSEC: Field = Field::new(8, 4);
+        pub const RESERVED: Field = Field::new(12, 4);
+
+        const _: () = assert!(tiles(&[MTIME_SEC, MTIME_NSEC, RESERVED], LEN));
     }
 
     /// FILES_ACCEPT.
@@ -299,6 +313,64 @@ impl FilesAccept {
     }
 }
 
+/// The sender's FILES_END body (§10.9): the mtime of the directory whose
+/// contents were sent (`DIR/`), for the remote directory itself — rsync
+/// sets it on the destination directory. An empty body carries none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopMtime {
+    /// Seconds since the epoch.
+    pub mtime_sec: i64,
+    /// Nanoseconds part (< 10^9).
+    pub mtime_nsec: u32,
+}
+
+impl TopMtime {
+    /// Decodes the sender's FILES_END body: `None` if empty.
+    pub fn parse_end(body: &[u8]) -> Result<Option<Self>, WireError> {
+        use field::top as f;
+        if body.is_empty() {
+            return Ok(None);
+        }
+        if body.len() != TOP_MTIME_LEN {
+            return Err(WireError::LengthMismatch);
+        }
+        let b = Reader::<TOP_MTIME_LEN>::new(body)?;
+        if !b.is_zero(f::RESERVED) {
+            return Err(WireError::ReservedNonZero);
+        }
+        let mtime_nsec = b.u32(f::MTIME_NSEC);
+        if !super::valid_nsec(mtime_nsec) {
+            return Err(WireError::LengthMismatch);
+        }
+        Ok(Some(Self {
+            mtime_sec: b.i64(f::MTIME_SEC),
+            mtime_nsec,
+        }))
+    }
+
+    /// Encodes the body.
+    pub fn emit(&self) -> [u8; TOP_MTIME_LEN] {
+        use field::top as f;
+        let mut w = Writer::<TOP_MTIME_LEN>::new();
+        w.i64(f::MTIME_SEC, self.mtime_sec)
+            .u32(f::MTIME_NSEC, self.mtime_nsec);
+        w.finish()
+    }
+
+    /// The mtime in nanoseconds since the epoch.
+    pub fn ns(&self) -> i128 {
+        i128::from(self.mtime_sec) * 1_000_000_000 + i128::from(self.mtime_nsec)
+    }
+
+    /// From nanoseconds since the epoch (`None` beyond an i64 of seconds).
+    pub fn from_ns(ns: i128) -> Option<Self> {
+        Some(Self {
+            mtime_sec: i64::try_from(ns.div_euclid(1_000_000_000)).ok()?,
+            mtime_nsec: ns.rem_euclid(1_000_000_000) as u32,
+        })
+    }
+}
+
 /// The receiver's account of a files session (FILES_END with REPORT).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FilesReport<'a> {
@@ -313,7 +385,7 @@ pub struct FilesReport<'a> {
     pub files_failed: u64,
     /// Directories created or present.
     pub dirs: u64,
-    /// Symlinks created.
+    /// Symlinks in place: made, or kept (the same link was there).
     pub symlinks: u64,
     /// Entries removed because the sender's tree lacks them (DELETE; in a
     /// dry run, that would be removed).
@@ -461,6 +533,24 @@ mod tests {
             FilesHello::parse(&bad),
             Err(WireError::UnsupportedVersion(_))
         ));
+    }
+
+    #[test]
+    fn top_mtime_roundtrip_and_limits() {
+        assert_eq!(TopMtime::parse_end(&[]), Ok(None));
+        let t = TopMtime::from_ns(-1).expect("in range");
+        assert_eq!((t.mtime_sec, t.mtime_nsec), (-1, 999_999_999));
+        assert_eq!(t.ns(), -1);
+        let body = t.emit();
+        assert_eq!(TopMtime::parse_end(&body), Ok(Some(t)));
+        assert_eq!(TopMtime::parse_end(&body[..15]), Err(WireError::LengthMismatch));
+        let mut bad = body;
+        bad[15] = 1;
+        assert_eq!(TopMtime::parse_end(&bad), Err(WireError::ReservedNonZero));
+        let mut bad = body;
+        bad[8..12].copy_from_slice(&1_000_000_000u32.to_le_bytes());
+        assert_eq!(TopMtime::parse_end(&bad), Err(WireError::LengthMismatch));
+        assert_eq!(TopMtime::from_ns(i128::MAX), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use pfs_store::StoreError;
 use pfs_wire::files::{
     parse_batch, parse_index_request, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck,
-    ACCEPT_OCCUPIED, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_DELETE, HELLO_DRY_RUN,
+    TopMtime, ACCEPT_OCCUPIED, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_DELETE, HELLO_DRY_RUN,
     HELLO_NO_SPARSE,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
@@ -410,7 +410,11 @@ impl FilesReceiver {
                 Phase::Stream,
                 FrameType::File | FrameType::Chunks | FrameType::FileDrop | FrameType::FileDone,
             ) => self.stream_frame(ty, body, host),
-            (Phase::Stream, FrameType::FilesEnd) if h.flags == 0 && body.is_empty() => self.files_end(host),
+            (Phase::Stream, FrameType::FilesEnd) if h.flags == 0 => {
+                let top = TopMtime::parse_end(body).map_err(malformed("FILES_END"))?;
+                self.stream.top_mtime = top.map(|t| t.ns());
+                self.files_end(host)
+            }
             (Phase::Stream, FrameType::Delete) => self.delete_frame(body),
             (Phase::Stream, _) => Err(FilesViolation::NotAllowed {
                 frame: ty,
@@ -629,6 +633,13 @@ impl FilesReceiver {
         for (rel, mtime_ns, mode) in std::mem::take(&mut self.stream.dir_meta).into_iter().rev() {
             if let Err(e) = host.set_dir_meta(&rel, mtime_ns, mode) {
                 self.stats.note(&format!("{rel}: directory mode/mtime: {e}\n"));
+            }
+        }
+        // The top directory last: it holds everything above.
+        if let Some(ns) = self.stream.top_mtime.take().filter(|_| !self.scope.dry_run) {
+            if let Err(e) = host.set_top_mtime(self.scope.base.as_ref(), ns) {
+                self.stats
+                    .note(&format!("{}: directory mtime: {e}\n", self.scope.remote_dir));
             }
         }
         self.stats.report.store_generation = host.store_info().generation;

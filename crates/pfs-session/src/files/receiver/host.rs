@@ -4,7 +4,9 @@
 //! a real receiver is [`super::LocalHost`], in `local.rs`).
 use std::io::IoSlice;
 
-use pfs_files::{FileSpec, FilesError, LandError, Linked, Placement, QuickDigest, RelPath, Removed};
+use pfs_files::{
+    FileSpec, FilesError, LandError, Linked, Placement, QuickDigest, RelPath, Removed, Symlinked,
+};
 use pfs_store::{ChunkLoc, IndexRecord, StoreError};
 use pfs_wire::files::{Hash, Xattrs};
 
@@ -103,8 +105,13 @@ pub trait FilesHost<'s> {
     fn make_dir(&mut self, rel: &RelPath, mode: u32) -> Result<(), FilesError>;
     /// Sets mode and mtime of the directory `rel` (after its contents).
     fn set_dir_meta(&mut self, rel: &RelPath, mtime_ns: i128, mode: u32) -> Result<(), FilesError>;
-    /// Creates the symlink `rel` → `target`.
-    fn make_symlink(&mut self, rel: &RelPath, target: &[u8]) -> Result<(), FilesError>;
+    /// Makes `rel` the symlink `target` (verbatim) with mtime `mtime_ns`,
+    /// or keeps the same link there ([`pfs_files::DestRoot::create_symlink`]).
+    fn make_symlink(&mut self, rel: &RelPath, target: &[u8], mtime_ns: i128)
+        -> Result<Symlinked, FilesError>;
+    /// Sets the mtime of the session's top directory (`rel`, or the
+    /// destination root for `None`) whose contents were sent (`DIR/`).
+    fn set_top_mtime(&mut self, rel: Option<&RelPath>, mtime_ns: i128) -> Result<(), FilesError>;
     /// Places the regular file `no` (see [`pfs_files::Landing::open_file`]).
     fn open_file(&mut self, no: u64, f: &FileSpec<'_>) -> Result<Placement, LandError>;
     /// Writes `slices` at `at` of the file `no` being rebuilt.

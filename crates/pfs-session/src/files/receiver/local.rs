@@ -11,6 +11,7 @@ use std::sync::Arc;
 use pfs_files::dest::index::{FileAt, IndexedFile};
 use pfs_files::{
     DestIndex, FileSpec, FilesError, LandError, Landing, Linked, Placement, QuickDigest, RelPath, Removed,
+    Symlinked,
 };
 use pfs_store::{ChunkLoc, IndexRecord, Reservation, Store, StoreError};
 use pfs_wire::files::{Hash, Xattrs};
@@ -70,7 +71,7 @@ impl std::fmt::Display for Holding {
             f,
             "{} {} (id {}, generation {}, {} chunks",
             self.kind,
-            self.path.display(),
+            pfs_files::escape_path(&self.path),
             self.id,
             self.generation,
             self.chunks
@@ -668,8 +669,17 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         self.landing.set_dir_meta(rel, mtime_ns, mode)
     }
 
-    fn make_symlink(&mut self, rel: &RelPath, target: &[u8]) -> Result<(), FilesError> {
-        self.landing.make_symlink(rel, target)
+    fn make_symlink(
+        &mut self,
+        rel: &RelPath,
+        target: &[u8],
+        mtime_ns: i128,
+    ) -> Result<Symlinked, FilesError> {
+        self.landing.make_symlink(rel, target, mtime_ns)
+    }
+
+    fn set_top_mtime(&mut self, rel: Option<&RelPath>, mtime_ns: i128) -> Result<(), FilesError> {
+        self.landing.set_top_mtime(rel, mtime_ns)
     }
 
     fn open_file(&mut self, no: u64, f: &FileSpec<'_>) -> Result<Placement, LandError> {

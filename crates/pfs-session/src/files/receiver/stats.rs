@@ -33,9 +33,10 @@ impl Stats {
     /// An entry that cannot be written: counted and listed in the report.
     pub(super) fn fail(&mut self, rel: &[u8], reason: impl std::fmt::Display) {
         self.report.files_failed += 1;
-        let (path, reason) = (String::from_utf8_lossy(rel), reason.to_string());
-        // Errors from the destination already name the path.
-        let line = if reason.starts_with(path.as_ref()) {
+        // Escaped: a name with a newline must not forge a report line.
+        let (path, reason) = (pfs_files::escape(rel).to_string(), reason.to_string());
+        // Errors from the destination already name the path (escaped too).
+        let line = if reason.starts_with(path.as_str()) {
             format!("{reason}\n")
         } else {
             format!("{path}: {reason}\n")
@@ -63,6 +64,14 @@ mod tests {
         s.fail(b"c", "c: no space");
         assert_eq!(s.report.files_failed, 2);
         assert_eq!(s.messages, "a/b: refused\nc: no space\n");
+    }
+
+    #[test]
+    fn a_name_with_a_newline_stays_on_its_own_line() {
+        let mut s = Stats::new(Instant::now());
+        s.fail(b"evil\ndeleting important.txt", "refused");
+        assert_eq!(s.messages, "evil\\#012deleting important.txt: refused\n");
+        assert_eq!(s.messages.lines().count(), 1);
     }
 
     #[test]

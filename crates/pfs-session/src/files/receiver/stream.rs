@@ -43,6 +43,9 @@ pub(super) struct Stream {
     /// Directory entries received: mode and mtime are set at the end, once
     /// nothing more is written into them (writing changes a directory's mtime).
     pub(super) dir_meta: Vec<(RelPath, i128, u32)>,
+    /// The top directory's mtime from the sender's FILES_END (`DIR/`),
+    /// set after every directory's.
+    pub(super) top_mtime: Option<i128>,
     /// Bytes appended to the store since the last commit.
     pub(super) appended: u64,
     /// Store appends (deduplicated or not) since the last commit.
@@ -58,6 +61,7 @@ impl Stream {
             current: None,
             next_no: 0,
             dir_meta: Vec::new(),
+            top_mtime: None,
             appended: 0,
             appends: 0,
             commit_every,
@@ -259,7 +263,7 @@ impl FilesReceiver {
         match f.kind {
             EntryKind::Dir => self.make_dir(&f, rel, mtime_ns, host),
             EntryKind::Symlink => {
-                self.make_symlink(&f, &rel, host);
+                self.make_symlink(&f, &rel, mtime_ns, host);
                 Ok(())
             }
             EntryKind::File => {
@@ -320,10 +324,17 @@ impl FilesReceiver {
         Ok(())
     }
 
-    /// A symlink entry: made now, with its attributes.
-    fn make_symlink<'s, H: FilesHost<'s>>(&mut self, f: &FileEntry<'_>, rel: &RelPath, host: &mut H) {
-        match host.make_symlink(rel, f.link_target) {
-            Ok(()) => {
+    /// A symlink entry: made now (or kept, the same link being there), with
+    /// its mtime and attributes.
+    fn make_symlink<'s, H: FilesHost<'s>>(
+        &mut self,
+        f: &FileEntry<'_>,
+        rel: &RelPath,
+        mtime_ns: i128,
+        host: &mut H,
+    ) {
+        match host.make_symlink(rel, f.link_target, mtime_ns) {
+            Ok(_) => {
                 self.stats.report.symlinks += 1;
                 self.apply_attrs(f, rel, host);
             }

@@ -17,8 +17,9 @@
 use std::time::Instant;
 
 use pfs_wire::files::{
-    parse_nak, FileDone, FileDrop, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, ACCEPT_OCCUPIED,
-    FLAG_FILES_REPORT, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN, HELLO_NO_SPARSE,
+    parse_nak, FileDone, FileDrop, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, TopMtime,
+    ACCEPT_OCCUPIED, FLAG_FILES_REPORT, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN,
+    HELLO_NO_SPARSE,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -474,11 +475,11 @@ impl<'a> FilesSender<'a> {
             .accept
             .as_ref()
             .map_or((0, false), |a| (a.generation, a.flags & ACCEPT_OCCUPIED != 0));
-        if (generation > 0 || occupied) && self.cfg.probe {
-            let todo = Probe::to_hash(self.items, generation);
+        if (generation > 0 || occupied) && (self.cfg.probe || self.cfg.probe_all) {
+            let todo = Probe::to_hash(self.items, generation == 0 || self.cfg.probe_all);
             let failed = src.digest(self.items, &todo);
             self.leave_out(failed);
-            if self.probe.queue(self.items, &mut self.out) {
+            if self.probe.queue(self.items, &mut self.out, self.cfg.probe_all) {
                 self.phase = Phase::ProbeReply;
                 return;
             }
@@ -603,7 +604,10 @@ impl<'a> FilesSender<'a> {
             .deletion
             .request(self.cfg.delete.as_ref(), self.unreadable, &mut self.out);
         self.warnings.extend(warning);
-        self.out.control(FrameType::FilesEnd, 0, &[]);
+        match self.cfg.top_mtime_ns.and_then(TopMtime::from_ns) {
+            Some(top) => self.out.control(FrameType::FilesEnd, 0, &top.emit()),
+            None => self.out.control(FrameType::FilesEnd, 0, &[]),
+        }
         self.phase = Phase::Report;
         Ok(())
     }
@@ -871,7 +875,10 @@ fn leave_out(items: &mut Vec<FilesItem>, failed: Unreadable, warnings: &mut Vec<
     let mut count = failed.len() as u64;
     let mut gone_paths = std::collections::HashSet::new();
     for (i, why) in failed {
-        warnings.push(format!("skipping {}: {why}", items[i].entry.abs.display()));
+        warnings.push(format!(
+            "skipping {}: {why}",
+            pfs_files::escape_path(&items[i].entry.abs)
+        ));
         gone[i] = true;
         gone_paths.insert(items[i].entry.rel.clone());
     }
@@ -879,7 +886,7 @@ fn leave_out(items: &mut Vec<FilesItem>, failed: Unreadable, warnings: &mut Vec<
         if it.hard_link.as_ref().is_some_and(|t| gone_paths.contains(t)) && !gone[i] {
             warnings.push(format!(
                 "skipping {}: a hard link of a file that could not be read",
-                it.entry.abs.display()
+                pfs_files::escape_path(&it.entry.abs)
             ));
             count += 1;
             gone[i] = true;

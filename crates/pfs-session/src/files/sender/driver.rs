@@ -115,6 +115,8 @@ fn outcome(mut core: FilesSender<'_>, usage: pfs_sys::Usage, warnings: Vec<Strin
         unreadable: core.unreadable(),
         dropped: core.dropped(),
         deletion,
+        receiver_empty: accept
+            .is_some_and(|a| a.generation == 0 && a.flags & pfs_wire::files::ACCEPT_OCCUPIED == 0),
     }
 }
 

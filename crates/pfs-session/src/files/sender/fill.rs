@@ -91,7 +91,7 @@ fn encode_xattrs(buf: &mut Vec<u8>, e: &pfs_files::Entry, link_len: usize) -> Op
     (left_out > 0).then(|| {
         format!(
             "{}: {left_out} extended attributes not sent (more than one FILE frame holds)",
-            e.abs.display()
+            pfs_files::escape_path(&e.abs)
         )
     })
 }

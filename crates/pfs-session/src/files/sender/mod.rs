@@ -20,6 +20,8 @@
 //!   (hashing and chunking included), its rate and its one-line text.
 //! - [`scan`]: [`scan_items`], the paths a user names as [`FilesItem`]s
 //!   with what the quick-check cache knows, before the session.
+//! - [`itemize`]: what travelled (or would), one rsync-style
+//!   `--itemize-changes` item per entry, from the items after the session.
 
 mod batch;
 pub mod core;
@@ -28,6 +30,7 @@ pub mod driver;
 mod fill;
 pub mod host;
 mod index;
+pub mod itemize;
 pub mod local;
 pub mod meter;
 mod plan;
@@ -49,6 +52,7 @@ use pfs_sys::Usage;
 pub use self::core::{FilesSender, FilesSenderEvent, MAX_INDEX_BATCH};
 pub use driver::send_files;
 pub use host::{FilesPrepare, FilesSource, Streamed, Unreadable, Unsendable};
+pub use itemize::{itemize, ItemKind, ItemText, ItemizeConfig, Itemized};
 pub use local::{ChunkAhead, ChunkStream, LocalPrepare, LocalSource, STREAM_AHEAD};
 pub use meter::{FilesMeter, MeterRate, MeterReading, SendPhase};
 pub use pfs_wire::files::{DeleteStatus, DeletedKind};
@@ -67,6 +71,10 @@ pub struct FilesItem {
     pub digest: Option<(u64, pfs_files::QuickDigest)>,
     /// The receiver said it holds this file: FILE with HELD, no CHUNKS.
     pub held: bool,
+    /// The receiver said (PROBE) it holds this file as it is: `held`, or
+    /// an empty file (sent as usual: HELD needs content), which a listing
+    /// leaves out ([`itemize`]).
+    pub there: bool,
     /// A hard link to the earlier item at this path (`-H`): FILE with
     /// LINKED, never read.
     pub hard_link: Option<pfs_files::RelPath>,
@@ -86,6 +94,7 @@ impl FilesItem {
             recipe,
             digest: None,
             held: false,
+            there: false,
             hard_link: None,
             streamed: false,
             pending: false,
@@ -138,6 +147,12 @@ pub struct FilesSenderConfig {
     pub session_nonce: u64,
     /// Ask the receiver which files it holds before chunking them (PROBE).
     pub probe: bool,
+    /// Ask about every regular file (PROBE, implies `probe`), those with a
+    /// cached recipe too, so that the send knows each file the receiver
+    /// holds: set when what travels is listed ([`itemize`], `-i`,
+    /// `--dry-run`). Costs one XXH3-128 pass over files with a cached
+    /// recipe but no cached digest.
+    pub probe_all: bool,
     /// Have the receiver remove what the tree lacks (rsync's `--delete`).
     pub delete: Option<DeleteConfig>,
     /// Have the receiver decide "unchanged" by content, not size and mtime
@@ -158,6 +173,10 @@ pub struct FilesSenderConfig {
     /// The receiver leaves runs of zeros as holes (the default; false is
     /// `--no-sparse`: FILES_HELLO's `NO_SPARSE`, every byte written).
     pub sparse: bool,
+    /// The mtime (ns since the epoch) of the directory whose contents are
+    /// sent (`DIR/`), for the receiver to set on the remote directory
+    /// itself (FILES_END, docs/wire.md §10.9); `None` sends none.
+    pub top_mtime_ns: Option<i128>,
 }
 
 /// Default [`FilesSenderConfig::stream_min`]: two chunking windows, so
@@ -342,6 +361,11 @@ pub struct FilesSenderOutcome {
     pub dropped: u64,
     /// What the receiver removed, when the session asked for DELETE and sent it.
     pub deletion: Option<DeletionOutcome>,
+    /// The receiver said it holds nothing here: an empty index (generation
+    /// 0) and, with a destination index, a remote directory without entries
+    /// (FILES_ACCEPT without `OCCUPIED`). Every entry is new there (a
+    /// receiver with a fresh `--store` does not look at its destination).
+    pub receiver_empty: bool,
 }
 
 /// Decides, per chunk of every file, how it travels: a descriptor when

@@ -27,18 +27,19 @@ pub(super) struct Probe {
 }
 
 impl Probe {
-    /// The items to hash whole before asking, given the store's
-    /// `generation`: with a store that holds anything, the files not yet
-    /// chunked; with an empty store (whose destination is `OCCUPIED`)
-    /// every file, chunked or not (a recipe is of no use against an empty
-    /// index, and the receiver indexes the older versions of the files it
-    /// lacks). Files already hashed are not hashed again.
-    pub(super) fn to_hash(items: &[FilesItem], generation: u64) -> Vec<usize> {
-        let asked = match generation {
-            0 => (0..items.len())
+    /// The items to hash whole before asking: with `all` (a store that
+    /// holds nothing, whose destination is `OCCUPIED`; or a send that lists
+    /// what travels, [`crate::files::FilesSenderConfig::probe_all`]) every
+    /// file, chunked or not (a recipe is of no use against an empty index,
+    /// and the receiver indexes the older versions of the files it lacks);
+    /// otherwise the files not yet chunked. Files already hashed are not
+    /// hashed again.
+    pub(super) fn to_hash(items: &[FilesItem], all: bool) -> Vec<usize> {
+        let asked = match all {
+            true => (0..items.len())
                 .filter(|&i| items[i].is_file() && !items[i].held)
                 .collect(),
-            _ => unchunked(items),
+            false => unchunked(items),
         };
         asked.into_iter().filter(|&i| items[i].digest.is_none()).collect()
     }
@@ -49,10 +50,12 @@ impl Probe {
     }
 
     /// PROBE frames for the files hashed whole, in control BATCH frames;
-    /// false if there are none.
-    pub(super) fn queue(&mut self, items: &[FilesItem], out: &mut Outbox) -> bool {
+    /// false if there are none. Empty files only with `empty` (a send that
+    /// lists what travels): the answer tells the listing, not the stream (a
+    /// HELD file has content).
+    pub(super) fn queue(&mut self, items: &[FilesItem], out: &mut Outbox, empty: bool) -> bool {
         let asked: Vec<usize> = (0..items.len())
-            .filter(|&i| items[i].is_file() && items[i].digest.is_some_and(|(n, _)| n > 0))
+            .filter(|&i| items[i].is_file() && items[i].digest.is_some_and(|(n, _)| n > 0 || empty))
             .collect();
         if asked.is_empty() {
             return false;
@@ -109,7 +112,9 @@ impl Probe {
             .into());
         }
         for j in 0..count {
-            items[self.asked[next + j]].held = bits[j / 8] & (1 << (j % 8)) != 0;
+            let it = &mut items[self.asked[next + j]];
+            it.there = bits[j / 8] & (1 << (j % 8)) != 0;
+            it.held = it.there && it.digest.is_some_and(|(n, _)| n > 0);
         }
         self.next += count;
         if flags & FLAG_LAST == 0 {
@@ -167,7 +172,7 @@ mod tests {
         items.push(super::super::tests::dir_item("d"));
         let mut out = Outbox::new(None, None).expect("outbox");
         let mut p = Probe::default();
-        assert!(p.queue(&items, &mut out));
+        assert!(p.queue(&items, &mut out, false));
         assert!(!out.is_empty(), "the PROBE frames are ready");
         (p, items)
     }
@@ -182,6 +187,25 @@ mod tests {
         let held: Vec<bool> = items.iter().map(|i| i.held).collect();
         assert_eq!(held, [false, true, true, false]);
         assert_eq!(p.probed(), 3);
+    }
+
+    #[test]
+    fn an_empty_file_is_asked_about_only_for_a_listing_and_never_held() {
+        let mut items = vec![file_item("empty", 0), file_item("full", 5)];
+        items[0].digest = Some((0, [2; 16]));
+        items[1].digest = Some((5, [3; 16]));
+        let mut out = Outbox::new(None, None).expect("outbox");
+        let mut p = Probe::default();
+        assert!(p.queue(&items, &mut out, false));
+        assert!(p.asked == [1]);
+        let mut p = Probe::default();
+        assert!(p.queue(&items, &mut out, true));
+        assert!(p.asked == [0, 1]);
+        assert!(p
+            .reply(FLAG_LAST, &reply_body(0, 2, &[0b11]), &mut items)
+            .expect("reply"));
+        let seen: Vec<(bool, bool)> = items.iter().map(|i| (i.there, i.held)).collect();
+        assert_eq!(seen, [(true, false), (true, true)]);
     }
 
     #[test]
@@ -218,11 +242,19 @@ mod tests {
     fn nothing_to_ask_without_digests_and_hashed_files_are_not_hashed_again() {
         let mut items: Vec<FilesItem> = (0..3).map(|i| file_item(&format!("f{i}"), 100)).collect();
         let mut out = Outbox::new(None, None).expect("outbox");
-        assert!(!Probe::default().queue(&items, &mut out));
+        assert!(!Probe::default().queue(&items, &mut out, false));
         assert!(out.is_empty());
         items[1].digest = Some((100, [0; 16]));
-        assert_eq!(Probe::to_hash(&items, 0), [0, 2]);
+        assert_eq!(Probe::to_hash(&items, true), [0, 2]);
         items[2].held = true;
-        assert_eq!(Probe::to_hash(&items, 0), [0]);
+        assert_eq!(Probe::to_hash(&items, true), [0]);
+    }
+
+    #[test]
+    fn a_send_that_lists_asks_about_files_with_a_cached_recipe_too() {
+        let mut items: Vec<FilesItem> = (0..2).map(|i| file_item(&format!("f{i}"), 100)).collect();
+        items[0].recipe = Some(super::super::tests::recipe(&[[1; 32]]));
+        assert_eq!(Probe::to_hash(&items, false), [1]);
+        assert_eq!(Probe::to_hash(&items, true), [0, 1]);
     }
 }

@@ -93,7 +93,10 @@ impl Repair {
             if let Err(why) = push_literal(out, src, item, &chunk, &mut changed) {
                 // The receiver fails the files that wait for this chunk.
                 out.frame.truncate(head);
-                warnings.push(format!("{} not repaired: {why}", item.entry.abs.display()));
+                warnings.push(format!(
+                    "{} not repaired: {why}",
+                    pfs_files::escape_path(&item.entry.abs)
+                ));
                 continue;
             }
             self.repaired.0 += 1;

@@ -1,14 +1,18 @@
 //! A sender's first step, before it connects: scan the paths a user names
 //! ([`pfs_files::scan`]) into [`FilesItem`]s and take what the quick-check
 //! recipe cache knows about them; chunking waits for the session (files the
-//! receiver holds are never chunked). [`save_recipes`] remembers this send's
-//! recipes and digests for the next one.
+//! receiver holds are never chunked). With [`ScanConfig::safe_links`] the
+//! symlinks rsync's `--safe-links` would skip are left out and listed
+//! ([`Scanned::unsafe_links`]): skipped by choice, not unreadable, so the
+//! send stays whole and `--delete` still runs. [`save_recipes`] remembers
+//! this send's recipes and digests for the next one.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pfs_files::{
-    scan_with, ChunkParams, Excludes, FilesError, RecipeCache, SkipReason, WalkConfig, WalkKind,
+    scan_with, symlink_is_safe, ChunkParams, Excludes, FilesError, RecipeCache, SkipReason, WalkConfig,
+    WalkKind,
 };
 
 use super::FilesItem;
@@ -29,6 +33,9 @@ pub struct ScanConfig<'a> {
     pub reread: bool,
     /// What to read besides names, kinds, modes, times and owners.
     pub walk: WalkConfig,
+    /// Leave out symlinks whose target is absolute or climbs out of the
+    /// destination (rsync's `--safe-links`, [`symlink_is_safe`]).
+    pub safe_links: bool,
 }
 
 /// What [`scan_items`] found.
@@ -45,6 +52,11 @@ pub struct Scanned {
     pub cache: Option<RecipeCache>,
     /// A directory was given as its contents (`DIR/`).
     pub contents: bool,
+    /// That directory's mtime (ns since the epoch), for the remote
+    /// directory itself ([`super::FilesSenderConfig::top_mtime_ns`]).
+    pub top_mtime_ns: Option<i128>,
+    /// Symlinks left out by [`ScanConfig::safe_links`]: local path and target.
+    pub unsafe_links: Vec<(PathBuf, Vec<u8>)>,
     /// Time the scan and the cache lookups took.
     pub elapsed: Duration,
 }
@@ -57,7 +69,7 @@ pub fn scan_items(cfg: &ScanConfig<'_>) -> Result<Scanned, FilesError> {
     let mut warnings: Vec<String> = tree
         .skipped
         .iter()
-        .map(|s| format!("skipping {}: {}", s.path.display(), s.reason))
+        .map(|s| format!("skipping {}: {}", pfs_files::escape_path(&s.path), s.reason))
         .collect();
     let unreadable = tree
         .skipped
@@ -70,9 +82,17 @@ pub fn scan_items(cfg: &ScanConfig<'_>) -> Result<Scanned, FilesError> {
         cache
     });
     let params = &cfg.params;
+    let mut unsafe_links = Vec::new();
     let items = tree
         .entries
         .into_iter()
+        .filter(|e| match &e.kind {
+            WalkKind::Symlink { target } if cfg.safe_links && !symlink_is_safe(&e.rel, target) => {
+                unsafe_links.push((e.abs.clone(), target.clone()));
+                false
+            }
+            _ => true,
+        })
         .map(|e| {
             let (recipe, digest) = match (&e.kind, cache.as_mut().filter(|_| !cfg.reread)) {
                 (WalkKind::File { size }, Some(c)) => (
@@ -92,6 +112,8 @@ pub fn scan_items(cfg: &ScanConfig<'_>) -> Result<Scanned, FilesError> {
         unreadable,
         cache,
         contents: tree.contents,
+        top_mtime_ns: tree.contents_mtime_ns,
+        unsafe_links,
         elapsed: t0.elapsed(),
     })
 }

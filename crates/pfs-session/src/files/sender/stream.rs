@@ -156,7 +156,7 @@ impl Stream {
         let warning = self.changed.take().map(|how| {
             format!(
                 "{}: {how}; every chunk read still matched its plan: sent as scanned",
-                item.entry.abs.display()
+                pfs_files::escape_path(&item.entry.abs)
             )
         });
         self.done_bytes = self.item_base + size;
