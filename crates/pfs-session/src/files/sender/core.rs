@@ -740,7 +740,7 @@ impl<'a> FilesSender<'a> {
     /// numbered): it goes STREAMED, then FILE_DROP says why.
     fn collect<S: FilesSource + ?Sized>(&mut self, no: usize, src: &mut S) {
         self.items[no].pending = false;
-        self.plans.unpend(self.items[no].announced_size());
+        self.plans.unpend(self.items[no].pending_share());
         if let Err(why) = src.chunk_one(self.items, no) {
             self.items[no].streamed = true;
             self.stream.file = Some(StreamedFile::failed(why));
@@ -755,7 +755,7 @@ impl<'a> FilesSender<'a> {
     fn start_streamed<S: FilesSource + ?Sized>(&mut self, no: usize, src: &mut S) {
         let mut st = StreamedFile {
             part: Partial {
-                pending: self.items[no].announced_size(),
+                pending: self.items[no].pending_share(),
                 ..Partial::default()
             },
             ..StreamedFile::default()
