@@ -52,6 +52,7 @@ pub fn sender_config(params: &ChunkParams) -> FilesSenderConfig {
         checksum: false,
         bwlimit: None,
         preserve: Default::default(),
+        sparse: true,
         stream_min: Some(pfs_session::files::DEFAULT_STREAM_MIN),
         top_mtime_ns: None,
     }

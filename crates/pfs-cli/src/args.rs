@@ -451,6 +451,10 @@ pub struct FileSendArgs {
     /// on both sides (by default a file the receiver wrote is compared by content anyway).
     #[arg(short = 'c', long, requires = "paths")]
     pub checksum: bool,
+    /// Write runs of zeros at the destination. By default (unlike rsync, which needs -S) sparse
+    /// files stay sparse: holes are never read at the sender, and zeros land as holes.
+    #[arg(long, requires = "paths")]
+    pub no_sparse: bool,
     /// Most bytes per second to send, in rsync's units: KiB unless suffixed (K M G: 1024s,
     /// KB MB GB: 1000s, B: bytes), fractions allowed, 0 = no limit. `--bwlimit 10M`.
     #[arg(long, value_name = "RATE", value_parser = pfs_session::files::parse_rate, requires = "paths")]

@@ -1058,6 +1058,13 @@ fn conventions_vectors() {
     h.emit(&mut out);
     assert_eq!(out, body, "files-hello-delete-checksum re-encode");
 
+    let body = files_frame("files-hello-no-sparse", FrameType::FilesHello, 0);
+    let h = FilesHello::parse(&body).unwrap();
+    assert_eq!(h.flags, pfs_wire::files::HELLO_NO_SPARSE);
+    let mut out = Vec::new();
+    h.emit(&mut out);
+    assert_eq!(out, body, "files-hello-no-sparse re-encode");
+
     let body = files_frame("files-accept-occupied", FrameType::FilesAccept, 0);
     let a = FilesAccept::parse(&body).unwrap();
     assert_eq!(
@@ -1183,6 +1190,7 @@ fn vector_names_match_the_document() {
     expected.extend(["files-file-drop", "files-file-streamed", "files-file-done"]);
     expected.extend([
         "files-hello-delete-checksum",
+        "files-hello-no-sparse",
         "files-file-linked",
         "files-accept-occupied",
     ]);

@@ -109,6 +109,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             protect: f.exclude.clone(),
         }),
         checksum: f.checksum,
+        sparse: !f.no_sparse,
         bwlimit,
         preserve: pfs_session::files::PreserveConfig {
             owner: f.owner || f.archive,
