@@ -72,6 +72,7 @@ pub mod blob;
 pub mod endpoint;
 mod error;
 pub mod exec;
+pub mod exit;
 pub mod files;
 pub mod gram;
 pub mod interrupt;
