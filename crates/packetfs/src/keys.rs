@@ -300,7 +300,7 @@ pub fn server_admission(
                 return Err(KeysError::NoKeysListed(p.clone()));
             }
             notes.push(format!("{} client key(s) from {}", keys.len(), p.display()));
-            Some(keys)
+            Some(keys.into())
         }
         None => None,
     };

@@ -402,6 +402,37 @@ pub fn exec_output_text(o: &Output) -> String {
     }
 }
 
+/// A server's listening line (the address a sender needs), as `who`
+/// prints it: `WHO: listening on ADDR (TRANSPORT)`, or with `json` the
+/// `listening` event.
+pub fn listening_line(listener: &pfs_transport::AnyListener, json: bool, who: &str) -> String {
+    use pfs_transport::{AnyListener, Listener};
+    let addr = match listener {
+        AnyListener::Tcp(l) => l
+            .socket_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| l.local_addr()),
+        AnyListener::Udp(l) => l.socket_addr().to_string(),
+        other => other.local_addr(),
+    };
+    let kind = listener.kind();
+    if json {
+        serde_json::json!({"event": "listening", "addr": addr, "transport": kind}).to_string()
+    } else {
+        format!("{who}: listening on {addr} ({kind})")
+    }
+}
+
+/// `--version --json`: `{"name":…,"version":…}`, and `"commit"` when the
+/// build knew it.
+pub fn version_json(name: &str, version: &str, commit: Option<&str>) -> serde_json::Value {
+    let mut v = serde_json::json!({"name": name, "version": version});
+    if let Some(c) = commit {
+        v["commit"] = c.into();
+    }
+    v
+}
+
 /// An error and its causes on one line, each cause once: many error types
 /// already print their source in their own message, so a cause whose text
 /// ends the line so far is not repeated (`pfs: error: …`).

@@ -94,7 +94,9 @@ pub enum KeyProblem {
 pub struct PublicKey(pub [u8; KEY_LEN]);
 
 impl PublicKey {
-    /// Parses `pfs-x25519 BASE64 [comment]`; returns the key and the comment.
+    /// Parses `pfs-x25519 BASE64 [# comment]`; returns the key and the
+    /// comment (without its `#`; a bare comment, as older `pfs keygen`
+    /// wrote it, is read too).
     pub fn parse_line(line: &str) -> Result<(Self, &str), KeyProblem> {
         let line = line.trim();
         let mut words = line.splitn(3, char::is_whitespace);
@@ -105,7 +107,11 @@ impl PublicKey {
             });
         }
         let key = decode_key(words.next().unwrap_or(""))?;
-        Ok((Self(key), words.next().unwrap_or("").trim()))
+        let comment = words.next().unwrap_or("").trim();
+        Ok((
+            Self(key),
+            comment.strip_prefix('#').unwrap_or(comment).trim_start(),
+        ))
     }
 
     /// The key as base64 (44 characters).
@@ -122,12 +128,22 @@ impl PublicKey {
         format!("blake3:{hex}")
     }
 
-    /// The one-line text form, with an optional comment.
+    /// The one-line text form, with an optional comment after a `#`: an
+    /// `authorized_keys` parser reads nothing after `#` as an option, so
+    /// any comment is safe there (options go in front of the key).
+    /// Line breaks in the comment become spaces: the line stays one line.
     pub fn line(&self, comment: &str) -> String {
+        let comment: String = comment
+            .trim()
+            .trim_start_matches('#')
+            .trim_start()
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
         if comment.is_empty() {
             format!("{PUBLIC_LABEL} {}", self.to_base64())
         } else {
-            format!("{PUBLIC_LABEL} {} {comment}", self.to_base64())
+            format!("{PUBLIC_LABEL} {} # {comment}", self.to_base64())
         }
     }
 }

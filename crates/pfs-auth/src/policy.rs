@@ -148,29 +148,58 @@ impl AuthorizedKeys {
     }
 
     /// Parses the text of an `authorized_keys` file: one key a line,
-    /// `pfs-x25519 BASE64 [dir=PATH] [no-blob] [no-files] [no-read]
-    /// [no-exec] [no-catch-up] [stream=ref|message|write] [group=NAME] [comment]` (a `.pub` line as `pfs keygen` writes it is
-    /// a valid line); `#` starts a comment anywhere, blank lines are skipped.
-    /// Errors carry the 1-based line number.
+    /// `[OPTIONS] pfs-x25519 BASE64 [OPTIONS] [comment] [# comment]`, the
+    /// options `dir=PATH`, `no-blob`, `no-files`, `no-read`, `no-exec`,
+    /// `no-catch-up`, `stream=ref|message|write`, `group=NAME` (a `.pub`
+    /// line as `pfs keygen` writes it, `pfs-x25519 BASE64 # NAME`, is a
+    /// valid line; options go in front of it, as in ssh's file); `#` starts
+    /// a comment anywhere, blank lines are skipped. Errors carry the 1-based
+    /// line number.
     pub fn parse(text: &str) -> Result<Self, (usize, LineProblem)> {
         let mut keys = HashMap::new();
         for (i, raw) in text.lines().enumerate() {
             let line_no = i + 1;
-            let line = raw.split('#').next().unwrap_or("").trim();
-            if line.is_empty() {
+            let (body, note) = match raw.split_once('#') {
+                Some((body, note)) => (body.trim(), note),
+                None => (raw.trim(), ""),
+            };
+            if body.is_empty() {
                 continue;
             }
-            let mut words = line.split_whitespace();
+            let mut words = body.split_whitespace().peekable();
+            // ssh's form: options in front of the key.
+            let mut front = Vec::new();
+            while let Some(word) = words.next_if(|w| *w != PUBLIC_LABEL) {
+                front.push(word);
+            }
+            if words.peek().is_none() {
+                // No key label on the line: name what the first word is not.
+                let mut all = body.split_whitespace();
+                return Err((
+                    line_no,
+                    parse_key_words(&mut all)
+                        .err()
+                        .unwrap_or(KeyProblem::Empty)
+                        .into(),
+                ));
+            }
             let key = parse_key_words(&mut words).map_err(|p| (line_no, p.into()))?;
             let mut rights = Rights::all(&key);
-            // Options first; the first word that does not look like one
-            // starts a comment (a `.pub` line's `user@host`). An option
-            // after the comment began would be silently lost: refused.
+            let mut has_options = !front.is_empty();
+            for word in front {
+                apply_option(&mut rights, word).map_err(|p| (line_no, p))?;
+            }
+            // Options next; the first word that does not look like one
+            // starts a comment (an old `.pub` line's bare `user@host`). An
+            // option after the comment began would be silently lost: refused.
             let mut comment: Option<&str> = None;
             for word in words {
                 let option_like = word.contains('=') || word.starts_with("no-");
                 match (option_like, comment) {
-                    (true, None) => apply_option(&mut rights, word).map_err(|p| (line_no, p))?,
+                    (true, None) => {
+                        has_options = true;
+                        apply_option(&mut rights, word).map_err(|p| (line_no, p))?
+                    }
                     (true, Some(c)) => {
                         return Err((
                             line_no,
@@ -183,6 +212,21 @@ impl AuthorizedKeys {
                     (false, None) => comment = Some(word),
                     (false, Some(_)) => {}
                 }
+            }
+            // `$(cat id.pub) no-exec` puts the option after the `#`, where
+            // it would be ignored: a right silently kept. A line with no
+            // option outside its comment and one inside is refused (a line
+            // with options elsewhere was written knowing where they go).
+            let misplaced = note
+                .split_whitespace()
+                .find(|w| apply_option(&mut Rights::all(&key), w).is_ok());
+            if let (false, Some(word)) = (has_options, misplaced) {
+                return Err((
+                    line_no,
+                    LineProblem::InComment {
+                        word: word.to_string(),
+                    },
+                ));
             }
             if keys.insert(key, rights).is_some() {
                 return Err((
@@ -250,6 +294,14 @@ pub enum LineProblem {
         word: String,
         /// The comment's first word.
         comment: String,
+    },
+    /// An option inside the `#` comment, where it would be ignored.
+    #[error(
+        "option {word:?} is inside the `#` comment and would be ignored: put options in front of the key"
+    )]
+    InComment {
+        /// The option.
+        word: String,
     },
     /// A key on two lines.
     #[error("key {fingerprint} is listed twice")]
@@ -566,6 +618,42 @@ mod tests {
             .to_string()
             .contains("twice"));
         assert!(AuthorizedKeys::parse("ssh-ed25519 AAAA\n").is_err());
+    }
+
+    #[test]
+    fn a_keygen_line_takes_options_in_front_and_refuses_them_after_its_comment() {
+        let k = Identity::generate().unwrap().public();
+        // What `pfs keygen -C` writes: any comment, even one that looks
+        // like options, is a comment.
+        let pub_line = k.line("ops team, dir=x no-exec");
+        assert!(pub_line.contains(" # ops team"), "{pub_line}");
+        let plain = AuthorizedKeys::parse(&format!("{pub_line}\n"));
+        assert!(plain.is_err(), "an option-shaped word after `#` is refused");
+        let pub_line = k.line("alice@laptop");
+        let keys = AuthorizedKeys::parse(&format!("{pub_line}\n")).unwrap();
+        assert_eq!(keys.rights(&k), Some(&Rights::all(&k)));
+        // The README's recipe: options in front of the `.pub` line.
+        let keys = AuthorizedKeys::parse(&format!("dir=backups/laptop no-exec {pub_line}\n")).unwrap();
+        let r = keys.rights(&k).unwrap();
+        assert_eq!(r.dir, PathBuf::from("backups/laptop"));
+        assert!(!r.exec && r.files && r.read && r.blob);
+        // Options in front, the comment may hold anything.
+        let odd = k.line("no-exec laptop");
+        let keys = AuthorizedKeys::parse(&format!("no-blob {odd}\n")).unwrap();
+        assert!(keys.rights(&k).unwrap().exec);
+        // Options both sides of the key add up.
+        let keys = AuthorizedKeys::parse(&format!("no-blob {k} no-exec # x\n")).unwrap();
+        let r = keys.rights(&k).unwrap();
+        assert!(!r.blob && !r.exec && r.files);
+        // Appended after the `#`, an option would be ignored: refused.
+        let late = AuthorizedKeys::parse(&format!("{pub_line} no-exec\n")).unwrap_err();
+        assert_eq!(late.0, 1);
+        assert!(late.1.to_string().contains("in front of the key"), "{}", late.1);
+        // A mistyped front option and a missing key are named.
+        let typo = AuthorizedKeys::parse(&format!("no-exce {k}\n")).unwrap_err();
+        assert!(typo.1.to_string().contains("unknown option"), "{}", typo.1);
+        let nokey = AuthorizedKeys::parse("no-exec\n").unwrap_err();
+        assert!(nokey.1.to_string().contains("pfs-x25519"), "{}", nokey.1);
     }
 
     #[test]

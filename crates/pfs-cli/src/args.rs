@@ -18,7 +18,8 @@ Rates are decimal MB/s (10^6 bytes per second).
 
 Exit codes: 0 ok · 1 failure · 2 usage · 3 integrity MISMATCH · 4 refused by peer (pfs serve --once: the peer was refused) · 5 transport failure ·
 6 partial transfer (entries not written, unreadable or changed while sent; listed) · 7 the peer broke the protocol ·
-8 authentication failed (server key unknown or changed, our key refused, keys required)
+8 authentication failed (server key unknown or changed, our key refused, keys required) ·
+9 the server shut down mid-session (\"the server is shutting down; run again to resume\")
 
 Examples:
   pfs bench                                   # loopback suite: iperf3 + all PFS modes, one table
@@ -33,13 +34,23 @@ Examples:
   pfs mount 127.0.0.1:7878 /mnt/pfs           # the server's tree, read lazily (pfs umount /mnt/pfs)
   pfs sub --print & printf 'a\\nb\\n' | pfs pub --to 127.0.0.1:7879   # streaming: your own records as grams";
 
+/// `pfs VERSION (GIT_REV)`: the revision `git describe` gave at build time.
+pub const VERSION_LINE: &str = concat!("pfs ", env!("CARGO_PKG_VERSION"), " (", env!("PFS_GIT_REV"), ")");
+
 /// The `pfs` command.
 #[derive(Debug, Parser)]
-#[command(name = "pfs", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("PFS_GIT_REV"), ")"), about = ABOUT, after_help = AFTER_HELP)]
+#[command(name = "pfs", about = ABOUT, after_help = AFTER_HELP, disable_version_flag = true)]
+#[command(subcommand_required = false, arg_required_else_help = true)]
 pub struct Cli {
+    /// Print the version (`pfs VERSION (GIT_REV)`) and exit.
+    #[arg(short = 'V', long)]
+    pub version: bool,
+    /// With --version: print `{"name":"pfs","version":…,"commit":…}` instead.
+    #[arg(long, requires = "version")]
+    pub json: bool,
     /// What to do.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 /// `pfs bench …`: the `pfs-bench` program's arguments, passed on unread.
@@ -130,7 +141,7 @@ Kernels: fnv1a64, xxh3, crc32c, sum, count:B, histogram, xor:K, add:K, gather, u
   pfs keygen -f /etc/pfs/server.key -C server-a
   pfs keygen -f ./id --force --json           # replace an existing key; print JSON
 
-The public line (pfs-x25519 BASE64 [comment]) is what the other side lists in
+The public line (pfs-x25519 BASE64 [# comment]) is what the other side lists in
 its authorized keys (pfs serve --authorized-keys) or known hosts (pfs send,
 pfs mount: --server-key, known_hosts).")]
     Keygen(KeygenArgs),
@@ -440,6 +451,10 @@ pub struct FileSendArgs {
     /// on both sides (by default a file the receiver wrote is compared by content anyway).
     #[arg(short = 'c', long, requires = "paths")]
     pub checksum: bool,
+    /// Write runs of zeros at the destination. By default (unlike rsync, which needs -S) sparse
+    /// files stay sparse: holes are never read at the sender, and zeros land as holes.
+    #[arg(long, requires = "paths")]
+    pub no_sparse: bool,
     /// Most bytes per second to send, in rsync's units: KiB unless suffixed (K M G: 1024s,
     /// KB MB GB: 1000s, B: bytes), fractions allowed, 0 = no limit. `--bwlimit 10M`.
     #[arg(long, value_name = "RATE", value_parser = pfs_session::files::parse_rate, requires = "paths")]
@@ -715,7 +730,7 @@ pub struct KeygenArgs {
     /// Private key file (default: $XDG_CONFIG_HOME/pfs/identity or ~/.config/pfs/identity).
     #[arg(short = 'f', long = "file")]
     pub file: Option<std::path::PathBuf>,
-    /// Comment appended to the public line (e.g. user@host).
+    /// Comment appended to the public line after a `#` (e.g. user@host).
     #[arg(short = 'C', long, default_value = "")]
     pub comment: String,
     /// Replace an existing key pair.

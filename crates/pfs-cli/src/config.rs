@@ -123,15 +123,28 @@ impl ServeFile {
 #[error("{0}")]
 pub struct ConfigError(String);
 
-/// Reads `file` and parses `pfs serve` again with its settings placed
-/// before the command line's flags (`cli`: the arguments after `serve`).
-pub fn serve_args(file: &Path, cli: &[OsString]) -> Result<ServeArgs, ConfigError> {
+/// Reads and parses `file`, paths resolved; also its text.
+fn read_file(file: &Path) -> Result<(ServeFile, String), ConfigError> {
     let shown = file.display();
     let text = std::fs::read_to_string(file).map_err(|e| ConfigError(format!("--config {shown}: {e}")))?;
     let mut parsed: ServeFile = toml::from_str(&text)
         .map_err(|e| ConfigError(format!("--config {shown}: {}", e.to_string().trim_end())))?;
     let base = file.parent().unwrap_or(Path::new("."));
     parsed.resolve_paths(base);
+    Ok((parsed, text))
+}
+
+/// The settings `file` holds, by key (what a reload compares).
+pub fn file_settings(file: &Path) -> Result<toml::Table, ConfigError> {
+    let (parsed, _) = read_file(file)?;
+    Ok(toml::Table::try_from(&parsed).unwrap_or_default())
+}
+
+/// Reads `file` and parses `pfs serve` again with its settings placed
+/// before the command line's flags (`cli`: the arguments after `serve`).
+pub fn serve_args(file: &Path, cli: &[OsString]) -> Result<ServeArgs, ConfigError> {
+    let shown = file.display();
+    let (parsed, text) = read_file(file)?;
     let flags = parsed.to_flags();
     // The file alone first: its own mistakes are named by key.
     parse(&flags, &[]).map_err(|e| {
@@ -163,7 +176,7 @@ fn parse(file_flags: &[OsString], cli: &[OsString]) -> Result<ServeArgs, clap::E
     let cmd = Cli::command().mut_subcommand("serve", |c| c.args_override_self(true));
     let matches = cmd.try_get_matches_from(argv)?;
     match Cli::from_arg_matches(&matches)?.command {
-        Command::Serve(args) => Ok(args),
+        Some(Command::Serve(args)) => Ok(args),
         _ => unreachable!("parsed as pfs serve"),
     }
 }

@@ -193,14 +193,12 @@ fn a_confined_key_cannot_write_outside_its_directory() {
     s.send(&format!("{addr}:b"), Some(&s.alice), key, &[])
         .expect_code(0, "into a/b");
     assert!(s.dest.join("a/b/data.bin").is_file());
-    // An absolute remote directory is taken beneath the key's root too.
-    s.send(&format!("{addr}:/etc"), Some(&s.alice), key, &[])
-        .expect_code(0, "absolute");
-    assert!(
-        s.dest.join("a/etc/data.bin").is_file(),
-        "{:?}",
-        files_under(&s.dest)
-    );
+    // An absolute remote directory is refused as a usage error (it would
+    // not be where it says), before anything connects.
+    let abs = s.send(&format!("{addr}:/etc"), Some(&s.alice), key, &[]);
+    abs.expect_code(2, "absolute");
+    assert!(abs.stderr.contains("is absolute"), "{}", abs.stderr);
+    assert!(!s.dest.join("a/etc").exists(), "{:?}", files_under(&s.dest));
     for (target, what) in [
         (format!("{addr}:../b"), "parent"),
         (format!("{addr}:escape"), "symlink"),
@@ -736,4 +734,151 @@ fn a_key_cannot_touch_the_state_of_a_key_nested_in_its_directory() {
     );
     assert!(fs::symlink_metadata(state.join("tmp")).unwrap().is_dir());
     assert!(files_under(&b).is_empty(), "{:?}", files_under(&b));
+}
+
+/// Sends `sig` to a running `pfs serve`.
+fn signal(server: &Server, sig: rustix::process::Signal) {
+    let child = server.guard.0.as_ref().expect("server child");
+    rustix::process::kill_process(rustix::process::Pid::from_child(child), sig).expect("signal pfs serve");
+}
+
+/// SIGHUP reloads `authorized_keys` without a restart: a key added is
+/// admitted, a key removed is refused, a file that does not parse keeps the
+/// set in use (and says so). The server runs on throughout.
+#[test]
+fn sighup_reloads_authorized_keys_and_a_bad_file_keeps_the_old_set() {
+    use rustix::process::Signal;
+    let s = setup();
+    let ak = s.authorized(&[public_line(&s.alice)]);
+    let mut server = s.serve(&ak, 100);
+    let addr = server.addr.clone();
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(8, "bob before he is listed");
+
+    // Bob added.
+    s.authorized(&[public_line(&s.alice), public_line(&s.bob)]);
+    signal(&server, Signal::HUP);
+    assert_eq!(server.wait_event("reloaded")["keys"], 2);
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(0, "bob once listed");
+
+    // Alice removed.
+    s.authorized(&[public_line(&s.bob)]);
+    signal(&server, Signal::HUP);
+    assert_eq!(server.wait_event("reloaded")["keys"], 1);
+    let alice = s.send(&addr, Some(&s.alice), Some(&s.server_id), &[]);
+    alice.expect_code(8, "alice once removed");
+    assert!(alice.stderr.contains("not authorized"), "{}", alice.stderr);
+
+    // A file that does not parse: the set in use stays.
+    s.authorized(&[public_line(&s.bob), "pfs-x25519 not-a-key".to_string()]);
+    signal(&server, Signal::HUP);
+    let failed = server.wait_event("reload_failed");
+    assert_eq!(failed["keys"], 1, "{failed}");
+    assert!(
+        failed["error"].as_str().unwrap_or_default().contains(":2:"),
+        "{failed}"
+    );
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(0, "bob after a bad reload");
+    s.send(&addr, Some(&s.alice), Some(&s.server_id), &[])
+        .expect_code(8, "alice after a bad reload");
+
+    signal(&server, Signal::TERM);
+    let out = server.finish();
+    out.expect_code(0, "pfs serve after SIGHUPs and SIGTERM");
+    for line in [
+        "reloaded: 2 keys",
+        "reloaded: 1 keys",
+        "reload failed, keeping the 1 keys in use",
+    ] {
+        assert!(out.stderr.contains(line), "no {line:?} in:\n{}", out.stderr);
+    }
+}
+
+/// A server-side failure reaches the client naming the problem, not the
+/// server's absolute paths (the server's log keeps them): here the key's
+/// group index cannot be opened, a file standing where its directory goes.
+#[test]
+fn server_failures_reach_the_client_without_the_servers_paths() {
+    let s = setup();
+    let mut kg = pfs();
+    kg.args(["keygen", "--json", "--force", "-f"]).arg(&s.alice);
+    let fingerprint = run(kg).json("keygen")["fingerprint"]
+        .as_str()
+        .expect("fingerprint")
+        .to_string();
+    let group = format!("key-{}", fingerprint.trim_start_matches("blake3:"));
+    let groups = s.dest.join(".pfs/groups");
+    fs::create_dir_all(&groups).unwrap();
+    fs::write(groups.join(&group), b"in the way\n").unwrap();
+    let ak = s.authorized(&[format!("dir=backups/alice {}", public_line(&s.alice))]);
+    let server = s.serve_keeping(&ak, 1, false);
+    let addr = server.addr.clone();
+    let out = s.send(&addr, Some(&s.alice), Some(&s.server_id), &[]);
+    out.expect_code(4, "a send whose place cannot be opened");
+    let dest = s.dest.display().to_string();
+    assert!(out.stderr.contains("not a directory"), "{}", out.stderr);
+    assert!(out.stderr.contains(&group), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains(&dest),
+        "the server's path reached the client: {}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains(&*s.tmp.path().to_string_lossy()),
+        "{}",
+        out.stderr
+    );
+    let served = server.finish();
+    assert!(
+        served.stderr.contains(&dest),
+        "the server's log keeps the path: {}",
+        served.stderr
+    );
+}
+
+/// With `--config`, SIGHUP reads the config file again: its
+/// `authorized_keys` path is the one reloaded, and any other setting it
+/// changed is named as applying at the next start.
+#[test]
+fn sighup_rereads_the_config_files_keys_path_and_names_what_it_does_not_reload() {
+    use rustix::process::Signal;
+    let s = setup();
+    let t = s.tmp.path();
+    fs::write(t.join("keys1"), public_line(&s.alice) + "\n").unwrap();
+    fs::write(
+        t.join("keys2"),
+        public_line(&s.alice) + "\n" + &public_line(&s.bob) + "\n",
+    )
+    .unwrap();
+    let conf = t.join("serve.toml");
+    let write_conf = |keys: &str, max_clients: u32| {
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\njson = true\ndest = \"dest\"\nidentity = \"server\"\n\
+             authorized_keys = \"{keys}\"\nmax_clients = {max_clients}\n"
+        );
+        fs::write(&conf, text).unwrap();
+    };
+    write_conf("keys1", 4);
+    let mut cmd = pfs();
+    cmd.arg("serve").arg("--config").arg(&conf);
+    let mut server = Server::spawn(cmd);
+    let addr = server.addr.clone();
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(8, "bob, not in keys1");
+    write_conf("keys2", 8);
+    signal(&server, Signal::HUP);
+    assert_eq!(server.wait_event("reloaded")["keys"], 2);
+    s.send(&addr, Some(&s.bob), Some(&s.server_id), &[])
+        .expect_code(0, "bob, in keys2");
+    signal(&server, Signal::TERM);
+    let out = server.finish();
+    out.expect_code(0, "pfs serve --config after SIGHUP and SIGTERM");
+    assert!(
+        out.stderr
+            .contains("max_clients changed; only authorized_keys is reloaded"),
+        "{}",
+        out.stderr
+    );
 }

@@ -155,6 +155,22 @@ fn version_prints_name_and_version() {
 }
 
 #[test]
+fn version_json_names_the_program_and_its_version() {
+    let out = run(pfs(&["--version", "--json"], None));
+    out.expect_code(0, "pfs --version --json");
+    let v = out.json("pfs --version --json");
+    assert_eq!(v["name"], "pfs", "{v}");
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"), "{v}");
+    // The commit, when the build knew it, is the text version's too.
+    if let Some(commit) = v["commit"].as_str() {
+        let text = run(pfs(&["-V"], None));
+        assert!(text.stdout.contains(&format!("({commit})")), "{}", text.stdout);
+    }
+    // --json alone is not a version request: a usage error.
+    run(pfs(&["--json"], None)).expect_code(2, "pfs --json");
+}
+
+#[test]
 fn bad_size_is_a_usage_error_naming_the_value() {
     let out = run(pfs(&["send", "--to", "x", "--size", "12Q"], None));
     out.expect_code(2, "pfs send --size 12Q");

@@ -138,6 +138,7 @@ fn config_file_serves_like_its_flags() {
         assert_eq!(l["files_written"], 1, "{l}");
         assert_eq!(l["files_unchanged"], 0, "{l}");
         assert_eq!(l["files_failed"], 0, "{l}");
+        assert_eq!(l["files_deleted"], 0, "{l}");
         assert_eq!(l["effective_bytes"], data.len() as u64, "{l}");
         assert!(l["wire_bytes"].as_u64().is_some_and(|w| w > 0), "{l}");
         assert!(l["bytes_in"].as_u64().is_some_and(|w| w > 0), "{l}");
@@ -152,6 +153,52 @@ fn config_file_serves_like_its_flags() {
     }
     assert_eq!(reports[0].0, 1, "{reports:?}");
     assert_eq!(reports[0], reports[1], "flags and file gave different reports");
+}
+
+/// A send with `--delete` that removes an entry: the session's log line
+/// counts it (`files_deleted`), as the human result line does.
+#[test]
+fn deletions_are_in_the_session_log_line() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path();
+    let (src, dest) = (home.join("src"), home.join("dest"));
+    fs::create_dir_all(&src).expect("mkdir src");
+    fs::create_dir_all(&dest).expect("mkdir dest");
+    fs::write(src.join("keep.txt"), b"kept\n").expect("write source");
+    fs::write(dest.join("stale.txt"), b"only at the destination\n").expect("write stale");
+    let mut cmd = pfs(home);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-sessions",
+        "1",
+        "--log-format",
+        "json",
+        "--dest",
+    ])
+    .arg(&dest);
+    let server = Server::spawn(cmd);
+    let mut send = pfs(home);
+    send.arg("send")
+        .arg(format!("{}/", src.display()))
+        .args([
+            "--to",
+            &server.addr,
+            "--delete",
+            "--progress",
+            "never",
+            "--cache-dir",
+        ])
+        .arg(home.join("cache"));
+    run(send).expect_code(0, "pfs send --delete");
+    let out = server.finish();
+    out.expect_code(0, "pfs serve --max-sessions 1");
+    assert!(!dest.join("stale.txt").exists(), "stale.txt not deleted");
+    let lines = session_lines(&out);
+    assert_eq!(lines.len(), 1, "one session line:\n{}", out.stderr);
+    assert_eq!(lines[0]["files_deleted"], 1, "{}", lines[0]);
+    assert!(out.stdout.contains(", 1 deleted;"), "{}", out.stdout);
 }
 
 /// An unknown key is refused with its name and line, before anything starts.
@@ -222,6 +269,13 @@ fn signal_on_an_idle_server_exits_zero() {
         signal(&server, sig);
         let out = server.finish();
         out.expect_code(0, &format!("pfs serve after {sig:?}"));
+        // The first log line names the build.
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(&format!("pfs {} (", env!("CARGO_PKG_VERSION"))) && first.contains("starting"),
+            "{}",
+            out.stderr
+        );
         assert!(
             out.stderr.contains("stopped: 0 session(s) completed, 0 failed"),
             "{}",
@@ -359,4 +413,62 @@ fn sigterm_cuts_a_paused_files_session_cleanly() {
     assert!(l["bytes_in"].as_u64().is_some_and(|b| b > 0), "{l}");
     // Stdout keeps its event objects: the cut session is a session_failed.
     assert!(out.stdout.contains("\"session_failed\""), "{}", out.stdout);
+}
+
+/// A server shutdown that cuts a transfer reaches the client as what it
+/// is: "the server is shutting down; run again to resume", exit 9 — not a
+/// `Broken pipe`. Running the send again against the server back up
+/// completes it. The sender is slowed by `--bwlimit` so that the cut (no
+/// grace period) meets it mid-file; the wait for its temporary file is a
+/// hang guard, not a timing assertion.
+#[test]
+fn a_shutdown_mid_transfer_tells_the_client_to_run_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path();
+    let dest = home.join("dest");
+    let data = random_bytes(9, 2 << 20);
+    let src = home.join("big.bin");
+    fs::write(&src, &data).expect("write source");
+    let serve = || {
+        let mut cmd = pfs(home);
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--shutdown-grace",
+            "0",
+            "--dest",
+        ])
+        .arg(&dest);
+        Server::spawn(cmd)
+    };
+    let server = serve();
+    let mut sender = send_file(home, &src, &server.addr);
+    sender
+        .args(["--bwlimit", "256K"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = sender.spawn().expect("spawn pfs send");
+    let deadline = Instant::now() + HANG_GUARD;
+    while temps_in(&dest).is_empty() {
+        assert!(Instant::now() < deadline, "no temporary file appeared");
+        thread::sleep(Duration::from_millis(20));
+    }
+    signal(&server, rustix::process::Signal::TERM);
+    server.finish().expect_code(0, "pfs serve after SIGTERM");
+    let out = common::collect(child, "pfs send cut by the shutdown");
+    out.expect_code(9, "pfs send whose server shut down");
+    assert!(
+        out.stderr
+            .contains("the server is shutting down; run again to resume"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("Broken pipe"), "{}", out.stderr);
+
+    // Run again: it completes.
+    let server = serve();
+    run(send_file(home, &src, &server.addr)).expect_code(0, "pfs send again");
+    assert_eq!(fs::read(dest.join("big.bin")).expect("landed"), data);
 }

@@ -147,3 +147,43 @@ fn an_unreachable_peer_fails_before_the_blob_is_set_up() {
     assert!(!err.contains("fill"), "a blob was filled:\n{err}");
     assert!(out.stdout.is_empty(), "stdout:\n{}", out.stdout);
 }
+
+/// Address mistakes are usage errors (2) that show `HOST:PORT[:DIR]`, before
+/// anything is read or connected: no port, rsync's `host:dir`, an absolute
+/// remote directory (refused, not re-rooted beneath `--dest`). Files sends,
+/// blob sends and mounts check alike.
+#[test]
+fn address_mistakes_are_usage_errors_naming_the_form() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("f.txt");
+    std::fs::write(&file, b"x").expect("write");
+    let file = file.to_str().expect("utf-8 path");
+    for (to, needle) in [
+        ("10.0.0.1", "has no port"),
+        ("backup.example:photos", "is not a port"),
+        ("127.0.0.1:7878:/etc", "is absolute"),
+        ("::1:7878", "has no host"),
+    ] {
+        let out = run(pfs(&["send", file, "--to", to, "--progress", "never"]));
+        out.expect_code(2, &format!("pfs send --to {to}"));
+        assert!(
+            out.stderr.contains("--to") && out.stderr.contains(needle) && out.stderr.contains("HOST:PORT"),
+            "--to {to}: {}",
+            out.stderr
+        );
+    }
+    // A blob session takes HOST:PORT, and no remote directory.
+    for to in ["10.0.0.1", "127.0.0.1:7878:dir"] {
+        let out = run(pfs(&["send", "--to", to, "--bytes", "1M"]));
+        out.expect_code(2, &format!("pfs send (blob) --to {to}"));
+        assert!(out.stderr.contains("HOST:PORT"), "{}", out.stderr);
+    }
+    // `pfs mount` checks its SOURCE the same way, before anything starts.
+    let out = run(pfs(&["mount", "10.0.0.1", dir.path().to_str().expect("utf-8")]));
+    out.expect_code(2, "pfs mount 10.0.0.1 DIR");
+    assert!(
+        out.stderr.contains("SOURCE") && out.stderr.contains("HOST:PORT"),
+        "{}",
+        out.stderr
+    );
+}

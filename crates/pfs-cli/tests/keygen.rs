@@ -53,3 +53,39 @@ fn keygen_writes_a_private_and_a_public_file_and_prints_the_public_line() {
     assert_ne!(new_public, public);
     assert!(v["fingerprint"].as_str().unwrap().starts_with("blake3:"));
 }
+
+/// The README's recipe, `echo "dir=backups/laptop no-exec $(cat
+/// client.pub)" >> authorized_keys`: the comment `-C` wrote is after a
+/// `#`, so the line parses with the options in front and keeps them.
+#[test]
+fn keygen_comment_lets_the_readme_recipe_put_options_in_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("client");
+    run(pfs(&[
+        "keygen",
+        "-f",
+        key.to_str().unwrap(),
+        "-C",
+        "laptop no-exec",
+    ]))
+    .expect_code(0, "pfs keygen -C");
+    let public = std::fs::read_to_string(dir.path().join("client.pub")).unwrap();
+    assert!(public.trim_end().ends_with(" # laptop no-exec"), "{public}");
+    let (key_of_pub, comment) = pfs_auth::PublicKey::parse_line(&public).unwrap();
+    assert_eq!(comment, "laptop no-exec");
+
+    let line = format!("dir=backups/laptop no-exec {}", public.trim_end());
+    let keys =
+        pfs_auth::AuthorizedKeys::parse(&line).unwrap_or_else(|(n, p)| panic!("line {n}: {p}: {line}"));
+    let rights = keys.rights(&key_of_pub).expect("the key is listed");
+    assert_eq!(rights.dir, std::path::PathBuf::from("backups/laptop"));
+    assert!(!rights.exec && rights.files);
+    // Alone, the line's comment holds an option-shaped word ("no-exec"):
+    // nothing after `#` is read as an option, and rather than let the
+    // reader believe it applies, the parser refuses the line.
+    let bare = pfs_auth::AuthorizedKeys::parse(public.trim_end());
+    assert!(
+        bare.is_err(),
+        "an option-shaped word in the comment is refused, not silently dropped"
+    );
+}

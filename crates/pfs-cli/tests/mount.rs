@@ -360,3 +360,70 @@ fn passthrough_and_the_direct_client_read_the_same_bytes() {
     drop(client);
     umount(m);
 }
+
+/// The pid of the `pfs mount … --foreground` process serving `at`.
+fn daemon_of(at: &Path) -> Option<i32> {
+    let want = at.as_os_str().as_encoded_bytes();
+    fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let ours = args.contains(&&b"--foreground"[..]) && args.contains(&want);
+        ours.then_some(pid)
+    })
+}
+
+/// Waits (a hang guard, not a timing assertion) for process `pid` to end.
+fn gone(pid: i32) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        let alive = fs::read_to_string(format!("/proc/{pid}/stat"))
+            // A zombie (state Z) has ended; its parent has not reaped it.
+            .is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| !r.trim_start().starts_with('Z'))
+            });
+        if !alive {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+/// The mount process ends on `pfs umount`, and on SIGTERM even while a
+/// file held open keeps its lazily unmounted mount alive (it used to
+/// ignore every later SIGTERM, holding its cache lock); the cache is then
+/// free for the next mount.
+#[test]
+#[ignore = "needs root and FUSE"]
+fn the_mount_process_ends_on_umount_and_on_sigterm_with_a_file_open() {
+    need_mount();
+    let s = serve(|src| fs::write(src.join("f.bin"), noise(100_000, 5)).unwrap());
+    let (at, cache) = (s.work.path().join("mnt"), s.work.path().join("cache"));
+    let at_c = {
+        fs::create_dir_all(&at).unwrap();
+        fs::canonicalize(&at).unwrap()
+    };
+
+    let m = mount(&s.server.addr, &at, &cache, &[]);
+    let pid = daemon_of(&at_c).expect("the mount process");
+    umount(m);
+    assert!(gone(pid), "the mount process outlived pfs umount");
+
+    let m = mount(&s.server.addr, &at, &cache, &[]);
+    let pid = daemon_of(&at_c).expect("the mount process");
+    let held = fs::File::open(at.join("src/f.bin")).expect("open a file in the mount");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).expect("pid"),
+        rustix::process::Signal::TERM,
+    )
+    .expect("SIGTERM");
+    assert!(gone(pid), "the mount process ignored SIGTERM with a file open");
+    drop(held);
+    std::mem::forget(m);
+    // The cache lock went with it: a new mount opens the same cache.
+    let m = mount(&s.server.addr, &at, &cache, &[]);
+    umount(m);
+}

@@ -223,26 +223,12 @@ fn ms(v: u32) -> Duration {
     Duration::from_millis(u64::from(v))
 }
 
-/// The message of `e` and its sources, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        source = s.source();
-    }
-    text
-}
-
 fn stream_failed(what: &str, e: &StreamError) -> PfsStatus {
     let status = match e {
         StreamError::Publish(_) => PfsStatus::InvalidArgument,
         _ => PfsStatus::Stream,
     };
-    fail(status, format!("{what}: {}", chain(e)))
+    fail(status, format!("{what}: {}", packetfs::report::error_line(e)))
 }
 
 fn open_failed(what: &str, e: &packetfs::Error) -> PfsStatus {
@@ -251,7 +237,7 @@ fn open_failed(what: &str, e: &packetfs::Error) -> PfsStatus {
         packetfs::Error::Transport(_) | packetfs::Error::Secure(_) => PfsStatus::Io,
         packetfs::Error::Session(_) | packetfs::Error::Stream(_) => PfsStatus::Stream,
     };
-    fail(status, format!("{what}: {}", chain(e)))
+    fail(status, format!("{what}: {}", packetfs::report::error_line(e)))
 }
 
 /// Reads a C string argument as an endpoint (`tcp:host:port`, `unix:/path`,
@@ -566,7 +552,7 @@ pub unsafe extern "C" fn pfs_listener_bind(addr: *const c_char, out: *mut *mut P
             unsafe { out.write(handle) };
             PfsStatus::Ok
         }
-        Err(e) => fail(PfsStatus::Io, format!("{WHAT}: {}", chain(&e))),
+        Err(e) => fail(PfsStatus::Io, format!("{WHAT}: {}", packetfs::report::error_line(&e))),
     })
 }
 
@@ -662,7 +648,7 @@ pub unsafe extern "C" fn pfs_subscription_listen_accept(
     };
     let listener = match endpoint.listen() {
         Ok(l) => l,
-        Err(e) => return fail(PfsStatus::Io, format!("{WHAT}: {}", chain(&e))),
+        Err(e) => return fail(PfsStatus::Io, format!("{WHAT}: {}", packetfs::report::error_line(&e))),
     };
     // SAFETY: the caller's promises, passed on.
     unsafe { accept_on(WHAT, &listener, blob, options, out) }

@@ -96,6 +96,9 @@ pub const TEMP_DIR: &str = ".pfs/tmp";
 /// long without a write.
 pub const PARTIAL_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
+/// Mode of a temporary file until it gets its final one.
+pub const TEMP_MODE: u32 = 0o600;
+
 /// Permission bits applied to created entries.
 const PERM_MASK: u32 = 0o777;
 
@@ -589,38 +592,27 @@ impl DestRoot {
     /// [`TempFile::persist`] will rename to `rel` (whose directory must exist).
     pub fn create_temp(&self, rel: &RelPath) -> Result<TempFile, FilesError> {
         let dir = Arc::new(self.parent_dir(rel)?);
-        self.create_temp_in(dir, rel, None)
+        self.create_temp_in(dir, rel)
     }
 
     /// [`Self::create_temp`] with `rel`'s directory taken from (or opened
-    /// into) `cache` (a tree's files mostly share their directory), and
-    /// created with the permission bits it will have, `mode & 0o777`, plus
-    /// the owner's read and write (it is written, and may be reopened and
-    /// re-read): when the umask lets them all through,
-    /// [`TempFile::set_times_and_mode`] need not set them again. Nobody
-    /// else sees it meanwhile: `.pfs` is the receiver's, mode 0700.
-    pub fn create_temp_cached(
-        &self,
-        cache: &mut StatCache,
-        rel: &RelPath,
-        mode: u32,
-    ) -> Result<TempFile, FilesError> {
+    /// into) `cache` (a tree's files mostly share their directory). Mode
+    /// 0600 like every temporary file, whatever mode it will have: a
+    /// partial file may stay in `.pfs/tmp` across sessions, and owner-only
+    /// is the one mode that cannot expose it (security.md says so);
+    /// [`TempFile::set_times_and_mode`] gives it its final mode.
+    pub fn create_temp_cached(&self, cache: &mut StatCache, rel: &RelPath) -> Result<TempFile, FilesError> {
         let dir = match self.cached_parent(cache, rel)? {
             Some(dir) => dir.clone(),
             None => Arc::new(self.parent_dir(rel)?),
         };
-        self.create_temp_in(dir, rel, Some(mode))
+        self.create_temp_in(dir, rel)
     }
 
-    fn create_temp_in(
-        &self,
-        dir: Arc<OwnedFd>,
-        rel: &RelPath,
-        mode: Option<u32>,
-    ) -> Result<TempFile, FilesError> {
+    fn create_temp_in(&self, dir: Arc<OwnedFd>, rel: &RelPath) -> Result<TempFile, FilesError> {
         let tmp_dir = self.tmp_dir()?;
         let name = rel.file_name();
-        let asked = mode.map_or(0o600, |m| (m & PERM_MASK) | 0o600);
+        let asked = TEMP_MODE;
         for _ in 0..16 {
             let tmp_name = temp_name();
             match rfs::openat(

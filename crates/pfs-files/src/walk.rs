@@ -77,6 +77,9 @@ pub struct EntryMeta {
     pub gid: u32,
     /// Hard links to the inode (`st_nlink`).
     pub nlink: u64,
+    /// Bytes allocated on disk (`st_blocks * 512`): less than the size for
+    /// a sparse file, whose holes never travel as new bytes.
+    pub allocated: u64,
     /// Extended attributes (name, value) in [`WalkConfig::xattrs`]'s scope,
     /// sorted by name.
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
@@ -324,6 +327,7 @@ pub fn scan_with(roots: &[PathBuf], excludes: &Excludes, cfg: &WalkConfig) -> Re
                 uid: meta.uid(),
                 gid: meta.gid(),
                 nlink: meta.nlink(),
+                allocated: meta.blocks().saturating_mul(512),
                 xattrs,
             },
         });

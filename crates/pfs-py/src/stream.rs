@@ -58,29 +58,15 @@ fn secs(v: f64) -> PyResult<Duration> {
         .map_err(|_| PyValueError::new_err(format!("{v} is not a duration in seconds")))
 }
 
-/// The message of `e` and its sources, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        source = s.source();
-    }
-    text
-}
-
 fn stream_err(e: &RustStreamError) -> PyErr {
     match e {
-        RustStreamError::Publish(_) => PyValueError::new_err(chain(e)),
-        _ => StreamError::new_err(chain(e)),
+        RustStreamError::Publish(_) => PyValueError::new_err(packetfs::report::error_line(e)),
+        _ => StreamError::new_err(packetfs::report::error_line(e)),
     }
 }
 
 fn open_err(e: &packetfs::Error) -> PyErr {
-    StreamError::new_err(chain(e))
+    StreamError::new_err(packetfs::report::error_line(e))
 }
 
 fn ended() -> PyErr {
@@ -378,7 +364,7 @@ impl Listener {
     fn new(addr: &str) -> PyResult<Self> {
         let listener = endpoint(addr)?
             .listen()
-            .map_err(|e| StreamError::new_err(chain(&e)))?;
+            .map_err(|e| StreamError::new_err(packetfs::report::error_line(&e)))?;
         let endpoint = Endpoint::bound(&listener).to_string();
         Ok(Self { listener, endpoint })
     }

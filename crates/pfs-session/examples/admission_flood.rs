@@ -131,7 +131,7 @@ fn main() {
                 timeout: pfs_auth::DEFAULT_HANDSHAKE_TIMEOUT,
                 record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
             }),
-            authorized: Some(AuthorizedKeys::parse(&keys).unwrap()),
+            authorized: Some(AuthorizedKeys::parse(&keys).unwrap().into()),
             allow_plain: false,
         },
         max_per_key: a.max_per_key,

@@ -320,14 +320,21 @@ pub fn put_error_frame(out: &mut Vec<u8>, code: pfs_wire::ErrorCode, message: &s
     put_frame(out, FrameType::Error, 0, &body);
 }
 
-/// Appends the ERROR frame that tells the peer about `err`.
+/// Appends the ERROR frame that tells the peer about `err`, with no
+/// absolute path of this host in it ([`crate::peer_text`]).
 pub fn put_error(out: &mut Vec<u8>, err: &SessionError) {
+    put_error_beneath(out, err, None);
+}
+
+/// [`put_error`], paths beneath `root` (the peer's destination) shown
+/// relative to it.
+pub fn put_error_beneath(out: &mut Vec<u8>, err: &SessionError, root: Option<&std::path::Path>) {
     let message = match err {
         SessionError::Violation(v) => v.to_string(),
         SessionError::Rejected(r) => r.to_string(),
         other => other.to_string(),
     };
-    put_error_frame(out, err.code(), &message);
+    put_error_frame(out, err.code(), &crate::peer_text::for_peer(&message, root));
 }
 
 /// A sender's result, after telling the receiver when the receiver is the
@@ -348,8 +355,18 @@ pub fn tell_receiver<T: Transport + ?Sized, O>(
 
 /// Sends an ERROR frame about `err`, best effort (the peer may be gone).
 pub fn send_error<T: Transport + ?Sized>(t: &mut T, err: &SessionError) {
+    send_error_beneath(t, err, None);
+}
+
+/// [`send_error`] from a server writing beneath `root` (the peer's
+/// destination): its paths are shown relative to it.
+pub fn send_error_beneath<T: Transport + ?Sized>(
+    t: &mut T,
+    err: &SessionError,
+    root: Option<&std::path::Path>,
+) {
     let mut frame = Vec::with_capacity(128);
-    put_error(&mut frame, err);
+    put_error_beneath(&mut frame, err, root);
     let _ = t.write_all(&frame);
 }
 

@@ -30,6 +30,7 @@ pub mod framing;
 pub mod gram;
 pub mod metrics;
 pub mod mount;
+pub mod peer_text;
 pub mod places;
 pub mod server;
 mod slots;
@@ -44,8 +45,8 @@ pub use gram::{
 pub use mount::{serve_mount, MountRecipes, MountServerConfig, MountServerOutcome};
 pub use places::{clean_temps, FilesPlaces, Keeping, PlaceError};
 pub use server::{
-    admit_one, serve, serve_files, Admission, Client, Denied, FilesPlace, FilesSessionOutcome, ServerConfig,
-    ServerEvent,
+    admit_one, serve, serve_files, Admission, Client, Denied, FilesPlace, FilesSessionOutcome, KeyRing,
+    ServerConfig, ServerEvent,
 };
 pub use stats::SessionStats;
 

@@ -45,9 +45,10 @@ pub struct Admission {
     /// This server's identity: protected sessions are possible. `None`:
     /// only plain connections.
     pub security: Option<ServerSecurity>,
-    /// Client keys and their rights. `None`: any key that completes the
-    /// handshake may do everything (an open server that still encrypts).
-    pub authorized: Option<AuthorizedKeys>,
+    /// Client keys and their rights, replaceable while the server runs
+    /// (a reload). `None`: any key that completes the handshake may do
+    /// everything (an open server that still encrypts).
+    pub authorized: Option<KeyRing>,
     /// Plain (unauthenticated, unencrypted) connections are served. Off
     /// whenever `authorized` is set.
     pub allow_plain: bool,
@@ -60,6 +61,40 @@ impl Default for Admission {
             authorized: None,
             allow_plain: true,
         }
+    }
+}
+
+/// The `authorized_keys` a server admits by, which a reload replaces
+/// while it runs ([`KeyRing::replace`]). Each admission looks its key up in
+/// the set current at that moment and copies the key's rights into its
+/// [`Client`]: a session keeps the rights it was admitted with, whatever
+/// reloads follow, and only new sessions see a new set.
+#[derive(Debug, Clone)]
+pub struct KeyRing(Arc<Mutex<Arc<AuthorizedKeys>>>);
+
+impl KeyRing {
+    /// A ring holding `keys`.
+    pub fn new(keys: AuthorizedKeys) -> Self {
+        Self(Arc::new(Mutex::new(Arc::new(keys))))
+    }
+
+    /// The set admissions use now.
+    pub fn current(&self) -> Arc<AuthorizedKeys> {
+        // A poisoned lock still holds a whole set: the swap below cannot
+        // leave half of one.
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Makes `keys` the set for admissions from now on; returns the old one.
+    pub fn replace(&self, keys: AuthorizedKeys) -> Arc<AuthorizedKeys> {
+        let new = Arc::new(keys);
+        std::mem::replace(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()), new)
+    }
+}
+
+impl From<AuthorizedKeys> for KeyRing {
+    fn from(keys: AuthorizedKeys) -> Self {
+        Self::new(keys)
     }
 }
 
@@ -372,7 +407,12 @@ fn files_or_mount(
     let (head, service) = first_service(conn, client, mount_cfg.hello_timeout)?;
     live.set_service(service);
     let here = place(client).map_err(|e| {
-        refuse(conn, ErrorCode::Internal, &e.to_string());
+        // The peer learns what failed, not where on this host.
+        refuse(
+            conn,
+            ErrorCode::Internal,
+            &crate::peer_text::for_peer(&e.to_string(), None),
+        );
         SessionError::Local(crate::LocalError::Place(e))
     })?;
     // The header read here is read again by the session.
@@ -694,7 +734,8 @@ impl<'a, O: Effective> Server<'a, O> {
         } = arrival;
         let mut decided = Decided(&self.undecided, false);
         let flow = Arc::new(Flow::default());
-        let mut conn = match Cuttable::new(conn, self.shutdown, flow.clone()) {
+        let farewell_ok = Arc::new(AtomicBool::new(false));
+        let mut conn = match Cuttable::new(conn, self.shutdown, flow.clone(), farewell_ok.clone()) {
             Ok(c) => c,
             Err(e) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
@@ -732,6 +773,11 @@ impl<'a, O: Effective> Server<'a, O> {
             .as_ref()
             .map_or_else(LiveSession::default, |m| m.start(service, flow.clone()));
         let result = (self.session)(&mut *transport, &client, &live);
+        if result.is_err() && self.shutdown.is_cut() {
+            // Paired with the Acquire load in Cuttable's writes.
+            farewell_ok.store(true, Ordering::Release);
+            farewell(&mut *transport);
+        }
         // The wrappers above the connection are done with it: its
         // counters are final.
         drop(transport);
@@ -1043,7 +1089,7 @@ fn admit_keyed<'c, C: Transport>(
     let rights = match &policy.authorized {
         // An open server: every key may do everything, in the shared group.
         None => plain_rights(),
-        Some(keys) => match keys.rights(&key) {
+        Some(ring) => match ring.current().rights(&key) {
             Some(r) => r.clone(),
             None => {
                 let _ = pending.refuse(GENERIC_REFUSAL);
@@ -1128,12 +1174,33 @@ fn refuse<T: Transport + ?Sized>(conn: &mut T, code: ErrorCode, msg: &str) {
     let _ = conn.shutdown_write();
 }
 
+/// What a client is told when the server's shutdown cut its session.
+pub const SHUTTING_DOWN_MESSAGE: &str = "the server is shutting down; run again to resume";
+
+/// Longest the farewell may wait on a peer that does not read.
+const FAREWELL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Tells the peer of a session the shutdown cut why it ended: ERROR
+/// `SHUTTING_DOWN` on the session's own channel (sealed in a protected
+/// session), best effort and bounded, then our side is closed. A peer that
+/// was sending meets it when its next write fails and it reads what came.
+fn farewell(t: &mut dyn Transport) {
+    let _ = t.set_write_timeout(Some(FAREWELL_TIMEOUT));
+    let mut frame = Vec::new();
+    crate::framing::put_error_frame(&mut frame, ErrorCode::ShuttingDown, SHUTTING_DOWN_MESSAGE);
+    let _ = t.write_all(&frame);
+    let _ = t.shutdown_write();
+}
+
 /// A connection a [`Shutdown`] can cut, counting the bytes it carries.
 /// Reads wait at most [`CUT_POLL`] at a time, so the flag is seen; a
 /// caller's own read timeout is kept, give or take one poll.
 struct Cuttable<'s, T> {
     inner: T,
     shutdown: &'s Shutdown,
+    /// Set once the session has ended after a cut: writes pass again, for
+    /// the one ERROR `SHUTTING_DOWN` that tells the peer ([`farewell`]).
+    farewell: Arc<AtomicBool>,
     /// The read timeout the caller asked for.
     timeout: Option<Duration>,
     /// The bytes it carried, as its `Traffic` and the metrics see them.
@@ -1141,11 +1208,17 @@ struct Cuttable<'s, T> {
 }
 
 impl<'s, T: Transport> Cuttable<'s, T> {
-    fn new(mut inner: T, shutdown: &'s Shutdown, flow: Arc<Flow>) -> io::Result<Self> {
+    fn new(
+        mut inner: T,
+        shutdown: &'s Shutdown,
+        flow: Arc<Flow>,
+        farewell: Arc<AtomicBool>,
+    ) -> io::Result<Self> {
         inner.set_read_timeout(Some(CUT_POLL))?;
         Ok(Self {
             inner,
             shutdown,
+            farewell,
             timeout: None,
             flow,
         })
@@ -1179,7 +1252,10 @@ impl<T: Transport> Transport for Cuttable<'_, T> {
         self.inner.peer()
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.check()?;
+        // Paired with the Release store in `connection`, after the session ended.
+        if !self.farewell.load(Ordering::Acquire) {
+            self.check()?;
+        }
         let n = self.inner.write_vectored(bufs)?;
         self.flow.add_out(n);
         Ok(n)

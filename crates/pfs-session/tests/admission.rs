@@ -191,7 +191,7 @@ fn keyed(k: &Keys, authorized: bool) -> Admission {
                 k.client.public().line("client"),
                 k.other.public().line("other")
             );
-            AuthorizedKeys::parse(&lines).unwrap()
+            AuthorizedKeys::parse(&lines).unwrap().into()
         }),
         allow_plain: !authorized,
     }
@@ -505,7 +505,7 @@ fn a_key_that_cannot_serve_its_proposal_is_refused_at_the_verdict() {
         k.client.public().line("client"),
         k.other.public()
     );
-    admission.authorized = Some(AuthorizedKeys::parse(&lines).unwrap());
+    admission.authorized = Some(AuthorizedKeys::parse(&lines).unwrap().into());
     let cfg = ServerConfig {
         max_sessions: Some(3),
         admission,
@@ -530,4 +530,44 @@ fn a_key_that_cannot_serve_its_proposal_is_refused_at_the_verdict() {
         );
     });
     assert_eq!((ok, failed), (1, 2), "{failures:?}");
+}
+
+/// A reload ([`pfs_session::KeyRing::replace`]) that removes a key while
+/// that key's session runs: the session keeps the rights it was admitted
+/// with and completes; the key's next connection is refused.
+#[test]
+fn a_session_in_flight_keeps_its_rights_across_a_reload() {
+    let blob = common::blob_bytes(31, BLOB_LEN);
+    let k = keys();
+    let cfg = ServerConfig {
+        max_sessions: Some(2),
+        admission: keyed(&k, true),
+        ..ServerConfig::default()
+    };
+    let ring = cfg.admission.authorized.clone().expect("a keyed server");
+    let ((ok, failed), failures) = watch_server(&blob, cfg, &Default::default(), |addr, events| {
+        let sec = client_security(&k, Cipher::Aes256Gcm);
+        let t = TcpTransport::connect(addr, &TcpConfig::default()).unwrap();
+        // Admitted: the verdict is in, the session not begun.
+        let mut st = pfs_auth::connect(t, addr, Service::Blob, &sec).unwrap();
+        wait_for(events, "the admission", |e| e.iter().any(|x| x == "admitted"));
+        let only_other = format!("{}\n", k.other.public().line("other"));
+        let old = ring.replace(AuthorizedKeys::parse(&only_other).unwrap());
+        assert_eq!((old.len(), ring.current().len()), (2, 1));
+        let out = send_session(&mut st, &view(&blob), &sender_cfg(Mode::Offset), &mut |_| {}).unwrap();
+        assert_eq!(
+            SessionStats::from_report(&out.report, "TCP", "protected".into()).integrity,
+            "OK"
+        );
+        let again = TcpTransport::connect(addr, &TcpConfig::default()).unwrap();
+        assert!(
+            pfs_auth::connect(again, addr, Service::Blob, &sec).is_err(),
+            "a removed key was admitted after the reload"
+        );
+    });
+    assert_eq!((ok, failed), (1, 1), "{failures:?}");
+    assert!(
+        failures.iter().any(|f| f.contains("key not in authorized_keys")),
+        "{failures:?}"
+    );
 }

@@ -153,6 +153,7 @@ impl Fixture {
                 checksum: false,
                 bwlimit: None,
                 preserve: Default::default(),
+                sparse: true,
                 stream_min: None,
                 top_mtime_ns: None,
             };

@@ -136,6 +136,7 @@ fn files_changed_after_the_plan_fail_alone_over_the_real_stack() {
         checksum: false,
         bwlimit: None,
         preserve: Default::default(),
+        sparse: true,
         stream_min: None,
         top_mtime_ns: None,
     };

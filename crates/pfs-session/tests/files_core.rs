@@ -1093,6 +1093,7 @@ mod pair {
             checksum: false,
             bwlimit: None,
             preserve: Default::default(),
+            sparse: true,
             stream_min: None,
             top_mtime_ns: None,
         }

@@ -83,6 +83,7 @@ fn config() -> FilesSenderConfig {
         checksum: false,
         bwlimit: None,
         preserve: Default::default(),
+        sparse: true,
         stream_min: None,
         top_mtime_ns: None,
     }

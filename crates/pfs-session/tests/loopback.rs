@@ -457,7 +457,8 @@ fn a_trickling_client_loses_its_slot_at_the_handshake_deadline() {
 
 /// A shutdown stops the accept loop (woken by a connection of its own),
 /// then a cut ends the session still waiting for the rest of its HELLO:
-/// the server returns, the session reported failed because it was cut.
+/// the server returns, the session reported failed because it was cut,
+/// and the client is told so: ERROR `SHUTTING_DOWN`, then the close.
 #[test]
 fn shutdown_stops_accepting_then_cuts_running_sessions() {
     let blob = blob_bytes(3);
@@ -499,7 +500,15 @@ fn shutdown_stops_accepting_then_cuts_running_sessions() {
         drop(TcpStream::connect(&addr));
         shutdown.cut();
         assert_eq!(server.join().unwrap(), (0, 1));
-        drop(c);
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut said = Vec::new();
+        c.read_to_end(&mut said).unwrap();
+        let (frame, used) = pfs_wire::Frame::parse(&said).expect("one whole frame");
+        assert_eq!(used, said.len(), "nothing after the ERROR");
+        assert_eq!(frame.header.frame_type, pfs_wire::FrameType::Error);
+        let e = pfs_wire::ErrorFrame::parse(frame.body).unwrap();
+        assert_eq!(e.code, pfs_wire::ErrorCode::ShuttingDown as u16);
+        assert_eq!(e.message, pfs_session::server::SHUTTING_DOWN_MESSAGE);
     });
     let failures = failures.into_inner().unwrap();
     assert!(failures.iter().any(|f| f.contains("session cut")), "{failures:?}");

@@ -740,7 +740,7 @@ fn a_key_without_read_is_refused_at_the_verdict_and_a_read_only_key_mounts() {
             timeout: TIMEOUT,
             record_timeout: pfs_auth::DEFAULT_RECORD_TIMEOUT,
         }),
-        authorized: Some(AuthorizedKeys::parse(&keys).expect("keys")),
+        authorized: Some(AuthorizedKeys::parse(&keys).expect("keys").into()),
         allow_plain: false,
     };
     let protected = |addr: &str, id: &Identity| {

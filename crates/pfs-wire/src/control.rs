@@ -316,6 +316,9 @@ pub enum ErrorCode {
     Internal = 9,
     /// The receiver is at its connection limit.
     Busy = 10,
+    /// The receiver is shutting down and cut the session; running it
+    /// again (once a receiver is back) resumes it.
+    ShuttingDown = 11,
 }
 
 impl ErrorCode {
@@ -332,6 +335,7 @@ impl ErrorCode {
             8 => Self::Auth,
             9 => Self::Internal,
             10 => Self::Busy,
+            11 => Self::ShuttingDown,
             _ => return None,
         })
     }
@@ -349,6 +353,7 @@ impl ErrorCode {
             Self::Auth => "AUTH",
             Self::Internal => "INTERNAL",
             Self::Busy => "BUSY",
+            Self::ShuttingDown => "SHUTTING_DOWN",
         }
     }
 }

@@ -549,6 +549,25 @@ fn error_vector() {
     assert_eq!(frame_bytes(FrameType::Error, 0, &body), b, "re-encode");
 }
 
+#[test]
+fn error_shutting_down_vector() {
+    let name = "error-shutting-down";
+    let b = bytes(name);
+    let frame = whole_frame(name, b);
+    assert_eq!(frame.header.frame_type, FrameType::Error);
+    let e = ErrorFrame::parse(frame.body).unwrap();
+    let expected = ErrorFrame {
+        code: 11,
+        message: "the server is shutting down; run again to resume",
+    };
+    assert_eq!(e, expected);
+    assert_eq!(ErrorCode::from_u16(e.code), Some(ErrorCode::ShuttingDown));
+    assert_eq!(ErrorCode::ShuttingDown.name(), "SHUTTING_DOWN");
+    let mut body = Vec::new();
+    expected.emit(&mut body);
+    assert_eq!(frame_bytes(FrameType::Error, 0, &body), b, "re-encode");
+}
+
 const VARINTS: &[(&str, u64)] = &[
     ("varint-0", 0),
     ("varint-127", 127),
@@ -1039,6 +1058,13 @@ fn conventions_vectors() {
     h.emit(&mut out);
     assert_eq!(out, body, "files-hello-delete-checksum re-encode");
 
+    let body = files_frame("files-hello-no-sparse", FrameType::FilesHello, 0);
+    let h = FilesHello::parse(&body).unwrap();
+    assert_eq!(h.flags, pfs_wire::files::HELLO_NO_SPARSE);
+    let mut out = Vec::new();
+    h.emit(&mut out);
+    assert_eq!(out, body, "files-hello-no-sparse re-encode");
+
     let body = files_frame("files-accept-occupied", FrameType::FilesAccept, 0);
     let a = FilesAccept::parse(&body).unwrap();
     assert_eq!(
@@ -1158,12 +1184,13 @@ fn vector_names_match_the_document() {
     expected.extend(FRAME_HEADERS.iter().map(|c| c.0));
     expected.extend(gram_cases().iter().map(|c| c.name));
     expected.extend(["hello", "hello-ack", "complete-summary", "complete-report"]);
-    expected.push("error-out-of-bounds");
+    expected.extend(["error-out-of-bounds", "error-shutting-down"]);
     expected.extend(["files-file", "files-chunks", "files-nak"]);
     expected.extend(["files-probe", "files-probe-reply", "files-file-held"]);
     expected.extend(["files-file-drop", "files-file-streamed", "files-file-done"]);
     expected.extend([
         "files-hello-delete-checksum",
+        "files-hello-no-sparse",
         "files-file-linked",
         "files-accept-occupied",
     ]);

@@ -1,14 +1,14 @@
 //! The server's logs: `tracing` events on stderr, as text or one JSON
-//! object a line, and the one line every session ends with. Results stay
-//! on stdout, unchanged.
+//! object a line, and the one line every session ends with
+//! ([`packetfs::session_log`]). Results stay on stdout, unchanged.
 
 use std::io::IsTerminal;
 
-use pfs_session::server::Traffic;
-use pfs_session::Client;
 use tracing::level_filters::LevelFilter;
 
 use crate::args::{LogArgs, LogFormatArg, LogLevelArg};
+
+pub use packetfs::session_log::{session_end, Did, FilesDid};
 
 /// Sends this process's `tracing` events to stderr as `args` say. Called
 /// once; a second call (tests running two servers) keeps the first.
@@ -33,67 +33,4 @@ pub fn init(args: &LogArgs) {
             .with_span_list(false)
             .try_init(),
     };
-}
-
-/// What a session did, for its end-of-session line.
-#[derive(Debug, Default)]
-pub struct Did<'a> {
-    /// `files`, `mount` or `blob`.
-    pub service: &'a str,
-    /// Files sessions: files written, unchanged, failed.
-    pub files: Option<(u64, u64, u64)>,
-    /// Blob sessions: `payload`, `offset` or `arith`.
-    pub mode: Option<&'a str>,
-    /// Bytes reconstructed or executed over.
-    pub effective_bytes: u64,
-    /// The report's wire bytes.
-    pub wire_bytes: u64,
-    /// `None` if it ended well, else why not.
-    pub failure: Option<String>,
-}
-
-/// The line a session ends with: who (key fingerprint, `-` for a plain
-/// connection), from where, what, how much, how long, and how it ended.
-/// A failed session has no report: its wire bytes are what its connection
-/// carried before it ended.
-pub fn session_end(client: &Client, traffic: &Traffic, did: &Did<'_>) {
-    let (written, unchanged, failed) = match did.files {
-        Some((w, u, f)) => (Some(w), Some(u), Some(f)),
-        None => (None, None, None),
-    };
-    let wire = match did.failure {
-        None => did.wire_bytes,
-        Some(_) => traffic.bytes_in + traffic.bytes_out,
-    };
-    let outcome = did
-        .failure
-        .as_ref()
-        .map_or_else(|| "ok".to_string(), |why| format!("failed: {why}"));
-    macro_rules! line {
-        ($level:expr) => {
-            tracing::event!(
-                $level,
-                event = "session",
-                key = %client.fingerprint(),
-                peer = %client.addr,
-                service = did.service,
-                mode = did.mode,
-                files_written = written,
-                files_unchanged = unchanged,
-                files_failed = failed,
-                effective_bytes = did.effective_bytes,
-                wire_bytes = wire,
-                bytes_in = traffic.bytes_in,
-                bytes_out = traffic.bytes_out,
-                duration_s = (traffic.elapsed.as_secs_f64() * 1e3).round() / 1e3,
-                outcome = %outcome,
-                "session ended"
-            )
-        };
-    }
-    if did.failure.is_none() {
-        line!(tracing::Level::INFO);
-    } else {
-        line!(tracing::Level::WARN);
-    }
 }

@@ -10,6 +10,7 @@ mod log;
 mod mount;
 mod progress;
 mod pubsub;
+mod reload;
 mod send;
 mod send_files;
 mod serve;
@@ -26,7 +27,10 @@ pub use mount::classify as mount_exit_code;
 
 /// Runs the parsed command; returns the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
-    match cli.command {
+    let Some(command) = cli.command else {
+        return version(cli.json);
+    };
+    match command {
         Command::Blob(cmd) => blob::run(cmd),
         Command::Keygen(args) => keygen::run(&args),
         Command::Send(args) => send::run(args),
@@ -38,6 +42,20 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Umount(args) => mount::umount(&args),
         Command::Bench(args) => bench::run(&args),
     }
+}
+
+/// `pfs --version [--json]`: clap leaves no subcommand only then (no
+/// argument at all prints help, `--json` requires `--version`).
+fn version(json: bool) -> anyhow::Result<i32> {
+    let commit = Some(env!("PFS_GIT_REV")).filter(|c| *c != "unknown");
+    match json {
+        true => println!(
+            "{}",
+            packetfs::report::version_json("pfs", env!("CARGO_PKG_VERSION"), commit)
+        ),
+        false => println!("{}", crate::args::VERSION_LINE),
+    }
+    Ok(crate::exit::OK)
 }
 
 /// Maps, prefaults, fills and fingerprints the blob; prints warnings and the setup line on stderr.

@@ -7,14 +7,13 @@
 //! waited for by `PFS_MOUNT_DAEMON` in its environment and answers with
 //! one line on its standard output, a pipe the parent reads.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use packetfs::mount::{Readiness, Stopper};
 use pfs_mount::{MountConfig, MountError, ProtoError};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 
 use crate::args::{MountArgs, UmountArgs};
 use crate::exit;
@@ -22,10 +21,10 @@ use crate::exit;
 use super::send::target;
 use super::send_files::split_target;
 
-const READY_ENV: &str = "PFS_MOUNT_DAEMON";
-
 pub fn run(args: &MountArgs) -> anyhow::Result<i32> {
     args.transport.check()?;
+    // An address mistake is a usage error here, before any process starts.
+    split_target("SOURCE", &args.source, args.transport.transport)?;
     if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout <= 3600.0) {
         bail!(
             "--timeout must be between 0 and 3600 seconds, not {}",
@@ -62,7 +61,7 @@ fn background(args: &MountArgs) -> anyhow::Result<i32> {
     };
     let mut child = std::process::Command::new(exe)
         .args(&argv)
-        .env(READY_ENV, "1")
+        .env(packetfs::mount::READY_ENV, "1")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(log)
@@ -90,28 +89,6 @@ fn background(args: &MountArgs) -> anyhow::Result<i32> {
     Ok(if code == 0 { exit::FAILURE } else { code })
 }
 
-/// Tells a waiting `pfs mount` how it went, on the standard output it
-/// reads (a plain foreground run has no one waiting).
-struct Readiness(bool);
-
-impl Readiness {
-    fn from_env() -> Self {
-        let waited_for = std::env::var_os(READY_ENV).is_some();
-        std::env::remove_var(READY_ENV);
-        Self(waited_for)
-    }
-
-    /// One line, once; nothing is written to the standard output after it
-    /// (the reader is gone).
-    fn say(&mut self, word: &str) {
-        if std::mem::take(&mut self.0) {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(word.as_bytes());
-            let _ = out.flush();
-        }
-    }
-}
-
 fn foreground(args: &MountArgs) -> anyhow::Result<i32> {
     super::log::init(&args.log);
     let mut ready = Readiness::from_env();
@@ -132,7 +109,7 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
     // Started by `pfs mount` without -f: its standard output is gone after
     // the ready line.
     let daemon = ready.0;
-    let (addr, dir) = split_target(&args.source, args.transport.transport);
+    let (addr, dir) = split_target("SOURCE", &args.source, args.transport.transport)?;
     let cache_dir = match &args.cache {
         Some(d) => d.clone(),
         // One cache per server by default: a cache serves one mount at a
@@ -174,33 +151,17 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
         }
         None => None,
     };
-    // A signal unmounts (installed before the mount exists, so no signal
-    // can leave a dead mount behind); an unmount from outside ends the
-    // session too. The unmount is lazy (open files keep working until
-    // closed); a failed one is tried again at the next signal.
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("installing the signal handlers")?;
-    let handle = signals.handle();
-    let target = mountpoint.clone();
-    let waiter = std::thread::spawn(move || {
-        for sig in signals.forever() {
-            tracing::info!("signal {sig}: unmounting {}", target.display());
-            match packetfs::mount::unmount(&target, true) {
-                Ok(()) => break,
-                Err(e) => eprintln!(
-                    "pfs: unmounting {}: {e:#} (another signal tries again)",
-                    target.display()
-                ),
-            }
-        }
-    });
+    // A signal unmounts; an unmount from outside ends the session too; the
+    // process then ends within a bound (packetfs::mount::Stopper).
+    let stopper = Stopper::install(mountpoint.clone()).context("installing the signal handlers")?;
     let bg = match session.mount(&mountpoint, &cfg) {
         Ok(bg) => bg,
         Err(e) => {
-            handle.close();
-            let _ = waiter.join();
+            stopper.unmounted();
             return Err(anyhow::Error::new(e));
         }
     };
+    stopper.mounted();
     let tree = &session.shared().tree;
     let line = if args.json {
         serde_json::json!({ "event": "mounted", "source": args.source, "mountpoint": mountpoint.display().to_string(),
@@ -227,8 +188,7 @@ fn mount_and_serve(args: &MountArgs, ready: &mut Readiness) -> anyhow::Result<i3
         eprintln!("{line}");
     }
     let ended = bg.join();
-    handle.close();
-    let _ = waiter.join();
+    stopper.unmounted();
     let report = session.close();
     if daemon {
         eprintln!("pfs: unmounted {}: {report}", mountpoint.display());

@@ -44,6 +44,8 @@ pub fn run(args: SendArgs) -> anyhow::Result<i32> {
     // fails in milliseconds, not after seconds of mapping and filling. The
     // receiver gives a connection its idle timeout for the first byte of
     // HELLO, so the setup fits.
+    packetfs::files::parse_blob_target(&args.to, args.transport.transport.is_network())
+        .map_err(|e| anyhow::Error::new(e).context("--to"))?;
     let security = super::auth::client_security(&args.auth, &args.to, args.transport.transport)?;
     let to = target(&args.to, &args.transport, args.run.sock_buf);
     let conn = to.connect_as(security.as_ref(), pfs_auth::Service::Blob)?;

@@ -16,9 +16,11 @@ use crate::exit;
 
 use super::send::target;
 
-/// Splits `ADDR[:REMOTE_DIR]` ([`packetfs::files::split_target`]).
-pub fn split_target(to: &str, transport: TransportArg) -> (String, String) {
-    packetfs::files::split_target(to, transport.is_network())
+/// Splits `ADDR[:REMOTE_DIR]` ([`packetfs::files::parse_target`]); a
+/// mistake is a usage error naming `what` (`--to`, `SOURCE`).
+pub fn split_target(what: &str, to: &str, transport: TransportArg) -> anyhow::Result<(String, String)> {
+    packetfs::files::parse_target(to, transport.is_network())
+        .map_err(|e| anyhow::Error::new(e).context(what.to_string()))
 }
 
 /// The exit status of a send that ran: partial if any entry was not
@@ -35,7 +37,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
     let f = &args.files;
     let json = args.run.json;
     let params = ChunkParams::new(f.chunk_avg).map_err(|e| anyhow::anyhow!("--chunk-avg: {e}"))?;
-    let (addr, remote_dir) = split_target(&args.to, args.transport.transport);
+    let (addr, remote_dir) = split_target("--to", &args.to, args.transport.transport)?;
     let bwlimit = f.bwlimit.filter(|&r| r > 0);
     let floor = pfs_session::files::bwlimit::min_rate(params.max());
     if let Some(r) = bwlimit.filter(|&r| r < floor) {
@@ -107,6 +109,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<i32> {
             protect: f.exclude.clone(),
         }),
         checksum: f.checksum,
+        sparse: !f.no_sparse,
         bwlimit,
         preserve: pfs_session::files::PreserveConfig {
             owner: f.owner || f.archive,

@@ -9,7 +9,7 @@ use pfs_session::metrics::{Endpoint, EndpointConfig, Metrics};
 use pfs_session::{
     serve, GramReceiverConfig, GramReceiverOutcome, Limits, ServerConfig, ServerEvent, SessionStats,
 };
-use pfs_transport::{AnyListener, Listener};
+use pfs_transport::AnyListener;
 
 use crate::args::{ServeArgs, TransportArg};
 use crate::exit;
@@ -70,7 +70,8 @@ pub fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
 }
 
 /// Binds the listener (and the metrics endpoint, kept until dropped),
-/// prints its address, and from then on stops the server on SIGTERM or SIGINT.
+/// prints its address, and from then on stops the server on SIGTERM or
+/// SIGINT and reloads its `authorized_keys` on SIGHUP.
 pub fn listen(args: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<(AnyListener, Option<Endpoint>)> {
     let listener = bind_listener(args)?;
     let endpoint = match (&args.metrics_listen, &cfg.metrics) {
@@ -92,6 +93,7 @@ pub fn listen(args: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<(AnyListen
         cfg.shutdown.clone(),
         shutdown::grace(args.shutdown_grace)?,
     )?;
+    super::reload::watch(args, cfg.admission.authorized.clone())?;
     announce(&listener, args.run.json);
     Ok((listener, endpoint))
 }
@@ -123,23 +125,9 @@ pub fn announce(listener: &AnyListener, json: bool) {
     emit(&listening_line(listener, json, "pfs serve"));
 }
 
-/// The listening line `who` prints: `WHO: listening on ADDR (KIND)`, or a
-/// JSON `listening` event.
+/// The listening line `who` prints ([`packetfs::report::listening_line`]).
 pub fn listening_line(listener: &AnyListener, json: bool, who: &str) -> String {
-    let addr = match listener {
-        AnyListener::Tcp(l) => l
-            .socket_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| l.local_addr()),
-        AnyListener::Udp(l) => l.socket_addr().to_string(),
-        other => other.local_addr(),
-    };
-    let kind = listener.kind();
-    if json {
-        serde_json::json!({"event": "listening", "addr": addr, "transport": kind}).to_string()
-    } else {
-        format!("{who}: listening on {addr} ({kind})")
-    }
+    packetfs::report::listening_line(listener, json, who)
 }
 
 /// Where a same-host server listens unless told: the user's runtime
@@ -161,6 +149,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         None => args,
     };
     log::init(&args.log);
+    // The first line: which build is running (what to quote in a bug report).
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        commit = env!("PFS_GIT_REV"),
+        "{} starting",
+        crate::args::VERSION_LINE
+    );
     shutdown::grace(args.shutdown_grace)?;
     args.transport.check()?;
     if args.dest.is_some() {

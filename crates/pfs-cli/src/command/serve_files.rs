@@ -142,7 +142,12 @@ fn received(
     let r = &outcome.report;
     let did = log::Did {
         service: "files",
-        files: Some((r.files_written, r.files_unchanged, r.files_failed)),
+        files: Some(log::FilesDid {
+            written: r.files_written,
+            unchanged: r.files_unchanged,
+            failed: r.files_failed,
+            deleted: r.files_deleted,
+        }),
         effective_bytes: r.effective_bytes,
         wire_bytes: r.wire_bytes,
         ..log::Did::default()
@@ -162,12 +167,13 @@ fn received(
         ));
     } else {
         emit(&format!(
-            "session from {peer} complete: {} written, {} unchanged, {} same content (metadata only), {} failed; \
+            "session from {peer} complete: {} written, {} unchanged, {} same content (metadata only), {} failed, {} deleted; \
              {:.1} MB effective, {:.3} MB wire, {:.1} MB matched (held), {:.1} MB literal, {} chunks repaired; {:.2} s",
             r.files_written,
             r.files_unchanged,
             r.files_metadata_only,
             r.files_failed,
+            r.files_deleted,
             r.effective_bytes as f64 / 1e6,
             r.wire_bytes as f64 / 1e6,
             r.matched_bytes as f64 / 1e6,

@@ -428,6 +428,52 @@ fn assert_same_content(a: &Path, b: &Path) {
     }
 }
 
+/// The data extents of `path` (`SEEK_DATA`/`SEEK_HOLE`): the byte ranges
+/// that may hold something other than zeros.
+fn data_extents(path: &Path) -> Vec<(u64, u64)> {
+    use rustix::fs::{seek, SeekFrom};
+    let f = File::open(path).expect("open");
+    let len = f.metadata().expect("stat").len();
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < len {
+        let Ok(data) = seek(&f, SeekFrom::Data(pos)) else {
+            break; // ENXIO: holes to the end
+        };
+        let hole = seek(&f, SeekFrom::Hole(data)).expect("SEEK_HOLE").min(len);
+        out.push((data, hole));
+        pos = hole;
+    }
+    out
+}
+
+/// [`assert_same_content`] for sparse files, reading only the ranges that
+/// either file holds data in (elsewhere both read as zeros).
+fn assert_same_sparse_content(a: &Path, b: &Path) {
+    let (la, lb) = (
+        fs::metadata(a).expect("stat").len(),
+        fs::metadata(b).expect("stat").len(),
+    );
+    assert_eq!(la, lb, "{} and {} differ in length", a.display(), b.display());
+    let mut ranges = data_extents(a);
+    ranges.extend(data_extents(b));
+    ranges.sort_unstable();
+    let (fa, fb) = (File::open(a).expect("open"), File::open(b).expect("open"));
+    let mut done = 0u64;
+    for (from, to) in ranges {
+        let mut at = from.max(done);
+        while at < to {
+            let n = (to - at).min(1 << 20) as usize;
+            let (mut ba, mut bb) = (vec![0u8; n], vec![0u8; n]);
+            std::os::unix::fs::FileExt::read_exact_at(&fa, &mut ba, at).expect("read");
+            std::os::unix::fs::FileExt::read_exact_at(&fb, &mut bb, at).expect("read");
+            assert!(ba == bb, "{} and {} differ in {at}..{}", a.display(), b.display(), at + n as u64);
+            at += n as u64;
+        }
+        done = done.max(to);
+    }
+}
+
 #[test]
 fn sparse_three_gib_file_round_trips() {
     let d = dirs();
@@ -455,10 +501,132 @@ fn sparse_three_gib_file_round_trips() {
     assert_eq!(num(&v, "/receiver/effective_bytes"), len, "{v:#}");
     // The zero chunks repeat: each travels once, then as a known hash.
     assert!(num(&v, "/receiver/literal_bytes") < 1 << 20, "{v:#}");
+    assert!(wire(&v) < 2 << 20, "{v:#}");
     let got = d.dest.join("sparse.img");
-    assert_same_content(&path, &got);
+    // Kept sparse (the default): the zero chunks were neither read nor
+    // written at the destination.
+    assert!(allocated_file(&got) <= 1 << 20, "{} bytes allocated", allocated_file(&got));
+    assert_same_sparse_content(&path, &got);
     let m = fs::metadata(&got).expect("stat");
     assert_eq!((m.mtime(), m.mtime_nsec()), (1_650_000_000, 987_654_321));
+}
+
+/// Bytes the file at `path` takes on disk (`st_blocks * 512`).
+fn allocated_file(path: &Path) -> u64 {
+    fs::metadata(path).expect("stat").blocks() * 512
+}
+
+/// A 64 MiB file with three data extents (4 KiB at the start, 20 KiB
+/// unaligned in the middle, 8 KiB at the end) and holes between them.
+fn sparse_64_mib(path: &Path) -> u64 {
+    let len: u64 = 64 << 20;
+    let mut f = File::create(path).expect("create");
+    f.set_len(len).expect("set_len");
+    for (i, (at, n)) in [(0, 4096), ((20 << 20) + 1_234, 20 << 10), (len - 8192, 8192)]
+        .into_iter()
+        .enumerate()
+    {
+        f.seek(SeekFrom::Start(at)).expect("seek");
+        f.write_all(&random_bytes(700 + i as u64, n)).expect("write");
+    }
+    len
+}
+
+#[test]
+fn sparse_file_lands_sparse_and_no_sparse_writes_zeros() {
+    let d = dirs();
+    let path = d.src.join("disk.img");
+    let len = sparse_64_mib(&path);
+    let server = serve(&d.store, &d.dest, &[]);
+    let v = good(
+        &send(&[&path], &server.addr, &d.cache, &[]),
+        "send a sparse file",
+    );
+    let got = d.dest.join("disk.img");
+    assert_same_sparse_content(&path, &got);
+    assert_eq!(num(&v, "/receiver/effective_bytes"), len, "{v:#}");
+    assert!(wire(&v) <= 1 << 20, "wire {} bytes: {v:#}", wire(&v));
+    assert!(allocated_file(&got) <= 1 << 20, "{} bytes allocated", allocated_file(&got));
+    if STORE {
+        // The store reserves (and allocates) room for the data, not the holes.
+        let blob = allocated_file(&chunk_store(&d.store).join("blob"));
+        assert!(blob < 16 << 20, "store blob: {blob} bytes allocated");
+    }
+
+    // --no-sparse: every zero written (a new place, nothing to compare with).
+    let to = format!("{}:dense", server.addr);
+    let v = good(
+        &send(&[&path], &to, &d.cache, &["--no-sparse"]),
+        "send it --no-sparse",
+    );
+    let dense = d.dest.join("dense/disk.img");
+    assert_same_sparse_content(&path, &dense);
+    assert_eq!(num(&v, "/receiver/files_written"), 1, "{v:#}");
+    assert!(allocated_file(&dense) >= len, "{} bytes allocated", allocated_file(&dense));
+}
+
+// ---------------------------------------------------------------------------
+// a permission change alone
+
+#[test]
+#[ignore = "needs root (gives the file another owner)"]
+fn owner_only_change_is_applied_without_bytes() {
+    assert!(rustix::process::geteuid().is_root(), "needs root");
+    let d = dirs();
+    let path = d.src.join("owned.txt");
+    write(&path, &random_bytes(43, 100_000));
+    set_mtime(&path, 1_700_000_000, 0);
+    let server = serve(&d.store, &d.dest, &[]);
+    good(&send(&[&path], &server.addr, &d.cache, &["-a"]), "first send");
+    let got = d.dest.join("owned.txt");
+    assert_eq!(fs::metadata(&got).expect("stat").uid(), 0);
+
+    std::os::unix::fs::chown(&path, Some(4321), Some(4322)).expect("chown");
+    let v = good(&send(&[&path], &server.addr, &d.cache, &["-a"]), "chown-only send");
+    let m = fs::metadata(&got).expect("stat");
+    assert_eq!((m.uid(), m.gid()), (4321, 4322), "{v:#}");
+    assert_eq!(num(&v, "/receiver/files_written"), 0, "{v:#}");
+    assert_eq!(num(&v, "/receiver/literal_bytes"), 0, "{v:#}");
+}
+
+#[test]
+fn chmod_only_change_is_applied_without_bytes() {
+    for extra in [&[][..], &["-a"][..], &["-c"][..], &["--no-cache"][..]] {
+        let d = dirs();
+        let path = d.src.join("secret.txt");
+        write(&path, &random_bytes(41, 300_000));
+        set_mode(&path, 0o644);
+        set_mtime(&path, 1_700_000_000, 5);
+        let server = serve(&d.store, &d.dest, &[]);
+        good(&send(&[&path], &server.addr, &d.cache, extra), "first send");
+        let got = d.dest.join("secret.txt");
+        assert_eq!(fs::metadata(&got).expect("stat").mode() & 0o7777, 0o644);
+
+        // chmod leaves size and mtime as they were: only the mode differs.
+        set_mode(&path, 0o600);
+        let v = good(&send(&[&path], &server.addr, &d.cache, extra), "chmod-only send");
+        let m = fs::metadata(&got).expect("stat");
+        assert_eq!(m.mode() & 0o7777, 0o600, "{extra:?}: {v:#}");
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_700_000_000, 5));
+        assert_eq!(num(&v, "/receiver/files_metadata_only"), 1, "{extra:?}: {v:#}");
+        assert_eq!(num(&v, "/receiver/files_written"), 0, "{extra:?}: {v:#}");
+        assert_eq!(num(&v, "/receiver/literal_bytes"), 0, "{extra:?}: {v:#}");
+        assert_same_content(&path, &got);
+
+        // Nothing left to change: the third send leaves it alone.
+        let v = good(&send(&[&path], &server.addr, &d.cache, extra), "no-op send");
+        assert_eq!(num(&v, "/receiver/files_unchanged"), 1, "{extra:?}: {v:#}");
+        assert_eq!(num(&v, "/receiver/files_metadata_only"), 0, "{extra:?}: {v:#}");
+
+        // An mtime-only change (`touch`) is metadata too: no literal byte.
+        set_mtime(&path, 1_700_000_100, 0);
+        let v = good(&send(&[&path], &server.addr, &d.cache, extra), "touch-only send");
+        let m = fs::metadata(&got).expect("stat");
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_700_000_100, 0), "{extra:?}");
+        assert_eq!(m.mode() & 0o7777, 0o600, "{extra:?}");
+        assert_eq!(num(&v, "/receiver/literal_bytes"), 0, "{extra:?}: {v:#}");
+        assert_same_content(&path, &got);
+    }
 }
 
 // ---------------------------------------------------------------------------

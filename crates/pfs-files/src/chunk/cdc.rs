@@ -171,7 +171,7 @@ impl Cutter {
 }
 
 /// Whether `b` is all zero bytes; stops at the first non-zero 256-byte block.
-fn is_zero(b: &[u8]) -> bool {
+pub(crate) fn is_zero(b: &[u8]) -> bool {
     let mut blocks = b.chunks_exact(256);
     for block in &mut blocks {
         let mut acc = 0u64;

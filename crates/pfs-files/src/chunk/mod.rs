@@ -36,7 +36,8 @@
 //! Holes are found with `SEEK_DATA`/`SEEK_HOLE` and zero-filled instead of
 //! read, and runs of zeros skip the gear hash and chunk hashing (see
 //! `cdc.rs`), so a mostly-empty multi-GiB file costs little more than the
-//! gear hash over its data. The recipe is the same as for the dense file.
+//! gear hash over its data. The recipe is the same as for the dense file;
+//! a receiver leaves its zero chunks as holes (see `dest::landing`).
 
 mod cdc;
 mod file;
@@ -49,6 +50,7 @@ use rayon::prelude::*;
 use crate::error::{ChunkParamsError, FilesError};
 use crate::walk::{Entry, WalkKind};
 
+pub(crate) use cdc::is_zero;
 use cdc::{Cutter, ZERO_FLAG};
 pub use file::{
     chunk_and_digest_open_file, chunk_file, chunk_file_streaming, chunk_open_file_streaming, digest_file,

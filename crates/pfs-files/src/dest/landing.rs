@@ -2,8 +2,9 @@
 //! the filesystem work a files receiver decides on — answer probes, create
 //! directories and symlinks, place each regular file (leave it, set its
 //! metadata only, or rebuild it under a temporary name), write chunk bytes
-//! into it with `pwritev`, and finish it (file hash of its chunks, mode and mtime,
-//! rename into place, manifest record). The protocol decisions stay in the
+//! into it with `pwritev` (aligned 4 KiB blocks of zeros left as holes
+//! unless the session is `--no-sparse`), and finish it (file hash of its
+//! chunks, length, mode and mtime, rename into place, manifest record). The protocol decisions stay in the
 //! session's core; everything here goes through [`DestRoot`], so it never
 //! leaves the destination.
 
@@ -13,12 +14,14 @@ use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use super::{set_file_times_and_mode, DestRoot, FileStat, ParkedTemp, StatCache, Symlinked, TempFile};
+use super::{
+    set_file_times_and_mode, DestRoot, FileStat, ParkedTemp, StatCache, Symlinked, TempFile, PERM_MASK,
+};
 use check::{By, Verdict};
 
 mod check;
 mod meta;
-use crate::chunk::{digest_open_file, ChunkParams, QuickDigest};
+use crate::chunk::{digest_open_file, is_zero, ChunkParams, QuickDigest};
 use crate::error::FilesError;
 use crate::manifest::{Manifest, Written};
 use crate::path::RelPath;
@@ -81,9 +84,11 @@ pub struct FileSpec<'a> {
 /// What [`Landing::open_file`] decided for a regular file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement {
-    /// Same size and mtime at the destination: left as it is.
+    /// Same size, mtime and permission bits at the destination: left as it is.
     Unchanged,
-    /// Same content at the destination (manifest): only metadata was set.
+    /// Same content at the destination (manifest, or size and mtime where
+    /// the manifest does not know): only metadata was set (a chmod-only
+    /// change lands here, its bytes never sent).
     SameContent,
     /// To be rebuilt: a temporary file is open under the file's number.
     Rebuild,
@@ -112,6 +117,8 @@ pub struct Landing<'d> {
     params: ChunkParams,
     /// Content decides, not size and mtime (`check`).
     checksum: bool,
+    /// Runs of zeros in rebuilt files are left as holes ([`Self::set_sparse`]).
+    sparse: bool,
 }
 
 impl<'d> Landing<'d> {
@@ -129,7 +136,22 @@ impl<'d> Landing<'d> {
             parked: HashMap::new(),
             params: ChunkParams::default(),
             checksum: false,
+            sparse: true,
         }
+    }
+
+    /// Whether rebuilt files keep runs of zeros as holes (the default):
+    /// an aligned [`SPARSE_BLOCK`] of zeros is not written, and a file is
+    /// given its full length when it is finished. Off (`--no-sparse`),
+    /// every byte is written. Temporary files are always new (`O_EXCL`),
+    /// so a block not written reads as zeros.
+    pub fn set_sparse(&mut self, sparse: bool) {
+        self.sparse = sparse;
+    }
+
+    /// Whether rebuilt files keep runs of zeros as holes.
+    pub fn sparse(&self) -> bool {
+        self.sparse
     }
 
     /// The destination root.
@@ -241,8 +263,16 @@ impl<'d> Landing<'d> {
             let verdict = self.verdict(f.rel, &super::FileStat::of(meta), f.size, By::FileHash, |w| {
                 w.hash == f.file_hash
             });
-            if quick && matches!(verdict, Verdict::Same(_) | Verdict::Unknown) {
+            let same_mode = FileStat::of(meta).mode & PERM_MASK == f.mode & PERM_MASK;
+            if quick && same_mode && matches!(verdict, Verdict::Same(_) | Verdict::Unknown) {
                 return Ok(Placement::Unchanged);
+            }
+            if quick && verdict == Verdict::Unknown {
+                // Same size and mtime, other permission bits (a chmod):
+                // the bits are set, no byte travels; nothing is known of
+                // the content to record.
+                set_file_times_and_mode(file, f.mtime_ns, f.mode).map_err(LandError::SetMeta)?;
+                return Ok(Placement::SameContent);
             }
             if let Verdict::Same(w) = verdict {
                 // The content is already there: metadata only, no chunk read or written.
@@ -255,9 +285,7 @@ impl<'d> Landing<'d> {
                 return Ok(Placement::SameContent);
             }
         }
-        let temp = self
-            .root
-            .create_temp_cached(&mut self.stat_cache, f.rel, f.mode)?;
+        let temp = self.root.create_temp_cached(&mut self.stat_cache, f.rel)?;
         self.open.insert(no, temp);
         Ok(Placement::Rebuild)
     }
@@ -271,11 +299,15 @@ impl<'d> Landing<'d> {
             .stat_existing(&mut self.stat_cache, f.rel)?
             .ok_or(LandError::ChangedSinceProbe)?;
         let quick = st.size == f.size && st.mtime_ns == f.mtime_ns;
+        let same_mode = st.mode & PERM_MASK == f.mode & PERM_MASK;
         let w = match self.verdict(f.rel, &st, f.size, By::Digest, |w| {
             f.file_hash[..16] == w.digest && f.file_hash[16..] == [0; 16]
         }) {
-            Verdict::Same(_) | Verdict::Unknown if quick => return Ok(Placement::Unchanged),
-            Verdict::Same(w) => w,
+            Verdict::Same(_) | Verdict::Unknown if quick && same_mode => return Ok(Placement::Unchanged),
+            Verdict::Same(w) => Some(w),
+            // Same size and mtime, other permission bits (a chmod): only
+            // the bits are set.
+            Verdict::Unknown if quick => None,
             Verdict::Differs | Verdict::Unknown => return Err(LandError::ChangedSinceProbe),
         };
         let now = self
@@ -283,7 +315,7 @@ impl<'d> Landing<'d> {
             .set_existing_times_and_mode(&mut self.stat_cache, f.rel, &st, f.mtime_ns, f.mode)
             .map_err(LandError::SetMetaByName)?
             .ok_or(LandError::ChangedSinceProbe)?;
-        if let Some(m) = &self.manifest {
+        if let (Some(m), Some(w)) = (&self.manifest, w) {
             m.insert(
                 f.rel.as_bytes(),
                 Written::of_stat(&now, w.hash, w.chunk_avg, w.digest),
@@ -321,8 +353,13 @@ impl<'d> Landing<'d> {
     /// Writes `slices` at `at` of the file `no` being rebuilt, with as few
     /// `pwritev` calls as the kernel allows.
     pub fn write_at(&mut self, no: u64, at: u64, slices: &mut [IoSlice<'_>]) -> Result<(), LandError> {
+        let sparse = self.sparse;
         let temp = self.temp(no)?;
-        write_all_vectored_at(temp.file(), slices, at).map_err(LandError::Write)
+        match sparse {
+            true => write_sparse_vectored_at(temp.file(), slices, at),
+            false => write_all_vectored_at(temp.file(), slices, at),
+        }
+        .map_err(LandError::Write)
     }
 
     /// Records in the manifest that the file at `rel`, found as `meta`,
@@ -394,6 +431,11 @@ impl<'d> Landing<'d> {
         if digest != f.file_hash {
             return Err(LandError::ContentMismatch);
         }
+        // Zeros at the end were never written (holes): the length says
+        // where the file ends, before it is read back or lands.
+        if self.sparse {
+            temp.file().set_len(f.size).map_err(LandError::Write)?;
+        }
         let quick = match quick {
             Some(q) => q,
             None if !self.wants_quick() => [0; 16],
@@ -452,6 +494,71 @@ pub(super) fn write_all_vectored_at(f: &File, mut slices: &mut [IoSlice<'_>], mu
     Ok(())
 }
 
+/// Smallest run of zeros left as a hole in a rebuilt file, and its
+/// alignment in the file: the filesystem block most use.
+pub const SPARSE_BLOCK: usize = 4096;
+
+/// [`write_all_vectored_at`], less the aligned [`SPARSE_BLOCK`]s that are
+/// all zeros: those are left unwritten (holes, in a file that is new).
+/// Data with no such block is written exactly as by
+/// [`write_all_vectored_at`]; checking costs a word per block of data that
+/// is not zero.
+pub(super) fn write_sparse_vectored_at(f: &File, slices: &mut [IoSlice<'_>], at: u64) -> io::Result<()> {
+    let mut off = at;
+    let any_zero = slices.iter().any(|s| {
+        let found = zero_blocks(s, off).next().is_some();
+        off += s.len() as u64;
+        found
+    });
+    if !any_zero {
+        return write_all_vectored_at(f, slices, at);
+    }
+    let mut off = at;
+    for s in slices.iter() {
+        let mut done = 0usize;
+        for (from, to) in zero_blocks(s, off) {
+            if from > done {
+                write_all_at(f, &s[done..from], off + done as u64)?;
+            }
+            done = to;
+        }
+        if done < s.len() {
+            write_all_at(f, &s[done..], off + done as u64)?;
+        }
+        off += s.len() as u64;
+    }
+    Ok(())
+}
+
+/// `pwrite` until all of `buf` is written at `at`, in pieces of at most
+/// [`WRITE_PIECE`].
+fn write_all_at(f: &File, buf: &[u8], at: u64) -> io::Result<()> {
+    write_all_vectored_at(f, &mut [IoSlice::new(buf)], at)
+}
+
+/// The runs of whole [`SPARSE_BLOCK`]s of `buf` (which starts at file
+/// offset `at`) that are aligned in the file and all zeros, as byte ranges
+/// of `buf`, in order; adjacent blocks make one run.
+fn zero_blocks(buf: &[u8], at: u64) -> impl Iterator<Item = (usize, usize)> + '_ {
+    const B: usize = SPARSE_BLOCK;
+    let first = ((B as u64 - at % B as u64) % B as u64) as usize;
+    let mut pos = first;
+    std::iter::from_fn(move || {
+        while pos + B <= buf.len() {
+            if is_zero(&buf[pos..pos + B]) {
+                let start = pos;
+                pos += B;
+                while pos + B <= buf.len() && is_zero(&buf[pos..pos + B]) {
+                    pos += B;
+                }
+                return Some((start, pos));
+            }
+            pos += B;
+        }
+        None
+    })
+}
+
 /// Most bytes one write puts in the page cache. A larger write lets the
 /// kernel fill 2 MiB folios, and on a VM whose host takes back free guest
 /// memory a fresh 2 MiB folio costs several times more per byte to fill
@@ -469,4 +576,47 @@ fn unchanged(meta: &std::fs::Metadata, size: u64, mtime_ns: i128) -> bool {
     meta.is_file()
         && meta.size() == size
         && i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()) == mtime_ns
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn zero_blocks_are_whole_aligned_blocks_merged_into_runs() {
+        let mut b = vec![0u8; 5 * SPARSE_BLOCK + 100];
+        b[8199] = 1;
+        // At file offset 100 the first aligned block starts at byte 3996.
+        let runs: Vec<_> = zero_blocks(&b, 100).collect();
+        assert_eq!(runs, [(3996, 8092), (12188, 20380)]);
+        assert_eq!(zero_blocks(&b[..SPARSE_BLOCK], 1).count(), 0);
+    }
+
+    #[test]
+    fn sparse_writes_leave_zero_blocks_unwritten_and_read_back_the_same() {
+        let f = tempfile::tempfile().expect("temporary file");
+        let data: Vec<u8> = (0..64u32).flat_map(|i| i.to_le_bytes()).collect();
+        let zeros = vec![0u8; 1 << 20];
+        let mut slices = [IoSlice::new(&data), IoSlice::new(&zeros), IoSlice::new(&data)];
+        let at = 7;
+        write_sparse_vectored_at(&f, &mut slices, at).expect("write");
+        let len = at + 2 * data.len() as u64 + zeros.len() as u64;
+        assert_eq!(f.metadata().expect("stat").len(), len);
+        let mut back = vec![1u8; len as usize];
+        f.read_exact_at(&mut back, 0).expect("read");
+        let mut want = vec![0u8; at as usize];
+        want.extend_from_slice(&data);
+        want.extend_from_slice(&zeros);
+        want.extend_from_slice(&data);
+        assert!(back == want);
+        // Two data blocks at most; the MiB of zeros between is a hole
+        // (where the filesystem keeps holes at all: tmpfs and ext4 do).
+        assert!(f.metadata().expect("stat").blocks() * 512 <= 64 << 10);
+
+        let g = tempfile::tempfile().expect("temporary file");
+        let mut slices = [IoSlice::new(&data), IoSlice::new(&zeros), IoSlice::new(&data)];
+        write_all_vectored_at(&g, &mut slices, at).expect("write");
+        assert!(g.metadata().expect("stat").blocks() * 512 >= 1 << 20);
+    }
 }

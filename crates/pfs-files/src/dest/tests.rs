@@ -92,6 +92,21 @@ fn temp_persist_mode_and_mtime() {
     }
 }
 
+/// Every temporary file is 0600 until its final mode, even a world-readable
+/// file's (security.md): a partial one may stay in `.pfs/tmp` for days.
+#[test]
+fn temp_files_are_owner_only_until_their_final_mode() {
+    let fx = Fixture::new();
+    let root = DestRoot::open(&fx.dest).unwrap();
+    let mut cache = StatCache::default();
+    let tmp = root.create_temp_cached(&mut cache, &rp("public.txt")).unwrap();
+    assert_eq!(tmp.file().metadata().unwrap().mode() & 0o7777, TEMP_MODE);
+    tmp.set_times_and_mode(0, 0o644).unwrap();
+    tmp.persist(false).unwrap();
+    let m = fs::metadata(fx.dest.join("public.txt")).unwrap();
+    assert_eq!(m.mode() & 0o777, 0o644);
+}
+
 #[test]
 fn dropped_temp_is_removed() {
     let fx = Fixture::new();

@@ -16,7 +16,8 @@ use super::host::LocalMountHost;
 use super::{MountServerConfig, MountServerOutcome};
 use crate::error::Timeout;
 use crate::framing::{
-    frame_want, is_timeout, now, send_error, split_frame, write_all_before, FrameClock, ReadTimeout, RecvBuf,
+    frame_want, is_timeout, now, send_error_beneath, split_frame, write_all_before, FrameClock, ReadTimeout,
+    RecvBuf,
 };
 use crate::SessionError;
 
@@ -40,7 +41,7 @@ pub fn serve_mount<T: Transport + ?Sized>(
     let _ = t.set_write_timeout(Some(cfg.write_timeout));
     if let Err(e) = &result {
         if e.tell_peer() {
-            send_error(t, e);
+            send_error_beneath(t, e, Some(dest.path()));
         }
     }
     // The client closed (or is told why not): close our side as well, so a

@@ -21,6 +21,9 @@ pub const HELLO_DELETE: u8 = 0x04;
 /// FILES_HELLO flag: decide "unchanged" by content, not by size and mtime
 /// (rsync's `--checksum`).
 pub const HELLO_CHECKSUM: u8 = 0x08;
+/// FILES_HELLO flag: write every byte, zeros included (`--no-sparse`);
+/// without it the receiver leaves runs of zeros as holes (§10.8).
+pub const HELLO_NO_SPARSE: u8 = 0x10;
 
 /// FILES_ACCEPT flag: the session's destination directory already has
 /// entries the receiver's chunk index may not describe (files put there by
@@ -203,7 +206,7 @@ impl<'a> FilesHello<'a> {
             return Err(WireError::UnsupportedVersion(version.to_le_bytes()[0]));
         }
         let flags = b.u8(f::FLAGS);
-        if flags & !(HELLO_DRY_RUN | HELLO_COMPRESS | HELLO_DELETE | HELLO_CHECKSUM) != 0 {
+        if flags & !(HELLO_DRY_RUN | HELLO_COMPRESS | HELLO_DELETE | HELLO_CHECKSUM | HELLO_NO_SPARSE) != 0 {
             return Err(WireError::BadFlags);
         }
         if !b.is_zero(f::RESERVED_12) || !b.is_zero(f::RESERVED_24) {
@@ -515,6 +518,15 @@ mod tests {
         let mut bad = out.clone();
         bad[2] = 0x80;
         assert_eq!(FilesHello::parse(&bad), Err(WireError::BadFlags));
+        // NO_SPARSE (0x10) is the highest flag; the next bit is refused.
+        let mut dense = out.clone();
+        dense[2] |= HELLO_NO_SPARSE;
+        assert_eq!(
+            FilesHello::parse(&dense).map(|h| h.flags),
+            Ok(HELLO_COMPRESS | HELLO_NO_SPARSE)
+        );
+        dense[2] |= 0x20;
+        assert_eq!(FilesHello::parse(&dense), Err(WireError::BadFlags));
         let mut bad = out;
         bad[0] = 9;
         assert!(matches!(

@@ -10,6 +10,7 @@ use pfs_store::StoreError;
 use pfs_wire::files::{
     parse_batch, parse_index_request, FilesAccept, FilesHello, FilesReport, IndexEntry, Plan, PlanAck,
     TopMtime, ACCEPT_OCCUPIED, FLAG_FILES_REPORT, FLAG_LAST, HELLO_CHECKSUM, HELLO_DELETE, HELLO_DRY_RUN,
+    HELLO_NO_SPARSE,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{put_frame, Frame, FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -448,7 +449,8 @@ impl FilesReceiver {
         // default stands in.
         let params = pfs_files::ChunkParams::new(hello.chunk_avg).unwrap_or_default();
         self.scope.params = params;
-        host.set_session(params, hello.flags & HELLO_CHECKSUM != 0);
+        self.scope.sparse = hello.flags & HELLO_NO_SPARSE == 0;
+        host.set_session(params, hello.flags & HELLO_CHECKSUM != 0, self.scope.sparse);
         let info = host.store_info();
         // Only an empty index makes a sender skip its PROBE; with entries
         // it probes anyway, and the flag is left out for senders from

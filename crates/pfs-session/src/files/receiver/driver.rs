@@ -8,7 +8,7 @@ use pfs_transport::Transport;
 use super::core::{FilesReceiver, FilesReceiverEvent};
 use super::local::{ChunkIndex, LocalHost};
 use super::{FilesReceiverConfig, FilesReceiverOutcome};
-use crate::framing::{is_timeout, now, send_error, write_reply, ReadTimeout, RecvBuf};
+use crate::framing::{is_timeout, now, send_error_beneath, write_reply, ReadTimeout, RecvBuf};
 use crate::SessionError;
 use pfs_sys::{thread_usage, Usage};
 
@@ -39,7 +39,7 @@ pub fn receive_files<T: Transport + ?Sized>(
             // The ERROR frame too: a peer that does not read cannot hold us.
             let _ = t.set_write_timeout(Some(cfg.write_timeout));
             if e.tell_peer() {
-                send_error(t, &e);
+                send_error_beneath(t, &e, Some(dest.path()));
             }
             Err(e)
         }

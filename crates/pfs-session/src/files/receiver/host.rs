@@ -136,10 +136,11 @@ pub trait FilesHost<'s> {
     /// descriptors until it is written or finished again.
     fn park(&mut self, no: u64);
 
-    /// The session's chunk parameters, and whether content decides
+    /// The session's chunk parameters, whether content decides
     /// "unchanged", not size and mtime (rsync's `--checksum`; see
-    /// [`pfs_files::Landing::set_session`]).
-    fn set_session(&mut self, params: pfs_files::ChunkParams, checksum: bool);
+    /// [`pfs_files::Landing::set_session`]), and whether runs of zeros are
+    /// left as holes ([`pfs_files::Landing::set_sparse`]).
+    fn set_session(&mut self, params: pfs_files::ChunkParams, checksum: bool, sparse: bool);
 
     /// Indexes the regular file at `rel` (a file a sender probes that the
     /// destination does not hold as far as size, mtime and its manifest

@@ -749,8 +749,9 @@ impl<'s> FilesHost<'s> for LocalHost<'s> {
         self.landing.park(no);
     }
 
-    fn set_session(&mut self, params: pfs_files::ChunkParams, checksum: bool) {
+    fn set_session(&mut self, params: pfs_files::ChunkParams, checksum: bool, sparse: bool) {
         self.landing.set_session(params, checksum);
+        self.landing.set_sparse(sparse);
     }
 
     fn occupied(&mut self, dir: Option<&RelPath>) -> bool {

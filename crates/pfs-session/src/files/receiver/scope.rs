@@ -1,6 +1,7 @@
 //! What the sender's FILES_HELLO asked for: the remote directory every
-//! path is beneath, a dry run or not, the chunk parameters; and the rule
-//! that turns a path from the sender into one beneath the destination.
+//! path is beneath, a dry run or not, the chunk parameters, whether zeros
+//! stay holes; and the rule that turns a path from the sender into one
+//! beneath the destination.
 
 use pfs_files::{ChunkParams, PathError, RelPath};
 
@@ -17,6 +18,48 @@ pub(super) struct Scope {
     pub(super) dry_run: bool,
     /// The session's chunk parameters (from FILES_HELLO's `chunk_avg`).
     pub(super) params: ChunkParams,
+    /// Runs of zeros are left as holes (no `NO_SPARSE` in FILES_HELLO).
+    pub(super) sparse: bool,
+    /// BLAKE3 of a run of zeros, by length, for the chunks of a sparse
+    /// file (see `stream`).
+    pub(super) zeros: ZeroHashes,
+}
+
+/// BLAKE3 of `len` zero bytes for a few lengths: a chunk with that hash
+/// is a run of zeros, left as a hole without reading or writing it. A
+/// run of zeros is cut into chunks of one length (`cdc.rs`), so a file
+/// needs one or two; at most [`ZeroHashes::MAX`] lengths are kept, so a
+/// sender naming many lengths costs at most that many hashes of zeros.
+#[derive(Debug, Default)]
+pub(super) struct ZeroHashes {
+    known: Vec<(u32, [u8; 32])>,
+}
+
+impl ZeroHashes {
+    /// Lengths kept.
+    const MAX: usize = 16;
+
+    /// Whether `hash` is the BLAKE3 of `len` zero bytes (false for a
+    /// length not kept when no room is left).
+    pub(super) fn is_zero(&mut self, hash: &[u8; 32], len: u32) -> bool {
+        if let Some((_, h)) = self.known.iter().find(|(l, _)| *l == len) {
+            return h == hash;
+        }
+        if self.known.len() >= Self::MAX {
+            return false;
+        }
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        let mut h = blake3::Hasher::new();
+        let mut left = len as usize;
+        while left > 0 {
+            let n = left.min(ZEROS.len());
+            h.update(&ZEROS[..n]);
+            left -= n;
+        }
+        let h = *h.finalize().as_bytes();
+        self.known.push((len, h));
+        h == *hash
+    }
 }
 
 impl Scope {

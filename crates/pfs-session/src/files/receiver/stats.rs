@@ -47,6 +47,9 @@ impl Stats {
     /// A line for the report beyond the per-entry failures, within the
     /// report's text limit.
     pub(super) fn note(&mut self, line: &str) {
+        // Not rewritten by `crate::peer_text`: these lines name entries by
+        // their path relative to the destination, and echo the sender's own
+        // words (its absolute paths among them, in a DROP's reason).
         if self.messages.len() + line.len() <= MAX_REPORT_TEXT {
             self.messages.push_str(line);
         }

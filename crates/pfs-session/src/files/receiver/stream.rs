@@ -454,6 +454,17 @@ impl FilesReceiver {
         host: &mut H,
     ) -> Result<(), SessionError> {
         let (at, rebuilding) = self.take_chunk(e)?;
+        let by_hash = matches!(e.data, ChunkData::Ref { .. } | ChunkData::Known);
+        if rebuilding && by_hash && self.scope.sparse && self.scope.zeros.is_zero(e.hash, e.len) {
+            if let ChunkData::Ref { offset } = e.data {
+                let loc = ChunkLoc { offset, len: e.len };
+                if matches!(host.stored(loc), Lent::Outside) {
+                    return Err(FilesViolation::OutsideStore { offset, len: e.len }.into());
+                }
+            }
+            self.zero_run(e.len, pending, host);
+            return Ok(());
+        }
         match e.data {
             ChunkData::Literal(_) | ChunkData::Zstd(_) => {
                 if !self.literal(e, at, pending, host)? && rebuilding {
@@ -776,6 +787,30 @@ impl FilesReceiver {
         if let Err(e) = host.write(*no, at, &mut [IoSlice::new(bytes)]) {
             self.fail_current(e, host);
         }
+    }
+
+    /// A chunk of `len` zero bytes (its hash says so) in a sparse file:
+    /// neither read nor written, a hole (the file gets its length when it
+    /// is finished); only the XXH3-128 of the content takes its zeros.
+    fn zero_run<'s, H: FilesHost<'s>>(&mut self, len: u32, pending: &mut Pending<'_>, host: &mut H) {
+        self.flush(pending, host);
+        let Some(Current {
+            target: Target::Rebuild(rb),
+            ..
+        }) = self.stream.current.as_mut()
+        else {
+            return;
+        };
+        if let Some(q) = rb.quick.as_mut() {
+            static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+            let mut left = len as usize;
+            while left > 0 {
+                let n = left.min(ZEROS.len());
+                q.0.write(&ZEROS[..n]);
+                left -= n;
+            }
+        }
+        self.stats.report.matched_bytes += u64::from(len);
     }
 
     /// Writes the pending bytes; a failed write fails the file.

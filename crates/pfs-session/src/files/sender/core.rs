@@ -19,6 +19,7 @@ use std::time::Instant;
 use pfs_wire::files::{
     parse_nak, FileDone, FileDrop, FilesAccept, FilesHello, FilesReport, Plan, PlanAck, TopMtime,
     ACCEPT_OCCUPIED, FLAG_FILES_REPORT, HELLO_CHECKSUM, HELLO_COMPRESS, HELLO_DELETE, HELLO_DRY_RUN,
+    HELLO_NO_SPARSE,
 };
 use pfs_wire::frame::MAX_CONTROL_BODY;
 use pfs_wire::{FrameHeader, FrameType, FRAME_HEADER_LEN};
@@ -153,7 +154,8 @@ impl<'a> FilesSender<'a> {
             flags: if cfg.dry_run { HELLO_DRY_RUN } else { 0 }
                 | if cfg.compress.is_some() { HELLO_COMPRESS } else { 0 }
                 | if cfg.delete.is_some() { HELLO_DELETE } else { 0 }
-                | if cfg.checksum { HELLO_CHECKSUM } else { 0 },
+                | if cfg.checksum { HELLO_CHECKSUM } else { 0 }
+                | if cfg.sparse { 0 } else { HELLO_NO_SPARSE },
             auth_method: 0,
             chunk_avg: cfg.chunk_avg,
             session_nonce: cfg.session_nonce,
@@ -738,7 +740,7 @@ impl<'a> FilesSender<'a> {
     /// numbered): it goes STREAMED, then FILE_DROP says why.
     fn collect<S: FilesSource + ?Sized>(&mut self, no: usize, src: &mut S) {
         self.items[no].pending = false;
-        self.plans.unpend(self.items[no].announced_size());
+        self.plans.unpend(self.items[no].pending_share());
         if let Err(why) = src.chunk_one(self.items, no) {
             self.items[no].streamed = true;
             self.stream.file = Some(StreamedFile::failed(why));
@@ -753,7 +755,7 @@ impl<'a> FilesSender<'a> {
     fn start_streamed<S: FilesSource + ?Sized>(&mut self, no: usize, src: &mut S) {
         let mut st = StreamedFile {
             part: Partial {
-                pending: self.items[no].announced_size(),
+                pending: self.items[no].pending_share(),
                 ..Partial::default()
             },
             ..StreamedFile::default()

@@ -110,6 +110,16 @@ impl FilesItem {
         }
     }
 
+    /// What the file may add to the receiver's store before it is chunked
+    /// (PLAN's `pending_bytes`): its size, or for a sparse file its
+    /// allocated bytes and [`SPARSE_SLACK`], since its holes are zero
+    /// chunks that travel as new bytes once. The receiver reserves the
+    /// rest as it arrives, should this be short.
+    fn pending_share(&self) -> u64 {
+        let size = self.announced_size();
+        size.min(self.entry.meta.allocated.saturating_add(SPARSE_SLACK))
+    }
+
     /// A regular file whose content travels (not a hard link of another).
     fn is_file(&self) -> bool {
         matches!(self.entry.kind, WalkKind::File { .. }) && self.hard_link.is_none()
@@ -170,11 +180,20 @@ pub struct FilesSenderConfig {
     /// STREAMED, chunked while they are sent (`None`: every file is chunked
     /// before its FILE). Never in a dry run or with `checksum`.
     pub stream_min: Option<u64>,
+    /// The receiver leaves runs of zeros as holes (the default; false is
+    /// `--no-sparse`: FILES_HELLO's `NO_SPARSE`, every byte written).
+    pub sparse: bool,
     /// The mtime (ns since the epoch) of the directory whose contents are
     /// sent (`DIR/`), for the receiver to set on the remote directory
     /// itself (FILES_END, docs/wire.md §10.9); `None` sends none.
     pub top_mtime_ns: Option<i128>,
 }
+
+/// New bytes a sparse file may send besides its allocated ones: chunks
+/// that straddle a data extent carry zeros from the holes beside it, and
+/// a run of zeros travels once (one chunk of each length). An estimate
+/// for the receiver's up-front reservation only.
+pub const SPARSE_SLACK: u64 = 4 << 20;
 
 /// Default [`FilesSenderConfig::stream_min`]: two chunking windows, so
 /// smaller files keep being chunked many at a time on every thread.
@@ -394,7 +413,7 @@ pub fn classify(
                 sum.files += 1;
                 sum.streamed_files += u64::from(item.streamed);
                 sum.total_bytes += size;
-                sum.pending_bytes += size;
+                sum.pending_bytes += item.pending_share();
                 return Vec::new();
             }
             let Some(recipe) = &item.recipe else {

@@ -153,6 +153,24 @@ mod tests {
     }
 
     #[test]
+    fn a_sparse_file_counts_its_allocated_bytes_as_pending_not_its_holes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ix = cache(&dir, &[]);
+        let mut items = vec![file_item("disk.img", 1 << 30), file_item("dense", 64 << 20)];
+        items[0].entry.meta.allocated = 12 << 10;
+        items[1].entry.meta.allocated = 64 << 20;
+        for i in &mut items {
+            i.streamed = true;
+        }
+        let s = Plans::default().classify(&items, &ix);
+        assert_eq!(s.total_bytes, (1 << 30) + (64 << 20));
+        assert_eq!(
+            s.pending_bytes,
+            (12 << 10) + super::super::SPARSE_SLACK + (64 << 20)
+        );
+    }
+
+    #[test]
     fn a_streamed_file_moves_from_pending_to_its_chunks_when_settled() {
         let dir = tempfile::tempdir().expect("tempdir");
         let ix = cache(&dir, &[]);
