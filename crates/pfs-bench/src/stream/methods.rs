@@ -9,7 +9,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use packetfs::blob::{open_blob, study_blob};
+use packetfs::blob::{study_blob, Blob, OpenedBlob};
 use packetfs::endpoint::Endpoint;
 use packetfs::stream::{
     Entry, GramEntries, Offer, Publication, PublicationConfig, SubscriberBlob, Subscription,
@@ -43,6 +43,14 @@ pub struct Flow {
     pub receiver_cpu_s: f64,
 }
 
+/// The blob both sides of a PFS row need (the same length and bytes):
+/// messages never touch it, so what its backing warns (a 1 MiB mapping
+/// gets no huge pages) says nothing about this study and is not printed.
+fn message_blob() -> anyhow::Result<OpenedBlob> {
+    let (blob, setup) = Blob::open_or_create(&study_blob(1 << 20, 64, None))?;
+    Ok(OpenedBlob { blob, setup })
+}
+
 /// What a receiving thread returns: messages, bytes, its CPU seconds.
 type Received = (u64, u64, f64);
 
@@ -54,8 +62,7 @@ fn joined(h: std::thread::ScopedJoinHandle<'_, anyhow::Result<Received>>) -> any
 /// `endpoint` (`tcp:127.0.0.1:0`, `unix:PATH` …), `GRAM_BYTES / size` per
 /// gram, the subscriber's handler counting them.
 pub fn pfs(endpoint: &str, size: usize, messages: u64) -> anyhow::Result<Flow> {
-    let primary = open_blob(&study_blob(1 << 20, 64, None), true)?;
-    let mut replica = open_blob(&study_blob(1 << 20, 64, None), true)?;
+    let (primary, mut replica) = (message_blob()?, message_blob()?);
     let listener = endpoint.parse::<Endpoint>()?.listen()?;
     let target = Endpoint::bound(&listener).target();
     let per_gram = (GRAM_BYTES / size).max(1) as u64;
@@ -205,8 +212,7 @@ const WARMUP: u64 = 100;
 /// (`wait_applied`); streams are one-way, so that is the round trip.
 /// Returns the timed round trips, nanoseconds, sorted.
 pub fn pfs_round_trips(endpoint: &str, size: usize, round_trips: u64) -> anyhow::Result<Vec<u64>> {
-    let primary = open_blob(&study_blob(1 << 20, 64, None), true)?;
-    let mut replica = open_blob(&study_blob(1 << 20, 64, None), true)?;
+    let (primary, mut replica) = (message_blob()?, message_blob()?);
     let listener = endpoint.parse::<Endpoint>()?.listen()?;
     let target = Endpoint::bound(&listener).target();
     let message = vec![0x5au8; size];
