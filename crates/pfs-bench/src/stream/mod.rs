@@ -173,6 +173,10 @@ fn flow_status(r: &anyhow::Result<Flow>, want: u64) -> Status {
 pub fn run(args: StreamArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
     let bytes = args.bytes.unwrap_or(if args.quick { 8 << 20 } else { 64 << 20 });
     let round_trips = args.round_trips.unwrap_or(if args.quick { 2000 } else { 20_000 });
+    anyhow::ensure!(
+        !args.sizes.contains(&0),
+        "--sizes: a message has at least one byte"
+    );
     let scratch = crate::scratch::Scratch::new(&std::env::temp_dir(), "stream")?;
     let mut flows = Vec::new();
     for &size in &args.sizes {
