@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use packetfs::blob::{open_blob, study_blob};
+use packetfs::blob::{study_blob, Blob, OpenedBlob};
 use packetfs::endpoint::Endpoint;
 use packetfs::stream::{
     Entry, GramEntries, Offer, Publication, PublicationConfig, SubscriberBlob, Subscription,
@@ -77,9 +77,13 @@ impl Latency {
 /// Sends `records` 64-byte records, one per gram, each after the last was
 /// applied, and times each round trip.
 pub fn run(records: u64) -> Result<Latency, Box<dyn std::error::Error + Send + Sync>> {
-    // Messages do not touch the blob; both sides still need the same one.
-    let primary = open_blob(&study_blob(1 << 20, 64, None), true)?;
-    let mut replica = open_blob(&study_blob(1 << 20, 64, None), true)?;
+    // Messages do not touch the blob; both sides still need the same one
+    // (what its backing warns — no huge pages for 1 MiB — is not printed).
+    let blob = || -> Result<OpenedBlob, packetfs::blob::BlobError> {
+        let (blob, setup) = Blob::open_or_create(&study_blob(1 << 20, 64, None))?;
+        Ok(OpenedBlob { blob, setup })
+    };
+    let (primary, mut replica) = (blob()?, blob()?);
     let listener = "tcp:127.0.0.1:0".parse::<Endpoint>()?.listen()?;
     let target = Endpoint::bound(&listener).target();
     std::thread::scope(|s| {
