@@ -21,6 +21,10 @@ mod keys;
 #[allow(dead_code)]
 mod stream_replicate;
 
+#[path = "../examples/stream_latency.rs"]
+#[allow(dead_code)]
+mod stream_latency;
+
 #[test]
 fn gram_send_and_serve_over_loopback() {
     let stats = gram_loopback::run().expect("session");
@@ -66,6 +70,18 @@ fn a_replica_follows_its_primary() {
     assert!(o.wire_bytes < o.bytes_changed + 200 * 80 + 200, "{o:?}");
 }
 
+#[test]
+fn every_record_makes_a_round_trip() {
+    let l = stream_latency::run(200).expect("latency run");
+    assert_eq!(l.received, 200, "{l:?}");
+    assert_eq!(l.sorted_ns.len(), 200);
+    // The histogram holds every sample, one line per log2 bucket.
+    let buckets = l.buckets();
+    assert_eq!(buckets.iter().map(|b| b.1).sum::<u64>(), 200);
+    assert_eq!(l.histogram().lines().count(), buckets.len());
+    assert!(l.percentile(50.0) <= l.percentile(99.9) && l.percentile(99.9) <= l.percentile(100.0));
+}
+
 /// The README's Library section runs exactly these examples.
 #[test]
 fn the_readme_names_every_example() {
@@ -91,6 +107,7 @@ fn the_readme_names_every_example() {
             "keys",
             "same_host_ring",
             "stream_catchup",
+            "stream_latency",
             "stream_replicate",
             "stream_throughput"
         ]

@@ -102,6 +102,8 @@ pub enum BenchStudy {
     Files(crate::suite::files::BenchFilesArgs),
     /// pfs mount: fio on one file (tmpfs, page cache warm, direct=1, cold), tree metadata, first byte of a remote file, whole-tree read vs pfs send.
     Mount(crate::mount::BenchMountArgs),
+    /// Streaming mode as a message transport: 64 B, 1 KiB, 64 KiB messages/s, MB/s and MB per CPU-second, and the 64 B round trip, against send() per message, batched writev and a socket ping-pong.
+    Stream(crate::stream::StreamArgs),
     /// The server side of one `pfs bench ipc` row (started by the study itself).
     #[command(hide = true)]
     IpcPeer(crate::ipc::IpcPeerArgs),

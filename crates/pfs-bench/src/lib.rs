@@ -11,7 +11,8 @@
 //!
 //! Map:
 //! - studies: [`suite`] (the main table, with its files row group in
-//!   `suite::files`), [`exec`], [`ipc`], [`io_primitives`], [`mount`];
+//!   `suite::files`), [`exec`], [`ipc`], [`io_primitives`], [`mount`],
+//!   [`stream`];
 //! - output: [`report`] (the one header, table and CSV/Markdown/JSON
 //!   rendering every study uses), [`plot`] (PNG charts), [`labels`] (row
 //!   labels), [`sysinfo`] (host facts for headers) — the last two are
@@ -38,6 +39,7 @@ pub mod peer;
 pub mod plot;
 pub mod report;
 pub mod scratch;
+pub mod stream;
 pub mod suite;
 
 pub use packetfs::{labels, sysinfo};
@@ -73,6 +75,7 @@ pub fn run(args: args::BenchArgs, pfs: &Binary) -> anyhow::Result<Outcome> {
         Some(BenchStudy::QuicPeer(peer)) => suite::quic::run_peer(peer),
         Some(BenchStudy::Files(study)) => suite::files::run(study, pfs),
         Some(BenchStudy::Mount(study)) => mount::run(study, pfs),
+        Some(BenchStudy::Stream(study)) => stream::run(study, pfs),
         None => suite::run(args, pfs),
     }
 }

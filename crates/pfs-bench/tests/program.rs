@@ -62,6 +62,7 @@ fn help_lists_the_pfs_option_and_every_study() {
         "ipc",
         "files",
         "mount",
+        "stream",
         "Examples",
     ] {
         assert!(stdout.contains(word), "pfs-bench --help lacks {word}:\n{stdout}");
