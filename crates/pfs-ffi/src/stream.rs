@@ -552,7 +552,10 @@ pub unsafe extern "C" fn pfs_listener_bind(addr: *const c_char, out: *mut *mut P
             unsafe { out.write(handle) };
             PfsStatus::Ok
         }
-        Err(e) => fail(PfsStatus::Io, format!("{WHAT}: {}", packetfs::report::error_line(&e))),
+        Err(e) => fail(
+            PfsStatus::Io,
+            format!("{WHAT}: {}", packetfs::report::error_line(&e)),
+        ),
     })
 }
 
@@ -648,7 +651,12 @@ pub unsafe extern "C" fn pfs_subscription_listen_accept(
     };
     let listener = match endpoint.listen() {
         Ok(l) => l,
-        Err(e) => return fail(PfsStatus::Io, format!("{WHAT}: {}", packetfs::report::error_line(&e))),
+        Err(e) => {
+            return fail(
+                PfsStatus::Io,
+                format!("{WHAT}: {}", packetfs::report::error_line(&e)),
+            )
+        }
     };
     // SAFETY: the caller's promises, passed on.
     unsafe { accept_on(WHAT, &listener, blob, options, out) }
