@@ -156,7 +156,7 @@ pub fn deleted_name((kind, path): &(DeletedKind, String)) -> String {
 /// The lines `pfs send PATH…` prints before its summary: with `itemize`
 /// (`-i`) every item of `list` as `YXcstpoguax NAME`; in a dry run without
 /// it the names alone (rsync's `-n -v`); otherwise only the `deleting NAME`
-/// lines. Names are escaped ([`pfs_files::escape`]).
+/// lines. Names are escaped ([`pfs_files::escape()`]).
 ///
 /// ```
 /// use packetfs::report::files_listing;

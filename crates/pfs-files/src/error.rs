@@ -85,7 +85,7 @@ pub enum FilesError {
     /// A path or symlink target was refused.
     #[error("{path}: {source}")]
     Path {
-        /// The offending path, escaped ([`crate::escape`]).
+        /// The offending path, escaped ([`crate::escape()`]).
         path: String,
         /// Why it was refused.
         #[source]
@@ -96,7 +96,7 @@ pub enum FilesError {
     /// was not set.
     #[error("{path}: {source}")]
     Acl {
-        /// The entry, escaped ([`crate::escape`]).
+        /// The entry, escaped ([`crate::escape()`]).
         path: String,
         /// What is wrong with it.
         #[source]
@@ -142,7 +142,7 @@ pub enum FilesError {
     /// the same destination path.
     #[error("two sources would both land at \"{name}\" and overwrite each other at the destination; send them separately")]
     DuplicateRoot {
-        /// The shared basename, escaped ([`crate::escape`]).
+        /// The shared basename, escaped ([`crate::escape()`]).
         name: String,
     },
 

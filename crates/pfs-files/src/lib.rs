@@ -15,7 +15,7 @@
 //! - [`manifest`]: the receiver's record of the files it wrote, so content
 //!   it already holds is not rewritten;
 //! - [`xattr`]: which extended attributes travel, and reading them;
-//! - [`escape`]: names in human output, control characters escaped as rsync does;
+//! - [`mod@escape`]: names in human output, control characters escaped as rsync does;
 //! - [`error`]: typed errors.
 //!
 //! ```no_run

@@ -182,7 +182,7 @@ impl PartialOrd for RelPath {
 
 impl fmt::Display for RelPath {
     /// For messages: control characters and invalid UTF-8 escaped
-    /// ([`crate::escape`]), so a name never forges a line.
+    /// ([`crate::escape()`]), so a name never forges a line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&crate::escape(&self.0), f)
     }

@@ -7,7 +7,7 @@
 //! or `hashlib` read it in place; a subscription's callback gets its
 //! entries as memoryviews of the blob and of the received frame.
 //!
-//! Modules: [`blob`] the `Blob` class; [`stream`] streaming mode:
+//! Modules: `blob` the `Blob` class; `stream` streaming mode:
 //! `Publication`, `Listener`, `Subscription`, `Gram`, `BackPressure`,
 //! `StreamError`.
 

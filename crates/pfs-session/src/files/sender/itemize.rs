@@ -25,7 +25,7 @@
 //! After a real send, the receiver's counts settle one case: when it wrote
 //! no file, no file travelled (see `settle`).
 //!
-//! Names are printed escaped ([`pfs_files::escape`]); [`Itemized`] keeps
+//! Names are printed escaped ([`pfs_files::escape()`]); [`Itemized`] keeps
 //! the real bytes for JSON.
 
 use std::collections::HashSet;

@@ -20,7 +20,7 @@
 //!   (hashing and chunking included), its rate and its one-line text.
 //! - [`scan`]: [`scan_items`], the paths a user names as [`FilesItem`]s
 //!   with what the quick-check cache knows, before the session.
-//! - [`itemize`]: what travelled (or would), one rsync-style
+//! - [`mod@itemize`]: what travelled (or would), one rsync-style
 //!   `--itemize-changes` item per entry, from the items after the session.
 
 mod batch;
@@ -73,7 +73,7 @@ pub struct FilesItem {
     pub held: bool,
     /// The receiver said (PROBE) it holds this file as it is: `held`, or
     /// an empty file (sent as usual: HELD needs content), which a listing
-    /// leaves out ([`itemize`]).
+    /// leaves out ([`itemize()`]).
     pub there: bool,
     /// A hard link to the earlier item at this path (`-H`): FILE with
     /// LINKED, never read.
@@ -159,7 +159,7 @@ pub struct FilesSenderConfig {
     pub probe: bool,
     /// Ask about every regular file (PROBE, implies `probe`), those with a
     /// cached recipe too, so that the send knows each file the receiver
-    /// holds: set when what travels is listed ([`itemize`], `-i`,
+    /// holds: set when what travels is listed ([`itemize()`], `-i`,
     /// `--dry-run`). Costs one XXH3-128 pass over files with a cached
     /// recipe but no cached digest.
     pub probe_all: bool,
