@@ -10,10 +10,6 @@ use super::{FioRow, FirstByteRow, MountHeader, ReadPath, Results, NUMJOBS, WORKL
 use crate::plot::{self, DotRow};
 use crate::report::{ratio, Cell, Column, Report, Section, Table, Target};
 
-fn num(v: Option<f64>, decimals: usize) -> Cell {
-    v.map_or(Cell::Missing, |v| Cell::Num(v, decimals))
-}
-
 /// Notes led by why a row (or one of its runs) did not measure.
 fn with_why(why: Option<String>, notes: &str) -> String {
     match (why, notes.is_empty()) {
@@ -59,13 +55,13 @@ pub fn fio_table(rows: &[FioRow]) -> Table {
         t.push(vec![
             Cell::text(r.path.label()),
             Cell::text(r.workload.name),
-            num(iops(0), 0),
-            num(iops(1), 0),
-            num(mbs(0), 1),
-            num(mbs(1), 1),
-            num(vs(0), 3),
-            num(vs(1), 3),
-            num(iops(1).zip(iops(0)).and_then(|(a, b)| ratio(a, b)), 2),
+            Cell::num(iops(0), 0),
+            Cell::num(iops(1), 0),
+            Cell::num(mbs(0), 1),
+            Cell::num(mbs(1), 1),
+            Cell::num(vs(0), 3),
+            Cell::num(vs(1), 3),
+            Cell::num(iops(1).zip(iops(0)).and_then(|(a, b)| ratio(a, b)), 2),
             Cell::text(with_why(why, &r.notes)),
         ]);
     }
@@ -94,11 +90,11 @@ pub fn meta_table(res: &Results) -> Table {
         t.push(vec![
             Cell::text(&r.label),
             stat.map_or(Cell::Missing, |s| Cell::Int(s.1)),
-            num(ls, 3),
-            num(stat.map(|s| s.0), 3),
-            num(stat.and_then(|s| ratio(s.1 as f64, s.0)), 0),
-            num(ls.zip(base_ls).and_then(|(a, b)| ratio(a, b)), 2),
-            num(stat.map(|s| s.0).zip(base_stat).and_then(|(a, b)| ratio(a, b)), 2),
+            Cell::num(ls, 3),
+            Cell::num(stat.map(|s| s.0), 3),
+            Cell::num(stat.and_then(|s| ratio(s.1 as f64, s.0)), 0),
+            Cell::num(ls.zip(base_ls).and_then(|(a, b)| ratio(a, b)), 2),
+            Cell::num(stat.map(|s| s.0).zip(base_stat).and_then(|(a, b)| ratio(a, b)), 2),
             Cell::text(with_why(why, &r.notes)),
         ]);
     }
@@ -130,11 +126,11 @@ pub fn first_byte_table(rows: &[FirstByteRow]) -> Table {
         t.push(vec![
             Cell::text(&r.label),
             Cell::text(&r.read),
-            num(med.map(|(o, rd)| o + rd), 3),
-            num(med.map(|m| m.0), 3),
-            num(med.map(|m| m.1), 3),
-            num(lo, 3),
-            num(hi, 3),
+            Cell::num(med.map(|(o, rd)| o + rd), 3),
+            Cell::num(med.map(|m| m.0), 3),
+            Cell::num(med.map(|m| m.1), 3),
+            Cell::num(lo, 3),
+            Cell::num(hi, 3),
             r.rounds.ok().map_or(Cell::Missing, |v| Cell::Int(v.len() as u64)),
             Cell::text(with_why(r.rounds.why(), &r.notes)),
         ]);
@@ -166,13 +162,13 @@ pub fn tree_table(res: &Results) -> Table {
         t.push(vec![
             Cell::text(&r.label),
             x.map_or(Cell::Missing, |x| Cell::Int(x.files)),
-            num(x.map(|x| x.bytes as f64 / 1e6), 1),
-            num(x.map(|x| x.secs), 3),
-            num(x.and_then(|x| ratio(x.bytes as f64 / 1e6, x.secs)), 1),
-            num(x.map(|x| x.cpu), 2),
-            num(x.and_then(|x| x.fetched).map(|b| b as f64 / 1e6), 1),
-            num(x.and_then(|x| x.wire).map(|b| b as f64 / 1e6), 1),
-            num(x.map(|x| x.secs).zip(send).and_then(|(a, b)| ratio(a, b)), 3),
+            Cell::num(x.map(|x| x.bytes as f64 / 1e6), 1),
+            Cell::num(x.map(|x| x.secs), 3),
+            Cell::num(x.and_then(|x| ratio(x.bytes as f64 / 1e6, x.secs)), 1),
+            Cell::num(x.map(|x| x.cpu), 2),
+            Cell::num(x.and_then(|x| x.fetched).map(|b| b as f64 / 1e6), 1),
+            Cell::num(x.and_then(|x| x.wire).map(|b| b as f64 / 1e6), 1),
+            Cell::num(x.map(|x| x.secs).zip(send).and_then(|(a, b)| ratio(a, b)), 3),
             Cell::text(with_why(r.run.why(), &r.notes)),
         ]);
     }
@@ -286,24 +282,6 @@ pub fn targets(res: &Results) -> Vec<Target> {
 /// above the block, in the text and Markdown reports).
 const TARGETS_SAID: &str = "Targets (ratios of the rows above, same run; each figure is a target the design sets for the mount, listed in docs/benchmarks.md)";
 
-fn targets_table(t: &[Target]) -> Table {
-    let mut table = Table::new(&[
-        Column::num("value", 8),
-        Column::text("target", 9),
-        Column::text("verdict", 7),
-        Column::text("figure", 0),
-    ]);
-    for x in t {
-        table.push(vec![
-            x.value.map_or(Cell::Missing, |v| Cell::Num(v, 3)),
-            Cell::text(format!("{} {}{}", x.bound().sign(), x.limit, x.unit)),
-            Cell::text(x.verdict().as_str()),
-            Cell::text(&x.what),
-        ]);
-    }
-    table
-}
-
 /// The tables with rows: (JSON key, CSV file, title, table).
 fn tables(res: &Results) -> Vec<(&'static str, &'static str, &'static str, Table)> {
     let mut v = Vec::new();
@@ -366,7 +344,7 @@ pub fn report(h: &MountHeader, res: &Results) -> Report {
     if tg.is_empty() {
         r.extra.insert("targets".into(), serde_json::json!([]));
     } else {
-        r = r.section(Section::new("targets", targets_table(&tg), Target::data(&tg)).titled(TARGETS_SAID));
+        r = r.section(Section::new("targets", Target::view(&tg), Target::data(&tg)).titled(TARGETS_SAID));
     }
     if let Some(last) = r.sections.last_mut() {
         last.note = Some(h.study.units.clone());

@@ -165,6 +165,11 @@ impl Cell {
         Self::Text(s.into())
     }
 
+    /// A figure to `decimals` digits, or `—` for a row that has none.
+    pub fn num(v: Option<f64>, decimals: usize) -> Self {
+        v.map_or(Self::Missing, |v| Self::Num(v, decimals))
+    }
+
     fn shown(&self) -> String {
         match self {
             Self::Text(s) => s.clone(),

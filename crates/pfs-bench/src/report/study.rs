@@ -301,6 +301,26 @@ impl Target {
         }
         table
     }
+
+    /// The targets block of a text or Markdown report: one line each
+    /// (value to three digits, so 0.502 against ≤ 0.5 never reads 0.50).
+    pub fn view(targets: &[Target]) -> Table {
+        let mut table = Table::new(&[
+            Column::num("value", 8),
+            Column::text("target", 9),
+            Column::text("verdict", 7),
+            Column::text("figure", 0),
+        ]);
+        for x in targets {
+            table.push(vec![
+                Cell::num(x.value, 3),
+                Cell::text(format!("{} {}{}", x.bound().sign(), x.limit, x.unit)),
+                Cell::text(x.verdict().as_str()),
+                Cell::text(&x.what),
+            ]);
+        }
+        table
+    }
 }
 
 /// A float with every digit, as JSON writes it; missing when there is none

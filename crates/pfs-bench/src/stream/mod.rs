@@ -299,10 +299,6 @@ fn baseline(flows: &[FlowRow], size: u32, method: &str) -> Option<f64> {
         .and_then(FlowRow::msgs_s)
 }
 
-fn num(v: Option<f64>, decimals: usize) -> Cell {
-    v.map_or(Cell::Missing, |v| Cell::Num(v, decimals))
-}
-
 /// Every field of the throughput rows (CSV, JSON).
 fn flow_data(flows: &[FlowRow]) -> Table {
     let mut t = Table::new(&[
@@ -336,15 +332,15 @@ fn flow_data(flows: &[FlowRow]) -> Table {
                 .map_or(Cell::Missing, |e| Cell::text(e.as_str())),
             f.map_or(Cell::Missing, |f| Cell::Int(f.messages)),
             f.map_or(Cell::Missing, |f| Cell::Int(f.bytes)),
-            num(f.map(|f| f.secs), 4),
-            num(r.msgs_s(), 0),
-            num(r.mb_s(), 1),
-            num(f.map(|f| f.sender_cpu_s), 4),
-            num(f.map(|f| f.receiver_cpu_s), 4),
-            num(r.mb_per_cpu(|f| f.sender_cpu_s), 1),
-            num(r.mb_per_cpu(|f| f.receiver_cpu_s), 1),
-            num(vs(flows, r, SEND_EACH), 3),
-            num(vs(flows, r, WRITEV), 3),
+            Cell::num(f.map(|f| f.secs), 4),
+            Cell::num(r.msgs_s(), 0),
+            Cell::num(r.mb_s(), 1),
+            Cell::num(f.map(|f| f.sender_cpu_s), 4),
+            Cell::num(f.map(|f| f.receiver_cpu_s), 4),
+            Cell::num(r.mb_per_cpu(|f| f.sender_cpu_s), 1),
+            Cell::num(r.mb_per_cpu(|f| f.receiver_cpu_s), 1),
+            Cell::num(vs(flows, r, SEND_EACH), 3),
+            Cell::num(vs(flows, r, WRITEV), 3),
             Cell::text(&r.notes),
         ]);
     }
@@ -377,12 +373,12 @@ fn flow_view(flows: &[FlowRow]) -> Table {
             Cell::Int(u64::from(r.size)),
             Cell::text(&r.method),
             Cell::text(r.transport),
-            num(r.msgs_s().map(|m| m / 1e6), 3),
-            num(r.mb_s(), 1),
-            num(r.mb_per_cpu(|f| f.sender_cpu_s), 0),
-            num(r.mb_per_cpu(|f| f.receiver_cpu_s), 0),
-            num(vs(flows, r, SEND_EACH), 2),
-            num(vs(flows, r, WRITEV), 2),
+            Cell::num(r.msgs_s().map(|m| m / 1e6), 3),
+            Cell::num(r.mb_s(), 1),
+            Cell::num(r.mb_per_cpu(|f| f.sender_cpu_s), 0),
+            Cell::num(r.mb_per_cpu(|f| f.receiver_cpu_s), 0),
+            Cell::num(vs(flows, r, SEND_EACH), 2),
+            Cell::num(vs(flows, r, WRITEV), 2),
             Cell::text(r.status.with_notes(&r.notes)),
         ]);
     }
@@ -434,12 +430,12 @@ fn latency_table(latency: &[LatencyRow], view: bool) -> Table {
         let p50 = r.pct_us(50.0);
         let mut row = vec![
             Cell::text(r.method),
-            num(p50, 1),
-            num(r.pct_us(99.0), 1),
-            num(r.pct_us(99.9), 1),
-            num(r.pct_us(100.0), 1),
-            num(r.mean_us(), 1),
-            num(p50.zip(base).and_then(|(a, b)| ratio(a, b)), 2),
+            Cell::num(p50, 1),
+            Cell::num(r.pct_us(99.0), 1),
+            Cell::num(r.pct_us(99.9), 1),
+            Cell::num(r.pct_us(100.0), 1),
+            Cell::num(r.mean_us(), 1),
+            Cell::num(p50.zip(base).and_then(|(a, b)| ratio(a, b)), 2),
         ];
         if view {
             row.push(Cell::text(r.status.with_notes(r.notes)));
@@ -490,24 +486,6 @@ fn targets(flows: &[FlowRow], latency: &[LatencyRow]) -> Vec<Target> {
     ]
 }
 
-fn targets_view(t: &[Target]) -> Table {
-    let mut table = Table::new(&[
-        Column::num("value", 8),
-        Column::text("target", 9),
-        Column::text("verdict", 7),
-        Column::text("figure", 0),
-    ]);
-    for x in t {
-        table.push(vec![
-            num(x.value, 3),
-            Cell::text(format!("{} {}{}", x.bound().sign(), x.limit, x.unit)),
-            Cell::text(x.verdict().as_str()),
-            Cell::text(&x.what),
-        ]);
-    }
-    table
-}
-
 fn report(h: &Header<StreamHeader>, flows: &[FlowRow], latency: &[LatencyRow]) -> Report {
     let s = &h.study;
     let mut r = Report::new("pfs bench stream", h);
@@ -530,7 +508,7 @@ fn report(h: &Header<StreamHeader>, flows: &[FlowRow], latency: &[LatencyRow]) -
             .titled("Round trip, 64 B, TCP loopback"),
     )
     .section(
-        Section::new("targets", targets_view(&tg), Target::data(&tg))
+        Section::new("targets", Target::view(&tg), Target::data(&tg))
             .titled("Targets (ratios of the rows above, same run; docs/benchmarks.md)"),
     )
 }
